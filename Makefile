@@ -1,0 +1,41 @@
+# The front door: `make up` runs GPU Warden locally; `make test` runs every check CI runs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: up serve test lint unit integration acceptance bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/gpuwarden up
+
+serve: $(STAMP)
+	$(BIN)/gpuwarden serve --migrate
+
+lint: $(STAMP)
+	$(BIN)/ruff check service tests bench migrations
+	$(BIN)/ruff format --check service tests bench migrations
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest tests/integration
+
+acceptance: $(STAMP)
+	$(BIN)/pytest tests/acceptance
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache gpuwarden.db*

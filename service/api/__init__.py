@@ -1,0 +1,1 @@
+"""The HTTP API: app factory, dependencies, routers per resource, and schemas."""

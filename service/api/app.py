@@ -1,0 +1,101 @@
+"""The app factory: builds the FastAPI app from Settings, wiring routers and background jobs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+
+from service import __version__
+from service.api.routers import gpus, health, ingest
+from service.clock import Clock, utc_now
+from service.context import ServiceContext
+from service.db.engine import make_engine
+from service.db.migrate import check_at_head
+from service.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    ValidationFailed,
+    WardenError,
+)
+from service.scheduler import build_scheduler, partitions_once
+from service.settings import Settings
+from service.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+_STATUS: list[tuple[type[WardenError], int]] = [
+    (ValidationFailed, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    (NotFound, status.HTTP_404_NOT_FOUND),
+    (Conflict, status.HTTP_409_CONFLICT),
+    (Forbidden, status.HTTP_403_FORBIDDEN),
+    (PayloadTooLarge, status.HTTP_413_CONTENT_TOO_LARGE),
+]
+
+
+async def _warden_error(_: Request, exc: Exception) -> JSONResponse:
+    for cls, code in _STATUS:
+        if isinstance(exc, cls):
+            if isinstance(exc, ValidationFailed):
+                loc = ["body", *(int(p) if p.isdigit() else p for p in exc.field.split("."))]
+                detail: object = [{"loc": loc, "msg": exc.message, "type": "value_error"}]
+            else:
+                detail = str(exc)
+            return JSONResponse({"detail": detail}, status_code=code)
+    return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_400_BAD_REQUEST)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    engine: Engine | None = None,
+    clock: Clock = utc_now,
+    telemetry: Telemetry | None = None,
+) -> FastAPI:
+    """Build the central service; it checks the schema and starts background jobs on startup."""
+    settings = settings or Settings()
+    ctx = ServiceContext(
+        settings=settings,
+        engine=engine or make_engine(settings.database_url),
+        clock=clock,
+        telemetry=telemetry or Telemetry(),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        check_at_head(ctx.engine)
+        partitions_once(ctx)
+        scheduler = None
+        if settings.run_scheduler:
+            scheduler = build_scheduler(ctx)
+            scheduler.start()
+            for job in scheduler.get_jobs():
+                job.modify(next_run_time=datetime.now(UTC))
+        app.state.started_at = clock()
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                scheduler.shutdown(wait=True)
+            if engine is None:
+                ctx.engine.dispose()
+
+    app = FastAPI(
+        title="GPU Warden",
+        version=__version__,
+        summary="GPU telemetry, idle-GPU alerting and wasted-spend reports",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    app.add_exception_handler(WardenError, _warden_error)
+    app.include_router(health.router)
+    app.include_router(ingest.router, prefix="/api/v1")
+    app.include_router(gpus.router, prefix="/api/v1")
+    return app

@@ -1,0 +1,51 @@
+"""Liveness, readiness and the Prometheus /metrics endpoint."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from service.api.deps import Ctx, authenticate
+from service.db.migrate import check_at_head
+from service.db.tokens_repo import Role
+from service.errors import SchemaOutOfDate
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: the process is up and serving."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(ctx: Ctx) -> JSONResponse:
+    """Readiness: the database answers and its schema is at head."""
+    try:
+        with ctx.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        check_at_head(ctx.engine)
+    except SchemaOutOfDate as exc:
+        return JSONResponse(
+            {"status": "unready", "detail": str(exc)}, status.HTTP_503_SERVICE_UNAVAILABLE
+        )
+    except Exception as exc:
+        ctx.telemetry.db_errors.labels("readyz").inc()
+        return JSONResponse(
+            {"status": "unready", "detail": f"database unreachable: {type(exc).__name__}"},
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics")
+def metrics(request: Request, ctx: Ctx) -> Response:
+    """Prometheus exposition of the fleet and of the service itself."""
+    if ctx.settings.metrics_token_required:
+        info = authenticate(ctx, request)
+        if info.role not in (Role.READER, Role.ADMIN):
+            return Response("a reader token is needed", status.HTTP_403_FORBIDDEN)
+    return Response(generate_latest(ctx.telemetry.registry), media_type=CONTENT_TYPE_LATEST)

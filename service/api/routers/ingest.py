@@ -1,0 +1,51 @@
+"""``POST /api/v1/ingest``: batches of samples and processes from the agents."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from service import ingest as ingest_service
+from service.api.deps import Agent, Ctx
+from service.errors import WardenError
+from service.wire import IngestResult
+
+router = APIRouter(tags=["ingest"])
+
+
+@router.post("/ingest", response_model=IngestResult)
+async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
+    """Store one batch whole, or reject it whole with a 4xx naming the item and the reason."""
+    started = time.perf_counter()
+    t = ctx.telemetry
+    body = await request.body()
+    try:
+        raw = ingest_service.decode_body(
+            body,
+            content_encoding=request.headers.get("content-encoding"),
+            max_bytes=ctx.settings.ingest_max_body_bytes,
+        )
+        try:
+            batch = ingest_service.parse_batch(raw)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            ) from exc
+        # The database call blocks; run it off the event loop.
+        result = await run_in_threadpool(ingest_service.ingest, ctx, batch, token_node=token.node)
+    except (RequestValidationError, WardenError):
+        t.ingest_batches.labels("rejected").inc()
+        raise
+    except Exception:
+        t.ingest_batches.labels("error").inc()
+        t.db_errors.labels("ingest").inc()
+        raise
+    t.ingest_batches.labels("stored").inc()
+    t.ingest_samples.inc(len(batch.samples))
+    t.ingest_values.inc(sum(len(s.metrics.model_fields_set) for s in batch.samples))
+    t.ingest_seconds.observe(time.perf_counter() - started)
+    return result

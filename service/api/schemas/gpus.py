@@ -1,0 +1,48 @@
+"""Response models of the GPU endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class GpuPublic(BaseModel):
+    """A GPU as the API shows it, with the values of its latest sample."""
+
+    uuid: str
+    index: int
+    model: str
+    node: str
+    node_labels: dict[str, str]
+    fb_total_bytes: int | None
+    mig_parent_uuid: str | None
+    first_seen_at: datetime
+    last_seen_at: datetime | None
+    lost: bool
+    source: str | None
+    latest: dict[str, float | int]
+
+
+class SeriesPointPublic(BaseModel):
+    """One step of a series; ``ts`` is the start of the step."""
+
+    ts: datetime
+    avg: float
+    min: float
+    max: float
+    count: int
+
+
+class SeriesPublic(BaseModel):
+    """A metric of one GPU over time, with the resolution it was read from."""
+
+    gpu_uuid: str
+    metric: str
+    unit: str
+    start: datetime
+    end: datetime
+    step_seconds: float
+    resolution: Literal["raw", "1m", "1h"]
+    points: list[SeriesPointPublic]

@@ -1,0 +1,168 @@
+"""The ``gpuwarden`` command line: serve, migrate, token and the other sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from service.clock import utc_now
+from service.db import tokens_repo
+from service.db.engine import make_engine
+from service.db.migrate import check_at_head, upgrade
+from service.errors import WardenError
+from service.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None
+    }
+    return Settings(**overrides)
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """Upgrade the database schema to the newest migration."""
+    engine = make_engine(settings.database_url)
+    upgrade(engine)
+    print(f"database at head: {settings.database_url.split('@')[-1]}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the central service with uvicorn."""
+    import uvicorn
+
+    from service.api.app import create_app
+
+    engine = make_engine(settings.database_url)
+    if args.migrate:
+        upgrade(engine)
+    check_at_head(engine)  # fail here, with the fix in the message, not inside uvicorn
+    app = create_app(settings, engine=engine)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=args.access_log,
+    )
+    return 0
+
+
+def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Create an API token and print it alone on the last line."""
+    engine = make_engine(settings.database_url)
+    check_at_head(engine)
+    with engine.begin() as conn:
+        secret, info = tokens_repo.create_token(
+            conn, role=tokens_repo.Role(args.role), node=args.node, name=args.name, now=utc_now()
+        )
+    print(
+        f"created {info.role.value} token id={info.id}"
+        + (f" for node {info.node}" if info.node else "")
+        + "; it is shown only once:",
+        file=sys.stderr,
+    )
+    print(secret)
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
+    """List tokens (never their secrets)."""
+    engine = make_engine(settings.database_url)
+    check_at_head(engine)
+    with engine.connect() as conn:
+        tokens = tokens_repo.list_tokens(conn)
+    table = Table("id", "role", "node", "name", "prefix", "created", "revoked")
+    for t in tokens:
+        table.add_row(
+            str(t.id),
+            t.role.value,
+            t.node or "",
+            t.name or "",
+            t.prefix + "…",
+            f"{t.created_at:%Y-%m-%d %H:%M}",
+            f"{t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "",
+        )
+    Console().print(table)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Revoke a token by id."""
+    engine = make_engine(settings.database_url)
+    check_at_head(engine)
+    with engine.begin() as conn:
+        info = tokens_repo.revoke_token(conn, token_id=args.id, now=utc_now())
+    print(f"revoked token id={info.id} ({info.role.value})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="gpuwarden", description="GPU telemetry, idle-GPU alerts and wasted-spend reports."
+    )
+    parser.add_argument("--database-url", dest="database_url", help="GPUWARDEN_DATABASE_URL")
+    parser.add_argument("--log-level", dest="log_level", help="GPUWARDEN_LOG_LEVEL (INFO)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("migrate", help="upgrade the database schema")
+    p.set_defaults(handler=cmd_migrate)
+
+    p = sub.add_parser("serve", help="run the central service")
+    p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
+    p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
+    p.add_argument("--config", help="GPUWARDEN_CONFIG: YAML with policies, channels, prices")
+    p.add_argument("--migrate", action="store_true", help="upgrade the schema first")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.set_defaults(handler=cmd_serve)
+
+    p = sub.add_parser("token", help="create, list and revoke API tokens")
+    tsub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    c = tsub.add_parser("create", help="create a token; prints it alone on the last line")
+    c.add_argument("--role", required=True, choices=[r.value for r in tokens_repo.Role])
+    c.add_argument("--node", help="the node an agent token writes for")
+    c.add_argument("--name", help="a note to recognise the token by")
+    c.set_defaults(handler=cmd_token_create)
+    c = tsub.add_parser("list", help="list tokens")
+    c.set_defaults(handler=cmd_token_list)
+    c = tsub.add_parser("revoke", help="revoke a token by id")
+    c.add_argument("id", type=int)
+    c.set_defaults(handler=cmd_token_revoke)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpuwarden`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+    except Exception as exc:  # pydantic's message names the setting
+        print(f"gpuwarden: bad setting: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("alembic", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    handler: Handler = args.handler
+    try:
+        return handler(args, settings)
+    except WardenError as exc:
+        print(f"gpuwarden: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

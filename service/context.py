@@ -1,0 +1,34 @@
+"""What the running central service holds: settings, engine, clock and telemetry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+
+from sqlalchemy import Engine
+
+from service.clock import Clock, utc_now
+from service.costs.integrals import Thresholds
+from service.settings import Settings
+from service.telemetry import Telemetry
+
+
+@dataclass
+class ServiceContext:
+    """The central service's dependencies, built once by the app factory and passed down."""
+
+    settings: Settings
+    engine: Engine
+    clock: Clock = utc_now
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    known_partitions: set[date] = field(default_factory=set)
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The waste-model thresholds from settings."""
+        s = self.settings
+        return Thresholds(
+            max_gap_seconds=s.max_gap_seconds,
+            idle=s.idle_threshold,
+            held_bytes=float(s.held_threshold_bytes),
+        )

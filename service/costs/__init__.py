@@ -1,0 +1,1 @@
+"""The waste model (design section 4): pure functions over samples, allocations and prices."""

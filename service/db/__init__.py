@@ -1,0 +1,1 @@
+"""Storage: table definitions, engine set-up, migrations and repository modules."""

@@ -1,0 +1,150 @@
+"""Read queries over GPUs: the fleet list with latest values, and one GPU's time series."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, and_, select
+
+from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, samples
+from service.vocabulary import METRIC_NAMES
+
+Resolution = Literal["raw", "1m", "1h"]
+
+
+def list_gpus(
+    conn: Connection, *, node: str | None = None, model: str | None = None
+) -> list[dict[str, Any]]:
+    """Every GPU with its node, model, last-seen time and the values of its latest sample."""
+    query = (
+        select(
+            gpus.c.uuid,
+            gpus.c.gpu_index,
+            gpus.c.model,
+            gpus.c.fb_total_bytes,
+            gpus.c.mig_parent_uuid,
+            gpus.c.first_seen_at,
+            gpus.c.last_sample_at,
+            gpus.c.lost_at,
+            nodes.c.hostname,
+            nodes.c.labels,
+            samples,
+        )
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .outerjoin(
+            samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at)
+        )
+        .order_by(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid)
+    )
+    if node is not None:
+        query = query.where(nodes.c.hostname == node)
+    if model is not None:
+        query = query.where(gpus.c.model == model)
+    out = []
+    for r in conn.execute(query):
+        latest = {m: getattr(r, m) for m in METRIC_NAMES if getattr(r, m) is not None}
+        out.append(
+            {
+                "uuid": r.uuid,
+                "index": r.gpu_index,
+                "model": r.model,
+                "node": r.hostname,
+                "node_labels": r.labels,
+                "fb_total_bytes": r.fb_total_bytes,
+                "mig_parent_uuid": r.mig_parent_uuid,
+                "first_seen_at": r.first_seen_at,
+                "last_seen_at": r.last_sample_at,
+                "lost": r.lost_at is not None,
+                "source": r.source,
+                "latest": latest,
+            }
+        )
+    return out
+
+
+def gpu_id_by_uuid(conn: Connection, *, uuid: str) -> int | None:
+    """The internal id of GPU ``uuid``, or None."""
+    return conn.execute(select(gpus.c.id).where(gpus.c.uuid == uuid)).scalar()
+
+
+def choose_resolution(step_seconds: float) -> Resolution:
+    """The coarsest stored resolution that still has at least one row per step."""
+    if step_seconds >= 3600:
+        return "1h"
+    if step_seconds >= 60:
+        return "1m"
+    return "raw"
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """One step of a series: the step's start and the metric's avg, min, max and count in it."""
+
+    ts: datetime
+    avg: float
+    min: float
+    max: float
+    count: int
+
+
+def _floor(ts: datetime, step_seconds: float) -> datetime:
+    epoch = ts.timestamp()
+    return datetime.fromtimestamp(epoch - epoch % step_seconds, UTC)
+
+
+def series(
+    conn: Connection,
+    *,
+    gpu_id: int,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    step_seconds: float,
+    resolution: Resolution,
+) -> list[SeriesPoint]:
+    """``metric`` of one GPU over [start, end) in steps of ``step_seconds``."""
+    acc: dict[datetime, list[float]] = {}  # step -> [sum, min, max, count]
+    if resolution == "raw":
+        col = samples.c[metric]
+        rows = conn.execute(
+            select(samples.c.ts, col).where(
+                samples.c.gpu_id == gpu_id,
+                samples.c.ts >= start,
+                samples.c.ts < end,
+                col.is_not(None),
+            )
+        )
+        for ts, value in rows:
+            a = acc.setdefault(_floor(ts, step_seconds), [0.0, value, value, 0])
+            a[0] += value
+            a[1] = min(a[1], value)
+            a[2] = max(a[2], value)
+            a[3] += 1
+    else:
+        table = rollup_1m if resolution == "1m" else rollup_1h
+        c = table.c
+        rows2 = conn.execute(
+            select(
+                c.bucket_start,
+                c[f"{metric}_sum"],
+                c[f"{metric}_min"],
+                c[f"{metric}_max"],
+                c[f"{metric}_count"],
+            ).where(
+                c.gpu_id == gpu_id,
+                c.bucket_start >= start,
+                c.bucket_start < end,
+                c[f"{metric}_count"] > 0,
+            )
+        )
+        for ts, total, lo, hi, count in rows2:
+            a = acc.setdefault(_floor(ts, step_seconds), [0.0, lo, hi, 0])
+            a[0] += total
+            a[1] = min(a[1], lo)
+            a[2] = max(a[2], hi)
+            a[3] += count
+    return [
+        SeriesPoint(ts, a[0] / a[3], a[1], a[2], int(a[3])) for ts, a in sorted(acc.items()) if a[3]
+    ]

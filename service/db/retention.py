@@ -1,0 +1,33 @@
+"""Retention: raw, 1-minute and 1-hour data each kept for their configured number of days."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, delete
+
+from service.db import partitions
+from service.db.rollup_repo import delete_rollups_before
+from service.db.schema import gpu_processes, rollup_1h, rollup_1m, samples
+
+
+def enforce_retention(
+    conn: Connection, *, now: datetime, raw_days: float, minute_days: float, hour_days: float
+) -> dict[str, int]:
+    """Drop data past its retention; on PostgreSQL raw samples go a day partition at a time."""
+    raw_cutoff = now - timedelta(days=raw_days)
+    out: dict[str, int] = {}
+    if conn.dialect.name == "postgresql":
+        out["raw_partitions_dropped"] = len(partitions.drop_partitions_before(conn, raw_cutoff))
+    else:
+        res = conn.execute(delete(samples).where(samples.c.ts < raw_cutoff))
+        out["raw_rows_deleted"] = int(res.rowcount or 0)
+    res = conn.execute(delete(gpu_processes).where(gpu_processes.c.ts < raw_cutoff))
+    out["process_rows_deleted"] = int(res.rowcount or 0)
+    out["rollup_1m_deleted"] = delete_rollups_before(
+        conn, table=rollup_1m, cutoff=now - timedelta(days=minute_days)
+    )
+    out["rollup_1h_deleted"] = delete_rollups_before(
+        conn, table=rollup_1h, cutoff=now - timedelta(days=hour_days)
+    )
+    return out

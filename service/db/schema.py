@@ -1,0 +1,193 @@
+"""Table definitions (SQLAlchemy Core); alembic migrations create them, repositories query them."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+from service.db.types import UTCDateTime
+from service.vocabulary import METRICS, MetricSpec
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _metric_type(spec: MetricSpec) -> type[Float[float]] | type[BigInteger]:
+    return BigInteger if spec.kind == "int" else Float
+
+
+def metric_columns() -> list[Column[object]]:
+    """One nullable column per canonical metric: absent means not supported, never 0."""
+    return [Column(m.name, _metric_type(m), nullable=True) for m in METRICS]
+
+
+def rollup_columns() -> list[Column[object]]:
+    """Per metric: sum, min, max and count of the samples in the bucket (avg = sum / count)."""
+    cols: list[Column[object]] = []
+    for m in METRICS:
+        cols += [
+            Column(f"{m.name}_sum", Float, nullable=True),
+            Column(f"{m.name}_min", Float, nullable=True),
+            Column(f"{m.name}_max", Float, nullable=True),
+            Column(f"{m.name}_count", Integer, nullable=False, server_default="0"),
+        ]
+    return cols
+
+
+def integral_columns() -> list[Column[object]]:
+    """The waste-model integrals of design section 4 for one bucket, in seconds and joules."""
+    return [
+        Column("covered_seconds", Float, nullable=False, server_default="0"),
+        Column("idle_seconds", Float, nullable=False, server_default="0"),
+        Column("idle_held_seconds", Float, nullable=False, server_default="0"),
+        Column("unused_seconds", Float, nullable=False, server_default="0"),
+        Column("fallback_seconds", Float, nullable=False, server_default="0"),
+        Column("energy_used_joules", Float, nullable=False, server_default="0"),
+    ]
+
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("hostname", String(255), nullable=False, unique=True),
+    Column("labels", JSON, nullable=False, default=dict),
+    Column("first_seen_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime, nullable=False),
+)
+
+gpus = Table(
+    "gpus",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("uuid", String(96), nullable=False, unique=True),
+    Column("node_id", Integer, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
+    Column("gpu_index", Integer, nullable=False),
+    Column("model", String(255), nullable=False),
+    Column("fb_total_bytes", BigInteger, nullable=True),
+    Column("mig_parent_uuid", String(96), nullable=True),
+    Column("first_seen_at", UTCDateTime, nullable=False),
+    Column("last_sample_at", UTCDateTime, nullable=True),
+    Column("lost_at", UTCDateTime, nullable=True),
+    Index(None, "node_id"),
+)
+
+# One wide row per GPU per timestamp. On PostgreSQL the migration partitions it by day.
+samples = Table(
+    "samples",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("ts", UTCDateTime, primary_key=True),
+    Column("source", String(16), nullable=False),
+    *metric_columns(),
+)
+
+rollup_1m = Table(
+    "rollup_1m",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),
+    Column("sample_count", Integer, nullable=False),
+    *integral_columns(),
+    *rollup_columns(),
+)
+
+rollup_1h = Table(
+    "rollup_1h",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),
+    Column("sample_count", Integer, nullable=False),
+    *integral_columns(),
+    *rollup_columns(),
+)
+
+# 1-minute buckets whose raw data changed since their rollup was last computed.
+rollup_dirty = Table(
+    "rollup_dirty",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),
+)
+
+gpu_processes = Table(
+    "gpu_processes",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("ts", UTCDateTime, primary_key=True),
+    Column("pid", Integer, primary_key=True),
+    Column("fb_used_bytes", BigInteger, nullable=True),
+    Column("job_id", String(255), nullable=True),
+    Column("user", String(255), nullable=True),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=True),
+    Column("role", String(16), nullable=False),
+    Column("node", String(255), nullable=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_used_at", UTCDateTime, nullable=True),
+    Column("revoked_at", UTCDateTime, nullable=True),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("user", String(255), nullable=True),
+    Column("team", String(255), nullable=True),
+    Column("project", String(255), nullable=True),
+    Column("labels", JSON, nullable=False, default=dict),
+    Column("source", String(16), nullable=False),  # "api" or "observed"
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("ended_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index(None, "started_at"),
+)
+
+# Which GPU a job held and when; ended_at is null while it still holds it.
+job_gpus = Table(
+    "job_gpus",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(255), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("gpu_id", Integer, ForeignKey("gpus.id", ondelete="CASCADE"), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("ended_at", UTCDateTime, nullable=True),
+    Column("source", String(16), nullable=False),
+    Index(None, "gpu_id", "started_at"),
+    Index(None, "job_id"),
+)
+
+prices = Table(
+    "prices",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("model_pattern", String(255), nullable=False),
+    Column("usd_per_gpu_hour", Float, nullable=False),
+    Column("effective_from", UTCDateTime, nullable=False),
+    Column("note", Text, nullable=True),
+)

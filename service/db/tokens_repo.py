@@ -1,0 +1,112 @@
+"""API tokens: created once and shown once, stored only as a SHA-256 hash."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import Connection, insert, select, update
+
+from service.db.schema import api_tokens
+from service.errors import NotFound, ValidationFailed
+
+TOKEN_PREFIX = "gw_"
+
+
+class Role(StrEnum):
+    """What a token may do: agent ingests for its node, reader reads, admin does everything."""
+
+    AGENT = "agent"
+    READER = "reader"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A stored token, without its secret."""
+
+    id: int
+    name: str | None
+    role: Role
+    node: str | None
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of ``token``; tokens carry 256 random bits, so no slow hash is needed."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(
+    conn: Connection, *, role: Role, node: str | None, name: str | None, now: datetime
+) -> tuple[str, TokenInfo]:
+    """Create a token and return (the secret, shown only now; its stored record)."""
+    if role is Role.AGENT and not node:
+        raise ValidationFailed("node", "an agent token must name the node it writes for")
+    if role is not Role.AGENT and node:
+        raise ValidationFailed("node", "only agent tokens are tied to a node")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    prefix = secret[: len(TOKEN_PREFIX) + 6]
+    token_id = conn.execute(
+        insert(api_tokens)
+        .values(
+            name=name,
+            role=role.value,
+            node=node,
+            token_hash=hash_token(secret),
+            prefix=prefix,
+            created_at=now,
+        )
+        .returning(api_tokens.c.id)
+    ).scalar_one()
+    info = TokenInfo(token_id, name, role, node, prefix, now, None, None)
+    return secret, info
+
+
+def _info(row: object) -> TokenInfo:
+    r = row._mapping  # type: ignore[attr-defined]
+    return TokenInfo(
+        r["id"],
+        r["name"],
+        Role(r["role"]),
+        r["node"],
+        r["prefix"],
+        r["created_at"],
+        r["last_used_at"],
+        r["revoked_at"],
+    )
+
+
+def authenticate(conn: Connection, *, token: str) -> TokenInfo | None:
+    """The live token matching ``token``, or None; the hash comparison is constant-time."""
+    digest = hash_token(token)
+    row = conn.execute(
+        select(api_tokens).where(
+            api_tokens.c.token_hash == digest, api_tokens.c.revoked_at.is_(None)
+        )
+    ).first()
+    if row is None or not hmac.compare_digest(row.token_hash, digest):
+        return None
+    return _info(row)
+
+
+def list_tokens(conn: Connection) -> list[TokenInfo]:
+    """Every token, revoked ones included, oldest first."""
+    return [_info(r) for r in conn.execute(select(api_tokens).order_by(api_tokens.c.id))]
+
+
+def revoke_token(conn: Connection, *, token_id: int, now: datetime) -> TokenInfo:
+    """Revoke the token with ``token_id`` (idempotent) and return it."""
+    row = conn.execute(select(api_tokens).where(api_tokens.c.id == token_id)).first()
+    if row is None:
+        raise NotFound(f"no token with id {token_id}")
+    if row.revoked_at is None:
+        conn.execute(update(api_tokens).where(api_tokens.c.id == token_id).values(revoked_at=now))
+    return _info(conn.execute(select(api_tokens).where(api_tokens.c.id == token_id)).one())

@@ -1,0 +1,49 @@
+"""The one error hierarchy of GPU Warden; the API layer maps these to HTTP statuses."""
+
+from __future__ import annotations
+
+
+class WardenError(Exception):
+    """Base of every error GPU Warden raises on purpose."""
+
+
+class ConfigError(WardenError):
+    """A setting or config file is wrong; the message names what and why."""
+
+
+class SchemaOutOfDate(WardenError):
+    """The database schema is not at the newest migration."""
+
+
+class ValidationFailed(WardenError):
+    """Input is well-formed but not acceptable; ``field`` names the offending item."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotFound(WardenError):
+    """The named object does not exist."""
+
+
+class Conflict(WardenError):
+    """The request clashes with stored state (for example a GPU owned by another node)."""
+
+
+class Forbidden(WardenError):
+    """The caller's token may not do this."""
+
+
+class PayloadTooLarge(WardenError):
+    """A request body exceeds the configured size limit."""
+
+
+class DeliveryError(WardenError):
+    """A notification or shipment failed; ``retryable`` says whether to try again."""
+
+    def __init__(self, message: str, *, retryable: bool, retry_after_seconds: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after_seconds = retry_after_seconds

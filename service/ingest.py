@@ -1,0 +1,92 @@
+"""Ingest: decode and validate a batch body, check it against the clock and store it whole."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from datetime import UTC, datetime, timedelta
+
+from service.context import ServiceContext
+from service.db import ingest_repo, partitions
+from service.errors import Forbidden, PayloadTooLarge, ValidationFailed
+from service.wire import IngestBatch, IngestResult
+
+
+def decode_body(body: bytes, *, content_encoding: str | None, max_bytes: int) -> bytes:
+    """The JSON bytes of a request body, gunzipped if needed, at most ``max_bytes`` long."""
+    if len(body) > max_bytes:
+        raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {max_bytes}")
+    if (content_encoding or "").strip().lower() != "gzip":
+        return body
+    try:
+        out = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        data = out.decompress(body, max_bytes + 1)
+    except (zlib.error, gzip.BadGzipFile) as exc:
+        raise ValidationFailed("body", f"not valid gzip: {exc}") from exc
+    if len(data) > max_bytes or out.unconsumed_tail:
+        raise PayloadTooLarge(f"decompressed body exceeds the limit of {max_bytes} bytes")
+    return data
+
+
+def parse_batch(raw: bytes) -> IngestBatch:
+    """Validate ``raw`` JSON against the wire contract (raises pydantic's ValidationError)."""
+    return IngestBatch.model_validate_json(raw)
+
+
+def check_times(
+    batch: IngestBatch, *, now: datetime, max_future_seconds: float, oldest: datetime
+) -> None:
+    """Reject timestamps too far in the future or older than the raw retention, naming the item."""
+    latest = now + timedelta(seconds=max_future_seconds)
+    stamps = [(f"samples.{i}.ts", s.ts) for i, s in enumerate(batch.samples)]
+    stamps += [(f"processes.{i}.ts", p.ts) for i, p in enumerate(batch.processes)]
+    for field, ts in stamps:
+        if ts > latest:
+            raise ValidationFailed(
+                field,
+                f"{ts.isoformat()} is more than {max_future_seconds:g} s in the future "
+                f"(server time {now.isoformat()})",
+            )
+        if ts < oldest:
+            raise ValidationFailed(
+                field,
+                f"{ts.isoformat()} is older than the raw retention "
+                f"(oldest accepted {oldest.isoformat()})",
+            )
+
+
+def check_node(batch: IngestBatch, *, token_node: str | None) -> None:
+    """An agent token may only write batches for its own node."""
+    if token_node is not None and batch.node.hostname != token_node:
+        raise Forbidden(
+            f"node.hostname: this token writes for node {token_node!r}, not {batch.node.hostname!r}"
+        )
+
+
+def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -> IngestResult:
+    """Validate ``batch`` against the clock and the caller, then store it in one transaction."""
+    s = ctx.settings
+    now = ctx.clock()
+    check_node(batch, token_node=token_node)
+    check_times(
+        batch,
+        now=now,
+        max_future_seconds=s.ingest_max_future_seconds,
+        oldest=now - timedelta(days=s.retention_raw_days),
+    )
+    if ctx.engine.dialect.name == "postgresql":
+        days = {item.ts.astimezone(UTC).date() for item in batch.samples}
+        missing = days - ctx.known_partitions
+        if missing:
+            with ctx.engine.begin() as conn:
+                partitions.ensure_partitions(conn, missing)
+            ctx.known_partitions |= missing
+    with ctx.engine.begin() as conn:
+        counts = ingest_repo.store_batch(
+            conn, batch=batch, now=now, max_gap_seconds=s.max_gap_seconds
+        )
+    return IngestResult(
+        samples_received=counts["samples"],
+        processes_received=counts["processes"],
+        gpus=counts["gpus"],
+    )

@@ -1,0 +1,94 @@
+"""Background jobs (rollups, retention, partitions); a failing run is logged and counted."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from service.context import ServiceContext
+from service.db import partitions, rollup_repo
+from service.db.retention import enforce_retention
+
+log = logging.getLogger(__name__)
+
+
+def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
+    """Run ``fn`` as background job ``name``: time it, count the outcome, never raise."""
+    started = time.perf_counter()
+    try:
+        result = fn()
+    except Exception:
+        log.exception("background job %s failed", name)
+        ctx.telemetry.job_runs.labels(name, "error").inc()
+        ctx.telemetry.db_errors.labels(name).inc()
+        return None
+    finally:
+        ctx.telemetry.job_seconds.labels(name).observe(time.perf_counter() - started)
+    ctx.telemetry.job_runs.labels(name, "ok").inc()
+    return result
+
+
+def rollup_once(ctx: ServiceContext, *, limit: int = 20_000) -> int:
+    """Recompute dirty rollup buckets until none are left (at most ``limit`` per transaction)."""
+    total = 0
+    while True:
+        with ctx.engine.begin() as conn:
+            n = rollup_repo.process_dirty(conn, thresholds=ctx.thresholds, limit=limit)
+        total += n
+        ctx.telemetry.rollup_buckets.inc(n)
+        if n < limit:
+            break
+    ctx.telemetry.rollup_backlog.set(0)
+    return total
+
+
+def retention_once(ctx: ServiceContext) -> dict[str, int]:
+    """Enforce the retention settings once."""
+    s = ctx.settings
+    with ctx.engine.begin() as conn:
+        return enforce_retention(
+            conn,
+            now=ctx.clock(),
+            raw_days=s.retention_raw_days,
+            minute_days=s.retention_1m_days,
+            hour_days=s.retention_1h_days,
+        )
+
+
+def partitions_once(ctx: ServiceContext) -> list[str]:
+    """Create today's and the next two days' sample partitions ahead of data (PostgreSQL only)."""
+    if ctx.engine.dialect.name != "postgresql":
+        return []
+    today = ctx.clock().date()
+    days = {today + timedelta(days=i) for i in range(3)}
+    with ctx.engine.begin() as conn:
+        created = partitions.ensure_partitions(conn, days)
+    ctx.known_partitions |= days
+    return created
+
+
+def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
+    """A scheduler with the storage jobs; the caller starts and stops it."""
+    s = ctx.settings
+    sched = BackgroundScheduler(timezone="UTC")
+    jobs: list[tuple[str, Callable[[], object], float]] = [
+        ("rollup", lambda: rollup_once(ctx), s.rollup_interval_seconds),
+        ("retention", lambda: retention_once(ctx), s.retention_interval_seconds),
+        ("partitions", lambda: partitions_once(ctx), 3600.0),
+    ]
+    for name, fn, every in jobs:
+        sched.add_job(
+            run_job,
+            "interval",
+            args=(ctx, name, fn),
+            seconds=every,
+            id=name,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=None,
+        )
+    return sched

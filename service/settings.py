@@ -1,0 +1,109 @@
+"""Settings for the central service and the agent, read from ``GPUWARDEN_*`` variables."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.errors import ConfigError
+
+GIB = 1024**3
+
+
+class Settings(BaseSettings):
+    """Every setting of GPU Warden; built once by the entry point and passed down."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUWARDEN_", extra="ignore")
+
+    # --- central service -------------------------------------------------------------
+    database_url: str = "sqlite:///./gpuwarden.db"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    config: Path | None = None  # optional YAML file with policies, channels and prices
+    log_level: str = "INFO"
+
+    max_gap_seconds: float = Field(60.0, gt=0)
+    idle_threshold: float = Field(0.05, ge=0, le=1)
+    held_threshold_bytes: int = Field(GIB, ge=0)
+
+    ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    ingest_max_future_seconds: float = Field(300.0, ge=0)
+
+    rollup_interval_seconds: float = Field(15.0, gt=0)
+    retention_raw_days: float = Field(7.0, gt=0)
+    retention_1m_days: float = Field(90.0, gt=0)
+    retention_1h_days: float = Field(730.0, gt=0)
+    retention_interval_seconds: float = Field(3600.0, gt=0)
+
+    eval_interval_seconds: float = Field(30.0, gt=0)
+    webhook_allow_nets: str = ""  # comma-separated CIDRs that channel URLs may resolve to
+    metrics_token_required: bool = False  # protect /metrics with a reader token
+    metrics_dcgm_compat: bool = False  # also export dcgm-exporter names and labels
+    run_scheduler: bool = True  # background rollups, retention and evaluation
+
+    # --- agent -----------------------------------------------------------------------
+    central_url: str = "http://127.0.0.1:8000"
+    agent_token: str | None = None
+    interval_seconds: float = Field(10.0, ge=0.1)
+    backend: Literal["auto", "nvml", "dcgm-exporter", "simulated"] = "auto"
+    spool_path: Path = Path("gpuwarden-spool.sqlite")
+    dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        if not re.match(r"^(sqlite|postgresql)(\+\w+)?://", value):
+            raise ValueError("must start with sqlite:// or postgresql+psycopg://")
+        if value.startswith(("postgresql://", "postgres://")):
+            # psycopg 3 is the driver we ship; spare users the driver suffix.
+            value = "postgresql+psycopg://" + value.split("://", 1)[1]
+        return value
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the store is the embedded SQLite database."""
+        return self.database_url.startswith("sqlite")
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(value: Any) -> Any:
+    """Replace ``${VAR}`` references in strings (recursively) with environment values."""
+    if isinstance(value, str):
+
+        def repl(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"environment variable {name} is referenced but not set")
+            return os.environ[name]
+
+        return _ENV_REF.sub(repl, value)
+    if isinstance(value, list):
+        return [expand_env(v) for v in value]
+    if isinstance(value, dict):
+        return {k: expand_env(v) for k, v in value.items()}
+    return value
+
+
+def load_config_file(path: Path | None) -> dict[str, Any]:
+    """Read the optional YAML config file (policies, channels, prices) with ``${VAR}`` expanded."""
+    if path is None:
+        return {}
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return dict(expand_env(raw))

@@ -1,0 +1,61 @@
+"""The central service's own health metrics, in a registry per app (nothing global)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Telemetry:
+    """Counters and histograms the service updates as it works; exposed on /metrics."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ingest_batches = Counter(
+            "gpuwarden_ingest_batches",
+            "Ingest batches by outcome (stored, rejected, error).",
+            ["outcome"],
+            registry=r,
+        )
+        self.ingest_samples = Counter(
+            "gpuwarden_ingest_samples", "Samples received in stored batches.", registry=r
+        )
+        self.ingest_values = Counter(
+            "gpuwarden_ingest_metric_values",
+            "Metric values received in stored batches.",
+            registry=r,
+        )
+        self.ingest_seconds = Histogram(
+            "gpuwarden_ingest_batch_duration_seconds",
+            "Time to validate and store one ingest batch.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.db_errors = Counter(
+            "gpuwarden_database_errors",
+            "Database operations that failed, by operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.job_runs = Counter(
+            "gpuwarden_background_job_runs",
+            "Background job runs by job and outcome.",
+            ["job", "outcome"],
+            registry=r,
+        )
+        self.job_seconds = Histogram(
+            "gpuwarden_background_job_duration_seconds",
+            "Duration of background job runs.",
+            ["job"],
+            registry=r,
+        )
+        self.rollup_buckets = Counter(
+            "gpuwarden_rollup_buckets_recomputed",
+            "One-minute rollup buckets recomputed from raw samples.",
+            registry=r,
+        )
+        self.rollup_backlog = Gauge(
+            "gpuwarden_rollup_backlog_buckets",
+            "Dirty one-minute buckets still waiting to be rolled up after the last run.",
+            registry=r,
+        )

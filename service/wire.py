@@ -1,0 +1,91 @@
+"""The agent-to-central wire format of ``POST /api/v1/ingest`` (design section 5).
+
+Both sides use these models: the agent builds and serialises them, the central service
+validates incoming bodies with them, so the contract lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+
+from service.vocabulary import METRICS, ActivitySource
+
+
+def _metric_field(spec: Any) -> tuple[Any, Any]:
+    py_type = int if spec.kind == "int" else float
+    return (py_type | None, Field(None, ge=spec.minimum, le=spec.maximum, description=spec.help))
+
+
+# Unknown names are rejected (extra="forbid"), so a typo never silently drops a metric.
+Metrics: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "Metrics",
+    __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
+    **{m.name: _metric_field(m) for m in METRICS},
+)
+
+
+class NodeIn(BaseModel):
+    """The node a batch comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hostname: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class GpuIn(BaseModel):
+    """A GPU (or MIG instance) on the node, as the agent sees it now."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uuid: str = Field(min_length=1, max_length=96)
+    index: int = Field(ge=0)
+    model: str = Field(min_length=1, max_length=255)
+    fb_total_bytes: int | None = Field(None, ge=0)
+    mig_parent_uuid: str | None = Field(None, max_length=96)
+    lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
+
+
+class SampleIn(BaseModel):
+    """One GPU's metrics at one instant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_uuid: str = Field(min_length=1, max_length=96)
+    ts: AwareDatetime
+    source: ActivitySource | None = None  # where sm_active and friends came from
+    metrics: Metrics
+
+
+class ProcessIn(BaseModel):
+    """A process seen on a GPU, with the job the agent attributed it to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_uuid: str = Field(min_length=1, max_length=96)
+    ts: AwareDatetime
+    pid: int = Field(ge=0)
+    fb_used_bytes: int | None = Field(None, ge=0)
+    job_id: str | None = Field(None, max_length=255)
+    user: str | None = Field(None, max_length=255)
+
+
+class IngestBatch(BaseModel):
+    """One batch from one node: its GPUs, their samples and their processes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: NodeIn
+    gpus: list[GpuIn] = Field(default_factory=list, max_length=4096)
+    samples: list[SampleIn] = Field(default_factory=list, max_length=200_000)
+    processes: list[ProcessIn] = Field(default_factory=list, max_length=200_000)
+
+
+class IngestResult(BaseModel):
+    """What the central service did with a batch."""
+
+    samples_received: int
+    processes_received: int
+    gpus: int

@@ -1,0 +1,143 @@
+"""Fixtures: a real SQLite file and a real PostgreSQL database, migrated, for every backend test.
+
+PostgreSQL is required (127.0.0.1:5432, user postgres, trust auth, or GPUWARDEN_TEST_PG_URL);
+if it is unreachable the PostgreSQL tests fail rather than skip.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+
+from service.api.app import create_app
+from service.clock import utc_now
+from service.db import tokens_repo
+from service.db.engine import make_engine
+from service.db.migrate import upgrade
+from service.db.schema import metadata
+from service.settings import Settings
+from tests.support import FakeClock, live_server
+
+PG_ADMIN_URL = os.environ.get(
+    "GPUWARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _pg_url(dbname: str) -> str:
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    return base.replace("postgresql://", "postgresql+psycopg://", 1) + "/" + dbname
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session; dropped at the end."""
+    name = f"gpuwarden_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _pg_url(name)
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh SQLite file for this test session."""
+    path: Path = tmp_path_factory.mktemp("sqlite") / "gpuwarden.db"
+    return f"sqlite:///{path}"
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def migrated_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """A migrated engine for each backend, shared by the session."""
+    url = request.getfixturevalue(
+        f"{request.param}_database" if request.param == "sqlite" else "pg_database"
+    )
+    engine = make_engine(url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def truncate_all(engine: Engine) -> None:
+    """Empty every table (the schema stays)."""
+    names = [t.name for t in reversed(metadata.sorted_tables)]
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(
+                text("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY CASCADE")
+            )
+        else:
+            for n in names:
+                conn.execute(text(f'DELETE FROM "{n}"'))
+
+
+@pytest.fixture
+def engine(migrated_engine: Engine) -> Iterator[Engine]:
+    """A migrated, empty database of each backend (the test runs once per backend)."""
+    truncate_all(migrated_engine)
+    yield migrated_engine
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A scripted clock starting at 2026-12-02T08:00Z."""
+    return FakeClock()
+
+
+@pytest.fixture
+def settings(engine: Engine) -> Settings:
+    """Settings pointing at the test database, background jobs off (tests drive them)."""
+    return Settings(
+        database_url=str(engine.url.render_as_string(hide_password=False)), run_scheduler=False
+    )
+
+
+@pytest.fixture
+def app(settings: Settings, engine: Engine, clock: FakeClock):  # type: ignore[no-untyped-def]
+    """The central service app on the test database and scripted clock."""
+    return create_app(settings, engine=engine, clock=clock)
+
+
+@pytest.fixture
+def server(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """The app served by a real uvicorn on loopback; yields its base URL."""
+    with live_server(app) as url:
+        yield url
+
+
+def make_token(engine: Engine, role: str, node: str | None = None) -> str:
+    """A fresh token of ``role`` (and ``node`` for agents)."""
+    with engine.begin() as conn:
+        secret, _ = tokens_repo.create_token(
+            conn, role=tokens_repo.Role(role), node=node, name=None, now=utc_now()
+        )
+    return secret
+
+
+@pytest.fixture
+def tokens(engine: Engine) -> dict[str, str]:
+    """One token per role; the agent token writes for node ``node-a``."""
+    return {
+        "agent": make_token(engine, "agent", "node-a"),
+        "reader": make_token(engine, "reader"),
+        "admin": make_token(engine, "admin"),
+    }
+
+
+@pytest.fixture
+def http(server: str) -> Iterator[httpx.Client]:
+    """An HTTP client for the live server."""
+    with httpx.Client(base_url=server, timeout=30) as client:
+        yield client

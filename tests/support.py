@@ -1,0 +1,93 @@
+"""Test helpers shared by the suites: a scripted clock, a live server, batch builders."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+
+class FakeClock:
+    """A clock that only moves when a test moves it."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+    def set(self, when: datetime) -> None:
+        self.now = when
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def live_server(app: FastAPI, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on loopback in a thread; yields its base URL."""
+    port = port or free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def iso(ts: datetime) -> str:
+    """RFC 3339 text of ``ts``."""
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def make_batch(
+    *,
+    hostname: str = "node-a",
+    gpu_uuids: tuple[str, ...] = ("GPU-a0",),
+    start: datetime,
+    count: int = 1,
+    interval_seconds: float = 10.0,
+    metrics: dict[str, Any] | None = None,
+    model: str = "NVIDIA H100 80GB HBM3",
+) -> dict[str, Any]:
+    """A wire-format batch: ``count`` samples per GPU, ``interval_seconds`` apart from ``start``."""
+    metrics = metrics if metrics is not None else {"sm_active": 0.5, "fb_used_bytes": 2**30}
+    return {
+        "node": {"hostname": hostname, "labels": {"rack": "r1"}},
+        "gpus": [
+            {"uuid": u, "index": i, "model": model, "fb_total_bytes": 80 * 2**30}
+            for i, u in enumerate(gpu_uuids)
+        ],
+        "samples": [
+            {
+                "gpu_uuid": u,
+                "ts": iso(start + timedelta(seconds=k * interval_seconds)),
+                "metrics": metrics,
+            }
+            for k in range(count)
+            for u in gpu_uuids
+        ],
+    }
