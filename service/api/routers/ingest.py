@@ -11,10 +11,24 @@ from starlette.concurrency import run_in_threadpool
 
 from service import ingest as ingest_service
 from service.api.deps import Agent, Ctx
-from service.errors import WardenError
+from service.errors import PayloadTooLarge, WardenError
 from service.wire import IngestResult
 
 router = APIRouter(tags=["ingest"])
+
+
+async def read_limited(request: Request, max_bytes: int) -> bytes:
+    """The request body, refused with PayloadTooLarge as soon as it passes ``max_bytes``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"body is {declared} bytes; the limit is {max_bytes}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(f"body exceeds the limit of {max_bytes} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @router.post("/ingest", response_model=IngestResult)
@@ -22,8 +36,8 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
     """Store one batch whole, or reject it whole with a 4xx naming the item and the reason."""
     started = time.perf_counter()
     t = ctx.telemetry
-    body = await request.body()
     try:
+        body = await read_limited(request, ctx.settings.ingest_max_body_bytes)
         raw = ingest_service.decode_body(
             body,
             content_encoding=request.headers.get("content-encoding"),

@@ -1,0 +1,57 @@
+"""The ``gpuwarden`` command as a user runs it: migrate, token create/list/revoke, serve refusal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+
+from service.db.engine import make_engine
+from service.db.schema import api_tokens
+from service.db.tokens_repo import authenticate
+
+
+def gw(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPUWARDEN_DATABASE_URL": f"sqlite:///{db}"}
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_serve_refuses_an_unmigrated_database_and_names_the_fix(tmp_path: Path):
+    r = gw(tmp_path / "gw.db", "serve", "--port", "1")
+    assert r.returncode == 1
+    assert "run `gpuwarden migrate`" in r.stderr
+
+
+def test_token_lifecycle(tmp_path: Path):
+    db = tmp_path / "gw.db"
+    assert gw(db, "migrate").returncode == 0
+    r = gw(db, "token", "create", "--role", "agent", "--node", "gpu-node-1")
+    assert r.returncode == 0, r.stderr
+    secret = r.stdout.strip().splitlines()[-1]
+    assert secret.startswith("gw_") and len(secret) > 40
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        info = authenticate(conn, token=secret)
+        stored = conn.execute(select(api_tokens.c.token_hash)).scalar_one()
+    assert info is not None and info.node == "gpu-node-1"
+    assert secret not in stored  # only the hash is kept
+
+    listed = gw(db, "token", "list")
+    assert "gpu-node-1" in listed.stdout and secret not in listed.stdout
+    assert gw(db, "token", "revoke", str(info.id)).returncode == 0
+    with engine.connect() as conn:
+        assert authenticate(conn, token=secret) is None
+    engine.dispose()
+
+    bad = gw(db, "token", "create", "--role", "agent")
+    assert bad.returncode == 1 and "node" in bad.stderr
+    assert gw(db, "token", "revoke", "999").returncode == 1

@@ -1,0 +1,67 @@
+"""Pure ingest checks: body decoding limits, timestamps against the clock, dirty buckets."""
+
+from __future__ import annotations
+
+import gzip
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from service.db.ingest_repo import dirty_buckets
+from service.errors import Forbidden, PayloadTooLarge, ValidationFailed
+from service.ingest import check_node, check_times, decode_body, parse_batch
+from tests.support import make_batch
+
+NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+
+def test_decode_plain_and_gzip() -> None:
+    assert decode_body(b"{}", content_encoding=None, max_bytes=10) == b"{}"
+    assert decode_body(gzip.compress(b"{}"), content_encoding="gzip", max_bytes=100) == b"{}"
+
+
+def test_decode_limits_apply_before_and_after_decompression() -> None:
+    with pytest.raises(PayloadTooLarge):
+        decode_body(b"x" * 11, content_encoding=None, max_bytes=10)
+    with pytest.raises(PayloadTooLarge, match="decompressed"):
+        decode_body(gzip.compress(b"0" * 10_000), content_encoding="gzip", max_bytes=100)
+    with pytest.raises(ValidationFailed, match="gzip"):
+        decode_body(b"not gzip", content_encoding="gzip", max_bytes=100)
+
+
+def _batch(ts: datetime):  # type: ignore[no-untyped-def]
+    import json
+
+    return parse_batch(json.dumps(make_batch(start=ts)).encode())
+
+
+def test_future_and_too_old_timestamps_are_named() -> None:
+    oldest = NOW - timedelta(days=7)
+    check_times(
+        _batch(NOW + timedelta(seconds=299)), now=NOW, max_future_seconds=300, oldest=oldest
+    )
+    with pytest.raises(ValidationFailed) as exc:
+        check_times(
+            _batch(NOW + timedelta(seconds=301)), now=NOW, max_future_seconds=300, oldest=oldest
+        )
+    assert exc.value.field == "samples.0.ts"
+    assert "future" in exc.value.message
+    with pytest.raises(ValidationFailed, match="retention"):
+        check_times(
+            _batch(oldest - timedelta(seconds=1)), now=NOW, max_future_seconds=300, oldest=oldest
+        )
+
+
+def test_agent_token_node_must_match() -> None:
+    check_node(_batch(NOW), token_node="node-a")
+    check_node(_batch(NOW), token_node=None)  # admin
+    with pytest.raises(Forbidden, match="node-a"):
+        check_node(_batch(NOW), token_node="node-b")
+
+
+def test_dirty_buckets_cover_every_minute_a_sample_can_change() -> None:
+    ts = datetime(2026, 12, 2, 8, 0, 30, tzinfo=UTC)
+    got = dirty_buckets([ts], 60)
+    assert got == {ts.replace(minute=m, second=0) for m in (0, 1)} | {
+        datetime(2026, 12, 2, 7, 59, tzinfo=UTC)
+    }

@@ -1,0 +1,55 @@
+"""The per-GPU integrals of design section 4: coverage, max_gap cutting, idle and held time."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+
+GIB = 1024**3
+T = Thresholds(max_gap_seconds=60, idle=0.05, held_bytes=GIB)
+
+
+def every_10s(start: float, end: float, **values: float | None) -> list[ActivityPoint]:
+    return [ActivityPoint(ts=float(t), **values) for t in range(int(start), int(end), 10)]  # type: ignore[arg-type]
+
+
+def test_worked_example_hour_half_idle_held_half_at_0_8():
+    points = every_10s(0, 1800, sm_active=0.0, fb_used_bytes=20 * GIB)
+    points += every_10s(1800, 3600, sm_active=0.8, fb_used_bytes=20 * GIB)
+    out = integrate(points, 0, 3600, T)
+    assert out.covered_seconds == pytest.approx(3600)
+    assert out.idle_seconds == pytest.approx(1800)
+    assert out.idle_held_seconds == pytest.approx(1800)
+    assert out.unused_seconds == pytest.approx(0.6 * 3600)
+
+
+def test_gap_longer_than_max_gap_is_nodata_not_idle():
+    points = [ActivityPoint(0, 0.0), ActivityPoint(300, 0.0)]
+    out = integrate(points, 0, 400, T)
+    # each sample covers at most 60 s; 300 s - 60 s in between is nodata
+    assert out.covered_seconds == pytest.approx(120)
+    assert out.idle_seconds == pytest.approx(120)
+
+
+def test_window_cuts_intervals_at_both_edges():
+    points = every_10s(0, 120, sm_active=0.5)
+    out = integrate(points, 25, 65, T)
+    assert out.covered_seconds == pytest.approx(40)
+    assert out.unused_seconds == pytest.approx(20)
+
+
+def test_missing_activity_is_nodata_and_gpu_util_is_a_flagged_fallback():
+    points = [ActivityPoint(0, None), ActivityPoint(10, None, gpu_util=1.0), ActivityPoint(20, 0.5)]
+    out = integrate(points, 0, 30, T)
+    assert out.covered_seconds == pytest.approx(20)
+    assert out.fallback_seconds == pytest.approx(10)
+    assert out.unused_seconds == pytest.approx(5)
+
+
+def test_idle_without_memory_is_not_idle_held_and_energy_integrates_power():
+    points = every_10s(0, 60, sm_active=0.01, fb_used_bytes=GIB // 2, power_watts=100.0)
+    out = integrate(points, 0, 60, T)
+    assert out.idle_seconds == pytest.approx(60)
+    assert out.idle_held_seconds == 0
+    assert out.energy_used_joules == pytest.approx(6000)

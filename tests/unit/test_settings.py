@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.errors import ConfigError
+from service.settings import Settings, load_config_file
+
+
+def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().database_url == "sqlite:///./gpuwarden.db"
+    monkeypatch.setenv("GPUWARDEN_DATABASE_URL", "postgresql://u@db/gw")
+    monkeypatch.setenv("GPUWARDEN_MAX_GAP_SECONDS", "30")
+    s = Settings()
+    assert s.database_url == "postgresql+psycopg://u@db/gw"
+    assert s.max_gap_seconds == 30
+    assert not s.is_sqlite
+
+
+def test_bad_values_name_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUWARDEN_DATABASE_URL", "mysql://x")
+    with pytest.raises(ValidationError, match="database_url"):
+        Settings()
+    monkeypatch.delenv("GPUWARDEN_DATABASE_URL")
+    monkeypatch.setenv("GPUWARDEN_IDLE_THRESHOLD", "1.5")
+    with pytest.raises(ValidationError, match="idle_threshold"):
+        Settings()
+
+
+def test_config_file_expands_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text("channels:\n  - name: ops\n    url: ${HOOK_URL}\n")
+    monkeypatch.setenv("HOOK_URL", "https://hooks.example.com/x")
+    assert load_config_file(cfg) == {
+        "channels": [{"name": "ops", "url": "https://hooks.example.com/x"}]
+    }
+    monkeypatch.delenv("HOOK_URL")
+    with pytest.raises(ConfigError, match="HOOK_URL"):
+        load_config_file(cfg)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config_file(tmp_path / "missing.yaml")
+    assert load_config_file(None) == {}
