@@ -9,6 +9,8 @@ from sqlalchemy import Engine
 
 from service.clock import Clock, utc_now
 from service.costs.integrals import Thresholds
+from service.db.ingest_repo import IngestCache
+from service.db.tokens_repo import TokenInfo
 from service.settings import Settings
 from service.telemetry import Telemetry
 
@@ -22,6 +24,8 @@ class ServiceContext:
     clock: Clock = utc_now
     telemetry: Telemetry = field(default_factory=Telemetry)
     known_partitions: set[date] = field(default_factory=set)
+    ingest_cache: IngestCache = field(default_factory=IngestCache)
+    token_cache: dict[str, tuple[TokenInfo, float]] = field(default_factory=dict)
 
     @property
     def thresholds(self) -> Thresholds:

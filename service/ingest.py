@@ -81,10 +81,17 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             with ctx.engine.begin() as conn:
                 partitions.ensure_partitions(conn, missing)
             ctx.known_partitions |= missing
+    pending = ingest_repo.IngestCache()
     with ctx.engine.begin() as conn:
         counts = ingest_repo.store_batch(
-            conn, batch=batch, now=now, max_gap_seconds=s.max_gap_seconds
+            conn,
+            batch=batch,
+            now=now,
+            max_gap_seconds=s.max_gap_seconds,
+            cache=ctx.ingest_cache,
+            pending=pending,
         )
+    ctx.ingest_cache.apply(pending)
     return IngestResult(
         samples_received=counts["samples"],
         processes_received=counts["processes"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -37,6 +38,9 @@ def write_conn(ctx: Ctx) -> Iterator[Connection]:
 ReadConn = Annotated[Connection, Depends(read_conn)]
 WriteConn = Annotated[Connection, Depends(write_conn)]
 
+# A revoked token stops working within this many seconds; agents otherwise cost a query per batch.
+TOKEN_CACHE_SECONDS = 5.0
+
 _UNAUTHORIZED = HTTPException(
     status.HTTP_401_UNAUTHORIZED,
     detail="missing or invalid bearer token",
@@ -58,10 +62,16 @@ def authenticate(ctx: ServiceContext, request: Request) -> TokenInfo:
     token = bearer_token(request)
     if token is None:
         raise _UNAUTHORIZED
+    digest = tokens_repo.hash_token(token)
+    cached = ctx.token_cache.get(digest)
+    if cached is not None and time.monotonic() - cached[1] < TOKEN_CACHE_SECONDS:
+        return cached[0]
     with ctx.engine.connect() as conn:
         info = tokens_repo.authenticate(conn, token=token)
     if info is None:
+        ctx.token_cache.pop(digest, None)
         raise _UNAUTHORIZED
+    ctx.token_cache[digest] = (info, time.monotonic())
     return info
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import Connection, Insert, Table
 from sqlalchemy.dialects import postgresql, sqlite
@@ -13,3 +17,38 @@ def insert_ignore(conn: Connection, table: Table, index_elements: Sequence[str])
     if conn.dialect.name == "postgresql":
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
     return sqlite.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
+
+
+def bulk_insert_ignore(
+    conn: Connection, table: Table, index_elements: Sequence[str], rows: Sequence[dict[str, Any]]
+) -> int:
+    """Insert ``rows`` in one statement, skipping keys already present; returns rows inserted."""
+    if not rows:
+        return 0
+    if conn.dialect.name != "postgresql":
+        # sqlite3's executemany loops in C: already the fastest path there.
+        result = conn.execute(insert_ignore(conn, table, index_elements), list(rows))
+        return int(result.rowcount or 0)
+    # One statement whose rows arrive as a single JSON parameter that PostgreSQL expands in C:
+    # one round trip and one constant query text, instead of a bind parameter per value.
+    cols = tuple(rows[0])
+    sql = _json_insert_sql(table.name, cols, tuple(index_elements))
+    payload = json.dumps(list(rows), default=_json_default, separators=(",", ":"))
+    return int(conn.exec_driver_sql(sql, (payload,)).rowcount or 0)
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot store {type(value).__name__} in a bulk insert")
+
+
+@lru_cache(maxsize=64)
+def _json_insert_sql(table: str, cols: tuple[str, ...], keys: tuple[str, ...]) -> str:
+    quoted = ", ".join(f'"{c}"' for c in cols)
+    conflict = ", ".join(f'"{c}"' for c in keys)
+    return (
+        f'INSERT INTO "{table}" ({quoted}) SELECT {quoted} '
+        f'FROM json_populate_recordset(NULL::"{table}", %s::json) '
+        f"ON CONFLICT ({conflict}) DO NOTHING"
+    )

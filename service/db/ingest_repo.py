@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
-from service.db.dialect import insert_ignore
+from service.db.dialect import bulk_insert_ignore, insert_ignore
 from service.db.schema import gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.errors import Forbidden, ValidationFailed
 from service.vocabulary import METRIC_NAMES, ActivitySource
-from service.wire import IngestBatch
+from service.wire import GpuIn, IngestBatch
 
-BUCKET_SECONDS = 60
+MINUTE = timedelta(minutes=1)
+NODE_TOUCH_INTERVAL = timedelta(seconds=30)  # how stale nodes.last_seen_at may get
 
 
 def minute_floor(ts: datetime) -> datetime:
@@ -22,16 +23,14 @@ def minute_floor(ts: datetime) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
-def dirty_buckets(ts_values: Iterable[datetime], max_gap_seconds: float) -> set[datetime]:
-    """The 1-minute buckets whose integrals a sample at each ts can change."""
+def dirty_range(first: datetime, last: datetime, max_gap_seconds: float) -> list[datetime]:
+    """The 1-minute buckets whose integrals samples between ``first`` and ``last`` can change."""
     gap = timedelta(seconds=max_gap_seconds)
-    out: set[datetime] = set()
-    for ts in ts_values:
-        b = minute_floor(ts - gap)
-        last = minute_floor(ts + gap)
-        while b <= last:
-            out.add(b)
-            b += timedelta(seconds=BUCKET_SECONDS)
+    b, end = minute_floor(first - gap), minute_floor(last + gap)
+    out = []
+    while b <= end:
+        out.append(b)
+        b += MINUTE
     return out
 
 
@@ -40,8 +39,42 @@ def infer_source(metrics: dict[str, Any]) -> ActivitySource:
     return ActivitySource.GPM if metrics.get("sm_active") is not None else ActivitySource.NVML
 
 
-def upsert_node(conn: Connection, *, hostname: str, labels: dict[str, str], now: datetime) -> int:
-    """The id of node ``hostname``, created if new; its labels and last-seen time are refreshed."""
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """A stored GPU as ingest last wrote or read it."""
+
+    id: int
+    node_id: int
+    attrs: tuple[Any, ...]  # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost)
+
+
+@dataclass
+class IngestCache:
+    """What ingest remembers between batches, so a steady agent costs little more than inserts.
+
+    Only committed state goes in (see ``apply``): a rolled-back batch leaves it untouched.
+    """
+
+    nodes: dict[str, tuple[int, dict[str, str], datetime]] = field(default_factory=dict)
+    gpus: dict[str, GpuState] = field(default_factory=dict)
+
+    def apply(self, pending: IngestCache) -> None:
+        """Merge what a committed batch learned."""
+        self.nodes.update(pending.nodes)
+        self.gpus.update(pending.gpus)
+
+
+def _attrs(g: GpuIn) -> tuple[Any, ...]:
+    return (g.index, g.model, g.fb_total_bytes, g.mig_parent_uuid, g.lost)
+
+
+def _node_id(
+    conn: Connection, batch: IngestBatch, now: datetime, cache: IngestCache, pending: IngestCache
+) -> int:
+    hostname, labels = batch.node.hostname, batch.node.labels
+    cached = cache.nodes.get(hostname)
+    if cached is not None and cached[1] == labels and now - cached[2] < NODE_TOUCH_INTERVAL:
+        return cached[0]
     node_id = conn.execute(select(nodes.c.id).where(nodes.c.hostname == hostname)).scalar()
     if node_id is None:
         conn.execute(
@@ -54,21 +87,26 @@ def upsert_node(conn: Connection, *, hostname: str, labels: dict[str, str], now:
         conn.execute(
             update(nodes).where(nodes.c.id == node_id).values(labels=labels, last_seen_at=now)
         )
+    pending.nodes[hostname] = (int(node_id), dict(labels), now)
     return int(node_id)
 
 
-def store_batch(
-    conn: Connection, *, batch: IngestBatch, now: datetime, max_gap_seconds: float
+def _gpu_ids(
+    conn: Connection,
+    batch: IngestBatch,
+    node_id: int,
+    now: datetime,
+    cache: IngestCache,
+    pending: IngestCache,
 ) -> dict[str, int]:
-    """Store ``batch`` inside the caller's transaction; raises before writing anything bad."""
-    node_id = upsert_node(conn, hostname=batch.node.hostname, labels=batch.node.labels, now=now)
-
     listed = {g.uuid: i for i, g in enumerate(batch.gpus)}
     wanted = (
         set(listed) | {s.gpu_uuid for s in batch.samples} | {p.gpu_uuid for p in batch.processes}
     )
-    known = {
-        r.uuid: r
+    states = {u: cache.gpus[u] for u in wanted if u in cache.gpus}
+    unsure = [g for g in batch.gpus if g.uuid not in states or states[g.uuid].attrs != _attrs(g)]
+    unsure_uuids = {g.uuid for g in unsure} | (wanted - set(states))
+    if unsure_uuids:
         for r in conn.execute(
             select(
                 gpus.c.id,
@@ -79,90 +117,131 @@ def store_batch(
                 gpus.c.fb_total_bytes,
                 gpus.c.mig_parent_uuid,
                 gpus.c.lost_at,
-            ).where(gpus.c.uuid.in_(wanted))
-        )
-    }
-    for uuid, row in known.items():
-        if row.node_id != node_id:
-            where = f"gpus[{listed[uuid]}].uuid" if uuid in listed else "gpu_uuid"
-            raise Forbidden(f"{where}: GPU {uuid} belongs to another node")
-    for i, s in enumerate(batch.samples):
-        if s.gpu_uuid not in listed and s.gpu_uuid not in known:
-            raise ValidationFailed(
-                f"samples.{i}.gpu_uuid", f"unknown GPU {s.gpu_uuid}; list it in gpus"
+            ).where(gpus.c.uuid.in_(unsure_uuids))
+        ):
+            attrs = (
+                r.gpu_index,
+                r.model,
+                r.fb_total_bytes,
+                r.mig_parent_uuid,
+                r.lost_at is not None,
             )
-    for i, p in enumerate(batch.processes):
-        if p.gpu_uuid not in listed and p.gpu_uuid not in known:
-            raise ValidationFailed(
-                f"processes.{i}.gpu_uuid", f"unknown GPU {p.gpu_uuid}; list it in gpus"
-            )
+            states[r.uuid] = GpuState(r.id, r.node_id, attrs)
 
-    new_gpus: list[dict[str, Any]] = []
+    for uuid, state in states.items():
+        if state.node_id != node_id:
+            where = f"gpus.{listed[uuid]}.uuid" if uuid in listed else "gpu_uuid"
+            raise Forbidden(f"{where}: GPU {uuid} belongs to another node")
+    referenced = [(f"samples.{i}", s.gpu_uuid) for i, s in enumerate(batch.samples)]
+    referenced += [(f"processes.{i}", p.gpu_uuid) for i, p in enumerate(batch.processes)]
+    for where, uuid in referenced:
+        if uuid not in listed and uuid not in states:
+            raise ValidationFailed(f"{where}.gpu_uuid", f"unknown GPU {uuid}; list it in gpus")
+
+    new_rows: list[dict[str, Any]] = []
     changed: list[dict[str, Any]] = []
-    for g in batch.gpus:
-        attrs = {
+    for g in unsure:
+        known = states.get(g.uuid)
+        values = {
             "gpu_index": g.index,
             "model": g.model,
             "fb_total_bytes": g.fb_total_bytes,
             "mig_parent_uuid": g.mig_parent_uuid,
         }
-        known_row = known.get(g.uuid)
-        if known_row is None:
-            new_gpus.append(
+        if known is None:
+            lost_at = now if g.lost else None
+            new_rows.append(
                 {
                     "uuid": g.uuid,
                     "node_id": node_id,
                     "first_seen_at": now,
-                    "lost_at": now if g.lost else None,
-                    **attrs,
+                    "lost_at": lost_at,
+                    **values,
                 }
             )
-            continue
-        lost_at = (known_row.lost_at or now) if g.lost else None
-        current = {k: getattr(known_row, k) for k in attrs} | {"lost_at": known_row.lost_at}
-        if current != attrs | {"lost_at": lost_at}:
-            changed.append(
-                {"b_id": known_row.id}
-                | {f"b_{k}": v for k, v in attrs.items()}
-                | {"b_lost_at": lost_at}
-            )
-    if new_gpus:
-        conn.execute(insert_ignore(conn, gpus, ["uuid"]), new_gpus)
-    if changed:
+        elif known.attrs != _attrs(g):
+            row = {"b_id": known.id, **{f"b_{k}": v for k, v in values.items()}}
+            if g.lost != known.attrs[4]:
+                # keep the first time a GPU was seen lost; clear it when the GPU is back
+                row["b_lost_at"] = now if g.lost else None
+            changed.append(row)
+    if new_rows:
+        conn.execute(insert_ignore(conn, gpus, ["uuid"]), new_rows)
+    for row in changed:
         conn.execute(
             update(gpus)
             .where(gpus.c.id == bindparam("b_id"))
-            .values({k[2:]: bindparam(k) for k in changed[0] if k != "b_id"}),
-            changed,
+            .values({k[2:]: bindparam(k) for k in row if k != "b_id"}),
+            row,
         )
-    ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_(wanted))).all())
+    if new_rows or changed:
+        for r in conn.execute(
+            select(
+                gpus.c.id,
+                gpus.c.uuid,
+                gpus.c.node_id,
+                gpus.c.gpu_index,
+                gpus.c.model,
+                gpus.c.fb_total_bytes,
+                gpus.c.mig_parent_uuid,
+                gpus.c.lost_at,
+            ).where(gpus.c.uuid.in_([g.uuid for g in unsure]))
+        ):
+            attrs = (
+                r.gpu_index,
+                r.model,
+                r.fb_total_bytes,
+                r.mig_parent_uuid,
+                r.lost_at is not None,
+            )
+            states[r.uuid] = GpuState(r.id, r.node_id, attrs)
+    for uuid, state in states.items():
+        pending.gpus[uuid] = state
+    return {uuid: state.id for uuid, state in states.items()}
 
+
+def store_batch(
+    conn: Connection,
+    *,
+    batch: IngestBatch,
+    now: datetime,
+    max_gap_seconds: float,
+    cache: IngestCache,
+    pending: IngestCache,
+) -> dict[str, int]:
+    """Store ``batch`` in the caller's transaction; raises before writing anything bad.
+
+    What it learns about nodes and GPUs goes to ``pending``; the caller applies that to
+    ``cache`` after the transaction commits.
+    """
+    node_id = _node_id(conn, batch, now, cache, pending)
+    ids = _gpu_ids(conn, batch, node_id, now, cache, pending)
+
+    stored = 0
     if batch.samples:
         rows: list[dict[str, Any]] = []
-        latest: dict[int, datetime] = {}
+        span: dict[int, tuple[datetime, datetime]] = {}
         for s in batch.samples:
             gpu_id = ids[s.gpu_uuid]
             ts = s.ts.astimezone(UTC)
             metrics = s.metrics.model_dump()
-            sample_row = {name: metrics[name] for name in METRIC_NAMES}
-            sample_row["gpu_id"] = gpu_id
-            sample_row["ts"] = ts
-            sample_row["source"] = (s.source or infer_source(metrics)).value
-            rows.append(sample_row)
-            if gpu_id not in latest or ts > latest[gpu_id]:
-                latest[gpu_id] = ts
-        conn.execute(insert_ignore(conn, samples, ["gpu_id", "ts"]), rows)
-        per_gpu: dict[int, list[datetime]] = {}
-        for r in rows:
-            per_gpu.setdefault(r["gpu_id"], []).append(r["ts"])
-        dirty = {
-            (gpu_id, b)
-            for gpu_id, stamps in per_gpu.items()
-            for b in dirty_buckets(stamps, max_gap_seconds)
-        }
-        conn.execute(
-            insert_ignore(conn, rollup_dirty, ["gpu_id", "bucket_start"]),
-            [{"gpu_id": g, "bucket_start": b} for g, b in dirty],
+            row = {name: metrics[name] for name in METRIC_NAMES}
+            row["gpu_id"] = gpu_id
+            row["ts"] = ts
+            row["source"] = (s.source or infer_source(metrics)).value
+            rows.append(row)
+            lo, hi = span.get(gpu_id, (ts, ts))
+            span[gpu_id] = (min(lo, ts), max(hi, ts))
+        stored = bulk_insert_ignore(conn, samples, ["gpu_id", "ts"], rows)
+        bulk_insert_ignore(
+            conn,
+            rollup_dirty,
+            ["gpu_id", "bucket_start"],
+            [
+                {"gpu_id": gpu_id, "bucket_start": b}
+                for gpu_id, (lo, hi) in span.items()
+                for b in dirty_range(lo, hi, max_gap_seconds)
+            ],
         )
         conn.execute(
             update(gpus)
@@ -173,12 +252,14 @@ def store_batch(
                 )
             )
             .values(last_sample_at=bindparam("b_ts")),
-            [{"b_id": g, "b_ts": ts} for g, ts in latest.items()],
+            [{"b_id": g, "b_ts": hi} for g, (_, hi) in span.items()],
         )
 
     if batch.processes:
-        conn.execute(
-            insert_ignore(conn, gpu_processes, ["gpu_id", "ts", "pid"]),
+        bulk_insert_ignore(
+            conn,
+            gpu_processes,
+            ["gpu_id", "ts", "pid"],
             [
                 {
                     "gpu_id": ids[p.gpu_uuid],
@@ -191,4 +272,9 @@ def store_batch(
                 for p in batch.processes
             ],
         )
-    return {"samples": len(batch.samples), "processes": len(batch.processes), "gpus": len(ids)}
+    return {
+        "samples": len(batch.samples),
+        "samples_new": stored,
+        "processes": len(batch.processes),
+        "gpus": len(ids),
+    }

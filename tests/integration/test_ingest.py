@@ -180,3 +180,42 @@ def test_revoked_token_is_refused(http: httpx.Client, tokens, engine: Engine, cl
         tokens_repo.revoke_token(conn, token_id=agent.id, now=clock())
     r = http.post("/api/v1/ingest", json=make_batch(start=clock()), headers=auth(tokens["agent"]))
     assert r.status_code == 401
+
+
+def test_gpu_lost_then_back_and_attribute_changes(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    h = auth(tokens["agent"])
+    batch = make_batch(start=clock())
+    assert http.post("/api/v1/ingest", json=batch, headers=h).status_code == 200
+    batch = make_batch(start=clock() + timedelta(seconds=10))
+    batch["gpus"][0]["lost"] = True
+    batch["gpus"][0]["fb_total_bytes"] = 1234
+    assert http.post("/api/v1/ingest", json=batch, headers=h).status_code == 200
+    listed = http.get("/api/v1/gpus", headers=auth(tokens["reader"])).json()
+    assert listed[0]["lost"] is True and listed[0]["fb_total_bytes"] == 1234
+    batch = make_batch(start=clock() + timedelta(seconds=20))
+    assert http.post("/api/v1/ingest", json=batch, headers=h).status_code == 200
+    listed = http.get("/api/v1/gpus", headers=auth(tokens["reader"])).json()
+    assert listed[0]["lost"] is False
+
+
+def test_rejected_batch_of_a_new_node_leaves_nothing_behind(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    from tests.conftest import make_token
+
+    assert (
+        http.post(
+            "/api/v1/ingest", json=make_batch(start=clock()), headers=auth(tokens["agent"])
+        ).status_code
+        == 200
+    )
+    token_b = make_token(engine, "agent", "node-b")
+    bad = make_batch(hostname="node-b", gpu_uuids=("GPU-b0", "GPU-a0"), start=clock())
+    assert http.post("/api/v1/ingest", json=bad, headers=auth(token_b)).status_code == 403
+    assert count(engine, nodes) == 1  # node-b's row was rolled back with the batch
+    good = make_batch(hostname="node-b", gpu_uuids=("GPU-b0",), start=clock())
+    r = http.post("/api/v1/ingest", json=good, headers=auth(token_b))
+    assert r.status_code == 200, r.text
+    assert count(engine, nodes) == 2 and count(engine, gpus) == 2

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.db.ingest_repo import dirty_buckets
+from service.db.ingest_repo import dirty_range
 from service.errors import Forbidden, PayloadTooLarge, ValidationFailed
 from service.ingest import check_node, check_times, decode_body, parse_batch
 from tests.support import make_batch
@@ -61,7 +61,9 @@ def test_agent_token_node_must_match() -> None:
 
 def test_dirty_buckets_cover_every_minute_a_sample_can_change() -> None:
     ts = datetime(2026, 12, 2, 8, 0, 30, tzinfo=UTC)
-    got = dirty_buckets([ts], 60)
-    assert got == {ts.replace(minute=m, second=0) for m in (0, 1)} | {
-        datetime(2026, 12, 2, 7, 59, tzinfo=UTC)
-    }
+    assert dirty_range(ts, ts, 60) == [
+        datetime(2026, 12, 2, 7, 59, tzinfo=UTC),
+        datetime(2026, 12, 2, 8, 0, tzinfo=UTC),
+        datetime(2026, 12, 2, 8, 1, tzinfo=UTC),
+    ]
+    assert len(dirty_range(ts, ts + timedelta(minutes=10), 60)) == 13
