@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up serve test lint unit integration acceptance bench clean
+.PHONY: install up serve services test lint unit integration acceptance clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,16 +25,19 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check service tests bench migrations
 	$(BIN)/mypy
 
-test: lint
+services:
+	bash scripts/test-services.sh
+
+test: services lint
 	$(BIN)/pytest
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) services
 	$(BIN)/pytest tests/integration
 
-acceptance: $(STAMP)
+acceptance: $(STAMP) services
 	$(BIN)/pytest tests/acceptance
 
 clean:
