@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import Connection, and_, select
+from sqlalchemy import Connection, and_, literal, select
 
 from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, samples
 from service.vocabulary import METRIC_NAMES
@@ -78,20 +77,14 @@ def choose_resolution(step_seconds: float) -> Resolution:
     return "raw"
 
 
-@dataclass(frozen=True, slots=True)
-class SeriesPoint:
+class SeriesPoint(NamedTuple):
     """One step of a series: the step's start and the metric's avg, min, max and count in it."""
 
     ts: datetime
     avg: float
     min: float
     max: float
-    count: int
-
-
-def _floor(ts: datetime, step_seconds: float) -> datetime:
-    epoch = ts.timestamp()
-    return datetime.fromtimestamp(epoch - epoch % step_seconds, UTC)
+    sample_count: int
 
 
 def series(
@@ -105,46 +98,41 @@ def series(
     resolution: Resolution,
 ) -> list[SeriesPoint]:
     """``metric`` of one GPU over [start, end) in steps of ``step_seconds``."""
-    acc: dict[datetime, list[float]] = {}  # step -> [sum, min, max, count]
     if resolution == "raw":
         col = samples.c[metric]
-        rows = conn.execute(
-            select(samples.c.ts, col).where(
-                samples.c.gpu_id == gpu_id,
-                samples.c.ts >= start,
-                samples.c.ts < end,
-                col.is_not(None),
-            )
+        query = select(samples.c.ts, col, col, col, literal(1)).where(
+            samples.c.gpu_id == gpu_id,
+            samples.c.ts >= start,
+            samples.c.ts < end,
+            col.is_not(None),
         )
-        for ts, value in rows:
-            a = acc.setdefault(_floor(ts, step_seconds), [0.0, value, value, 0])
-            a[0] += value
-            a[1] = min(a[1], value)
-            a[2] = max(a[2], value)
-            a[3] += 1
     else:
-        table = rollup_1m if resolution == "1m" else rollup_1h
-        c = table.c
-        rows2 = conn.execute(
-            select(
-                c.bucket_start,
-                c[f"{metric}_sum"],
-                c[f"{metric}_min"],
-                c[f"{metric}_max"],
-                c[f"{metric}_count"],
-            ).where(
-                c.gpu_id == gpu_id,
-                c.bucket_start >= start,
-                c.bucket_start < end,
-                c[f"{metric}_count"] > 0,
-            )
+        c = (rollup_1m if resolution == "1m" else rollup_1h).c
+        query = select(
+            c.bucket_start,
+            c[f"{metric}_sum"],
+            c[f"{metric}_min"],
+            c[f"{metric}_max"],
+            c[f"{metric}_count"],
+        ).where(
+            c.gpu_id == gpu_id,
+            c.bucket_start >= start,
+            c.bucket_start < end,
+            c[f"{metric}_count"] > 0,
         )
-        for ts, total, lo, hi, count in rows2:
-            a = acc.setdefault(_floor(ts, step_seconds), [0.0, lo, hi, 0])
+    acc: dict[float, list[float]] = {}  # step start (Unix s) -> [sum, min, max, count]
+    for ts, total, lo, hi, count in conn.execute(query):
+        epoch = ts.timestamp()
+        key = epoch - epoch % step_seconds
+        a = acc.get(key)
+        if a is None:
+            acc[key] = [total, lo, hi, count]
+        else:
             a[0] += total
             a[1] = min(a[1], lo)
             a[2] = max(a[2], hi)
             a[3] += count
     return [
-        SeriesPoint(ts, a[0] / a[3], a[1], a[2], int(a[3])) for ts, a in sorted(acc.items()) if a[3]
+        SeriesPoint(datetime.fromtimestamp(k, UTC), a[0] / a[3], a[1], a[2], int(a[3]))
+        for k, a in sorted(acc.items())
     ]

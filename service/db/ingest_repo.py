@@ -224,7 +224,7 @@ def store_batch(
         for s in batch.samples:
             gpu_id = ids[s.gpu_uuid]
             ts = s.ts.astimezone(UTC)
-            metrics = s.metrics.model_dump()
+            metrics = s.metrics.__dict__  # every field, None when absent; no copy
             row = {name: metrics[name] for name in METRIC_NAMES}
             row["gpu_id"] = gpu_id
             row["ts"] = ts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -36,7 +37,7 @@ def _point(row: Row[Any]) -> ActivityPoint:
 
 
 def minute_rollup(
-    gpu_id: int, bucket: datetime, rows: list[Row[Any]], thresholds: Thresholds
+    gpu_id: int, bucket: datetime, rows: Sequence[Row[Any]], thresholds: Thresholds
 ) -> dict[str, Any] | None:
     """The rollup row for one minute from the raw rows around it, or None when nothing is there."""
     start, end = bucket.timestamp(), (bucket + MINUTE).timestamp()
@@ -117,8 +118,9 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
             .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
             .order_by(samples.c.ts)
         ).all()
+        stamps = [r.ts for r in rows]
         for bucket in buckets:
-            near = [r for r in rows if bucket - gap <= r.ts < bucket + MINUTE]
+            near = rows[bisect_left(stamps, bucket - gap) : bisect_left(stamps, bucket + MINUTE)]
             row = minute_rollup(gpu_id, bucket, near, thresholds)
             if row is not None:
                 minute_rows.append(row)
