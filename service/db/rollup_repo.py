@@ -6,12 +6,25 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, Table, delete, insert, select, tuple_
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    tuple_,
+)
 
-from service.costs.integrals import ActivityPoint, Integrals, Thresholds, integrate
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.db.dialect import bulk_insert_ignore
 from service.db.schema import rollup_1h, rollup_1m, rollup_dirty, samples
+from service.db.types import UTCDateTime
 from service.vocabulary import METRIC_NAMES
 
 MINUTE = timedelta(minutes=1)
@@ -26,29 +39,29 @@ INTEGRAL_FIELDS = (
 )
 
 
-def _point(row: Row[Any]) -> ActivityPoint:
-    return ActivityPoint(
-        ts=row.ts.timestamp(),
-        sm_active=row.sm_active,
-        gpu_util=row.gpu_util,
-        fb_used_bytes=row.fb_used_bytes,
-        power_watts=row.power_watts,
-    )
+_SM, _UTIL, _FB, _POWER = (
+    METRIC_NAMES.index(m) for m in ("sm_active", "gpu_util", "fb_used_bytes", "power_watts")
+)
 
 
 def minute_rollup(
-    gpu_id: int, bucket: datetime, rows: Sequence[Row[Any]], thresholds: Thresholds
+    gpu_id: int,
+    bucket: datetime,
+    rows: Sequence[tuple[float, Sequence[Any]]],
+    thresholds: Thresholds,
 ) -> dict[str, Any] | None:
-    """The rollup row for one minute from the raw rows around it, or None when nothing is there."""
-    start, end = bucket.timestamp(), (bucket + MINUTE).timestamp()
-    inside = [r for r in rows if bucket <= r.ts < bucket + MINUTE]
-    integrals = integrate([_point(r) for r in rows], start, end, thresholds)
+    """The rollup row for one minute from (Unix ts, metric values) rows around it, or None."""
+    start = bucket.timestamp()
+    end = start + 60.0
+    points = [ActivityPoint(ts, v[_SM], v[_UTIL], v[_FB], v[_POWER]) for ts, v in rows]
+    integrals = integrate(points, start, end, thresholds)
+    inside = [v for ts, v in rows if start <= ts < end]
     if not inside and integrals.covered_seconds == 0:
         return None
     out: dict[str, Any] = {"gpu_id": gpu_id, "bucket_start": bucket, "sample_count": len(inside)}
     out.update({f: getattr(integrals, f) for f in INTEGRAL_FIELDS})
-    for name in METRIC_NAMES:
-        values = [v for r in inside if (v := getattr(r, name)) is not None]
+    for k, name in enumerate(METRIC_NAMES):
+        values = [v[k] for v in inside if v[k] is not None]
         out[f"{name}_count"] = len(values)
         out[f"{name}_sum"] = float(sum(values)) if values else None
         out[f"{name}_min"] = float(min(values)) if values else None
@@ -56,24 +69,38 @@ def minute_rollup(
     return out
 
 
-def combine_rollups(gpu_id: int, bucket: datetime, parts: Sequence[Row[Any]]) -> dict[str, Any]:
-    """One coarser rollup row from finer ones (sums add, min of mins, max of maxes)."""
-    out: dict[str, Any] = {
-        "gpu_id": gpu_id,
-        "bucket_start": bucket,
-        "sample_count": sum(p.sample_count for p in parts),
-    }
-    total = Integrals()
-    for p in parts:
-        total.add(Integrals(**{f: getattr(p, f) for f in INTEGRAL_FIELDS}))
-    out.update({f: getattr(total, f) for f in INTEGRAL_FIELDS})
-    for name in METRIC_NAMES:
-        counted = [p for p in parts if getattr(p, f"{name}_count")]
-        out[f"{name}_count"] = sum(getattr(p, f"{name}_count") for p in counted)
-        out[f"{name}_sum"] = sum(getattr(p, f"{name}_sum") for p in counted) if counted else None
-        out[f"{name}_min"] = min(getattr(p, f"{name}_min") for p in counted) if counted else None
-        out[f"{name}_max"] = max(getattr(p, f"{name}_max") for p in counted) if counted else None
-    return out
+@cache
+def _hour_from_minutes() -> Any:
+    """INSERT one 1-hour rollup aggregated in the database from its 1-minute rows.
+
+    Parameters: ``gpu_id``, ``hour`` and ``hour_end``. Built once: the statement has ~80 columns
+    and constructing it per hour cost more than running it.
+    """
+    c = rollup_1m.c
+    hour = bindparam("hour", type_=UTCDateTime)
+    cols: list[Any] = [
+        bindparam("gpu_id", type_=Integer).label("gpu_id"),
+        hour.label("bucket_start"),
+        func.sum(c.sample_count).label("sample_count"),
+        *(func.sum(c[f]).label(f) for f in INTEGRAL_FIELDS),
+    ]
+    for m in METRIC_NAMES:
+        cols += [
+            func.sum(c[f"{m}_sum"]).label(f"{m}_sum"),
+            func.min(c[f"{m}_min"]).label(f"{m}_min"),
+            func.max(c[f"{m}_max"]).label(f"{m}_max"),
+            func.sum(c[f"{m}_count"]).label(f"{m}_count"),
+        ]
+    query = (
+        select(*cols)
+        .where(
+            c.gpu_id == bindparam("gpu_id", type_=Integer),
+            c.bucket_start >= hour,
+            c.bucket_start < bindparam("hour_end", type_=UTCDateTime),
+        )
+        .having(func.count() > 0)
+    )
+    return insert(rollup_1h).from_select([col.name for col in cols], query)
 
 
 def _replace(
@@ -82,8 +109,7 @@ def _replace(
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
         conn.execute(delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(chunk)))
-    if rows:
-        conn.execute(insert(table), rows)
+    bulk_insert_ignore(conn, table, ["gpu_id", "bucket_start"], rows)
 
 
 def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_000) -> int:
@@ -109,18 +135,23 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
     for gpu_id, bucket in keys:
         by_gpu[gpu_id].append(bucket)
     gap = timedelta(seconds=thresholds.max_gap_seconds)
+    gap_s = thresholds.max_gap_seconds
     minute_rows: list[dict[str, Any]] = []
     hours: set[tuple[int, datetime]] = set()
     for gpu_id, buckets in by_gpu.items():
         lo, hi = min(buckets) - gap, max(buckets) + MINUTE
-        rows = conn.execute(
-            select(samples)
-            .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
-            .order_by(samples.c.ts)
-        ).all()
-        stamps = [r.ts for r in rows]
+        rows = [
+            (r[0].timestamp(), r[1:])
+            for r in conn.execute(
+                select(samples.c.ts, *(samples.c[m] for m in METRIC_NAMES))
+                .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
+                .order_by(samples.c.ts)
+            )
+        ]
+        stamps = [ts for ts, _ in rows]
         for bucket in buckets:
-            near = rows[bisect_left(stamps, bucket - gap) : bisect_left(stamps, bucket + MINUTE)]
+            b = bucket.timestamp()
+            near = rows[bisect_left(stamps, b - gap_s) : bisect_left(stamps, b + 60.0)]
             row = minute_rollup(gpu_id, bucket, near, thresholds)
             if row is not None:
                 minute_rows.append(row)
@@ -128,18 +159,12 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
     _replace(conn, rollup_1m, keys, minute_rows)
 
     hour_keys = sorted(hours)
-    hour_rows = []
-    for gpu_id, hour in hour_keys:
-        parts = conn.execute(
-            select(rollup_1m).where(
-                rollup_1m.c.gpu_id == gpu_id,
-                rollup_1m.c.bucket_start >= hour,
-                rollup_1m.c.bucket_start < hour + HOUR,
-            )
-        ).all()
-        if parts:
-            hour_rows.append(combine_rollups(gpu_id, hour, parts))
-    _replace(conn, rollup_1h, hour_keys, hour_rows)
+    _replace(conn, rollup_1h, hour_keys, [])
+    if hour_keys:
+        conn.execute(
+            _hour_from_minutes(),
+            [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in hour_keys],
+        )
     return len(keys)
 
 
