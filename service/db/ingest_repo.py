@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -200,6 +201,33 @@ def _gpu_ids(
     return {uuid: state.id for uuid, state in states.items()}
 
 
+_ADVANCE_PG = (
+    "UPDATE gpus SET last_sample_at = v.ts "
+    "FROM json_to_recordset(%s::json) AS v(id integer, ts timestamptz) "
+    "WHERE gpus.id = v.id AND (gpus.last_sample_at IS NULL OR gpus.last_sample_at < v.ts)"
+)
+
+
+def _advance_last_sample(conn: Connection, latest: dict[int, datetime]) -> None:
+    """Move each GPU's last_sample_at forward to ``latest[gpu_id]`` (never backwards)."""
+    if conn.dialect.name == "postgresql":
+        # one statement for all GPUs rather than one UPDATE per GPU
+        payload = json.dumps([{"id": g, "ts": ts.isoformat()} for g, ts in latest.items()])
+        conn.exec_driver_sql(_ADVANCE_PG, (payload,))
+        return
+    conn.execute(
+        update(gpus)
+        .where(
+            and_(
+                gpus.c.id == bindparam("b_id"),
+                or_(gpus.c.last_sample_at.is_(None), gpus.c.last_sample_at < bindparam("b_ts")),
+            )
+        )
+        .values(last_sample_at=bindparam("b_ts")),
+        [{"b_id": g, "b_ts": ts} for g, ts in latest.items()],
+    )
+
+
 def store_batch(
     conn: Connection,
     *,
@@ -243,17 +271,7 @@ def store_batch(
                 for b in dirty_range(lo, hi, max_gap_seconds)
             ],
         )
-        conn.execute(
-            update(gpus)
-            .where(
-                and_(
-                    gpus.c.id == bindparam("b_id"),
-                    or_(gpus.c.last_sample_at.is_(None), gpus.c.last_sample_at < bindparam("b_ts")),
-                )
-            )
-            .values(last_sample_at=bindparam("b_ts")),
-            [{"b_id": g, "b_ts": hi} for g, (_, hi) in span.items()],
-        )
+        _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})
 
     if batch.processes:
         bulk_insert_ignore(
