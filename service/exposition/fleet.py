@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 from service.costs.integrals import Thresholds
 from service.costs.price_match import PriceRow, price_per_gpu_hour
@@ -140,16 +141,30 @@ def fleet_families(
     price_cache: dict[str, float | None] = {}
     n_idle = n_idle_held = n_unpriced = 0
     wasted_usd_per_hour = cost_usd_per_hour = 0.0
+    # Samples are appended directly, all of one GPU sharing one labels dict: add_metric would
+    # build a dict per sample, and the encoder formats each distinct labels dict only once.
+    metric_slots = [
+        (spec.name, fam.samples, fam.name + ("_total" if spec.counter else ""))
+        for spec, fam in per_metric
+    ]
     for r in snapshot.readings:
-        labels = [r.node, str(r.index), r.uuid, r.model, r.job_id or "", r.user or "", r.team or ""]
+        labels = {
+            "node": r.node,
+            "gpu": str(r.index),
+            "uuid": r.uuid,
+            "model": r.model,
+            "job_id": r.job_id or "",
+            "user": r.user or "",
+            "team": r.team or "",
+        }
         values = r.values
-        for spec, fam in per_metric:
-            v = values.get(spec.name)
+        for metric, samples, sample_name in metric_slots:
+            v = values.get(metric)
             if v is not None:
-                fam.add_metric(labels, v)
+                samples.append(Sample(sample_name, labels, v))
         if fb_total_name not in values and r.fb_total_bytes is not None:
-            fb_total_fam.add_metric(labels, r.fb_total_bytes)
-        last_ts.add_metric(labels, r.last_sample_at.timestamp())
+            fb_total_fam.samples.append(Sample(fb_total_fam.name, labels, r.fb_total_bytes))
+        last_ts.samples.append(Sample(last_ts.name, labels, r.last_sample_at.timestamp()))
         info_fam.add_metric(
             [r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or ""], 1.0
         )
@@ -160,14 +175,14 @@ def fleet_families(
         if price is None:
             n_unpriced += 1
         else:
-            price_fam.add_metric(labels, price)
+            price_fam.samples.append(Sample(price_fam.name, labels, price))
             cost_usd_per_hour += price
 
         activity = activity_of(values)
         if activity is None:
             continue  # no activity figure: no data is never idle and never waste
         idle = activity < thresholds.idle
-        idle_fam.add_metric(labels, 1.0 if idle else 0.0)
+        idle_fam.samples.append(Sample(idle_fam.name, labels, 1.0 if idle else 0.0))
         if idle:
             n_idle += 1
             fb_used = values.get("fb_used_bytes")
@@ -175,7 +190,7 @@ def fleet_families(
                 n_idle_held += 1
         if price is not None:
             wasted = price * (1.0 - activity)
-            wasted_fam.add_metric(labels, wasted)
+            wasted_fam.samples.append(Sample(wasted_fam.name, labels, wasted))
             wasted_usd_per_hour += wasted
 
     lost_fam = GaugeMetricFamily(

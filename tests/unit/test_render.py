@@ -1,10 +1,27 @@
-"""Rendering /metrics: no _created series, and OpenMetrics when the scraper asks for it."""
+"""Rendering /metrics: byte-equal to prometheus_client's text format, minus _created series."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import math
+from datetime import UTC, datetime
 
-from service.exposition.render import render
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    Info,
+    Summary,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from service.costs.integrals import Thresholds
+from service.costs.price_match import PriceRow
+from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu, fleet_families
+from service.exposition.render import WithoutCreated, encode_text, render
 
 
 def registry() -> CollectorRegistry:
@@ -15,25 +32,84 @@ def registry() -> CollectorRegistry:
     return r
 
 
+class Tricky(Collector):
+    """Label values that need escaping, odd floats, timestamps, shared label dicts."""
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        g = GaugeMetricFamily(
+            "tricky_value", 'Help with \\ backslash\nand "quotes".', labels=["a", "b"]
+        )
+        g.add_metric(['q"uote', "back\\slash"], 1.5)
+        g.add_metric(["new\nline", "ünïcødé ✓"], math.inf)
+        g.add_metric(["nan", ""], math.nan, timestamp=1700000000.123)
+        g.add_metric(["neg", "x"], -math.inf)
+        g.add_metric(["big", "x"], 1e21)
+        g.add_metric(["int", "x"], 42)
+        g.add_metric(["float", "x"], 42.0)
+        g.add_metric(["zero", "x"], 0.0)
+        g.add_metric(["negzero", "x"], -0.0)
+        g.add_metric(["tiny", "x"], 1e-300)
+        yield g
+        m = Metric("untyped_thing", "Untyped.", "unknown")
+        m.add_sample("untyped_thing", {"z": "1", "a": "2"}, 3.0)
+        yield m
+
+
+def full_registry() -> CollectorRegistry:
+    r = registry()
+    Summary("demo_summary", "A summary.", ["k"], registry=r).labels("v").observe(1.0)
+    Info("demo_build", "Build info.", registry=r).info({"version": "1.0"})
+    Enum("demo_state", "A state.", states=["a", "b"], registry=r).state("b")
+    Histogram("demo_lat", "Latency.", ["route"], buckets=(0.1, 1), registry=r).labels("/x").observe(
+        3
+    )
+    r.register(Tricky())
+    return r
+
+
+def test_encode_text_is_byte_equal_to_generate_latest():
+    r = full_registry()
+    assert encode_text(r) == generate_latest(r)
+    assert encode_text(WithoutCreated(r)) == generate_latest(WithoutCreated(r))
+
+
+def test_encode_text_equals_generate_latest_on_fleet_families():
+    now = datetime(2026, 12, 2, 8, tzinfo=UTC)
+    readings = [
+        GpuReading(
+            node=f"node-{i // 8}",
+            index=i % 8,
+            uuid=f"GPU-{i}",
+            model="NVIDIA H100 80GB HBM3",
+            last_sample_at=now,
+            values={"sm_active": i / 40, "energy_joules": 1e6 + i, "fb_used_bytes": 2**31},
+            job_id=f"slurm:{i}" if i % 2 else None,
+            user='al"ice' if i % 2 else None,
+        )
+        for i in range(40)
+    ]
+    fams = fleet_families(
+        FleetSnapshot(readings, [LostGpu("n", 1, "GPU-l", "m")], [PriceRow("*", 2.0, now)]),
+        thresholds=Thresholds(),
+        now=now,
+        dcgm_compat=True,
+    )
+
+    class Fixed(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            return fams
+
+    assert encode_text(Fixed()) == generate_latest(Fixed())
+
+
 def test_text_format_has_no_created_series_but_keeps_the_rest():
-    body, content_type = render(registry(), None)
+    body, content_type = render(registry())
     text = body.decode()
     assert content_type.startswith("text/plain; version=0.0.4")
     assert "_created" not in text
     assert 'demo_events_total{outcome="ok"} 3.0' in text
     assert "demo_seconds_count 1.0" in text
     assert "demo_level 7.0" in text
-
-
-def test_openmetrics_on_request_without_created():
-    body, content_type = render(
-        registry(), "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
-    )
-    text = body.decode()
-    assert content_type.startswith("application/openmetrics-text")
-    assert text.endswith("# EOF\n")
-    assert "_created" not in text
-    assert 'demo_events_total{outcome="ok"} 3.0' in text
 
 
 def test_the_registry_itself_still_has_created_samples():

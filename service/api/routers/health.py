@@ -48,5 +48,5 @@ def metrics(request: Request, ctx: Ctx) -> Response:
         info = authenticate(ctx, request)
         if info.role not in (Role.READER, Role.ADMIN):
             return Response("a reader token is needed", status.HTTP_403_FORBIDDEN)
-    body, content_type = render(ctx.telemetry.registry, request.headers.get("accept"))
+    body, content_type = render(ctx.telemetry.registry)
     return Response(body, headers={"Content-Type": content_type})

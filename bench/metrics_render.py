@@ -1,0 +1,268 @@
+"""Time GET /metrics's rendering for a fleet of GPUs, and compare with plain prometheus_client Gauges.
+
+    .venv/bin/python bench/metrics_render.py                 # SQLite, 1,000 GPUs
+    .venv/bin/python bench/metrics_render.py --pg            # a temporary PostgreSQL database
+    .venv/bin/python bench/metrics_render.py --gpus 4000 --dcgm-compat
+
+"ours" is the whole scrape as the endpoint does it: read the latest sample per GPU with its
+open job and the price table from the database, build the families, render the text.
+"plain" is the same per-GPU values held in ordinary labelled prometheus_client Gauges (values
+already set, as an exporter that updates gauges on ingest would have them), rendered with
+generate_latest. The target is ours <= 100 ms for 1,000 GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from sqlalchemy import Engine, insert
+
+from service.context import ServiceContext
+from service.db.engine import make_engine
+from service.db.metrics_repo import read_fleet
+from service.db.migrate import upgrade
+from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
+from service.exposition.collector import FleetCollector
+from service.exposition.fleet import GPU_LABELS, exported_name, fleet_families
+from service.exposition.render import render
+from service.settings import Settings
+from service.vocabulary import METRICS
+
+NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+GIB = 1024**3
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def values_for(i: int) -> dict[str, float | int]:
+    """A full sample (every canonical metric) for GPU ``i``."""
+    sm = (i % 100) / 100
+    return {
+        "sm_active": sm,
+        "sm_occupancy": sm / 2,
+        "tensor_active": sm * 0.9,
+        "dram_active": 0.3,
+        "gr_engine_active": sm,
+        "gpu_util": 1.0 if sm else 0.0,
+        "mem_copy_util": 0.2,
+        "fb_used_bytes": (i % 80) * GIB,
+        "fb_total_bytes": 80 * GIB,
+        "power_watts": 100.0 + i % 500,
+        "energy_joules": 1e9 + i,
+        "temperature_celsius": 40.0 + i % 45,
+        "sm_clock_hz": 1.98e9,
+        "pcie_tx_bytes_per_second": 1e9,
+        "pcie_rx_bytes_per_second": 2e9,
+        "nvlink_tx_bytes_per_second": 3e10,
+        "nvlink_rx_bytes_per_second": 3e10,
+        "xid_last": 0,
+    }
+
+
+def populate(engine: Engine, n_gpus: int, per_node: int = 8, history: int = 3) -> None:
+    """``n_gpus`` GPUs on nodes of ``per_node``, ``history`` samples each, half of them in jobs."""
+    with engine.begin() as conn:
+        n_nodes = (n_gpus + per_node - 1) // per_node
+        conn.execute(
+            insert(nodes),
+            [
+                {
+                    "id": k + 1,
+                    "hostname": f"node-{k:04d}",
+                    "labels": {},
+                    "first_seen_at": NOW,
+                    "last_seen_at": NOW,
+                }
+                for k in range(n_nodes)
+            ],
+        )
+        conn.execute(
+            insert(gpus),
+            [
+                {
+                    "id": i + 1,
+                    "uuid": f"GPU-{uuidlib.UUID(int=i)}",
+                    "node_id": i // per_node + 1,
+                    "gpu_index": i % per_node,
+                    "model": "NVIDIA H100 80GB HBM3" if i % 2 else "NVIDIA A100-SXM4-80GB",
+                    "fb_total_bytes": 80 * GIB,
+                    "first_seen_at": NOW,
+                    "last_sample_at": NOW,
+                }
+                for i in range(n_gpus)
+            ],
+        )
+        rows = [
+            {
+                "gpu_id": i + 1,
+                "ts": NOW - timedelta(seconds=10 * k),
+                "source": "gpm",
+                **values_for(i),
+            }
+            for i in range(n_gpus)
+            for k in range(history)
+        ]
+        for start in range(0, len(rows), 5000):
+            conn.execute(insert(samples), rows[start : start + 5000])
+        job_rows = [
+            {
+                "id": f"slurm:{i}",
+                "user": f"user{i % 37}",
+                "team": f"team{i % 7}",
+                "labels": {},
+                "source": "api",
+                "started_at": NOW - timedelta(hours=1),
+                "created_at": NOW,
+                "updated_at": NOW,
+            }
+            for i in range(0, n_gpus, 2)
+        ]
+        conn.execute(insert(jobs), job_rows)
+        conn.execute(
+            insert(job_gpus),
+            [
+                {
+                    "job_id": f"slurm:{i}",
+                    "gpu_id": i + 1,
+                    "started_at": NOW - timedelta(hours=1),
+                    "source": "api",
+                }
+                for i in range(0, n_gpus, 2)
+            ],
+        )
+        conn.execute(
+            insert(prices),
+            [
+                {
+                    "model_pattern": "*H100*",
+                    "usd_per_gpu_hour": 4.0,
+                    "effective_from": NOW - timedelta(days=90),
+                },
+                {
+                    "model_pattern": "*A100*",
+                    "usd_per_gpu_hour": 2.0,
+                    "effective_from": NOW - timedelta(days=90),
+                },
+                {
+                    "model_pattern": "*",
+                    "usd_per_gpu_hour": 1.0,
+                    "effective_from": NOW - timedelta(days=90),
+                },
+            ],
+        )
+
+
+def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
+    """The same per-GPU values in ordinary labelled Gauges (a Counter for energy), already set."""
+    with ctx.engine.connect() as conn:
+        snapshot = read_fleet(conn, now=NOW, max_gap_seconds=60)
+    reg = CollectorRegistry(auto_describe=True)
+    metrics: dict[str, Gauge | Counter] = {}
+    for spec in METRICS:
+        cls = Counter if spec.counter else Gauge
+        metrics[spec.name] = cls(exported_name(spec), spec.help, list(GPU_LABELS), registry=reg)
+    for r in snapshot.readings:
+        labels = [r.node, str(r.index), r.uuid, r.model, r.job_id or "", r.user or "", r.team or ""]
+        for name, value in r.values.items():
+            m = metrics[name]
+            if isinstance(m, Counter):
+                m.labels(*labels).inc(value)
+            else:
+                m.labels(*labels).set(value)
+    return reg
+
+
+def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, int]:
+    """Median and max milliseconds of ``runs`` calls (after one warm-up), and the output size."""
+    out = fn()
+    size = len(out) if isinstance(out, bytes | tuple) else 0
+    if isinstance(out, tuple):
+        size = len(out[0])
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times), max(times), size
+
+
+def main() -> None:
+    """Populate a database, then time each way of rendering and print the numbers."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, default=1000)
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--pg", action="store_true", help="use a temporary PostgreSQL database")
+    p.add_argument("--dcgm-compat", action="store_true")
+    args = p.parse_args()
+
+    tmp = tempfile.TemporaryDirectory()
+    pg_name = None
+    if args.pg:
+        pg_name = f"gpuwarden_bench_{uuidlib.uuid4().hex[:8]}"
+        with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{pg_name}"')
+        url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{pg_name}"
+    else:
+        url = f"sqlite:///{Path(tmp.name) / 'bench.db'}"
+    try:
+        engine = make_engine(url)
+        upgrade(engine)
+        populate(engine, args.gpus)
+        settings = Settings(
+            database_url=url, run_scheduler=False, metrics_dcgm_compat=args.dcgm_compat
+        )
+        ctx = ServiceContext(settings=settings, engine=engine, clock=lambda: NOW)
+        ctx.telemetry.registry.register(FleetCollector(ctx))
+
+        ours = timed(lambda: render(ctx.telemetry.registry), args.runs)
+
+        with engine.connect() as conn:
+            snapshot = read_fleet(conn, now=NOW, max_gap_seconds=60)
+        read = timed(lambda: _read(ctx), args.runs)
+        build = timed(
+            lambda: fleet_families(
+                snapshot, thresholds=ctx.thresholds, now=NOW, dcgm_compat=args.dcgm_compat
+            ),
+            args.runs,
+        )
+        plain_reg = plain_registry(ctx)
+        plain = timed(lambda: generate_latest(plain_reg), args.runs)
+
+        backend = "postgresql" if args.pg else "sqlite"
+        print(
+            f"/metrics for {args.gpus} GPUs on {backend} (dcgm_compat={args.dcgm_compat}), {args.runs} runs"
+        )
+        print(
+            f"  ours, whole scrape (DB read + build + render): median {ours[0]:7.1f} ms  max {ours[1]:7.1f} ms  {ours[2] / 1024:.0f} KiB"
+        )
+        print(f"    of which DB read:                               median {read[0]:7.1f} ms")
+        print(f"    of which building families:                     median {build[0]:7.1f} ms")
+        print(
+            f"  plain Gauges with labels, render only:            median {plain[0]:7.1f} ms  max {plain[1]:7.1f} ms  {plain[2] / 1024:.0f} KiB"
+        )
+        print(f"  ratio ours / plain: {ours[0] / plain[0]:.2f}")
+        verdict = "OK" if ours[0] <= 100 else "OVER"
+        print(f"  target <= 100 ms for 1,000 GPUs: {verdict}")
+        engine.dispose()
+    finally:
+        tmp.cleanup()
+        if pg_name:
+            with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
+
+
+def _read(ctx: ServiceContext) -> object:
+    with ctx.engine.connect() as conn:
+        return read_fleet(conn, now=NOW, max_gap_seconds=60)
+
+
+if __name__ == "__main__":
+    main()
