@@ -14,6 +14,7 @@ generate_latest. The target is ours <= 100 ms for 1,000 GPUs.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import tempfile
 import time
@@ -42,27 +43,27 @@ GIB = 1024**3
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
-def values_for(i: int) -> dict[str, float | int]:
-    """A full sample (every canonical metric) for GPU ``i``."""
-    sm = (i % 100) / 100
+def values_for(i: int, rng: random.Random) -> dict[str, float | int]:
+    """A full sample (every canonical metric) for GPU ``i``, with realistic, mostly distinct values."""
+    sm = round(rng.random(), 4)
     return {
         "sm_active": sm,
-        "sm_occupancy": sm / 2,
-        "tensor_active": sm * 0.9,
-        "dram_active": 0.3,
-        "gr_engine_active": sm,
-        "gpu_util": 1.0 if sm else 0.0,
-        "mem_copy_util": 0.2,
-        "fb_used_bytes": (i % 80) * GIB,
+        "sm_occupancy": round(sm * rng.random(), 4),
+        "tensor_active": round(sm * rng.random(), 4),
+        "dram_active": round(rng.random(), 4),
+        "gr_engine_active": round(min(1.0, sm + 0.01), 4),
+        "gpu_util": 1.0 if sm > 0.01 else 0.0,
+        "mem_copy_util": round(rng.random(), 2),
+        "fb_used_bytes": rng.randrange(0, 80 * GIB),
         "fb_total_bytes": 80 * GIB,
-        "power_watts": 100.0 + i % 500,
-        "energy_joules": 1e9 + i,
-        "temperature_celsius": 40.0 + i % 45,
-        "sm_clock_hz": 1.98e9,
-        "pcie_tx_bytes_per_second": 1e9,
-        "pcie_rx_bytes_per_second": 2e9,
-        "nvlink_tx_bytes_per_second": 3e10,
-        "nvlink_rx_bytes_per_second": 3e10,
+        "power_watts": round(rng.uniform(60, 700), 3),
+        "energy_joules": round(rng.uniform(1e8, 1e10), 3),
+        "temperature_celsius": float(rng.randrange(30, 90)),
+        "sm_clock_hz": float(rng.choice((1.755e9, 1.98e9))),
+        "pcie_tx_bytes_per_second": float(rng.randrange(0, 2**34)),
+        "pcie_rx_bytes_per_second": float(rng.randrange(0, 2**34)),
+        "nvlink_tx_bytes_per_second": float(rng.randrange(0, 2**38)),
+        "nvlink_rx_bytes_per_second": float(rng.randrange(0, 2**38)),
         "xid_last": 0,
     }
 
@@ -100,12 +101,13 @@ def populate(engine: Engine, n_gpus: int, per_node: int = 8, history: int = 3) -
                 for i in range(n_gpus)
             ],
         )
+        rng = random.Random(42)
         rows = [
             {
                 "gpu_id": i + 1,
                 "ts": NOW - timedelta(seconds=10 * k),
                 "source": "gpm",
-                **values_for(i),
+                **values_for(i, rng),
             }
             for i in range(n_gpus)
             for k in range(history)
@@ -180,18 +182,17 @@ def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
     return reg
 
 
-def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, int]:
-    """Median and max milliseconds of ``runs`` calls (after one warm-up), and the output size."""
+def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, float, int]:
+    """Median wall ms, max wall ms and median CPU ms of ``runs`` calls (after a warm-up); size."""
     out = fn()
-    size = len(out) if isinstance(out, bytes | tuple) else 0
-    if isinstance(out, tuple):
-        size = len(out[0])
-    times = []
+    size = len(out[0]) if isinstance(out, tuple) else len(out) if isinstance(out, bytes) else 0
+    wall, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times), max(times), size
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return statistics.median(wall), max(wall), statistics.median(cpu), size
 
 
 def main() -> None:
@@ -240,17 +241,25 @@ def main() -> None:
         print(
             f"/metrics for {args.gpus} GPUs on {backend} (dcgm_compat={args.dcgm_compat}), {args.runs} runs"
         )
+        print("                                             wall median   wall max   CPU median")
         print(
-            f"  ours, whole scrape (DB read + build + render): median {ours[0]:7.1f} ms  max {ours[1]:7.1f} ms  {ours[2] / 1024:.0f} KiB"
+            f"  ours, whole scrape (read + build + render)  {ours[0]:8.1f} ms {ours[1]:8.1f} ms {ours[2]:8.1f} ms   {ours[3] / 1024:.0f} KiB"
         )
-        print(f"    of which DB read:                               median {read[0]:7.1f} ms")
-        print(f"    of which building families:                     median {build[0]:7.1f} ms")
         print(
-            f"  plain Gauges with labels, render only:            median {plain[0]:7.1f} ms  max {plain[1]:7.1f} ms  {plain[2] / 1024:.0f} KiB"
+            f"    database read                             {read[0]:8.1f} ms {read[1]:8.1f} ms {read[2]:8.1f} ms"
         )
-        print(f"  ratio ours / plain: {ours[0] / plain[0]:.2f}")
-        verdict = "OK" if ours[0] <= 100 else "OVER"
-        print(f"  target <= 100 ms for 1,000 GPUs: {verdict}")
+        print(
+            f"    building the families                     {build[0]:8.1f} ms {build[1]:8.1f} ms {build[2]:8.1f} ms"
+        )
+        print(
+            f"  plain labelled Gauges, render only          {plain[0]:8.1f} ms {plain[1]:8.1f} ms {plain[2]:8.1f} ms   {plain[3] / 1024:.0f} KiB"
+        )
+        print(
+            f"  ratio ours / plain (wall median): {ours[0] / plain[0]:.2f}   (CPU median): {ours[2] / plain[2]:.2f}"
+        )
+        print(
+            f"  target <= 100 ms: {'met' if ours[0] <= 100 else 'NOT met'} (wall), {'met' if ours[2] <= 100 else 'NOT met'} (CPU)"
+        )
         engine.dispose()
     finally:
         tmp.cleanup()

@@ -10,12 +10,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from service.costs.integrals import Thresholds
 from service.costs.price_match import PriceRow, price_per_gpu_hour
 from service.exposition.dcgm import dcgm_families
+from service.exposition.families import GpuFamily
 from service.vocabulary import METRICS, MetricSpec
 
 # The current job is named job_id, not job: Prometheus attaches its own `job` label (the scrape
@@ -100,37 +100,38 @@ def fleet_families(
     snapshot: FleetSnapshot, *, thresholds: Thresholds, now: datetime, dcgm_compat: bool = False
 ) -> list[Metric]:
     """Per-GPU gauges, the fleet's idle/idle-held/wasted-spend figures and, if asked, DCGM names."""
-    per_metric: list[tuple[MetricSpec, GaugeMetricFamily | CounterMetricFamily]] = []
-    for spec in METRICS:
-        doc = f"{spec.help} ({spec.unit}), from the GPU's latest sample."
-        fam: GaugeMetricFamily | CounterMetricFamily
-        if spec.counter:
-            fam = CounterMetricFamily(exported_name(spec), doc, labels=GPU_LABELS)
-        else:
-            fam = GaugeMetricFamily(exported_name(spec), doc, labels=GPU_LABELS)
-        per_metric.append((spec, fam))
-    fb_total_name = "fb_total_bytes"
-    fb_total_fam = next(f for s, f in per_metric if s.name == fb_total_name)
+    label_sets: list[dict[str, str]] = []
 
-    last_ts = GaugeMetricFamily(
+    def gpu_family(name: str, doc: str, typ: str = "gauge") -> GpuFamily:
+        return GpuFamily(name, doc, typ, label_sets)
+
+    per_metric = [
+        (
+            spec.name,
+            gpu_family(
+                exported_name(spec),
+                f"{spec.help} ({spec.unit}), from the GPU's latest sample.",
+                "counter" if spec.counter else "gauge",
+            ),
+        )
+        for spec in METRICS
+    ]
+    fb_total_rows = next(f for name, f in per_metric if name == "fb_total_bytes").rows
+    last_ts = gpu_family(
         "gpuwarden_gpu_last_sample_timestamp_seconds",
         "Unix time of the GPU's latest sample (seconds).",
-        labels=GPU_LABELS,
     )
-    price_fam = GaugeMetricFamily(
+    price_fam = gpu_family(
         "gpuwarden_gpu_price_usd_per_hour",
         "Price of the GPU from the price table (USD per GPU-hour).",
-        labels=GPU_LABELS,
     )
-    wasted_fam = GaugeMetricFamily(
+    wasted_fam = gpu_family(
         "gpuwarden_gpu_wasted_usd_per_hour",
         "Spend going to unused SM time now: price x (1 - sm_active) (USD per hour).",
-        labels=GPU_LABELS,
     )
-    idle_fam = GaugeMetricFamily(
+    idle_fam = gpu_family(
         "gpuwarden_gpu_idle",
         "1 when the GPU's activity is below the idle threshold now, else 0 (boolean).",
-        labels=GPU_LABELS,
     )
     info_fam = GaugeMetricFamily(
         "gpuwarden_gpu_info",
@@ -141,30 +142,27 @@ def fleet_families(
     price_cache: dict[str, float | None] = {}
     n_idle = n_idle_held = n_unpriced = 0
     wasted_usd_per_hour = cost_usd_per_hour = 0.0
-    # Samples are appended directly, all of one GPU sharing one labels dict: add_metric would
-    # build a dict per sample, and the encoder formats each distinct labels dict only once.
-    metric_slots = [
-        (spec.name, fam.samples, fam.name + ("_total" if spec.counter else ""))
-        for spec, fam in per_metric
-    ]
-    for r in snapshot.readings:
-        labels = {
-            "node": r.node,
-            "gpu": str(r.index),
-            "uuid": r.uuid,
-            "model": r.model,
-            "job_id": r.job_id or "",
-            "user": r.user or "",
-            "team": r.team or "",
-        }
+    slots = [(name, fam.rows) for name, fam in per_metric]
+    for i, r in enumerate(snapshot.readings):
+        label_sets.append(
+            {
+                "node": r.node,
+                "gpu": str(r.index),
+                "uuid": r.uuid,
+                "model": r.model,
+                "job_id": r.job_id or "",
+                "user": r.user or "",
+                "team": r.team or "",
+            }
+        )
         values = r.values
-        for metric, samples, sample_name in metric_slots:
-            v = values.get(metric)
+        for name, rows in slots:
+            v = values.get(name)
             if v is not None:
-                samples.append(Sample(sample_name, labels, v))
-        if fb_total_name not in values and r.fb_total_bytes is not None:
-            fb_total_fam.samples.append(Sample(fb_total_fam.name, labels, r.fb_total_bytes))
-        last_ts.samples.append(Sample(last_ts.name, labels, r.last_sample_at.timestamp()))
+                rows.append((i, v))
+        if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
+            fb_total_rows.append((i, r.fb_total_bytes))
+        last_ts.rows.append((i, r.last_sample_at.timestamp()))
         info_fam.add_metric(
             [r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or ""], 1.0
         )
@@ -175,14 +173,14 @@ def fleet_families(
         if price is None:
             n_unpriced += 1
         else:
-            price_fam.samples.append(Sample(price_fam.name, labels, price))
+            price_fam.rows.append((i, price))
             cost_usd_per_hour += price
 
         activity = activity_of(values)
         if activity is None:
             continue  # no activity figure: no data is never idle and never waste
         idle = activity < thresholds.idle
-        idle_fam.samples.append(Sample(idle_fam.name, labels, 1.0 if idle else 0.0))
+        idle_fam.rows.append((i, 1.0 if idle else 0.0))
         if idle:
             n_idle += 1
             fb_used = values.get("fb_used_bytes")
@@ -190,7 +188,7 @@ def fleet_families(
                 n_idle_held += 1
         if price is not None:
             wasted = price * (1.0 - activity)
-            wasted_fam.samples.append(Sample(wasted_fam.name, labels, wasted))
+            wasted_fam.rows.append((i, wasted))
             wasted_usd_per_hour += wasted
 
     lost_fam = GaugeMetricFamily(

@@ -16,6 +16,8 @@ from prometheus_client.openmetrics import exposition as om
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from service.exposition.families import GpuFamily
+
 _CREATED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 _TYPE_IN_TEXT = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
 _TYPE_IN_TEXT["unknown"] = "untyped"
@@ -35,8 +37,8 @@ class WithoutCreated(Collector):
     def collect(self) -> Iterable[Metric]:
         """The inner families, minus their ``_created`` samples."""
         for fam in self._inner.collect():
-            if fam.type not in _CREATED_TYPES:
-                yield fam
+            if fam.type not in _CREATED_TYPES or isinstance(fam, GpuFamily):
+                yield fam  # a GpuFamily never holds _created samples
                 continue
             created = fam.name + "_created"
             out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
@@ -45,10 +47,17 @@ class WithoutCreated(Collector):
 
 
 def encode_text(collector: Collector) -> bytes:
-    """The Prometheus text format (0.0.4) of ``collector``, byte-equal to generate_latest's."""
-    # id(labels) -> (labels, "{...}"); holding the dict keeps its id from being reused.
-    label_strings: dict[int, tuple[dict[str, str], str]] = {}
+    """The Prometheus text format (0.0.4) of ``collector``, byte-equal to generate_latest's.
+
+    A labels dict is formatted once and its text reused for every sample holding that same
+    dict object (collectors must not mutate a labels dict while it is being rendered).
+    """
+    # id(labels) -> "{...}". `keep` holds every formatted dict, so no id is reused in this call.
+    label_texts: dict[int, str] = {}
+    keep: list[object] = []
+    label_names: dict[str, str] = {}
     names: dict[str, str] = {}
+    floats: dict[float, str] = {}
 
     def name_of(name: str) -> str:
         escaped = names.get(name)
@@ -56,34 +65,42 @@ def encode_text(collector: Collector) -> bytes:
             escaped = names[name] = om.escape_metric_name(name, om.UNDERSCORES)
         return escaped
 
+    def label_name_of(name: str) -> str:
+        escaped = label_names.get(name)
+        if escaped is None:
+            escaped = label_names[name] = om.escape_label_name(name, om.UNDERSCORES)
+        return escaped
+
     def labels_of(labels: dict[str, str]) -> str:
         if not labels:
             return ""
-        hit = label_strings.get(id(labels))
-        if hit is not None and hit[0] is labels:
-            return hit[1]
         text = ",".join(
-            f'{om.escape_label_name(k, om.UNDERSCORES)}="{om._escape(v, om.ALLOWUTF8, False)}"'  # type: ignore[arg-type]
+            f'{label_name_of(k)}="{om._escape(v, om.ALLOWUTF8, False)}"'  # type: ignore[arg-type]
             for k, v in sorted(labels.items())
         )
-        text = "{" + text + "}"
-        label_strings[id(labels)] = (labels, text)
+        text = label_texts[id(labels)] = "{" + text + "}"
+        keep.append(labels)
+        return text
+
+    def float_of(value: float) -> str:
+        # floatToGoString's own steps for a finite float, minus its call and checks.
+        if value.__class__ is float and value - value == 0.0:
+            text = repr(value)
+            dot = text.find(".")
+            if value > 0 and dot > 6:  # Go switches to exponents sooner than Python
+                mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+                text = f"{mantissa}e+{dot - 1:02d}"
+        else:
+            text = floatToGoString(value)  # type: ignore[no-untyped-call]
+        if value != 0:  # 0.0 and -0.0 would share a key but not a text
+            floats[value] = text  # values repeat across a fleet: 0/1 flags, prices, totals
         return text
 
     def doc_of(metric: Metric) -> str:
         return metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
 
-    floats: dict[float, str] = {}
-
-    def float_of(value: float) -> str:
-        # Values repeat a lot across a fleet (0, 1, fb_total, prices, a node's timestamp).
-        text = floats.get(value)
-        if text is None:
-            text = floatToGoString(value)  # type: ignore[no-untyped-call]
-            if value != 0:  # 0.0 == -0.0 share a key but not a text
-                floats[value] = text
-        return text
-
+    lab, flo, nam = label_texts.get, floats.get, names.get
+    set_texts: dict[int, list[str]] = {}  # id(GpuFamily.label_sets) -> each set's text
     out: list[str] = []
     append = out.append
     for metric in collector.collect():
@@ -95,15 +112,29 @@ def encode_text(collector: Collector) -> bytes:
         mtype = _TYPE_IN_TEXT.get(mtype, mtype)
         append(f"# HELP {name_of(mname)} {doc_of(metric)}\n")
         append(f"# TYPE {name_of(mname)} {mtype}\n")
+        if isinstance(metric, GpuFamily):
+            texts = set_texts.get(id(metric.label_sets))
+            if texts is None:
+                texts = set_texts[id(metric.label_sets)] = [labels_of(d) for d in metric.label_sets]
+                keep.append(metric.label_sets)
+            sname = name_of(metric.sample_name)
+            out += [f"{sname}{texts[i]} {flo(v) or float_of(v)}\n" for i, v in metric.rows]
+            continue
+        samples = metric.samples
         om_names = {metric.name + suffix: suffix for suffix in _OM_ONLY}
+        # Sample is a tuple (name, labels, value, timestamp, ...); indexing it is the fast path.
+        if all(s[3] is None and s[0] not in om_names for s in samples):
+            out += [
+                f"{nam(s[0]) or name_of(s[0])}{lab(id(s[1])) or labels_of(s[1])}"
+                f" {flo(s[2]) or float_of(s[2])}\n"
+                for s in samples
+            ]
+            continue
         om_lines: dict[str, list[str]] = {}
-        for s in metric.samples:
-            ts = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
-            hit = label_strings.get(id(s.labels))
-            labels = hit[1] if hit is not None and hit[0] is s.labels else labels_of(s.labels)
-            name = names.get(s.name) or name_of(s.name)
-            line = f"{name}{labels} {float_of(s.value)}{ts}\n"
-            suffix = om_names.get(s.name)
+        for s in samples:
+            stamp = "" if s[3] is None else f" {int(float(s[3]) * 1000):d}"
+            line = f"{name_of(s[0])}{lab(id(s[1])) or labels_of(s[1])} {float_of(s[2])}{stamp}\n"
+            suffix = om_names.get(s[0])
             if suffix is None:
                 append(line)
             else:
@@ -111,7 +142,7 @@ def encode_text(collector: Collector) -> bytes:
         for suffix, lines in sorted(om_lines.items()):
             append(f"# HELP {name_of(metric.name + suffix)} {doc_of(metric)}\n")
             append(f"# TYPE {name_of(metric.name + suffix)} gauge\n")
-            out.extend(lines)
+            out += lines
     return "".join(out).encode("utf-8")
 
 

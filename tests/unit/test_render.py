@@ -116,3 +116,24 @@ def test_the_registry_itself_still_has_created_samples():
     # The filter is a view: prometheus_client's global default stays untouched.
     names = {s.name for fam in registry().collect() for s in fam.samples}
     assert "demo_events_created" in names
+
+
+def test_number_formatting_matches_prometheus_client_for_many_values():
+    import random
+
+    rng = random.Random(7)
+    values: list[float] = [0.0, -0.0, 1e6, 999999.5, 1234567.0, 1e21, 1e-7, 5e-324, 2**63, 3]
+    values += [math.inf, -math.inf, math.nan, 1.7976931348623157e308, -12345678.0]
+    values += [rng.uniform(-1e12, 1e12) for _ in range(3000)]
+    values += [rng.random() * 10 ** rng.randrange(-10, 25) for _ in range(3000)]
+    values += [float(rng.randrange(0, 2**40)) for _ in range(1000)]
+    values += [rng.randrange(0, 2**40) for _ in range(100)]  # ints take the library's path
+
+    class Many(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            g = GaugeMetricFamily("many_values", "Values.", labels=["i"])
+            for i, v in enumerate(values):
+                g.add_metric([str(i % 50)], v)
+            yield g
+
+    assert encode_text(Many()) == generate_latest(Many())
