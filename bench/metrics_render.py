@@ -31,6 +31,7 @@ from service.context import ServiceContext
 from service.db.engine import make_engine
 from service.db.metrics_repo import read_fleet
 from service.db.migrate import upgrade
+from service.db.partitions import ensure_partitions
 from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
 from service.exposition.collector import FleetCollector
 from service.exposition.fleet import GPU_LABELS, exported_name, fleet_families
@@ -71,6 +72,8 @@ def values_for(i: int, rng: random.Random) -> dict[str, float | int]:
 def populate(engine: Engine, n_gpus: int, per_node: int = 8, history: int = 3) -> None:
     """``n_gpus`` GPUs on nodes of ``per_node``, ``history`` samples each, half of them in jobs."""
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            ensure_partitions(conn, [NOW.date()])
         n_nodes = (n_gpus + per_node - 1) // per_node
         conn.execute(
             insert(nodes),

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
+
+from service.exposition.families import GpuFamily
 
 if TYPE_CHECKING:
     from service.exposition.fleet import GpuReading
@@ -112,21 +114,31 @@ def dcgm_families(readings: Sequence[GpuReading]) -> list[Metric]:
     TOTAL_ENERGY_CONSUMPTION is a counter in dcgm-exporter, but its name has no ``_total``;
     it is exposed as a gauge so the name stays exactly the same (rate() works on either).
     """
-    fams = [(f, GaugeMetricFamily(f.name, f.help, labels=DCGM_LABELS)) for f in DCGM_FIELDS]
-    fb_free = GaugeMetricFamily(
-        "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=DCGM_LABELS
+    label_sets: list[dict[str, str]] = []
+    fams = [(f, GpuFamily(f.name, f.help, "gauge", label_sets)) for f in DCGM_FIELDS]
+    fb_free = GpuFamily(
+        "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "gauge", label_sets
     )
-    for r in readings:
-        labels = [str(r.index), r.uuid, f"nvidia{r.index}", r.model, r.node]
+    slots = [(f.metric, f.factor, fam.rows) for f, fam in fams]
+    for i, r in enumerate(readings):
+        label_sets.append(
+            {
+                "gpu": str(r.index),
+                "UUID": r.uuid,
+                "device": f"nvidia{r.index}",
+                "modelName": r.model,
+                "Hostname": r.node,
+            }
+        )
         values = r.values
-        for f, fam in fams:
-            v = values.get(f.metric)
+        for metric, factor, rows in slots:
+            v = values.get(metric)
             if v is not None:
-                fam.add_metric(labels, v * f.factor)
+                rows.append((i, v * factor))
         total = values.get("fb_total_bytes", r.fb_total_bytes)
         used = values.get("fb_used_bytes")
         if total is not None and used is not None:
-            fb_free.add_metric(labels, max(total - used, 0) / MIB)
+            fb_free.rows.append((i, max(total - used, 0) / MIB))
     out: list[Metric] = [fam for _, fam in fams]
     out.append(fb_free)
     return out

@@ -88,6 +88,11 @@ class FleetSnapshot:
     prices: Sequence[PriceRow] = field(default_factory=tuple)
 
 
+def info_values(r: GpuReading) -> tuple[str, ...]:
+    """The gpuwarden_gpu_info label values of a reading, in INFO_LABELS order."""
+    return (r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or "")
+
+
 def activity_of(values: dict[str, float]) -> float | None:
     """The activity ratio the waste model uses: sm_active, else gpu_util, else None (no data)."""
     activity = values.get("sm_active")
@@ -133,10 +138,12 @@ def fleet_families(
         "gpuwarden_gpu_idle",
         "1 when the GPU's activity is below the idle threshold now, else 0 (boolean).",
     )
-    info_fam = GaugeMetricFamily(
+    info_sets: list[dict[str, str]] = []
+    info_fam = GpuFamily(
         "gpuwarden_gpu_info",
         "Always 1; labels say where the GPU's activity figures come from (gpm, dcgm, nvml).",
-        labels=INFO_LABELS,
+        "gauge",
+        info_sets,
     )
 
     price_cache: dict[str, float | None] = {}
@@ -163,9 +170,8 @@ def fleet_families(
         if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
             fb_total_rows.append((i, r.fb_total_bytes))
         last_ts.rows.append((i, r.last_sample_at.timestamp()))
-        info_fam.add_metric(
-            [r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or ""], 1.0
-        )
+        info_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
+        info_fam.rows.append((i, 1.0))
 
         if r.model not in price_cache:
             price_cache[r.model] = price_per_gpu_hour(r.model, snapshot.prices, now)
