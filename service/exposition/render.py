@@ -46,6 +46,36 @@ class WithoutCreated(Collector):
             yield out
 
 
+_GO_EXPONENT_FROM = 1e6  # from here floatToGoString rewrites Python's repr (see go_floats)
+_PYTHON_EXPONENT_FROM = 1e16  # from here repr itself writes an exponent
+_MINUS_INF = float("-inf")
+
+
+def go_floats(values: list[float]) -> list[str]:
+    """floatToGoString of every value, byte for byte, with the common work done in C.
+
+    floatToGoString returns repr(float(v)), except 'NaN', '+Inf' and '-Inf', and for positive
+    values in [1e6, 1e16) where Go writes an exponent sooner than Python: '2.147483648e+10' for
+    21474836480.0. Byte sizes, energy and timestamps are such values, so that rewrite is done
+    here the way floatToGoString does it; the rare NaN and infinities go through it.
+    """
+    floats = list(map(float, values))
+    texts = list(map(repr, floats))
+    flagged = [
+        j for j, d in enumerate(floats) if d >= _GO_EXPONENT_FROM or d != d or d == _MINUS_INF
+    ]
+    for j in flagged:
+        d = floats[j]
+        if _GO_EXPONENT_FROM <= d < _PYTHON_EXPONENT_FROM:
+            s = texts[j]
+            dot = s.find(".")
+            mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+            texts[j] = f"{mantissa}e+{dot - 1:02d}"
+        else:
+            texts[j] = floatToGoString(d)  # type: ignore[no-untyped-call]
+    return texts
+
+
 def encode_text(collector: Collector) -> bytes:
     """The Prometheus text format (0.0.4) of ``collector``, byte-equal to generate_latest's.
 
@@ -118,7 +148,10 @@ def encode_text(collector: Collector) -> bytes:
                 texts = set_texts[id(metric.label_sets)] = [labels_of(d) for d in metric.label_sets]
                 keep.append(metric.label_sets)
             sname = name_of(metric.sample_name)
-            out += [f"{sname}{texts[i]} {flo(v) or float_of(v)}\n" for i, v in metric.rows]
+            numbers = go_floats([v for _, v in metric.rows])
+            out += [
+                f"{sname}{texts[i]} {n}\n" for (i, _), n in zip(metric.rows, numbers, strict=True)
+            ]
             continue
         samples = metric.samples
         om_names = {metric.name + suffix: suffix for suffix in _OM_ONLY}

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from service.costs.integrals import Thresholds
 from service.costs.price_match import PriceRow
+from service.exposition.families import GpuFamily
 from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu, fleet_families
 from service.exposition.render import WithoutCreated, encode_text, render
 
@@ -137,3 +138,14 @@ def test_number_formatting_matches_prometheus_client_for_many_values():
             yield g
 
     assert encode_text(Many()) == generate_latest(Many())
+
+    sets = [{"gpu": str(i), "uuid": f"GPU-{i}"} for i in range(50)]
+
+    class ManyGpu(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            for typ in ("gauge", "counter"):
+                fam = GpuFamily(f"many_gpu_{typ}", "Values.", typ, sets)
+                fam.rows = [(i % 50, v) for i, v in enumerate(values)]
+                yield fam
+
+    assert encode_text(ManyGpu()) == generate_latest(ManyGpu())
