@@ -31,14 +31,13 @@ class FleetCollector(Collector):
         ctx = self._ctx
         started = time.perf_counter()
         try:
+            now = ctx.clock()
             with ctx.engine.connect() as conn:
-                snapshot = read_fleet(
-                    conn, now=ctx.clock(), max_gap_seconds=ctx.settings.max_gap_seconds
-                )
+                snapshot = read_fleet(conn, now=now, max_gap_seconds=ctx.settings.max_gap_seconds)
             families = fleet_families(
                 snapshot,
                 thresholds=ctx.thresholds,
-                now=ctx.clock(),
+                now=now,
                 dcgm_compat=ctx.settings.metrics_dcgm_compat,
             )
             up = 1.0

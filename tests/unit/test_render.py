@@ -149,3 +149,24 @@ def test_number_formatting_matches_prometheus_client_for_many_values():
                 yield fam
 
     assert encode_text(ManyGpu()) == generate_latest(ManyGpu())
+
+
+def test_gpu_family_label_sets_escape_like_prometheus_client():
+    sets = [
+        {"node": "n1", "uuid": "GPU-1", "job_id": ""},
+        {"node": 'q"uote', "uuid": "back\\slash", "job_id": "new\nline"},
+        {"node": "nul\x00inside", "uuid": "x", "job_id": "y"},
+        {"uuid": "other-order", "node": "n2", "job_id": "{braces}"},
+        {"node": "n3", "uuid": "fewer-keys"},
+        {"node": "ünïcødé ✓", "uuid": "GPU-2", "job_id": "slurm:1", "team": "extra"},
+    ]
+
+    class Sets(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            fam = GpuFamily("label_sets_value", "Values.", "gauge", sets)
+            fam.rows = [(i, float(i)) for i in range(len(sets))]
+            yield fam
+
+    text = encode_text(Sets())
+    assert text == generate_latest(Sets())
+    assert b'node="q\\"uote"' in text and b'job_id="{braces}"' in text
