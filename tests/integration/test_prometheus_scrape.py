@@ -66,7 +66,7 @@ def prometheus(central: str, tmp_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
@@ -87,7 +87,7 @@ def prometheus(central: str, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def query(prom: str, promql: str, *, timeout_s: float = 30) -> list[dict[str, Any]]:
+def query(prom: str, promql: str, *, timeout_s: float = 60) -> list[dict[str, Any]]:
     """The instant-vector result of ``promql``, waiting until it is non-empty."""
     deadline = time.monotonic() + timeout_s
     while True:
