@@ -185,8 +185,11 @@ def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
     return reg
 
 
-def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, float, int]:
-    """Median wall ms, max wall ms and median CPU ms of ``runs`` calls (after a warm-up); size."""
+def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, float, int, float]:
+    """Median wall, max wall, median CPU and min wall ms of ``runs`` calls (after a warm-up); size.
+
+    The minimum is the run least disturbed by other processes on a shared machine.
+    """
     out = fn()
     size = len(out[0]) if isinstance(out, tuple) else len(out) if isinstance(out, bytes) else 0
     wall, cpu = [], []
@@ -195,7 +198,7 @@ def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, float, int
         fn()
         wall.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
-    return statistics.median(wall), max(wall), statistics.median(cpu), size
+    return statistics.median(wall), max(wall), statistics.median(cpu), size, min(wall)
 
 
 def main() -> None:
@@ -244,24 +247,23 @@ def main() -> None:
         print(
             f"/metrics for {args.gpus} GPUs on {backend} (dcgm_compat={args.dcgm_compat}), {args.runs} runs"
         )
-        print("                                             wall median   wall max   CPU median")
         print(
-            f"  ours, whole scrape (read + build + render)  {ours[0]:8.1f} ms {ours[1]:8.1f} ms {ours[2]:8.1f} ms   {ours[3] / 1024:.0f} KiB"
+            "                                             wall median   wall min   wall max   CPU median"
+        )
+        for label, t in (
+            ("ours, whole scrape (read + build + render)", ours),
+            ("  database read", read),
+            ("  building the families", build),
+            ("plain labelled Gauges, render only", plain),
+        ):
+            print(f"  {label:<43} {t[0]:8.1f} ms {t[4]:8.1f} ms {t[1]:8.1f} ms {t[2]:8.1f} ms")
+        print(f"  exposition size: ours {ours[3] / 1024:.0f} KiB, plain {plain[3] / 1024:.0f} KiB")
+        print(
+            f"  ratio ours / plain: wall median {ours[0] / plain[0]:.2f}, wall min {ours[4] / plain[4]:.2f}"
         )
         print(
-            f"    database read                             {read[0]:8.1f} ms {read[1]:8.1f} ms {read[2]:8.1f} ms"
-        )
-        print(
-            f"    building the families                     {build[0]:8.1f} ms {build[1]:8.1f} ms {build[2]:8.1f} ms"
-        )
-        print(
-            f"  plain labelled Gauges, render only          {plain[0]:8.1f} ms {plain[1]:8.1f} ms {plain[2]:8.1f} ms   {plain[3] / 1024:.0f} KiB"
-        )
-        print(
-            f"  ratio ours / plain (wall median): {ours[0] / plain[0]:.2f}   (CPU median): {ours[2] / plain[2]:.2f}"
-        )
-        print(
-            f"  target <= 100 ms: {'met' if ours[0] <= 100 else 'NOT met'} (wall), {'met' if ours[2] <= 100 else 'NOT met'} (CPU)"
+            f"  target <= 100 ms: wall median {'met' if ours[0] <= 100 else 'NOT met'},"
+            f" wall min {'met' if ours[4] <= 100 else 'NOT met'}"
         )
         engine.dispose()
     finally:
