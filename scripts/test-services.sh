@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the real services the tests talk to are here: PostgreSQL running on 127.0.0.1:5432,
-# and the Prometheus and Alertmanager binaries (Debian packages). Idempotent; needs root for apt.
+# the Prometheus and Alertmanager binaries and systemd-analyze (Debian packages). Idempotent; needs
+# root for apt.
 set -euo pipefail
 
 if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
@@ -8,6 +9,12 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     prometheus prometheus-alertmanager
+fi
+
+# systemd-analyze verifies the shipped systemd units (tests/integration/test_deploy_files.py).
+if ! command -v systemd-analyze >/dev/null; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends systemd
 fi
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then

@@ -25,6 +25,7 @@ from service.errors import (
     ValidationFailed,
     WardenError,
 )
+from service.exposition.collector import FleetCollector
 from service.scheduler import build_scheduler, partitions_once
 from service.settings import Settings
 from service.telemetry import Telemetry
@@ -67,6 +68,8 @@ def create_app(
         clock=clock,
         telemetry=telemetry or Telemetry(),
     )
+    # The fleet's per-GPU and fleet-wide families, read from the database at scrape time.
+    ctx.telemetry.registry.register(FleetCollector(ctx))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

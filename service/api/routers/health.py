@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from service.api.deps import Ctx, authenticate
 from service.db.migrate import check_at_head
 from service.db.tokens_repo import Role
 from service.errors import SchemaOutOfDate
+from service.exposition.render import render
 
 router = APIRouter(tags=["health"])
 
@@ -48,4 +48,5 @@ def metrics(request: Request, ctx: Ctx) -> Response:
         info = authenticate(ctx, request)
         if info.role not in (Role.READER, Role.ADMIN):
             return Response("a reader token is needed", status.HTTP_403_FORBIDDEN)
-    return Response(generate_latest(ctx.telemetry.registry), media_type=CONTENT_TYPE_LATEST)
+    body, content_type = render(ctx.telemetry.registry)
+    return Response(body, headers={"Content-Type": content_type})

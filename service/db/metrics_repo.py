@@ -1,0 +1,87 @@
+"""Reads for /metrics: the latest sample of every recently reporting GPU, lost GPUs and prices."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, and_, or_, select
+
+from service.costs.price_match import PriceRow
+from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
+from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu
+from service.vocabulary import METRIC_NAMES
+
+
+def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> FleetSnapshot:
+    """GPUs whose latest sample is at most ``max_gap_seconds`` old, with their open job."""
+    fresh_since = now - timedelta(seconds=max_gap_seconds)
+    # Two simple queries joined here: cheaper on both backends than an outer join to a subquery.
+    open_job: dict[int, tuple[str, str | None, str | None]] = {}
+    for gpu_id, job_id, user, team in conn.execute(
+        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team)
+        .join(jobs, jobs.c.id == job_gpus.c.job_id)
+        .where(
+            job_gpus.c.started_at <= now,
+            or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > now),
+            or_(jobs.c.ended_at.is_(None), jobs.c.ended_at > now),
+        )
+        # A GPU shared by several open jobs shows the latest-started one.
+        .order_by(job_gpus.c.started_at, job_gpus.c.id)
+    ):
+        open_job[gpu_id] = (job_id, user, team)
+
+    query = (
+        select(
+            gpus.c.id,
+            gpus.c.uuid,
+            gpus.c.gpu_index,
+            gpus.c.model,
+            gpus.c.fb_total_bytes,
+            gpus.c.mig_parent_uuid,
+            gpus.c.last_sample_at,
+            nodes.c.hostname,
+            samples.c.source,
+            *(samples.c[m] for m in METRIC_NAMES),
+        )
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .join(samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at))
+        .where(gpus.c.last_sample_at >= fresh_since)
+    )
+    readings = []
+    no_job: tuple[None, None, None] = (None, None, None)
+    for row in conn.execute(query):
+        gpu_id, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
+        values = {name: v for name, v in zip(METRIC_NAMES, row[9:], strict=True) if v is not None}
+        job_id, user, team = open_job.get(gpu_id, no_job)
+        readings.append(
+            GpuReading(
+                node=hostname,
+                index=index,
+                uuid=uuid,
+                model=model,
+                last_sample_at=last_at,
+                values=values,
+                source=source,
+                fb_total_bytes=fb_total,
+                mig_parent_uuid=mig_parent,
+                job_id=job_id,
+                user=user,
+                team=team,
+            )
+        )
+    lost = [
+        LostGpu(node=r.hostname, index=r.gpu_index, uuid=r.uuid, model=r.model)
+        for r in conn.execute(
+            select(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
+            .join(nodes, nodes.c.id == gpus.c.node_id)
+            .where(gpus.c.lost_at.is_not(None), nodes.c.last_seen_at >= fresh_since)
+            .order_by(nodes.c.hostname, gpus.c.gpu_index)
+        )
+    ]
+    price_rows = [
+        PriceRow(r.model_pattern, r.usd_per_gpu_hour, r.effective_from)
+        for r in conn.execute(
+            select(prices.c.model_pattern, prices.c.usd_per_gpu_hour, prices.c.effective_from)
+        )
+    ]
+    return FleetSnapshot(readings=readings, lost=lost, prices=price_rows)

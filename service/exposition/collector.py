@@ -1,0 +1,58 @@
+"""The fleet collector for /metrics: reads the database at scrape time, never fails a scrape."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from service.context import ServiceContext
+from service.db.metrics_repo import read_fleet
+from service.exposition.fleet import fleet_families
+
+log = logging.getLogger(__name__)
+
+
+class FleetCollector(Collector):
+    """Per-GPU and fleet families built from the latest sample per GPU on every collect()."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+
+    def describe(self) -> Iterable[Metric]:
+        # Declaring nothing keeps registration from calling collect(), which reads the database.
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """The fleet families; on a database error only gpuwarden_fleet_metrics_up 0."""
+        ctx = self._ctx
+        started = time.perf_counter()
+        try:
+            now = ctx.clock()
+            with ctx.engine.connect() as conn:
+                snapshot = read_fleet(conn, now=now, max_gap_seconds=ctx.settings.max_gap_seconds)
+            families = fleet_families(
+                snapshot,
+                thresholds=ctx.thresholds,
+                now=now,
+                dcgm_compat=ctx.settings.metrics_dcgm_compat,
+            )
+            up = 1.0
+        except Exception:
+            log.exception("reading the fleet for /metrics failed")
+            ctx.telemetry.db_errors.labels("metrics").inc()
+            families, up = [], 0.0
+        yield from families
+        yield GaugeMetricFamily(
+            "gpuwarden_fleet_metrics_up",
+            "1 when the fleet families of this scrape were read from the database, else 0.",
+            value=up,
+        )
+        yield GaugeMetricFamily(
+            "gpuwarden_fleet_metrics_duration_seconds",
+            "Time to read and build the fleet families of this scrape (seconds).",
+            value=time.perf_counter() - started,
+        )

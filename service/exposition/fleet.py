@@ -1,0 +1,266 @@
+"""Metric families of the fleet (per-GPU gauges and fleet figures) from the latest readings.
+
+Pure: takes the GPUs' latest readings, the price table, the thresholds and ``now``; returns
+prometheus_client metric families. It reads no database and no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from service.costs.integrals import Thresholds
+from service.costs.price_match import PriceRow, price_per_gpu_hour
+from service.exposition.dcgm import dcgm_families
+from service.exposition.families import GpuFamily
+from service.vocabulary import METRICS, MetricSpec
+
+# The current job is named job_id, not job: Prometheus attaches its own `job` label (the scrape
+# job) to every series, and an exported `job` would be renamed exported_job or, with
+# honor_labels, would overwrite it.
+GPU_LABELS: tuple[str, ...] = ("node", "gpu", "uuid", "model", "job_id", "user", "team")
+LOST_LABELS: tuple[str, ...] = ("node", "gpu", "uuid", "model")
+INFO_LABELS: tuple[str, ...] = ("node", "gpu", "uuid", "model", "source", "mig_parent_uuid")
+
+_UNIT_SUFFIX = {
+    "ratio": "ratio",
+    "bytes": "bytes",
+    "watts": "watts",
+    "joules": "joules",
+    "celsius": "celsius",
+    "hertz": "hertz",
+    "bytes_per_second": "bytes_per_second",
+    "code": "",  # an XID code is a number without a unit
+}
+
+
+def exported_name(spec: MetricSpec) -> str:
+    """The Prometheus family name of a canonical metric, with its unit spelt out at the end.
+
+    Counters are named without ``_total``; prometheus_client appends it on exposition.
+    """
+    base = spec.name
+    unit = _UNIT_SUFFIX[spec.unit]
+    if base.endswith("_hz") and unit == "hertz":
+        base = base[: -len("_hz")]
+    if unit and not base.endswith("_" + unit):
+        base = f"{base}_{unit}"
+    return f"gpuwarden_gpu_{base}"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """A GPU that reported recently: who it is, who holds it, and its latest sample's values."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+    last_sample_at: datetime
+    values: dict[str, float]  # canonical metric name -> value; absent metrics are not there
+    source: str = ""
+    fb_total_bytes: int | None = None  # from the GPU's inventory, when the sample lacks it
+    mig_parent_uuid: str | None = None
+    job_id: str | None = None
+    user: str | None = None
+    team: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LostGpu:
+    """A GPU its (still reporting) node says is lost or has fallen off the bus."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    """Everything the families are built from, as read at one instant."""
+
+    readings: Sequence[GpuReading]
+    lost: Sequence[LostGpu] = ()
+    prices: Sequence[PriceRow] = field(default_factory=tuple)
+
+
+def info_values(r: GpuReading) -> tuple[str, ...]:
+    """The gpuwarden_gpu_info label values of a reading, in INFO_LABELS order."""
+    return (r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or "")
+
+
+def activity_of(values: dict[str, float]) -> float | None:
+    """The activity ratio the waste model uses: sm_active, else gpu_util, else None (no data)."""
+    activity = values.get("sm_active")
+    if activity is None:
+        activity = values.get("gpu_util")
+    return activity
+
+
+def fleet_families(
+    snapshot: FleetSnapshot, *, thresholds: Thresholds, now: datetime, dcgm_compat: bool = False
+) -> list[Metric]:
+    """Per-GPU gauges, the fleet's idle/idle-held/wasted-spend figures and, if asked, DCGM names."""
+    label_sets: list[dict[str, str]] = []
+
+    def gpu_family(name: str, doc: str, typ: str = "gauge") -> GpuFamily:
+        return GpuFamily(name, doc, typ, label_sets)
+
+    per_metric = [
+        (
+            spec.name,
+            gpu_family(
+                exported_name(spec),
+                f"{spec.help} ({spec.unit}), from the GPU's latest sample.",
+                "counter" if spec.counter else "gauge",
+            ),
+        )
+        for spec in METRICS
+    ]
+    fb_total_rows = next(f for name, f in per_metric if name == "fb_total_bytes").rows
+    last_ts = gpu_family(
+        "gpuwarden_gpu_last_sample_timestamp_seconds",
+        "Unix time of the GPU's latest sample (seconds).",
+    )
+    price_fam = gpu_family(
+        "gpuwarden_gpu_price_usd_per_hour",
+        "Price of the GPU from the price table (USD per GPU-hour).",
+    )
+    wasted_fam = gpu_family(
+        "gpuwarden_gpu_wasted_usd_per_hour",
+        "Spend going to unused SM time now: price x (1 - sm_active) (USD per hour).",
+    )
+    idle_fam = gpu_family(
+        "gpuwarden_gpu_idle",
+        "1 when the GPU's activity is below the idle threshold now, else 0 (boolean).",
+    )
+    info_sets: list[dict[str, str]] = []
+    info_fam = GpuFamily(
+        "gpuwarden_gpu_info",
+        "Always 1; labels say where the GPU's activity figures come from (gpm, dcgm, nvml).",
+        "gauge",
+        info_sets,
+    )
+
+    price_cache: dict[str, float | None] = {}
+    n_idle = n_idle_held = n_unpriced = 0
+    wasted_usd_per_hour = cost_usd_per_hour = 0.0
+    slots = [(name, fam.rows) for name, fam in per_metric]
+    for i, r in enumerate(snapshot.readings):
+        label_sets.append(
+            {
+                "node": r.node,
+                "gpu": str(r.index),
+                "uuid": r.uuid,
+                "model": r.model,
+                "job_id": r.job_id or "",
+                "user": r.user or "",
+                "team": r.team or "",
+            }
+        )
+        values = r.values
+        for name, rows in slots:
+            v = values.get(name)
+            if v is not None:
+                rows.append((i, v))
+        if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
+            fb_total_rows.append((i, r.fb_total_bytes))
+        last_ts.rows.append((i, r.last_sample_at.timestamp()))
+        info_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
+        info_fam.rows.append((i, 1.0))
+
+        if r.model not in price_cache:
+            price_cache[r.model] = price_per_gpu_hour(r.model, snapshot.prices, now)
+        price = price_cache[r.model]
+        if price is None:
+            n_unpriced += 1
+        else:
+            price_fam.rows.append((i, price))
+            cost_usd_per_hour += price
+
+        activity = activity_of(values)
+        if activity is None:
+            continue  # no activity figure: no data is never idle and never waste
+        idle = activity < thresholds.idle
+        idle_fam.rows.append((i, 1.0 if idle else 0.0))
+        if idle:
+            n_idle += 1
+            fb_used = values.get("fb_used_bytes")
+            if fb_used is not None and fb_used > thresholds.held_bytes:
+                n_idle_held += 1
+        if price is not None:
+            wasted = price * (1.0 - activity)
+            wasted_fam.rows.append((i, wasted))
+            wasted_usd_per_hour += wasted
+
+    lost_fam = GaugeMetricFamily(
+        "gpuwarden_gpu_lost",
+        "1 for a GPU its reporting node says is lost or fell off the bus (boolean).",
+        labels=LOST_LABELS,
+    )
+    for g in snapshot.lost:
+        lost_fam.add_metric([g.node, str(g.index), g.uuid, g.model], 1.0)
+
+    families: list[Metric] = [fam for _, fam in per_metric]
+    families += [last_ts, price_fam, wasted_fam, idle_fam, info_fam, lost_fam]
+    families += _fleet_figures(
+        reporting=len(snapshot.readings),
+        idle=n_idle,
+        idle_held=n_idle_held,
+        lost=len(snapshot.lost),
+        unpriced=n_unpriced,
+        wasted_usd_per_hour=wasted_usd_per_hour,
+        cost_usd_per_hour=cost_usd_per_hour,
+    )
+    if dcgm_compat:
+        families += dcgm_families(snapshot.readings)
+    return families
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _fleet_figures(
+    *,
+    reporting: int,
+    idle: int,
+    idle_held: int,
+    lost: int,
+    unpriced: int,
+    wasted_usd_per_hour: float,
+    cost_usd_per_hour: float,
+) -> Iterable[GaugeMetricFamily]:
+    return [
+        _gauge("gpuwarden_fleet_gpus", "GPUs that reported within max_gap (GPUs).", reporting),
+        _gauge(
+            "gpuwarden_fleet_gpus_idle",
+            "Reporting GPUs whose activity is below the idle threshold now (GPUs).",
+            idle,
+        ),
+        _gauge(
+            "gpuwarden_fleet_gpus_idle_held",
+            "Idle GPUs that still hold more frame buffer than the held threshold (GPUs).",
+            idle_held,
+        ),
+        _gauge("gpuwarden_fleet_gpus_lost", "GPUs lost or fallen off the bus (GPUs).", lost),
+        _gauge(
+            "gpuwarden_fleet_gpus_unpriced",
+            "Reporting GPUs whose model matches no price-table pattern (GPUs).",
+            unpriced,
+        ),
+        _gauge(
+            "gpuwarden_fleet_wasted_usd_per_hour",
+            "Spend going to unused SM time across the fleet now (USD per hour).",
+            wasted_usd_per_hour,
+        ),
+        _gauge(
+            "gpuwarden_fleet_cost_usd_per_hour",
+            "Price of all reporting, priced GPUs (USD per hour).",
+            cost_usd_per_hour,
+        ),
+    ]

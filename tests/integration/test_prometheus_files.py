@@ -1,0 +1,42 @@
+"""The shipped Prometheus and Alertmanager files pass the real tools' checks and unit tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PROM = REPO / "deploy" / "prometheus"
+
+
+def run(*cmd: str, cwd: Path = REPO) -> str:
+    assert shutil.which(cmd[0]), (
+        f"{cmd[0]} is needed (Debian packages prometheus, prometheus-alertmanager)"
+    )
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_promtool_check_config():
+    out = run("promtool", "check", "config", str(PROM / "prometheus.yml"))
+    assert "SUCCESS" in out and "1 rule files found" in out
+
+
+def test_promtool_check_rules():
+    out = run("promtool", "check", "rules", *map(str, sorted((PROM / "rules").glob("*.yml"))))
+    assert "SUCCESS: 10 rules found" in out
+
+
+def test_promtool_rule_unit_tests():
+    tests = sorted((PROM / "tests").glob("*.test.yml"))
+    assert tests
+    out = run("promtool", "test", "rules", *map(str, tests), cwd=PROM)
+    assert "SUCCESS" in out and "FAILED" not in out
+
+
+def test_amtool_check_config():
+    out = run("amtool", "check-config", str(REPO / "deploy" / "alertmanager" / "alertmanager.yml"))
+    assert "SUCCESS" in out and "1 inhibit rules" in out

@@ -1,0 +1,139 @@
+"""A real Prometheus scrapes a live central service fed over HTTP and sees the ingested values.
+
+It also loads deploy/prometheus/rules/, so the shipped rules must load in a real server.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from sqlalchemy import Engine
+
+from service.api.app import create_app
+from service.clock import utc_now
+from service.settings import Settings
+from tests.support import free_port, live_server, make_batch
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuwarden-alerts.yml"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+@pytest.fixture
+def central(settings: Settings, engine: Engine) -> Iterator[str]:
+    """The central service on the wall clock (Prometheus scrapes in real time)."""
+    with live_server(create_app(settings, engine=engine)) as url:
+        yield url
+
+
+@pytest.fixture
+def prometheus(central: str, tmp_path: Path) -> Iterator[str]:
+    """A real Prometheus on loopback scraping ``central`` every second; yields its base URL."""
+    assert Path(PROMETHEUS).exists(), "prometheus is needed (Debian package prometheus)"
+    rules = tmp_path / "rules.yml"
+    shutil.copy(RULES, rules)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [
+            {
+                "job_name": "gpuwarden",
+                "static_configs": [{"targets": [central.removeprefix("http://")]}],
+            }
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((tmp_path / "prometheus.log").read_text())
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def query(prom: str, promql: str, *, timeout_s: float = 60) -> list[dict[str, Any]]:
+    """The instant-vector result of ``promql``, waiting until it is non-empty."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.get(f"{prom}/api/v1/query", params={"query": promql}, timeout=5)
+        r.raise_for_status()
+        result: list[dict[str, Any]] = r.json()["data"]["result"]
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.25)
+
+
+def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, tokens):
+    batch = make_batch(
+        hostname="node-a",
+        gpu_uuids=("GPU-s0", "GPU-s1"),
+        start=utc_now() - timedelta(seconds=1),
+        metrics={"sm_active": 0.37, "power_watts": 234.5, "fb_used_bytes": 12_345_678},
+    )
+    r = httpx.post(
+        f"{central}/api/v1/ingest",
+        json=batch,
+        headers={"Authorization": f"Bearer {tokens['agent']}"},
+    )
+    assert r.status_code == 200, r.text
+
+    sm = query(prometheus, 'gpuwarden_gpu_sm_active_ratio{uuid="GPU-s1"}')
+    assert len(sm) == 1, sm
+    assert float(sm[0]["value"][1]) == 0.37
+    labels = sm[0]["metric"]
+    assert labels["job"] == "gpuwarden"  # the scrape job label is Prometheus's own
+    assert (labels["node"], labels["gpu"], labels["model"]) == (
+        "node-a",
+        "1",
+        "NVIDIA H100 80GB HBM3",
+    )
+
+    power = query(prometheus, "sum(gpuwarden_gpu_power_watts)")
+    assert float(power[0]["value"][1]) == 469.0
+    fb = query(prometheus, 'gpuwarden_gpu_fb_used_bytes{uuid="GPU-s0"}')
+    assert float(fb[0]["value"][1]) == 12_345_678
+    gpus = query(prometheus, "gpuwarden_fleet_gpus == 2")
+    assert len(gpus) == 1
+    # The service's own health arrives with the same scrape.
+    stored = query(prometheus, 'gpuwarden_ingest_batches_total{outcome="stored"}')
+    assert float(stored[0]["value"][1]) == 1.0
+    # The shipped alerting rules loaded into the real server.
+    rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    names = {rule["name"] for g in rules for rule in g["rules"]}
+    assert {"GpuIdleHeld", "GpuJobLowSmActivity", "GpuLost", "GpuXidError"} <= names

@@ -1,0 +1,201 @@
+"""The fleet families built from latest readings: names, units, labels, fleet figures, DCGM."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from prometheus_client.core import Metric
+
+from service.costs.integrals import Thresholds
+from service.costs.price_match import PriceRow
+from service.exposition.fleet import (
+    FleetSnapshot,
+    GpuReading,
+    LostGpu,
+    exported_name,
+    fleet_families,
+)
+from service.vocabulary import METRICS, METRICS_BY_NAME
+
+NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+GIB = 1024**3
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def reading(uuid: str, index: int = 0, **values: float) -> GpuReading:
+    return GpuReading(
+        node="node-a",
+        index=index,
+        uuid=uuid,
+        model=H100,
+        last_sample_at=NOW,
+        values=dict(values),
+        source="gpm",
+        fb_total_bytes=80 * GIB,
+    )
+
+
+def by_name(families: list[Metric]) -> dict[str, Metric]:
+    return {f.name: f for f in families}
+
+
+def values_of(fam: Metric, uuid: str, key: str = "uuid") -> list[float]:
+    return [s.value for s in fam.samples if s.labels.get(key) == uuid]
+
+
+def test_names_carry_units():
+    names = {m.name: exported_name(m) for m in METRICS}
+    assert names["sm_active"] == "gpuwarden_gpu_sm_active_ratio"
+    assert names["fb_used_bytes"] == "gpuwarden_gpu_fb_used_bytes"
+    assert names["power_watts"] == "gpuwarden_gpu_power_watts"
+    assert names["temperature_celsius"] == "gpuwarden_gpu_temperature_celsius"
+    assert names["sm_clock_hz"] == "gpuwarden_gpu_sm_clock_hertz"
+    assert names["energy_joules"] == "gpuwarden_gpu_energy_joules"  # a counter: + _total
+    assert names["pcie_tx_bytes_per_second"] == "gpuwarden_gpu_pcie_tx_bytes_per_second"
+    assert names["xid_last"] == "gpuwarden_gpu_xid_last"
+    assert len(set(names.values())) == len(METRICS)
+
+
+def test_per_gpu_gauges_have_labels_and_skip_absent_metrics():
+    r = GpuReading(
+        node="node-a",
+        index=3,
+        uuid="GPU-x",
+        model=H100,
+        last_sample_at=NOW,
+        values={"sm_active": 0.42, "power_watts": 310.0},
+        job_id="slurm:1",
+        user="alice",
+        team="vision",
+    )
+    fams = by_name(fleet_families(FleetSnapshot([r]), thresholds=Thresholds(), now=NOW))
+    (sample,) = fams["gpuwarden_gpu_sm_active_ratio"].samples
+    assert sample.value == 0.42
+    assert sample.labels == {
+        "node": "node-a",
+        "gpu": "3",
+        "uuid": "GPU-x",
+        "model": H100,
+        "job_id": "slurm:1",
+        "user": "alice",
+        "team": "vision",
+    }
+    assert fams["gpuwarden_gpu_power_watts"].samples[0].value == 310.0
+    # Not measured means absent, never 0.
+    assert fams["gpuwarden_gpu_tensor_active_ratio"].samples == []
+    assert fams["gpuwarden_gpu_temperature_celsius"].samples == []
+    assert fams["gpuwarden_gpu_last_sample_timestamp_seconds"].samples[0].value == NOW.timestamp()
+
+
+def test_energy_is_a_counter():
+    fams = by_name(
+        fleet_families(
+            FleetSnapshot([reading("GPU-a", energy_joules=1234.5)]),
+            thresholds=Thresholds(),
+            now=NOW,
+        )
+    )
+    fam = fams["gpuwarden_gpu_energy_joules"]
+    assert fam.type == "counter"
+    assert fam.samples[0].name == "gpuwarden_gpu_energy_joules_total"
+    assert METRICS_BY_NAME["energy_joules"].counter
+
+
+def test_fb_total_falls_back_to_inventory():
+    fams = by_name(
+        fleet_families(
+            FleetSnapshot([reading("GPU-a", sm_active=0.5)]), thresholds=Thresholds(), now=NOW
+        )
+    )
+    assert values_of(fams["gpuwarden_gpu_fb_total_bytes"], "GPU-a") == [80 * GIB]
+
+
+def test_fleet_figures_idle_held_and_waste():
+    readings = [
+        reading("GPU-busy", 0, sm_active=0.8, fb_used_bytes=40 * GIB),
+        reading("GPU-held", 1, sm_active=0.0, fb_used_bytes=20 * GIB),
+        reading("GPU-empty", 2, sm_active=0.01, fb_used_bytes=GIB // 2),
+        reading("GPU-nodata", 3, power_watts=70.0),  # no activity figure: neither idle nor waste
+        reading("GPU-fallback", 4, gpu_util=0.0, fb_used_bytes=2 * GIB),  # pre-Hopper
+    ]
+    snap = FleetSnapshot(
+        readings, prices=[PriceRow("*H100*", 4.0, datetime(2026, 1, 1, tzinfo=UTC))]
+    )
+    fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
+
+    def one(name: str) -> float:
+        (s,) = fams[name].samples
+        return s.value
+
+    assert one("gpuwarden_fleet_gpus") == 5
+    assert one("gpuwarden_fleet_gpus_idle") == 3
+    assert one("gpuwarden_fleet_gpus_idle_held") == 2
+    assert one("gpuwarden_fleet_gpus_unpriced") == 0
+    assert one("gpuwarden_fleet_cost_usd_per_hour") == 20.0
+    # 4 x (0.2 + 1.0 + 0.99 + 1.0); the no-data GPU wastes nothing.
+    assert abs(one("gpuwarden_fleet_wasted_usd_per_hour") - 4.0 * 3.19) < 1e-9
+    wasted = fams["gpuwarden_gpu_wasted_usd_per_hour"]
+    assert abs(values_of(wasted, "GPU-busy")[0] - 0.8) < 1e-9
+    assert values_of(wasted, "GPU-nodata") == []
+    assert values_of(fams["gpuwarden_gpu_idle"], "GPU-held") == [1.0]
+    assert values_of(fams["gpuwarden_gpu_idle"], "GPU-busy") == [0.0]
+    assert values_of(fams["gpuwarden_gpu_idle"], "GPU-nodata") == []
+
+
+def test_thresholds_come_from_settings_not_constants():
+    snap = FleetSnapshot([reading("GPU-a", sm_active=0.2, fb_used_bytes=3 * GIB)])
+    fams = by_name(
+        fleet_families(snap, thresholds=Thresholds(idle=0.25, held_bytes=4 * GIB), now=NOW)
+    )
+    assert fams["gpuwarden_fleet_gpus_idle"].samples[0].value == 1
+    assert fams["gpuwarden_fleet_gpus_idle_held"].samples[0].value == 0
+
+
+def test_unpriced_models_are_counted_and_have_no_price_series():
+    snap = FleetSnapshot([reading("GPU-a", sm_active=0.0)], prices=[])
+    fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
+    assert fams["gpuwarden_fleet_gpus_unpriced"].samples[0].value == 1
+    assert fams["gpuwarden_gpu_price_usd_per_hour"].samples == []
+    assert fams["gpuwarden_fleet_wasted_usd_per_hour"].samples[0].value == 0
+
+
+def test_lost_gpus():
+    snap = FleetSnapshot([], lost=[LostGpu("node-b", 2, "GPU-l", H100)])
+    fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
+    (s,) = fams["gpuwarden_gpu_lost"].samples
+    assert s.labels == {"node": "node-b", "gpu": "2", "uuid": "GPU-l", "model": H100}
+    assert fams["gpuwarden_fleet_gpus_lost"].samples[0].value == 1
+
+
+def test_dcgm_compat_names_labels_and_units():
+    r = reading(
+        "GPU-d",
+        5,
+        sm_active=0.97,
+        gpu_util=0.5,
+        fb_used_bytes=2048 * 1024 * 1024,
+        energy_joules=10.0,
+        sm_clock_hz=1.98e9,
+        temperature_celsius=61.0,
+    )
+    plain = by_name(fleet_families(FleetSnapshot([r]), thresholds=Thresholds(), now=NOW))
+    assert not any(n.startswith("DCGM_") for n in plain)
+    fams = by_name(
+        fleet_families(FleetSnapshot([r]), thresholds=Thresholds(), now=NOW, dcgm_compat=True)
+    )
+    (sm,) = fams["DCGM_FI_PROF_SM_ACTIVE"].samples
+    assert sm.value == 0.97
+    assert sm.labels == {
+        "gpu": "5",
+        "UUID": "GPU-d",
+        "device": "nvidia5",
+        "modelName": H100,
+        "Hostname": "node-a",
+    }
+    assert fams["DCGM_FI_DEV_GPU_UTIL"].samples[0].value == 50.0  # percent
+    assert fams["DCGM_FI_DEV_FB_USED"].samples[0].value == 2048.0  # MiB
+    assert fams["DCGM_FI_DEV_FB_FREE"].samples[0].value == 80 * 1024 - 2048.0
+    assert fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].samples[0].value == 10_000.0  # mJ
+    assert abs(fams["DCGM_FI_DEV_SM_CLOCK"].samples[0].value - 1980.0) < 1e-9  # MHz
+    assert fams["DCGM_FI_DEV_GPU_TEMP"].samples[0].value == 61.0
+    assert fams["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].samples == []
