@@ -251,11 +251,10 @@ def fleet() -> dict[str, Any]:
         ),
         timeseries(
             "Background jobs",
-            # The metric's own `job` label arrives as exported_job: Prometheus keeps `job`.
             [
                 (
-                    "sum by (exported_job, outcome) (increase(gpuwarden_background_job_runs_total[15m]))",
-                    "{{exported_job}} {{outcome}}",
+                    "sum by (task, outcome) (increase(gpuwarden_background_job_runs_total[15m]))",
+                    "{{task}} {{outcome}}",
                 ),
                 ("gpuwarden_rollup_backlog_buckets", "rollup backlog"),
             ],

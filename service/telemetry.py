@@ -37,16 +37,17 @@ class Telemetry:
             ["operation"],
             registry=r,
         )
+        # "task", not "job": Prometheus owns the job label of every scraped series.
         self.job_runs = Counter(
             "gpuwarden_background_job_runs",
-            "Background job runs by job and outcome.",
-            ["job", "outcome"],
+            "Background job runs by task and outcome.",
+            ["task", "outcome"],
             registry=r,
         )
         self.job_seconds = Histogram(
             "gpuwarden_background_job_duration_seconds",
-            "Duration of background job runs.",
-            ["job"],
+            "Duration of background job runs (seconds).",
+            ["task"],
             registry=r,
         )
         self.rollup_buckets = Counter(
