@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -22,6 +23,8 @@ class ServiceContext:
     clock: Clock = utc_now
     telemetry: Telemetry = field(default_factory=Telemetry)
     known_partitions: set[date] = field(default_factory=set)
+    # Run by the app on shutdown (for example to release the evaluator's leader lock).
+    shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def thresholds(self) -> Thresholds:

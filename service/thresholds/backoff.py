@@ -18,7 +18,7 @@ def retry_delay_seconds(
     rng = rng or random.Random()
     ceiling = min(cap_seconds, base_seconds * 2 ** max(attempt - 1, 0))
     # Half fixed, half random ("equal jitter") so retries spread out but never come at once.
-    delay = ceiling / 2 + rng.uniform(0, ceiling / 2)
+    delay: float = ceiling / 2 + rng.uniform(0, ceiling / 2)
     if retry_after_seconds is not None:
         delay = max(delay, min(retry_after_seconds, 3600.0))
     return delay

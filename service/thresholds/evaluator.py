@@ -266,7 +266,9 @@ class Round:
     changes: list[tuple[PolicySpec, Change]] = field(default_factory=list)
 
 
-def firing_by_severity(states: Iterable[AlertState], severities: Mapping[str, str]) -> dict[str, int]:
+def firing_by_severity(
+    states: Iterable[AlertState], severities: Mapping[str, str]
+) -> dict[str, int]:
     """Count of firing alerts per severity (``severities`` maps policy name to severity)."""
     out: dict[str, int] = {}
     for s in states:

@@ -86,9 +86,7 @@ class PolicySpec(BaseModel):
     def _match(cls, value: dict[str, str]) -> dict[str, str]:
         for label in value:
             if label not in MATCH_LABELS:
-                raise ValueError(
-                    f"cannot match on label {label!r}; use {', '.join(MATCH_LABELS)}"
-                )
+                raise ValueError(f"cannot match on label {label!r}; use {', '.join(MATCH_LABELS)}")
         return value
 
     @property
@@ -199,12 +197,15 @@ def parse_config(
             raise ValidationFailed(key, "must be a list")
     channel_specs = [parse_channel(c, prefix=f"channels.{i}") for i, c in enumerate(raw_channels)]
     policy_specs = [parse_policy(p, prefix=f"policies.{i}") for i, p in enumerate(raw_policies)]
-    for kind, specs in (("channels", channel_specs), ("policies", policy_specs)):
+    for kind, names_in_order in (
+        ("channels", [c.name for c in channel_specs]),
+        ("policies", [p.name for p in policy_specs]),
+    ):
         seen: set[str] = set()
-        for i, s in enumerate(specs):
-            if s.name in seen:
-                raise ValidationFailed(f"{kind}.{i}.name", f"{s.name!r} is defined twice")
-            seen.add(s.name)
+        for i, name in enumerate(names_in_order):
+            if name in seen:
+                raise ValidationFailed(f"{kind}.{i}.name", f"{name!r} is defined twice")
+            seen.add(name)
     names = {c.name for c in channel_specs} | (known_channels or set())
     for i, p in enumerate(policy_specs):
         check_policy_channels(p, names, prefix=f"policies.{i}")

@@ -25,7 +25,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 def render(note: Notification) -> dict[str, Any]:
-    """The Slack message for ``note``: what, where, since when, value vs threshold, dollars, link."""
+    """The Slack message: what, where, since when, value vs threshold, dollars so far, link."""
     icon = {"firing": ":rotating_light:", "resolved": ":white_check_mark:"}[note.status]
     since = iso(note.fired_at or note.active_since)
     lines = [note.condition(), f"since {since}"]
@@ -44,8 +44,14 @@ def render(note: Notification) -> dict[str, Any]:
     ]
     fields.append({"type": "mrkdwn", "text": f"*severity*\n{note.severity}"})
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _cut(note.headline(), HEADER_MAX)}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines), SECTION_MAX)}},
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": _cut(note.headline(), HEADER_MAX)},
+        },
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": _cut("\n".join(lines), SECTION_MAX)},
+        },
         {"type": "section", "fields": fields[:FIELDS_MAX]},
     ]
     links = [(note.report_url, "Job report"), (note.alert_url, "Alert")]
