@@ -251,9 +251,10 @@ def test_hardware_fault_inhibits_low_use_and_silence_shows_silenced(
         )
         assert r.status_code == 201
         evaluate_once(ctx)
-        Dispatcher(ctx).drain()
+        assert Dispatcher(ctx).drain() == 3  # synchronous: everything due is sent on return
+        assert len(receiver.received) == 3
         got = sorted(
-            (p["policy"], p["labels"]["gpu"]) for p in (x.json() for x in receiver.wait_for(4))
+            (p["policy"], p["labels"]["gpu"]) for p in (x.json() for x in receiver.wait_for(3))
         )
         assert got == [("hot", "GPU-a0"), ("hw", "GPU-a0"), ("low-sm-activity", "GPU-a1")]
         alerts = http.get("/api/v1/alerts", params={"state": "firing"}, headers=admin).json()
