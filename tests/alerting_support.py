@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -9,7 +12,7 @@ import httpx
 from sqlalchemy import Engine, insert, select
 
 from service.db.schema import gpus, job_gpus, jobs, prices
-from tests.support import make_batch
+from tests.support import live_server, make_batch
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -93,3 +96,35 @@ def low_sm_policy(channels: list[str], **kw: Any) -> dict[str, Any]:
         "repeat_interval": "1h",
         "send_resolved": True,
     } | kw
+
+
+@contextmanager
+def running_service(engine: Engine, **overrides: Any) -> Iterator[tuple[str, Any]]:
+    """The real central service (scheduler on, real clock) on loopback; yields (url, ctx)."""
+    from service.api.app import create_app
+    from service.settings import Settings
+
+    settings = Settings(
+        database_url=str(engine.url.render_as_string(hide_password=False)),
+        run_scheduler=True,
+        eval_interval_seconds=1.0,
+        outbox_interval_seconds=0.5,
+        rollup_interval_seconds=2.0,
+        webhook_allow_nets="127.0.0.0/8",
+        public_url="https://warden.example",
+        **overrides,
+    )
+    app = create_app(settings, engine=engine)
+    with live_server(app) as url:
+        yield url, app.state.ctx
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")

@@ -35,7 +35,8 @@ def write_conn(ctx: Ctx) -> Iterator[Connection]:
 
 
 ReadConn = Annotated[Connection, Depends(read_conn)]
-WriteConn = Annotated[Connection, Depends(write_conn)]
+# scope="function": commit before the response is sent, so a 2xx means the write is visible.
+WriteConn = Annotated[Connection, Depends(write_conn, scope="function")]
 
 _UNAUTHORIZED = HTTPException(
     status.HTTP_401_UNAUTHORIZED,
