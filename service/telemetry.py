@@ -75,6 +75,11 @@ class Telemetry:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.evaluator_leader = Gauge(
+            "gpuwarden_evaluator_leader",
+            "1 while this replica holds the evaluator lock (evaluates and sends), else 0.",
+            registry=r,
+        )
         self.alerts_firing = Gauge(
             "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"], registry=r
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from service.context import ServiceContext
 from service.db import alerts_repo, outbox_repo
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 # An XID this recent (or a lost GPU) suppresses low-utilization alerts on that GPU.
 FRESH_FAULT_SECONDS = 600.0
+CONFIG_LOCK_KEY = 0x67707577_636F6E66  # "gpuwconf": serialises config loading across replicas
 
 
 def load_config(ctx: ServiceContext) -> tuple[int, int]:
@@ -33,6 +34,9 @@ def load_config(ctx: ServiceContext) -> tuple[int, int]:
     if not config.get("policies") and not config.get("channels"):
         return 0, 0
     with ctx.engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Replicas starting together must not race on the same upserts.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CONFIG_LOCK_KEY})
         api_channels = {c.name for c in alerts_repo.list_channels(conn)}
         policy_specs, channel_specs = parse_config(config, known_channels=api_channels)
         alerts_repo.sync_from_file(
@@ -196,7 +200,9 @@ class Alerting:
 
     def evaluate_tick(self) -> RoundResult | None:
         """If this replica is the leader: evaluate, then send what that queued."""
-        if not self.leader.check():
+        leader = self.leader.check()
+        self.ctx.telemetry.evaluator_leader.set(1 if leader else 0)
+        if not leader:
             return None
         result = evaluate_once(self.ctx)
         if result.notifications:
