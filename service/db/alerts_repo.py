@@ -272,38 +272,42 @@ def apply_changes(
     conn: Connection, changes: Iterable[tuple[PolicySpec, Change]], *, now: datetime
 ) -> list[int]:
     """Store a round's changes (new alerts, updates, events); returns each change's alert id."""
-    ids: list[int] = []
+    changes = list(changes)
+    ids: list[int | None] = [None] * len(changes)
+    new_rows: list[dict[str, Any]] = []
+    new_idx: list[int] = []
     updates: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
-    for policy, ch in changes:
+    for i, (policy, ch) in enumerate(changes):
         row = _row(policy, ch.after, now)
         if ch.before is None or ch.before.id is None:
-            alert_id = int(
-                conn.execute(insert(alerts).values(**row).returning(alerts.c.id)).scalar_one()
-            )
-            events.append(
-                _event(alert_id, "inactive", "pending", ch.after.active_since, ch.after.value)
-            )
-            if ch.after.state == "firing":
-                events.append(_event(alert_id, "pending", "firing", now, ch.after.value))
-        else:
-            alert_id = ch.before.id
-            old = _row(policy, ch.before, now)
-            if any(old[k] != row[k] for k in _MUTABLE):
-                updates.append(
-                    {"b_id": alert_id, **{k: row[k] for k in _MUTABLE}, "last_eval_at": now}
-                )
-            if ch.before.state != ch.after.state:
-                events.append(
-                    _event(alert_id, ch.before.state, ch.after.state, now, ch.after.value)
-                )
-        ids.append(alert_id)
+            new_rows.append(row)
+            new_idx.append(i)
+            continue
+        alert_id = ch.before.id
+        ids[i] = alert_id
+        old = _row(policy, ch.before, now)
+        if any(old[k] != row[k] for k in _MUTABLE):
+            updates.append({"b_id": alert_id, **{k: row[k] for k in _MUTABLE}, "last_eval_at": now})
+        if ch.before.state != ch.after.state:
+            events.append(_event(alert_id, ch.before.state, ch.after.state, now, ch.after.value))
+    if new_rows:
+        # One multi-row INSERT ... RETURNING, ids in parameter order.
+        returned = conn.execute(
+            insert(alerts).returning(alerts.c.id, sort_by_parameter_order=True), new_rows
+        ).scalars()
+        for i, alert_id in zip(new_idx, returned, strict=True):
+            ids[i] = alert_id
+            after = changes[i][1].after
+            events.append(_event(alert_id, "inactive", "pending", after.active_since, after.value))
+            if after.state == "firing":
+                events.append(_event(alert_id, "pending", "firing", now, after.value))
     if updates:
         values: dict[str, Any] = {k: bindparam(k) for k in (*_MUTABLE, "last_eval_at")}
         conn.execute(update(alerts).where(alerts.c.id == bindparam("b_id")).values(values), updates)
     if events:
         conn.execute(insert(alert_events), events)
-    return ids
+    return [int(i) for i in ids if i is not None]
 
 
 def _event(alert_id: int, src: str, dst: str, ts: datetime, value: float | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -133,18 +133,22 @@ def observe(
 ) -> dict[str, Observation]:
     """Aggregate per-GPU window stats into one observation per scope key the policy matches."""
     out: dict[str, Observation] = {}
+    metric, aggregate = policy.metric, policy.aggregate
+    check_match, want_faults = bool(policy.match), policy.low_utilization and bool(faults)
     for member in members:
-        if not policy.matches(dict(member.labels)):
+        if check_match and not policy.matches(member.labels):
             continue
+        ids = member.gpu_ids
         acc: WindowStats | None = None
-        for gpu_id in member.gpu_ids:
-            s = stats.get(gpu_id, {}).get(policy.metric)
+        for gpu_id in ids:
+            per = stats.get(gpu_id)
+            s = per.get(metric) if per is not None else None
             if s is not None and s.count:
                 acc = s if acc is None else acc.merge(s)
         out[member.key] = Observation(
-            value=None if acc is None else acc.value(policy.aggregate),
+            value=None if acc is None else acc.value(aggregate),
             labels=member.labels,
-            hardware_fault=any(faults.get(g, False) for g in member.gpu_ids),
+            hardware_fault=want_faults and any(faults.get(g, False) for g in ids),
         )
     return out
 
@@ -179,11 +183,9 @@ def evaluate(
             if prev is not None:
                 changes.append(_end(policy, prev, now))
             continue
-        labels = dict(obs.labels)
-        suppressed = policy.low_utilization and obs.hardware_fault
-        silenced = any(s.mutes(alert_labels(policy, labels), now) for s in silences)
         if obs.value is None:
             if prev is not None:
+                suppressed, silenced = _muted(policy, obs, silences, now)
                 after = replace(prev, stale=True, suppressed=suppressed, silenced=silenced)
                 changes.append(_notify_firing(policy, prev, after, now, resend_seconds))
             continue
@@ -191,6 +193,8 @@ def evaluate(
             if prev is not None:
                 changes.append(_end(policy, replace(prev, value=obs.value, stale=False), now))
             continue
+        labels = dict(obs.labels)
+        suppressed, silenced = _muted(policy, obs, silences, now)
         if prev is None:
             state = AlertState(
                 policy=policy.name,
@@ -209,6 +213,17 @@ def evaluate(
             state = replace(state, state="firing", fired_at=now)
         changes.append(_notify_firing(policy, prev, state, now, resend_seconds))
     return changes
+
+
+def _muted(
+    policy: PolicySpec, obs: Observation, silences: list[Silence], now: datetime
+) -> tuple[bool, bool]:
+    """(suppressed by a hardware fault, silenced) for an alert observed as ``obs``."""
+    suppressed = policy.low_utilization and obs.hardware_fault
+    silenced = bool(silences) and any(
+        s.mutes(alert_labels(policy, obs.labels), now) for s in silences
+    )
+    return suppressed, silenced
 
 
 def _notify_firing(
@@ -257,13 +272,6 @@ def route(kind: NotifyKind, policy: PolicySpec, channel_types: Mapping[str, str]
             continue
         out.append(name)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class Round:
-    """The result of evaluating every policy once."""
-
-    changes: list[tuple[PolicySpec, Change]] = field(default_factory=list)
 
 
 def firing_by_severity(

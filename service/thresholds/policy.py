@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from service.durations import parse_duration
 from service.errors import ValidationFailed
@@ -59,6 +60,22 @@ class PolicySpec(BaseModel):
     send_resolved: bool = True
     description: str | None = None
 
+    # Derived once: the evaluator reads these for every scope key of every round.
+    _window_s: float = PrivateAttr(0.0)
+    _for_s: float = PrivateAttr(0.0)
+    _repeat_s: float = PrivateAttr(0.0)
+    _low_util: bool = PrivateAttr(False)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Parse the durations and classify the policy once."""
+        self._window_s = parse_duration(self.window)
+        self._for_s = parse_duration(self.for_)
+        self._repeat_s = parse_duration(self.repeat_interval)
+        spec = METRICS_BY_NAME.get(self.metric)
+        self._low_util = self.metric == "idle_held" or (
+            spec is not None and spec.unit == "ratio" and self.op in ("<", "<=")
+        )
+
     @field_validator("metric")
     @classmethod
     def _metric(cls, value: str) -> str:
@@ -92,27 +109,24 @@ class PolicySpec(BaseModel):
     @property
     def window_seconds(self) -> float:
         """The aggregation window in seconds."""
-        return parse_duration(self.window)
+        return self._window_s
 
     @property
     def for_seconds(self) -> float:
         """How long the condition must hold before the alert fires, in seconds."""
-        return parse_duration(self.for_)
+        return self._for_s
 
     @property
     def repeat_seconds(self) -> float:
         """How often a still-firing alert is notified again, in seconds."""
-        return parse_duration(self.repeat_interval)
+        return self._repeat_s
 
     @property
     def low_utilization(self) -> bool:
         """Whether the policy alerts on too little activity (inhibited by hardware faults)."""
-        if self.metric == "idle_held":
-            return True
-        spec = METRICS_BY_NAME.get(self.metric)
-        return spec is not None and spec.unit == "ratio" and self.op in ("<", "<=")
+        return self._low_util
 
-    def matches(self, labels: dict[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether a scope with ``labels`` falls under this policy's matchers (shell patterns)."""
         return all(fnmatch.fnmatchcase(labels.get(k) or "", v) for k, v in self.match.items())
 

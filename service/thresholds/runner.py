@@ -15,7 +15,14 @@ from sqlalchemy import Connection, text
 from service.context import ServiceContext
 from service.db import alerts_repo, outbox_repo
 from service.settings import load_config_file
-from service.thresholds.evaluator import AlertState, Change, evaluate, observe, route
+from service.thresholds.evaluator import (
+    AlertState,
+    Change,
+    Observation,
+    evaluate,
+    observe,
+    route,
+)
 from service.thresholds.job_cost import job_wasted_usd
 from service.thresholds.leader import LeaderLock
 from service.thresholds.outbox import Dispatcher
@@ -137,8 +144,21 @@ def evaluate_once(ctx: ServiceContext) -> RoundResult:
         silences = alerts_repo.active_silences(conn, now=now)
         previous = alerts_repo.open_alerts(conn)
         changes: list[tuple[PolicySpec, Change]] = []
+        # Policies that differ only in threshold, for or channels see the same observations.
+        seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
         for p in policy_list:
-            obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
+            obs_key = (
+                p.scope,
+                p.metric,
+                p.window_seconds,
+                p.aggregate,
+                tuple(sorted(p.match.items())),
+                p.low_utilization,
+            )
+            obs = seen.get(obs_key)
+            if obs is None:
+                obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
+                seen[obs_key] = obs
             for ch in evaluate(
                 p,
                 obs,
@@ -163,8 +183,11 @@ def evaluate_once(ctx: ServiceContext) -> RoundResult:
             if ch.notify is None:
                 continue
             result.by_kind[ch.notify] = result.by_kind.get(ch.notify, 0) + 1
+            targets = route(ch.notify, p, channel_types)
+            if not targets:
+                continue
             payload = notification(ctx, conn, p, ch.after, ch.notify, alert_id, now)
-            for channel in route(ch.notify, p, channel_types):
+            for channel in targets:
                 delivery_id = f"msg_{uuid.uuid4().hex}"
                 rows.append(
                     {
