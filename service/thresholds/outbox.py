@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 def make_client(timeout_seconds: float) -> httpx.Client:
     """The HTTP client notifiers use: bounded timeout, redirects never followed."""
+    # httpx logs each request's full URL at INFO, and a Slack webhook URL is a secret.
+    httpx_log = logging.getLogger("httpx")
+    if httpx_log.getEffectiveLevel() < logging.WARNING:
+        httpx_log.setLevel(logging.WARNING)
     return httpx.Client(timeout=timeout_seconds, follow_redirects=False, trust_env=False)
 
 
