@@ -20,21 +20,21 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.api.app import create_app
 from service.clock import utc_now
 from service.context import ServiceContext
-from service.db import alerts_repo, tokens_repo
+from service.db import alerts_repo, partitions, tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import gpus, job_gpus, jobs, nodes, samples
 from service.scheduler import partitions_once
 from service.settings import Settings
 from service.thresholds.policy import PolicySpec
-from service.thresholds.runner import evaluate_once
+from service.thresholds.runner import StateCache, evaluate_once
 from tests.receivers import Receiver
 from tests.support import live_server, make_batch
 
@@ -138,8 +138,8 @@ def bench_latency(db_url: str, trials: int) -> None:
     )
 
 
-def populate(engine: Engine, n_gpus: int, now: datetime) -> None:
-    """n_gpus GPUs on 8-GPU nodes, 10 minutes of 10 s samples, 4-GPU jobs on half of them."""
+def populate(engine: Engine, n_gpus: int, now: datetime, history: int) -> None:
+    """n_gpus GPUs on 8-GPU nodes, ``history`` 10 s samples each, 4-GPU jobs on half of them."""
     rng = random.Random(7)
     with engine.begin() as conn:
         node_rows = [
@@ -164,6 +164,18 @@ def populate(engine: Engine, n_gpus: int, now: datetime) -> None:
             ],
         )
         gpu_ids = list(conn.execute(select(gpus.c.id).order_by(gpus.c.id)).scalars())
+        # Older history, so the window queries run against a realistically full partition.
+        partitions.ensure_partitions(
+            conn, {(now - timedelta(seconds=10 * history)).date(), now.date()}
+        )
+        conn.execute(
+            text(
+                "INSERT INTO samples (gpu_id, ts, source, sm_active, fb_used_bytes, power_watts,"
+                " temperature_celsius) SELECT g.id, :now - s * interval '10 seconds', 'gpm', 0.7,"
+                " 21474836480, 300, 60 FROM gpus g, generate_series(60, :n) s"
+            ),
+            {"now": now, "n": history},
+        )
         rows = []
         for k, gid in enumerate(gpu_ids):
             idle = k % 20 == 0  # 5 % of GPUs idle (and holding memory), 1 % hot, 0.5 % XID
@@ -244,23 +256,30 @@ def policies(n: int) -> list[PolicySpec]:
     ]
 
 
-def bench_round(db_url: str, n_gpus: int, n_policies: int, rounds: int) -> None:
+def bench_round(db_url: str, n_gpus: int, n_policies: int, rounds: int, history: int) -> None:
     engine = make_engine(db_url)
     upgrade(engine)
     now = utc_now()
     ctx = ServiceContext(settings=Settings(database_url=db_url), engine=engine, clock=lambda: now)
     partitions_once(ctx)
     t = time.perf_counter()
-    populate(engine, n_gpus, now)
-    print(f"populated {n_gpus} GPUs x 60 samples in {time.perf_counter() - t:.1f} s")
+    populate(engine, n_gpus, now, history)
+    print(f"populated {n_gpus} GPUs x {history} samples in {time.perf_counter() - t:.1f} s")
     with engine.begin() as conn:
         for p in policies(n_policies):
             alerts_repo.create_policy(conn, policy=p, source="api", now=now)
-    times, changes = [], []
+    times, changes, cpu = [], [], []
+    cache = StateCache()
     for i in range(rounds):
-        result = evaluate_once(ctx)
+        c0 = time.process_time()
+        result = evaluate_once(ctx, cache=cache)  # as the leader runs it
+        cpu.append(time.process_time() - c0)
         times.append(result.seconds)
         changes.append(result.transitions)
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in result.phase_seconds.items())
+        print(
+            f"  round {i}: {result.seconds:.3f} s wall ({phases}), {cpu[-1]:.3f} s CPU in this process"
+        )
         now = now + timedelta(seconds=10) if i else now
     print(
         f"evaluation round, {n_policies} policies x {n_gpus} GPUs on PostgreSQL, {rounds} rounds:"
@@ -276,14 +295,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--policies", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--history", type=int, default=1080, help="samples per GPU (10 s apart)")
     args = parser.parse_args()
+    if not args.skip_latency:
+        with fresh_database(args.pg) as url:
+            bench_latency(url, args.trials)
     with fresh_database(args.pg) as url:
-        bench_latency(url, args.trials)
-    with fresh_database(args.pg) as url:
-        bench_round(url, args.gpus, args.policies, args.rounds)
+        bench_round(url, args.gpus, args.policies, args.rounds, args.history)
 
 
 if __name__ == "__main__":

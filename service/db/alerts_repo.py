@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,8 +11,10 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Float,
+    Integer,
     Table,
     and_,
+    any_,
     bindparam,
     case,
     cast,
@@ -23,6 +25,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from service.db.schema import (
     alert_events,
@@ -39,7 +42,7 @@ from service.db.schema import (
 )
 from service.errors import Conflict, NotFound
 from service.thresholds.evaluator import AlertState, Change, ScopeMember, Silence, WindowStats
-from service.thresholds.policy import ChannelSpec, PolicySpec
+from service.thresholds.policy import POLICY_METRICS, ChannelSpec, PolicySpec
 from service.vocabulary import METRICS_BY_NAME
 
 # Windows longer than this read 1-minute rollups instead of raw samples.
@@ -380,6 +383,11 @@ class Scopes:
     job: list[ScopeMember]
     lost_gpu_ids: frozenset[int]
 
+    @property
+    def gpu_ids(self) -> list[int]:
+        """Every GPU's id."""
+        return [m.gpu_ids[0] for m in self.gpu]
+
     def of(self, scope: str) -> list[ScopeMember]:
         """The members of scope ``scope`` (gpu, node or job)."""
         members: list[ScopeMember] = getattr(self, scope)
@@ -451,65 +459,93 @@ def scope_members(conn: Connection, *, now: datetime) -> Scopes:
     return Scopes(gpu_members, node_members, job_members, lost)
 
 
+def _among(conn: Connection, column: Any, ids: list[int]) -> Any:
+    """``column IN ids``; on PostgreSQL one array parameter (``= ANY``), cheap to send and plan."""
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam("gpu_id_list", ids, type_=ARRAY(Integer)))
+    return column.in_(ids)
+
+
+def _sample_expr(metric: str, idle_threshold: float, held_bytes: float) -> Any:
+    """The per-sample value of ``metric`` (canonical or derived) as a SQL expression."""
+    if metric == "idle_held":
+        return case(
+            (samples.c.sm_active.is_(None), None),
+            (
+                and_(samples.c.sm_active < idle_threshold, samples.c.fb_used_bytes > held_bytes),
+                1.0,
+            ),
+            else_=0.0,
+        )
+    if metric == "hardware_fault":
+        return cast(samples.c.xid_last, Float)
+    return cast(samples.c[metric], Float)
+
+
+WindowStatsByGpu = dict[int, dict[str, WindowStats]]
+
+
 def window_stats(
     conn: Connection,
     *,
-    metrics: Iterable[str],
-    window_seconds: float,
+    windows: Mapping[float, Iterable[str]],
     now: datetime,
     idle_threshold: float,
     held_bytes: float,
+    gpu_ids: Iterable[int],
     lost_gpu_ids: frozenset[int] = frozenset(),
-) -> dict[int, dict[str, WindowStats]]:
-    """Per GPU, sum/count/min/max of each metric over (now - window, now] (one query)."""
-    wanted = sorted(set(metrics))
-    if window_seconds > RAW_WINDOW_MAX_SECONDS:
-        return _rollup_stats(conn, wanted, window_seconds, now, lost_gpu_ids)
-    since = now - timedelta(seconds=window_seconds)
-    cols: list[Any] = [samples.c.gpu_id, func.count().label("n")]
-    exprs: dict[str, Any] = {}
-    for m in wanted:
-        if m in METRICS_BY_NAME:
-            exprs[m] = cast(samples.c[m], Float)
-        elif m == "idle_held":
-            exprs[m] = case(
-                (samples.c.sm_active.is_(None), None),
-                (
-                    and_(
-                        samples.c.sm_active < idle_threshold,
-                        samples.c.fb_used_bytes > held_bytes,
-                    ),
-                    1.0,
-                ),
-                else_=0.0,
+) -> dict[float, WindowStatsByGpu]:
+    """Per window and GPU, sum/count/min/max of each metric over (now - window, now].
+
+    Every raw-sample window is read in one scan of the widest one (narrower windows are
+    aggregate FILTERs); windows longer than an hour read 1-minute rollups.
+    """
+    ids = sorted(gpu_ids)
+    out: dict[float, WindowStatsByGpu] = {}
+    raw: dict[float, list[str]] = {}
+    for w, ms in windows.items():
+        if w > RAW_WINDOW_MAX_SECONDS:
+            out[w] = _rollup_stats(conn, sorted(set(ms)), w, now, ids, lost_gpu_ids)
+        else:
+            raw[w] = sorted(set(ms) & set(POLICY_METRICS))
+            out[w] = {}
+    if raw:
+        widest = max(raw)
+        cols: list[Any] = [samples.c.gpu_id]
+        plan: list[tuple[float, str, int]] = []  # (window, metric, first column index)
+        for w, ms in sorted(raw.items()):
+            recent = None if w == widest else samples.c.ts > now - timedelta(seconds=w)
+            for m in ms:
+                e = _sample_expr(m, idle_threshold, held_bytes)
+                aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
+                plan.append((w, m, len(cols)))
+                cols += [a if recent is None else a.filter(recent) for a in aggs]
+        # Naming the GPUs lets PostgreSQL walk the (gpu_id, ts) primary key per GPU instead
+        # of scanning the whole day's partition for the time range.
+        q = (
+            select(*cols)
+            .where(
+                _among(conn, samples.c.gpu_id, ids),
+                samples.c.ts > now - timedelta(seconds=widest),
+                samples.c.ts <= now,
             )
-        elif m == "hardware_fault":
-            exprs[m] = cast(samples.c.xid_last, Float)
-    for m, e in exprs.items():
-        cols += [
-            func.sum(e).label(f"{m}__sum"),
-            func.count(e).label(f"{m}__count"),
-            func.min(e).label(f"{m}__min"),
-            func.max(e).label(f"{m}__max"),
-        ]
-    q = select(*cols).where(samples.c.ts > since, samples.c.ts <= now).group_by(samples.c.gpu_id)
-    out: dict[int, dict[str, WindowStats]] = {}
-    for r in conn.execute(q):
-        m_ = r._mapping
-        per: dict[str, WindowStats] = {}
-        for m in exprs:
-            count = int(m_[f"{m}__count"] or 0)
-            if m == "hardware_fault":
-                v = 1.0 if count > 0 else 0.0
-                per[m] = WindowStats(v, 1, v, v)
-            elif count:
-                per[m] = WindowStats(
-                    float(m_[f"{m}__sum"]), count, float(m_[f"{m}__min"]), float(m_[f"{m}__max"])
-                )
-        out[r.gpu_id] = per
-    if "hardware_fault" in exprs:
-        for gid in lost_gpu_ids:
-            out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
+            .group_by(samples.c.gpu_id)
+        )
+        for r in conn.execute(q):
+            gid = r[0]
+            for w, m, i in plan:
+                count = int(r[i + 1] or 0)
+                if m == "hardware_fault":
+                    v = 1.0 if count > 0 else 0.0
+                    out[w].setdefault(gid, {})[m] = WindowStats(v, 1, v, v)
+                elif count:
+                    out[w].setdefault(gid, {})[m] = WindowStats(
+                        float(r[i]), count, float(r[i + 2]), float(r[i + 3])
+                    )
+    for w, ms in raw.items():
+        if "hardware_fault" in ms:
+            for gid in lost_gpu_ids:
+                out[w].setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
     return out
 
 
@@ -518,6 +554,7 @@ def _rollup_stats(
     wanted: list[str],
     window_seconds: float,
     now: datetime,
+    gpu_ids: list[int],
     lost_gpu_ids: frozenset[int],
 ) -> dict[int, dict[str, WindowStats]]:
     """Like window_stats from whole 1-minute buckets (long windows)."""
@@ -537,7 +574,11 @@ def _rollup_stats(
         func.sum(c.covered_seconds).label("cov"),
         func.sum(c.xid_last_count).label("xid"),
     ]
-    q = select(*cols).where(c.bucket_start >= since, c.bucket_start < now).group_by(c.gpu_id)
+    q = (
+        select(*cols)
+        .where(_among(conn, c.gpu_id, gpu_ids), c.bucket_start >= since, c.bucket_start < now)
+        .group_by(c.gpu_id)
+    )
     out: dict[int, dict[str, WindowStats]] = {}
     for r in conn.execute(q):
         m_ = r._mapping
@@ -562,20 +603,4 @@ def _rollup_stats(
     if "hardware_fault" in wanted:
         for gid in lost_gpu_ids:
             out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
-    return out
-
-
-def fresh_faults(
-    conn: Connection, *, now: datetime, fresh_seconds: float, lost_gpu_ids: frozenset[int]
-) -> dict[int, bool]:
-    """GPUs with an XID in the last ``fresh_seconds`` or lost: inhibit their low-use alerts."""
-    since = now - timedelta(seconds=fresh_seconds)
-    q = (
-        select(samples.c.gpu_id)
-        .where(samples.c.ts > since, samples.c.ts <= now, samples.c.xid_last.is_not(None))
-        .distinct()
-    )
-    out = {int(g): True for g in conn.execute(q).scalars()}
-    for gid in lost_gpu_ids:
-        out[gid] = True
     return out

@@ -174,42 +174,51 @@ def evaluate(
     keeps its state, marked stale.
     """
     silences = list(silences)
-    threshold_holds = _OPS[policy.op]
+    threshold_holds, threshold = _OPS[policy.op], policy.threshold
+    for_delta = timedelta(seconds=policy.for_seconds)
     changes: list[Change] = []
-    for key in sorted(set(observations) | set(previous)):
+    keys = list(observations)
+    keys += [k for k in previous if k not in observations]
+    for key in keys:
         prev = previous.get(key)
         obs = observations.get(key)
         if obs is None:
             if prev is not None:
                 changes.append(_end(policy, prev, now))
             continue
-        if obs.value is None:
+        value = obs.value
+        if value is None:
             if prev is not None:
                 suppressed, silenced = _muted(policy, obs, silences, now)
                 after = replace(prev, stale=True, suppressed=suppressed, silenced=silenced)
                 changes.append(_notify_firing(policy, prev, after, now, resend_seconds))
             continue
-        if not threshold_holds(obs.value, policy.threshold):
+        if not threshold_holds(value, threshold):
             if prev is not None:
-                changes.append(_end(policy, replace(prev, value=obs.value, stale=False), now))
+                changes.append(_end(policy, replace(prev, value=value, stale=False), now))
             continue
-        labels = dict(obs.labels)
         suppressed, silenced = _muted(policy, obs, silences, now)
         if prev is None:
             state = AlertState(
                 policy=policy.name,
                 key=key,
                 state="pending",
-                labels=labels,
-                value=obs.value,
+                labels=obs.labels,
+                value=value,
                 active_since=now,
+                suppressed=suppressed,
+                silenced=silenced,
             )
         else:
-            state = replace(prev, labels=labels, value=obs.value, stale=False)
-        state = replace(state, suppressed=suppressed, silenced=silenced)
-        if state.state == "pending" and now - state.active_since >= timedelta(
-            seconds=policy.for_seconds
-        ):
+            state = replace(
+                prev,
+                labels=obs.labels,
+                value=value,
+                stale=False,
+                suppressed=suppressed,
+                silenced=silenced,
+            )
+        if state.state == "pending" and now - state.active_since >= for_delta:
             state = replace(state, state="firing", fired_at=now)
         changes.append(_notify_firing(policy, prev, state, now, resend_seconds))
     return changes

@@ -24,6 +24,7 @@ class LeaderLock:
         self.engine = engine
         self._conn: Connection | None = None
         self._mutex = threading.Lock()
+        self.acquisitions = 0  # bumped each time the lock is taken (anew)
 
     @property
     def held(self) -> bool:
@@ -48,6 +49,7 @@ class LeaderLock:
                 if got:
                     log.info("this replica is now the evaluator (advisory lock taken)")
                     self._conn = conn
+                    self.acquisitions += 1
                     return True
                 conn.close()
                 return False

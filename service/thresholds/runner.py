@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,9 +37,9 @@ CONFIG_LOCK_KEY = 0x67707577_636F6E66  # "gpuwconf": serialises config loading a
 
 def load_config(ctx: ServiceContext) -> tuple[int, int]:
     """Load policies and channels from the YAML config file into the store; returns the counts."""
-    config = load_config_file(ctx.settings.config)
-    if not config.get("policies") and not config.get("channels"):
+    if ctx.settings.config is None:
         return 0, 0
+    config = load_config_file(ctx.settings.config)
     with ctx.engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Replicas starting together must not race on the same upserts.
@@ -62,6 +62,7 @@ class RoundResult:
     notifications: int = 0
     seconds: float = 0.0
     by_kind: dict[str, int] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # read, evaluate, write
 
 
 def notification(
@@ -113,8 +114,32 @@ def notification(
     }
 
 
-def evaluate_once(ctx: ServiceContext) -> RoundResult:
+@dataclass
+class StateCache:
+    """The open alerts as the last round left them, so the leader need not re-read them.
+
+    Only the leader writes alerts, so its copy stays true while it keeps the lock; it is
+    dropped whenever the lock is (re)taken or a round fails.
+    """
+
+    open: dict[str, dict[str, AlertState]] | None = None
+
+    def clear(self) -> None:
+        """Forget the cached alerts; the next round reads them from the store."""
+        self.open = None
+
+
+def evaluate_once(ctx: ServiceContext, *, cache: StateCache | None = None) -> RoundResult:
     """Evaluate every policy at ``ctx.clock()`` in one transaction, queueing notifications."""
+    try:
+        return _evaluate_once(ctx, cache)
+    except Exception:
+        if cache is not None:
+            cache.clear()
+        raise
+
+
+def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult:
     started = time.perf_counter()
     s = ctx.settings
     now = ctx.clock()
@@ -126,23 +151,28 @@ def evaluate_once(ctx: ServiceContext) -> RoundResult:
         by_window: dict[float, set[str]] = defaultdict(set)
         for p in policy_list:
             by_window[p.window_seconds].add(p.metric)
-        stats = {
-            w: alerts_repo.window_stats(
-                conn,
-                metrics=metrics,
-                window_seconds=w,
-                now=now,
-                idle_threshold=s.idle_threshold,
-                held_bytes=float(s.held_threshold_bytes),
-                lost_gpu_ids=scopes.lost_gpu_ids,
-            )
-            for w, metrics in by_window.items()
-        }
-        faults = alerts_repo.fresh_faults(
-            conn, now=now, fresh_seconds=FRESH_FAULT_SECONDS, lost_gpu_ids=scopes.lost_gpu_ids
+        # The fault window rides along in the same scan; it feeds inhibition.
+        by_window[FRESH_FAULT_SECONDS].add("hardware_fault")
+        stats = alerts_repo.window_stats(
+            conn,
+            windows=by_window if policy_list else {},
+            now=now,
+            idle_threshold=s.idle_threshold,
+            held_bytes=float(s.held_threshold_bytes),
+            gpu_ids=scopes.gpu_ids,
+            lost_gpu_ids=scopes.lost_gpu_ids,
         )
+        faults = {
+            gid: per["hardware_fault"].max > 0
+            for gid, per in stats.get(FRESH_FAULT_SECONDS, {}).items()
+            if "hardware_fault" in per
+        }
         silences = alerts_repo.active_silences(conn, now=now)
-        previous = alerts_repo.open_alerts(conn)
+        if cache is not None and cache.open is not None:
+            previous = {name: dict(states) for name, states in cache.open.items()}
+        else:
+            previous = alerts_repo.open_alerts(conn)
+        t_read = time.perf_counter()
         changes: list[tuple[PolicySpec, Change]] = []
         # Policies that differ only in threshold, for or channels see the same observations.
         seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
@@ -176,7 +206,12 @@ def evaluate_once(ctx: ServiceContext) -> RoundResult:
                 if st.state == "pending":
                     after = AlertState(**{**_fields(st), "state": "inactive", "resolved_at": now})
                 changes.append((gone, Change(st, after)))
+        t_eval = time.perf_counter()
         ids = alerts_repo.apply_changes(conn, changes, now=now)
+        still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
+        for (_p, ch), alert_id in zip(changes, ids, strict=True):
+            if ch.after.state in ("pending", "firing"):
+                still_open[ch.after.policy][ch.after.key] = replace(ch.after, id=alert_id)
         rows = []
         for (p, ch), alert_id in zip(changes, ids, strict=True):
             result.transitions += ch.transition
@@ -199,12 +234,19 @@ def evaluate_once(ctx: ServiceContext) -> RoundResult:
                 )
         outbox_repo.enqueue(conn, rows, now=now)
         firing = alerts_repo.firing_counts(conn)
+    if cache is not None:  # only once the transaction has committed
+        cache.open = dict(still_open)
     for sev in ("info", "warning", "critical"):
         ctx.telemetry.alerts_firing.labels(sev).set(firing.get(sev, 0))
     result.policies = len(policy_list)
     result.changes = len(changes)
     result.notifications = len(rows)
     result.seconds = time.perf_counter() - started
+    result.phase_seconds = {
+        "read": t_read - started,
+        "evaluate": t_eval - t_read,
+        "write": started + result.seconds - t_eval,
+    }
     ctx.telemetry.evaluation_seconds.observe(result.seconds)
     return result
 
@@ -220,14 +262,19 @@ class Alerting:
         self.ctx = ctx
         self.leader = LeaderLock(ctx.engine)
         self.dispatcher = dispatcher or Dispatcher(ctx)
+        self.cache = StateCache()
+        self._epoch = -1
 
     def evaluate_tick(self) -> RoundResult | None:
         """If this replica is the leader: evaluate, then send what that queued."""
         leader = self.leader.check()
         self.ctx.telemetry.evaluator_leader.set(1 if leader else 0)
+        if leader and self.leader.acquisitions != self._epoch:
+            self.cache.clear()  # another replica may have written alerts meanwhile
+            self._epoch = self.leader.acquisitions
         if not leader:
             return None
-        result = evaluate_once(self.ctx)
+        result = evaluate_once(self.ctx, cache=self.cache)
         if result.notifications:
             self.dispatcher.drain()
         return result

@@ -246,3 +246,13 @@ def test_alertmanager_resend_while_firing() -> None:
     clock.advance(30)
     (c,) = evaluate(p, obs, {"k": c.after}, [], clock(), resend_seconds=60)
     assert c.notify == "resend"
+
+
+def test_no_data_keeps_firing_alert_and_its_resends_going() -> None:
+    p = low_sm(**{"for": "0s"})
+    (c,) = evaluate(p, {"k": Observation(0.1, LABELS)}, {}, [], T0, resend_seconds=60)
+    later = T0 + timedelta(seconds=61)
+    (c2,) = evaluate(
+        p, {"k": Observation(None, LABELS)}, {"k": c.after}, [], later, resend_seconds=60
+    )
+    assert c2.after.state == "firing" and c2.after.stale and c2.notify == "resend"
