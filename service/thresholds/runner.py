@@ -14,6 +14,7 @@ from sqlalchemy import Connection, text
 
 from service.context import ServiceContext
 from service.db import alerts_repo, outbox_repo
+from service.errors import ValidationFailed
 from service.settings import load_config_file
 from service.thresholds.evaluator import (
     AlertState,
@@ -27,6 +28,7 @@ from service.thresholds.job_cost import job_wasted_usd
 from service.thresholds.leader import LeaderLock
 from service.thresholds.outbox import Dispatcher
 from service.thresholds.policy import PolicySpec, parse_config
+from service.thresholds.urlsafety import check_url, parse_allow_nets
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,17 @@ def load_config(ctx: ServiceContext) -> tuple[int, int]:
         alerts_repo.sync_from_file(
             conn, policy_specs=policy_specs, channel_specs=channel_specs, now=ctx.clock()
         )
+    nets = parse_allow_nets(ctx.settings.webhook_allow_nets)
+    for c in channel_specs:
+        try:
+            check_url(c.url, nets)
+        except (ValidationFailed, OSError) as exc:
+            # Not fatal (DNS may not be up yet); every send checks again and fails clearly.
+            log.warning(
+                "channel %s from the config file: %s",
+                c.name,
+                exc.message if isinstance(exc, ValidationFailed) else exc,
+            )
     return len(policy_specs), len(channel_specs)
 
 

@@ -267,3 +267,47 @@ def test_hardware_fault_inhibits_low_use_and_silence_shows_silenced(
         assert 'gpuwarden_alerts_firing{severity="critical"} 1.0' in http.get("/metrics").text
     finally:
         receiver.close()
+
+
+def test_config_file_policies_load_at_start_and_resync(engine, tmp_path, monkeypatch) -> None:
+    from pathlib import Path
+
+    from service.api.app import create_app
+    from service.settings import Settings
+    from tests.conftest import make_token
+    from tests.support import live_server
+
+    example = Path(__file__).parents[2] / "deploy" / "examples" / "gpuwarden.yaml"
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/secretpart")
+    monkeypatch.setenv("GPUWARDEN_WEBHOOK_SECRET", SECRET)
+    settings = Settings(
+        database_url=str(engine.url.render_as_string(hide_password=False)),
+        run_scheduler=False,
+        config=example,
+    )
+    reader = auth(make_token(engine, "reader"))
+    admin = auth(make_token(engine, "admin"))
+    with (
+        live_server(create_app(settings, engine=engine)) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        names = [p["name"] for p in http.get("/api/v1/policies", headers=reader).json()]
+        assert names == ["gpu-hardware-fault", "hot-gpu", "idle-held-gpu", "low-sm-activity"]
+        channels = http.get("/api/v1/channels", headers=reader)
+        assert "secretpart" not in channels.text and SECRET not in channels.text
+        mine = low_sm_policy([], name="api-made")
+        assert http.post("/api/v1/policies", json=mine, headers=admin).status_code == 201
+    smaller = tmp_path / "smaller.yaml"
+    smaller.write_text(
+        "policies:\n  - {name: hot-gpu, metric: temperature_celsius, op: '>', threshold: 80}\n"
+    )
+    settings.config = smaller
+    with (
+        live_server(create_app(settings, engine=engine)) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        got = {
+            p["name"]: p["threshold"] for p in http.get("/api/v1/policies", headers=reader).json()
+        }
+        assert got == {"hot-gpu": 80.0, "api-made": 0.3}  # file ones re-synced, API ones kept
+        assert http.get("/api/v1/channels", headers=reader).json() == []
