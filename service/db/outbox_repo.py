@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from service.db.schema import outbox
 
@@ -77,3 +77,9 @@ def list_deliveries(conn: Connection, *, limit: int = 100) -> list[dict[str, Any
     """The newest deliveries with their status (payload included)."""
     q = select(outbox).order_by(outbox.c.id.desc()).limit(limit)
     return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def prune(conn: Connection, *, before: datetime) -> int:
+    """Delete sent and failed deliveries created before ``before``; returns how many."""
+    q = delete(outbox).where(outbox.c.status != "pending", outbox.c.created_at < before)
+    return int(conn.execute(q).rowcount or 0)

@@ -26,6 +26,9 @@ from service.thresholds.urlsafety import Resolver, check_url, parse_allow_nets, 
 
 log = logging.getLogger(__name__)
 
+KEEP_DAYS = 7  # sent and failed deliveries are kept this long for inspection
+PRUNE_EVERY_SECONDS = 3600.0
+
 
 def make_client(timeout_seconds: float) -> httpx.Client:
     """The HTTP client notifiers use: bounded timeout, redirects never followed."""
@@ -57,6 +60,7 @@ class Dispatcher:
         self.monotonic = monotonic
         self.limiter = RateLimiter()
         self._lock = threading.Lock()
+        self._pruned_at: float | None = None
 
     def send_now(self, channel: ChannelSpec, note: Notification) -> None:
         """Check the URL and send one notification, raising ValidationFailed or DeliveryError."""
@@ -116,6 +120,10 @@ class Dispatcher:
             else:
                 self._record(row, "sent", None)
                 sent += 1
+        if self._pruned_at is None or self.monotonic() - self._pruned_at > PRUNE_EVERY_SECONDS:
+            with ctx.engine.begin() as conn:
+                outbox_repo.prune(conn, before=ctx.clock() - timedelta(days=KEEP_DAYS))
+            self._pruned_at = self.monotonic()
         with ctx.engine.connect() as conn:
             tel.outbox_depth.set(outbox_repo.depth(conn))
         return sent

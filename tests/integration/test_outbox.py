@@ -183,3 +183,17 @@ def test_deleted_channel_fails_its_deliveries(ctx, receiver: Receiver) -> None:
     Dispatcher(ctx).drain()
     (r,) = rows(ctx)
     assert r.status == "failed" and "no longer exists" in r.last_error
+
+
+def test_old_finished_deliveries_are_pruned(ctx, receiver: Receiver, clock: FakeClock) -> None:
+    setup_channel(ctx, receiver.url)
+    queue(ctx, 2)
+    d = Dispatcher(ctx)
+    assert d.drain() == 2
+    clock.advance(8 * 86400)
+    queue(ctx, 1)
+    receiver.default_status = 500
+    d._pruned_at = None  # as if an hour had passed
+    d.drain()
+    left = rows(ctx)
+    assert [r.status for r in left] == ["pending"]  # the old sent ones are gone
