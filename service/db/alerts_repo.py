@@ -282,6 +282,9 @@ def apply_changes(
     updates: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     for i, (policy, ch) in enumerate(changes):
+        if ch.before is ch.after and ch.before.id is not None:
+            ids[i] = ch.before.id  # unchanged: nothing to write
+            continue
         row = _row(policy, ch.after, now)
         if ch.before is None or ch.before.id is None:
             new_rows.append(row)

@@ -209,6 +209,14 @@ def evaluate(
                 suppressed=suppressed,
                 silenced=silenced,
             )
+        elif (
+            prev.value == value
+            and not prev.stale
+            and prev.suppressed == suppressed
+            and prev.silenced == silenced
+            and prev.labels == obs.labels
+        ):
+            state = prev  # nothing changed: the common case for a long-firing alert
         else:
             state = replace(
                 prev,
