@@ -73,12 +73,6 @@ def depth(conn: Connection) -> int:
     return int(conn.execute(q).scalar_one())
 
 
-def list_deliveries(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest deliveries with their status (payload included)."""
-    q = select(outbox).order_by(outbox.c.id.desc()).limit(limit)
-    return [dict(r._mapping) for r in conn.execute(q)]
-
-
 def prune(conn: Connection, *, before: datetime) -> int:
     """Delete sent and failed deliveries created before ``before``; returns how many."""
     q = delete(outbox).where(outbox.c.status != "pending", outbox.c.created_at < before)

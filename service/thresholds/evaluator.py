@@ -289,15 +289,3 @@ def route(kind: NotifyKind, policy: PolicySpec, channel_types: Mapping[str, str]
             continue
         out.append(name)
     return out
-
-
-def firing_by_severity(
-    states: Iterable[AlertState], severities: Mapping[str, str]
-) -> dict[str, int]:
-    """Count of firing alerts per severity (``severities`` maps policy name to severity)."""
-    out: dict[str, int] = {}
-    for s in states:
-        if s.state == "firing":
-            sev = severities.get(s.policy, "warning")
-            out[sev] = out.get(sev, 0) + 1
-    return out

@@ -311,3 +311,48 @@ def test_config_file_policies_load_at_start_and_resync(engine, tmp_path, monkeyp
         }
         assert got == {"hot-gpu": 80.0, "api-made": 0.3}  # file ones re-synced, API ones kept
         assert http.get("/api/v1/channels", headers=reader).json() == []
+
+
+def test_long_windows_read_minute_rollups(
+    app, http: httpx.Client, tokens, clock: FakeClock
+) -> None:
+    from service.scheduler import rollup_once
+
+    ctx = app.state.ctx
+    admin = auth(tokens["admin"])
+    start = clock() - timedelta(hours=2)
+    # 2 h at 60 s: the first hour idle-held (0.0, 20 GiB), the second busy (0.8) -> avg 0.4
+    ingest(
+        http,
+        tokens["agent"],
+        start=start,
+        count=60,
+        metrics={"sm_active": 0.0, "fb_used_bytes": 20 * 2**30},
+    )
+    ingest(
+        http,
+        tokens["agent"],
+        start=start + timedelta(hours=1),
+        count=60,
+        metrics={"sm_active": 0.8, "fb_used_bytes": 20 * 2**30},
+    )
+    rollup_once(ctx)
+    for name, metric, agg, op, threshold in [
+        ("avg2h", "sm_active", "avg", "<", 0.5),
+        ("min2h", "sm_active", "min", "<=", 0.0),
+        ("held2h", "idle_held", "avg", ">=", 0.45),
+    ]:
+        policy = {
+            "name": name,
+            "metric": metric,
+            "aggregate": agg,
+            "window": "2h",
+            "op": op,
+            "threshold": threshold,
+        }
+        assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    evaluate_once(ctx)
+    alerts = {a["policy"]: a["value"] for a in http.get("/api/v1/alerts", headers=admin).json()}
+    assert alerts["avg2h"] == pytest.approx(0.4, abs=0.01)
+    assert alerts["min2h"] == 0.0
+    assert alerts["held2h"] == pytest.approx(0.5, abs=0.02)  # idle-held seconds / covered seconds
