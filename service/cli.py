@@ -105,6 +105,24 @@ def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate a YAML config file's policies and channels; exit 1 naming the first bad field."""
+    from pathlib import Path
+
+    from service.settings import load_config_file
+    from service.thresholds.policy import parse_config
+    from service.thresholds.urlsafety import check_url, parse_allow_nets
+
+    config = load_config_file(Path(args.file))
+    policy_specs, channel_specs = parse_config(config)
+    if args.check_urls:
+        nets = parse_allow_nets(settings.webhook_allow_nets)
+        for i, c in enumerate(channel_specs):
+            check_url(c.url, nets, field=f"channels.{i}.url")
+    print(f"{args.file}: {len(policy_specs)} policies and {len(channel_specs)} channels are valid")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
     parser = argparse.ArgumentParser(
@@ -137,6 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
     c = tsub.add_parser("revoke", help="revoke a token by id")
     c.add_argument("id", type=int)
     c.set_defaults(handler=cmd_token_revoke)
+
+    p = sub.add_parser("policies", help="alerting policies")
+    psub = p.add_subparsers(dest="policies_command", required=True, metavar="ACTION")
+    c = psub.add_parser("check", help="validate the policies and channels of a YAML file")
+    c.add_argument("file", help="the YAML config file (as GPUWARDEN_CONFIG)")
+    c.add_argument(
+        "--check-urls",
+        action="store_true",
+        help="also resolve channel URLs and refuse private ones (GPUWARDEN_WEBHOOK_ALLOW_NETS)",
+    )
+    c.set_defaults(handler=cmd_policies_check)
     return parser
 
 
@@ -153,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("alembic", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # httpx logs every request URL at INFO; a Slack webhook URL is a secret (issue 3).
+    for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler
     try:

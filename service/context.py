@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -26,6 +27,8 @@ class ServiceContext:
     known_partitions: set[date] = field(default_factory=set)
     ingest_cache: IngestCache = field(default_factory=IngestCache)
     token_cache: dict[str, tuple[TokenInfo, float]] = field(default_factory=dict)
+    # Run by the app on shutdown (for example to release the evaluator's leader lock).
+    shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def thresholds(self) -> Thresholds:

@@ -80,6 +80,15 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
         ("retention", lambda: retention_once(ctx), s.retention_interval_seconds),
         ("partitions", lambda: partitions_once(ctx), 3600.0),
     ]
+    # Alerting (issue 3): only the leader (PostgreSQL advisory lock) evaluates and sends.
+    from service.thresholds.runner import Alerting
+
+    alerting = Alerting(ctx)
+    ctx.shutdown_hooks.append(alerting.close)
+    jobs += [
+        ("evaluate", alerting.evaluate_tick, s.eval_interval_seconds),
+        ("deliver", alerting.deliver_tick, s.outbox_interval_seconds),
+    ]
     for name, fn, every in jobs:
         sched.add_job(
             run_job,

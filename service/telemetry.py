@@ -60,3 +60,27 @@ class Telemetry:
             "Dirty one-minute buckets still waiting to be rolled up after the last run.",
             registry=r,
         )
+        # --- alerting (issue 3) ---------------------------------------------------------
+        self.notifications = Counter(
+            "gpuwarden_notifications",
+            "Notification delivery attempts by channel and outcome (sent, retry, failed).",
+            ["channel", "outcome"],
+            registry=r,
+        )
+        self.outbox_depth = Gauge(
+            "gpuwarden_outbox_depth", "Notifications queued and not yet delivered.", registry=r
+        )
+        self.evaluation_seconds = Histogram(
+            "gpuwarden_evaluation_duration_seconds",
+            "Time to evaluate every policy once.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.evaluator_leader = Gauge(
+            "gpuwarden_evaluator_leader",
+            "1 while this replica holds the evaluator lock (evaluates and sends), else 0.",
+            registry=r,
+        )
+        self.alerts_firing = Gauge(
+            "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"], registry=r
+        )

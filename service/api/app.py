@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 
 from service import __version__
-from service.api.routers import gpus, health, ingest
+from service.api.routers import alerts, channels, gpus, health, ingest, policies, silences
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
 from service.db.engine import make_engine
@@ -29,6 +29,7 @@ from service.exposition.collector import FleetCollector
 from service.scheduler import build_scheduler, partitions_once
 from service.settings import Settings
 from service.telemetry import Telemetry
+from service.thresholds.runner import load_config as load_alerting_config
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_at_head(ctx.engine)
         partitions_once(ctx)
+        load_alerting_config(ctx)  # policies and channels of the YAML file (issue 3)
         scheduler = None
         if settings.run_scheduler:
             scheduler = build_scheduler(ctx)
@@ -87,6 +89,8 @@ def create_app(
         finally:
             if scheduler is not None:
                 scheduler.shutdown(wait=True)
+            for hook in ctx.shutdown_hooks:
+                hook()
             if engine is None:
                 ctx.engine.dispose()
 
@@ -101,4 +105,6 @@ def create_app(
     app.include_router(health.router)
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
+    for module in (policies, channels, silences, alerts):  # issue 3
+        app.include_router(module.router, prefix="/api/v1")
     return app

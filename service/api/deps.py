@@ -36,7 +36,8 @@ def write_conn(ctx: Ctx) -> Iterator[Connection]:
 
 
 ReadConn = Annotated[Connection, Depends(read_conn)]
-WriteConn = Annotated[Connection, Depends(write_conn)]
+# scope="function": commit before the response is sent, so a 2xx means the write is visible.
+WriteConn = Annotated[Connection, Depends(write_conn, scope="function")]
 
 # A revoked token stops working within this many seconds; agents otherwise cost a query per batch.
 TOKEN_CACHE_SECONDS = 5.0

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import Connection, text
 
 _NAME = re.compile(r"^samples_p(\d{8})$")
+_PARTITION_LOCK_KEY = 0x67707577_70617274  # "gpuwpart"
 
 
 def partition_name(day: date) -> str:
@@ -35,6 +36,9 @@ def existing_partitions(conn: Connection) -> dict[date, str]:
 
 def ensure_partitions(conn: Connection, days: Iterable[date]) -> list[str]:
     """Create the partitions for ``days`` that are missing; returns the names created."""
+    # CREATE TABLE IF NOT EXISTS is not safe against a concurrent creator (replicas starting
+    # together fail with DuplicateTable), so creators take turns for this transaction.
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PARTITION_LOCK_KEY})
     created = []
     for day in sorted(set(days)):
         name = partition_name(day)

@@ -191,3 +191,99 @@ prices = Table(
     Column("effective_from", UTCDateTime, nullable=False),
     Column("note", Text, nullable=True),
 )
+
+# --- alerting (migration 0003) ---------------------------------------------------------
+
+# Threshold policies; ``spec`` holds the validated policy document (design section 6).
+policies = Table(
+    "policies",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("source", String(16), nullable=False),  # "file" or "api"
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# Notification channels; ``spec`` holds type, url and the signing secret (never shown by the API).
+channels = Table(
+    "channels",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# One row per alert episode of a (policy, scope key): pending -> firing -> resolved.
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("policy", String(255), nullable=False),
+    Column("scope_key", String(512), nullable=False),
+    Column("severity", String(32), nullable=False),
+    Column("state", String(16), nullable=False),  # pending | firing | resolved
+    Column("labels", JSON, nullable=False),
+    Column("value", Float, nullable=True),
+    Column("threshold", Float, nullable=False),
+    Column("active_since", UTCDateTime, nullable=False),
+    Column("fired_at", UTCDateTime, nullable=True),
+    Column("resolved_at", UTCDateTime, nullable=True),
+    Column("last_eval_at", UTCDateTime, nullable=False),
+    Column("last_notified_at", UTCDateTime, nullable=True),
+    Column("last_resent_at", UTCDateTime, nullable=True),
+    Column("stale", Integer, nullable=False, server_default="0"),
+    Column("suppressed", Integer, nullable=False, server_default="0"),
+    Column("silenced", Integer, nullable=False, server_default="0"),
+    Column("job_id", String(255), nullable=True),
+    Column("node", String(255), nullable=True),
+    Column("gpu_uuid", String(96), nullable=True),
+    Index(None, "policy", "scope_key", "state"),
+    Index(None, "state"),
+    Index(None, "active_since"),
+)
+
+# Every state change of an alert, oldest first: the alert's history.
+alert_events = Table(
+    "alert_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("alert_id", Integer, ForeignKey("alerts.id", ondelete="CASCADE"), nullable=False),
+    Column("ts", UTCDateTime, nullable=False),
+    Column("from_state", String(16), nullable=False),
+    Column("to_state", String(16), nullable=False),
+    Column("value", Float, nullable=True),
+    Index(None, "alert_id"),
+)
+
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("matchers", JSON, nullable=False),
+    Column("starts_at", UTCDateTime, nullable=False),
+    Column("ends_at", UTCDateTime, nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_by", String(255), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+# The durable notification queue: a row per (notification, channel), sent at least once.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("delivery_id", String(64), nullable=False, unique=True),
+    Column("channel", String(255), nullable=False),
+    Column("alert_id", Integer, nullable=True),
+    Column("payload", JSON, nullable=False),
+    Column("status", String(16), nullable=False),  # pending | sent | failed
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Index(None, "status", "next_attempt_at"),
+)

@@ -1,0 +1,92 @@
+"""``/api/v1/policies``: threshold policies, validated exactly like the YAML file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Response, status
+
+from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
+from service.api.schemas.alerting import PolicyPublic
+from service.db import alerts_repo
+from service.errors import ValidationFailed
+from service.thresholds.policy import PolicySpec, check_policy_channels, parse_policy
+
+router = APIRouter(prefix="/policies", tags=["alerting"])
+
+_BODY = Body(
+    description="a policy: name, metric, aggregate, window, op, threshold, for, scope, match, "
+    "severity, channels, repeat_interval, send_resolved",
+    examples=[
+        {
+            "name": "low-sm-activity",
+            "metric": "sm_active",
+            "aggregate": "avg",
+            "window": "10m",
+            "op": "<",
+            "threshold": 0.3,
+            "for": "15m",
+            "scope": "job",
+            "severity": "warning",
+            "channels": ["slack-gpu"],
+        }
+    ],
+)
+
+
+def _public(p: PolicySpec) -> dict[str, Any]:
+    return p.model_dump()
+
+
+def _validated(conn: WriteConn, doc: Any) -> PolicySpec:
+    policy = parse_policy(doc)  # ValidationFailed names the field, as for the YAML file
+    check_policy_channels(policy, {c.name for c in alerts_repo.list_channels(conn)})
+    return policy
+
+
+@router.get("", response_model=list[PolicyPublic], response_model_by_alias=True)
+def list_policies(conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
+    """Every policy."""
+    return [_public(p) for p in alerts_repo.list_policies(conn)]
+
+
+@router.post(
+    "",
+    response_model=PolicyPublic,
+    response_model_by_alias=True,
+    status_code=status.HTTP_201_CREATED,
+)
+def create_policy(
+    ctx: Ctx, conn: WriteConn, _: Admin, doc: dict[str, Any] = _BODY
+) -> dict[str, Any]:
+    """Create a policy (409 if the name exists)."""
+    policy = _validated(conn, doc)
+    alerts_repo.create_policy(conn, policy=policy, source="api", now=ctx.clock())
+    return _public(policy)
+
+
+@router.get("/{name}", response_model=PolicyPublic, response_model_by_alias=True)
+def get_policy(name: str, conn: ReadConn, _: Reader) -> dict[str, Any]:
+    """One policy."""
+    return _public(alerts_repo.get_policy(conn, name=name))
+
+
+@router.put("/{name}", response_model=PolicyPublic, response_model_by_alias=True)
+def put_policy(
+    name: str, ctx: Ctx, conn: WriteConn, response: Response, _: Admin, doc: dict[str, Any] = _BODY
+) -> dict[str, Any]:
+    """Create or replace policy ``name`` (the body's name, if given, must match)."""
+    if isinstance(doc, dict):
+        doc = {"name": name, **doc}
+        if doc["name"] != name:
+            raise ValidationFailed("name", f"must match the path ({name!r})")
+    policy = _validated(conn, doc)
+    if alerts_repo.put_policy(conn, policy=policy, source="api", now=ctx.clock()):
+        response.status_code = status.HTTP_201_CREATED
+    return _public(policy)
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_policy(name: str, conn: WriteConn, _: Admin) -> None:
+    """Delete a policy; its open alerts resolve quietly at the next round."""
+    alerts_repo.delete_policy(conn, name=name)

@@ -1,0 +1,55 @@
+"""``/api/v1/silences``: mute notifications of matching alerts for a while."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, status
+
+from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
+from service.api.schemas.alerting import SilenceCreate, SilencePublic
+from service.db import alerts_repo
+from service.errors import ValidationFailed
+
+router = APIRouter(prefix="/silences", tags=["alerting"])
+
+
+def _public(row: dict[str, Any], now: Any) -> SilencePublic:
+    state = "pending" if now < row["starts_at"] else "active" if now < row["ends_at"] else "expired"
+    return SilencePublic(**{k: v for k, v in row.items()}, status=state)
+
+
+@router.get("", response_model=list[SilencePublic])
+def list_silences(ctx: Ctx, conn: ReadConn, _: Reader) -> list[SilencePublic]:
+    """Every silence, newest first, with its status now."""
+    now = ctx.clock()
+    return [_public(r, now) for r in alerts_repo.list_silences(conn)]
+
+
+@router.post("", response_model=SilencePublic, status_code=status.HTTP_201_CREATED)
+def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, _: Admin) -> SilencePublic:
+    """Create a silence from ``starts_at`` (default now) to ``ends_at``."""
+    now = ctx.clock()
+    for field, value in (("starts_at", body.starts_at), ("ends_at", body.ends_at)):
+        if value is not None and value.tzinfo is None:
+            raise ValidationFailed(field, "timestamps need a timezone, e.g. 2026-12-02T08:00:00Z")
+    starts = body.starts_at or now
+    if body.ends_at <= starts:
+        raise ValidationFailed("ends_at", "must be after starts_at")
+    silence_id = alerts_repo.create_silence(
+        conn,
+        matchers=body.matchers,
+        starts_at=starts,
+        ends_at=body.ends_at,
+        comment=body.comment,
+        created_by=body.created_by,
+        now=now,
+    )
+    row = next(r for r in alerts_repo.list_silences(conn) if r["id"] == silence_id)
+    return _public(row, now)
+
+
+@router.delete("/{silence_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_silence(silence_id: int, ctx: Ctx, conn: WriteConn, _: Admin) -> None:
+    """End a silence now (it stays listed as expired)."""
+    alerts_repo.expire_silence(conn, silence_id=silence_id, now=ctx.clock())

@@ -1,0 +1,79 @@
+"""The durable notification outbox: enqueue, pick what is due, record each attempt's outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from service.db.schema import outbox
+
+
+def enqueue(conn: Connection, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
+    """Queue deliveries (``delivery_id``, ``channel``, ``alert_id``, ``payload``) to send now."""
+    if rows:
+        conn.execute(
+            insert(outbox),
+            [
+                {
+                    **r,
+                    "status": "pending",
+                    "attempts": 0,
+                    "next_attempt_at": now,
+                    "created_at": now,
+                }
+                for r in rows
+            ],
+        )
+
+
+def due(conn: Connection, *, now: datetime, limit: int = 200) -> list[Any]:
+    """Pending deliveries whose next attempt is due, oldest first."""
+    q = (
+        select(outbox)
+        .where(outbox.c.status == "pending", outbox.c.next_attempt_at <= now)
+        .order_by(outbox.c.id)
+        .limit(limit)
+    )
+    return list(conn.execute(q))
+
+
+def mark_sent(conn: Connection, *, row_id: int, now: datetime) -> None:
+    """Record a successful delivery."""
+    conn.execute(
+        update(outbox)
+        .where(outbox.c.id == row_id)
+        .values(status="sent", sent_at=now, attempts=outbox.c.attempts + 1, last_error=None)
+    )
+
+
+def mark_retry(conn: Connection, *, row_id: int, error: str, next_attempt_at: datetime) -> None:
+    """Record a failed attempt that will be retried at ``next_attempt_at``."""
+    conn.execute(
+        update(outbox)
+        .where(outbox.c.id == row_id)
+        .values(attempts=outbox.c.attempts + 1, last_error=error, next_attempt_at=next_attempt_at)
+    )
+
+
+def mark_failed(conn: Connection, *, row_id: int, error: str) -> None:
+    """Record a delivery that is given up on."""
+    conn.execute(
+        update(outbox)
+        .where(outbox.c.id == row_id)
+        .values(status="failed", attempts=outbox.c.attempts + 1, last_error=error)
+    )
+
+
+def depth(conn: Connection) -> int:
+    """Deliveries still pending."""
+    q = select(func.count()).select_from(outbox).where(outbox.c.status == "pending")
+    return int(conn.execute(q).scalar_one())
+
+
+def prune(conn: Connection, *, before: datetime) -> int:
+    """Delete sent and failed deliveries created before ``before``; returns how many."""
+    q = delete(outbox).where(outbox.c.status != "pending", outbox.c.created_at < before)
+    return int(conn.execute(q).rowcount or 0)

@@ -1,0 +1,1 @@
+"""Threshold policies, the pure evaluator and alert state machine, silences and notifiers."""

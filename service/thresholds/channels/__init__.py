@@ -1,0 +1,22 @@
+"""Notifiers, one module per channel type, each with a single ``send`` method."""
+
+from __future__ import annotations
+
+import httpx
+
+from service.thresholds.channels.alertmanager import AlertmanagerNotifier
+from service.thresholds.channels.base import Notification, Notifier
+from service.thresholds.channels.slack import SlackNotifier
+from service.thresholds.channels.webhook import WebhookNotifier
+from service.thresholds.policy import ChannelSpec
+
+__all__ = ["Notification", "Notifier", "notifier_for"]
+
+
+def notifier_for(channel: ChannelSpec, client: httpx.Client) -> Notifier:
+    """The notifier of ``channel``'s type, sending through ``client``."""
+    if channel.type == "slack":
+        return SlackNotifier(channel, client)
+    if channel.type == "webhook":
+        return WebhookNotifier(channel, client)
+    return AlertmanagerNotifier(channel, client)

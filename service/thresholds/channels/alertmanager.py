@@ -1,0 +1,55 @@
+"""Alertmanager notifier: ``POST /api/v2/alerts`` with labels, annotations, startsAt and endsAt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from service.thresholds.channels.base import Notification, dumps, iso, post_json
+from service.thresholds.policy import ChannelSpec
+
+
+def render(note: Notification) -> list[dict[str, Any]]:
+    """The v2 alerts body: one alert whose labels identify it and whose endsAt says how long."""
+    labels = {
+        "alertname": note.policy,
+        "severity": note.severity,
+        "scope": note.scope,
+        **{k: v for k, v in note.labels.items() if v},
+    }
+    annotations = {"summary": note.headline(), "description": note.condition()}
+    if note.description:
+        annotations["policy_description"] = note.description
+    if note.wasted_usd is not None:
+        annotations["wasted_usd"] = f"{note.wasted_usd:.2f}"
+    if note.report_url:
+        annotations["report_url"] = note.report_url
+    alert: dict[str, Any] = {
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": iso(note.fired_at or note.active_since),
+    }
+    ends = note.resolved_at if note.status == "resolved" else note.ends_at
+    if ends is not None:
+        alert["endsAt"] = iso(ends)
+    if note.alert_url:
+        alert["generatorURL"] = note.alert_url
+    return [alert]
+
+
+class AlertmanagerNotifier:
+    """Posts to an Alertmanager base URL (``http://am:9093``); re-sent while firing."""
+
+    def __init__(self, channel: ChannelSpec, client: httpx.Client) -> None:
+        self.channel = channel
+        self.client = client
+
+    def send(self, note: Notification) -> None:
+        """Post ``note`` to ``<url>/api/v2/alerts``; DeliveryError on failure."""
+        post_json(
+            self.client,
+            self.channel.url.rstrip("/") + "/api/v2/alerts",
+            content=dumps(render(note)),
+            what=f"alertmanager channel {self.channel.name}",
+        )

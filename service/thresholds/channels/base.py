@@ -1,0 +1,127 @@
+"""What every notifier shares: the notification document and the HTTP outcome rules."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal, Protocol
+
+import httpx
+from pydantic import BaseModel
+
+from service.errors import DeliveryError
+
+
+class Notification(BaseModel):
+    """One message about one alert (or a channel test), as queued in the outbox."""
+
+    delivery_id: str
+    kind: Literal["firing", "repeat", "resolved", "resend", "test"]
+    status: Literal["firing", "resolved"]
+    policy: str
+    severity: str
+    description: str | None = None
+    metric: str
+    aggregate: str
+    window: str
+    op: str
+    threshold: float
+    value: float | None
+    scope: str
+    scope_key: str
+    labels: dict[str, str]
+    active_since: datetime
+    fired_at: datetime | None = None
+    resolved_at: datetime | None = None
+    ends_at: datetime | None = None  # for Alertmanager: when to consider it gone unless re-sent
+    stale: bool = False
+    wasted_usd: float | None = None
+    report_url: str | None = None
+    alert_url: str | None = None
+    alert_id: int | None = None
+
+    def headline(self) -> str:
+        """One line saying what happened where, e.g. "[FIRING] low-sm-activity on job slurm:42"."""
+        where = self.labels.get(self.scope) or self.scope_key
+        prefix = "TEST" if self.kind == "test" else self.status.upper()
+        return f"[{prefix}] {self.policy} on {self.scope} {where}"
+
+    def condition(self) -> str:
+        """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)"."""
+        value = "no data" if self.value is None else f"{self.value:.4g}"
+        return (
+            f"{self.aggregate} {self.metric} over {self.window} = {value} "
+            f"({self.op} {self.threshold:g})"
+        )
+
+
+class Notifier(Protocol):
+    """Sends one notification to one channel; raises DeliveryError saying whether to retry."""
+
+    def send(self, note: Notification) -> None: ...
+
+
+def _retry_after_seconds(response: httpx.Response) -> float | None:
+    raw = response.headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def post_json(
+    client: httpx.Client,
+    url: str,
+    *,
+    content: bytes,
+    headers: dict[str, str] | None = None,
+    what: str,
+) -> httpx.Response:
+    """POST ``content`` as JSON; a 2xx returns, anything else raises DeliveryError.
+
+    5xx, 429 and network errors are retryable (429 and 503 with Retry-After); other 4xx and
+    redirects (never followed) are not. ``what`` names the channel; the URL is never put in
+    messages because a Slack webhook URL is itself a secret.
+    """
+    all_headers = {"content-type": "application/json", **(headers or {})}
+    try:
+        response = client.post(url, content=content, headers=all_headers)
+    except httpx.TimeoutException as exc:
+        raise DeliveryError(f"{what}: timed out ({type(exc).__name__})", retryable=True) from None
+    except httpx.HTTPError as exc:
+        raise DeliveryError(
+            f"{what}: network error ({type(exc).__name__})", retryable=True
+        ) from None
+    code = response.status_code
+    if 200 <= code < 300:
+        return response
+    if code == 429 or code >= 500:
+        raise DeliveryError(
+            f"{what}: HTTP {code}",
+            retryable=True,
+            retry_after_seconds=_retry_after_seconds(response),
+        )
+    if 300 <= code < 400:
+        raise DeliveryError(f"{what}: HTTP {code} redirect (not followed)", retryable=False)
+    raise DeliveryError(f"{what}: HTTP {code} {response.text[:200]!r}", retryable=False)
+
+
+def iso(ts: datetime | None) -> str | None:
+    """RFC 3339 UTC text of ``ts`` (with Z), or None."""
+    if ts is None:
+        return None
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON bytes, the exact bytes that are signed and sent."""
+    import json
+
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()

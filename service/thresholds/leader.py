@@ -1,0 +1,79 @@
+"""Leader election among central replicas: a PostgreSQL session advisory lock held open."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sqlalchemy import Connection, Engine, text
+
+log = logging.getLogger(__name__)
+
+# Any fixed 64-bit key shared by every replica: "gpuwarden-evaluator".
+LOCK_KEY = 0x67707577_6576616C
+
+
+class LeaderLock:
+    """Whether this process may evaluate and send; SQLite has one process, so it always may.
+
+    On PostgreSQL the lock belongs to one dedicated session: when the process dies, the server
+    closes that session and releases the lock, and the next replica to ask takes over.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._conn: Connection | None = None
+        self._mutex = threading.Lock()
+        self.acquisitions = 0  # bumped each time the lock is taken (anew)
+
+    @property
+    def held(self) -> bool:
+        """Whether the lock was held at the last check."""
+        return self._conn is not None or self.engine.dialect.name != "postgresql"
+
+    def check(self) -> bool:
+        """Take the lock if free, or confirm the session holding it is alive; True if leader."""
+        if self.engine.dialect.name != "postgresql":
+            return True
+        with self._mutex:
+            try:
+                if self._conn is not None:
+                    self._conn.execute(text("SELECT 1"))
+                    self._conn.commit()
+                    return True
+                conn = self.engine.connect()
+                got = conn.execute(
+                    text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}
+                ).scalar()
+                conn.commit()
+                if got:
+                    log.info("this replica is now the evaluator (advisory lock taken)")
+                    self._conn = conn
+                    self.acquisitions += 1
+                    return True
+                conn.close()
+                return False
+            except Exception:
+                log.warning("leader lock session lost; will try to take it again", exc_info=True)
+                self._drop()
+                return False
+
+    def release(self) -> None:
+        """Give the lock up (on shutdown) so another replica takes over at once."""
+        with self._mutex:
+            if self._conn is not None:
+                try:
+                    self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+                    self._conn.commit()
+                except Exception:
+                    log.warning("could not release the leader lock cleanly", exc_info=True)
+                self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()
+                self._conn.close()
+            except Exception:
+                log.debug("closing the lost leader session failed", exc_info=True)
+        self._conn = None

@@ -1,0 +1,151 @@
+"""Delivery of queued notifications, written once around every notifier.
+
+Retries with jittered exponential backoff on 5xx, 429 (honouring Retry-After) and network
+errors; no retry on other 4xx; a per-channel rate limit; each outcome counted in /metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from service.context import ServiceContext
+from service.db import alerts_repo, outbox_repo
+from service.errors import DeliveryError, ValidationFailed
+from service.thresholds.backoff import RateLimiter, retry_delay_seconds
+from service.thresholds.channels import Notification, notifier_for
+from service.thresholds.policy import ChannelSpec
+from service.thresholds.urlsafety import Resolver, check_url, parse_allow_nets, system_resolver
+
+log = logging.getLogger(__name__)
+
+KEEP_DAYS = 7  # sent and failed deliveries are kept this long for inspection
+PRUNE_EVERY_SECONDS = 3600.0
+
+
+def make_client(timeout_seconds: float) -> httpx.Client:
+    """The HTTP client notifiers use: bounded timeout, redirects never followed."""
+    # httpx logs each request's full URL at INFO, and a Slack webhook URL is a secret.
+    httpx_log = logging.getLogger("httpx")
+    if httpx_log.getEffectiveLevel() < logging.WARNING:
+        httpx_log.setLevel(logging.WARNING)
+    return httpx.Client(timeout=timeout_seconds, follow_redirects=False, trust_env=False)
+
+
+class Dispatcher:
+    """Sends what is due in the outbox; one drain at a time per process."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        *,
+        client: httpx.Client | None = None,
+        resolver: Resolver = system_resolver,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.client = client or make_client(ctx.settings.notify_timeout_seconds)
+        self.resolver = resolver
+        self.rng = rng or random.Random()
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.limiter = RateLimiter()
+        self._lock = threading.Lock()
+        self._pruned_at: float | None = None
+
+    def send_now(self, channel: ChannelSpec, note: Notification) -> None:
+        """Check the URL and send one notification, raising ValidationFailed or DeliveryError."""
+        check_url(
+            channel.url,
+            parse_allow_nets(self.ctx.settings.webhook_allow_nets),
+            resolver=self.resolver,
+        )
+        notifier_for(channel, self.client).send(note)
+
+    def drain(self, *, budget_seconds: float = 5.0, limit: int = 200) -> int:
+        """Send every due delivery (within ``budget_seconds`` of rate-limit waits); returns sent."""
+        with self._lock:
+            return self._drain(budget_seconds, limit)
+
+    def _drain(self, budget_seconds: float, limit: int) -> int:
+        ctx, tel = self.ctx, self.ctx.telemetry
+        started = self.monotonic()
+        with ctx.engine.begin() as conn:
+            rows = outbox_repo.due(conn, now=ctx.clock(), limit=limit)
+            chans = {c.name: c for c in alerts_repo.list_channels(conn)}
+        sent = 0
+        deferred: set[str] = set()
+        for row in rows:
+            channel = chans.get(row.channel)
+            if row.channel in deferred:
+                continue
+            if channel is None:
+                self._record(row, "failed", f"channel {row.channel!r} no longer exists")
+                continue
+            wait = self.limiter.wait_seconds(
+                channel.name, channel.messages_per_second, self.monotonic()
+            )
+            if wait > 0:
+                if self.monotonic() - started + wait > budget_seconds:
+                    deferred.add(channel.name)  # the next drain picks these up, in order
+                    continue
+                self.sleep(wait)
+            self.limiter.take(channel.name, self.monotonic())
+            try:
+                self.send_now(channel, Notification.model_validate(row.payload))
+            except ValidationFailed as exc:
+                self._record(row, "failed", str(exc))
+            except DeliveryError as exc:
+                if exc.retryable and row.attempts + 1 < ctx.settings.outbox_max_attempts:
+                    delay = retry_delay_seconds(
+                        row.attempts + 1,
+                        retry_after_seconds=exc.retry_after_seconds,
+                        rng=self.rng,
+                    )
+                    self._record(row, "retry", str(exc), delay)
+                else:
+                    self._record(row, "failed", str(exc))
+            except Exception as exc:  # a notifier bug must not stop the others
+                log.exception("sending delivery %s failed unexpectedly", row.delivery_id)
+                self._record(row, "retry", f"internal error: {type(exc).__name__}", 60.0)
+            else:
+                self._record(row, "sent", None)
+                sent += 1
+        if self._pruned_at is None or self.monotonic() - self._pruned_at > PRUNE_EVERY_SECONDS:
+            with ctx.engine.begin() as conn:
+                outbox_repo.prune(conn, before=ctx.clock() - timedelta(days=KEEP_DAYS))
+            self._pruned_at = self.monotonic()
+        with ctx.engine.connect() as conn:
+            tel.outbox_depth.set(outbox_repo.depth(conn))
+        return sent
+
+    def _record(self, row: Any, outcome: str, error: str | None, delay: float = 0.0) -> None:
+        """Store one attempt's outcome in its own transaction and count it."""
+        now = self.ctx.clock()
+        with self.ctx.engine.begin() as conn:
+            if outcome == "sent":
+                outbox_repo.mark_sent(conn, row_id=row.id, now=now)
+            elif outcome == "retry":
+                outbox_repo.mark_retry(
+                    conn,
+                    row_id=row.id,
+                    error=error or "",
+                    next_attempt_at=now + timedelta(seconds=delay),
+                )
+            else:
+                outbox_repo.mark_failed(conn, row_id=row.id, error=error or "")
+        self.ctx.telemetry.notifications.labels(row.channel, outcome).inc()
+        if outcome != "sent":
+            # The error text names the channel and status, never its URL or secret.
+            log.warning(
+                "delivery %s to channel %s: %s (%s)", row.delivery_id, row.channel, outcome, error
+            )

@@ -1,0 +1,234 @@
+"""The policy and channel schema of design section 6, shared by the YAML file and the REST API."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from service.durations import parse_duration
+from service.errors import ValidationFailed
+from service.vocabulary import METRICS_BY_NAME
+
+# Metrics derived per sample by the evaluator's data reader, beside the canonical ones:
+# idle_held is 1 when sm_active < idle threshold while fb_used_bytes > held threshold, else 0;
+# hardware_fault is 1 when the GPU reported an XID in the window or has fallen off the bus.
+DERIVED_METRICS: dict[str, str] = {
+    "idle_held": "1 while idle (sm_active below the idle threshold) with memory held, else 0",
+    "hardware_fault": "1 when the GPU reported an XID in the window or is lost, else 0",
+}
+POLICY_METRICS: tuple[str, ...] = (*METRICS_BY_NAME, *DERIVED_METRICS)
+MATCH_LABELS: tuple[str, ...] = ("node", "gpu", "job", "user", "team", "project", "model")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+
+Op = Literal["<", "<=", ">", ">="]
+Aggregate = Literal["avg", "max", "min"]
+Scope = Literal["gpu", "node", "job"]
+Severity = Literal["info", "warning", "critical"]
+
+
+def _duration(field: str, value: Any, *, allow_zero: bool) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = f"{value}s"
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a duration like 30s, 15m or 4h")
+    seconds = parse_duration(value)  # its ValueError names the accepted forms
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{field} must be greater than 0s")
+    return value.strip()
+
+
+class PolicySpec(BaseModel):
+    """A threshold policy: alert when ``aggregate(metric over window) op threshold`` for ``for``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    metric: str
+    aggregate: Aggregate = "avg"
+    window: str = "5m"
+    op: Op
+    threshold: float
+    for_: str = Field("0s", alias="for")
+    scope: Scope = "gpu"
+    match: dict[str, str] = Field(default_factory=dict)
+    severity: Severity = "warning"
+    channels: list[str] = Field(default_factory=list)
+    repeat_interval: str = "4h"
+    send_resolved: bool = True
+    description: str | None = None
+
+    # Derived once: the evaluator reads these for every scope key of every round.
+    _window_s: float = PrivateAttr(0.0)
+    _for_s: float = PrivateAttr(0.0)
+    _repeat_s: float = PrivateAttr(0.0)
+    _low_util: bool = PrivateAttr(False)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Parse the durations and classify the policy once."""
+        self._window_s = parse_duration(self.window)
+        self._for_s = parse_duration(self.for_)
+        self._repeat_s = parse_duration(self.repeat_interval)
+        spec = METRICS_BY_NAME.get(self.metric)
+        self._low_util = self.metric == "idle_held" or (
+            spec is not None and spec.unit == "ratio" and self.op in ("<", "<=")
+        )
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        if value not in POLICY_METRICS:
+            raise ValueError(f"unknown metric {value!r}; known: {', '.join(POLICY_METRICS)}")
+        return value
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: Any) -> str:
+        return _duration("window", value, allow_zero=False)
+
+    @field_validator("for_", mode="before")
+    @classmethod
+    def _for(cls, value: Any) -> str:
+        return _duration("for", value, allow_zero=True)
+
+    @field_validator("repeat_interval", mode="before")
+    @classmethod
+    def _repeat(cls, value: Any) -> str:
+        return _duration("repeat_interval", value, allow_zero=False)
+
+    @field_validator("match")
+    @classmethod
+    def _match(cls, value: dict[str, str]) -> dict[str, str]:
+        for label in value:
+            if label not in MATCH_LABELS:
+                raise ValueError(f"cannot match on label {label!r}; use {', '.join(MATCH_LABELS)}")
+        return value
+
+    @property
+    def window_seconds(self) -> float:
+        """The aggregation window in seconds."""
+        return self._window_s
+
+    @property
+    def for_seconds(self) -> float:
+        """How long the condition must hold before the alert fires, in seconds."""
+        return self._for_s
+
+    @property
+    def repeat_seconds(self) -> float:
+        """How often a still-firing alert is notified again, in seconds."""
+        return self._repeat_s
+
+    @property
+    def low_utilization(self) -> bool:
+        """Whether the policy alerts on too little activity (inhibited by hardware faults)."""
+        return self._low_util
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a scope with ``labels`` falls under this policy's matchers (shell patterns)."""
+        return all(fnmatch.fnmatchcase(labels.get(k) or "", v) for k, v in self.match.items())
+
+    def document(self) -> dict[str, Any]:
+        """The policy as the YAML file and the API write it (``for``, not ``for_``)."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class ChannelSpec(BaseModel):
+    """A notification channel: Slack incoming webhook, signed generic webhook or Alertmanager."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    type: Literal["slack", "webhook", "alertmanager"]
+    url: str
+    secret: str | None = None
+    rate_limit_per_second: float | None = Field(None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("whsec_"):
+            raise ValueError("must be a Standard Webhooks key like whsec_<base64>")
+        if value is not None:
+            import base64
+            import binascii
+
+            try:
+                base64.b64decode(value[len("whsec_") :], validate=True)
+            except binascii.Error as exc:
+                raise ValueError("the part after whsec_ must be base64") from exc
+        return value
+
+    @property
+    def messages_per_second(self) -> float:
+        """The channel's send rate limit; Slack allows about one message a second."""
+        if self.rate_limit_per_second is not None:
+            return self.rate_limit_per_second
+        return 1.0 if self.type == "slack" else 20.0
+
+
+def first_error(exc: ValidationError, prefix: str = "") -> ValidationFailed:
+    """The first pydantic error as ValidationFailed naming the field (``policies.0.threshold``)."""
+    err = exc.errors()[0]
+    loc = ["for" if p == "for_" else str(p) for p in err["loc"]]
+    msg = err["msg"].removeprefix("Value error, ")
+    return ValidationFailed(".".join([p for p in (prefix,) if p] + loc), msg)
+
+
+def parse_policy(doc: Any, *, prefix: str = "") -> PolicySpec:
+    """Validate one policy document; ValidationFailed names the field on error."""
+    try:
+        return PolicySpec.model_validate(doc)
+    except ValidationError as exc:
+        raise first_error(exc, prefix) from None
+
+
+def parse_channel(doc: Any, *, prefix: str = "") -> ChannelSpec:
+    """Validate one channel document; ValidationFailed names the field on error."""
+    try:
+        return ChannelSpec.model_validate(doc)
+    except ValidationError as exc:
+        raise first_error(exc, prefix) from None
+
+
+def parse_config(
+    config: dict[str, Any], *, known_channels: set[str] | None = None
+) -> tuple[list[PolicySpec], list[ChannelSpec]]:
+    """Policies and channels of a config file; each policy's channels must exist in it or before."""
+    raw_channels = config.get("channels") or []
+    raw_policies = config.get("policies") or []
+    for key, raw in (("channels", raw_channels), ("policies", raw_policies)):
+        if not isinstance(raw, list):
+            raise ValidationFailed(key, "must be a list")
+    channel_specs = [parse_channel(c, prefix=f"channels.{i}") for i, c in enumerate(raw_channels)]
+    policy_specs = [parse_policy(p, prefix=f"policies.{i}") for i, p in enumerate(raw_policies)]
+    for kind, names_in_order in (
+        ("channels", [c.name for c in channel_specs]),
+        ("policies", [p.name for p in policy_specs]),
+    ):
+        seen: set[str] = set()
+        for i, name in enumerate(names_in_order):
+            if name in seen:
+                raise ValidationFailed(f"{kind}.{i}.name", f"{name!r} is defined twice")
+            seen.add(name)
+    names = {c.name for c in channel_specs} | (known_channels or set())
+    for i, p in enumerate(policy_specs):
+        check_policy_channels(p, names, prefix=f"policies.{i}")
+    return policy_specs, channel_specs
+
+
+def check_policy_channels(policy: PolicySpec, channel_names: set[str], *, prefix: str = "") -> None:
+    """Raise ValidationFailed naming ``channels.N`` if the policy names an unknown channel."""
+    for j, name in enumerate(policy.channels):
+        if name not in channel_names:
+            field = ".".join(p for p in (prefix, f"channels.{j}") if p)
+            raise ValidationFailed(field, f"no channel named {name!r}")

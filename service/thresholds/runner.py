@@ -1,0 +1,304 @@
+"""The evaluation round and its wiring: read data, run the pure evaluator, store, queue, send."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from service.context import ServiceContext
+from service.db import alerts_repo, outbox_repo
+from service.errors import ValidationFailed
+from service.settings import load_config_file
+from service.thresholds.evaluator import (
+    AlertState,
+    Change,
+    Observation,
+    evaluate,
+    observe,
+    route,
+)
+from service.thresholds.job_cost import job_wasted_usd
+from service.thresholds.leader import LeaderLock
+from service.thresholds.outbox import Dispatcher
+from service.thresholds.policy import PolicySpec, parse_config
+from service.thresholds.urlsafety import check_url, parse_allow_nets
+
+log = logging.getLogger(__name__)
+
+# An XID this recent (or a lost GPU) suppresses low-utilization alerts on that GPU.
+FRESH_FAULT_SECONDS = 600.0
+CONFIG_LOCK_KEY = 0x67707577_636F6E66  # "gpuwconf": serialises config loading across replicas
+
+
+def load_config(ctx: ServiceContext) -> tuple[int, int]:
+    """Load policies and channels from the YAML config file into the store; returns the counts."""
+    if ctx.settings.config is None:
+        return 0, 0
+    config = load_config_file(ctx.settings.config)
+    with ctx.engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Replicas starting together must not race on the same upserts.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CONFIG_LOCK_KEY})
+        api_channels = {c.name for c in alerts_repo.list_channels(conn)}
+        policy_specs, channel_specs = parse_config(config, known_channels=api_channels)
+        alerts_repo.sync_from_file(
+            conn, policy_specs=policy_specs, channel_specs=channel_specs, now=ctx.clock()
+        )
+    nets = parse_allow_nets(ctx.settings.webhook_allow_nets)
+    for c in channel_specs:
+        try:
+            check_url(c.url, nets)
+        except (ValidationFailed, OSError) as exc:
+            # Not fatal (DNS may not be up yet); every send checks again and fails clearly.
+            log.warning(
+                "channel %s from the config file: %s",
+                c.name,
+                exc.message if isinstance(exc, ValidationFailed) else exc,
+            )
+    return len(policy_specs), len(channel_specs)
+
+
+@dataclass
+class RoundResult:
+    """What one evaluation round did."""
+
+    policies: int = 0
+    changes: int = 0
+    transitions: int = 0
+    notifications: int = 0
+    seconds: float = 0.0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # read, evaluate, write
+
+
+def notification(
+    ctx: ServiceContext,
+    conn: Connection,
+    policy: PolicySpec,
+    state: AlertState,
+    kind: str,
+    alert_id: int | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The outbox payload of one notification about ``state`` (without the delivery id)."""
+    base = ctx.settings.public_url.rstrip("/")
+    job = state.labels.get("job") if policy.scope == "job" else None
+    wasted = None
+    if job:
+        try:
+            wasted = job_wasted_usd(conn, job_id=job, now=now, settings=ctx.settings)
+        except Exception:  # dollars are a nice-to-have; the alert must still go out
+            log.exception("wasted dollars for job %s could not be computed", job)
+    resend = ctx.settings.alertmanager_resend_seconds
+    return {
+        "kind": kind,
+        "status": "resolved" if state.state == "resolved" else "firing",
+        "policy": policy.name,
+        "severity": policy.severity,
+        "description": policy.description,
+        "metric": policy.metric,
+        "aggregate": policy.aggregate,
+        "window": policy.window,
+        "op": policy.op,
+        "threshold": policy.threshold,
+        "value": state.value,
+        "scope": policy.scope,
+        "scope_key": state.key,
+        "labels": dict(state.labels),
+        "active_since": state.active_since.isoformat(),
+        "fired_at": state.fired_at.isoformat() if state.fired_at else None,
+        "resolved_at": state.resolved_at.isoformat() if state.resolved_at else None,
+        # Like Prometheus: an alert not re-sent within 4 resend periods is considered gone.
+        "ends_at": (
+            now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds))
+        ).isoformat(),
+        "stale": state.stale,
+        "wasted_usd": wasted,
+        "report_url": f"{base}/api/v1/jobs/{job}" if job else None,
+        "alert_url": f"{base}/api/v1/alerts/{alert_id}" if alert_id is not None else None,
+        "alert_id": alert_id,
+    }
+
+
+@dataclass
+class StateCache:
+    """The open alerts as the last round left them, so the leader need not re-read them.
+
+    Only the leader writes alerts, so its copy stays true while it keeps the lock; it is
+    dropped whenever the lock is (re)taken or a round fails.
+    """
+
+    open: dict[str, dict[str, AlertState]] | None = None
+
+    def clear(self) -> None:
+        """Forget the cached alerts; the next round reads them from the store."""
+        self.open = None
+
+
+def evaluate_once(ctx: ServiceContext, *, cache: StateCache | None = None) -> RoundResult:
+    """Evaluate every policy at ``ctx.clock()`` in one transaction, queueing notifications."""
+    try:
+        return _evaluate_once(ctx, cache)
+    except Exception:
+        if cache is not None:
+            cache.clear()
+        raise
+
+
+def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult:
+    started = time.perf_counter()
+    s = ctx.settings
+    now = ctx.clock()
+    result = RoundResult()
+    with ctx.engine.begin() as conn:
+        policy_list = alerts_repo.list_policies(conn)
+        channel_types = {c.name: c.type for c in alerts_repo.list_channels(conn)}
+        scopes = alerts_repo.scope_members(conn, now=now)
+        by_window: dict[float, set[str]] = defaultdict(set)
+        for p in policy_list:
+            by_window[p.window_seconds].add(p.metric)
+        # The fault window rides along in the same scan; it feeds inhibition.
+        by_window[FRESH_FAULT_SECONDS].add("hardware_fault")
+        stats = alerts_repo.window_stats(
+            conn,
+            windows=by_window if policy_list else {},
+            now=now,
+            idle_threshold=s.idle_threshold,
+            held_bytes=float(s.held_threshold_bytes),
+            gpu_ids=scopes.gpu_ids,
+            lost_gpu_ids=scopes.lost_gpu_ids,
+        )
+        faults = {
+            gid: per["hardware_fault"].max > 0
+            for gid, per in stats.get(FRESH_FAULT_SECONDS, {}).items()
+            if "hardware_fault" in per
+        }
+        silences = alerts_repo.active_silences(conn, now=now)
+        if cache is not None and cache.open is not None:
+            previous = {name: dict(states) for name, states in cache.open.items()}
+        else:
+            previous = alerts_repo.open_alerts(conn)
+        t_read = time.perf_counter()
+        changes: list[tuple[PolicySpec, Change]] = []
+        # Policies that differ only in threshold, for or channels see the same observations.
+        seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
+        for p in policy_list:
+            obs_key = (
+                p.scope,
+                p.metric,
+                p.window_seconds,
+                p.aggregate,
+                tuple(sorted(p.match.items())),
+                p.low_utilization,
+            )
+            obs = seen.get(obs_key)
+            if obs is None:
+                obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
+                seen[obs_key] = obs
+            for ch in evaluate(
+                p,
+                obs,
+                previous.pop(p.name, {}),
+                silences,
+                now,
+                resend_seconds=s.alertmanager_resend_seconds,
+            ):
+                changes.append((p, ch))
+        # Alerts of deleted policies resolve quietly: there is no policy left to notify for.
+        for name, states in previous.items():
+            gone = PolicySpec(name=name, metric="sm_active", op="<", threshold=0.0)
+            for st in states.values():
+                after = AlertState(**{**_fields(st), "state": "resolved", "resolved_at": now})
+                if st.state == "pending":
+                    after = AlertState(**{**_fields(st), "state": "inactive", "resolved_at": now})
+                changes.append((gone, Change(st, after)))
+        t_eval = time.perf_counter()
+        ids = alerts_repo.apply_changes(conn, changes, now=now)
+        still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
+        for (_p, ch), alert_id in zip(changes, ids, strict=True):
+            if ch.after.state in ("pending", "firing"):
+                still_open[ch.after.policy][ch.after.key] = replace(ch.after, id=alert_id)
+        rows = []
+        for (p, ch), alert_id in zip(changes, ids, strict=True):
+            result.transitions += ch.transition
+            if ch.notify is None:
+                continue
+            result.by_kind[ch.notify] = result.by_kind.get(ch.notify, 0) + 1
+            targets = route(ch.notify, p, channel_types)
+            if not targets:
+                continue
+            payload = notification(ctx, conn, p, ch.after, ch.notify, alert_id, now)
+            for channel in targets:
+                delivery_id = f"msg_{uuid.uuid4().hex}"
+                rows.append(
+                    {
+                        "delivery_id": delivery_id,
+                        "channel": channel,
+                        "alert_id": alert_id,
+                        "payload": {**payload, "delivery_id": delivery_id},
+                    }
+                )
+        outbox_repo.enqueue(conn, rows, now=now)
+        firing = alerts_repo.firing_counts(conn)
+    if cache is not None:  # only once the transaction has committed
+        cache.open = dict(still_open)
+    for sev in ("info", "warning", "critical"):
+        ctx.telemetry.alerts_firing.labels(sev).set(firing.get(sev, 0))
+    result.policies = len(policy_list)
+    result.changes = len(changes)
+    result.notifications = len(rows)
+    result.seconds = time.perf_counter() - started
+    result.phase_seconds = {
+        "read": t_read - started,
+        "evaluate": t_eval - t_read,
+        "write": started + result.seconds - t_eval,
+    }
+    ctx.telemetry.evaluation_seconds.observe(result.seconds)
+    return result
+
+
+def _fields(st: AlertState) -> dict[str, Any]:
+    return {f: getattr(st, f) for f in AlertState.__dataclass_fields__}
+
+
+class Alerting:
+    """The evaluator's runtime in one process: the leader lock and the dispatcher."""
+
+    def __init__(self, ctx: ServiceContext, dispatcher: Dispatcher | None = None) -> None:
+        self.ctx = ctx
+        self.leader = LeaderLock(ctx.engine)
+        self.dispatcher = dispatcher or Dispatcher(ctx)
+        self.cache = StateCache()
+        self._epoch = -1
+
+    def evaluate_tick(self) -> RoundResult | None:
+        """If this replica is the leader: evaluate, then send what that queued."""
+        leader = self.leader.check()
+        self.ctx.telemetry.evaluator_leader.set(1 if leader else 0)
+        if leader and self.leader.acquisitions != self._epoch:
+            self.cache.clear()  # another replica may have written alerts meanwhile
+            self._epoch = self.leader.acquisitions
+        if not leader:
+            return None
+        result = evaluate_once(self.ctx, cache=self.cache)
+        if result.notifications:
+            self.dispatcher.drain()
+        return result
+
+    def deliver_tick(self) -> int:
+        """If this replica is the leader: send due deliveries (retries, rate-limited ones)."""
+        if not self.leader.check():
+            return 0
+        return self.dispatcher.drain()
+
+    def close(self) -> None:
+        """Release the leader lock and the HTTP client."""
+        self.leader.release()
+        self.dispatcher.client.close()

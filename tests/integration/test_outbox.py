@@ -1,0 +1,199 @@
+"""The durable outbox against a real loopback receiver: retries, Retry-After, no retry on 4xx."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from service.db import alerts_repo, outbox_repo
+from service.db.schema import outbox
+from service.thresholds.outbox import Dispatcher
+from service.thresholds.policy import ChannelSpec
+from tests.receivers import Receiver
+from tests.support import FakeClock
+
+PAYLOAD = {
+    "kind": "firing",
+    "status": "firing",
+    "policy": "p",
+    "severity": "warning",
+    "metric": "sm_active",
+    "aggregate": "avg",
+    "window": "5m",
+    "op": "<",
+    "threshold": 0.3,
+    "value": 0.1,
+    "scope": "gpu",
+    "scope_key": "gpu:GPU-a0",
+    "labels": {"gpu": "GPU-a0", "node": "node-a"},
+    "active_since": "2026-12-02T08:00:00+00:00",
+}
+
+
+@pytest.fixture
+def ctx(app):  # type: ignore[no-untyped-def]
+    ctx = app.state.ctx
+    ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    return ctx
+
+
+@pytest.fixture
+def receiver():  # type: ignore[no-untyped-def]
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def setup_channel(ctx, url: str, ctype: str = "webhook", rate: float | None = None) -> None:  # type: ignore[no-untyped-def]
+    with ctx.engine.begin() as conn:
+        alerts_repo.create_channel(
+            conn,
+            channel=ChannelSpec(name="c", type=ctype, url=url, rate_limit_per_second=rate),
+            source="api",
+            now=ctx.clock(),
+        )
+
+
+def queue(ctx, n: int = 1) -> list[str]:  # type: ignore[no-untyped-def]
+    ids = [f"msg_{uuid.uuid4().hex}" for _ in range(n)]
+    with ctx.engine.begin() as conn:
+        outbox_repo.enqueue(
+            conn,
+            [
+                {
+                    "delivery_id": i,
+                    "channel": "c",
+                    "alert_id": None,
+                    "payload": PAYLOAD | {"delivery_id": i},
+                }
+                for i in ids
+            ],
+            now=ctx.clock(),
+        )
+    return ids
+
+
+def rows(ctx):  # type: ignore[no-untyped-def]
+    with ctx.engine.connect() as conn:
+        return list(conn.execute(select(outbox).order_by(outbox.c.id)))
+
+
+def test_retries_5xx_and_429_with_retry_after_then_delivers_with_same_id(
+    ctx, receiver: Receiver, clock: FakeClock
+) -> None:
+    receiver.script = [(503, {}), (429, {"Retry-After": "120"})]
+    setup_channel(ctx, receiver.url)
+    (mid,) = queue(ctx)
+    d = Dispatcher(ctx, rng=random.Random(0))
+    assert d.drain() == 0
+    (r,) = rows(ctx)
+    assert (r.status, r.attempts, r.last_error) == ("pending", 1, "webhook channel c: HTTP 503")
+    first_delay = (r.next_attempt_at - clock()).total_seconds()
+    assert 1.0 <= first_delay <= 2.0
+    assert d.drain() == 0  # not due yet: nothing sent
+    assert len(receiver.received) == 1
+    clock.advance(first_delay)
+    assert d.drain() == 0
+    (r,) = rows(ctx)
+    assert r.attempts == 2 and "429" in r.last_error
+    assert (r.next_attempt_at - clock()).total_seconds() >= 120  # Retry-After honoured
+    clock.advance(119)
+    assert d.drain() == 0 and len(receiver.received) == 2
+    clock.advance(1)
+    assert d.drain() == 1
+    (r,) = rows(ctx)
+    assert (r.status, r.attempts) == ("sent", 3)
+    assert [x.headers["webhook-id"] for x in receiver.received] == [mid] * 3
+    tel = ctx.telemetry.notifications
+    assert tel.labels("c", "retry")._value.get() == 2
+    assert tel.labels("c", "sent")._value.get() == 1
+
+
+@pytest.mark.parametrize("status", [400, 404, 410, 302])
+def test_other_4xx_and_redirects_are_not_retried(
+    ctx, receiver: Receiver, clock: FakeClock, status: int
+) -> None:
+    receiver.script = [(status, {"Location": "http://169.254.169.254/"})]
+    setup_channel(ctx, receiver.url)
+    queue(ctx)
+    Dispatcher(ctx).drain()
+    (r,) = rows(ctx)
+    assert (r.status, r.attempts) == ("failed", 1)
+    assert str(status) in r.last_error
+    clock.advance(3600)
+    Dispatcher(ctx).drain()
+    assert len(receiver.received) == 1  # and the redirect was not followed
+    assert ctx.telemetry.notifications.labels("c", "failed")._value.get() == 1
+
+
+def test_network_errors_retry_and_give_up_after_max_attempts(ctx, clock: FakeClock) -> None:
+    from tests.support import free_port
+
+    ctx.settings.outbox_max_attempts = 3
+    setup_channel(ctx, f"http://127.0.0.1:{free_port()}/")
+    queue(ctx)
+    d = Dispatcher(ctx)
+    for _ in range(3):
+        d.drain()
+        clock.advance(3600)
+    (r,) = rows(ctx)
+    assert (r.status, r.attempts) == ("failed", 3)
+    assert "network error" in r.last_error
+
+
+def test_queued_deliveries_survive_a_restart(ctx, receiver: Receiver, clock: FakeClock) -> None:
+    receiver.script = [(500, {})]
+    setup_channel(ctx, receiver.url)
+    ids = queue(ctx, 2)
+    Dispatcher(ctx).drain(limit=1)  # the "old process" fails once, then dies
+    clock.advance(3600)
+    fresh = Dispatcher(ctx)  # a new process: only the database carries over
+    assert fresh.drain() == 2
+    assert sorted({x.headers["webhook-id"] for x in receiver.received}) == sorted(ids)
+    assert all(r.status == "sent" for r in rows(ctx))
+
+
+def test_rate_limit_spaces_messages_per_channel(ctx, receiver: Receiver) -> None:
+    setup_channel(ctx, receiver.url, ctype="webhook", rate=5.0)
+    queue(ctx, 4)
+    assert Dispatcher(ctx).drain() == 4
+    gaps = [b.at - a.at for a, b in zip(receiver.received, receiver.received[1:], strict=False)]
+    assert all(g >= 0.15 for g in gaps), gaps  # 5/s -> 0.2 s apart (scheduling slack allowed)
+
+
+def test_rate_limited_rows_wait_for_the_next_drain(ctx, receiver: Receiver) -> None:
+    setup_channel(ctx, receiver.url, ctype="slack")  # about one message a second
+    queue(ctx, 3)
+    d = Dispatcher(ctx)
+    assert d.drain(budget_seconds=0.5) == 1
+    assert sum(r.status == "pending" for r in rows(ctx)) == 2
+    assert d.drain(budget_seconds=5.0) == 2
+    gaps = [b.at - a.at for a, b in zip(receiver.received, receiver.received[1:], strict=False)]
+    assert all(g >= 0.9 for g in gaps), gaps
+
+
+def test_deleted_channel_fails_its_deliveries(ctx, receiver: Receiver) -> None:
+    setup_channel(ctx, receiver.url)
+    queue(ctx)
+    with ctx.engine.begin() as conn:
+        alerts_repo.delete_channel(conn, name="c")
+    Dispatcher(ctx).drain()
+    (r,) = rows(ctx)
+    assert r.status == "failed" and "no longer exists" in r.last_error
+
+
+def test_old_finished_deliveries_are_pruned(ctx, receiver: Receiver, clock: FakeClock) -> None:
+    setup_channel(ctx, receiver.url)
+    queue(ctx, 2)
+    d = Dispatcher(ctx)
+    assert d.drain() == 2
+    clock.advance(8 * 86400)
+    queue(ctx, 1)
+    receiver.default_status = 500
+    d._pruned_at = None  # as if an hour had passed
+    d.drain()
+    left = rows(ctx)
+    assert [r.status for r in left] == ["pending"]  # the old sent ones are gone

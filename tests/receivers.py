@@ -1,0 +1,78 @@
+"""A real HTTP receiver on loopback that records requests and answers as scripted."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Received:
+    """One request the receiver got."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """Answers each POST with the next scripted (status, headers), then ``default_status``."""
+
+    script: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    default_status: int = 200
+    received: list[Received] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                outer.received.append(
+                    Received(
+                        self.path,
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                        time.time(),
+                    )
+                )
+                status, headers = (
+                    outer.script.pop(0) if outer.script else (outer.default_status, {})
+                )
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return list(self.received)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,150 @@
+"""Pure delivery helpers: URL safety, backoff with Retry-After, rate limit, message rendering."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from service.errors import ValidationFailed
+from service.thresholds.backoff import RateLimiter, retry_delay_seconds
+from service.thresholds.channels import Notification, alertmanager, slack, webhook
+from service.thresholds.urlsafety import check_url, parse_allow_nets
+
+T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+
+def resolver_to(*addrs: str):  # type: ignore[no-untyped-def]
+    return lambda host, port: list(addrs)
+
+
+@pytest.mark.parametrize(
+    ("url", "addrs", "why"),
+    [
+        ("http://127.0.0.1:8080/x", (), "loopback"),
+        ("http://169.254.169.254/latest/meta-data", (), "link-local"),
+        ("http://10.1.2.3/", (), "private"),
+        ("http://[::1]/", (), "loopback"),
+        ("http://[::ffff:127.0.0.1]/", (), "loopback"),
+        ("http://internal.example/", ("192.168.1.5",), "private"),
+        ("http://mixed.example/", ("93.184.216.34", "10.0.0.1"), "private"),
+        ("http://0.0.0.0/", (), "reserved"),
+    ],
+)
+def test_private_destinations_are_refused(url: str, addrs: tuple[str, ...], why: str) -> None:
+    with pytest.raises(ValidationFailed) as err:
+        check_url(url, [], resolver=resolver_to(*addrs))
+    assert err.value.field == "url" and why in err.value.message
+
+
+def test_public_and_allow_listed_destinations_pass() -> None:
+    check_url("https://hooks.example/x", [], resolver=resolver_to("93.184.216.34"))
+    nets = parse_allow_nets("127.0.0.0/8, 10.0.0.0/8")
+    check_url("http://127.0.0.1:9/x", nets)
+    check_url("http://svc.internal/", nets, resolver=resolver_to("10.2.3.4"))
+    with pytest.raises(ValidationFailed):
+        check_url("http://169.254.169.254/", nets)
+    with pytest.raises(ValidationFailed) as err:
+        check_url("http://user:pw@hooks.example/", [], resolver=resolver_to("93.184.216.34"))
+    assert "pw" not in str(err.value)
+    with pytest.raises(ValidationFailed) as err:
+        parse_allow_nets("10.0.0.0/8,nonsense")
+    assert err.value.field == "webhook_allow_nets"
+
+
+def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
+    rng = random.Random(1)
+    delays = [retry_delay_seconds(a, rng=rng) for a in range(1, 8)]
+    for attempt, d in enumerate(delays, start=1):
+        ceiling = min(600, 2.0 * 2 ** (attempt - 1))
+        assert ceiling / 2 <= d <= ceiling
+    assert len({round(retry_delay_seconds(3, rng=rng), 6) for _ in range(20)}) > 1  # jittered
+    assert retry_delay_seconds(1, retry_after_seconds=30, rng=rng) >= 30
+    assert retry_delay_seconds(20, rng=rng) <= 600
+
+
+def test_rate_limiter_spaces_messages_per_channel() -> None:
+    lim = RateLimiter()
+    assert lim.wait_seconds("slack", 1.0, 100.0) == 0
+    lim.take("slack", 100.0)
+    assert lim.wait_seconds("slack", 1.0, 100.2) == pytest.approx(0.8)
+    assert lim.wait_seconds("other", 1.0, 100.2) == 0  # per channel
+    assert lim.wait_seconds("slack", 1.0, 101.0) == 0
+
+
+def note(**kw: object) -> Notification:
+    doc: dict[str, object] = {
+        "delivery_id": "msg_1",
+        "kind": "firing",
+        "status": "firing",
+        "policy": "low-sm-activity",
+        "severity": "warning",
+        "metric": "sm_active",
+        "aggregate": "avg",
+        "window": "10m",
+        "op": "<",
+        "threshold": 0.3,
+        "value": 0.12,
+        "scope": "job",
+        "scope_key": "job:slurm:42",
+        "labels": {"job": "slurm:42", "user": "alice", "team": "ml", "node": "n1", "gpu": "GPU-a"},
+        "active_since": T0,
+        "fired_at": T0,
+        "wasted_usd": 12.5,
+        "report_url": "http://gw/api/v1/jobs/slurm:42",
+    }
+    return Notification.model_validate(doc | kw)
+
+
+def test_slack_message_has_text_blocks_and_stays_within_limits() -> None:
+    msg = slack.render(note(labels={"job": "j" * 5000, "node": "n" * 5000}, description="d" * 9000))
+    assert msg["text"] and len(msg["text"]) <= slack.TEXT_MAX
+    assert len(msg["blocks"]) <= 50
+    header = msg["blocks"][0]
+    assert header["type"] == "header" and len(header["text"]["text"]) <= 150
+    for b in msg["blocks"]:
+        if "text" in b and b["type"] == "section":
+            assert len(b["text"]["text"]) <= 3000
+        for f in b.get("fields", []):
+            assert len(f["text"]) <= 2000
+        assert len(b.get("fields", [])) <= 10
+    full = json.dumps(slack.render(note()))
+    for needle in (
+        "low-sm-activity",
+        "slurm:42",
+        "alice",
+        "ml",
+        "0.12",
+        "< 0.3",
+        "$12.50",
+        "http://gw/api/v1/jobs/slurm:42",
+        "2026-12-02T08:00:00Z",
+    ):
+        assert needle in full, needle
+
+
+def test_webhook_signature_verifies_with_standard_webhooks() -> None:
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    body = json.dumps(webhook.render(note())).encode()
+    headers = webhook.signature_headers(secret, "msg_1", datetime.now(UTC), body)
+    assert headers["webhook-signature"].startswith("v1,")
+    payload = Webhook(secret).verify(body, headers)
+    assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
+    assert payload["labels"]["job"] == "slurm:42"
+    tampered = body.replace(b"firing", b"resolved")
+    with pytest.raises(Exception, match="signature"):
+        Webhook(secret).verify(tampered, headers)
+
+
+def test_alertmanager_body_shape() -> None:
+    (a,) = alertmanager.render(note(ends_at=datetime(2026, 12, 2, 8, 4, tzinfo=UTC)))
+    assert a["labels"]["alertname"] == "low-sm-activity"
+    assert a["labels"]["job"] == "slurm:42" and a["labels"]["severity"] == "warning"
+    assert a["startsAt"] == "2026-12-02T08:00:00Z" and a["endsAt"] == "2026-12-02T08:04:00Z"
+    assert a["annotations"]["wasted_usd"] == "12.50"
+    resolved_at = datetime(2026, 12, 2, 8, 9, tzinfo=UTC)
+    (r,) = alertmanager.render(note(status="resolved", kind="resolved", resolved_at=resolved_at))
+    assert r["endsAt"] == "2026-12-02T08:09:00Z"
