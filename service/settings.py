@@ -47,6 +47,14 @@ class Settings(BaseSettings):
     metrics_dcgm_compat: bool = False  # also export dcgm-exporter names and labels
     run_scheduler: bool = True  # background rollups, retention and evaluation
 
+    # --- costs, job tags and reports (issue 4) -------------------------------------------
+    tag_idle_fraction: float = Field(0.5, ge=0, le=1)  # idle: idle seconds / allocated
+    tag_idle_held_fraction: float = Field(0.25, ge=0, le=1)  # idle-held: idle-held / allocated
+    tag_underfed_sm_active: float = Field(0.15, ge=0, le=1)  # underfed: mean sm_active below
+    tag_memory_bound_dram_active: float = Field(0.5, ge=0, le=1)  # memory-bound: dram at least
+    tag_no_tensor_tensor_active: float = Field(0.01, ge=0, le=1)  # no-tensor: tensor below
+    api_token: str | None = None  # reader token the `gpuwarden report` CLI sends to central_url
+
     # --- agent -----------------------------------------------------------------------
     central_url: str = "http://127.0.0.1:8000"
     agent_token: str | None = None
