@@ -13,10 +13,21 @@ from service.costs.prices import PriceRow
 _FROM = datetime(2025, 1, 1, tzinfo=UTC)
 
 DEFAULT_PRICES: tuple[PriceRow, ...] = (
-    PriceRow("*A100*40GB*", 4.10, _FROM, "AWS p4d.24xlarge on-demand $32.77/h / 8 GPUs (us-east-1)"),
-    PriceRow("*A100*80GB*", 5.12, _FROM, "AWS p4de.24xlarge on-demand $40.97/h / 8 GPUs (us-east-1)"),
-    PriceRow("*H100*", 6.88, _FROM, "AWS p5.48xlarge on-demand ~$55.04/h / 8 GPUs after the June 2025 cut"),
-    PriceRow("*H200*", 10.60, _FROM, "Azure ND96isr H200 v5 on-demand ~$84.80/h / 8 GPUs (East US)"),
+    PriceRow(
+        "*A100*40GB*", 4.10, _FROM, "AWS p4d.24xlarge on-demand $32.77/h / 8 GPUs (us-east-1)"
+    ),
+    PriceRow(
+        "*A100*80GB*", 5.12, _FROM, "AWS p4de.24xlarge on-demand $40.97/h / 8 GPUs (us-east-1)"
+    ),
+    PriceRow(
+        "*H100*",
+        6.88,
+        _FROM,
+        "AWS p5.48xlarge on-demand ~$55.04/h / 8 GPUs after the June 2025 cut",
+    ),
+    PriceRow(
+        "*H200*", 10.60, _FROM, "Azure ND96isr H200 v5 on-demand ~$84.80/h / 8 GPUs (East US)"
+    ),
     PriceRow("*L4", 0.80, _FROM, "AWS g6.xlarge on-demand $0.805/h, 1 GPU (us-east-1)"),
     PriceRow("*L40S*", 1.86, _FROM, "AWS g6e.xlarge on-demand $1.861/h, 1 GPU (us-east-1)"),
     PriceRow("*B200*", 14.24, _FROM, "AWS p6-b200.48xlarge on-demand ~$113.93/h / 8 GPUs"),

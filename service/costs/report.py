@@ -62,7 +62,7 @@ def tag_thresholds_of(settings: Settings) -> TagThresholds:
 
 
 def parse_price_rows(items: Sequence[Any], *, where: str) -> list[PriceRow]:
-    """Price rows from a list of mappings (the YAML ``prices:`` section); ConfigError names the item."""
+    """Price rows from the YAML ``prices:`` list; ConfigError names the bad item."""
     out = []
     for i, item in enumerate(items):
         try:
@@ -246,7 +246,9 @@ def cost_report(
         if group_by == "job" and s.key != UNALLOCATED:
             job = att.jobs.get(s.key, {})
             row.update(
-                user=job.get("user"), team=job.get("team"), project=job.get("project"),
+                user=job.get("user"),
+                team=job.get("team"),
+                project=job.get("project"),
                 tags=tags.get(s.key, []),
             )
         rows.append(row)

@@ -317,12 +317,16 @@ def job_tags(summary: Summary, t: TagThresholds) -> list[str]:
         out.append("idle-held")
     if not busy:
         out.append("underfed")
-    if busy and u.dram_active_count and u.dram_active_sum / u.dram_active_count >= (
-        t.memory_bound_dram_active
+    if (
+        busy
+        and u.dram_active_count
+        and u.dram_active_sum / u.dram_active_count >= (t.memory_bound_dram_active)
     ):
         out.append("memory-bound")
-    if busy and u.tensor_active_count and u.tensor_active_sum / u.tensor_active_count < (
-        t.no_tensor_tensor_active
+    if (
+        busy
+        and u.tensor_active_count
+        and u.tensor_active_sum / u.tensor_active_count < (t.no_tensor_tensor_active)
     ):
         out.append("no-tensor")
     return out

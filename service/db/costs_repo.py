@@ -48,7 +48,7 @@ def load_allocations(
     now: datetime,
     gpu_ids: Sequence[int] | None = None,
 ) -> list[Allocation]:
-    """Every (job, GPU) interval overlapping [start, end); open ones run until the job's end or now."""
+    """Every (job, GPU) interval overlapping [start, end); open ones end at the job's end or now."""
     q = (
         select(
             job_gpus.c.job_id,
@@ -83,13 +83,17 @@ def load_jobs(conn: Connection, *, job_ids: Sequence[str]) -> dict[str, dict[str
 
 
 def _spans(name: str, rows: list[tuple[int, int, datetime, datetime]]) -> Any:
-    return values(
-        column("k", Integer),
-        column("gpu_id", Integer),
-        column("lo", UTCDateTime()),
-        column("hi", UTCDateTime()),
-        name=name,
-    ).data(rows)
+    return (
+        values(
+            column("k", Integer),
+            column("gpu_id", Integer),
+            column("lo", UTCDateTime()),
+            column("hi", UTCDateTime()),
+            name=name,
+        )
+        .data(rows)
+        .cte(name)
+    )
 
 
 def _sum_buckets(
@@ -157,7 +161,9 @@ def _raw(
         for k, rows in grouped.items():
             lo, hi = bounds[k]
             points = [
-                ActivityPoint(r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts)
+                ActivityPoint(
+                    r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts
+                )
                 for r in rows
             ]
             integ = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
@@ -180,7 +186,7 @@ def _prorated(
     """Past raw retention: take the part (hi - lo) / 60 s of the 1m bucket holding each read."""
     tmp: list[Usage] = [Usage() for _ in out]
     minute_reads = []
-    for k, g, lo, hi in reads:
+    for k, g, lo, _hi in reads:
         bucket = lo - timedelta(seconds=lo.timestamp() % 60)
         minute_reads.append((k, g, bucket, bucket + timedelta(minutes=1)))
     _sum_buckets(conn, rollup_1m, minute_reads, tmp)

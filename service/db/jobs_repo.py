@@ -115,9 +115,9 @@ def end_job(
         raise ValidationFailed("ended_at", "must not be before the job's started_at")
     cond = and_(job_gpus.c.job_id == job_id, job_gpus.c.ended_at.is_(None))
     if only_node is not None:
-        node_gpus = (
-            select(gpus.c.id).join(nodes, nodes.c.id == gpus.c.node_id)
-        ).where(nodes.c.hostname == only_node)
+        node_gpus = (select(gpus.c.id).join(nodes, nodes.c.id == gpus.c.node_id)).where(
+            nodes.c.hostname == only_node
+        )
         cond = and_(cond, job_gpus.c.gpu_id.in_(node_gpus))
     conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at))
     still_open = conn.execute(

@@ -13,9 +13,7 @@ from service.db.schema import gpus, prices
 def load_prices(conn: Connection) -> list[PriceRow]:
     """The stored rows, oldest effective_from first."""
     rows = conn.execute(select(prices).order_by(prices.c.effective_from, prices.c.id))
-    return [
-        PriceRow(r.model_pattern, r.usd_per_gpu_hour, r.effective_from, r.note) for r in rows
-    ]
+    return [PriceRow(r.model_pattern, r.usd_per_gpu_hour, r.effective_from, r.note) for r in rows]
 
 
 def replace_prices(conn: Connection, *, rows: Sequence[PriceRow]) -> None:

@@ -214,7 +214,11 @@ def test_unpriced_gpu_shows_null_cost_not_zero():
         # inside one minute: raw only
         (at(5), at(50), [("raw", at(5), at(50))]),
         # inside one hour, across minutes
-        (at(90), at(200), [("1m", at(120), at(180)), ("raw", at(90), at(120)), ("raw", at(180), at(200))]),
+        (
+            at(90),
+            at(200),
+            [("1m", at(120), at(180)), ("raw", at(90), at(120)), ("raw", at(180), at(200))],
+        ),
     ],
 )
 def test_reads_use_hours_inside_and_finer_data_only_at_the_edges(start, end, expected):
@@ -250,13 +254,21 @@ def test_tags_follow_their_thresholds():
     idle = _summary(covered_seconds=100, idle_seconds=80, idle_held_seconds=60, unused_seconds=95)
     assert job_tags(idle, t) == ["idle", "idle-held", "underfed"]
     mem = _summary(
-        covered_seconds=100, unused_seconds=20, dram_active_sum=7, dram_active_count=10,
-        tensor_active_sum=0, tensor_active_count=10,
+        covered_seconds=100,
+        unused_seconds=20,
+        dram_active_sum=7,
+        dram_active_count=10,
+        tensor_active_sum=0,
+        tensor_active_count=10,
     )
     assert job_tags(mem, t) == ["memory-bound", "no-tensor"]
     good = _summary(
-        covered_seconds=100, unused_seconds=5, dram_active_sum=2, dram_active_count=10,
-        tensor_active_sum=8, tensor_active_count=10,
+        covered_seconds=100,
+        unused_seconds=5,
+        dram_active_sum=2,
+        dram_active_count=10,
+        tensor_active_sum=8,
+        tensor_active_count=10,
     )
     assert job_tags(good, t) == []
     # No tensor figure at all (older GPU): no no-tensor tag, absence is not zero.
