@@ -10,8 +10,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from service.db.schema import job_gpus, jobs
-from tests.integration.cost_data import GIB, roll_up, store_series, worked_example_metrics
+from service.db.schema import gpus, job_gpus, jobs
+from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock, iso
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
@@ -159,9 +159,7 @@ def test_post_merges_into_observed_job_and_counts_overlap_once(
 ):
     put_prices(http, tokens)
     with engine.begin() as conn:
-        gpu_id = conn.execute(
-            select(__import__("service.db.schema", fromlist=["gpus"]).gpus.c.id)
-        ).scalar_one()
+        gpu_id = conn.execute(select(gpus.c.id)).scalar_one()
         conn.execute(
             insert(jobs).values(
                 id="slurm:7",
