@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.clock import utc_now
+from service.costs.cli_report import add_report_parser
 from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import check_at_head, upgrade
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = tsub.add_parser("revoke", help="revoke a token by id")
     c.add_argument("id", type=int)
     c.set_defaults(handler=cmd_token_revoke)
+
+    add_report_parser(sub)
     return parser
 
 
