@@ -25,8 +25,8 @@ from service.costs.waste import (
     Segment,
     Summary,
     TagThresholds,
+    group_segments,
     job_tags,
-    lines_from_segments,
     segment_gpu,
     summarize,
 )
@@ -135,12 +135,6 @@ def attribute(
         if start < end:
             cuts = change_points(prices, info.model, start, end)
             segments += segment_gpu(gpu_id, by_gpu.get(gpu_id, []), start, end, cuts)
-    usages = costs_repo.fetch_usage(
-        conn,
-        spans=[(s.gpu_id, s.start, s.end) for s in segments],
-        thresholds=thresholds_of(settings),
-        raw_cutoff=now - timedelta(days=settings.retention_raw_days),
-    )
     unpriced: set[str] = set()
 
     def price_of(seg: Segment) -> float | None:
@@ -150,7 +144,18 @@ def attribute(
             return None
         return row.usd_per_gpu_hour
 
-    lines = lines_from_segments(segments, usages, price_of)
+    keys, held, spans = group_segments(segments, price_of)
+    usages = costs_repo.sum_usage(
+        conn,
+        spans=spans,
+        n_groups=len(keys),
+        thresholds=thresholds_of(settings),
+        raw_cutoff=now - timedelta(days=settings.retention_raw_days),
+    )
+    lines = [
+        Line(job_id, gpu_id, seconds, usage, price)
+        for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
+    ]
     job_ids = sorted({ln.job_id for ln in lines if ln.job_id is not None})
     warnings = [
         f"no price matches GPU model {m!r}: its cost is null; add a pattern with PUT /api/v1/prices"

@@ -261,6 +261,37 @@ def lines_from_segments(
     return out
 
 
+LineKey = tuple[str | None, int, float | None]  # (job id or None, gpu id, USD per GPU-hour)
+
+
+def group_segments(
+    segments: Sequence[Segment], price_of: Callable[[Segment], float | None]
+) -> tuple[list[LineKey], list[float], list[tuple[int, int, datetime, datetime, float]]]:
+    """Shares of segments keyed by (job, GPU, price): the keys, their held seconds, and the
+    spans (key index, gpu id, start, end, share) whose usage each key sums.
+
+    The same split as ``lines_from_segments``, but a job's many segments on one GPU at one
+    price become one line, so the database can sum them in one pass.
+    """
+    index: dict[LineKey, int] = {}
+    held: list[float] = []
+    spans: list[tuple[int, int, datetime, datetime, float]] = []
+    for seg in segments:
+        price = price_of(seg)
+        seconds = (seg.end - seg.start).total_seconds()
+        owners: tuple[str | None, ...] = seg.job_ids or (None,)
+        share = 1.0 / len(owners)
+        for job_id in owners:
+            key = (job_id, seg.gpu_id, price)
+            k = index.get(key)
+            if k is None:
+                k = index[key] = len(held)
+                held.append(0.0)
+            held[k] += seconds * share
+            spans.append((k, seg.gpu_id, seg.start, seg.end, share))
+    return list(index), held, spans
+
+
 def summarize(lines: Iterable[Line], key_of: Callable[[Line], str]) -> dict[str, Summary]:
     """Group lines by ``key_of`` into summaries (lines of no job go to ``__unallocated__``)."""
     out: dict[str, Summary] = {}

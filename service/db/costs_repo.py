@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Integer, and_, func, or_, select, values
-from sqlalchemy.sql import column
+from sqlalchemy import (
+    Column,
+    Connection,
+    Float,
+    Integer,
+    MetaData,
+    Table,
+    and_,
+    func,
+    or_,
+    select,
+)
 
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.costs.waste import USAGE_FIELDS, Allocation, Usage, plan_reads
@@ -82,116 +92,185 @@ def load_jobs(conn: Connection, *, job_ids: Sequence[str]) -> dict[str, dict[str
     return out
 
 
-def _spans(name: str, rows: list[tuple[int, int, datetime, datetime]]) -> Any:
-    return (
-        values(
-            column("k", Integer),
-            column("gpu_id", Integer),
-            column("lo", UTCDateTime()),
-            column("hi", UTCDateTime()),
-            name=name,
-        )
-        .data(rows)
-        .cte(name)
-    )
+# Per-connection scratch tables: the database sums thousands of ranges in one statement by
+# joining them to the rollups (a VALUES list of that size is slow to build and plan).
+_SEGMENT_COLS = ("grp", "gpu_id", "factor", "h0", "h1", "l0", "l1", "r0", "r1", "pl", "pl_frac",
+                 "pr", "pr_frac")  # fmt: skip
+_TS_COLS = {"h0", "h1", "l0", "l1", "r0", "r1", "pl", "pr", "lo", "hi"}
+_INT_COLS = {"grp", "gpu_id"}
 
 
-def _sum_buckets(
-    conn: Connection, table: Any, reads: list[tuple[int, int, datetime, datetime]], out: list[Usage]
+def _scratch(name: str, cols: Sequence[str]) -> Table:
+    def col(c: str) -> Column[Any]:
+        if c in _TS_COLS:
+            return Column(c, UTCDateTime())
+        return Column(c, Integer if c in _INT_COLS else Float)
+
+    return Table(name, MetaData(), *(col(c) for c in cols), prefixes=["TEMPORARY"])
+
+
+_SEGMENTS = _scratch("gw_cost_segments", _SEGMENT_COLS)
+_RAW = _scratch("gw_cost_raw", ("grp", "gpu_id", "lo", "hi"))
+
+
+def _sqlite_ts(ts: datetime | None) -> str | None:
+    # The text form UTCDateTime stores on SQLite, so comparisons with bucket_start hold.
+    return None if ts is None else ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _sql_type(col: str, pg: bool) -> str:
+    if col in _TS_COLS:
+        return "timestamptz" if pg else "DATETIME"
+    if col in _INT_COLS:
+        return "integer"
+    return "double precision" if pg else "REAL"
+
+
+def _fill(conn: Connection, table: Table, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Create (if needed), empty and fill scratch ``table`` with ``rows``, then analyze it."""
+    pg = conn.dialect.name == "postgresql"
+    cols = [c.name for c in table.columns]
+    ddl = ", ".join(f"{c} {_sql_type(c, pg)}" for c in cols)
+    conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {table.name} ({ddl})")
+    conn.exec_driver_sql(f"DELETE FROM {table.name}")
+    if pg:
+        raw: Any = conn.connection.dbapi_connection  # psycopg 3: COPY is its fastest load
+        with (
+            raw.cursor() as cur,
+            cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as cp,
+        ):
+            for r in rows:
+                cp.write_row(r)
+    else:
+        ts_idx = [i for i, c in enumerate(cols) if c in _TS_COLS]
+        fixed = []
+        for r in rows:
+            row = list(r)
+            for i in ts_idx:
+                row[i] = _sqlite_ts(row[i])
+            fixed.append(tuple(row))
+        marks = ", ".join("?" for _ in cols)
+        conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", fixed)
+    # Without statistics the planners take the scratch table for a big one and scan the
+    # rollups instead of probing them by (gpu_id, bucket_start) once per row.
+    conn.exec_driver_sql(f"ANALYZE {table.name}")
+
+
+def _bucket_sums(
+    conn: Connection, table: Table, lo: str, hi: str | None, weight: Any, out: list[Usage]
 ) -> None:
-    """Add the bucket sums of each read (k, gpu_id, lo, hi) into ``out[k]``."""
-    t = table.c
-    cols = [func.sum(t[f]) for f in _INTEGRALS] + [
-        func.sum(t.tensor_active_sum),
-        func.sum(t.tensor_active_count),
-        func.sum(t.dram_active_sum),
-        func.sum(t.dram_active_count),
-    ]
-    for i in range(0, len(reads), CHUNK):
-        v = _spans("spans", reads[i : i + CHUNK])
-        q = (
-            select(v.c.k, *cols)
-            .select_from(
-                v.join(
-                    table,
-                    and_(t.gpu_id == v.c.gpu_id, t.bucket_start >= v.c.lo, t.bucket_start < v.c.hi),
-                )
-            )
-            .group_by(v.c.k)
+    """Add, per group, the rollup sums of [lo, hi) (or the bucket at lo) times ``weight``."""
+    t, s = table.c, _SEGMENTS.c
+    cols = [func.sum(t[f] * weight) for f in _INTEGRALS] + [
+        func.sum(t[c] * weight)
+        for c in (
+            "tensor_active_sum",
+            "tensor_active_count",
+            "dram_active_sum",
+            "dram_active_count",
         )
-        for row in conn.execute(q):
-            u = out[row[0]]
-            for f, value in zip(USAGE_FIELDS, row[1:], strict=True):
-                if value is not None:
-                    setattr(u, f, getattr(u, f) + float(value))
+    ]
+    on: Any
+    where: Any
+    if hi is None:
+        on = and_(t.gpu_id == s.gpu_id, t.bucket_start == s[lo])
+        where = s[lo].is_not(None)
+    else:
+        on = and_(t.gpu_id == s.gpu_id, t.bucket_start >= s[lo], t.bucket_start < s[hi])
+        where = s[lo] < s[hi]
+    q = select(s.grp, *cols).select_from(_SEGMENTS.join(table, on)).where(where).group_by(s.grp)
+    for row in conn.execute(q):
+        u = out[row[0]]
+        for f, value in zip(USAGE_FIELDS, row[1:], strict=True):
+            if value is not None:
+                setattr(u, f, getattr(u, f) + float(value))
 
 
 def _raw(
     conn: Connection,
-    reads: list[tuple[int, int, datetime, datetime]],
+    reads: list[tuple[int, int, datetime, datetime, float]],
     out: list[Usage],
     thresholds: Thresholds,
 ) -> None:
-    """Integrate raw samples for each read (k, gpu_id, lo, hi) into ``out[k]``."""
+    """Integrate raw samples over each read (grp, gpu_id, lo, hi, factor) into ``out[grp]``."""
     gap = timedelta(seconds=thresholds.max_gap_seconds)
     s = samples.c
-    bounds = {k: (lo, hi) for k, _, lo, hi in reads}
-    for i in range(0, len(reads), CHUNK):
-        chunk = [(k, g, lo - gap, hi) for k, g, lo, hi in reads[i : i + CHUNK]]
-        v = _spans("raw_spans", chunk)
-        q = (
-            select(
-                v.c.k,
-                s.ts,
-                s.sm_active,
-                s.gpu_util,
-                s.fb_used_bytes,
-                s.power_watts,
-                s.tensor_active,
-                s.dram_active,
-            )
-            .select_from(
-                v.join(samples, and_(s.gpu_id == v.c.gpu_id, s.ts >= v.c.lo, s.ts < v.c.hi))
-            )
-            .order_by(v.c.k, s.ts)
-        )
-        grouped: dict[int, list[Any]] = defaultdict(list)
-        for row in conn.execute(q):
-            grouped[row.k].append(row)
-        for k, rows in grouped.items():
-            lo, hi = bounds[k]
-            points = [
-                ActivityPoint(
-                    r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts
-                )
-                for r in rows
-            ]
-            integ = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
-            u = out[k]
-            for f in _INTEGRALS:
-                setattr(u, f, getattr(u, f) + getattr(integ, f))
-            for r in rows:
-                if lo <= r.ts < hi:
-                    if r.tensor_active is not None:
-                        u.tensor_active_sum += r.tensor_active
-                        u.tensor_active_count += 1
-                    if r.dram_active is not None:
-                        u.dram_active_sum += r.dram_active
-                        u.dram_active_count += 1
+    _fill(conn, _RAW, [(j, g, lo - gap, hi) for j, (_, g, lo, hi, _f) in enumerate(reads)])
+    v = _RAW.c
+    q = (
+        select(v.grp, s.ts, s.sm_active, s.gpu_util, s.fb_used_bytes, s.power_watts,
+               s.tensor_active, s.dram_active)
+        .select_from(_RAW.join(samples, and_(s.gpu_id == v.gpu_id, s.ts >= v.lo, s.ts < v.hi)))
+        .order_by(v.grp, s.ts)
+    )  # fmt: skip
+    grouped: dict[int, list[Any]] = defaultdict(list)
+    for row in conn.execute(q):
+        grouped[row.grp].append(row)
+    for j, rows in grouped.items():
+        grp, _, lo, hi, factor = reads[j]
+        points = [
+            ActivityPoint(r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts)
+            for r in rows
+        ]
+        integ = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
+        part = Usage(**{f: getattr(integ, f) for f in _INTEGRALS})
+        for r in rows:
+            if lo <= r.ts < hi:
+                if r.tensor_active is not None:
+                    part.tensor_active_sum += r.tensor_active
+                    part.tensor_active_count += 1
+                if r.dram_active is not None:
+                    part.dram_active_sum += r.dram_active
+                    part.dram_active_count += 1
+        out[grp].add(part, factor)
 
 
-def _prorated(
-    conn: Connection, reads: list[tuple[int, int, datetime, datetime]], out: list[Usage]
-) -> None:
-    """Past raw retention: take the part (hi - lo) / 60 s of the 1m bucket holding each read."""
-    tmp: list[Usage] = [Usage() for _ in out]
-    minute_reads = []
-    for k, g, lo, _hi in reads:
-        bucket = lo - timedelta(seconds=lo.timestamp() % 60)
-        minute_reads.append((k, g, bucket, bucket + timedelta(minutes=1)))
-    _sum_buckets(conn, rollup_1m, minute_reads, tmp)
-    for k, _, lo, hi in reads:
-        out[k].add(tmp[k], (hi - lo).total_seconds() / 60.0)
+def sum_usage(
+    conn: Connection,
+    *,
+    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    n_groups: int,
+    thresholds: Thresholds,
+    raw_cutoff: datetime,
+) -> list[Usage]:
+    """Per group, the sum of factor x Usage over its spans (group, gpu_id, start, end, factor).
+
+    Whole hours come from 1h buckets, whole minutes at the edges from 1m buckets and the
+    seconds at the edges from raw samples; seconds before ``raw_cutoff`` (raw retention) are
+    taken pro rata from their 1m bucket.
+    """
+    out = [Usage() for _ in range(n_groups)]
+    rows: list[tuple[Any, ...]] = []
+    raw: list[tuple[int, int, datetime, datetime, float]] = []
+    for grp, gpu_id, start, end, factor in spans:
+        row: dict[str, Any] = dict.fromkeys(_SEGMENT_COLS)
+        row.update(grp=grp, gpu_id=gpu_id, factor=factor)
+        minute_slots = iter((("l0", "l1"), ("r0", "r1")))
+        for r in plan_reads(start, end):
+            if r.kind == "1h":
+                row["h0"], row["h1"] = r.start, r.end
+            elif r.kind == "1m":
+                a, b = next(minute_slots)
+                row[a], row[b] = r.start, r.end
+            elif r.start >= raw_cutoff:
+                raw.append((grp, gpu_id, r.start, r.end, factor))
+            else:
+                bucket = r.start - timedelta(seconds=r.start.timestamp() % 60)
+                slot = "pl" if row["pl"] is None else "pr"
+                row[slot] = bucket
+                row[f"{slot}_frac"] = (r.end - r.start).total_seconds() / 60.0
+        rows.append(tuple(row[c] for c in _SEGMENT_COLS))
+    if rows:
+        _fill(conn, _SEGMENTS, rows)
+        s = _SEGMENTS.c
+        _bucket_sums(conn, rollup_1h, "h0", "h1", s.factor, out)
+        _bucket_sums(conn, rollup_1m, "l0", "l1", s.factor, out)
+        _bucket_sums(conn, rollup_1m, "r0", "r1", s.factor, out)
+        _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
+        _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
+    if raw:
+        _raw(conn, raw, out, thresholds)
+    return out
 
 
 def fetch_usage(
@@ -201,44 +280,11 @@ def fetch_usage(
     thresholds: Thresholds,
     raw_cutoff: datetime,
 ) -> list[Usage]:
-    """The Usage of each (gpu_id, start, end): 1h buckets inside, 1m and raw data at the edges.
-
-    Seconds before ``raw_cutoff`` (raw retention) are taken pro rata from their 1m bucket.
-    """
-    out = [Usage() for _ in spans]
-    hour: list[tuple[int, int, datetime, datetime]] = []
-    minute: list[tuple[int, int, datetime, datetime]] = []
-    raw: list[tuple[int, int, datetime, datetime]] = []
-    prorate: list[tuple[int, int, datetime, datetime]] = []
-    for k, (gpu_id, start, end) in enumerate(spans):
-        for r in plan_reads(start, end):
-            item = (k, gpu_id, r.start, r.end)
-            if r.kind == "1h":
-                hour.append(item)
-            elif r.kind == "1m":
-                minute.append(item)
-            elif r.start >= raw_cutoff:
-                raw.append(item)
-            else:
-                prorate.append(item)
-    # Rows of several reads of one span add into the same Usage, so keys repeat: sum per read.
-    for table, reads in ((rollup_1h, hour), (rollup_1m, minute)):
-        if reads:
-            keyed = list(enumerate(reads))
-            tmp = [Usage() for _ in keyed]
-            _sum_buckets(conn, table, [(j, g, lo, hi) for j, (_, g, lo, hi) in keyed], tmp)
-            for j, (k, *_rest) in keyed:
-                out[k].add(tmp[j])
-    if raw:
-        keyed_raw = list(enumerate(raw))
-        tmp = [Usage() for _ in keyed_raw]
-        _raw(conn, [(j, g, lo, hi) for j, (_, g, lo, hi) in keyed_raw], tmp, thresholds)
-        for j, (k, *_rest) in keyed_raw:
-            out[k].add(tmp[j])
-    if prorate:
-        keyed_p = list(enumerate(prorate))
-        tmp = [Usage() for _ in keyed_p]
-        _prorated(conn, [(j, g, lo, hi) for j, (_, g, lo, hi) in keyed_p], tmp)
-        for j, (k, *_rest) in keyed_p:
-            out[k].add(tmp[j])
-    return out
+    """The Usage of each (gpu_id, start, end), read as ``sum_usage`` reads it."""
+    return sum_usage(
+        conn,
+        spans=[(k, g, s, e, 1.0) for k, (g, s, e) in enumerate(spans)],
+        n_groups=len(spans),
+        thresholds=thresholds,
+        raw_cutoff=raw_cutoff,
+    )
