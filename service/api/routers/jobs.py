@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
-from service.api.deps import Agent, Ctx, ReadConn, Reader, WriteConn
+from service.api.deps import Agent, Ctx, ReadConn, Reader
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -41,40 +41,41 @@ def query_error(exc: ValidationFailed) -> HTTPException:
 
 
 @router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
-def create_job(
-    body: JobCreate, ctx: Ctx, conn: WriteConn, token: Agent, response: Response
-) -> dict[str, Any]:
+def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> dict[str, Any]:
     """Create a job, or merge into the job of that id (201 when new, 200 when merged)."""
-    created = jobs_repo.upsert_job(
-        conn,
-        job_id=body.id,
-        fields=body.model_dump(include={"user", "team", "project", "labels"}, exclude_unset=True),
-        gpu_uuids=body.gpus,
-        started_at=body.started_at,
-        ended_at=body.ended_at,
-        now=ctx.clock(),
-        only_node=_only_node(token),
-    )
+    # Commit before answering, so a client that reads right after sees its write.
+    with ctx.engine.begin() as conn:
+        created = jobs_repo.upsert_job(
+            conn,
+            job_id=body.id,
+            fields=body.model_dump(
+                include={"user", "team", "project", "labels"}, exclude_unset=True
+            ),
+            gpu_uuids=body.gpus,
+            started_at=body.started_at,
+            ended_at=body.ended_at,
+            now=ctx.clock(),
+            only_node=_only_node(token),
+        )
+        job = jobs_repo.get_job(conn, job_id=body.id)
     if not created:
         response.status_code = status.HTTP_200_OK
-    job = jobs_repo.get_job(conn, job_id=body.id)
     assert job is not None
     return _public(job)
 
 
 @router.patch("/{job_id}", response_model=JobPublic)
-def update_job(
-    job_id: str, body: JobUpdate, ctx: Ctx, conn: WriteConn, token: Agent
-) -> dict[str, Any]:
+def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
     now = ctx.clock()
     fields = body.model_dump(include={"user", "team", "project", "labels"}, exclude_unset=True)
-    jobs_repo.update_fields(conn, job_id=job_id, fields=fields, now=now)
-    if body.ended_at is not None:
-        jobs_repo.end_job(
-            conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=_only_node(token)
-        )
-    job = jobs_repo.get_job(conn, job_id=job_id)
+    with ctx.engine.begin() as conn:
+        jobs_repo.update_fields(conn, job_id=job_id, fields=fields, now=now)
+        if body.ended_at is not None:
+            jobs_repo.end_job(
+                conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=_only_node(token)
+            )
+        job = jobs_repo.get_job(conn, job_id=job_id)
     assert job is not None
     return _public(job)
 

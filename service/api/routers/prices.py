@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
 
-from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
+from service.api.deps import Admin, Ctx, ReadConn, Reader
 from service.api.schemas.costs import PriceIn, PricePublic
 from service.costs import report
 from service.costs.default_prices import KNOWN_MODEL_NAMES
@@ -36,37 +36,41 @@ def get_prices(ctx: Ctx, conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
 
 
 @router.put("", response_model=list[PricePublic])
-def put_prices(body: list[PriceIn], ctx: Ctx, conn: WriteConn, _: Admin) -> list[dict[str, Any]]:
+def put_prices(body: list[PriceIn], ctx: Ctx, _: Admin) -> list[dict[str, Any]]:
     """Replace the whole price table; an empty list falls back to the config file or default."""
-    models = [*prices_repo.fleet_models(conn), *KNOWN_MODEL_NAMES]
-    seen: set[tuple[str, object]] = set()
-    for i, p in enumerate(body):
-        if not any(matches(p.model_pattern, m) for m in models):
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                detail=[
-                    {
-                        "loc": ["body", i, "model_pattern"],
-                        "msg": f"pattern {p.model_pattern!r} matches no GPU model in the fleet "
-                        "and no known NVIDIA model name",
-                        "type": "value_error",
-                    }
-                ],
-            )
-        key = (p.model_pattern, p.effective_from)
-        if key in seen:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                detail=[
-                    {
-                        "loc": ["body", i],
-                        "msg": f"duplicate row for {p.model_pattern!r} effective "
-                        f"{p.effective_from.isoformat()}",
-                        "type": "value_error",
-                    }
-                ],
-            )
-        seen.add(key)
-    rows = [PriceRow(p.model_pattern, p.usd_per_gpu_hour, p.effective_from, p.note) for p in body]
-    prices_repo.replace_prices(conn, rows=rows)
-    return _public(report.effective_prices(conn, ctx.settings))
+    # Commit before answering, so a client that reads right after sees the new table.
+    with ctx.engine.begin() as conn:
+        models = [*prices_repo.fleet_models(conn), *KNOWN_MODEL_NAMES]
+        seen: set[tuple[str, object]] = set()
+        for i, p in enumerate(body):
+            if not any(matches(p.model_pattern, m) for m in models):
+                raise HTTPException(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    detail=[
+                        {
+                            "loc": ["body", i, "model_pattern"],
+                            "msg": f"pattern {p.model_pattern!r} matches no GPU model in the fleet "
+                            "and no known NVIDIA model name",
+                            "type": "value_error",
+                        }
+                    ],
+                )
+            key = (p.model_pattern, p.effective_from)
+            if key in seen:
+                raise HTTPException(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    detail=[
+                        {
+                            "loc": ["body", i],
+                            "msg": f"duplicate row for {p.model_pattern!r} effective "
+                            f"{p.effective_from.isoformat()}",
+                            "type": "value_error",
+                        }
+                    ],
+                )
+            seen.add(key)
+        rows = [
+            PriceRow(p.model_pattern, p.usd_per_gpu_hour, p.effective_from, p.note) for p in body
+        ]
+        prices_repo.replace_prices(conn, rows=rows)
+        return _public(report.effective_prices(conn, ctx.settings))
