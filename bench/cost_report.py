@@ -16,7 +16,6 @@ minutes of raw retention read an empty samples table and older edges read 1m buc
 from __future__ import annotations
 
 import argparse
-import io
 import random
 import statistics
 import sys
@@ -30,13 +29,13 @@ from sqlalchemy import Engine, func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.costs import report  # noqa: E402
-from service.costs.prices import PriceRow  # noqa: E402
-from service.db import jobs_repo, prices_repo  # noqa: E402
-from service.db.engine import make_engine  # noqa: E402
-from service.db.migrate import upgrade  # noqa: E402
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from service.costs import report
+from service.costs.prices import PriceRow
+from service.db import jobs_repo, prices_repo
+from service.db.engine import make_engine
+from service.db.migrate import upgrade
+from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m
+from service.settings import Settings
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 GPUS_PER_NODE = 8
@@ -119,7 +118,9 @@ def expand_minutes(conn: Any, dialect: str) -> None:
         series = "generate_series(0, 59) AS m"
     else:
         # UTCDateTime stores SQLite timestamps as 'YYYY-MM-DD HH:MM:SS.ffffff' text.
-        minute = "strftime('%Y-%m-%d %H:%M:%S', h.bucket_start, '+' || m.m || ' minutes') || '.000000'"
+        minute = (
+            "strftime('%Y-%m-%d %H:%M:%S', h.bucket_start, '+' || m.m || ' minutes') || '.000000'"
+        )
         series = "(WITH RECURSIVE s(m) AS (SELECT 0 UNION ALL SELECT m + 1 FROM s WHERE m < 59) SELECT m FROM s) AS m"
     conn.execute(
         text(
@@ -150,9 +151,10 @@ def load(engine: Engine, n_gpus: int, days: int, n_jobs: int) -> None:
         if engine.dialect.name == "postgresql":
             raw = conn.connection.dbapi_connection
             assert raw is not None
-            with raw.cursor() as cur, cur.copy(
-                f"COPY rollup_1h ({', '.join(COLS_1H)}) FROM STDIN"
-            ) as copy:
+            with (
+                raw.cursor() as cur,
+                cur.copy(f"COPY rollup_1h ({', '.join(COLS_1H)}) FROM STDIN") as copy,
+            ):
                 for r in rows:
                     copy.write_row(r)
         else:
@@ -218,7 +220,9 @@ def bench(engine: Engine, days: int) -> None:
             ),
             3,
         )
-        print(f"  report {days} d grouped by job: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
+        print(
+            f"  report {days} d grouped by job: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms"
+        )
         # The job with the most GPU-hours: the slowest summary.
         jid = conn.execute(
             text(
@@ -228,7 +232,7 @@ def bench(engine: Engine, days: int) -> None:
         ).scalar_one()
         job = jobs_repo.get_job(conn, job_id=jid)
         assert job is not None
-        best, median, summary = timed(
+        best, median, _summary = timed(
             lambda: report.job_summary(conn, settings=settings, job=job, now=END), 10
         )
         print(
@@ -289,5 +293,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _ = io  # keep imports explicit for readers
     main()

@@ -127,28 +127,46 @@ def _floor(ts: datetime, step: timedelta) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """Where to read one part of a span: ``1h`` or ``1m`` buckets, or ``raw`` samples."""
+    """One part of a span: ``sign`` x the ``1h`` or ``1m`` buckets, or the ``raw`` samples,
+    over [start, end)."""
 
     kind: str
     start: datetime
     end: datetime
+    sign: int = 1
+
+
+def _partial_hour(lo: datetime, hi: datetime) -> list[Read]:
+    """Whole minutes [lo, hi) inside one hour: read directly, or as the hour minus the rest
+    when that touches fewer 1m buckets (at most 30 either way)."""
+    if hi - lo <= timedelta(minutes=30):
+        return [Read("1m", lo, hi)]
+    hour = _floor(lo, HOUR)
+    out = [Read("1h", hour, hour + HOUR)]
+    for a, b in ((hour, lo), (hi, hour + HOUR)):
+        if a < b:
+            out.append(Read("1m", a, b, -1))
+    return out
 
 
 def plan_reads(start: datetime, end: datetime) -> list[Read]:
-    """Split [start, end) into whole hours (1h), whole minutes at the edges (1m), raw seconds."""
-    out: list[Read] = []
-    h0, h1 = _ceil(start, HOUR), _floor(end, HOUR)
+    """Split [start, end) into whole hours (1h), whole minutes at the edges (1m, each edge as
+    few buckets as possible) and the seconds at the edges (raw); the signed parts add up."""
+    if start >= end:
+        return []
     m0, m1 = _ceil(start, MINUTE), _floor(end, MINUTE)
     if m0 >= m1:
-        return [Read("raw", start, end)] if start < end else []
-    if h0 < h1:
-        out.append(Read("1h", h0, h1))
-        middle = [(m0, h0), (h1, m1)]
-    else:
-        middle = [(m0, m1)]
-    for lo, hi in middle:
-        if lo < hi:
-            out.append(Read("1m", lo, hi))
+        return [Read("raw", start, end)]
+    h0, h1 = _ceil(start, HOUR), _floor(end, HOUR)
+    out: list[Read] = []
+    if h0 <= h1:
+        if h0 < h1:
+            out.append(Read("1h", h0, h1))
+        for lo, hi in ((m0, h0), (h1, m1)):
+            if lo < hi:
+                out += _partial_hour(lo, hi)
+    else:  # all inside one hour
+        out += _partial_hour(m0, m1)
     for lo, hi in ((start, m0), (m1, end)):
         if lo < hi:
             out.append(Read("raw", lo, hi))

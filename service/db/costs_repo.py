@@ -94,10 +94,14 @@ def load_jobs(conn: Connection, *, job_ids: Sequence[str]) -> dict[str, dict[str
 
 # Per-connection scratch tables: the database sums thousands of ranges in one statement by
 # joining them to the rollups (a VALUES list of that size is slow to build and plan).
-_SEGMENT_COLS = ("grp", "gpu_id", "factor", "h0", "h1", "l0", "l1", "r0", "r1", "pl", "pl_frac",
+_HOUR_SLOTS = (("ha0", "ha1"), ("hb0", "hb1"), ("hc0", "hc1"))
+_MINUTE_SLOTS = (("ma0", "ma1", "ma_sign"), ("mb0", "mb1", "mb_sign"))
+_SEGMENT_COLS = ("grp", "gpu_id", "factor", "ha0", "ha1", "hb0", "hb1", "hc0", "hc1",
+                 "ma0", "ma1", "ma_sign", "mb0", "mb1", "mb_sign", "pl", "pl_frac",
                  "pr", "pr_frac")  # fmt: skip
-_TS_COLS = {"h0", "h1", "l0", "l1", "r0", "r1", "pl", "pr", "lo", "hi"}
-_INT_COLS = {"grp", "gpu_id"}
+_TS_COLS = {"ha0", "ha1", "hb0", "hb1", "hc0", "hc1", "ma0", "ma1", "mb0", "mb1", "pl", "pr",
+            "lo", "hi"}  # fmt: skip
+_INT_COLS = {"grp", "gpu_id", "ma_sign", "mb_sign"}
 
 
 def _scratch(name: str, cols: Sequence[str]) -> Table:
@@ -245,13 +249,14 @@ def sum_usage(
     for grp, gpu_id, start, end, factor in spans:
         row: dict[str, Any] = dict.fromkeys(_SEGMENT_COLS)
         row.update(grp=grp, gpu_id=gpu_id, factor=factor)
-        minute_slots = iter((("l0", "l1"), ("r0", "r1")))
+        hour_slots, minute_slots = iter(_HOUR_SLOTS), iter(_MINUTE_SLOTS)
         for r in plan_reads(start, end):
             if r.kind == "1h":
-                row["h0"], row["h1"] = r.start, r.end
-            elif r.kind == "1m":
-                a, b = next(minute_slots)
+                a, b = next(hour_slots)
                 row[a], row[b] = r.start, r.end
+            elif r.kind == "1m":
+                a, b, sign = next(minute_slots)
+                row[a], row[b], row[sign] = r.start, r.end, r.sign
             elif r.start >= raw_cutoff:
                 raw.append((grp, gpu_id, r.start, r.end, factor))
             else:
@@ -263,9 +268,10 @@ def sum_usage(
     if rows:
         _fill(conn, _SEGMENTS, rows)
         s = _SEGMENTS.c
-        _bucket_sums(conn, rollup_1h, "h0", "h1", s.factor, out)
-        _bucket_sums(conn, rollup_1m, "l0", "l1", s.factor, out)
-        _bucket_sums(conn, rollup_1m, "r0", "r1", s.factor, out)
+        for a, b in _HOUR_SLOTS:
+            _bucket_sums(conn, rollup_1h, a, b, s.factor, out)
+        for a, b, sign in _MINUTE_SLOTS:
+            _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out)
         _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
         _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
     if raw:

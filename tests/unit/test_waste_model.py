@@ -197,39 +197,71 @@ def test_unpriced_gpu_shows_null_cost_not_zero():
 @pytest.mark.parametrize(
     ("start", "end", "expected"),
     [
-        # 08:00:30 .. 10:10:15 -> raw 30 s, 1m 08:01-09:00, 1h 09:00-10:00, 1m 10:00-10:10, raw 15 s
+        # 08:00:30 .. 10:10:15: 1h 09-10; the 59 minutes 08:01-09:00 as the hour 08-09 minus
+        # the minute 08:00; 10:00-10:10 as 1m; 30 s and 15 s raw at the edges.
         (
             at(30),
             at(2 * 3600 + 615),
             [
-                ("1h", at(3600), at(7200)),
-                ("1m", at(60), at(3600)),
-                ("1m", at(7200), at(7800)),
-                ("raw", at(30), at(60)),
-                ("raw", at(7800), at(7815)),
+                ("1h", at(3600), at(7200), 1),
+                ("1h", T0, at(3600), 1),
+                ("1m", T0, at(60), -1),
+                ("1m", at(7200), at(7800), 1),
+                ("raw", at(30), at(60), 1),
+                ("raw", at(7800), at(7815), 1),
             ],
         ),
         # exactly on hour boundaries: one 1h read only
-        (T0, at(7200), [("1h", T0, at(7200))]),
+        (T0, at(7200), [("1h", T0, at(7200), 1)]),
         # inside one minute: raw only
-        (at(5), at(50), [("raw", at(5), at(50))]),
-        # inside one hour, across minutes
+        (at(5), at(50), [("raw", at(5), at(50), 1)]),
+        # inside one hour, a few minutes: 1m directly
         (
             at(90),
             at(200),
-            [("1m", at(120), at(180)), ("raw", at(90), at(120)), ("raw", at(180), at(200))],
+            [
+                ("1m", at(120), at(180), 1),
+                ("raw", at(90), at(120), 1),
+                ("raw", at(180), at(200), 1),
+            ],
+        ),
+        # inside one hour, most of it: the hour minus the minutes outside
+        (
+            at(30),
+            at(3000),
+            [
+                ("1h", T0, at(3600), 1),
+                ("1m", T0, at(60), -1),
+                ("1m", at(3000), at(3600), -1),
+                ("raw", at(30), at(60), 1),
+            ],
+        ),
+        # across one hour boundary, no whole hour: each side on its own
+        (
+            at(610),
+            at(4805),
+            [
+                ("1h", T0, at(3600), 1),
+                ("1m", T0, at(660), -1),
+                ("1m", at(3600), at(4800), 1),
+                ("raw", at(610), at(660), 1),
+                ("raw", at(4800), at(4805), 1),
+            ],
         ),
     ],
 )
 def test_reads_use_hours_inside_and_finer_data_only_at_the_edges(start, end, expected):
-    assert [(r.kind, r.start, r.end) for r in plan_reads(start, end)] == expected
+    assert [(r.kind, r.start, r.end, r.sign) for r in plan_reads(start, end)] == expected
 
 
-def test_rollup_boundaries_add_up_to_the_raw_integral():
-    """Summing integrals over the planned reads equals integrating the whole span at once."""
+@pytest.mark.parametrize(
+    ("start_s", "end_s"), [(33, 13_500), (33, 3_000), (610, 4_805), (1_799, 5_401), (0, 3_600)]
+)
+def test_rollup_boundaries_add_up_to_the_raw_integral(start_s: float, end_s: float):
+    """Summing the signed planned reads equals integrating the whole span at once."""
     base = T0.timestamp()
     pts = [ActivityPoint(base + k * 7, (k % 10) / 10, fb_used_bytes=2 * GIB) for k in range(2000)]
-    start, end = at(33), at(13_500)
+    start, end = at(start_s), at(end_s)
     whole = usage_from(pts, start.timestamp(), end.timestamp())
     parts = Usage()
     for r in plan_reads(start, end):
@@ -237,7 +269,7 @@ def test_rollup_boundaries_add_up_to_the_raw_integral():
         t = r.start
         step = timedelta(minutes=1) if r.kind != "raw" else r.end - r.start
         while t < r.end:
-            parts.add(usage_from(pts, t.timestamp(), (t + step).timestamp()))
+            parts.add(usage_from(pts, t.timestamp(), (t + step).timestamp()), r.sign)
             t += step
     for f in ("covered_seconds", "idle_seconds", "idle_held_seconds", "unused_seconds"):
         assert getattr(parts, f) == pytest.approx(getattr(whole, f))
