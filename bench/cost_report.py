@@ -125,7 +125,7 @@ def expand_minutes(conn: Any, dialect: str) -> None:
     conn.execute(
         text(
             f"INSERT INTO rollup_1m ({cols}) SELECT h.gpu_id, {minute}, h.sample_count / 60, "
-            f"{sums}, {counts} FROM rollup_1h h CROSS JOIN {series} ORDER BY h.gpu_id, 2"
+            f"{sums}, {counts} FROM rollup_1h h CROSS JOIN {series}"
         )
     )
 

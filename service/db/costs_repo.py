@@ -160,6 +160,21 @@ def _fill(conn: Connection, table: Table, rows: Sequence[tuple[Any, ...]]) -> No
     conn.exec_driver_sql(f"ANALYZE {table.name}")
 
 
+_PG_PROBE_SETTINGS = ("enable_hashjoin", "enable_mergejoin", "jit")
+
+
+def _prefer_index_probes(conn: Connection, on: bool) -> None:
+    """On PostgreSQL, make the span joins probe the rollups' primary key once per span.
+
+    The planner cannot estimate range joins and would hash-join a full scan of rollup_1m
+    (tens of millions of rows) instead; JIT only adds compile time to these short queries.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    for name in _PG_PROBE_SETTINGS:
+        conn.exec_driver_sql(f"SET LOCAL {name} = {'off' if on else 'DEFAULT'}")
+
+
 def _bucket_sums(
     conn: Connection, table: Table, lo: str, hi: str | None, weight: Any, out: list[Usage]
 ) -> None:
@@ -268,12 +283,14 @@ def sum_usage(
     if rows:
         _fill(conn, _SEGMENTS, rows)
         s = _SEGMENTS.c
+        _prefer_index_probes(conn, True)
         for a, b in _HOUR_SLOTS:
             _bucket_sums(conn, rollup_1h, a, b, s.factor, out)
         for a, b, sign in _MINUTE_SLOTS:
             _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out)
         _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
         _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
+        _prefer_index_probes(conn, False)
     if raw:
         _raw(conn, raw, out, thresholds)
     return out
