@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.clock import utc_now
+from service.costs.cli_report import add_report_parser
 from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import check_at_head, upgrade
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also resolve channel URLs and refuse private ones (GPUWARDEN_WEBHOOK_ALLOW_NETS)",
     )
     c.set_defaults(handler=cmd_policies_check)
+    add_report_parser(sub)
     return parser
 
 

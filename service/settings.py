@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     outbox_max_attempts: int = Field(12, ge=1)  # give a delivery up after this many tries
     notify_timeout_seconds: float = Field(10.0, gt=0)
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager
+    # --- costs, job tags and reports (issue 4) -------------------------------------------
+    tag_idle_fraction: float = Field(0.5, ge=0, le=1)  # idle: idle seconds / allocated
+    tag_idle_held_fraction: float = Field(0.25, ge=0, le=1)  # idle-held: idle-held / allocated
+    tag_underfed_sm_active: float = Field(0.15, ge=0, le=1)  # underfed: mean sm_active below
+    tag_memory_bound_dram_active: float = Field(0.5, ge=0, le=1)  # memory-bound: dram at least
+    tag_no_tensor_tensor_active: float = Field(0.01, ge=0, le=1)  # no-tensor: tensor below
+    api_token: str | None = None  # reader token the `gpuwarden report` CLI sends to central_url
 
     # --- agent -----------------------------------------------------------------------
     central_url: str = "http://127.0.0.1:8000"

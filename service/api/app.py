@@ -13,6 +13,9 @@ from sqlalchemy import Engine
 
 from service import __version__
 from service.api.routers import alerts, channels, gpus, health, ingest, policies, silences
+from service.api.routers import jobs as jobs_router
+from service.api.routers import prices as prices_router
+from service.api.routers import reports as reports_router
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
 from service.db.engine import make_engine
@@ -107,4 +110,7 @@ def create_app(
     app.include_router(gpus.router, prefix="/api/v1")
     for module in (policies, channels, silences, alerts):  # issue 3
         app.include_router(module.router, prefix="/api/v1")
+    app.include_router(jobs_router.router, prefix="/api/v1")
+    app.include_router(prices_router.router, prefix="/api/v1")
+    app.include_router(reports_router.router, prefix="/api/v1")
     return app

@@ -6,8 +6,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, and_, or_, select
 
-from service.costs.price_match import PriceRow
-from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
+from service.db.schema import gpus, job_gpus, jobs, nodes, samples
 from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRIC_NAMES
 
@@ -78,10 +77,4 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
             .order_by(nodes.c.hostname, gpus.c.gpu_index)
         )
     ]
-    price_rows = [
-        PriceRow(r.model_pattern, r.usd_per_gpu_hour, r.effective_from)
-        for r in conn.execute(
-            select(prices.c.model_pattern, prices.c.usd_per_gpu_hour, prices.c.effective_from)
-        )
-    ]
-    return FleetSnapshot(readings=readings, lost=lost, prices=price_rows)
+    return FleetSnapshot(readings=readings, lost=lost)

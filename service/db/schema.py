@@ -107,6 +107,7 @@ rollup_1m = Table(
     Column("sample_count", Integer, nullable=False),
     *integral_columns(),
     *rollup_columns(),
+    Index(None, "bucket_start"),
 )
 
 rollup_1h = Table(
@@ -117,6 +118,7 @@ rollup_1h = Table(
     Column("sample_count", Integer, nullable=False),
     *integral_columns(),
     *rollup_columns(),
+    Index(None, "bucket_start"),
 )
 
 # 1-minute buckets whose raw data changed since their rollup was last computed.
@@ -166,6 +168,8 @@ jobs = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index(None, "started_at"),
+    Index(None, "user"),
+    Index(None, "team"),
 )
 
 # Which GPU a job held and when; ended_at is null while it still holds it.
@@ -180,6 +184,7 @@ job_gpus = Table(
     Column("source", String(16), nullable=False),
     Index(None, "gpu_id", "started_at"),
     Index(None, "job_id"),
+    Index(None, "ended_at"),
 )
 
 prices = Table(

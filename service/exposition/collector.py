@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.context import ServiceContext
+from service.costs.report import effective_prices
 from service.db.metrics_repo import read_fleet
 from service.exposition.fleet import fleet_families
 
@@ -34,6 +36,9 @@ class FleetCollector(Collector):
             now = ctx.clock()
             with ctx.engine.connect() as conn:
                 snapshot = read_fleet(conn, now=now, max_gap_seconds=ctx.settings.max_gap_seconds)
+                # the same table in force as the cost reports: stored, else config, else default
+                prices = effective_prices(conn, ctx.settings).rows
+            snapshot = replace(snapshot, prices=prices)
             families = fleet_families(
                 snapshot,
                 thresholds=ctx.thresholds,

@@ -13,7 +13,7 @@ from datetime import datetime
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from service.costs.integrals import Thresholds
-from service.costs.price_match import PriceRow, price_per_gpu_hour
+from service.costs.prices import PriceRow, price_at
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
 from service.vocabulary import METRICS, MetricSpec
@@ -174,7 +174,8 @@ def fleet_families(
         info_fam.rows.append((i, 1.0))
 
         if r.model not in price_cache:
-            price_cache[r.model] = price_per_gpu_hour(r.model, snapshot.prices, now)
+            row = price_at(snapshot.prices, r.model, now)
+            price_cache[r.model] = None if row is None else row.usd_per_gpu_hour
         price = price_cache[r.model]
         if price is None:
             n_unpriced += 1

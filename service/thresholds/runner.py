@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from service.context import ServiceContext
+from service.costs.report import job_wasted_usd
 from service.db import alerts_repo, outbox_repo
 from service.errors import ValidationFailed
 from service.settings import load_config_file
@@ -24,7 +25,6 @@ from service.thresholds.evaluator import (
     observe,
     route,
 )
-from service.thresholds.job_cost import job_wasted_usd
 from service.thresholds.leader import LeaderLock
 from service.thresholds.outbox import Dispatcher
 from service.thresholds.policy import PolicySpec, parse_config

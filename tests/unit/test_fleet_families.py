@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from prometheus_client.core import Metric
 
 from service.costs.integrals import Thresholds
-from service.costs.price_match import PriceRow
+from service.costs.prices import PriceRow
 from service.exposition.fleet import (
     FleetSnapshot,
     GpuReading,

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.costs.integrals import Thresholds
-from service.costs.price_match import PriceRow
+from service.costs.prices import PriceRow
 from service.exposition.families import GpuFamily
 from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu, fleet_families
 from service.exposition.render import WithoutCreated, encode_text, render

@@ -1,0 +1,296 @@
+"""Benchmark: a 30-day cost report over 1,000 GPUs (1m and 1h rollups present, 5,000 jobs).
+
+Targets (issue 4): the report grouped by team in at most 1 s, one job's summary in at most
+100 ms, on SQLite and on PostgreSQL.
+
+Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [--gpus 1000]
+      [--days 30] [--jobs 5000] [--reuse]
+
+Data: 1h rollup rows are generated in Python (executemany on SQLite, COPY on PostgreSQL);
+the 1m rows (43 M at full size) are expanded inside the database with one INSERT ... SELECT
+(60 minutes per hour, each 1/60 of its hour) so the two resolutions agree. No raw samples
+are stored: at this range they would be past raw retention, so job edges inside the last
+minutes of raw retention read an empty samples table and older edges read 1m buckets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, func, insert, select, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.costs import report
+from service.costs.prices import PriceRow
+from service.db import jobs_repo, prices_repo
+from service.db.engine import make_engine
+from service.db.migrate import upgrade
+from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m
+from service.settings import Settings
+
+END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+GPUS_PER_NODE = 8
+MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200", "NVIDIA L40S")
+COLS_1H = (
+    "gpu_id",
+    "bucket_start",
+    "sample_count",
+    "covered_seconds",
+    "idle_seconds",
+    "idle_held_seconds",
+    "unused_seconds",
+    "fallback_seconds",
+    "energy_used_joules",
+    "sm_active_sum",
+    "sm_active_count",
+    "tensor_active_sum",
+    "tensor_active_count",
+    "dram_active_sum",
+    "dram_active_count",
+)
+
+
+def hour_rows(n_gpus: int, days: int, rng: random.Random) -> list[tuple[Any, ...]]:
+    """One 1h rollup row per GPU-hour with plausible integrals (some hours have no data)."""
+    start = END - timedelta(days=days)
+    hours = [start + timedelta(hours=h) for h in range(days * 24)]
+    out = []
+    for g in range(1, n_gpus + 1):
+        for ts in hours:
+            r = rng.random()
+            if r < 0.01:
+                continue  # no data this hour
+            sm = 0.01 if r < 0.3 else rng.random()
+            covered = 3600.0
+            idle = covered if sm < 0.05 else 0.0
+            held = idle if rng.random() < 0.5 else 0.0
+            tensor = 0.0 if r < 0.4 else sm * 0.8
+            out.append(
+                (g, ts, 360, covered, idle, held, covered * (1 - sm), 0.0, covered * 300.0,
+                 360 * sm, 360, 360 * tensor, 360, 360 * sm * 0.3, 360)
+            )  # fmt: skip
+    return out
+
+
+def make_jobs(n_gpus: int, days: int, n_jobs: int, rng: random.Random) -> tuple[list, list]:  # type: ignore[type-arg]
+    """Jobs of 1-8 GPUs on one node, 1-48 h long, starting at any second of the range."""
+    start = END - timedelta(days=days)
+    job_rows, interval_rows = [], []
+    n_nodes = n_gpus // GPUS_PER_NODE
+    for j in range(n_jobs):
+        node = rng.randrange(n_nodes)
+        k = rng.choice((1, 1, 2, 4, 8))
+        first = rng.randrange(GPUS_PER_NODE - k + 1)
+        begin = start + timedelta(seconds=rng.randrange(days * 86400))
+        end = min(begin + timedelta(seconds=rng.randrange(3600, 48 * 3600)), END)
+        jid = f"slurm:{100000 + j}"
+        job_rows.append(
+            {"id": jid, "user": f"user{rng.randrange(200)}", "team": f"team{rng.randrange(20)}",
+             "project": None, "labels": {}, "source": "api", "started_at": begin, "ended_at": end,
+             "created_at": begin, "updated_at": end}
+        )  # fmt: skip
+        for i in range(first, first + k):
+            interval_rows.append(
+                {"job_id": jid, "gpu_id": node * GPUS_PER_NODE + i + 1, "started_at": begin,
+                 "ended_at": end, "source": "api"}
+            )  # fmt: skip
+    return job_rows, interval_rows
+
+
+def expand_minutes(conn: Any, dialect: str) -> None:
+    """Fill rollup_1m from rollup_1h inside the database: 60 rows per hour, 1/60 each."""
+    sums = ", ".join(f"h.{c} / 60.0" for c in COLS_1H[3:] if not c.endswith("_count"))
+    counts = ", ".join(f"h.{c} / 60" for c in COLS_1H[3:] if c.endswith("_count"))
+    value_cols = [c for c in COLS_1H[3:] if not c.endswith("_count")]
+    count_cols = [c for c in COLS_1H[3:] if c.endswith("_count")]
+    cols = ", ".join(["gpu_id", "bucket_start", "sample_count", *value_cols, *count_cols])
+    if dialect == "postgresql":
+        minute = "h.bucket_start + m * interval '1 minute'"
+        series = "generate_series(0, 59) AS m"
+    else:
+        # UTCDateTime stores SQLite timestamps as 'YYYY-MM-DD HH:MM:SS.ffffff' text.
+        minute = (
+            "strftime('%Y-%m-%d %H:%M:%S', h.bucket_start, '+' || m.m || ' minutes') || '.000000'"
+        )
+        series = "(WITH RECURSIVE s(m) AS (SELECT 0 UNION ALL SELECT m + 1 FROM s WHERE m < 59) SELECT m FROM s) AS m"
+    conn.execute(
+        text(
+            f"INSERT INTO rollup_1m ({cols}) SELECT h.gpu_id, {minute}, h.sample_count / 60, "
+            f"{sums}, {counts} FROM rollup_1h h CROSS JOIN {series}"
+        )
+    )
+
+
+def load(engine: Engine, n_gpus: int, days: int, n_jobs: int) -> None:
+    rng = random.Random(42)
+    t = time.perf_counter()
+    with engine.begin() as conn:
+        now = END
+        conn.execute(
+            insert(nodes),
+            [{"hostname": f"gpu{n:04d}", "labels": {}, "first_seen_at": now, "last_seen_at": now}
+             for n in range(n_gpus // GPUS_PER_NODE)],
+        )  # fmt: skip
+        conn.execute(
+            insert(gpus),
+            [{"uuid": f"GPU-{g:06d}", "node_id": (g - 1) // GPUS_PER_NODE + 1,
+              "gpu_index": (g - 1) % GPUS_PER_NODE, "model": MODELS[((g - 1) // 64) % len(MODELS)],
+              "fb_total_bytes": 80 * 2**30, "first_seen_at": now - timedelta(days=days)}
+             for g in range(1, n_gpus + 1)],
+        )  # fmt: skip
+        rows = hour_rows(n_gpus, days, rng)
+        if engine.dialect.name == "postgresql":
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            with (
+                raw.cursor() as cur,
+                cur.copy(f"COPY rollup_1h ({', '.join(COLS_1H)}) FROM STDIN") as copy,
+            ):
+                for r in rows:
+                    copy.write_row(r)
+        else:
+            conn.execute(insert(rollup_1h), [dict(zip(COLS_1H, r, strict=True)) for r in rows])
+        print(f"  1h rows: {len(rows):,} in {time.perf_counter() - t:.1f} s", flush=True)
+        t = time.perf_counter()
+        expand_minutes(conn, engine.dialect.name)
+        print(f"  1m rows expanded in {time.perf_counter() - t:.1f} s", flush=True)
+        t = time.perf_counter()
+        job_rows, interval_rows = make_jobs(n_gpus, days, n_jobs, rng)
+        conn.execute(insert(jobs), job_rows)
+        conn.execute(insert(job_gpus), interval_rows)
+        prices_repo.replace_prices(
+            conn,
+            rows=[
+                PriceRow("*H100*", 6.88, END - timedelta(days=400)),
+                PriceRow("*A100*80GB*", 5.12, END - timedelta(days=400)),
+                PriceRow("*H200*", 10.60, END - timedelta(days=400)),
+                PriceRow("*L40S*", 1.86, END - timedelta(days=400)),
+            ],
+        )
+        print(f"  {len(job_rows):,} jobs, {len(interval_rows):,} intervals", flush=True)
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("ANALYZE"))
+        else:
+            conn.execute(text("ANALYZE"))
+        conn.commit()
+
+
+def timed(fn: Any, runs: int) -> tuple[float, float, Any]:
+    fn()  # warm the caches
+    times, result = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), statistics.median(times), result
+
+
+def bench(engine: Engine, days: int) -> None:
+    settings = Settings()
+    start = END - timedelta(days=days)
+    with engine.connect() as conn:
+        n1m = conn.execute(select(func.count()).select_from(rollup_1m)).scalar_one()
+        n1h = conn.execute(select(func.count()).select_from(rollup_1h)).scalar_one()
+        print(f"  rows: rollup_1m {n1m:,}, rollup_1h {n1h:,}")
+
+        def team_report() -> Any:
+            return report.cost_report(
+                conn, settings=settings, start=start, end=END, now=END, group_by="team"
+            )
+
+        best, median, data = timed(team_report, 3)
+        print(
+            f"  report {days} d grouped by team: best {best * 1000:.0f} ms, median "
+            f"{median * 1000:.0f} ms ({len(data['rows'])} rows, total ${data['totals']['cost_usd']:,.0f}, "
+            f"wasted ${data['totals']['unused_cost_usd']:,.0f})"
+        )
+        best, median, data = timed(
+            lambda: report.cost_report(
+                conn, settings=settings, start=start, end=END, now=END, group_by="job"
+            ),
+            3,
+        )
+        print(
+            f"  report {days} d grouped by job: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms"
+        )
+        # The job with the most GPU-hours: the slowest summary.
+        jid = conn.execute(
+            text(
+                "SELECT job_id FROM job_gpus GROUP BY job_id "
+                "ORDER BY count(*) DESC, max(ended_at) - min(started_at) DESC LIMIT 1"
+            )
+        ).scalar_one()
+        job = jobs_repo.get_job(conn, job_id=jid)
+        assert job is not None
+        best, median, _summary = timed(
+            lambda: report.job_summary(conn, settings=settings, job=job, now=END), 10
+        )
+        print(
+            f"  job summary ({jid}, {len(job['intervals'])} GPUs, "
+            f"{(job['ended_at'] - job['started_at']).total_seconds() / 3600:.1f} h): "
+            f"best {best * 1000:.1f} ms, median {median * 1000:.1f} ms"
+        )
+
+
+def engine_for(backend: str, args: argparse.Namespace) -> tuple[Engine, bool]:
+    """The bench database of ``backend`` and whether it already holds data."""
+    if backend == "sqlite":
+        path = Path(args.sqlite_path)
+        fresh = not args.reuse or not path.exists()
+        if fresh:
+            for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                p.unlink(missing_ok=True)
+        engine = make_engine(f"sqlite:///{path}")
+    else:
+        admin = args.pg_admin_url
+        fresh = True
+        with psycopg.connect(admin, autocommit=True) as c:
+            exists = c.execute(
+                "SELECT 1 FROM pg_database WHERE datname = 'gpuwarden_bench'"
+            ).fetchone()
+            if exists and args.reuse:
+                fresh = False
+            else:
+                c.execute('DROP DATABASE IF EXISTS "gpuwarden_bench" WITH (FORCE)')
+                c.execute('CREATE DATABASE "gpuwarden_bench"')
+        base = admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+        engine = make_engine(base + "/gpuwarden_bench")
+    return engine, fresh
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
+    p.add_argument("--gpus", type=int, default=1000)
+    p.add_argument("--days", type=int, default=30)
+    p.add_argument("--jobs", type=int, default=5000)
+    p.add_argument("--sqlite-path", default="/tmp/gpuwarden-bench.db")
+    p.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    p.add_argument("--reuse", action="store_true", help="keep data loaded by an earlier run")
+    args = p.parse_args()
+    backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
+    print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
+    for backend in backends:
+        print(f"{backend}:", flush=True)
+        engine, fresh = engine_for(backend, args)
+        if fresh:
+            t = time.perf_counter()
+            upgrade(engine)
+            load(engine, args.gpus, args.days, args.jobs)
+            print(f"  loaded in {time.perf_counter() - t:.0f} s", flush=True)
+        bench(engine, args.days)
+        engine.dispose()
+
+
+if __name__ == "__main__":
+    main()

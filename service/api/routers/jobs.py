@@ -1,0 +1,136 @@
+"""``/api/v1/jobs``: register, update, end, get (with its waste summary) and list jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+
+from service.api.deps import Agent, Ctx, ReadConn, Reader
+from service.api.schemas.costs import (
+    JobCreate,
+    JobDetailPublic,
+    JobListItemPublic,
+    JobPublic,
+    JobUpdate,
+)
+from service.costs import report
+from service.costs.waste import TAGS, UNALLOCATED, summarize
+from service.db import jobs_repo
+from service.db.tokens_repo import Role, TokenInfo
+from service.errors import ValidationFailed
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+def _only_node(token: TokenInfo) -> str | None:
+    return token.node if token.role == Role.AGENT else None
+
+
+def _public(job: dict[str, Any]) -> dict[str, Any]:
+    return {**job, "labels": job.get("labels") or {}, "gpus": job.get("intervals", [])}
+
+
+def query_error(exc: ValidationFailed) -> HTTPException:
+    """A 422 naming the query parameter that was wrong."""
+    return HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": ["query", exc.field], "msg": exc.message, "type": "value_error"}],
+    )
+
+
+@router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
+def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> dict[str, Any]:
+    """Create a job, or merge into the job of that id (201 when new, 200 when merged)."""
+    # Commit before answering, so a client that reads right after sees its write.
+    with ctx.engine.begin() as conn:
+        created = jobs_repo.upsert_job(
+            conn,
+            job_id=body.id,
+            fields=body.model_dump(
+                include={"user", "team", "project", "labels"}, exclude_unset=True
+            ),
+            gpu_uuids=body.gpus,
+            started_at=body.started_at,
+            ended_at=body.ended_at,
+            now=ctx.clock(),
+            only_node=_only_node(token),
+        )
+        job = jobs_repo.get_job(conn, job_id=body.id)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    assert job is not None
+    return _public(job)
+
+
+@router.patch("/{job_id}", response_model=JobPublic)
+def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
+    """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
+    now = ctx.clock()
+    fields = body.model_dump(include={"user", "team", "project", "labels"}, exclude_unset=True)
+    with ctx.engine.begin() as conn:
+        jobs_repo.update_fields(conn, job_id=job_id, fields=fields, now=now)
+        if body.ended_at is not None:
+            jobs_repo.end_job(
+                conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=_only_node(token)
+            )
+        job = jobs_repo.get_job(conn, job_id=job_id)
+    assert job is not None
+    return _public(job)
+
+
+@router.get("/{job_id}", response_model=JobDetailPublic)
+def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
+    """A job with its waste summary (total and per GPU) and tags with hints."""
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
+    summary = report.job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
+    return {**_public(job), **summary}
+
+
+@router.get("", response_model=list[JobListItemPublic])
+def list_jobs(
+    ctx: Ctx,
+    conn: ReadConn,
+    _: Reader,
+    start: datetime | None = Query(None, description="RFC 3339; default end - 7d"),
+    end: datetime | None = Query(None, description="RFC 3339; default now"),
+    user: str | None = None,
+    team: str | None = None,
+    tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),
+    limit: int = Query(1000, ge=1, le=10_000),
+) -> list[dict[str, Any]]:
+    """Jobs that ran in [start, end), with cost, wasted spend and tags over that window."""
+    now = ctx.clock()
+    end = end or now
+    start = start or end - timedelta(days=7)
+    if tag is not None and tag not in TAGS:
+        raise query_error(ValidationFailed("tag", f"unknown tag {tag!r}; one of {list(TAGS)}"))
+    try:
+        report.check_range(ctx.settings, start=start, end=end, now=now)
+    except ValidationFailed as exc:
+        raise query_error(exc) from exc
+    rows = jobs_repo.list_jobs(conn, start=start, end=end, user=user, team=team, limit=limit)
+    att = report.attribute(conn, settings=ctx.settings, start=start, end=end, now=now)
+    sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
+    tags = report.job_tag_map(att, ctx.settings)
+    out = []
+    for job in rows:
+        s = sums.get(job["id"])
+        d = s.as_dict() if s else {}
+        job_tags = tags.get(job["id"], [])
+        if tag is not None and tag not in job_tags:
+            continue
+        out.append(
+            {
+                **job,
+                "labels": job.get("labels") or {},
+                "cost_usd": d.get("cost_usd"),
+                "unused_cost_usd": d.get("unused_cost_usd"),
+                "efficiency": d.get("efficiency"),
+                "tags": job_tags,
+            }
+        )
+    return out

@@ -1,0 +1,163 @@
+"""Request and response models of jobs, prices and cost reports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+
+class CostRowPublic(BaseModel):
+    """Design 4's fields for one group (seconds, joules, USD; costs null when unpriced)."""
+
+    key: str
+    held_seconds: float
+    allocated_seconds: float
+    nodata_seconds: float
+    idle_seconds: float
+    idle_held_seconds: float
+    unused_seconds: float
+    fallback_seconds: float
+    energy_used_joules: float
+    efficiency: float | None
+    cost_usd: float | None
+    idle_cost_usd: float | None
+    unused_cost_usd: float | None
+    unpriced_seconds: float
+    gpus: int
+    jobs: int
+    user: str | None = None
+    team: str | None = None
+    project: str | None = None
+    tags: list[str] | None = None
+
+
+class CostReportPublic(BaseModel):
+    """A cost report: rows sorted by wasted (unused) spend, totals and warnings."""
+
+    start: datetime
+    end: datetime
+    group_by: str
+    rows: list[CostRowPublic]
+    totals: CostRowPublic
+    warnings: list[str]
+
+
+class JobCreate(BaseModel):
+    """``POST /jobs``: register a job (or fill in an observed one) with the GPUs it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=255)
+    user: str | None = Field(None, max_length=255)
+    team: str | None = Field(None, max_length=255)
+    project: str | None = Field(None, max_length=255)
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: list[str] = Field(default_factory=list, max_length=1024)
+    started_at: AwareDatetime
+    ended_at: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> JobCreate:
+        if self.ended_at is not None and self.ended_at < self.started_at:
+            raise ValueError("ended_at must not be before started_at")
+        return self
+
+
+class JobUpdate(BaseModel):
+    """``PATCH /jobs/{id}``: change metadata or end the job (``ended_at``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = Field(None, max_length=255)
+    team: str | None = Field(None, max_length=255)
+    project: str | None = Field(None, max_length=255)
+    labels: dict[str, str] | None = None
+    ended_at: AwareDatetime | None = None
+
+
+class JobGpuPublic(BaseModel):
+    """One interval during which the job held a GPU (``ended_at`` null while it still does)."""
+
+    gpu_uuid: str
+    node: str
+    started_at: datetime
+    ended_at: datetime | None
+    source: str
+
+
+class TagPublic(BaseModel):
+    """A job tag and what to do about it."""
+
+    tag: str
+    hint: str
+
+
+class PerGpuPublic(CostRowPublic):
+    """A job's summary on one GPU."""
+
+    gpu_uuid: str
+
+
+class JobPublic(BaseModel):
+    """A job with its GPU intervals."""
+
+    id: str
+    user: str | None
+    team: str | None
+    project: str | None
+    labels: dict[str, str]
+    source: str
+    started_at: datetime
+    ended_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    gpus: list[JobGpuPublic]
+
+
+class JobDetailPublic(JobPublic):
+    """A job with its waste summary over its lifetime, per GPU, and its tags."""
+
+    summary: CostRowPublic
+    per_gpu: list[PerGpuPublic]
+    tags: list[TagPublic]
+    warnings: list[str]
+
+
+class JobListItemPublic(BaseModel):
+    """A job in a listing, with its cost figures and tags over the listed window."""
+
+    id: str
+    user: str | None
+    team: str | None
+    project: str | None
+    labels: dict[str, str]
+    source: str
+    started_at: datetime
+    ended_at: datetime | None
+    cost_usd: float | None
+    unused_cost_usd: float | None
+    efficiency: float | None
+    tags: list[str]
+
+
+class PriceIn(BaseModel):
+    """One row of ``PUT /prices``: USD per GPU-hour for models matching a shell-style pattern."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_pattern: str = Field(min_length=1, max_length=255)
+    usd_per_gpu_hour: float = Field(ge=0)
+    effective_from: AwareDatetime
+    note: str | None = Field(None, max_length=1000)
+
+
+class PricePublic(BaseModel):
+    """A price row and where the table in force came from (api, config or default)."""
+
+    model_pattern: str
+    usd_per_gpu_hour: float
+    effective_from: datetime
+    note: str | None
+    source: Literal["api", "config", "default"]

@@ -1,0 +1,306 @@
+"""Cost reports and job summaries: loads jobs, GPUs, prices and integrals, applies the waste model.
+
+This is the edge that reads the database; the arithmetic lives in ``waste`` and ``prices``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection
+
+from service.costs.default_prices import DEFAULT_PRICES
+from service.costs.integrals import Thresholds
+from service.costs.prices import PriceRow, change_points, price_at
+from service.costs.waste import (
+    TAG_HINTS,
+    TAGS,
+    UNALLOCATED,
+    Line,
+    Segment,
+    Summary,
+    TagThresholds,
+    group_segments,
+    job_tags,
+    segment_gpu,
+    summarize,
+)
+from service.db import costs_repo, jobs_repo, prices_repo
+from service.errors import ConfigError, ValidationFailed
+from service.settings import Settings, load_config_file
+
+log = logging.getLogger(__name__)
+
+GroupBy = Literal["job", "user", "team", "node", "gpu_model"]
+GROUP_BYS: tuple[str, ...] = ("job", "user", "team", "node", "gpu_model")
+UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
+
+
+def thresholds_of(settings: Settings) -> Thresholds:
+    """The waste-model thresholds from settings."""
+    return Thresholds(
+        max_gap_seconds=settings.max_gap_seconds,
+        idle=settings.idle_threshold,
+        held_bytes=float(settings.held_threshold_bytes),
+    )
+
+
+def tag_thresholds_of(settings: Settings) -> TagThresholds:
+    """The job-tag thresholds from settings."""
+    return TagThresholds(
+        idle_fraction=settings.tag_idle_fraction,
+        idle_held_fraction=settings.tag_idle_held_fraction,
+        underfed_sm_active=settings.tag_underfed_sm_active,
+        memory_bound_dram_active=settings.tag_memory_bound_dram_active,
+        no_tensor_tensor_active=settings.tag_no_tensor_tensor_active,
+    )
+
+
+def parse_price_rows(items: Sequence[Any], *, where: str) -> list[PriceRow]:
+    """Price rows from the YAML ``prices:`` list; ConfigError names the bad item."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            ts = item["effective_from"]
+            if isinstance(ts, str):
+                ts = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+            if not isinstance(ts, datetime):
+                ts = datetime(ts.year, ts.month, ts.day, tzinfo=UTC)  # a bare YAML date
+            if ts.tzinfo is None:
+                raise ValueError("effective_from needs a timezone")
+            price = float(item["usd_per_gpu_hour"])
+            if price < 0:
+                raise ValueError("usd_per_gpu_hour must not be negative")
+            out.append(PriceRow(str(item["model_pattern"]), price, ts, item.get("note")))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{where}.{i}: bad price entry {item!r}: {exc}") from exc
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable:
+    """The price rows in force and where they came from (api, config or default)."""
+
+    rows: list[PriceRow]
+    source: Literal["api", "config", "default"]
+
+
+def effective_prices(conn: Connection, settings: Settings) -> PriceTable:
+    """The stored table if one was PUT, else the config file's ``prices:``, else the defaults."""
+    stored = prices_repo.load_prices(conn)
+    if stored:
+        return PriceTable(stored, "api")
+    config = load_config_file(settings.config)
+    if config.get("prices"):
+        return PriceTable(parse_price_rows(config["prices"], where="prices"), "config")
+    return PriceTable(list(DEFAULT_PRICES), "default")
+
+
+@dataclass(slots=True)
+class Attribution:
+    """Lines of a report window, with the GPUs and jobs they name."""
+
+    lines: list[Line]
+    gpus: dict[int, costs_repo.GpuInfo]
+    jobs: dict[str, dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+
+def attribute(
+    conn: Connection,
+    *,
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    gpu_ids: Sequence[int] | None = None,
+) -> Attribution:
+    """Split every GPU's [start, end) into job shares and unallocated time, with usage and price."""
+    end = min(end, now)
+    prices = effective_prices(conn, settings).rows
+    gpu_info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
+    allocations = costs_repo.load_allocations(
+        conn, start=start, end=end, now=now, gpu_ids=list(gpu_info)
+    )
+    by_gpu: dict[int, list[Any]] = defaultdict(list)
+    for a in allocations:
+        by_gpu[a.gpu_id].append(a)
+    segments: list[Segment] = []
+    for gpu_id, info in gpu_info.items():
+        if start < end:
+            cuts = change_points(prices, info.model, start, end)
+            segments += segment_gpu(gpu_id, by_gpu.get(gpu_id, []), start, end, cuts)
+    unpriced: set[str] = set()
+
+    def price_of(seg: Segment) -> float | None:
+        row = price_at(prices, gpu_info[seg.gpu_id].model, seg.start)
+        if row is None:
+            unpriced.add(gpu_info[seg.gpu_id].model)
+            return None
+        return row.usd_per_gpu_hour
+
+    keys, held, spans = group_segments(segments, price_of)
+    usages = costs_repo.sum_usage(
+        conn,
+        spans=spans,
+        n_groups=len(keys),
+        thresholds=thresholds_of(settings),
+        raw_cutoff=now - timedelta(days=settings.retention_raw_days),
+    )
+    lines = [
+        Line(job_id, gpu_id, seconds, usage, price)
+        for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
+    ]
+    job_ids = sorted({ln.job_id for ln in lines if ln.job_id is not None})
+    warnings = [
+        f"no price matches GPU model {m!r}: its cost is null; add a pattern with PUT /api/v1/prices"
+        for m in sorted(unpriced)
+    ]
+    for w in warnings:
+        log.warning(w)
+    return Attribution(lines, gpu_info, costs_repo.load_jobs(conn, job_ids=job_ids), warnings)
+
+
+def _key_fn(att: Attribution, group_by: str) -> Any:
+    def key(line: Line) -> str:
+        if group_by == "node":
+            return att.gpus[line.gpu_id].node
+        if group_by == "gpu_model":
+            return att.gpus[line.gpu_id].model
+        assert line.job_id is not None
+        if group_by == "job":
+            return line.job_id
+        value = att.jobs.get(line.job_id, {}).get(group_by)
+        return value if value else UNKNOWN
+
+    return key
+
+
+def job_tag_map(att: Attribution, settings: Settings) -> dict[str, list[str]]:
+    """Each job's tags over the attributed window."""
+    per_job = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
+    t = tag_thresholds_of(settings)
+    return {k: job_tags(s, t) for k, s in per_job.items() if k != UNALLOCATED}
+
+
+def check_range(settings: Settings, *, start: datetime, end: datetime, now: datetime) -> None:
+    """Refuse a start after end, or a start older than any data kept (1h rollup retention)."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValidationFailed("start", "timestamps need a timezone, e.g. 2026-12-02T08:00:00Z")
+    if start >= end:
+        raise ValidationFailed("start", "must be before end")
+    oldest = now - timedelta(days=settings.retention_1h_days)
+    if start < oldest:
+        raise ValidationFailed(
+            "start",
+            f"{start.isoformat()} is older than the retention of the data "
+            f"(1h rollups keep {settings.retention_1h_days:g} days, so no earlier than "
+            f"{oldest.isoformat()})",
+        )
+
+
+def cost_report(
+    conn: Connection,
+    *,
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    group_by: str,
+    tag: str | None = None,
+    user: str | None = None,
+    team: str | None = None,
+) -> dict[str, Any]:
+    """The cost report of design 4 over [start, end) grouped by ``group_by``, with totals."""
+    if group_by not in GROUP_BYS:
+        raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
+    if tag is not None and tag not in TAGS:
+        raise ValidationFailed("tag", f"unknown tag {tag!r}; one of {TAGS}")
+    check_range(settings, start=start, end=end, now=now)
+    att = attribute(conn, settings=settings, start=start, end=end, now=now)
+    lines = att.lines
+    tags = job_tag_map(att, settings)
+    filtering = tag is not None or user is not None or team is not None
+    if filtering:
+
+        def keep(line: Line) -> bool:
+            if line.job_id is None:
+                return False
+            job = att.jobs.get(line.job_id, {})
+            return (
+                (tag is None or tag in tags.get(line.job_id, []))
+                and (user is None or job.get("user") == user)
+                and (team is None or job.get("team") == team)
+            )
+
+        lines = [ln for ln in lines if keep(ln)]
+    groups = summarize(lines, _key_fn(att, group_by))
+    total = Summary("__total__")
+    for s in groups.values():
+        total.merge(s)
+    rows = []
+    for s in sorted(
+        groups.values(), key=lambda s: (-(s.unused_cost_usd if s.priced else 0.0), s.key)
+    ):
+        row = s.as_dict()
+        if group_by == "job" and s.key != UNALLOCATED:
+            job = att.jobs.get(s.key, {})
+            row.update(
+                user=job.get("user"),
+                team=job.get("team"),
+                project=job.get("project"),
+                tags=tags.get(s.key, []),
+            )
+        rows.append(row)
+    return {
+        "start": start,
+        "end": end,
+        "group_by": group_by,
+        "rows": rows,
+        "totals": total.as_dict(),
+        "warnings": att.warnings,
+    }
+
+
+def job_summary(
+    conn: Connection, *, settings: Settings, job: dict[str, Any], now: datetime
+) -> dict[str, Any]:
+    """The waste summary of one job over its lifetime: totals, per GPU, tags with hints."""
+    intervals = job["intervals"]
+    gpu_ids = sorted({iv["gpu_id"] for iv in intervals})
+    start = min([iv["started_at"] for iv in intervals], default=job["started_at"])
+    ends = [iv["ended_at"] or job["ended_at"] or now for iv in intervals]
+    end = min(max(ends, default=job["ended_at"] or now), now)
+    per_gpu: dict[str, Summary] = {}
+    total = Summary(job["id"])
+    warnings: list[str] = []
+    if gpu_ids and start < end:
+        att = attribute(conn, settings=settings, start=start, end=end, now=now, gpu_ids=gpu_ids)
+        warnings = att.warnings
+        mine = [ln for ln in att.lines if ln.job_id == job["id"]]
+        per_gpu = summarize(mine, lambda ln: att.gpus[ln.gpu_id].uuid)
+        for s in per_gpu.values():
+            total.merge(s)
+    tags = job_tags(total, tag_thresholds_of(settings))
+    return {
+        "summary": total.as_dict(),
+        "per_gpu": [{**s.as_dict(), "gpu_uuid": k} for k, s in sorted(per_gpu.items())],
+        "tags": [{"tag": t, "hint": TAG_HINTS[t]} for t in tags],
+        "warnings": warnings,
+    }
+
+
+def job_wasted_usd(
+    conn: Connection, *, job_id: str, now: datetime, settings: Settings
+) -> float | None:
+    """The job's wasted spend (unused_cost_usd, USD) so far; None if unknown job or unpriced GPU."""
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None:
+        return None
+    value = job_summary(conn, settings=settings, job=job, now=now)["summary"]["unused_cost_usd"]
+    return None if value is None else float(value)

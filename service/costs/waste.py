@@ -1,0 +1,381 @@
+"""The waste model of design section 4 over jobs: GPU timelines, sharing, costs and job tags.
+
+Pure: takes allocation intervals, usage integrals and prices, returns report rows. When k jobs
+hold one GPU at the same moment, every integral of that moment is split equally, 1/k to each,
+so the jobs' shares add up to the GPU's time and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+
+UNALLOCATED = "__unallocated__"
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
+
+
+@dataclass(slots=True)
+class Usage:
+    """Additive integrals of one GPU over some time: seconds, joules and metric sums/counts."""
+
+    covered_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    idle_held_seconds: float = 0.0
+    unused_seconds: float = 0.0
+    fallback_seconds: float = 0.0
+    energy_used_joules: float = 0.0
+    tensor_active_sum: float = 0.0
+    tensor_active_count: float = 0.0
+    dram_active_sum: float = 0.0
+    dram_active_count: float = 0.0
+
+    def add(self, other: Usage, factor: float = 1.0) -> None:
+        """Add ``factor`` times ``other`` into this one, field by field."""
+        for f in USAGE_FIELDS:
+            setattr(self, f, getattr(self, f) + factor * getattr(other, f))
+
+    def scaled(self, factor: float) -> Usage:
+        """A copy with every field multiplied by ``factor``."""
+        out = Usage()
+        out.add(self, factor)
+        return out
+
+
+USAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A job holding a GPU over [start, end); intervals may overlap (api and observed)."""
+
+    job_id: str
+    gpu_id: int
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A stretch [start, end) of one GPU during which the same set of jobs held it."""
+
+    gpu_id: int
+    start: datetime
+    end: datetime
+    job_ids: tuple[str, ...]
+
+
+def _union(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    out: list[tuple[datetime, datetime]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def segment_gpu(
+    gpu_id: int,
+    allocations: Iterable[Allocation],
+    start: datetime,
+    end: datetime,
+    cuts: Iterable[datetime] = (),
+) -> list[Segment]:
+    """Cut [start, end) of one GPU where its set of jobs (or a price, via ``cuts``) changes."""
+    by_job: dict[str, list[tuple[datetime, datetime]]] = {}
+    for a in allocations:
+        s, e = max(a.start, start), min(a.end, end)
+        if s < e:
+            by_job.setdefault(a.job_id, []).append((s, e))
+    # One (job, GPU) is counted once even if an api and an observed interval both cover it.
+    events: dict[datetime, list[tuple[str, int]]] = {start: [], end: []}
+    for job_id, intervals in by_job.items():
+        for s, e in _union(intervals):
+            events.setdefault(s, []).append((job_id, +1))
+            events.setdefault(e, []).append((job_id, -1))
+    for c in cuts:
+        if start < c < end:
+            events.setdefault(c, [])
+    holding: set[str] = set()
+    times = sorted(events)
+    out: list[Segment] = []
+    for i, t in enumerate(times[:-1]):
+        for job_id, delta in events[t]:
+            if delta > 0:
+                holding.add(job_id)
+            else:
+                holding.discard(job_id)
+        nxt = times[i + 1]
+        if t < nxt:
+            out.append(Segment(gpu_id, t, nxt, tuple(sorted(holding))))
+    return out
+
+
+def _ceil(ts: datetime, step: timedelta) -> datetime:
+    floor = _floor(ts, step)
+    return floor if floor == ts else floor + step
+
+
+def _floor(ts: datetime, step: timedelta) -> datetime:
+    epoch = ts.timestamp()
+    size = step.total_seconds()
+    return ts - timedelta(seconds=epoch % size)
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One part of a span: ``sign`` x the ``1h`` or ``1m`` buckets, or the ``raw`` samples,
+    over [start, end)."""
+
+    kind: str
+    start: datetime
+    end: datetime
+    sign: int = 1
+
+
+def _partial_hour(lo: datetime, hi: datetime) -> list[Read]:
+    """Whole minutes [lo, hi) inside one hour: read directly, or as the hour minus the rest
+    when that touches fewer 1m buckets (at most 30 either way)."""
+    if hi - lo <= timedelta(minutes=30):
+        return [Read("1m", lo, hi)]
+    hour = _floor(lo, HOUR)
+    out = [Read("1h", hour, hour + HOUR)]
+    for a, b in ((hour, lo), (hi, hour + HOUR)):
+        if a < b:
+            out.append(Read("1m", a, b, -1))
+    return out
+
+
+def plan_reads(start: datetime, end: datetime) -> list[Read]:
+    """Split [start, end) into whole hours (1h), whole minutes at the edges (1m, each edge as
+    few buckets as possible) and the seconds at the edges (raw); the signed parts add up."""
+    if start >= end:
+        return []
+    m0, m1 = _ceil(start, MINUTE), _floor(end, MINUTE)
+    if m0 >= m1:
+        return [Read("raw", start, end)]
+    h0, h1 = _ceil(start, HOUR), _floor(end, HOUR)
+    out: list[Read] = []
+    if h0 <= h1:
+        if h0 < h1:
+            out.append(Read("1h", h0, h1))
+        for lo, hi in ((m0, h0), (h1, m1)):
+            if lo < hi:
+                out += _partial_hour(lo, hi)
+    else:  # all inside one hour
+        out += _partial_hour(m0, m1)
+    for lo, hi in ((start, m0), (m1, end)):
+        if lo < hi:
+            out.append(Read("raw", lo, hi))
+    return out
+
+
+@dataclass(slots=True)
+class Line:
+    """One job's (or no job's) share of one GPU segment, with the price that held then."""
+
+    job_id: str | None
+    gpu_id: int
+    held_seconds: float
+    usage: Usage
+    usd_per_gpu_hour: float | None
+
+
+@dataclass(slots=True)
+class Summary:
+    """Design 4's fields for a group of lines: seconds, efficiency and USD (None if unpriced)."""
+
+    key: str
+    held_seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    idle_cost_usd: float = 0.0
+    unused_cost_usd: float = 0.0
+    unpriced_seconds: float = 0.0
+    gpu_ids: set[int] = field(default_factory=set)
+    job_ids: set[str] = field(default_factory=set)
+
+    def add_line(self, line: Line) -> None:
+        """Add one line's seconds and dollars."""
+        self.held_seconds += line.held_seconds
+        self.usage.add(line.usage)
+        self.gpu_ids.add(line.gpu_id)
+        if line.job_id is not None:
+            self.job_ids.add(line.job_id)
+        u = line.usage
+        if line.usd_per_gpu_hour is None:
+            self.unpriced_seconds += u.covered_seconds
+            return
+        per_second = line.usd_per_gpu_hour / 3600.0
+        self.cost_usd += per_second * u.covered_seconds
+        self.idle_cost_usd += per_second * u.idle_seconds
+        self.unused_cost_usd += per_second * u.unused_seconds
+
+    def merge(self, other: Summary) -> None:
+        """Add another summary into this one."""
+        self.held_seconds += other.held_seconds
+        self.usage.add(other.usage)
+        self.cost_usd += other.cost_usd
+        self.idle_cost_usd += other.idle_cost_usd
+        self.unused_cost_usd += other.unused_cost_usd
+        self.unpriced_seconds += other.unpriced_seconds
+        self.gpu_ids |= other.gpu_ids
+        self.job_ids |= other.job_ids
+
+    @property
+    def priced(self) -> bool:
+        """Whether every covered second had a price (else costs are shown as null)."""
+        return self.unpriced_seconds == 0
+
+    @property
+    def efficiency(self) -> float | None:
+        """1 - unused/allocated, the time-weighted mean sm_active; None with no covered time."""
+        cov = self.usage.covered_seconds
+        return None if cov <= 0 else 1.0 - self.usage.unused_seconds / cov
+
+    def as_dict(self) -> dict[str, object]:
+        """The row of a report: design 4's fields plus the group key, costs None if unpriced."""
+        u = self.usage
+        priced = self.priced
+        return {
+            "key": self.key,
+            "held_seconds": self.held_seconds,
+            "allocated_seconds": u.covered_seconds,
+            "nodata_seconds": max(self.held_seconds - u.covered_seconds, 0.0),
+            "idle_seconds": u.idle_seconds,
+            "idle_held_seconds": u.idle_held_seconds,
+            "unused_seconds": u.unused_seconds,
+            "fallback_seconds": u.fallback_seconds,
+            "energy_used_joules": u.energy_used_joules,
+            "efficiency": self.efficiency,
+            "cost_usd": self.cost_usd if priced else None,
+            "idle_cost_usd": self.idle_cost_usd if priced else None,
+            "unused_cost_usd": self.unused_cost_usd if priced else None,
+            "unpriced_seconds": self.unpriced_seconds,
+            "gpus": len(self.gpu_ids),
+            "jobs": len(self.job_ids),
+        }
+
+
+def lines_from_segments(
+    segments: Sequence[Segment],
+    usages: Sequence[Usage],
+    price_of: Callable[[Segment], float | None],
+) -> list[Line]:
+    """Attribute each segment's usage: 1/k to each of its k jobs, or all of it to no job."""
+    out: list[Line] = []
+    for seg, usage in zip(segments, usages, strict=True):
+        price = price_of(seg)
+        seconds = (seg.end - seg.start).total_seconds()
+        if not seg.job_ids:
+            out.append(Line(None, seg.gpu_id, seconds, usage, price))
+            continue
+        share = 1.0 / len(seg.job_ids)
+        for job_id in seg.job_ids:
+            out.append(Line(job_id, seg.gpu_id, seconds * share, usage.scaled(share), price))
+    return out
+
+
+LineKey = tuple[str | None, int, float | None]  # (job id or None, gpu id, USD per GPU-hour)
+
+
+def group_segments(
+    segments: Sequence[Segment], price_of: Callable[[Segment], float | None]
+) -> tuple[list[LineKey], list[float], list[tuple[int, int, datetime, datetime, float]]]:
+    """Shares of segments keyed by (job, GPU, price): the keys, their held seconds, and the
+    spans (key index, gpu id, start, end, share) whose usage each key sums.
+
+    The same split as ``lines_from_segments``, but a job's many segments on one GPU at one
+    price become one line, so the database can sum them in one pass.
+    """
+    index: dict[LineKey, int] = {}
+    held: list[float] = []
+    spans: list[tuple[int, int, datetime, datetime, float]] = []
+    for seg in segments:
+        price = price_of(seg)
+        seconds = (seg.end - seg.start).total_seconds()
+        owners: tuple[str | None, ...] = seg.job_ids or (None,)
+        share = 1.0 / len(owners)
+        for job_id in owners:
+            key = (job_id, seg.gpu_id, price)
+            k = index.get(key)
+            if k is None:
+                k = index[key] = len(held)
+                held.append(0.0)
+            held[k] += seconds * share
+            spans.append((k, seg.gpu_id, seg.start, seg.end, share))
+    return list(index), held, spans
+
+
+def summarize(lines: Iterable[Line], key_of: Callable[[Line], str]) -> dict[str, Summary]:
+    """Group lines by ``key_of`` into summaries (lines of no job go to ``__unallocated__``)."""
+    out: dict[str, Summary] = {}
+    for line in lines:
+        key = UNALLOCATED if line.job_id is None else key_of(line)
+        s = out.get(key)
+        if s is None:
+            s = out[key] = Summary(key)
+        s.add_line(line)
+    return out
+
+
+# --- job tags ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TagThresholds:
+    """When a job earns each tag; fractions are of its allocated (covered) seconds."""
+
+    idle_fraction: float = 0.5
+    idle_held_fraction: float = 0.25
+    underfed_sm_active: float = 0.15
+    memory_bound_dram_active: float = 0.5
+    no_tensor_tensor_active: float = 0.01
+
+
+TAG_HINTS: dict[str, str] = {
+    "idle": "The GPUs sat idle most of the time: release them when not computing, "
+    "or ask for fewer or shorter allocations.",
+    "idle-held": "Idle while holding GPU memory: a notebook, stuck rank or forgotten process "
+    "kept the GPU; end it or add an idle timeout.",
+    "underfed": "The SMs were mostly waiting (mean sm_active low): feed the GPU faster "
+    "(more data-loader workers, prefetching, larger batches) or use a smaller GPU.",
+    "memory-bound": "DRAM bandwidth is the limit: fuse kernels, raise arithmetic intensity "
+    "(larger batches, mixed precision) or use FlashAttention-style kernels.",
+    "no-tensor": "Busy but the tensor cores are unused: enable bf16/fp16 autocast or TF32 "
+    "so matrix maths runs on tensor cores.",
+}
+TAGS: tuple[str, ...] = tuple(TAG_HINTS)
+
+
+def job_tags(summary: Summary, t: TagThresholds) -> list[str]:
+    """The tags a job's summary earns under thresholds ``t``, in TAGS order."""
+    u = summary.usage
+    cov = u.covered_seconds
+    if cov <= 0:
+        return []
+    eff = summary.efficiency or 0.0
+    busy = eff >= t.underfed_sm_active
+    out: list[str] = []
+    if u.idle_seconds >= t.idle_fraction * cov:
+        out.append("idle")
+    if u.idle_held_seconds > 0 and u.idle_held_seconds >= t.idle_held_fraction * cov:
+        out.append("idle-held")
+    if not busy:
+        out.append("underfed")
+    if (
+        busy
+        and u.dram_active_count
+        and u.dram_active_sum / u.dram_active_count >= (t.memory_bound_dram_active)
+    ):
+        out.append("memory-bound")
+    if (
+        busy
+        and u.tensor_active_count
+        and u.tensor_active_sum / u.tensor_active_count < (t.no_tensor_tensor_active)
+    ):
+        out.append("no-tensor")
+    return out

@@ -1,0 +1,189 @@
+"""Jobs and their GPU intervals: create-or-merge by id, end, get and list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert, or_, select, update
+
+from service.db.schema import gpus, job_gpus, jobs, nodes
+from service.errors import Forbidden, NotFound, ValidationFailed
+
+
+def gpu_ids_by_uuid(conn: Connection, *, uuids: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """(gpu id, node hostname) of each known uuid among ``uuids``."""
+    rows = conn.execute(
+        select(gpus.c.uuid, gpus.c.id, nodes.c.hostname)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(gpus.c.uuid.in_(list(uuids)))
+    )
+    return {r.uuid: (r.id, r.hostname) for r in rows}
+
+
+def upsert_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    fields: dict[str, Any],
+    gpu_uuids: Sequence[str],
+    started_at: datetime,
+    ended_at: datetime | None,
+    now: datetime,
+    only_node: str | None = None,
+) -> bool:
+    """Create job ``job_id`` or merge into it (an observed one keeps its intervals); True if new.
+
+    ``fields`` (user, team, project, labels) overwrite stored values; each GPU in ``gpu_uuids``
+    gets an 'api' interval unless the job already holds it open. ``only_node`` restricts an
+    agent token to its own node's GPUs.
+    """
+    known = gpu_ids_by_uuid(conn, uuids=gpu_uuids)
+    for i, uuid in enumerate(gpu_uuids):
+        if uuid not in known:
+            raise ValidationFailed(f"gpus.{i}", f"no GPU with uuid {uuid!r} is known")
+        if only_node is not None and known[uuid][1] != only_node:
+            raise Forbidden(f"gpus.{i}: GPU {uuid} is not on this agent's node {only_node!r}")
+    existing = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    if existing is None:
+        conn.execute(
+            insert(jobs).values(
+                id=job_id,
+                user=fields.get("user"),
+                team=fields.get("team"),
+                project=fields.get("project"),
+                labels=fields.get("labels") or {},
+                source="api",
+                started_at=started_at,
+                ended_at=ended_at,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    else:
+        changes: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
+        if "labels" in changes:
+            changes["labels"] = {**(existing.labels or {}), **changes["labels"]}
+        changes["started_at"] = min(existing.started_at, started_at)
+        if ended_at is not None:
+            changes["ended_at"] = ended_at
+        changes["updated_at"] = now
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changes))
+    open_gpus = set(
+        conn.execute(
+            select(job_gpus.c.gpu_id).where(
+                job_gpus.c.job_id == job_id,
+                job_gpus.c.source == "api",
+                or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > started_at),
+                job_gpus.c.started_at <= started_at,
+            )
+        ).scalars()
+    )
+    new_rows = [
+        {
+            "job_id": job_id,
+            "gpu_id": known[u][0],
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "source": "api",
+        }
+        for u in dict.fromkeys(gpu_uuids)
+        if known[u][0] not in open_gpus
+    ]
+    if new_rows:
+        conn.execute(insert(job_gpus), new_rows)
+    return existing is None
+
+
+def end_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    ended_at: datetime,
+    now: datetime,
+    only_node: str | None = None,
+) -> None:
+    """Close the job's open intervals at ``ended_at`` (only ``only_node``'s, for an agent).
+
+    The job itself ends once none of its intervals is open.
+    """
+    row = conn.execute(select(jobs.c.started_at).where(jobs.c.id == job_id)).first()
+    if row is None:
+        raise NotFound(f"job {job_id!r} does not exist")
+    if ended_at < row.started_at:
+        raise ValidationFailed("ended_at", "must not be before the job's started_at")
+    cond = and_(job_gpus.c.job_id == job_id, job_gpus.c.ended_at.is_(None))
+    if only_node is not None:
+        node_gpus = (select(gpus.c.id).join(nodes, nodes.c.id == gpus.c.node_id)).where(
+            nodes.c.hostname == only_node
+        )
+        cond = and_(cond, job_gpus.c.gpu_id.in_(node_gpus))
+    conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at))
+    still_open = conn.execute(
+        select(job_gpus.c.id).where(job_gpus.c.job_id == job_id, job_gpus.c.ended_at.is_(None))
+    ).first()
+    if still_open is None:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(ended_at=ended_at, updated_at=now)
+        )
+
+
+def update_fields(conn: Connection, *, job_id: str, fields: dict[str, Any], now: datetime) -> None:
+    """Overwrite the given metadata fields of a job (labels merge key by key)."""
+    existing = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    if existing is None:
+        raise NotFound(f"job {job_id!r} does not exist")
+    changes = dict(fields)
+    if "labels" in changes:
+        changes["labels"] = {**(existing.labels or {}), **(changes["labels"] or {})}
+    if changes:
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changes, updated_at=now))
+
+
+def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
+    """The job row with its intervals (gpu uuid, node, started_at, ended_at, source), or None."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    if row is None:
+        return None
+    out = dict(row._mapping)
+    out["intervals"] = [
+        dict(r._mapping)
+        for r in conn.execute(
+            select(
+                job_gpus.c.gpu_id,
+                gpus.c.uuid.label("gpu_uuid"),
+                nodes.c.hostname.label("node"),
+                job_gpus.c.started_at,
+                job_gpus.c.ended_at,
+                job_gpus.c.source,
+            )
+            .join(gpus, gpus.c.id == job_gpus.c.gpu_id)
+            .join(nodes, nodes.c.id == gpus.c.node_id)
+            .where(job_gpus.c.job_id == job_id)
+            .order_by(job_gpus.c.started_at, gpus.c.uuid)
+        )
+    ]
+    return out
+
+
+def list_jobs(
+    conn: Connection,
+    *,
+    start: datetime | None,
+    end: datetime | None,
+    user: str | None = None,
+    team: str | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """Jobs that ran during [start, end) (newest first), optionally of one user or team."""
+    q = select(jobs).order_by(jobs.c.started_at.desc(), jobs.c.id).limit(limit)
+    if end is not None:
+        q = q.where(jobs.c.started_at < end)
+    if start is not None:
+        q = q.where(or_(jobs.c.ended_at.is_(None), jobs.c.ended_at > start))
+    if user is not None:
+        q = q.where(jobs.c.user == user)
+    if team is not None:
+        q = q.where(jobs.c.team == team)
+    return [dict(r._mapping) for r in conn.execute(q)]

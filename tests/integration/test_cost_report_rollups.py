@@ -1,0 +1,192 @@
+"""A cost report read from rollups agrees with the waste model applied to raw samples (<= 1%)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, delete, insert, select
+
+from service.costs import report
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.prices import PriceRow
+from service.costs.waste import (
+    UNALLOCATED,
+    Allocation,
+    Usage,
+    lines_from_segments,
+    plan_reads,
+    segment_gpu,
+    summarize,
+)
+from service.db import prices_repo
+from service.db.schema import gpus, job_gpus, jobs, samples
+from service.settings import Settings
+from tests.integration.cost_data import GIB, roll_up, store_series
+from tests.support import FakeClock
+
+T0 = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
+HOURS = 3
+
+
+def activity(k: int, phase: float) -> dict[str, float | int]:
+    """A busy-then-idle pattern with noise, holding memory, deterministic."""
+    sm = max(0.0, min(1.0, 0.5 + 0.5 * math.sin(k / 40 + phase) + 0.1 * math.sin(k * 7.3)))
+    return {"sm_active": round(sm, 3), "fb_used_bytes": 3 * GIB, "power_watts": 300.0}
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+# Jobs with edges between samples and off minute boundaries; b and c share GPU-1 at once.
+JOBS = {
+    "a": ("GPU-0", at(437), at(10_500)),
+    "b": ("GPU-1", at(1_234), at(9_000)),
+    "c": ("GPU-1", at(3_333), at(5_555)),
+}
+
+
+@pytest.fixture
+def fleet(engine: Engine, clock: FakeClock) -> None:
+    n = HOURS * 360
+    for i, uuid in enumerate(("GPU-0", "GPU-1")):
+        metrics = [activity(k, i) for k in range(n)]
+        # A 7-minute hole on GPU-0 (nodata) in the middle of job a.
+        if uuid == "GPU-0":
+            metrics = [m for k, m in enumerate(metrics) if not 300 <= k < 342]
+            store_series(engine, clock, uuid=uuid, start=T0, metrics=metrics[:300], index=i)
+            store_series(engine, clock, uuid=uuid, start=at(3420), metrics=metrics[300:], index=i)
+        else:
+            store_series(engine, clock, uuid=uuid, start=T0, metrics=metrics, index=i)
+    roll_up(engine)
+    with engine.begin() as conn:
+        ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())
+        for job_id, (uuid, start, end) in JOBS.items():
+            conn.execute(
+                insert(jobs).values(
+                    id=job_id,
+                    team=f"team-{job_id}",
+                    labels={},
+                    source="api",
+                    started_at=start,
+                    ended_at=end,
+                    created_at=T0,
+                    updated_at=T0,
+                )
+            )
+            conn.execute(
+                insert(job_gpus).values(
+                    job_id=job_id, gpu_id=ids[uuid], started_at=start, ended_at=end, source="api"
+                )
+            )
+        prices_repo.replace_prices(
+            conn,
+            rows=[
+                PriceRow("*H100*", 4.0, T0 - timedelta(days=1)),
+                PriceRow("*H100*", 3.0, at(9_000)),  # a price change inside jobs a and b
+            ],
+        )
+
+
+def expected_from_raw(
+    engine: Engine, start: datetime, end: datetime
+) -> dict[str, dict[str, object]]:
+    """The waste model applied directly to every raw sample (no rollups)."""
+    th = Thresholds()
+    prices = [PriceRow("*H100*", 4.0, T0 - timedelta(days=1)), PriceRow("*H100*", 3.0, at(9_000))]
+    with engine.connect() as conn:
+        ids = dict(conn.execute(select(gpus.c.id, gpus.c.uuid)).all())
+        rows = conn.execute(select(samples).order_by(samples.c.gpu_id, samples.c.ts)).all()
+    points: dict[int, list[ActivityPoint]] = {g: [] for g in ids}
+    for r in rows:
+        points[r.gpu_id].append(
+            ActivityPoint(r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts)
+        )
+    by_uuid = {u: g for g, u in ids.items()}
+    lines = []
+    for gpu_id, uuid in ids.items():
+        allocs = [Allocation(j, by_uuid[u], s, e) for j, (u, s, e) in JOBS.items() if u == uuid]
+        segs = segment_gpu(gpu_id, allocs, start, end, [at(9_000)])
+        usages = []
+        for seg in segs:
+            i = integrate(points[gpu_id], seg.start.timestamp(), seg.end.timestamp(), th)
+            usages.append(
+                Usage(
+                    i.covered_seconds,
+                    i.idle_seconds,
+                    i.idle_held_seconds,
+                    i.unused_seconds,
+                    i.fallback_seconds,
+                    i.energy_used_joules,
+                )
+            )
+        lines += lines_from_segments(segs, usages, lambda s: 4.0 if s.start < at(9_000) else 3.0)
+    assert prices  # the same table the database holds
+    return {
+        k: s.as_dict() for k, s in summarize(lines, lambda ln: ln.job_id or UNALLOCATED).items()
+    }
+
+
+FIELDS = (
+    "allocated_seconds",
+    "idle_seconds",
+    "unused_seconds",
+    "cost_usd",
+    "idle_cost_usd",
+    "unused_cost_usd",
+    "energy_used_joules",
+)
+
+
+def assert_agree(
+    got: dict[str, dict[str, object]], want: dict[str, dict[str, object]], rel: float
+) -> None:
+    """Each figure within ``rel`` of the group's scale: its allocated seconds, cost or energy."""
+    assert set(got) == set(want)
+    for key, row in want.items():
+        for f in FIELDS:
+            w, g = float(row[f]), float(got[key][f])  # type: ignore[arg-type]
+            if f.endswith("_usd"):
+                scale = float(row["cost_usd"])  # type: ignore[arg-type]
+            elif f.endswith("_joules"):
+                scale = w
+            else:
+                scale = float(row["allocated_seconds"])  # type: ignore[arg-type]
+            assert abs(g - w) <= rel * scale + 1e-6, (key, f, g, w)
+
+
+def test_report_from_rollups_matches_raw_samples(engine: Engine, clock: FakeClock, fleet):
+    start, end = at(-600), at(HOURS * 3600 + 600)
+    want = expected_from_raw(engine, start, end)
+    assert want["a"]["nodata_seconds"] > 300  # the hole is nodata, not idle
+    with engine.connect() as conn:
+        got = report.cost_report(
+            conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
+        )
+    rows = {r["key"]: r for r in got["rows"]}
+    # Job a's first price segment spans 04:00-05:00 whole, so an 1h bucket is read.
+    assert "1h" in [r.kind for r in plan_reads(at(437), at(9_000))]
+    # With raw samples at the edges and rollups inside, the sums are exact up to float error.
+    assert_agree(rows, want, rel=1e-6)
+    # b and c shared GPU-1 at once: their shares and the unallocated rest add to the GPU's time.
+    assert rows["c"]["held_seconds"] == pytest.approx((5_555 - 3_333) / 2)
+
+
+def test_report_after_raw_retention_agrees_within_one_percent(
+    engine: Engine, clock: FakeClock, fleet
+):
+    start, end = at(-600), at(HOURS * 3600 + 600)
+    want = expected_from_raw(engine, start, end)
+    with engine.begin() as conn:
+        conn.execute(delete(samples))  # retention dropped the raw data; rollups remain
+    settings = Settings(retention_raw_days=0.01)  # so edges are read pro rata from 1m buckets
+    with engine.connect() as conn:
+        got = report.cost_report(
+            conn, settings=settings, start=start, end=end, now=clock(), group_by="job"
+        )
+    rows = {r["key"]: r for r in got["rows"]}
+    assert_agree(rows, want, rel=0.01)
+    total_want = sum(float(r["cost_usd"]) for r in want.values())  # type: ignore[arg-type]
+    assert got["totals"]["cost_usd"] == pytest.approx(total_want, rel=0.01)

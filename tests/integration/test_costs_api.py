@@ -1,0 +1,362 @@
+"""Jobs, prices and cost reports over real HTTP on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy import Engine, insert, select
+
+from service.db.schema import gpus, job_gpus, jobs
+from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
+from tests.support import FakeClock, iso
+
+T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def put_prices(http: httpx.Client, tokens, rows=None) -> httpx.Response:  # type: ignore[no-untyped-def]
+    rows = rows or [
+        {
+            "model_pattern": "*H100*",
+            "usd_per_gpu_hour": 4.0,
+            "effective_from": "2026-01-01T00:00:00Z",
+        }
+    ]
+    return http.put("/api/v1/prices", json=rows, headers=auth(tokens["admin"]))
+
+
+@pytest.fixture
+def worked(engine: Engine, clock: FakeClock) -> None:
+    """GPU-a0 on node-a with design 4's worked example over 06:00-07:00, rolled up."""
+    store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=worked_example_metrics())
+    roll_up(engine)
+
+
+def test_worked_example_job_summary_and_tags(http: httpx.Client, tokens, worked):
+    assert put_prices(http, tokens).status_code == 200
+    r = http.post(
+        "/api/v1/jobs",
+        json={
+            "id": "slurm:1",
+            "user": "alice",
+            "team": "vision",
+            "project": "p1",
+            "gpus": ["GPU-a0"],
+            "started_at": iso(T0),
+            "ended_at": iso(T0 + timedelta(hours=1)),
+        },
+        headers=auth(tokens["admin"]),
+    )
+    assert r.status_code == 201, r.text
+    job = http.get("/api/v1/jobs/slurm:1", headers=auth(tokens["reader"])).json()
+    s = job["summary"]
+    assert s["allocated_seconds"] == pytest.approx(3600)
+    assert s["idle_seconds"] == pytest.approx(1800)
+    assert s["idle_held_seconds"] == pytest.approx(1800)
+    assert s["unused_seconds"] == pytest.approx(2160)
+    assert s["efficiency"] == pytest.approx(0.40)
+    assert s["cost_usd"] == pytest.approx(4.00)
+    assert s["idle_cost_usd"] == pytest.approx(2.00)
+    assert s["unused_cost_usd"] == pytest.approx(2.40)
+    assert [g["gpu_uuid"] for g in job["per_gpu"]] == ["GPU-a0"]
+    assert job["per_gpu"][0]["cost_usd"] == pytest.approx(4.0)
+    assert [t["tag"] for t in job["tags"]] == ["idle", "idle-held"]
+    assert all(t["hint"] for t in job["tags"])
+    assert job["gpus"][0]["gpu_uuid"] == "GPU-a0" and job["gpus"][0]["source"] == "api"
+
+
+def test_report_groups_totals_unallocated_and_csv(http: httpx.Client, tokens, worked):
+    put_prices(http, tokens)
+    # The job holds the GPU for the first 45 minutes only; the rest is unallocated.
+    http.post(
+        "/api/v1/jobs",
+        json={
+            "id": "j1",
+            "team": "vision",
+            "gpus": ["GPU-a0"],
+            "started_at": iso(T0),
+            "ended_at": iso(T0 + timedelta(minutes=45)),
+        },
+        headers=auth(tokens["admin"]),
+    ).raise_for_status()
+    params = {"start": iso(T0), "end": iso(T0 + timedelta(hours=2)), "group_by": "team"}
+    rep = http.get("/api/v1/reports/cost", params=params, headers=auth(tokens["reader"])).json()
+    rows = {r["key"]: r for r in rep["rows"]}
+    assert set(rows) == {"vision", "__unallocated__"}
+    # vision: 30 min idle + 15 min at 0.8 -> cost $3, unused 30 + 3 = 33 min -> $2.20
+    assert rows["vision"]["cost_usd"] == pytest.approx(3.0)
+    assert rows["vision"]["unused_cost_usd"] == pytest.approx(2.2)
+    # The last sample (06:59:50) covers max_gap, to 07:00:40; after that no samples: nodata,
+    # never idle and never cost.
+    assert rows["__unallocated__"]["allocated_seconds"] == pytest.approx(900 + 50)
+    assert rows["__unallocated__"]["nodata_seconds"] == pytest.approx(4500 - 950)
+    assert rep["totals"]["cost_usd"] == pytest.approx(4.0 * 3650 / 3600)
+    assert rep["totals"]["unused_cost_usd"] == pytest.approx(4.0 * (2160 + 10) / 3600)
+    assert rep["warnings"] == []
+
+    r = http.get(
+        "/api/v1/reports/cost", params={**params, "format": "csv"}, headers=auth(tokens["reader"])
+    )
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    lines = list(csv.DictReader(io.StringIO(r.text)))
+    assert [ln["team"] for ln in lines] == ["vision", "__unallocated__", "__total__"]
+    assert float(lines[-1]["cost_usd"]) == pytest.approx(4.0 * 3650 / 3600)
+
+
+def test_report_by_node_model_user_and_job(http: httpx.Client, tokens, worked):
+    put_prices(http, tokens)
+    http.post(
+        "/api/v1/jobs",
+        json={
+            "id": "j1",
+            "user": "alice",
+            "gpus": ["GPU-a0"],
+            "started_at": iso(T0),
+            "ended_at": iso(T0 + timedelta(hours=1)),
+        },
+        headers=auth(tokens["admin"]),
+    ).raise_for_status()
+    params = {"start": iso(T0), "end": iso(T0 + timedelta(hours=1))}
+    for group_by, key in [
+        ("node", "node-a"),
+        ("gpu_model", "NVIDIA H100 80GB HBM3"),
+        ("user", "alice"),
+        ("job", "j1"),
+    ]:
+        rep = http.get(
+            "/api/v1/reports/cost",
+            params={**params, "group_by": group_by},
+            headers=auth(tokens["reader"]),
+        ).json()
+        assert [r["key"] for r in rep["rows"]] == [key], group_by
+        assert rep["rows"][0]["unused_cost_usd"] == pytest.approx(2.4)
+    rep = http.get(
+        "/api/v1/reports/cost", params={**params, "group_by": "job"}, headers=auth(tokens["reader"])
+    ).json()
+    assert rep["rows"][0]["tags"] == ["idle", "idle-held"]
+    assert rep["rows"][0]["user"] == "alice"
+    # Tag filter: only jobs with the tag; no-tensor matches nothing here.
+    for tag, keys in [("idle-held", ["j1"]), ("no-tensor", [])]:
+        rep = http.get(
+            "/api/v1/reports/cost", params={**params, "tag": tag}, headers=auth(tokens["reader"])
+        ).json()
+        assert [r["key"] for r in rep["rows"]] == keys
+        listed = http.get(
+            "/api/v1/jobs", params={**params, "tag": tag}, headers=auth(tokens["reader"])
+        ).json()
+        assert [j["id"] for j in listed] == keys
+
+
+def test_post_merges_into_observed_job_and_counts_overlap_once(
+    http: httpx.Client, tokens, worked, engine: Engine, clock: FakeClock
+):
+    put_prices(http, tokens)
+    with engine.begin() as conn:
+        gpu_id = conn.execute(select(gpus.c.id)).scalar_one()
+        conn.execute(
+            insert(jobs).values(
+                id="slurm:7",
+                user="obs-user",
+                labels={},
+                source="observed",
+                started_at=T0,
+                created_at=clock(),
+                updated_at=clock(),
+            )
+        )
+        conn.execute(
+            insert(job_gpus).values(
+                job_id="slurm:7",
+                gpu_id=gpu_id,
+                started_at=T0,
+                ended_at=T0 + timedelta(minutes=40),
+                source="observed",
+            )
+        )
+    r = http.post(
+        "/api/v1/jobs",
+        json={
+            "id": "slurm:7",
+            "user": "bob",
+            "team": "nlp",
+            "labels": {"qos": "high"},
+            "gpus": ["GPU-a0"],
+            "started_at": iso(T0 + timedelta(minutes=20)),
+            "ended_at": iso(T0 + timedelta(hours=1)),
+        },
+        headers=auth(tokens["admin"]),
+    )
+    assert r.status_code == 200, r.text  # merged, not created
+    body = r.json()
+    assert (body["user"], body["team"], body["labels"]) == ("bob", "nlp", {"qos": "high"})
+    assert body["started_at"] == iso(T0)
+    assert sorted(g["source"] for g in body["gpus"]) == ["api", "observed"]
+    s = http.get("/api/v1/jobs/slurm:7", headers=auth(tokens["reader"])).json()["summary"]
+    # 0-40 min observed and 20-60 min api overlap: the union is one hour, counted once.
+    assert s["held_seconds"] == pytest.approx(3600)
+    assert s["cost_usd"] == pytest.approx(4.0)
+
+
+def test_patch_ends_job_and_open_job_runs_until_now(
+    http: httpx.Client, tokens, worked, clock: FakeClock
+):
+    put_prices(http, tokens)
+    http.post(
+        "/api/v1/jobs",
+        json={"id": "run", "gpus": ["GPU-a0"], "started_at": iso(T0)},
+        headers=auth(tokens["admin"]),
+    ).raise_for_status()
+    open_job = http.get("/api/v1/jobs/run", headers=auth(tokens["reader"])).json()
+    assert open_job["ended_at"] is None and open_job["gpus"][0]["ended_at"] is None
+    assert open_job["summary"]["held_seconds"] == pytest.approx(2 * 3600)  # until the clock, 08:00
+    # Only covered time costs: the samples (plus max_gap) cover 06:00-07:00:40.
+    assert open_job["summary"]["cost_usd"] == pytest.approx(4.0 * 3650 / 3600)
+    r = http.patch(
+        "/api/v1/jobs/run",
+        json={"ended_at": iso(T0 + timedelta(minutes=30)), "team": "t"},
+        headers=auth(tokens["admin"]),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["ended_at"] == iso(T0 + timedelta(minutes=30)) and r.json()["team"] == "t"
+    s = http.get("/api/v1/jobs/run", headers=auth(tokens["reader"])).json()["summary"]
+    assert s["cost_usd"] == pytest.approx(2.0) and s["efficiency"] == pytest.approx(0.0)
+
+
+def test_unpriced_gpu_has_null_cost_and_a_warning(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    store_series(
+        engine,
+        clock,
+        uuid="GPU-x",
+        model="Mystery Accelerator 9000",
+        start=T0,
+        metrics=[{"sm_active": 0.5}] * 60,
+    )
+    roll_up(engine)
+    rep = http.get(
+        "/api/v1/reports/cost",
+        params={"start": iso(T0), "end": iso(T0 + timedelta(hours=1)), "group_by": "gpu_model"},
+        headers=auth(tokens["reader"]),
+    ).json()
+    row = rep["rows"][0]
+    assert row["cost_usd"] is None and row["unused_cost_usd"] is None
+    assert row["unpriced_seconds"] == pytest.approx(590 + 60)
+    assert rep["totals"]["cost_usd"] is None
+    assert "Mystery Accelerator 9000" in rep["warnings"][0]
+
+
+def test_prices_default_then_put_then_reset(http: httpx.Client, tokens):
+    r = http.get("/api/v1/prices", headers=auth(tokens["reader"]))
+    assert r.status_code == 200
+    default = r.json()
+    assert {p["source"] for p in default} == {"default"}
+    assert {"*H100*", "*H200*", "*B200*", "*L40S*", "*L4", "*A100*40GB*", "*A100*80GB*"} <= {
+        p["model_pattern"] for p in default
+    }
+    assert all(p["note"] for p in default)
+    assert put_prices(http, tokens).json()[0]["source"] == "api"
+    assert (
+        http.get("/api/v1/prices", headers=auth(tokens["reader"])).json()[0]["usd_per_gpu_hour"]
+        == 4.0
+    )
+    assert (
+        http.put("/api/v1/prices", json=[], headers=auth(tokens["admin"])).json()[0]["source"]
+        == "default"
+    )
+    assert put_prices(http, tokens | {"admin": tokens["reader"]}).status_code == 403
+
+
+def bad_status(r: httpx.Response, status: int, *words: str) -> None:
+    assert r.status_code == status, r.text
+    text = r.text
+    for w in words:
+        assert w in text, (w, text)
+
+
+def test_bad_input_is_a_4xx_that_names_the_problem(
+    http: httpx.Client, tokens, worked, clock: FakeClock
+):
+    rd, ad = auth(tokens["reader"]), auth(tokens["admin"])
+    rep = "/api/v1/reports/cost"
+    bad_status(http.get(rep, params={"group_by": "planet"}, headers=rd), 422, "group_by", "planet")
+    bad_status(
+        http.get(rep, params={"start": iso(T0), "end": iso(T0 - timedelta(hours=1))}, headers=rd),
+        422,
+        "start",
+        "before end",
+    )
+    bad_status(
+        http.get(rep, params={"start": iso(clock() - timedelta(days=800))}, headers=rd),
+        422,
+        "start",
+        "retention",
+    )
+    bad_status(http.get(rep, params={"tag": "lazy"}, headers=rd), 422, "tag", "lazy")
+    bad_status(http.get(rep, params={"format": "xml"}, headers=rd), 422, "format")
+    bad_status(http.get(rep, params={"start": "2026-12-01T00:00:00"}, headers=rd), 422, "timezone")
+    bad_status(
+        http.get(
+            "/api/v1/jobs",
+            params={"start": iso(T0), "end": iso(T0 - timedelta(hours=1))},
+            headers=rd,
+        ),
+        422,
+        "start",
+    )
+    job = {"id": "x", "gpus": ["GPU-a0", "GPU-nope"], "started_at": iso(T0)}
+    bad_status(http.post("/api/v1/jobs", json=job, headers=ad), 422, "gpus", "GPU-nope")
+    bad_status(
+        http.post(
+            "/api/v1/jobs", json={**job, "gpus": [], "ended_at": iso(T0 - timedelta(1))}, headers=ad
+        ),
+        422,
+        "ended_at",
+    )
+    bad_status(http.patch("/api/v1/jobs/none", json={"ended_at": iso(T0)}, headers=ad), 404, "none")
+    bad_status(http.get("/api/v1/jobs/none", headers=rd), 404, "none")
+    prices = [
+        {"model_pattern": "*H100*", "usd_per_gpu_hour": 4, "effective_from": iso(T0)},
+        {"model_pattern": "*RTX 9999*", "usd_per_gpu_hour": 1, "effective_from": iso(T0)},
+    ]
+    bad_status(
+        http.put("/api/v1/prices", json=prices, headers=ad),
+        422,
+        "RTX 9999",
+        "matches no GPU",
+        '"loc":["body",1,"model_pattern"]',
+    )
+    bad_status(
+        http.put("/api/v1/prices", json=[{**prices[0], "usd_per_gpu_hour": -1}], headers=ad),
+        422,
+        "usd_per_gpu_hour",
+    )
+    bad_status(http.post("/api/v1/jobs", json={**job, "gpus": ["GPU-a0"]}, headers=rd), 403)
+
+
+def test_agent_token_registers_jobs_only_on_its_own_node(
+    http: httpx.Client, tokens, worked, engine: Engine, clock: FakeClock
+):
+    store_series(
+        engine, clock, uuid="GPU-b0", hostname="node-b", start=T0, metrics=[{"sm_active": 0.1}]
+    )
+    ag = auth(tokens["agent"])  # writes for node-a
+    r = http.post(
+        "/api/v1/jobs", json={"id": "s:1", "gpus": ["GPU-b0"], "started_at": iso(T0)}, headers=ag
+    )
+    assert r.status_code == 403 and "node-a" in r.text
+    r = http.post(
+        "/api/v1/jobs", json={"id": "s:1", "gpus": ["GPU-a0"], "started_at": iso(T0)}, headers=ag
+    )
+    assert r.status_code == 201, r.text
+    r = http.patch(
+        "/api/v1/jobs/s:1", json={"ended_at": iso(T0 + timedelta(minutes=5))}, headers=ag
+    )
+    assert r.json()["ended_at"] == iso(T0 + timedelta(minutes=5))

@@ -1,0 +1,106 @@
+"""``gpuwarden report cost`` against a live central service: table, CSV, JSON and errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from service.cli import main
+from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
+from tests.support import FakeClock, iso
+
+T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def jobs_present(engine: Engine, clock: FakeClock, http: httpx.Client, tokens) -> None:
+    store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=worked_example_metrics())
+    store_series(
+        engine,
+        clock,
+        uuid="GPU-a1",
+        start=T0,
+        index=1,
+        metrics=[{"sm_active": 0.9, "tensor_active": 0.6}] * 360,
+    )
+    roll_up(engine)
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    http.put(
+        "/api/v1/prices",
+        json=[
+            {
+                "model_pattern": "*H100*",
+                "usd_per_gpu_hour": 4.0,
+                "effective_from": "2026-01-01T00:00:00Z",
+            }
+        ],
+        headers=admin,
+    ).raise_for_status()
+    for job_id, team, gpu in (("slurm:1", "vision", "GPU-a0"), ("slurm:2", "nlp", "GPU-a1")):
+        http.post(
+            "/api/v1/jobs",
+            json={
+                "id": job_id,
+                "user": "alice",
+                "team": team,
+                "gpus": [gpu],
+                "started_at": iso(T0),
+                "ended_at": iso(T0 + timedelta(hours=1)),
+            },
+            headers=admin,
+        ).raise_for_status()
+
+
+def run(capsys, server: str, token: str, *extra: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    code = main(
+        [
+            "report",
+            "cost",
+            "--url",
+            server,
+            "--token",
+            token,
+            "--start",
+            iso(T0),
+            "--end",
+            iso(T0 + timedelta(hours=1)),
+            *extra,
+        ]
+    )
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_table_shows_the_most_wasteful_job_first(capsys, server: str, tokens, jobs_present):
+    code, out, _ = run(capsys, server, tokens["reader"])
+    assert code == 0
+    assert out.index("slurm:1") < out.index("slurm:2")  # $2.40 wasted before $0.40
+    assert "$2.40" in out and "idle, idle-held" in out and "TOTAL" in out
+
+
+def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
+    code, out, _ = run(capsys, server, tokens["reader"], "--group-by", "team", "--csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["team"] for r in rows] == ["vision", "nlp", "__total__"]
+    assert float(rows[-1]["cost_usd"]) == pytest.approx(8.0)
+    code, out, _ = run(capsys, server, tokens["reader"], "--group-by", "team", "--json")
+    data = json.loads(out)
+    assert data["totals"]["unused_cost_usd"] == pytest.approx(2.4 + 0.4)
+
+
+def test_errors_are_reported_not_raised(capsys, server: str, tokens):
+    code, _, err = run(capsys, server, "wrong-token")
+    assert code == 1 and "401" in err
+    code, _, err = (
+        main(["report", "cost", "--url", server, "--token", tokens["reader"], "--since", "soon"]),
+        "",
+        capsys.readouterr().err,
+    )
+    assert code == 2 and "--since" in err
