@@ -70,11 +70,11 @@ def build_batch(
     }
 
 
-def encode(batch: Mapping[str, Any], *, level: int = 5) -> bytes:
+def encode(batch: Mapping[str, Any], *, level: int = 1) -> bytes:
     """The gzip-compressed compact JSON of ``batch``."""
     raw = json.dumps(batch, separators=(",", ":")).encode()
-    comp = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return comp.compress(raw) + comp.flush()
+    # Level 1: JSON of numbers compresses ~4x even so, at a fraction of the CPU of level 6.
+    return zlib.compress(raw, level, wbits=16 + zlib.MAX_WBITS)
 
 
 def decode(body: bytes) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ _GPU_IS_LOST = 15
 _NOT_SUPPORTED = 3
 _TIMEOUT = 10
 _MAX_EVENTS_PER_POLL = 64
+GPM_MIN_INTERVAL_SECONDS = 0.1  # NVML needs this much between two GPM samples
 
 
 def _load_pynvml() -> Any:
@@ -55,6 +57,7 @@ class _Gpu:
     cur: int = 0
     have_prev: bool = False
     metrics_get: Any = None
+    prev_at: float = 0.0  # monotonic time of the last GPM sample
     unsupported: set[str] = field(default_factory=set)
     cycle: int = 0
 
@@ -247,8 +250,12 @@ class NvmlBackend:
             self._processes(g, snap.processes)
         return snap
 
-    def _gpm_take(self, g: _Gpu) -> None:
+    def _gpm_take(self, g: _Gpu) -> bool:
+        """Take a GPM sample into the free buffer; True if metrics over an interval were read."""
         lib = self.lib
+        mono = time.monotonic()
+        if g.have_prev and mono - g.prev_at < GPM_MIN_INTERVAL_SECONDS:
+            return False  # too soon after the last sample for GPM to measure an interval
         buf = g.bufs[g.cur]
         if g.parent_handle is not None:
             lib.nvmlGpmMigSampleGet(g.parent_handle, g.gpu_instance_id, buf)
@@ -259,25 +266,25 @@ class NvmlBackend:
             mg.sample1 = g.bufs[1 - g.cur]
             mg.sample2 = buf
             lib.nvmlGpmMetricsGet(mg)
+        had_prev = g.have_prev
         g.cur ^= 1  # the next poll writes into the other buffer: no sleep, no re-alloc
         g.have_prev = True
+        g.prev_at = mono
+        return had_prev
 
     def _read(self, g: _Gpu) -> GpuReading:
         lib = self.lib
         h = g.handle
         m: dict[str, float] = {}
         source = ActivitySource.NVML
-        if g.gpm:
-            had_prev = g.have_prev
-            self._gpm_take(g)
-            if had_prev:
-                source = ActivitySource.GPM
-                metrics = g.metrics_get.metrics
-                for i, (name, _, scale) in enumerate(GPM_FIELDS):
-                    entry = metrics[i]
-                    if entry.nvmlReturn == 0:
-                        v = entry.value * scale
-                        m[name] = min(max(v, 0.0), 1.0) if scale < 1 else max(v, 0.0)
+        if g.gpm and self._gpm_take(g):
+            source = ActivitySource.GPM
+            metrics = g.metrics_get.metrics
+            for i, (name, _, scale) in enumerate(GPM_FIELDS):
+                entry = metrics[i]
+                if entry.nvmlReturn == 0:
+                    v = entry.value * scale
+                    m[name] = min(max(v, 0.0), 1.0) if scale < 1 else max(v, 0.0)
         un = g.unsupported
         if "util" not in un:
             try:
