@@ -7,7 +7,7 @@ import zlib
 from datetime import UTC, datetime, timedelta
 
 from service.context import ServiceContext
-from service.db import ingest_repo, partitions
+from service.db import ingest_repo, observed_jobs_repo, partitions
 from service.errors import Forbidden, PayloadTooLarge, ValidationFailed
 from service.wire import IngestBatch, IngestResult
 
@@ -84,6 +84,14 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
     with ctx.engine.begin() as conn:
         counts = ingest_repo.store_batch(
             conn, batch=batch, now=now, max_gap_seconds=s.max_gap_seconds
+        )
+        # Jobs nobody registered appear from the processes the agents attributed (issue 6).
+        observed_jobs_repo.observe(
+            conn,
+            seen=observed_jobs_repo.summarise(
+                (p.gpu_uuid, p.job_id, p.ts, p.user) for p in batch.processes
+            ),
+            now=now,
         )
     return IngestResult(
         samples_received=counts["samples"],
