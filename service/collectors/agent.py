@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from service.collectors.attribution import JobAttributor
@@ -273,3 +273,24 @@ class Agent:
         self.backend.close()
         self.shipper.close()
         self.spool.close()
+
+
+def backfill(
+    agent: Agent, *, start: datetime, end: datetime, step_seconds: float, per_batch: int
+) -> int:
+    """Poll at past times from ``start`` to ``end`` (simulated history), deliver; returns polls."""
+    polls = 0
+    chunk: list[Snapshot] = []
+    ts = start
+    while ts < end:
+        snap = agent.backend.sample(ts)
+        agent._devices = agent.backend.devices()
+        chunk.append(snap)
+        polls += 1
+        if len(chunk) >= per_batch:
+            agent.deliver(agent.encode(chunk))
+            chunk = []
+        ts += timedelta(seconds=step_seconds)
+    if chunk:
+        agent.deliver(agent.encode(chunk))
+    return polls
