@@ -54,7 +54,8 @@ def parse_exposition(text: str) -> Exposition:
     hostname: str | None = None
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            name = s.name
+            # The parser names counter samples <family>_total; dcgm-exporter's names have none.
+            name = family.name if s.name == family.name + "_total" else s.name
             labels = s.labels
             uuid = _label(labels, "UUID", "uuid")
             if uuid is None:
