@@ -53,7 +53,9 @@ def test_every_sample_arrives_once_and_in_order_after_an_outage(
     failed = agent.telemetry.registry.get_sample_value(
         "gpuwarden_agent_errors_total", {"kind": "ship_network"}
     )
-    assert failed is not None and 1 <= failed <= 16  # backoff (cap 60 s): a few tries in ten minutes, not sixty
+    assert (
+        failed is not None and 1 <= failed <= 16
+    )  # backoff (cap 60 s): a few tries in ten minutes, not sixty
     with live_server(app, port=port):
         cycles(8)  # the next try comes within the backoff cap (60 s), then the spool drains
         assert agent.spool.depth == 0

@@ -84,7 +84,8 @@ def test_backend_scrapes_and_flags_gpus_that_vanish():
         return httpx.Response(200, text=texts.pop(0) if texts else "")
 
     b = DcgmExporterBackend(
-        url="http://exporter:9400/metrics", client=httpx.Client(transport=httpx.MockTransport(handler))
+        url="http://exporter:9400/metrics",
+        client=httpx.Client(transport=httpx.MockTransport(handler)),
     )
     now = datetime(2026, 12, 2, tzinfo=UTC)
     assert len(b.sample(now).readings) == 3
@@ -98,7 +99,8 @@ def test_unreachable_exporter_is_a_backend_error():
         raise httpx.ConnectError("refused", request=request)
 
     b = DcgmExporterBackend(
-        url="http://exporter:9400/metrics", client=httpx.Client(transport=httpx.MockTransport(handler))
+        url="http://exporter:9400/metrics",
+        client=httpx.Client(transport=httpx.MockTransport(handler)),
     )
     with pytest.raises(BackendError, match="cannot scrape"):
         b.sample(datetime(2026, 12, 2, tzinfo=UTC))
