@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import zlib
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

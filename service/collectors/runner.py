@@ -137,4 +137,5 @@ def run_agent(settings: Settings) -> int:
         agent.close()
         if server is not None:
             server.shutdown()
+            server.server_close()
     return 0

@@ -8,6 +8,7 @@ faster than its backoff allows.
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from pathlib import Path
 
@@ -78,4 +79,4 @@ def test_every_sample_arrives_once_and_in_order_after_an_outage(
         per_gpu.setdefault(uuid, []).append(ts)
     for got in per_gpu.values():
         assert len(got) == 74
-        assert all((b - a).total_seconds() == 10 for a, b in zip(got, got[1:], strict=False))
+        assert all((b - a).total_seconds() == 10 for a, b in itertools.pairwise(got))
