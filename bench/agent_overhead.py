@@ -13,12 +13,13 @@ import argparse
 import gc
 import logging
 import resource
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-import httpx
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
@@ -42,13 +43,49 @@ class Clock:
         return self.now
 
 
-def make(tmp: Path, gpus: int, status: int) -> tuple[Agent, Clock]:
+SINK = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+status = int(sys.argv[2])
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"samples_received":0,"processes_received":0,"gpus":0}'
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def start_sink(status: int) -> tuple[subprocess.Popen[bytes], str]:
+    """A stand-in central service in another process (its CPU is not the agent's)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", SINK, str(port), str(status)])
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def make(tmp: Path, gpus: int, status: int, url: str, batch: int = 1) -> tuple[Agent, Clock]:
     clock = Clock()
-    client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(status, json={})))
     agent = Agent(
-        config=AgentConfig(hostname="bench", labels={"rack": "r1"}, dead_letter_path=tmp / "dl"),
+        config=AgentConfig(
+            hostname="bench", labels={"rack": "r1"}, dead_letter_path=tmp / "dl", batch_cycles=batch
+        ),
         backend=SimulatedBackend(hostname="bench", gpus=gpus, start=clock()),
-        shipper=Shipper(central_url="http://central", token="t", client=client),
+        shipper=Shipper(central_url=url, token="t"),
         spool=Spool(tmp / f"spool-{status}.sqlite"),
         attributor=JobAttributor(proc_root=tmp),  # simulated pids: nothing to read
         clock=clock,
@@ -57,9 +94,10 @@ def make(tmp: Path, gpus: int, status: int) -> tuple[Agent, Clock]:
     return agent, clock
 
 
-def cpu_share(tmp: Path, gpus: int, cycles: int, status: int) -> tuple[float, float]:
-    """(agent-only ms, backend ms) of CPU per GPU per cycle."""
-    agent, clock = make(tmp, gpus, status)
+def cpu_share(tmp: Path, gpus: int, cycles: int, status: int, batch: int) -> tuple[float, float]:
+    """(agent-only ms, backend ms) of CPU per GPU per cycle, shipping to a local sink."""
+    sink, url = start_sink(status)
+    agent, clock = make(tmp, gpus, status, url, batch)
     backend = agent.backend
     inner = 0.0
     real_sample = backend.sample
@@ -83,12 +121,15 @@ def cpu_share(tmp: Path, gpus: int, cycles: int, status: int) -> tuple[float, fl
         clock.now += timedelta(seconds=10)
     total = time.process_time() - t0
     agent.close()
+    sink.terminate()
+    sink.wait()
     per = 1000 / cycles / gpus
     return (total - inner) * per, inner * per
 
 
 def rss_run(tmp: Path, gpus: int, cycles: int) -> list[tuple[int, float]]:
-    agent, clock = make(tmp, gpus, 200)
+    sink, url = start_sink(200)
+    agent, clock = make(tmp, gpus, 200, url, 3)
     points = [(0, rss_mb())]
     for k in range(1, cycles + 1):
         agent.run_once()
@@ -96,6 +137,8 @@ def rss_run(tmp: Path, gpus: int, cycles: int) -> list[tuple[int, float]]:
         if k % (cycles // 10) == 0:
             points.append((k, rss_mb()))
     agent.close()
+    sink.terminate()
+    sink.wait()
     return points
 
 
@@ -108,10 +151,15 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the "central down" run logs every backoff otherwise
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     print(f"simulated backend, {args.gpus} GPUs, {args.cycles} cycles")
-    for status, label in ((200, "central up (HTTP 200)"), (503, "central down (spool)")):
-        own, backend = cpu_share(tmp, args.gpus, args.cycles, status)
+    runs = (
+        (200, 1, "central up, a request per poll"),
+        (200, 3, "central up, 3 polls a request (30 s)"),
+        (503, 3, "central down, spooling"),
+    )
+    for status, batch, label in runs:
+        own, backend = cpu_share(tmp, args.gpus, args.cycles, status, batch)
         print(
-            f"  {label:24s} agent's own CPU {own:.3f} ms/GPU/cycle "
+            f"  {label:38s} agent's own CPU {own:.3f} ms/GPU/cycle "
             f"(backend poll {backend:.3f} ms/GPU/cycle)"
         )
     points = rss_run(tmp, args.gpus, args.rss_cycles)

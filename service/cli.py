@@ -155,6 +155,12 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dead-letter-path", dest="dead_letter_path", help="GPUWARDEN_DEAD_LETTER_PATH")
     p.add_argument(
+        "--batch-seconds",
+        dest="agent_batch_seconds",
+        type=float,
+        help="GPUWARDEN_AGENT_BATCH_SECONDS (30): polls shipped together in one request",
+    )
+    p.add_argument(
         "--dcgm-exporter-url", dest="dcgm_exporter_url", help="GPUWARDEN_DCGM_EXPORTER_URL"
     )
     p.add_argument("--node-name", dest="node_name", help="GPUWARDEN_NODE_NAME (the hostname)")

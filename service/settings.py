@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     agent_metrics_port: int | None = Field(None, ge=1, le=65535)  # the agent's own /metrics
     agent_metrics_host: str = "127.0.0.1"
     spool_max_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    agent_batch_seconds: float = Field(30.0, ge=0)  # ship polls together, one request per batch
     dead_letter_path: Path = Path("gpuwarden-dead-letter.jsonl")
     proc_root: Path = Path("/proc")  # the host's /proc (mount it into an agent container)
     job_map_dir: Path | None = None  # dcgm-exporter-style job mapping dir: a file per GPU index

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.shipper import Backoff, Shipper
 from service.collectors.simulated import SimulatedBackend
 from service.collectors.spool import Spool
+from service.collectors.transport import StdlibTransport, TransportError
 from tests.support import FakeClock
 
 
@@ -38,13 +37,25 @@ class Wire:
         return [b for s, b in self.calls if s == 200]
 
 
-def recording_client(wire: Wire) -> httpx.Client:
-    def on_response(response: httpx.Response) -> None:
-        response.read()
-        body = json.loads(zlib.decompress(response.request.content, 16 + zlib.MAX_WBITS))
-        wire.calls.append((response.status_code, body))
+class RecordingTransport:
+    """The production transport, noting each request's outcome and batch."""
 
-    return httpx.Client(timeout=10, event_hooks={"response": [on_response]})
+    def __init__(self, wire: Wire) -> None:
+        self.inner = StdlibTransport(timeout_seconds=10)
+        self.wire = wire
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, str | None]:
+        batch = json.loads(zlib.decompress(body, 16 + zlib.MAX_WBITS))
+        try:
+            status, text, retry_after = self.inner.post(url, body, headers)
+        except TransportError:
+            self.wire.calls.append((None, batch))
+            raise
+        self.wire.calls.append((status, batch))
+        return status, text, retry_after
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def make_agent(
@@ -67,7 +78,7 @@ def make_agent(
             dead_letter_path=tmp / "dead-letter.jsonl",
         ),
         backend=backend,
-        shipper=Shipper(central_url=url, token=token, client=recording_client(wire)),
+        shipper=Shipper(central_url=url, token=token, transport=RecordingTransport(wire)),
         spool=Spool(tmp / "spool.sqlite", max_bytes=spool_max_bytes),
         clock=agent_clock or clock,
         monotonic=FakeMonotonic(clock),

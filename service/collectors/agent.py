@@ -41,6 +41,7 @@ class AgentConfig:
     interval_seconds: float = 10.0
     dead_letter_path: Path = Path("gpuwarden-dead-letter.jsonl")
     drain_budget_fraction: float = 0.8  # of an interval, spent replaying the spool at most
+    batch_cycles: int = 1  # polls per shipped batch (one HTTP request per batch)
 
 
 class Agent:
@@ -73,6 +74,7 @@ class Agent:
         self._next_ship_at = 0.0
         self._next_backend_at = 0.0
         self._devices: list[Device] = []
+        self._pending: list[Snapshot] = []  # polls not yet shipped: all a kill -9 can lose
         self._stop = threading.Event()
         self.dead_letters = 0
         self.last_result: Result | None = None
@@ -81,6 +83,11 @@ class Agent:
     # --- collection -------------------------------------------------------------------
     def collect(self, now: datetime | None = None) -> bytes | None:
         """Poll the backend once and return the encoded batch, or None if the backend failed."""
+        snap = self.poll(now)
+        return None if snap is None else self.encode([snap])
+
+    def poll(self, now: datetime | None = None) -> Snapshot | None:
+        """Poll the backend once and attribute processes; None if the backend failed."""
         t = self.telemetry
         mono = self.monotonic()
         if mono < self._next_backend_at:
@@ -103,7 +110,7 @@ class Agent:
         t.gpus.labels("ok").set(len(devices) - lost)
         t.gpus.labels("lost").set(lost)
         t.samples.inc(len(snap.readings))
-        return self.encode([snap])
+        return snap
 
     def encode(self, snapshots: list[Snapshot]) -> bytes:
         """The gzipped wire batch of ``snapshots`` with this node's devices."""
@@ -243,9 +250,11 @@ class Agent:
         try:
             if self.spool.depth:
                 self.drain(budget)
-            body = self.collect()
-            if body is not None:
-                self.deliver(body)
+            snap = self.poll()
+            if snap is not None:
+                self._pending.append(snap)
+            if len(self._pending) >= self.config.batch_cycles:
+                self.flush()
         except Exception:  # the loop must survive anything one cycle throws
             self.telemetry.errors.labels("cycle").inc()
             log.exception("agent cycle failed")
@@ -268,8 +277,18 @@ class Agent:
         """Ask ``run_forever`` to return after the current cycle."""
         self._stop.set()
 
+    def flush(self) -> None:
+        """Deliver (or spool) the polls held in memory as one batch."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.deliver(self.encode(pending))
+
     def close(self) -> None:
-        """Release the backend, the HTTP client and the spool."""
+        """Deliver or spool what is held in memory, then release backend, HTTP and spool."""
+        try:
+            self.flush()
+        except Exception:
+            log.exception("could not flush the last batch")
         self.backend.close()
         self.shipper.close()
         self.spool.close()

@@ -90,6 +90,7 @@ def build_agent(
             hostname=hostname,
             labels=parse_labels(settings.node_labels),
             interval_seconds=settings.interval_seconds,
+            batch_cycles=max(1, round(settings.agent_batch_seconds / settings.interval_seconds)),
             dead_letter_path=dead_letter_path or settings.dead_letter_path,
         ),
         backend=backend,

@@ -13,6 +13,13 @@ from enum import StrEnum
 
 import httpx
 
+from service.collectors.transport import (
+    HttpxTransport,
+    StdlibTransport,
+    Transport,
+    TransportError,
+)
+
 
 class Outcome(StrEnum):
     """What to do with a batch after one delivery attempt."""
@@ -97,6 +104,7 @@ class Shipper:
         central_url: str,
         token: str | None,
         client: httpx.Client | None = None,
+        transport: Transport | None = None,
         timeout_seconds: float = 30.0,
     ) -> None:
         self.url = central_url.rstrip("/") + "/api/v1/ingest"
@@ -104,17 +112,23 @@ class Shipper:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.headers = headers
-        self.client = client or httpx.Client(timeout=timeout_seconds)
+        if transport is None:
+            transport = (
+                HttpxTransport(client)
+                if client is not None
+                else StdlibTransport(timeout_seconds=timeout_seconds)
+            )
+        self.transport = transport
 
     def send(self, body: bytes) -> Result:
         """One delivery attempt of a gzipped batch."""
         now = datetime.now(UTC)
         try:
-            r = self.client.post(self.url, content=body, headers=self.headers)
-        except httpx.HTTPError as exc:
-            return Result(Outcome.RETRY, None, f"{type(exc).__name__}: {exc}")
-        return classify(r.status_code, r.text, r.headers.get("retry-after"), now=now)
+            status, text, retry_after = self.transport.post(self.url, body, self.headers)
+        except TransportError as exc:
+            return Result(Outcome.RETRY, None, str(exc))
+        return classify(status, text, retry_after, now=now)
 
     def close(self) -> None:
-        """Close the HTTP client."""
-        self.client.close()
+        """Close the HTTP connection."""
+        self.transport.close()
