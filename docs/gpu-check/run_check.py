@@ -23,7 +23,6 @@ import pynvml
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
-from service.collectors.batch import decode
 from service.collectors.fields import ENERGY_EVERY_CYCLES, GPM_FIELDS
 from service.collectors.nvml import NvmlBackend
 from service.collectors.shipper import Shipper
@@ -126,17 +125,55 @@ def single_calls(reps: int = 50) -> dict[str, float]:
     return out
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
+SINK = """
+import gzip, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+out = open(sys.argv[2], "ab")
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        out.write(gzip.decompress(raw) + b"\\n"); out.flush()
+        body = b'{"samples_received":0,"processes_received":0,"gpus":0}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
 
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        self.bodies.append(request.content)
-        return httpx.Response(200, json={"samples_received": 1, "processes_received": 0, "gpus": 1})
+
+class Sink:
+    """A stand-in central service in its own process (its CPU is not the agent's)."""
+
+    def __init__(self, record: Path) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.record = record
+        self.proc = subprocess.Popen([sys.executable, "-c", SINK, str(self.port), str(record)])
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def batches(self) -> list[dict]:
+        return [json.loads(line) for line in self.record.read_text().splitlines() if line]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
 
 
-def make_agent(tmp: Path, recorder: Recorder, interval: float) -> Agent:
-    client = httpx.Client(transport=httpx.MockTransport(recorder.handler))
+def make_agent(tmp: Path, sink: Sink, interval: float) -> Agent:
     return Agent(
         config=AgentConfig(
             hostname="h200-check",
@@ -145,16 +182,16 @@ def make_agent(tmp: Path, recorder: Recorder, interval: float) -> Agent:
             dead_letter_path=tmp / "dead.jsonl",
         ),
         backend=NvmlBackend(attributor=None),
-        shipper=Shipper(central_url="http://central.invalid", token="t", client=client),
-        spool=Spool(tmp / "spool.sqlite"),
+        shipper=Shipper(central_url=sink.url, token="t"),
+        spool=Spool(tmp / f"spool-{time.time()}.sqlite"),
         attributor=JobAttributor(),
     )
 
 
 def agent_cycle(cycles: int, tmp: Path) -> tuple[float, float]:
     """CPU seconds per GPU per cycle: collect (backend, attribution, batch, gzip) and ship."""
-    rec = Recorder()
-    agent = make_agent(tmp, rec, GAP)
+    sink = Sink(tmp / f"cycle-{time.time()}.jsonl")
+    agent = make_agent(tmp, sink, GAP)
     n = len(agent.backend.devices())
     time.sleep(GAP)
     agent.collect()  # the first poll primes GPM
@@ -168,7 +205,9 @@ def agent_cycle(cycles: int, tmp: Path) -> tuple[float, float]:
         ship += cpu() - t1
         collect += t1 - t0
     agent.close()
-    assert len(rec.bodies) == cycles, (len(rec.bodies), cycles)
+    got = len(sink.batches())
+    sink.stop()
+    assert got == cycles, (got, cycles)
     return collect / cycles / n, ship / cycles / n
 
 
@@ -196,8 +235,8 @@ def nvidia_smi(cycles: int) -> tuple[float, float]:
 
 
 def workload_run(tmp: Path) -> dict:
-    rec = Recorder()
-    agent = make_agent(tmp, rec, 1.0)
+    sink = Sink(OUT / "agent_output.jsonl")
+    agent = make_agent(tmp, sink, 1.0)
     env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_JOB_USER="alice")
     phases_file = tmp / "phases.json"
     proc = subprocess.Popen(
@@ -220,10 +259,8 @@ def workload_run(tmp: Path) -> dict:
     t.join(5)
     agent.close()
     phases = json.loads(phases_file.read_text())
-    batches = [decode(b) for b in rec.bodies]
-    with open(OUT / "agent_output.jsonl", "w") as fh:
-        for b in batches:
-            fh.write(json.dumps(b) + "\n")
+    sink.stop()
+    batches = sink.batches()
     summary = {}
     for ph in phases:
         # Skip the first 2 s of a phase: a GPM sample covers the second before it.
@@ -288,12 +325,14 @@ def main() -> None:
         "agent_collect_over_floor": agent / floor,
         "agent_ship_cpu_ms_per_gpu_cycle": ship * 1000,
         "agent_collect_and_ship_over_floor": (agent + ship) / floor,
+        "agent_collect_and_ship_3_polls_per_request_over_floor": (agent + ship / 3) / floor,
         "floor_runs_ms": [f * 1000 for f in floors],
         "agent_collect_runs_ms": [a * 1000 for a in agents],
         "agent_ship_runs_ms": [a * 1000 for a in ships],
         "nvidia_smi_cpu_ms_per_call": smi_cpu * 1000,
         "nvidia_smi_wall_ms_per_call": smi_wall * 1000,
         "nvidia_smi_over_agent_cpu": smi_cpu / (agent + ship),
+        "nvidia_smi_over_agent_cpu_3_polls_per_request": smi_cpu / (agent + ship / 3),
         "energy_every_cycles": ENERGY_EVERY_CYCLES,
     }
     print(json.dumps(result, indent=1), flush=True)
