@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,8 +45,16 @@ def _token(engine: Engine, role: str, node: str | None, name: str) -> str:
     return secret
 
 
-def _start(node: LocalNode, *, history: tuple[datetime, datetime, float] | None = None) -> None:
+def _start(
+    node: LocalNode,
+    *,
+    ready: Callable[[], bool],
+    history: tuple[datetime, datetime, float] | None = None,
+) -> None:
     def work() -> None:
+        deadline = time.monotonic() + 60
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.05)  # start shipping once the central service listens
         if history is not None:
             start, end, step = history
             backfill(node.agent, start=start, end=end, step_seconds=step, per_batch=60)
@@ -56,7 +65,12 @@ def _start(node: LocalNode, *, history: tuple[datetime, datetime, float] | None 
     node.thread.start()
 
 
-def _serve(settings: Settings, engine: Engine, nodes: list[LocalNode]) -> int:
+def _serve(
+    settings: Settings,
+    engine: Engine,
+    nodes: list[LocalNode],
+    history: tuple[datetime, datetime, float] | None = None,
+) -> int:
     import uvicorn
 
     from service.api.app import create_app
@@ -66,6 +80,8 @@ def _serve(settings: Settings, engine: Engine, nodes: list[LocalNode]) -> int:
         app, host=settings.host, port=settings.port, log_level="warning", lifespan="on"
     )
     server = uvicorn.Server(config)
+    for n in nodes:
+        _start(n, ready=lambda: bool(server.started), history=history)
     try:
         server.run()
     finally:
@@ -117,7 +133,6 @@ def run_up(settings: Settings, *, state_dir: Path) -> int:
         dead_letter_path=state_dir / f"dead-letter-{hostname}.jsonl",
     )
     node = LocalNode(agent)
-    _start(node)
     print(f"local agent for node {hostname} with the {backend.name} backend")
     _banner(settings, reader)
     return _serve(settings, engine, [node])
@@ -169,13 +184,10 @@ def run_demo(
         )
         local.append(LocalNode(agent))
     reader = _token(engine, "reader", None, "gpuwarden demo: reader")
-    for n in local:
-        _start(n, history=(start, now, settings.interval_seconds))
     print(
         f"demo: {nodes} simulated nodes x {gpus} GPUs ({', '.join(SCENARIOS)}), "
         f"{history_minutes:g} min of history, then live every {settings.interval_seconds:g} s; "
         f"price ${DEMO_PRICE_USD_PER_GPU_HOUR:.2f}/GPU-hour for *H100*"
     )
     _banner(settings, reader)
-    time.sleep(0.1)
-    return _serve(settings, engine, local)
+    return _serve(settings, engine, local, history=(start, now, settings.interval_seconds))
