@@ -54,10 +54,20 @@ def bare_floor(cycles: int) -> float:
         mgs.append(mg)
     for k, h in enumerate(hs):
         pynvml.nvmlGpmSampleGet(h, bufs[k][0])
+    events = pynvml.nvmlEventSetCreate()
+    for h in hs:
+        try:
+            pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
+        except pynvml.NVMLError:
+            pass
     total = 0.0
     for c in range(cycles):
         time.sleep(GAP)
         t = cpu()
+        try:
+            pynvml.nvmlEventSetWait_v2(events, 0)
+        except pynvml.NVMLError:
+            pass
         for k, h in enumerate(hs):
             cur, prev = bufs[k][(c + 1) % 2], bufs[k][c % 2]
             pynvml.nvmlGpmSampleGet(h, cur)
@@ -76,6 +86,7 @@ def bare_floor(cycles: int) -> float:
     for b in bufs:
         for x in b:
             pynvml.nvmlGpmSampleFree(x)
+    pynvml.nvmlEventSetFree(events)
     pynvml.nvmlShutdown()
     return total / cycles / n
 
