@@ -50,6 +50,8 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
     pids: list[tuple[int, int | None]] = field(default_factory=list)
+    migs: list[FakeGpu] = field(default_factory=list)
+    gpu_instance_id: int = 0
 
 
 class _Metric:
@@ -131,8 +133,26 @@ class FakeNvml:
     def nvmlGpmQueryDeviceSupport(self, h: FakeGpu) -> Any:
         return SimpleNamespace(isSupportedDevice=int(h.gpm))
 
-    def nvmlDeviceGetMigMode(self, h: Any) -> tuple[int, int]:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> tuple[int, int]:
+        if not h.migs:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return 1, 1
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeGpu) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: FakeGpu, i: int) -> FakeGpu:
+        if i >= len(h.migs):
+            raise NVMLError(6)  # NOT_FOUND: slot not populated
+        return h.migs[i]
+
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeGpu) -> int:
+        return h.gpu_instance_id
+
+    def nvmlGpmMigSampleGet(self, h: FakeGpu, gi: int, s: Any) -> Any:
+        self._gpu(h, "gpm_sample")
+        s.gpu = next(m for m in h.migs if m.gpu_instance_id == gi)
+        return s
 
     def nvmlGpmSampleAlloc(self) -> Any:
         return SimpleNamespace(gpu=None)

@@ -117,3 +117,22 @@ def test_driver_failure_raises_backend_error_and_reopen_recovers():
         poll(b, 3)  # init fails once more: still an error, not a crash
     assert len(poll(b, 4).readings) == 1
     assert lib.init_calls == 3
+
+
+def test_mig_instances_are_gpus_of_their_own_with_gpm_from_the_parent():
+    migs = [
+        FakeGpu(
+            "MIG-a", total=35 * 2**30, gpu_instance_id=1, gpm_values={2: 50.0}, pids=[(7, 2**30)]
+        ),
+        FakeGpu("MIG-b", total=35 * 2**30, gpu_instance_id=2, gpm_values={2: 0.0}),
+    ]
+    lib = FakeNvml([FakeGpu("GPU-parent", migs=migs), FakeGpu("GPU-plain")])
+    b = NvmlBackend(lib=lib)
+    devs = {d.uuid: d for d in b.devices()}
+    assert set(devs) == {"MIG-a", "MIG-b", "GPU-plain"}
+    assert devs["MIG-a"].mig_parent_uuid == "GPU-parent" and devs["MIG-a"].index == 0
+    assert devs["MIG-a"].fb_total_bytes == 35 * 2**30
+    snap = poll(b)
+    by = {r.uuid: r.metrics for r in snap.readings}
+    assert by["MIG-a"]["sm_active"] == 0.5 and by["MIG-b"]["sm_active"] == 0.0
+    assert [(p.gpu_uuid, p.pid) for p in snap.processes] == [("MIG-a", 7)]
