@@ -302,10 +302,10 @@ def backfill(
     chunk: list[Snapshot] = []
     ts = start
     while ts < end:
-        snap = agent.backend.sample(ts)
-        agent._devices = agent.backend.devices()
-        chunk.append(snap)
-        polls += 1
+        snap = agent.poll(ts)
+        if snap is not None:
+            chunk.append(snap)
+            polls += 1
         if len(chunk) >= per_batch:
             agent.deliver(agent.encode(chunk))
             chunk = []
