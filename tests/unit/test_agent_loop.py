@@ -145,3 +145,18 @@ def test_agent_flags_mirror_the_settings():
     )  # fmt: skip
     assert args.central_url == "https://warden:8000" and args.interval_seconds == 5.0
     assert args.backend == "dcgm-exporter" and args.agent_metrics_port == 9105
+
+
+def test_auto_backend_says_what_it_picked(monkeypatch: pytest.MonkeyPatch):
+    from service.collectors import runner
+    from service.settings import Settings
+
+    monkeypatch.setattr(nvml_mod, "gpu_present", lambda lib=None: False)
+    said: list[str] = []
+    backend = runner.make_backend(Settings(backend="auto"), hostname="ws", say=said.append)
+    assert backend.name == "simulated"
+    assert said == ["backend auto: no NVIDIA GPU found (NVML unavailable): using a simulated fleet"]
+    monkeypatch.setattr(nvml_mod, "gpu_present", lambda lib=None: True)
+    monkeypatch.setattr(nvml_mod, "_load_pynvml", lambda: FakeNvml([FakeGpu("GPU-0")]))
+    backend = runner.make_backend(Settings(backend="auto"), hostname="ws", say=said.append)
+    assert backend.name == "nvml" and said[-1] == "backend auto: NVIDIA GPU found, using NVML"
