@@ -124,6 +124,79 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the node agent in the foreground."""
+    from service.collectors.runner import run_agent
+
+    return run_agent(settings)
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the central service and a local agent (NVML, else simulated) in one process."""
+    from pathlib import Path
+
+    from service.collectors.local import run_up
+
+    return run_up(settings, state_dir=Path(args.state_dir))
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the central service with a simulated multi-node fleet showing every scenario."""
+    from service.collectors.local import run_demo
+
+    if args.database_url is None:
+        settings = settings.model_copy(update={"database_url": "sqlite:///./gpuwarden-demo.db"})
+    if args.interval_seconds is None:
+        settings = settings.model_copy(update={"interval_seconds": 5.0})
+    return run_demo(
+        settings,
+        nodes=args.nodes,
+        gpus=args.gpus,
+        history_minutes=args.history_minutes,
+        seed=args.seed,
+    )
+
+
+def _agent_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--central-url", dest="central_url", help="GPUWARDEN_CENTRAL_URL")
+    p.add_argument("--agent-token", dest="agent_token", help="GPUWARDEN_AGENT_TOKEN")
+    p.add_argument(
+        "--interval-seconds", dest="interval_seconds", type=float, help="GPUWARDEN_INTERVAL_SECONDS"
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "nvml", "dcgm-exporter", "simulated"],
+        help="GPUWARDEN_BACKEND (auto: NVML when a GPU is present, else simulated)",
+    )
+    p.add_argument("--spool-path", dest="spool_path", help="GPUWARDEN_SPOOL_PATH")
+    p.add_argument(
+        "--spool-max-bytes", dest="spool_max_bytes", type=int, help="GPUWARDEN_SPOOL_MAX_BYTES"
+    )
+    p.add_argument("--dead-letter-path", dest="dead_letter_path", help="GPUWARDEN_DEAD_LETTER_PATH")
+    p.add_argument(
+        "--batch-seconds",
+        dest="agent_batch_seconds",
+        type=float,
+        help="GPUWARDEN_AGENT_BATCH_SECONDS (30): polls shipped together in one request",
+    )
+    p.add_argument(
+        "--dcgm-exporter-url", dest="dcgm_exporter_url", help="GPUWARDEN_DCGM_EXPORTER_URL"
+    )
+    p.add_argument("--node-name", dest="node_name", help="GPUWARDEN_NODE_NAME (the hostname)")
+    p.add_argument(
+        "--node-labels", dest="node_labels", help="GPUWARDEN_NODE_LABELS, e.g. rack=r1,zone=a"
+    )
+    p.add_argument(
+        "--metrics-port",
+        dest="agent_metrics_port",
+        type=int,
+        help="GPUWARDEN_AGENT_METRICS_PORT: serve the agent's own /metrics here",
+    )
+    p.add_argument("--metrics-host", dest="agent_metrics_host", help="GPUWARDEN_AGENT_METRICS_HOST")
+    p.add_argument("--proc-root", dest="proc_root", help="GPUWARDEN_PROC_ROOT (/proc)")
+    p.add_argument("--job-map-dir", dest="job_map_dir", help="GPUWARDEN_JOB_MAP_DIR")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
     parser = argparse.ArgumentParser(
@@ -168,6 +241,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(handler=cmd_policies_check)
     add_report_parser(sub)
+
+    p = sub.add_parser("agent", help="run the node agent (collect, attribute, ship)")
+    _agent_flags(p)
+    p.set_defaults(handler=cmd_agent)
+
+    p = sub.add_parser("up", help="run the central service on SQLite plus a local agent")
+    p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
+    p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
+    p.add_argument("--state-dir", default="gpuwarden-data", help="spool and dead letters")
+    _agent_flags(p)
+    p.set_defaults(handler=cmd_up)
+
+    p = sub.add_parser("demo", help="run the central service with a simulated fleet")
+    p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
+    p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
+    p.add_argument("--nodes", type=int, default=3, help="simulated nodes (3)")
+    p.add_argument("--gpus", type=int, default=5, help="GPUs per node (5: one per scenario)")
+    p.add_argument("--history-minutes", type=float, default=60.0, help="history to backfill (60)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated fleet")
+    p.add_argument(
+        "--interval-seconds", dest="interval_seconds", type=float, help="sampling interval (5)"
+    )
+    p.set_defaults(handler=cmd_demo)
     return parser
 
 

@@ -7,7 +7,7 @@ import zlib
 from datetime import UTC, datetime, timedelta
 
 from service.context import ServiceContext
-from service.db import ingest_repo, partitions
+from service.db import ingest_repo, observed_jobs_repo, partitions
 from service.errors import Forbidden, PayloadTooLarge, ValidationFailed
 from service.wire import IngestBatch, IngestResult
 
@@ -90,6 +90,14 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             max_gap_seconds=s.max_gap_seconds,
             cache=ctx.ingest_cache,
             pending=pending,
+        )
+        # Jobs nobody registered appear from the processes the agents attributed (issue 6).
+        observed_jobs_repo.observe(
+            conn,
+            seen=observed_jobs_repo.summarise(
+                (p.gpu_uuid, p.job_id, p.ts, p.user) for p in batch.processes
+            ),
+            now=now,
         )
     ctx.ingest_cache.apply(pending)
     return IngestResult(

@@ -10,7 +10,7 @@ from datetime import timedelta
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from service.context import ServiceContext
-from service.db import partitions, rollup_repo
+from service.db import observed_jobs_repo, partitions, rollup_repo
 from service.db.retention import enforce_retention
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,14 @@ def partitions_once(ctx: ServiceContext) -> list[str]:
     return created
 
 
+def observed_jobs_once(ctx: ServiceContext) -> int:
+    """Close observed job-GPU intervals unseen for the grace period (issue 6)."""
+    with ctx.engine.begin() as conn:
+        return observed_jobs_repo.close_unseen(
+            conn, now=ctx.clock(), grace_seconds=ctx.settings.observed_job_grace_seconds
+        )
+
+
 def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     """A scheduler with the storage jobs; the caller starts and stops it."""
     s = ctx.settings
@@ -79,6 +87,7 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
         ("rollup", lambda: rollup_once(ctx), s.rollup_interval_seconds),
         ("retention", lambda: retention_once(ctx), s.retention_interval_seconds),
         ("partitions", lambda: partitions_once(ctx), 3600.0),
+        ("observed_jobs", lambda: observed_jobs_once(ctx), s.observed_jobs_interval_seconds),
     ]
     # Alerting (issue 3): only the leader (PostgreSQL advisory lock) evaluates and sends.
     from service.thresholds.runner import Alerting

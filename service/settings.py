@@ -69,6 +69,19 @@ class Settings(BaseSettings):
     spool_path: Path = Path("gpuwarden-spool.sqlite")
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
 
+    # --- agent (issue 6) ---------------------------------------------------------------
+    node_name: str | None = None  # the hostname the agent reports; the machine's own if unset
+    node_labels: str = ""  # comma-separated key=value pairs sent with every batch
+    agent_metrics_port: int | None = Field(None, ge=1, le=65535)  # the agent's own /metrics
+    agent_metrics_host: str = "127.0.0.1"
+    spool_max_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    agent_batch_seconds: float = Field(30.0, ge=0)  # ship polls together, one request per batch
+    dead_letter_path: Path = Path("gpuwarden-dead-letter.jsonl")
+    proc_root: Path = Path("/proc")  # the host's /proc (mount it into an agent container)
+    job_map_dir: Path | None = None  # dcgm-exporter-style job mapping dir: a file per GPU index
+    observed_job_grace_seconds: float = Field(300.0, gt=0)  # central: close unseen intervals
+    observed_jobs_interval_seconds: float = Field(30.0, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str) -> str:

@@ -1,0 +1,158 @@
+"""The dcgm-exporter backend: scrape its /metrics and map DCGM_FI_* fields to canonical units.
+
+``parse_exposition`` is pure (text in, devices, readings and job observations out); the backend
+only adds the HTTP scrape through an injected httpx client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.collectors.backend import (
+    BackendError,
+    Device,
+    GpuReading,
+    ProcessReading,
+    Snapshot,
+)
+from service.collectors.fields import DCGM_FIELDS, MIB
+from service.vocabulary import ActivitySource
+
+_FB_PARTS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
+_INT = frozenset({"fb_used_bytes", "fb_total_bytes", "xid_last"})
+
+
+@dataclass
+class Exposition:
+    """What one scrape said: devices, one reading per device, jobs seen, and the hostname."""
+
+    devices: list[Device] = field(default_factory=list)
+    readings: list[GpuReading] = field(default_factory=list)
+    jobs: list[ProcessReading] = field(default_factory=list)
+    hostname: str | None = None
+
+
+def _label(labels: dict[str, str], *names: str) -> str | None:
+    for n in names:
+        v = labels.get(n)
+        if v:
+            return v
+    return None
+
+
+def parse_exposition(text: str) -> Exposition:
+    """Parse dcgm-exporter's text exposition into canonical devices and readings."""
+    per_gpu: dict[str, dict[str, float]] = {}
+    fb: dict[str, dict[str, float]] = {}
+    meta: dict[str, Device] = {}
+    jobs: dict[tuple[str, str], ProcessReading] = {}
+    profiling: set[str] = set()
+    hostname: str | None = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            # The parser names counter samples <family>_total; dcgm-exporter's names have none.
+            name = family.name if s.name == family.name + "_total" else s.name
+            labels = s.labels
+            uuid = _label(labels, "UUID", "uuid")
+            if uuid is None:
+                continue
+            gi = _label(labels, "GPU_I_ID")
+            key = f"{uuid}/{gi}" if gi is not None else uuid
+            if key not in meta:
+                index = int(_label(labels, "gpu", "GPU") or 0)
+                model = _label(labels, "modelName", "model_name") or "unknown"
+                if gi is not None:
+                    profile = _label(labels, "GPU_I_PROFILE") or gi
+                    meta[key] = Device(
+                        f"{uuid}::gi{gi}", index, f"{model} MIG {profile}", mig_parent_uuid=uuid
+                    )
+                else:
+                    meta[key] = Device(uuid, index, model)
+            hostname = hostname or _label(labels, "Hostname", "hostname")
+            dev = meta[key]
+            job = _label(labels, "hpc_job")
+            pod = _label(labels, "pod")
+            if job is None and pod is not None:
+                ns = _label(labels, "namespace")
+                job = f"k8s:{ns}/{pod}" if ns else f"k8s:{pod}"
+            if job is not None and (dev.uuid, job) not in jobs:
+                jobs[(dev.uuid, job)] = ProcessReading(
+                    gpu_uuid=dev.uuid, pid=0, job_id=job, gpu_index=dev.index
+                )
+            if name in _FB_PARTS:
+                fb.setdefault(dev.uuid, {})[name] = s.value
+            mapped = DCGM_FIELDS.get(name)
+            if mapped is None:
+                continue
+            canonical, scale = mapped
+            value = s.value * scale
+            if canonical in _INT:
+                value = float(int(value))
+            if canonical == "xid_last" and value == 0:
+                continue  # dcgm-exporter reports 0 for "no XID"; absent is the honest value
+            per_gpu.setdefault(dev.uuid, {})[canonical] = value
+            if name.startswith("DCGM_FI_PROF_"):
+                profiling.add(dev.uuid)
+    out = Exposition(hostname=hostname)
+    for dev in meta.values():
+        parts = fb.get(dev.uuid, {})
+        if "DCGM_FI_DEV_FB_USED" in parts and "DCGM_FI_DEV_FB_FREE" in parts:
+            dev.fb_total_bytes = int(sum(parts.values()) * MIB)
+            per_gpu.setdefault(dev.uuid, {})["fb_total_bytes"] = float(dev.fb_total_bytes)
+        out.devices.append(dev)
+        metrics = per_gpu.get(dev.uuid)
+        if metrics:
+            source = ActivitySource.DCGM if dev.uuid in profiling else ActivitySource.NVML
+            out.readings.append(GpuReading(dev.uuid, metrics, source))
+    out.jobs = list(jobs.values())
+    return out
+
+
+class DcgmExporterBackend:
+    """Reads GPUs by scraping a dcgm-exporter /metrics URL each cycle."""
+
+    name = "dcgm-exporter"
+
+    def __init__(
+        self, *, url: str, client: httpx.Client | None = None, timeout_seconds: float = 5.0
+    ) -> None:
+        self.url = url
+        self.client = client or httpx.Client(timeout=timeout_seconds)
+        self._devices: list[Device] = []
+        self.hostname: str | None = None
+
+    def _scrape(self) -> Exposition:
+        try:
+            r = self.client.get(self.url)
+            r.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise BackendError(f"cannot scrape dcgm-exporter at {self.url}: {exc}") from exc
+        try:
+            return parse_exposition(r.text)
+        except ValueError as exc:
+            raise BackendError(f"dcgm-exporter at {self.url} sent unparsable text: {exc}") from exc
+
+    def devices(self) -> list[Device]:
+        """The GPUs the last scrape listed (scrapes once if none yet)."""
+        if not self._devices:
+            self._devices = self._scrape().devices
+        return self._devices
+
+    def sample(self, now: datetime) -> Snapshot:
+        """One scrape, stamped ``now``; GPUs that vanished from the exposition are flagged lost."""
+        exp = self._scrape()
+        seen = {d.uuid for d in exp.devices}
+        for old in self._devices:
+            if old.uuid not in seen:
+                old.lost = True
+                exp.devices.append(old)
+        self._devices = exp.devices
+        self.hostname = exp.hostname
+        return Snapshot(ts=now, readings=exp.readings, processes=exp.jobs)
+
+    def close(self) -> None:
+        """Keep the client: it is reused after a failure."""

@@ -1,0 +1,396 @@
+"""The NVML backend: GPM profiling metrics, simple getters, XID events, processes and MIG.
+
+This is the only module that imports pynvml. Faults stay where they happen: a field a GPU does
+not support is remembered and never asked for again (absent, not 0); a lost GPU is flagged while
+the others keep reporting; a driver-level failure raises BackendError so the agent re-initialises
+NVML with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from service.collectors.attribution import JobAttributor
+from service.collectors.backend import (
+    BackendError,
+    Device,
+    GpuReading,
+    ProcessReading,
+    Snapshot,
+)
+from service.collectors.fields import ENERGY_EVERY_CYCLES, GPM_FIELDS
+from service.vocabulary import ActivitySource
+
+log = logging.getLogger(__name__)
+
+# Errors after which NVML as a whole is unusable and must be re-initialised.
+_DRIVER_ERRORS = {1, 9, 12, 18, 19, 999}  # UNINITIALIZED, DRIVER_NOT_LOADED, LIB_NOT_FOUND,
+# LIB_RM_VERSION_MISMATCH, IN_USE... and UNKNOWN
+_GPU_IS_LOST = 15
+_NOT_SUPPORTED = 3
+_TIMEOUT = 10
+_MAX_EVENTS_PER_POLL = 64
+GPM_MIN_INTERVAL_SECONDS = 0.1  # NVML needs this much between two GPM samples
+
+
+def _load_pynvml() -> Any:
+    import pynvml
+
+    return pynvml
+
+
+@dataclass(slots=True)
+class _Gpu:
+    """What the backend keeps per GPU between polls."""
+
+    device: Device
+    handle: Any
+    parent_handle: Any = None  # MIG: the physical GPU the GPM sample is taken from
+    gpu_instance_id: int | None = None
+    gpm: bool = False
+    bufs: list[Any] = field(default_factory=list)  # two GPM sample buffers, used in turn
+    cur: int = 0
+    have_prev: bool = False
+    metrics_get: Any = None
+    prev_at: float = 0.0  # monotonic time of the last GPM sample
+    unsupported: set[str] = field(default_factory=set)
+    cycle: int = 0
+
+
+class NvmlBackend:
+    """Reads every GPU (and MIG instance) on this node through NVML; GPM on Hopper and newer."""
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        *,
+        attributor: JobAttributor | None = None,
+        energy_every_cycles: int = ENERGY_EVERY_CYCLES,
+        lib: Any = None,
+    ) -> None:
+        self.lib = lib if lib is not None else _load_pynvml()
+        self.attributor = attributor
+        self.energy_every_cycles = max(1, energy_every_cycles)
+        self._gpus: list[_Gpu] = []
+        self._by_handle_uuid: dict[str, _Gpu] = {}
+        self._events: Any = None
+        self._open = False
+        self.field_errors = 0  # reads that failed for another reason than "not supported"
+
+    # --- lifecycle --------------------------------------------------------------------
+    def open(self) -> None:
+        """Initialise NVML and enumerate devices; raises BackendError if NVML is unusable."""
+        lib = self.lib
+        try:
+            lib.nvmlInit()
+        except lib.NVMLError as exc:
+            raise BackendError(f"NVML init failed: {exc}") from exc
+        self._open = True
+        try:
+            count = lib.nvmlDeviceGetCount()
+            gpus: list[_Gpu] = []
+            for index in range(count):
+                gpus.extend(self._open_device(index))
+        except lib.NVMLError as exc:
+            self.close()
+            raise BackendError(f"NVML enumeration failed: {exc}") from exc
+        self._gpus = gpus
+        self._by_handle_uuid = {g.device.uuid: g for g in gpus}
+        self._register_events()
+
+    def _open_device(self, index: int) -> list[_Gpu]:
+        lib = self.lib
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(lib.nvmlDeviceGetUUID(handle))
+        model = _text(lib.nvmlDeviceGetName(handle))
+        try:
+            total = int(lib.nvmlDeviceGetMemoryInfo(handle).total)
+        except lib.NVMLError:
+            total = None
+        gpm = self._gpm_supported(handle)
+        migs = self._mig_devices(handle)
+        if not migs:
+            return [self._make(Device(uuid, index, model, total), handle, gpm=gpm)]
+        out = []
+        for mig in migs:
+            mig_uuid = _text(lib.nvmlDeviceGetUUID(mig))
+            try:
+                mig_total: int | None = int(lib.nvmlDeviceGetMemoryInfo(mig).total)
+            except lib.NVMLError:
+                mig_total = None
+            try:
+                gi: int | None = int(lib.nvmlDeviceGetGpuInstanceId(mig))
+            except lib.NVMLError:
+                gi = None
+            dev = Device(mig_uuid, index, f"{model} MIG", mig_total, mig_parent_uuid=uuid)
+            out.append(self._make(dev, mig, gpm=gpm and gi is not None, parent=handle, gi=gi))
+        return out
+
+    def _make(
+        self, dev: Device, handle: Any, *, gpm: bool, parent: Any = None, gi: int | None = None
+    ) -> _Gpu:
+        g = _Gpu(device=dev, handle=handle, parent_handle=parent, gpu_instance_id=gi, gpm=gpm)
+        if gpm:
+            lib = self.lib
+            try:
+                g.bufs = [lib.nvmlGpmSampleAlloc(), lib.nvmlGpmSampleAlloc()]
+                mg = lib.c_nvmlGpmMetricsGet_t()
+                mg.version = lib.NVML_GPM_METRICS_GET_VERSION
+                mg.numMetrics = len(GPM_FIELDS)
+                for i, (_, gpm_name, _) in enumerate(GPM_FIELDS):
+                    mg.metrics[i].metricId = getattr(lib, f"NVML_GPM_METRIC_{gpm_name}")
+                g.metrics_get = mg
+                self._gpm_take(g)  # the first poll then already has an interval to report
+            except lib.NVMLError as exc:
+                log.warning("GPM unavailable on %s (%s); using NVML duty cycle", dev.uuid, exc)
+                g.gpm = False
+        return g
+
+    def _gpm_supported(self, handle: Any) -> bool:
+        lib = self.lib
+        if not hasattr(lib, "nvmlGpmQueryDeviceSupport"):
+            return False
+        try:
+            return bool(lib.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+        except lib.NVMLError:
+            return False
+
+    def _mig_devices(self, handle: Any) -> list[Any]:
+        lib = self.lib
+        try:
+            current, _pending = lib.nvmlDeviceGetMigMode(handle)
+        except lib.NVMLError:
+            return []
+        if current != 1:
+            return []
+        out = []
+        for i in range(int(lib.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                out.append(lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, i))
+            except lib.NVMLError:
+                continue  # slot not populated
+        return out
+
+    def _register_events(self) -> None:
+        lib = self.lib
+        try:
+            self._events = lib.nvmlEventSetCreate()
+        except lib.NVMLError as exc:
+            log.warning("XID events unavailable: %s", exc)
+            self._events = None
+            return
+        for g in self._gpus:
+            if g.device.mig_parent_uuid is not None:
+                continue
+            try:
+                lib.nvmlDeviceRegisterEvents(
+                    g.handle, lib.nvmlEventTypeXidCriticalError, self._events
+                )
+            except lib.NVMLError as exc:
+                log.info("XID events not supported on %s: %s", g.device.uuid, exc)
+
+    def close(self) -> None:
+        """Free GPM buffers and the event set, and shut NVML down (errors ignored)."""
+        lib = self.lib
+        if not self._open:
+            return
+        for g in self._gpus:
+            for buf in g.bufs:
+                with contextlib.suppress(lib.NVMLError):
+                    lib.nvmlGpmSampleFree(buf)
+        if self._events is not None:
+            with contextlib.suppress(lib.NVMLError):
+                lib.nvmlEventSetFree(self._events)
+        self._events = None
+        self._gpus = []
+        with contextlib.suppress(lib.NVMLError):
+            lib.nvmlShutdown()
+        self._open = False
+
+    # --- polling ----------------------------------------------------------------------
+    def devices(self) -> list[Device]:
+        """The GPUs and MIG instances on this node; lost ones flagged."""
+        if not self._open:
+            self.open()
+        return [g.device for g in self._gpus]
+
+    def sample(self, now: datetime) -> Snapshot:
+        """Read every GPU once; a lost GPU is flagged, the others still report."""
+        if not self._open:
+            self.open()
+        snap = Snapshot(ts=now)
+        xids = self._poll_xids()
+        for g in self._gpus:
+            if g.device.lost:
+                continue
+            try:
+                reading = self._read(g)
+            except self.lib.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                if code == _GPU_IS_LOST:
+                    log.error("GPU %s is lost (fallen off the bus)", g.device.uuid)
+                    g.device.lost = True
+                    continue
+                if code in _DRIVER_ERRORS:
+                    self.close()
+                    raise BackendError(f"NVML failed on {g.device.uuid}: {exc}") from exc
+                self.field_errors += 1
+                log.warning("reading %s failed: %s", g.device.uuid, exc)
+                continue
+            xid = xids.get(g.device.uuid) or xids.get(g.device.mig_parent_uuid or "")
+            if xid is not None:
+                reading.metrics["xid_last"] = xid
+            snap.readings.append(reading)
+            self._processes(g, snap.processes)
+        return snap
+
+    def _gpm_take(self, g: _Gpu) -> bool:
+        """Take a GPM sample into the free buffer; True if metrics over an interval were read."""
+        lib = self.lib
+        mono = time.monotonic()
+        if g.have_prev and mono - g.prev_at < GPM_MIN_INTERVAL_SECONDS:
+            return False  # too soon after the last sample for GPM to measure an interval
+        buf = g.bufs[g.cur]
+        if g.parent_handle is not None:
+            lib.nvmlGpmMigSampleGet(g.parent_handle, g.gpu_instance_id, buf)
+        else:
+            lib.nvmlGpmSampleGet(g.handle, buf)
+        if g.have_prev:
+            mg = g.metrics_get
+            mg.sample1 = g.bufs[1 - g.cur]
+            mg.sample2 = buf
+            lib.nvmlGpmMetricsGet(mg)
+        had_prev = g.have_prev
+        g.cur ^= 1  # the next poll writes into the other buffer: no sleep, no re-alloc
+        g.have_prev = True
+        g.prev_at = mono
+        return had_prev
+
+    def _read(self, g: _Gpu) -> GpuReading:
+        lib = self.lib
+        h = g.handle
+        m: dict[str, float] = {}
+        source = ActivitySource.NVML
+        if g.gpm and self._gpm_take(g):
+            source = ActivitySource.GPM
+            metrics = g.metrics_get.metrics
+            for i, (name, _, scale) in enumerate(GPM_FIELDS):
+                entry = metrics[i]
+                if entry.nvmlReturn == 0:
+                    v = entry.value * scale
+                    m[name] = min(max(v, 0.0), 1.0) if scale < 1 else max(v, 0.0)
+        un = g.unsupported
+        if "util" not in un:
+            try:
+                u = lib.nvmlDeviceGetUtilizationRates(h)
+                m["gpu_util"] = u.gpu / 100.0
+                m["mem_copy_util"] = u.memory / 100.0
+            except lib.NVMLError as exc:
+                self._field_failed(g, "util", exc)
+        try:
+            mem = lib.nvmlDeviceGetMemoryInfo(h)
+            m["fb_used_bytes"] = int(mem.used)
+            m["fb_total_bytes"] = int(mem.total)
+        except lib.NVMLError as exc:
+            self._field_failed(g, "mem", exc)
+        if "power" not in un:
+            try:
+                m["power_watts"] = lib.nvmlDeviceGetPowerUsage(h) / 1000.0
+            except lib.NVMLError as exc:
+                self._field_failed(g, "power", exc)
+        if "temp" not in un:
+            try:
+                m["temperature_celsius"] = float(
+                    lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU)
+                )
+            except lib.NVMLError as exc:
+                self._field_failed(g, "temp", exc)
+        if "clock" not in un:
+            try:
+                m["sm_clock_hz"] = lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM) * 1e6
+            except lib.NVMLError as exc:
+                self._field_failed(g, "clock", exc)
+        # Energy is a counter and the call costs ~5 ms: read it every N-th cycle only.
+        if "energy" not in un and g.cycle % self.energy_every_cycles == 0:
+            try:
+                m["energy_joules"] = lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
+            except lib.NVMLError as exc:
+                self._field_failed(g, "energy", exc)
+        g.cycle += 1
+        return GpuReading(g.device.uuid, m, source)
+
+    def _field_failed(self, g: _Gpu, key: str, exc: Any) -> None:
+        code = getattr(exc, "value", None)
+        if code == _NOT_SUPPORTED:
+            g.unsupported.add(key)  # absent from now on, never asked again
+            return
+        if code == _GPU_IS_LOST or code in _DRIVER_ERRORS:
+            raise exc
+        self.field_errors += 1
+
+    def _processes(self, g: _Gpu, out: list[ProcessReading]) -> None:
+        lib = self.lib
+        if "procs" in g.unsupported:
+            return
+        try:
+            procs = lib.nvmlDeviceGetComputeRunningProcesses(g.handle)
+        except lib.NVMLError as exc:
+            self._field_failed(g, "procs", exc)
+            return
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(
+                ProcessReading(
+                    gpu_uuid=g.device.uuid,
+                    pid=int(p.pid),
+                    fb_used_bytes=int(used) if used is not None else None,
+                    gpu_index=g.device.index,
+                )
+            )
+
+    def _poll_xids(self) -> dict[str, float]:
+        """The last XID per GPU uuid since the previous poll (event set, timeout 0)."""
+        lib = self.lib
+        out: dict[str, float] = {}
+        if self._events is None:
+            return out
+        for _ in range(_MAX_EVENTS_PER_POLL):
+            try:
+                data = lib.nvmlEventSetWait_v2(self._events, 0)
+            except lib.NVMLError as exc:
+                if getattr(exc, "value", None) != _TIMEOUT:
+                    log.warning("XID event poll failed: %s", exc)
+                break
+            try:
+                uuid = _text(lib.nvmlDeviceGetUUID(data.device))
+            except lib.NVMLError:
+                continue
+            out[uuid] = float(data.eventData)
+            log.warning("XID %d on GPU %s", data.eventData, uuid)
+        return out
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_present(lib: Any = None) -> bool:
+    """Whether NVML loads and sees at least one GPU."""
+    try:
+        lib = lib if lib is not None else _load_pynvml()
+        lib.nvmlInit()
+    except Exception:
+        return False
+    try:
+        return int(lib.nvmlDeviceGetCount()) > 0
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            lib.nvmlShutdown()

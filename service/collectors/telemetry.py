@@ -1,0 +1,55 @@
+"""The agent's own metrics: cycle time, errors, spool, drops and last push, in its own registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class AgentTelemetry:
+    """Counters and gauges the agent updates as it works; served on its optional /metrics port."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.cycle_seconds = Histogram(
+            "gpuwarden_agent_cycle_duration_seconds",
+            "Wall time of one collect-and-ship cycle.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+            registry=r,
+        )
+        self.errors = Counter(
+            "gpuwarden_agent_errors",
+            "Errors by kind (backend, ship_network, ship_5xx, ship_429, dead_letter, spool).",
+            ["kind"],
+            registry=r,
+        )
+        self.spool_batches = Gauge(
+            "gpuwarden_agent_spool_batches", "Batches waiting in the on-disk spool.", registry=r
+        )
+        self.spool_bytes = Gauge(
+            "gpuwarden_agent_spool_bytes", "Bytes of batches in the on-disk spool.", registry=r
+        )
+        self.dropped = Counter(
+            "gpuwarden_agent_dropped_batches",
+            "Oldest spooled batches dropped because the spool reached its size cap.",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "gpuwarden_agent_dead_letter_batches",
+            "Batches the central service refused with a 4xx, written to the dead-letter file.",
+            registry=r,
+        )
+        self.sent = Counter(
+            "gpuwarden_agent_batches_sent", "Batches the central service accepted.", registry=r
+        )
+        self.samples = Counter(
+            "gpuwarden_agent_samples_collected", "GPU samples collected.", registry=r
+        )
+        self.last_push = Gauge(
+            "gpuwarden_agent_last_successful_push_timestamp_seconds",
+            "Unix time of the last batch the central service accepted.",
+            registry=r,
+        )
+        self.gpus = Gauge(
+            "gpuwarden_agent_gpus", "GPUs the backend sees, by state.", ["state"], registry=r
+        )

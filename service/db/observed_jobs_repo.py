@@ -1,0 +1,187 @@
+"""Jobs nobody registered, from the agents' process observations: jobs rows and GPU intervals.
+
+At ingest, each (GPU, job) pair seen in a batch's ``processes`` gets a ``jobs`` row if the id is
+new (source 'observed'; an existing row, say one set via the API, is never touched) and an open
+``job_gpus`` interval (source 'observed') from the first time it was seen. A scheduler job closes
+observed intervals unseen for a grace period, at the last time they were seen. An interval closed
+while the agent could not report is reopened when its late observations arrive, unless another
+job took the GPU in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, func, insert, select, update
+
+from service.db.dialect import insert_ignore
+from service.db.schema import gpu_processes, gpus, job_gpus, jobs
+
+OBSERVED = "observed"
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One (GPU uuid, job) pair in a batch, with its first and last time and a user name."""
+
+    gpu_uuid: str
+    job_id: str
+    first: datetime
+    last: datetime
+    user: str | None
+
+
+def summarise(
+    observations: Iterable[tuple[str, str | None, datetime, str | None]],
+) -> list[Seen]:
+    """Group (gpu_uuid, job_id, ts, user) observations into one Seen per (GPU, job)."""
+    out: dict[tuple[str, str], Seen] = {}
+    for uuid, job, ts, user in observations:
+        if job is None:
+            continue
+        ts = ts.astimezone(UTC)
+        cur = out.get((uuid, job))
+        if cur is None:
+            out[(uuid, job)] = Seen(uuid, job, ts, ts, user)
+        else:
+            out[(uuid, job)] = Seen(
+                uuid, job, min(cur.first, ts), max(cur.last, ts), cur.user or user
+            )
+    return list(out.values())
+
+
+def observe(conn: Connection, *, seen: list[Seen], now: datetime) -> dict[str, int]:
+    """Create missing observed jobs and open (or reopen) observed intervals for ``seen``."""
+    if not seen:
+        return {"jobs": 0, "opened": 0, "reopened": 0}
+    ids = dict(
+        conn.execute(
+            select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))
+        ).all()
+    )
+    first_by_job: dict[str, Seen] = {}
+    for s in seen:
+        cur = first_by_job.get(s.job_id)
+        if cur is None or s.first < cur.first:
+            first_by_job[s.job_id] = s
+    res = conn.execute(
+        insert_ignore(conn, jobs, ["id"]),
+        [
+            {
+                "id": job,
+                "user": s.user,
+                "team": None,
+                "project": None,
+                "labels": {},
+                "source": OBSERVED,
+                "started_at": s.first,
+                "ended_at": None,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for job, s in first_by_job.items()
+        ],
+    )
+    created = max(res.rowcount or 0, 0)
+    gpu_ids = {ids[s.gpu_uuid] for s in seen if s.gpu_uuid in ids}
+    rows = conn.execute(
+        select(
+            job_gpus.c.id,
+            job_gpus.c.job_id,
+            job_gpus.c.gpu_id,
+            job_gpus.c.started_at,
+            job_gpus.c.ended_at,
+            job_gpus.c.source,
+        ).where(job_gpus.c.gpu_id.in_(gpu_ids))
+    ).all()
+    by_gpu: dict[int, list[Any]] = {}
+    for r in rows:
+        by_gpu.setdefault(r.gpu_id, []).append(r)
+    opened = reopened = 0
+    touched_jobs: set[str] = set()
+    for s in seen:
+        gpu_id = ids.get(s.gpu_uuid)
+        if gpu_id is None:
+            continue
+        mine = [r for r in by_gpu.get(gpu_id, []) if r.job_id == s.job_id]
+        if any(r.ended_at is None or r.ended_at >= s.last for r in mine):
+            continue  # already covered (an open interval, or one set via the API that spans it)
+        observed = [r for r in mine if r.source == OBSERVED]
+        latest = max(observed, key=lambda r: r.ended_at, default=None)
+        if latest is not None:
+            others_since = [
+                r
+                for r in by_gpu.get(gpu_id, [])
+                if r.job_id != s.job_id and r.started_at >= latest.ended_at
+            ]
+            if not others_since:
+                conn.execute(
+                    update(job_gpus).where(job_gpus.c.id == latest.id).values(ended_at=None)
+                )
+                reopened += 1
+                touched_jobs.add(s.job_id)
+                continue
+        conn.execute(
+            insert(job_gpus).values(
+                job_id=s.job_id, gpu_id=gpu_id, started_at=s.first, ended_at=None, source=OBSERVED
+            )
+        )
+        opened += 1
+        touched_jobs.add(s.job_id)
+    if touched_jobs:
+        conn.execute(
+            update(jobs)
+            .where(and_(jobs.c.id.in_(touched_jobs), jobs.c.source == OBSERVED))
+            .values(ended_at=None, updated_at=now)
+        )
+    return {"jobs": created, "opened": opened, "reopened": reopened}
+
+
+def close_unseen(conn: Connection, *, now: datetime, grace_seconds: float) -> int:
+    """Close observed intervals not seen for ``grace_seconds``, at the time they were last seen."""
+    cutoff = now - timedelta(seconds=grace_seconds)
+    open_rows = conn.execute(
+        select(job_gpus.c.id, job_gpus.c.job_id, job_gpus.c.gpu_id, job_gpus.c.started_at).where(
+            and_(job_gpus.c.source == OBSERVED, job_gpus.c.ended_at.is_(None))
+        )
+    ).all()
+    closed_jobs: set[str] = set()
+    closed = 0
+    for r in open_rows:
+        match = and_(gpu_processes.c.gpu_id == r.gpu_id, gpu_processes.c.job_id == r.job_id)
+        recent = conn.execute(
+            select(exists().where(and_(match, gpu_processes.c.ts >= cutoff)))
+        ).scalar()
+        if recent:
+            continue
+        last = conn.execute(
+            select(func.max(gpu_processes.c.ts)).where(
+                and_(match, gpu_processes.c.ts >= r.started_at)
+            )
+        ).scalar()
+        conn.execute(
+            update(job_gpus).where(job_gpus.c.id == r.id).values(ended_at=last or r.started_at)
+        )
+        closed_jobs.add(r.job_id)
+        closed += 1
+    if closed_jobs:
+        still_open = set(
+            conn.execute(
+                select(job_gpus.c.job_id).where(
+                    and_(job_gpus.c.job_id.in_(closed_jobs), job_gpus.c.ended_at.is_(None))
+                )
+            ).scalars()
+        )
+        for job in closed_jobs - still_open:
+            end = conn.execute(
+                select(func.max(job_gpus.c.ended_at)).where(job_gpus.c.job_id == job)
+            ).scalar()
+            conn.execute(
+                update(jobs)
+                .where(and_(jobs.c.id == job, jobs.c.source == OBSERVED))
+                .values(ended_at=end, updated_at=now)
+            )
+    return closed

@@ -1,0 +1,82 @@
+"""``kill -9`` of a real ``gpuwarden agent`` process loses at most the batch it held in memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select
+
+from service.api.app import create_app
+from service.collectors.agent import Agent, AgentConfig
+from service.collectors.batch import decode
+from service.collectors.shipper import Shipper
+from service.collectors.simulated import SimulatedBackend
+from service.collectors.spool import Spool
+from service.db.schema import samples
+from service.settings import Settings
+from tests.support import free_port, live_server
+
+
+def test_spooled_batches_survive_kill_9_and_are_delivered_later(
+    engine: Engine, settings: Settings, tokens: dict[str, str], tmp_path: Path
+):
+    port = free_port()  # nothing listens yet: the agent spools everything
+    spool_path = tmp_path / "spool.sqlite"
+    env = dict(os.environ, GPUWARDEN_AGENT_TOKEN=tokens["agent"])
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "service.cli", "agent",
+            "--backend", "simulated",
+            "--node-name", "node-a",
+            "--central-url", f"http://127.0.0.1:{port}",
+            "--interval-seconds", "0.2",
+            "--batch-seconds", "0",
+            "--spool-path", str(spool_path),
+            "--dead-letter-path", str(tmp_path / "dl.jsonl"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if spool_path.exists():
+                probe = Spool(spool_path)
+                depth = probe.depth
+                probe.close()
+                if depth >= 8:
+                    break
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with sqlite3.connect(spool_path) as db:  # every record whole, none torn
+        bodies = [bytes(r[0]) for r in db.execute("SELECT body FROM batches ORDER BY id")]
+    assert len(bodies) >= 8
+    batches = [decode(b) for b in bodies]
+    stamps = [b["samples"][0]["ts"] for b in batches]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+
+    # A restarted agent on the same spool delivers all of it once the service is up.
+    app = create_app(settings, engine=engine)  # the real clock: the agent stamped real times
+    with live_server(app, port=port):
+        agent = Agent(
+            config=AgentConfig(hostname="node-a", labels={}, dead_letter_path=tmp_path / "d2"),
+            backend=SimulatedBackend(hostname="node-a", gpus=1, start=datetime.now(UTC)),
+            shipper=Shipper(central_url=f"http://127.0.0.1:{port}", token=tokens["agent"]),
+            spool=Spool(spool_path),
+        )
+        agent.drain(30)
+        assert agent.spool.depth == 0
+        agent.close()
+    with engine.connect() as conn:
+        stored = conn.execute(select(func.count()).select_from(samples)).scalar_one()
+    assert stored == sum(len(b["samples"]) for b in batches)

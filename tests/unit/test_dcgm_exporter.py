@@ -1,0 +1,106 @@
+"""dcgm-exporter text mapped to canonical names and units, both hostname spellings, job labels."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from service.collectors.backend import BackendError
+from service.collectors.dcgm_exporter import DcgmExporterBackend, parse_exposition
+from service.vocabulary import ActivitySource
+
+L0 = 'gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-7"'
+L1 = 'gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA A100-SXM4-40GB",hostname="node-7",hpc_job="slurm-991"'
+L2 = 'gpu="2",UUID="GPU-ccc",device="nvidia2",modelName="NVIDIA H100 80GB HBM3",Hostname="node-7",pod="trainer-0",namespace="ml"'
+
+TEXT = f"""# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
+# TYPE DCGM_FI_DEV_SM_CLOCK gauge
+DCGM_FI_DEV_SM_CLOCK{{{L0}}} 1980
+DCGM_FI_DEV_SM_CLOCK{{{L1}}} 1410
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{{{L0}}} 100
+DCGM_FI_DEV_GPU_UTIL{{{L1}}} 37
+DCGM_FI_DEV_GPU_UTIL{{{L2}}} 0
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{{{L0}}} 20480
+DCGM_FI_DEV_FB_USED{{{L1}}} 1024
+# TYPE DCGM_FI_DEV_FB_FREE gauge
+DCGM_FI_DEV_FB_FREE{{{L0}}} 60000
+DCGM_FI_DEV_FB_FREE{{{L1}}} 39000
+# TYPE DCGM_FI_DEV_FB_RESERVED gauge
+DCGM_FI_DEV_FB_RESERVED{{{L0}}} 1000
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{{{L0}}} 612.5
+# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{L0}}} 9876543210
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{{{L0}}} 0
+DCGM_FI_DEV_XID_ERRORS{{{L1}}} 48
+# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
+DCGM_FI_PROF_SM_ACTIVE{{{L0}}} 0.97
+# TYPE DCGM_FI_PROF_PIPE_TENSOR_ACTIVE gauge
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{L0}}} 0.94
+# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge
+DCGM_FI_PROF_PCIE_TX_BYTES{{{L0}}} 123456
+"""
+
+
+def test_fields_map_to_canonical_names_and_units():
+    exp = parse_exposition(TEXT)
+    by = {r.uuid: r for r in exp.readings}
+    a = by["GPU-aaa"].metrics
+    assert a["sm_active"] == 0.97 and a["tensor_active"] == 0.94
+    assert a["gpu_util"] == 1.0
+    assert a["sm_clock_hz"] == 1.98e9
+    assert a["fb_used_bytes"] == 20480 * 2**20
+    assert a["fb_total_bytes"] == (20480 + 60000 + 1000) * 2**20
+    assert a["power_watts"] == 612.5
+    assert a["energy_joules"] == pytest.approx(9876543.21)
+    assert a["pcie_tx_bytes_per_second"] == 123456
+    assert "xid_last" not in a  # 0 means "no XID": absent
+    assert by["GPU-aaa"].source is ActivitySource.DCGM
+    b = by["GPU-bbb"].metrics
+    assert b["gpu_util"] == pytest.approx(0.37)
+    assert b["xid_last"] == 48
+    assert "sm_active" not in b  # no profiling fields: coarse duty cycle, flagged
+    assert by["GPU-bbb"].source is ActivitySource.NVML
+
+
+def test_both_hostname_spellings_and_job_labels():
+    exp = parse_exposition(TEXT)
+    assert exp.hostname == "node-7"
+    models = {d.uuid: d.model for d in exp.devices}
+    assert models["GPU-bbb"] == "NVIDIA A100-SXM4-40GB"
+    jobs = {(j.gpu_uuid, j.job_id) for j in exp.jobs}
+    assert jobs == {("GPU-bbb", "slurm-991"), ("GPU-ccc", "k8s:ml/trainer-0")}
+
+
+def test_backend_scrapes_and_flags_gpus_that_vanish():
+    texts = [TEXT, TEXT.replace("GPU-ccc", "GPU-aaa")]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=texts.pop(0) if texts else "")
+
+    b = DcgmExporterBackend(
+        url="http://exporter:9400/metrics",
+        client=httpx.Client(transport=httpx.MockTransport(handler)),
+    )
+    now = datetime(2026, 12, 2, tzinfo=UTC)
+    assert len(b.sample(now).readings) == 3
+    b.sample(now)
+    lost = {d.uuid for d in b.devices() if d.lost}
+    assert lost == {"GPU-ccc"}
+
+
+def test_unreachable_exporter_is_a_backend_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    b = DcgmExporterBackend(
+        url="http://exporter:9400/metrics",
+        client=httpx.Client(transport=httpx.MockTransport(handler)),
+    )
+    with pytest.raises(BackendError, match="cannot scrape"):
+        b.sample(datetime(2026, 12, 2, tzinfo=UTC))

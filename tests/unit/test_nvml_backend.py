@@ -1,0 +1,138 @@
+"""The NVML backend against a scripted fake pynvml: units, GPM buffers, faults and cadence."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import service.collectors.nvml as nvml_mod
+from service.collectors.backend import BackendError
+from service.collectors.nvml import NvmlBackend
+from service.vocabulary import ActivitySource
+from tests.fake_nvml import FakeGpu, FakeNvml
+
+T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def no_gpm_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real minimum between GPM samples is 0.1 s; the fake needs none.
+    monkeypatch.setattr(nvml_mod, "GPM_MIN_INTERVAL_SECONDS", 0.0)
+
+
+def poll(b: NvmlBackend, k: int = 1):  # type: ignore[no-untyped-def]
+    return b.sample(T0 + timedelta(seconds=10 * k))
+
+
+def test_gpm_metrics_become_ratios_and_bytes_per_second():
+    lib = FakeNvml([FakeGpu("GPU-0", pids=[(4242, 3 * 2**30)])])
+    b = NvmlBackend(lib=lib)
+    snap = poll(b)
+    (r,) = snap.readings
+    assert r.source is ActivitySource.GPM
+    assert r.metrics["sm_active"] == pytest.approx(0.97)
+    assert r.metrics["tensor_active"] == pytest.approx(0.94)
+    assert r.metrics["dram_active"] == pytest.approx(0.16)
+    assert r.metrics["pcie_tx_bytes_per_second"] == 10 * 1024 * 1024
+    assert r.metrics["power_watts"] == 650.0
+    assert r.metrics["sm_clock_hz"] == 1.98e9
+    assert r.metrics["gpu_util"] == 1.0
+    assert "nvlink_tx_bytes_per_second" not in r.metrics  # unsupported there: absent, never 0
+    assert [(p.pid, p.fb_used_bytes) for p in snap.processes] == [(4242, 3 * 2**30)]
+
+
+def test_gpm_alternates_two_buffers_and_never_uses_the_legacy_pcie_call():
+    lib = FakeNvml([FakeGpu("GPU-0")])
+    b = NvmlBackend(lib=lib)
+    for k in range(5):
+        poll(b, k)  # the fake asserts sample1 is not sample2 on every metrics call
+    assert lib.calls["gpm_metrics"] == 5
+    assert not hasattr(lib, "nvmlDeviceGetPcieThroughput")  # calling it would raise
+
+
+def test_energy_counter_is_read_every_sixth_cycle_only():
+    lib = FakeNvml([FakeGpu("GPU-0")])
+    b = NvmlBackend(lib=lib, energy_every_cycles=6)
+    got = ["energy_joules" in poll(b, k).readings[0].metrics for k in range(12)]
+    assert got == [True] + [False] * 5 + [True] + [False] * 5
+    assert lib.calls["energy"] == 2
+    assert poll(b, 12).readings[0].metrics["energy_joules"] == pytest.approx(123_456.0)
+
+
+def test_gpu_without_gpm_falls_back_to_duty_cycle_and_says_so():
+    lib = FakeNvml([FakeGpu("GPU-old", gpm=False)])
+    (r,) = poll(NvmlBackend(lib=lib)).readings
+    assert r.source is ActivitySource.NVML
+    assert "sm_active" not in r.metrics
+    assert r.metrics["gpu_util"] == 1.0
+
+
+def test_unsupported_field_is_absent_and_never_asked_again():
+    lib = FakeNvml([FakeGpu("GPU-0", unsupported={"power"})])
+    b = NvmlBackend(lib=lib)
+    for k in range(4):
+        assert "power_watts" not in poll(b, k).readings[0].metrics
+    assert lib.calls["power"] == 1
+
+
+def test_lost_gpu_is_flagged_while_the_others_keep_reporting():
+    lib = FakeNvml([FakeGpu("GPU-0"), FakeGpu("GPU-1"), FakeGpu("GPU-2")])
+    b = NvmlBackend(lib=lib)
+    assert len(poll(b, 1).readings) == 3
+    lib.gpus[1].lost = True
+    snap = poll(b, 2)
+    assert [r.uuid for r in snap.readings] == ["GPU-0", "GPU-2"]
+    assert [(d.uuid, d.lost) for d in b.devices()] == [
+        ("GPU-0", False),
+        ("GPU-1", True),
+        ("GPU-2", False),
+    ]
+    assert [r.uuid for r in poll(b, 3).readings] == ["GPU-0", "GPU-2"]
+
+
+def test_xid_events_are_polled_with_timeout_zero_and_reported_once():
+    lib = FakeNvml([FakeGpu("GPU-0"), FakeGpu("GPU-1")])
+    b = NvmlBackend(lib=lib)
+    poll(b, 1)
+    lib.events.append(("GPU-1", 79))
+    snap = poll(b, 2)
+    by = {r.uuid: r.metrics for r in snap.readings}
+    assert by["GPU-1"]["xid_last"] == 79
+    assert "xid_last" not in by["GPU-0"]
+    assert "xid_last" not in poll(b, 3).readings[1].metrics
+
+
+def test_driver_failure_raises_backend_error_and_reopen_recovers():
+    lib = FakeNvml([FakeGpu("GPU-0")])
+    b = NvmlBackend(lib=lib)
+    poll(b, 1)
+    lib.driver_broken = True
+    with pytest.raises(BackendError):
+        poll(b, 2)
+    assert not lib.initialised  # NVML was shut down, to be re-initialised
+    lib.driver_broken = False
+    lib.init_fails = 1
+    with pytest.raises(BackendError):
+        poll(b, 3)  # init fails once more: still an error, not a crash
+    assert len(poll(b, 4).readings) == 1
+    assert lib.init_calls == 3
+
+
+def test_mig_instances_are_gpus_of_their_own_with_gpm_from_the_parent():
+    migs = [
+        FakeGpu(
+            "MIG-a", total=35 * 2**30, gpu_instance_id=1, gpm_values={2: 50.0}, pids=[(7, 2**30)]
+        ),
+        FakeGpu("MIG-b", total=35 * 2**30, gpu_instance_id=2, gpm_values={2: 0.0}),
+    ]
+    lib = FakeNvml([FakeGpu("GPU-parent", migs=migs), FakeGpu("GPU-plain")])
+    b = NvmlBackend(lib=lib)
+    devs = {d.uuid: d for d in b.devices()}
+    assert set(devs) == {"MIG-a", "MIG-b", "GPU-plain"}
+    assert devs["MIG-a"].mig_parent_uuid == "GPU-parent" and devs["MIG-a"].index == 0
+    assert devs["MIG-a"].fb_total_bytes == 35 * 2**30
+    snap = poll(b)
+    by = {r.uuid: r.metrics for r in snap.readings}
+    assert by["MIG-a"]["sm_active"] == 0.5 and by["MIG-b"]["sm_active"] == 0.0
+    assert [(p.gpu_uuid, p.pid) for p in snap.processes] == [("MIG-a", 7)]

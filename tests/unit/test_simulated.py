@@ -1,0 +1,79 @@
+"""The simulated fleet: deterministic, every scenario recognisable, XID then fall off the bus."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from service.collectors.batch import build_batch
+from service.collectors.simulated import SCENARIOS, SimulatedBackend
+from service.wire import IngestBatch
+
+T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+
+def run(b: SimulatedBackend, seconds: float, step: float = 10.0):  # type: ignore[no-untyped-def]
+    out = []
+    t = 0.0
+    while t <= seconds:
+        out.append(b.sample(T0 + timedelta(seconds=t)))
+        t += step
+    return out
+
+
+def test_same_seed_same_readings_other_seed_other_readings():
+    a = run(SimulatedBackend(start=T0, seed=7, gpus=5), 100)
+    b = run(SimulatedBackend(start=T0, seed=7, gpus=5), 100)
+    c = run(SimulatedBackend(start=T0, seed=8, gpus=5), 100)
+    assert [r.metrics for s in a for r in s.readings] == [r.metrics for s in b for r in s.readings]
+    assert [r.metrics for s in a for r in s.readings] != [r.metrics for s in c for r in s.readings]
+
+
+def test_scenarios_look_like_their_names():
+    b = SimulatedBackend(start=T0, gpus=5, lost_after_seconds=10_000)
+    snap = b.sample(T0 + timedelta(seconds=30))
+    m = {b.scenarios[i]: r.metrics for i, r in enumerate(snap.readings)}
+    assert m["training"]["sm_active"] > 0.85 and m["training"]["tensor_active"] > 0.75
+    assert m["memory-bound"]["dram_active"] > 0.8 and m["memory-bound"]["tensor_active"] == 0
+    assert m["idle-held"]["sm_active"] == 0 and m["idle-held"]["fb_used_bytes"] > 10 * 2**30
+    assert m["idle"]["sm_active"] == 0 and m["idle"]["fb_used_bytes"] < 2**30
+    jobs = {p.gpu_uuid for p in snap.processes}
+    idle_uuid = b.devices()[b.scenarios.index("idle")].uuid
+    held_uuid = b.devices()[b.scenarios.index("idle-held")].uuid
+    assert held_uuid in jobs and idle_uuid not in jobs
+
+
+def test_xid_then_fall_off_the_bus():
+    b = SimulatedBackend(
+        start=T0, gpus=5, scenarios=list(SCENARIOS), xid_after_seconds=60, lost_after_seconds=120
+    )
+    snaps = run(b, 200)
+    uuid = b.devices()[4].uuid
+    xids = [
+        (s.ts - T0).total_seconds()
+        for s in snaps
+        for r in s.readings
+        if r.uuid == uuid and "xid_last" in r.metrics
+    ]
+    assert xids == [60.0]
+    last = max((s.ts - T0).total_seconds() for s in snaps for r in s.readings if r.uuid == uuid)
+    assert last == 110.0
+    assert b.devices()[4].lost and not any(d.lost for d in b.devices()[:4])
+    assert len(snaps[-1].readings) == 4
+
+
+def test_batches_from_the_simulator_satisfy_the_wire_contract():
+    b = SimulatedBackend(start=T0, gpus=5, xid_after_seconds=0)
+    batch = build_batch(
+        hostname="sim-0", labels={"rack": "r1"}, devices=b.devices(), snapshots=run(b, 30)
+    )
+    parsed = IngestBatch.model_validate(batch)
+    assert len(parsed.samples) == 20
+    assert parsed.samples[0].metrics.fb_used_bytes is not None  # type: ignore[attr-defined]
+    assert any(p.job_id for p in parsed.processes)
+
+
+def test_unknown_scenario_is_refused():
+    with pytest.raises(ValueError, match="unknown scenario"):
+        SimulatedBackend(start=T0, scenarios=["sleeping"])
