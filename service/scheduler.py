@@ -32,8 +32,11 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
-def rollup_once(ctx: ServiceContext, *, limit: int = 20_000) -> int:
-    """Recompute dirty rollup buckets until none are left (at most ``limit`` per transaction)."""
+def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
+    """Recompute dirty rollup buckets until none are left, ``limit`` per transaction.
+
+    Small transactions keep memory flat when a replayed spool leaves a large backlog.
+    """
     total = 0
     while True:
         with ctx.engine.begin() as conn:
