@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,6 +93,26 @@ def _node_id(
     return int(node_id)
 
 
+def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
+    """The stored state of the GPUs with ``uuids`` that exist."""
+    out = {}
+    for r in conn.execute(
+        select(
+            gpus.c.id,
+            gpus.c.uuid,
+            gpus.c.node_id,
+            gpus.c.gpu_index,
+            gpus.c.model,
+            gpus.c.fb_total_bytes,
+            gpus.c.mig_parent_uuid,
+            gpus.c.lost_at,
+        ).where(gpus.c.uuid.in_(list(uuids)))
+    ):
+        attrs = (r.gpu_index, r.model, r.fb_total_bytes, r.mig_parent_uuid, r.lost_at is not None)
+        out[r.uuid] = GpuState(r.id, r.node_id, attrs)
+    return out
+
+
 def _gpu_ids(
     conn: Connection,
     batch: IngestBatch,
@@ -108,26 +129,7 @@ def _gpu_ids(
     unsure = [g for g in batch.gpus if g.uuid not in states or states[g.uuid].attrs != _attrs(g)]
     unsure_uuids = {g.uuid for g in unsure} | (wanted - set(states))
     if unsure_uuids:
-        for r in conn.execute(
-            select(
-                gpus.c.id,
-                gpus.c.uuid,
-                gpus.c.node_id,
-                gpus.c.gpu_index,
-                gpus.c.model,
-                gpus.c.fb_total_bytes,
-                gpus.c.mig_parent_uuid,
-                gpus.c.lost_at,
-            ).where(gpus.c.uuid.in_(unsure_uuids))
-        ):
-            attrs = (
-                r.gpu_index,
-                r.model,
-                r.fb_total_bytes,
-                r.mig_parent_uuid,
-                r.lost_at is not None,
-            )
-            states[r.uuid] = GpuState(r.id, r.node_id, attrs)
+        states.update(_read_states(conn, unsure_uuids))
 
     for uuid, state in states.items():
         if state.node_id != node_id:
@@ -176,26 +178,7 @@ def _gpu_ids(
             row,
         )
     if new_rows or changed:
-        for r in conn.execute(
-            select(
-                gpus.c.id,
-                gpus.c.uuid,
-                gpus.c.node_id,
-                gpus.c.gpu_index,
-                gpus.c.model,
-                gpus.c.fb_total_bytes,
-                gpus.c.mig_parent_uuid,
-                gpus.c.lost_at,
-            ).where(gpus.c.uuid.in_([g.uuid for g in unsure]))
-        ):
-            attrs = (
-                r.gpu_index,
-                r.model,
-                r.fb_total_bytes,
-                r.mig_parent_uuid,
-                r.lost_at is not None,
-            )
-            states[r.uuid] = GpuState(r.id, r.node_id, attrs)
+        states.update(_read_states(conn, [g.uuid for g in unsure]))
     for uuid, state in states.items():
         pending.gpus[uuid] = state
     return {uuid: state.id for uuid, state in states.items()}
