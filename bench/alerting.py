@@ -12,18 +12,15 @@ import random
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-import psycopg
 from sqlalchemy import Engine, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import fresh_database
 from service.api.app import create_app
 from service.clock import utc_now
 from service.context import ServiceContext
@@ -37,22 +34,6 @@ from service.thresholds.policy import PolicySpec
 from service.thresholds.runner import StateCache, evaluate_once
 from tests.receivers import Receiver
 from tests.support import live_server, make_batch
-
-
-@contextmanager
-def fresh_database(admin_url: str) -> Iterator[str]:
-    name = f"gpuwarden_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield (
-            admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
-            + "/"
-            + name
-        )
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def pct(values: list[float], q: float) -> float:
@@ -302,9 +283,9 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=1080, help="samples per GPU (10 s apart)")
     args = parser.parse_args()
     if not args.skip_latency:
-        with fresh_database(args.pg) as url:
+        with fresh_database("postgresql", args.pg) as url:
             bench_latency(url, args.trials)
-    with fresh_database(args.pg) as url:
+    with fresh_database("postgresql", args.pg) as url:
         bench_round(url, args.gpus, args.policies, args.rounds, args.history)
 
 

@@ -34,23 +34,23 @@ def machine() -> str:
 
 
 @contextmanager
-def fresh_database(kind: str) -> Iterator[str]:
+def fresh_database(kind: str, admin_url: str = PG_ADMIN) -> Iterator[str]:
     """A new, empty database URL of ``kind`` (sqlite or postgresql), removed afterwards."""
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as d:
             yield f"sqlite:///{d}/bench.db"
         return
     name = f"gpuwarden_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield (
-            PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+            admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
             + "/"
             + name
         )
     finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
