@@ -8,7 +8,7 @@ never counted as idle.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +33,10 @@ class Integrals:
     fallback_seconds: float = 0.0  # covered time whose activity came from gpu_util, not SM
     energy_used_joules: float = 0.0
 
-    def add(self, other: Integrals) -> None:
-        """Add ``other`` into this one, field by field."""
-        self.covered_seconds += other.covered_seconds
-        self.idle_seconds += other.idle_seconds
-        self.idle_held_seconds += other.idle_held_seconds
-        self.unused_seconds += other.unused_seconds
-        self.fallback_seconds += other.fallback_seconds
-        self.energy_used_joules += other.energy_used_joules
+    def add(self, other: Integrals, factor: float = 1.0) -> None:
+        """Add ``factor`` times each field of ``other`` into the same field of this one."""
+        for f in fields(other):
+            setattr(self, f.name, getattr(self, f.name) + factor * getattr(other, f.name))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,30 +11,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
+from service.costs.integrals import Integrals
+
 UNALLOCATED = "__unallocated__"
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
 
 @dataclass(slots=True)
-class Usage:
-    """Additive integrals of one GPU over some time: seconds, joules and metric sums/counts."""
+class Usage(Integrals):
+    """The integrals of one GPU over some time, plus the metric sums/counts job tags need."""
 
-    covered_seconds: float = 0.0
-    idle_seconds: float = 0.0
-    idle_held_seconds: float = 0.0
-    unused_seconds: float = 0.0
-    fallback_seconds: float = 0.0
-    energy_used_joules: float = 0.0
     tensor_active_sum: float = 0.0
     tensor_active_count: float = 0.0
     dram_active_sum: float = 0.0
     dram_active_count: float = 0.0
-
-    def add(self, other: Usage, factor: float = 1.0) -> None:
-        """Add ``factor`` times ``other`` into this one, field by field."""
-        for f in USAGE_FIELDS:
-            setattr(self, f, getattr(self, f) + factor * getattr(other, f))
 
     def scaled(self, factor: float) -> Usage:
         """A copy with every field multiplied by ``factor``."""
@@ -43,6 +34,7 @@ class Usage:
         return out
 
 
+# Base (integral) fields first, in Integrals' order: costs_repo maps query columns by position.
 USAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
 
 
