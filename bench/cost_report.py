@@ -34,7 +34,7 @@ from service.costs.prices import PriceRow
 from service.db import jobs_repo, prices_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m
+from service.db.schema import CUMULATIVE_FIELDS, gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m
 from service.settings import Settings
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
@@ -107,12 +107,25 @@ def make_jobs(n_gpus: int, days: int, n_jobs: int, rng: random.Random) -> tuple[
 
 
 def expand_minutes(conn: Any, dialect: str) -> None:
-    """Fill rollup_1m from rollup_1h inside the database: 60 rows per hour, 1/60 each."""
-    sums = ", ".join(f"h.{c} / 60.0" for c in COLS_1H[3:] if not c.endswith("_count"))
-    counts = ", ".join(f"h.{c} / 60" for c in COLS_1H[3:] if c.endswith("_count"))
+    """Fill rollup_1m from rollup_1h inside the database: 60 rows per hour, 1/60 each.
+
+    The running totals (``cum_*``) come from a running sum over the hours plus the minutes
+    so far in the hour, which equals what the rollup job computes minute by minute.
+    """
     value_cols = [c for c in COLS_1H[3:] if not c.endswith("_count")]
     count_cols = [c for c in COLS_1H[3:] if c.endswith("_count")]
-    cols = ", ".join(["gpu_id", "bucket_start", "sample_count", *value_cols, *count_cols])
+    share = {c: f"h.{c} / 60.0" for c in value_cols} | {c: f"h.{c} / 60" for c in count_cols}
+    cum_cols = list(CUMULATIVE_FIELDS)
+    before = ", ".join(
+        f"SUM({c}) OVER (PARTITION BY gpu_id ORDER BY bucket_start) - {c} AS before_{c}"
+        for c in cum_cols
+    )
+    cums = ", ".join(f"h.before_{c} + (m + 1) * ({share[c]})" for c in cum_cols)
+    cols = ", ".join(
+        ["gpu_id", "bucket_start", "sample_count", *value_cols, *count_cols]
+        + [f"cum_{c}" for c in cum_cols]
+    )
+    values = ", ".join(share[c] for c in [*value_cols, *count_cols])
     if dialect == "postgresql":
         minute = "h.bucket_start + m * interval '1 minute'"
         series = "generate_series(0, 59) AS m"
@@ -124,8 +137,9 @@ def expand_minutes(conn: Any, dialect: str) -> None:
         series = "(WITH RECURSIVE s(m) AS (SELECT 0 UNION ALL SELECT m + 1 FROM s WHERE m < 59) SELECT m FROM s) AS m"
     conn.execute(
         text(
+            f"WITH h AS (SELECT *, {before} FROM rollup_1h) "
             f"INSERT INTO rollup_1m ({cols}) SELECT h.gpu_id, {minute}, h.sample_count / 60, "
-            f"{sums}, {counts} FROM rollup_1h h CROSS JOIN {series}"
+            f"{values}, {cums} FROM h CROSS JOIN {series}"
         )
     )
 
@@ -195,7 +209,28 @@ def timed(fn: Any, runs: int) -> tuple[float, float, Any]:
     return min(times), statistics.median(times), result
 
 
-def bench(engine: Engine, days: int) -> None:
+def compare(conn: Any, settings: Settings, start: datetime, fast: dict[str, Any]) -> None:
+    """Time the same report read bucket by bucket (as spans past 1m retention are) and diff it."""
+    slow_settings = settings.model_copy(update={"retention_1m_days": 1e-6})
+    t = time.perf_counter()
+    slow = report.cost_report(
+        conn, settings=slow_settings, start=start, end=END, now=END, group_by="team"
+    )
+    elapsed = time.perf_counter() - t
+    worst = 0.0
+    by_key = {r["key"]: r for r in slow["rows"]}
+    for row in fast["rows"]:
+        other = by_key[row["key"]]
+        for f in ("allocated_seconds", "idle_seconds", "unused_seconds", "cost_usd"):
+            if other[f]:
+                worst = max(worst, abs(row[f] - other[f]) / abs(other[f]))
+    print(
+        f"  the same report bucket by bucket: {elapsed * 1000:.0f} ms; largest relative "
+        f"difference from the running-totals report: {worst:.2e}"
+    )
+
+
+def bench(engine: Engine, days: int, check: bool = False) -> None:
     settings = Settings()
     start = END - timedelta(days=days)
     with engine.connect() as conn:
@@ -209,6 +244,8 @@ def bench(engine: Engine, days: int) -> None:
             )
 
         best, median, data = timed(team_report, 3)
+        if check:
+            compare(conn, settings, start, data)
         print(
             f"  report {days} d grouped by team: best {best * 1000:.0f} ms, median "
             f"{median * 1000:.0f} ms ({len(data['rows'])} rows, total ${data['totals']['cost_usd']:,.0f}, "
@@ -277,6 +314,9 @@ def main() -> None:
     p.add_argument("--sqlite-path", default="/tmp/gpuwarden-bench.db")
     p.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     p.add_argument("--reuse", action="store_true", help="keep data loaded by an earlier run")
+    p.add_argument(
+        "--compare", action="store_true", help="also time the bucket-by-bucket reading and diff"
+    )
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
@@ -288,7 +328,7 @@ def main() -> None:
             upgrade(engine)
             load(engine, args.gpus, args.days, args.jobs)
             print(f"  loaded in {time.perf_counter() - t:.0f} s", flush=True)
-        bench(engine, args.days)
+        bench(engine, args.days, args.compare)
         engine.dispose()
 
 

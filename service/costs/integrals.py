@@ -22,6 +22,17 @@ class ActivityPoint:
     power_watts: float | None = None
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls``, in order (cached: ``fields()`` is slow per call)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 @dataclass(slots=True)
 class Integrals:
     """Seconds (and joules) accumulated over a window for one GPU; all fields add up."""
@@ -35,8 +46,8 @@ class Integrals:
 
     def add(self, other: Integrals, factor: float = 1.0) -> None:
         """Add ``factor`` times each field of ``other`` into the same field of this one."""
-        for f in fields(other):
-            setattr(self, f.name, getattr(self, f.name) + factor * getattr(other, f.name))
+        for name in field_names(type(other)):
+            setattr(self, name, getattr(self, name) + factor * getattr(other, name))
 
 
 @dataclass(frozen=True, slots=True)

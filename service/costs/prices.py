@@ -8,7 +8,7 @@ within one pattern the newest row whose effective_from is not after the moment i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
@@ -49,6 +49,19 @@ def price_at(rows: Sequence[PriceRow], model: str, when: datetime) -> PriceRow |
         ):
             best = row
     return best
+
+
+def price_lookup(rows: Sequence[PriceRow]) -> Callable[[str, datetime], PriceRow | None]:
+    """``price_at`` over ``rows`` for many (model, when), matching each model's patterns once."""
+    by_model: dict[str, list[PriceRow]] = {}
+
+    def lookup(model: str, when: datetime) -> PriceRow | None:
+        mine = by_model.get(model)
+        if mine is None:
+            mine = by_model[model] = [r for r in rows if matches(r.model_pattern, model)]
+        return price_at(mine, model, when)
+
+    return lookup
 
 
 def change_points(

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import Thresholds
-from service.costs.prices import PriceRow, change_points, price_at
+from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.waste import (
     TAG_HINTS,
     TAGS,
@@ -136,9 +136,10 @@ def attribute(
             cuts = change_points(prices, info.model, start, end)
             segments += segment_gpu(gpu_id, by_gpu.get(gpu_id, []), start, end, cuts)
     unpriced: set[str] = set()
+    lookup = price_lookup(prices)
 
     def price_of(seg: Segment) -> float | None:
-        row = price_at(prices, gpu_info[seg.gpu_id].model, seg.start)
+        row = lookup(gpu_info[seg.gpu_id].model, seg.start)
         if row is None:
             unpriced.add(gpu_info[seg.gpu_id].model)
             return None
@@ -151,6 +152,7 @@ def attribute(
         n_groups=len(keys),
         thresholds=thresholds_of(settings),
         raw_cutoff=now - timedelta(days=settings.retention_raw_days),
+        minute_cutoff=now - timedelta(days=settings.retention_1m_days),
     )
     lines = [
         Line(job_id, gpu_id, seconds, usage, price)

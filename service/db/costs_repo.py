@@ -23,7 +23,16 @@ from sqlalchemy import (
 
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.costs.waste import USAGE_FIELDS, Allocation, Usage, plan_reads
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m, samples
+from service.db.schema import (
+    CUMULATIVE_FIELDS,
+    gpus,
+    job_gpus,
+    jobs,
+    nodes,
+    rollup_1h,
+    rollup_1m,
+    samples,
+)
 from service.db.types import UTCDateTime
 
 CHUNK = 1500  # spans per statement: 4 bound values each stays under SQLite's 32766 limit
@@ -245,21 +254,20 @@ def _raw(
         out[grp].add(part, factor)
 
 
-def sum_usage(
+def _sum_by_buckets(
     conn: Connection,
     *,
     spans: Sequence[tuple[int, int, datetime, datetime, float]],
-    n_groups: int,
+    out: list[Usage],
     thresholds: Thresholds,
     raw_cutoff: datetime,
-) -> list[Usage]:
-    """Per group, the sum of factor x Usage over its spans (group, gpu_id, start, end, factor).
+) -> None:
+    """Add to ``out`` each span's usage summed bucket by bucket (for spans past 1m retention).
 
     Whole hours come from 1h buckets, whole minutes at the edges from 1m buckets and the
     seconds at the edges from raw samples; seconds before ``raw_cutoff`` (raw retention) are
     taken pro rata from their 1m bucket.
     """
-    out = [Usage() for _ in range(n_groups)]
     rows: list[tuple[Any, ...]] = []
     raw: list[tuple[int, int, datetime, datetime, float]] = []
     for grp, gpu_id, start, end, factor in spans:
@@ -294,21 +302,169 @@ def sum_usage(
         _prefer_index_probes(conn, False)
     if raw:
         _raw(conn, raw, out, thresholds)
-    return out
 
 
-def fetch_usage(
+_N = len(CUMULATIVE_FIELDS)
+_ZERO = (0.0,) * _N
+_OWN = ", ".join(f"COALESCE(r.{f}, 0)" for f in CUMULATIVE_FIELDS)
+_CUM = ", ".join(f"r.cum_{f}" for f in CUMULATIVE_FIELDS)
+_SQLITE_TS = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
+
+
+def _lookup_sql(pg: bool, before: bool) -> str:
+    """For each cut (k, gpu_id, t): the GPU's last 1m bucket before t (or, with ``before``
+    false, its first at or after t), whether that is the minute just before t, its own
+    values and its running totals. Each cut is one probe of the primary key, backwards or
+    forwards: PostgreSQL through LATERAL, SQLite through a correlated subquery."""
+    op, order = ("<", "DESC") if before else (">=", "ASC")
+    if pg:
+        return (
+            f"SELECT c.k, r.bucket_start = to_timestamp(c.t - 60), {_OWN}, {_CUM} "
+            "FROM unnest(%(k)s::int[], %(g)s::int[], %(t)s::float8[]) AS c(k, gpu_id, t) "
+            "JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = c.gpu_id "
+            f"  AND x.bucket_start {op} to_timestamp(c.t) "
+            f"  ORDER BY x.bucket_start {order} LIMIT 1) r ON true"
+        )
+    return (
+        f"SELECT c.k, r.bucket_start = {_SQLITE_TS.format('c.t - 60')}, {_OWN}, {_CUM} "
+        "FROM gw_cost_cuts c JOIN rollup_1m r ON r.gpu_id = c.gpu_id AND r.bucket_start = "
+        "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = c.gpu_id "
+        f"   AND x.bucket_start {op} {_SQLITE_TS.format('c.t')} "
+        f"   ORDER BY x.bucket_start {order} LIMIT 1)"
+    )
+
+
+Found = dict[int, tuple[bool, tuple[float, ...], tuple[float, ...]]]
+
+
+def _lookup_cuts(
+    conn: Connection, cuts: Sequence[tuple[int, int, float]], *, before: bool = True
+) -> Found:
+    """Per cut (k, gpu_id, minute t as Unix seconds) the bucket ``_lookup_sql`` finds, as
+    k -> (it is the minute before t, own values, running totals); cuts it finds none for
+    are left out."""
+    if not cuts:
+        return {}
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        params = {"k": [k for k, _, _ in cuts], "g": [g for _, g, _ in cuts],
+                  "t": [t for _, _, t in cuts]}  # fmt: skip
+        raw: Any = conn.connection.dbapi_connection
+        with raw.cursor() as cur:
+            rows = cur.execute(_lookup_sql(pg, before), params).fetchall()
+    else:
+        conn.exec_driver_sql(
+            "CREATE TEMPORARY TABLE IF NOT EXISTS gw_cost_cuts (k integer, gpu_id integer, t real)"
+        )
+        conn.exec_driver_sql("DELETE FROM gw_cost_cuts")
+        conn.exec_driver_sql("INSERT INTO gw_cost_cuts VALUES (?, ?, ?)", list(cuts))
+        rows = conn.exec_driver_sql(_lookup_sql(pg, before)).fetchall()
+    return {r[0]: (bool(r[1]), tuple(r[2 : 2 + _N]), tuple(r[2 + _N :])) for r in rows}
+
+
+def _sum_by_totals(
     conn: Connection,
     *,
-    spans: Sequence[tuple[int, datetime, datetime]],
+    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    out: list[Usage],
     thresholds: Thresholds,
     raw_cutoff: datetime,
+) -> None:
+    """Add to ``out`` each span's usage as the difference of 1m running totals at its edges.
+
+    The whole minutes of [start, end) are totals(ceil(end)) - totals(ceil(start)), less the
+    parts of the edge minutes outside the span; those parts are read from raw samples where
+    raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
+    """
+    cut_index: dict[tuple[int, int], int] = {}
+    plans = []
+    raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
+    raw_from = raw_cutoff.timestamp()
+    for grp, gpu_id, start, end, factor in spans:
+        s, e = start.timestamp(), end.timestamp()
+        s_ceil, e_ceil = -(-s // 60) * 60, -(-e // 60) * 60
+        e_floor = e - e % 60
+        left_raw, right_raw = s >= raw_from, e_floor >= raw_from
+        if left_raw and s_ceil > e_floor:  # inside one minute: all of it from raw samples
+            raw_reads.append((grp, gpu_id, start, end, factor))
+            continue
+        ks = cut_index.setdefault((gpu_id, int(s_ceil)), len(cut_index))
+        ke = cut_index.setdefault((gpu_id, int(e_ceil)), len(cut_index))
+        # Weights of the edge minutes' own buckets: totals(ceil) counts all of each edge
+        # minute; the part outside the span is dropped pro rata, or all of it where raw
+        # samples give the seconds inside the span instead.
+        if left_raw:
+            w_start = 0.0
+            if s < s_ceil:
+                raw_reads.append((grp, gpu_id, start, _utc(s_ceil), factor))
+        else:
+            w_start = (s_ceil - s) / 60.0
+        if right_raw and e_floor < e:
+            w_end = 1.0
+            raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
+        else:
+            w_end = (e_ceil - e) / 60.0
+        plans.append((grp, factor, ks, w_start, ke, w_end))
+    cuts = [(k, g, float(t)) for k, (g, t) in enumerate(cut_index)]
+    found = _lookup_cuts(conn, cuts)
+    # A cut before a GPU's first kept bucket: the totals there are that bucket's minus its own.
+    after = _lookup_cuts(conn, [c for c in cuts if c[0] not in found], before=False)
+    totals: list[tuple[float, ...]] = []
+    owns: list[tuple[float, ...] | None] = []
+    for k in range(len(cuts)):
+        hit = found.get(k)
+        if hit is not None:
+            totals.append(hit[2])
+            owns.append(hit[1] if hit[0] else None)
+        elif k in after:
+            _, own, cum = after[k]
+            totals.append(tuple(c - o for c, o in zip(cum, own, strict=True)))
+            owns.append(None)
+        else:  # no bucket at all for this GPU
+            totals.append(_ZERO)
+            owns.append(None)
+    acc = [[0.0] * _N for _ in range(len(out))]
+    for grp, factor, ks, w_start, ke, w_end in plans:
+        # (totals at end - own x w_end) - (totals at start - own x w_start)
+        diff = [y - x for x, y in zip(totals[ks], totals[ke], strict=True)]
+        own_start, own_end = owns[ks], owns[ke]
+        if own_start is not None and w_start:
+            diff = [d + w_start * o for d, o in zip(diff, own_start, strict=True)]
+        if own_end is not None and w_end:
+            diff = [d - w_end * o for d, o in zip(diff, own_end, strict=True)]
+        row = acc[grp]
+        for i in range(_N):
+            row[i] += factor * diff[i]
+    for grp, row in enumerate(acc):
+        if any(row):
+            out[grp].add(Usage(*row))
+    if raw_reads:
+        _raw(conn, raw_reads, out, thresholds)
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def sum_usage(
+    conn: Connection,
+    *,
+    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    n_groups: int,
+    thresholds: Thresholds,
+    raw_cutoff: datetime,
+    minute_cutoff: datetime,
 ) -> list[Usage]:
-    """The Usage of each (gpu_id, start, end), read as ``sum_usage`` reads it."""
-    return sum_usage(
-        conn,
-        spans=[(k, g, s, e, 1.0) for k, (g, s, e) in enumerate(spans)],
-        n_groups=len(spans),
-        thresholds=thresholds,
-        raw_cutoff=raw_cutoff,
-    )
+    """Per group, the sum of factor x Usage over its spans (group, gpu_id, start, end, factor).
+
+    Spans inside 1m retention (from ``minute_cutoff``) are read from the 1m running totals,
+    older ones bucket by bucket from the 1h and 1m rollups.
+    """
+    out = [Usage() for _ in range(n_groups)]
+    recent = [sp for sp in spans if sp[2] >= minute_cutoff]
+    old = [sp for sp in spans if sp[2] < minute_cutoff]
+    if recent:
+        _sum_by_totals(conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff)
+    if old:
+        _sum_by_buckets(conn, spans=old, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff)
+    return out

@@ -18,12 +18,14 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     tuple_,
+    update,
 )
 
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.db.dialect import bulk_insert_ignore
-from service.db.schema import rollup_1h, rollup_1m, rollup_dirty, samples
+from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, rollup_dirty, samples
 from service.db.types import UTCDateTime
 from service.vocabulary import METRIC_NAMES
 
@@ -157,6 +159,16 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
                 minute_rows.append(row)
             hours.add((gpu_id, bucket.replace(minute=0)))
     _replace(conn, rollup_1m, keys, minute_rows)
+    # A minute that lost its row would leave later running totals counting it: recompute them.
+    kept = {(r["gpu_id"], r["bucket_start"]) for r in minute_rows}
+    for gpu_id, bucket in keys:
+        if (gpu_id, bucket) not in kept:
+            conn.execute(
+                update(rollup_1m)
+                .where(rollup_1m.c.gpu_id == gpu_id, rollup_1m.c.bucket_start > bucket)
+                .values(cum_covered_seconds=None)
+            )
+    fill_cumulative(conn)
 
     hour_keys = sorted(hours)
     _replace(conn, rollup_1h, hour_keys, [])
@@ -166,6 +178,44 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
             [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in hour_keys],
         )
     return len(keys)
+
+
+@cache
+def _fill_cumulative_sql() -> Any:
+    """The statement that computes the pending running totals of rollup_1m (see fill_cumulative)."""
+    base = ", ".join(f"COALESCE(b.cum_{f}, 0) AS b_{f}" for f in CUMULATIVE_FIELDS)
+    running = ", ".join(
+        f"p.b_{f} + SUM(COALESCE(r.{f}, 0)) OVER w AS c_{f}" for f in CUMULATIVE_FIELDS
+    )
+    sets = ", ".join(f"cum_{f} = run.c_{f}" for f in CUMULATIVE_FIELDS)
+    return text(
+        # Per GPU, the first bucket without totals and the totals of the bucket before it ...
+        "WITH first AS (SELECT gpu_id, MIN(bucket_start) AS b FROM rollup_1m "
+        "  WHERE cum_covered_seconds IS NULL GROUP BY gpu_id), "
+        f"prev AS (SELECT first.gpu_id, first.b, {base} FROM first "
+        "  LEFT JOIN rollup_1m b ON b.gpu_id = first.gpu_id AND b.bucket_start = "
+        "    (SELECT MAX(x.bucket_start) FROM rollup_1m x "
+        "     WHERE x.gpu_id = first.gpu_id AND x.bucket_start < first.b)), "
+        # ... then every bucket from there on gets that base plus its running sum.
+        f"run AS (SELECT r.gpu_id AS g, r.bucket_start AS s, {running} FROM rollup_1m r "
+        "  JOIN prev p ON r.gpu_id = p.gpu_id AND r.bucket_start >= p.b "
+        "  WINDOW w AS (PARTITION BY r.gpu_id ORDER BY r.bucket_start "
+        "    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) "
+        f"UPDATE rollup_1m SET {sets} FROM run "
+        "WHERE rollup_1m.gpu_id = run.g AND rollup_1m.bucket_start = run.s"
+    )
+
+
+def fill_cumulative(conn: Connection) -> int:
+    """Compute the running totals (``cum_*``) of every rollup_1m bucket that lacks them.
+
+    For each GPU this restarts at its first bucket without totals, so a late bucket inserted
+    before others shifts the totals of all the buckets after it. Returns the rows updated.
+    """
+    result = conn.execute(_fill_cumulative_sql())
+    if conn.dialect.name == "sqlite":  # sqlite3 reports no rowcount for a WITH ... UPDATE
+        return int(conn.exec_driver_sql("SELECT changes()").scalar_one())
+    return int(result.rowcount or 0)
 
 
 def delete_rollups_before(conn: Connection, *, table: Table, cutoff: datetime) -> int:

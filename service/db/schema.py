@@ -14,6 +14,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 from service.db.types import UTCDateTime
@@ -63,6 +64,28 @@ def integral_columns() -> list[Column[object]]:
     ]
 
 
+# Fields of rollup_1m that also carry a running total per GPU (``cum_<field>``): the sum of
+# the field over every earlier bucket of the GPU and this one. A cost report then reads any
+# range of whole minutes as the difference of two rows, instead of summing the buckets between.
+CUMULATIVE_FIELDS = (
+    "covered_seconds",
+    "idle_seconds",
+    "idle_held_seconds",
+    "unused_seconds",
+    "fallback_seconds",
+    "energy_used_joules",
+    "tensor_active_sum",
+    "tensor_active_count",
+    "dram_active_sum",
+    "dram_active_count",
+)
+
+
+def cumulative_columns() -> list[Column[object]]:
+    """One running-total column per field of CUMULATIVE_FIELDS; NULL until it is computed."""
+    return [Column(f"cum_{f}", Float, nullable=True) for f in CUMULATIVE_FIELDS]
+
+
 nodes = Table(
     "nodes",
     metadata,
@@ -107,7 +130,16 @@ rollup_1m = Table(
     Column("sample_count", Integer, nullable=False),
     *integral_columns(),
     *rollup_columns(),
+    *cumulative_columns(),
     Index(None, "bucket_start"),
+    # The buckets whose running totals are still to be computed (normally the last few).
+    Index(
+        "ix_rollup_1m_cum_pending",
+        "gpu_id",
+        "bucket_start",
+        postgresql_where=text("cum_covered_seconds IS NULL"),
+        sqlite_where=text("cum_covered_seconds IS NULL"),
+    ),
 )
 
 rollup_1h = Table(

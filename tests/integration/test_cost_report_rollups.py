@@ -20,7 +20,7 @@ from service.costs.waste import (
     segment_gpu,
     summarize,
 )
-from service.db import prices_repo
+from service.db import jobs_repo, prices_repo
 from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
 from tests.integration.cost_data import GIB, roll_up, store_series
@@ -190,3 +190,42 @@ def test_report_after_raw_retention_agrees_within_one_percent(
     assert_agree(rows, want, rel=0.01)
     total_want = sum(float(r["cost_usd"]) for r in want.values())  # type: ignore[arg-type]
     assert got["totals"]["cost_usd"] == pytest.approx(total_want, rel=0.01)
+
+
+def test_report_past_minute_retention_reads_the_same_bucket_by_bucket(
+    engine: Engine, clock: FakeClock, fleet
+):
+    # Spans older than 1m retention are summed from 1h and 1m buckets instead of from the
+    # running totals; both readings of the same rollups must give the same report.
+    start, end = at(-600), at(HOURS * 3600 + 600)
+    with engine.connect() as conn:
+        by_totals = report.cost_report(
+            conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
+        )
+        by_buckets = report.cost_report(
+            conn,
+            settings=Settings(retention_1m_days=0.01),
+            start=start,
+            end=end,
+            now=clock(),
+            group_by="job",
+        )
+    assert by_totals["rows"] and len(by_totals["rows"]) == len(by_buckets["rows"])
+    assert_agree(
+        {r["key"]: r for r in by_buckets["rows"]},
+        {r["key"]: r for r in by_totals["rows"]},
+        rel=1e-6,
+    )
+
+
+def test_job_summary_inside_the_data_agrees_with_the_report(
+    engine: Engine, clock: FakeClock, fleet
+):
+    # Job c starts and ends where GPU-1 has data on both sides, so every running-total
+    # lookup finds a bucket before it.
+    with engine.connect() as conn:
+        job = jobs_repo.get_job(conn, job_id="c")
+        assert job is not None
+        summary = report.job_summary(conn, settings=Settings(), job=job, now=clock())
+    want = expected_from_raw(engine, at(-600), at(HOURS * 3600 + 600))["c"]
+    assert_agree({"c": summary["summary"]}, {"c": want}, rel=1e-6)

@@ -307,3 +307,11 @@ def test_tags_follow_their_thresholds():
     assert job_tags(_summary(covered_seconds=100, unused_seconds=5), t) == []
     assert job_tags(_summary(covered_seconds=0), t) == []
     assert job_tags(idle, TagThresholds(idle_fraction=0.9, idle_held_fraction=0.7)) == ["underfed"]
+
+
+def test_running_total_columns_are_the_usage_fields_in_order():
+    # costs_repo builds Usage(*totals) from the cum_* columns by position.
+    from service.costs.waste import USAGE_FIELDS
+    from service.db.schema import CUMULATIVE_FIELDS
+
+    assert CUMULATIVE_FIELDS == USAGE_FIELDS

@@ -1,0 +1,106 @@
+"""The running totals of rollup_1m (cum_*) stay equal to the sums of the buckets before them."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, delete, func, select
+
+from service.db.rollup_repo import fill_cumulative
+from service.db.schema import CUMULATIVE_FIELDS, rollup_1m
+from tests.integration.cost_data import GIB, roll_up, store_series
+from tests.support import FakeClock
+
+T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
+
+
+def metrics(n: int, phase: int = 0) -> list[dict[str, float | int]]:
+    return [
+        {
+            "sm_active": ((k + phase) % 7) / 7,
+            "tensor_active": ((k + phase) % 3) / 3,
+            "fb_used_bytes": 2 * GIB,
+            "power_watts": 200.0 + k % 5,
+        }
+        for k in range(n)
+    ]
+
+
+def assert_totals_are_running_sums(engine: Engine) -> int:
+    """Every row's cum_* equals the sum of its GPU's rows up to it; returns the row count."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(rollup_1m).order_by(rollup_1m.c.gpu_id, rollup_1m.c.bucket_start)
+        )
+        rows = rows.mappings().all()
+    running: dict[int, list[float]] = {}
+    for r in rows:
+        acc = running.setdefault(r["gpu_id"], [0.0] * len(CUMULATIVE_FIELDS))
+        for i, f in enumerate(CUMULATIVE_FIELDS):
+            acc[i] += r[f] or 0.0
+            assert r[f"cum_{f}"] == pytest.approx(acc[i], rel=1e-12, abs=1e-9), (
+                r["bucket_start"],
+                f,
+            )
+    return len(rows)
+
+
+def test_totals_follow_ingest_in_order(engine: Engine, clock: FakeClock):
+    store_series(engine, clock, uuid="GPU-a", start=T0, metrics=metrics(90))
+    roll_up(engine)
+    store_series(
+        engine, clock, uuid="GPU-a", start=T0 + timedelta(seconds=900), metrics=metrics(90, 1)
+    )
+    store_series(engine, clock, uuid="GPU-b", start=T0, metrics=metrics(60, 2), index=1)
+    roll_up(engine)
+    assert assert_totals_are_running_sums(engine) > 30
+
+
+def test_a_late_bucket_before_others_shifts_every_total_after_it(engine: Engine, clock: FakeClock):
+    store_series(engine, clock, uuid="GPU-a", start=T0 + timedelta(hours=1), metrics=metrics(120))
+    roll_up(engine)
+    with engine.connect() as conn:
+        last_before = conn.execute(select(func.max(rollup_1m.c.cum_covered_seconds))).scalar_one()
+    # Two minutes of older data arrive late (an agent's spool replayed after an outage).
+    store_series(engine, clock, uuid="GPU-a", start=T0, metrics=metrics(12, 3))
+    roll_up(engine)
+    assert_totals_are_running_sums(engine)
+    with engine.connect() as conn:
+        assert (
+            conn.execute(select(func.max(rollup_1m.c.cum_covered_seconds))).scalar_one()
+            > last_before
+        )
+
+
+def test_retention_of_early_buckets_keeps_later_totals_usable(engine: Engine, clock: FakeClock):
+    store_series(engine, clock, uuid="GPU-a", start=T0, metrics=metrics(180))
+    roll_up(engine)
+    with engine.begin() as conn:
+        conn.execute(delete(rollup_1m).where(rollup_1m.c.bucket_start < T0 + timedelta(minutes=10)))
+    store_series(
+        engine, clock, uuid="GPU-a", start=T0 + timedelta(seconds=1800), metrics=metrics(30)
+    )
+    roll_up(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(rollup_1m.c.covered_seconds, rollup_1m.c.cum_covered_seconds).order_by(
+                rollup_1m.c.bucket_start
+            )
+        ).all()
+    # The totals no longer start at 0 (the early buckets are gone) but still step by each bucket.
+    assert rows[0].cum_covered_seconds > rows[0].covered_seconds
+    for prev, row in itertools.pairwise(rows):
+        assert row.cum_covered_seconds == pytest.approx(
+            prev.cum_covered_seconds + row.covered_seconds
+        )
+
+
+def test_fill_computes_totals_left_pending_by_any_writer(engine: Engine, clock: FakeClock):
+    store_series(engine, clock, uuid="GPU-a", start=T0, metrics=metrics(120))
+    roll_up(engine)
+    with engine.begin() as conn:
+        conn.execute(rollup_1m.update().values(cum_covered_seconds=None, cum_idle_seconds=-1.0))
+        assert fill_cumulative(conn) > 10
+    assert_totals_are_running_sums(engine)
