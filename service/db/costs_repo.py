@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -92,12 +93,13 @@ def load_allocations(
 
 
 def load_jobs(conn: Connection, *, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The jobs rows of ``job_ids`` as dicts, by id."""
+    """The id, user, team and project of the jobs ``job_ids`` as dicts, by id."""
     out: dict[str, dict[str, Any]] = {}
     ids = list(job_ids)
+    cols = (jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
     for i in range(0, len(ids), CHUNK):
-        for r in conn.execute(select(jobs).where(jobs.c.id.in_(ids[i : i + CHUNK]))):
-            out[r.id] = dict(r._mapping)
+        for r in conn.execute(select(*cols).where(jobs.c.id.in_(ids[i : i + CHUNK]))):
+            out[r.id] = {"id": r.id, "user": r.user, "team": r.team, "project": r.project}
     return out
 
 
@@ -305,61 +307,75 @@ def _sum_by_buckets(
 
 
 _N = len(CUMULATIVE_FIELDS)
-_ZERO = (0.0,) * _N
-_OWN = ", ".join(f"COALESCE(r.{f}, 0)" for f in CUMULATIVE_FIELDS)
-_CUM = ", ".join(f"r.cum_{f}" for f in CUMULATIVE_FIELDS)
 _SQLITE_TS = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
 
 
-def _lookup_sql(pg: bool, before: bool) -> str:
-    """For each cut (k, gpu_id, t): the GPU's last 1m bucket before t (or, with ``before``
-    false, its first at or after t), whether that is the minute just before t, its own
-    values and its running totals. Each cut is one probe of the primary key, backwards or
-    forwards: PostgreSQL through LATERAL, SQLite through a correlated subquery."""
-    op, order = ("<", "DESC") if before else (">=", "ASC")
+def _ts(pg: bool, expr: str) -> str:
+    """SQL for the stored form of Unix time ``expr`` (timestamptz, or SQLite's text)."""
+    return f"to_timestamp({expr})" if pg else _SQLITE_TS.format(expr)
+
+
+@cache
+def _totals_sql(pg: bool) -> str:
+    """Per group, sum over its spans of f x ((T(ec) - we x O(ec)) - (T(sc) - ws x O(sc))).
+
+    Spans are (grp, gpu_id, f, sc, ws, ec, we): sc and ec are the minutes (Unix seconds)
+    after the span's start and end, ws and we the weights of those minutes' own buckets to
+    take off. T(c) is the GPU's running total before minute c: the totals of its last bucket
+    before c (one probe of the primary key, backwards), or where it has none, those of its
+    first bucket after c less that bucket's own values. O(c) is the bucket of the minute
+    just before c if it exists, else 0.
+    """
+    f = CUMULATIVE_FIELDS
+    own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
+    t = ", ".join(
+        f"COALESCE(b.cum_{x}, a.cum_{x} - COALESCE(a.{x}, 0), 0) AS t{i}" for i, x in enumerate(f)
+    )
+    sums = ", ".join(
+        f"SUM(sp.f * ((e.t{i} - sp.we * e.o{i}) - (s.t{i} - sp.ws * s.o{i})))" for i in range(_N)
+    )
+    masked = ", ".join(
+        f"CASE WHEN q.bs = {_ts(pg, 'q.c - 60')} THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N)
+    )
     if pg:
-        return (
-            f"SELECT c.k, r.bucket_start = to_timestamp(c.t - 60), {_OWN}, {_CUM} "
-            "FROM unnest(%(k)s::int[], %(g)s::int[], %(t)s::float8[]) AS c(k, gpu_id, t) "
-            "JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = c.gpu_id "
-            f"  AND x.bucket_start {op} to_timestamp(c.t) "
-            f"  ORDER BY x.bucket_start {order} LIMIT 1) r ON true"
+        spans = (
+            # Binary arrays: PostgreSQL parses 300 k floats from text far slower.
+            "sp AS MATERIALIZED (SELECT * FROM unnest(%(grp)b::int4[], %(gpu)b::int4[], "
+            "  %(f)b::float8[], %(sc)b::float8[], %(ws)b::float8[], %(ec)b::float8[], "
+            "  %(we)b::float8[]) AS sp(grp, gpu_id, f, sc, ws, ec, we)), "
+        )
+        probes = (
+            "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = pts.gpu_id "
+            f"  AND x.bucket_start < {_ts(pg, 'pts.c')} "
+            "  ORDER BY x.bucket_start DESC LIMIT 1) b ON true "
+            "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE b.gpu_id IS NULL "
+            f"  AND x.gpu_id = pts.gpu_id AND x.bucket_start >= {_ts(pg, 'pts.c')} "
+            "  ORDER BY x.bucket_start LIMIT 1) a ON true "
+        )
+    else:
+        spans = "sp AS MATERIALIZED (SELECT * FROM gw_cost_spans), "
+        probes = (
+            "LEFT JOIN rollup_1m b ON b.gpu_id = pts.gpu_id AND b.bucket_start = "
+            "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = pts.gpu_id "
+            f"   AND x.bucket_start < {_ts(pg, 'pts.c')} ORDER BY x.bucket_start DESC LIMIT 1) "
+            "LEFT JOIN rollup_1m a ON b.gpu_id IS NULL AND a.gpu_id = pts.gpu_id "
+            "  AND a.bucket_start = (SELECT x.bucket_start FROM rollup_1m x "
+            f"   WHERE x.gpu_id = pts.gpu_id AND x.bucket_start >= {_ts(pg, 'pts.c')} "
+            "   ORDER BY x.bucket_start LIMIT 1) "
         )
     return (
-        f"SELECT c.k, r.bucket_start = {_SQLITE_TS.format('c.t - 60')}, {_OWN}, {_CUM} "
-        "FROM gw_cost_cuts c JOIN rollup_1m r ON r.gpu_id = c.gpu_id AND r.bucket_start = "
-        "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = c.gpu_id "
-        f"   AND x.bucket_start {op} {_SQLITE_TS.format('c.t')} "
-        f"   ORDER BY x.bucket_start {order} LIMIT 1)"
+        f"WITH {spans}"
+        # In key order, so consecutive probes share index and table pages.
+        "pts AS (SELECT gpu_id, c FROM (SELECT gpu_id, sc AS c FROM sp UNION "
+        "  SELECT gpu_id, ec FROM sp) u ORDER BY gpu_id, c), "
+        f"lk AS MATERIALIZED (SELECT q.gpu_id, q.c, {masked}, "
+        f"  {', '.join(f'q.t{i}' for i in range(_N))} "
+        f"  FROM (SELECT pts.gpu_id, pts.c, b.bucket_start AS bs, {own}, {t} FROM pts {probes}) q) "
+        f"SELECT sp.grp, {sums} FROM sp "
+        "JOIN lk s ON s.gpu_id = sp.gpu_id AND s.c = sp.sc "
+        "JOIN lk e ON e.gpu_id = sp.gpu_id AND e.c = sp.ec "
+        "GROUP BY sp.grp"
     )
-
-
-Found = dict[int, tuple[bool, tuple[float, ...], tuple[float, ...]]]
-
-
-def _lookup_cuts(
-    conn: Connection, cuts: Sequence[tuple[int, int, float]], *, before: bool = True
-) -> Found:
-    """Per cut (k, gpu_id, minute t as Unix seconds) the bucket ``_lookup_sql`` finds, as
-    k -> (it is the minute before t, own values, running totals); cuts it finds none for
-    are left out."""
-    if not cuts:
-        return {}
-    pg = conn.dialect.name == "postgresql"
-    if pg:
-        params = {"k": [k for k, _, _ in cuts], "g": [g for _, g, _ in cuts],
-                  "t": [t for _, _, t in cuts]}  # fmt: skip
-        raw: Any = conn.connection.dbapi_connection
-        with raw.cursor() as cur:
-            rows = cur.execute(_lookup_sql(pg, before), params).fetchall()
-    else:
-        conn.exec_driver_sql(
-            "CREATE TEMPORARY TABLE IF NOT EXISTS gw_cost_cuts (k integer, gpu_id integer, t real)"
-        )
-        conn.exec_driver_sql("DELETE FROM gw_cost_cuts")
-        conn.exec_driver_sql("INSERT INTO gw_cost_cuts VALUES (?, ?, ?)", list(cuts))
-        rows = conn.exec_driver_sql(_lookup_sql(pg, before)).fetchall()
-    return {r[0]: (bool(r[1]), tuple(r[2 : 2 + _N]), tuple(r[2 + _N :])) for r in rows}
 
 
 def _sum_by_totals(
@@ -376,68 +392,54 @@ def _sum_by_totals(
     parts of the edge minutes outside the span; those parts are read from raw samples where
     raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
     """
-    cut_index: dict[tuple[int, int], int] = {}
-    plans = []
+    rows: list[tuple[int, int, float, float, float, float, float]] = []
     raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
     raw_from = raw_cutoff.timestamp()
     for grp, gpu_id, start, end, factor in spans:
         s, e = start.timestamp(), end.timestamp()
         s_ceil, e_ceil = -(-s // 60) * 60, -(-e // 60) * 60
         e_floor = e - e % 60
-        left_raw, right_raw = s >= raw_from, e_floor >= raw_from
-        if left_raw and s_ceil > e_floor:  # inside one minute: all of it from raw samples
-            raw_reads.append((grp, gpu_id, start, end, factor))
-            continue
-        ks = cut_index.setdefault((gpu_id, int(s_ceil)), len(cut_index))
-        ke = cut_index.setdefault((gpu_id, int(e_ceil)), len(cut_index))
-        # Weights of the edge minutes' own buckets: totals(ceil) counts all of each edge
-        # minute; the part outside the span is dropped pro rata, or all of it where raw
-        # samples give the seconds inside the span instead.
-        if left_raw:
+        if s >= raw_from:
+            if s_ceil > e_floor:  # inside one minute: all of it from raw samples
+                raw_reads.append((grp, gpu_id, start, end, factor))
+                continue
+            # The seconds before the first whole minute come from raw samples.
             w_start = 0.0
             if s < s_ceil:
                 raw_reads.append((grp, gpu_id, start, _utc(s_ceil), factor))
-        else:
+        else:  # drop the part of the edge minute before the span pro rata
             w_start = (s_ceil - s) / 60.0
-        if right_raw and e_floor < e:
+        if e_floor >= raw_from and e_floor < e:
+            # The seconds after the last whole minute come from raw samples.
             w_end = 1.0
             raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
         else:
             w_end = (e_ceil - e) / 60.0
-        plans.append((grp, factor, ks, w_start, ke, w_end))
-    cuts = [(k, g, float(t)) for k, (g, t) in enumerate(cut_index)]
-    found = _lookup_cuts(conn, cuts)
-    # A cut before a GPU's first kept bucket: the totals there are that bucket's minus its own.
-    after = _lookup_cuts(conn, [c for c in cuts if c[0] not in found], before=False)
-    totals: list[tuple[float, ...]] = []
-    owns: list[tuple[float, ...] | None] = []
-    for k in range(len(cuts)):
-        hit = found.get(k)
-        if hit is not None:
-            totals.append(hit[2])
-            owns.append(hit[1] if hit[0] else None)
-        elif k in after:
-            _, own, cum = after[k]
-            totals.append(tuple(c - o for c, o in zip(cum, own, strict=True)))
-            owns.append(None)
-        else:  # no bucket at all for this GPU
-            totals.append(_ZERO)
-            owns.append(None)
-    acc = [[0.0] * _N for _ in range(len(out))]
-    for grp, factor, ks, w_start, ke, w_end in plans:
-        # (totals at end - own x w_end) - (totals at start - own x w_start)
-        diff = [y - x for x, y in zip(totals[ks], totals[ke], strict=True)]
-        own_start, own_end = owns[ks], owns[ke]
-        if own_start is not None and w_start:
-            diff = [d + w_start * o for d, o in zip(diff, own_start, strict=True)]
-        if own_end is not None and w_end:
-            diff = [d - w_end * o for d, o in zip(diff, own_end, strict=True)]
-        row = acc[grp]
-        for i in range(_N):
-            row[i] += factor * diff[i]
-    for grp, row in enumerate(acc):
-        if any(row):
-            out[grp].add(Usage(*row))
+        rows.append((grp, gpu_id, factor, s_ceil, w_start, e_ceil, w_end))
+    if rows:
+        pg = conn.dialect.name == "postgresql"
+        if pg:
+            cols = ("grp", "gpu", "f", "sc", "ws", "ec", "we")
+            params = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+            raw: Any = conn.connection.dbapi_connection
+            with raw.cursor() as cur:
+                # JIT would compile for longer than the query runs (its cost estimate for the
+                # probes is far too high); work_mem keeps the joins of 45 k spans in memory.
+                cur.execute("SET LOCAL jit = off")
+                cur.execute("SET LOCAL work_mem = '64MB'")
+                result = cur.execute(_totals_sql(pg), params).fetchall()
+                cur.execute("SET LOCAL jit = DEFAULT")
+                cur.execute("SET LOCAL work_mem = DEFAULT")
+        else:
+            conn.exec_driver_sql(
+                "CREATE TEMPORARY TABLE IF NOT EXISTS gw_cost_spans (grp integer, "
+                "gpu_id integer, f real, sc real, ws real, ec real, we real)"
+            )
+            conn.exec_driver_sql("DELETE FROM gw_cost_spans")
+            conn.exec_driver_sql("INSERT INTO gw_cost_spans VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            result = conn.exec_driver_sql(_totals_sql(pg)).fetchall()
+        for r in result:
+            out[r[0]].add(Usage(*(float(v) for v in r[1:])))
     if raw_reads:
         _raw(conn, raw_reads, out, thresholds)
 

@@ -168,8 +168,8 @@ def test_report_from_rollups_matches_raw_samples(engine: Engine, clock: FakeCloc
     rows = {r["key"]: r for r in got["rows"]}
     # Job a's first price segment spans 04:00-05:00 whole, so an 1h bucket is read.
     assert "1h" in [r.kind for r in plan_reads(at(437), at(9_000))]
-    # With raw samples at the edges and rollups inside, the sums are exact up to float error.
-    assert_agree(rows, want, rel=1e-6)
+    # Reports take the seconds at job edges pro rata from their 1m bucket: within 1%.
+    assert_agree(rows, want, rel=0.01)
     # b and c shared GPU-1 at once: their shares and the unallocated rest add to the GPU's time.
     assert rows["c"]["held_seconds"] == pytest.approx((5_555 - 3_333) / 2)
 
@@ -218,14 +218,14 @@ def test_report_past_minute_retention_reads_the_same_bucket_by_bucket(
     )
 
 
-def test_job_summary_inside_the_data_agrees_with_the_report(
-    engine: Engine, clock: FakeClock, fleet
-):
-    # Job c starts and ends where GPU-1 has data on both sides, so every running-total
-    # lookup finds a bucket before it.
+@pytest.mark.parametrize("job_id", sorted(JOBS))
+def test_job_summary_with_raw_edges_is_exact(engine: Engine, clock: FakeClock, fleet, job_id):
+    # A job summary reads the seconds at its edges from raw samples and the rest from the
+    # running totals: the waste model over raw samples, up to float error. Job c starts and
+    # ends where GPU-1 has data on both sides; job a spans a hole and a price change.
     with engine.connect() as conn:
-        job = jobs_repo.get_job(conn, job_id="c")
+        job = jobs_repo.get_job(conn, job_id=job_id)
         assert job is not None
         summary = report.job_summary(conn, settings=Settings(), job=job, now=clock())
-    want = expected_from_raw(engine, at(-600), at(HOURS * 3600 + 600))["c"]
-    assert_agree({"c": summary["summary"]}, {"c": want}, rel=1e-6)
+    want = expected_from_raw(engine, at(-600), at(HOURS * 3600 + 600))[job_id]
+    assert_agree({job_id: summary["summary"]}, {job_id: want}, rel=1e-6)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.integrals import ActivityPoint, Integrals, Thresholds, integrate
 from service.costs.prices import PriceRow, change_points, price_at, specificity, unmatched_patterns
 from service.costs.waste import (
     UNALLOCATED,
@@ -315,3 +315,16 @@ def test_running_total_columns_are_the_usage_fields_in_order():
     from service.db.schema import CUMULATIVE_FIELDS
 
     assert CUMULATIVE_FIELDS == USAGE_FIELDS
+
+
+def test_usage_add_covers_every_field():
+    # Usage.add spells its fields out for speed; a new field must not be left out of it.
+    from dataclasses import fields
+
+    other = Usage(*(float(i + 1) for i in range(len(fields(Usage)))))
+    total = Usage()
+    total.add(other, 2.0)
+    total.add(Integrals(covered_seconds=1.0))
+    for i, f in enumerate(fields(Usage)):
+        want = 2.0 * (i + 1) + (1.0 if f.name == "covered_seconds" else 0.0)
+        assert getattr(total, f.name) == want, f.name
