@@ -131,8 +131,8 @@ def attribute(
     end = min(end, now)
     prices = effective_prices(conn, settings).rows
     gpu_info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
-    allocations = costs_repo.load_allocations(
-        conn, start=start, end=end, now=now, gpu_ids=list(gpu_info)
+    allocations, job_info = costs_repo.load_allocations(
+        conn, start=start, end=end, now=now, gpu_ids=gpu_ids
     )
     by_gpu: dict[int, list[Any]] = defaultdict(list)
     for a in allocations:
@@ -165,14 +165,13 @@ def attribute(
         Line(job_id, gpu_id, seconds, usage, price)
         for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
     ]
-    job_ids = sorted({ln.job_id for ln in lines if ln.job_id is not None})
     warnings = [
         f"no price matches GPU model {m!r}: its cost is null; add a pattern with PUT /api/v1/prices"
         for m in sorted(unpriced)
     ]
     for w in warnings:
         log.warning(w)
-    return Attribution(lines, gpu_info, costs_repo.load_jobs(conn, job_ids=job_ids), warnings)
+    return Attribution(lines, gpu_info, job_info, warnings)
 
 
 def _key_fn(att: Attribution, group_by: str) -> Any:

@@ -57,7 +57,7 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
     )
     if gpu_ids is not None:
         q = q.where(gpus.c.id.in_(list(gpu_ids)))
-    return {r.id: GpuInfo(r.id, r.uuid, r.model, r.hostname) for r in conn.execute(q)}
+    return {r.id: GpuInfo(r.id, r.uuid, r.model, r.hostname) for r in conn.execute(q).all()}
 
 
 def load_allocations(
@@ -67,8 +67,9 @@ def load_allocations(
     end: datetime,
     now: datetime,
     gpu_ids: Sequence[int] | None = None,
-) -> list[Allocation]:
-    """Every (job, GPU) interval overlapping [start, end); open ones end at the job's end or now."""
+) -> tuple[list[Allocation], dict[str, dict[str, Any]]]:
+    """Every (job, GPU) interval overlapping [start, end) (open ones end at the job's end or
+    now), and the id, user, team and project of their jobs, by id."""
     q = (
         select(
             job_gpus.c.job_id,
@@ -76,6 +77,9 @@ def load_allocations(
             job_gpus.c.started_at,
             job_gpus.c.ended_at,
             jobs.c.ended_at.label("job_ended_at"),
+            jobs.c.user,
+            jobs.c.team,
+            jobs.c.project,
         )
         .join(jobs, jobs.c.id == job_gpus.c.job_id)
         .where(
@@ -85,22 +89,15 @@ def load_allocations(
     )
     if gpu_ids is not None:
         q = q.where(job_gpus.c.gpu_id.in_(list(gpu_ids)))
-    out = []
-    for r in conn.execute(q):
-        stop = r.ended_at or r.job_ended_at or now
-        out.append(Allocation(r.job_id, r.gpu_id, r.started_at, min(stop, now)))
-    return out
-
-
-def load_jobs(conn: Connection, *, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The id, user, team and project of the jobs ``job_ids`` as dicts, by id."""
-    out: dict[str, dict[str, Any]] = {}
-    ids = list(job_ids)
-    cols = (jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
-    for i in range(0, len(ids), CHUNK):
-        for r in conn.execute(select(*cols).where(jobs.c.id.in_(ids[i : i + CHUNK]))):
-            out[r.id] = {"id": r.id, "user": r.user, "team": r.team, "project": r.project}
-    return out
+    allocations, job_info = [], {}
+    # fetchall and tuple unpacking: iterating a result fetches row by row, and attribute
+    # access on rows costs more than the rest of this loop.
+    for job_id, gpu_id, started, ended, job_ended, user, team, project in conn.execute(q).all():
+        stop = ended or job_ended or now
+        allocations.append(Allocation(job_id, gpu_id, started, stop if stop < now else now))
+        if job_id not in job_info:
+            job_info[job_id] = {"id": job_id, "user": user, "team": team, "project": project}
+    return allocations, job_info
 
 
 # Per-connection scratch tables: the database sums thousands of ranges in one statement by
@@ -317,64 +314,60 @@ def _ts(pg: bool, expr: str) -> str:
 
 @cache
 def _totals_sql(pg: bool) -> str:
-    """Per group, sum over its spans of f x ((T(ec) - we x O(ec)) - (T(sc) - ws x O(sc))).
+    """Per group, the sum over its spans of f x ((T(ke) - we x O(ke)) - (T(ks) - ws x O(ks))).
 
-    Spans are (grp, gpu_id, f, sc, ws, ec, we): sc and ec are the minutes (Unix seconds)
-    after the span's start and end, ws and we the weights of those minutes' own buckets to
-    take off. T(c) is the GPU's running total before minute c: the totals of its last bucket
-    before c (one probe of the primary key, backwards), or where it has none, those of its
-    first bucket after c less that bucket's own values. O(c) is the bucket of the minute
-    just before c if it exists, else 0.
+    Cuts are (k, gpu_id, c): c a minute as Unix seconds. T(k) is the GPU's running total
+    before minute c: the totals of its last bucket before c (one probe of the primary key,
+    backwards), or where it has none, those of its first bucket after c less that bucket's
+    own values. O(k) is the bucket of the minute just before c if it exists, else 0.
+    Spans are (grp, f, ks, ws, ke, we): the cuts at the minutes after the span's start and
+    end, and the weights of those minutes' own buckets to take off.
     """
     f = CUMULATIVE_FIELDS
     own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
     t = ", ".join(
         f"COALESCE(b.cum_{x}, a.cum_{x} - COALESCE(a.{x}, 0), 0) AS t{i}" for i, x in enumerate(f)
     )
-    sums = ", ".join(
-        f"SUM(sp.f * ((e.t{i} - sp.we * e.o{i}) - (s.t{i} - sp.ws * s.o{i})))" for i in range(_N)
-    )
     masked = ", ".join(
         f"CASE WHEN q.bs = {_ts(pg, 'q.c - 60')} THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N)
     )
+    sums = ", ".join(
+        f"SUM(sp.f * ((e.t{i} - sp.we * e.o{i}) - (s.t{i} - sp.ws * s.o{i})))" for i in range(_N)
+    )
     if pg:
+        # Binary arrays: PostgreSQL parses 300 k floats from text far slower.
+        cuts = (
+            "(SELECT * FROM unnest(%(k)b::int4[], %(gpu)b::int4[], %(c)b::float8[]) "
+            "  AS cuts(k, gpu_id, c) ORDER BY gpu_id, c) cuts "  # key order: probes share pages
+        )
         spans = (
-            # Binary arrays: PostgreSQL parses 300 k floats from text far slower.
-            "sp AS MATERIALIZED (SELECT * FROM unnest(%(grp)b::int4[], %(gpu)b::int4[], "
-            "  %(f)b::float8[], %(sc)b::float8[], %(ws)b::float8[], %(ec)b::float8[], "
-            "  %(we)b::float8[]) AS sp(grp, gpu_id, f, sc, ws, ec, we)), "
+            "unnest(%(grp)b::int4[], %(f)b::float8[], %(ks)b::int4[], %(ws)b::float8[], "
+            "  %(ke)b::int4[], %(we)b::float8[]) AS sp(grp, f, ks, ws, ke, we)"
         )
         probes = (
-            "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = pts.gpu_id "
-            f"  AND x.bucket_start < {_ts(pg, 'pts.c')} "
+            "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            f"  AND x.bucket_start < {_ts(pg, 'cuts.c')} "
             "  ORDER BY x.bucket_start DESC LIMIT 1) b ON true "
             "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE b.gpu_id IS NULL "
-            f"  AND x.gpu_id = pts.gpu_id AND x.bucket_start >= {_ts(pg, 'pts.c')} "
+            f"  AND x.gpu_id = cuts.gpu_id AND x.bucket_start >= {_ts(pg, 'cuts.c')} "
             "  ORDER BY x.bucket_start LIMIT 1) a ON true "
         )
     else:
-        spans = "sp AS MATERIALIZED (SELECT * FROM gw_cost_spans), "
+        cuts, spans = "gw_cost_cuts cuts", "gw_cost_spans sp"
         probes = (
-            "LEFT JOIN rollup_1m b ON b.gpu_id = pts.gpu_id AND b.bucket_start = "
-            "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = pts.gpu_id "
-            f"   AND x.bucket_start < {_ts(pg, 'pts.c')} ORDER BY x.bucket_start DESC LIMIT 1) "
-            "LEFT JOIN rollup_1m a ON b.gpu_id IS NULL AND a.gpu_id = pts.gpu_id "
+            "LEFT JOIN rollup_1m b ON b.gpu_id = cuts.gpu_id AND b.bucket_start = "
+            "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            f"   AND x.bucket_start < {_ts(pg, 'cuts.c')} ORDER BY x.bucket_start DESC LIMIT 1) "
+            "LEFT JOIN rollup_1m a ON b.gpu_id IS NULL AND a.gpu_id = cuts.gpu_id "
             "  AND a.bucket_start = (SELECT x.bucket_start FROM rollup_1m x "
-            f"   WHERE x.gpu_id = pts.gpu_id AND x.bucket_start >= {_ts(pg, 'pts.c')} "
+            f"   WHERE x.gpu_id = cuts.gpu_id AND x.bucket_start >= {_ts(pg, 'cuts.c')} "
             "   ORDER BY x.bucket_start LIMIT 1) "
         )
     return (
-        f"WITH {spans}"
-        # In key order, so consecutive probes share index and table pages.
-        "pts AS (SELECT gpu_id, c FROM (SELECT gpu_id, sc AS c FROM sp UNION "
-        "  SELECT gpu_id, ec FROM sp) u ORDER BY gpu_id, c), "
-        f"lk AS MATERIALIZED (SELECT q.gpu_id, q.c, {masked}, "
-        f"  {', '.join(f'q.t{i}' for i in range(_N))} "
-        f"  FROM (SELECT pts.gpu_id, pts.c, b.bucket_start AS bs, {own}, {t} FROM pts {probes}) q) "
-        f"SELECT sp.grp, {sums} FROM sp "
-        "JOIN lk s ON s.gpu_id = sp.gpu_id AND s.c = sp.sc "
-        "JOIN lk e ON e.gpu_id = sp.gpu_id AND e.c = sp.ec "
-        "GROUP BY sp.grp"
+        f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(_N))} "
+        f"  FROM (SELECT cuts.k, cuts.c, b.bucket_start AS bs, {own}, {t} FROM {cuts} {probes}) q) "
+        f"SELECT sp.grp, {sums} FROM {spans} "
+        "JOIN lk s ON s.k = sp.ks JOIN lk e ON e.k = sp.ke GROUP BY sp.grp"
     )
 
 
@@ -392,7 +385,8 @@ def _sum_by_totals(
     parts of the edge minutes outside the span; those parts are read from raw samples where
     raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
     """
-    rows: list[tuple[int, int, float, float, float, float, float]] = []
+    cut_keys: dict[tuple[int, float], int] = {}
+    rows: list[tuple[int, float, int, float, int, float]] = []
     raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
     raw_from = raw_cutoff.timestamp()
     for grp, gpu_id, start, end, factor in spans:
@@ -415,33 +409,52 @@ def _sum_by_totals(
             raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
         else:
             w_end = (e_ceil - e) / 60.0
-        rows.append((grp, gpu_id, factor, s_ceil, w_start, e_ceil, w_end))
+        ks = cut_keys.setdefault((gpu_id, s_ceil), len(cut_keys))
+        ke = cut_keys.setdefault((gpu_id, e_ceil), len(cut_keys))
+        rows.append((grp, factor, ks, w_start, ke, w_end))
     if rows:
-        pg = conn.dialect.name == "postgresql"
-        if pg:
-            cols = ("grp", "gpu", "f", "sc", "ws", "ec", "we")
-            params = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
-            raw: Any = conn.connection.dbapi_connection
-            with raw.cursor() as cur:
-                # JIT would compile for longer than the query runs (its cost estimate for the
-                # probes is far too high); work_mem keeps the joins of 45 k spans in memory.
-                cur.execute("SET LOCAL jit = off")
-                cur.execute("SET LOCAL work_mem = '64MB'")
-                result = cur.execute(_totals_sql(pg), params).fetchall()
-                cur.execute("SET LOCAL jit = DEFAULT")
-                cur.execute("SET LOCAL work_mem = DEFAULT")
-        else:
-            conn.exec_driver_sql(
-                "CREATE TEMPORARY TABLE IF NOT EXISTS gw_cost_spans (grp integer, "
-                "gpu_id integer, f real, sc real, ws real, ec real, we real)"
-            )
-            conn.exec_driver_sql("DELETE FROM gw_cost_spans")
-            conn.exec_driver_sql("INSERT INTO gw_cost_spans VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            result = conn.exec_driver_sql(_totals_sql(pg)).fetchall()
-        for r in result:
+        for r in _run_totals(conn, list(cut_keys), rows):
             out[r[0]].add(Usage(*(float(v) for v in r[1:])))
     if raw_reads:
         _raw(conn, raw_reads, out, thresholds)
+
+
+def _run_totals(
+    conn: Connection,
+    cuts: list[tuple[int, float]],
+    spans: list[tuple[int, float, int, float, int, float]],
+) -> list[Any]:
+    """Run ``_totals_sql`` over cuts k = index of (gpu_id, c) and spans; rows (grp, sums...)."""
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        params: dict[str, list[Any]] = {
+            "k": list(range(len(cuts))),
+            "gpu": [g for g, _ in cuts],
+            "c": [c for _, c in cuts],
+        }
+        for i, name in enumerate(("grp", "f", "ks", "ws", "ke", "we")):
+            params[name] = [r[i] for r in spans]
+        raw: Any = conn.connection.dbapi_connection
+        with raw.cursor() as cur:
+            # JIT would compile for longer than the query runs (its cost estimate for the
+            # probes is far too high); work_mem keeps the joins of 45 k spans in memory.
+            cur.execute("SET LOCAL jit = off")
+            cur.execute("SET LOCAL work_mem = '64MB'")
+            result: list[Any] = cur.execute(_totals_sql(pg), params).fetchall()
+            cur.execute("SET LOCAL jit = DEFAULT")
+            cur.execute("SET LOCAL work_mem = DEFAULT")
+        return result
+    for ddl in (
+        "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, c real)",
+        "gw_cost_spans (grp integer, f real, ks integer, ws real, ke integer, we real)",
+    ):
+        conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {ddl}")
+        conn.exec_driver_sql(f"DELETE FROM {ddl.split()[0]}")
+    conn.exec_driver_sql(
+        "INSERT INTO gw_cost_cuts VALUES (?, ?, ?)", [(k, g, c) for k, (g, c) in enumerate(cuts)]
+    )
+    conn.exec_driver_sql("INSERT INTO gw_cost_spans VALUES (?, ?, ?, ?, ?, ?)", spans)
+    return list(conn.exec_driver_sql(_totals_sql(pg)).all())
 
 
 def _utc(ts: float) -> datetime:
