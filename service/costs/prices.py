@@ -8,6 +8,7 @@ within one pattern the newest row whose effective_from is not after the moment i
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,14 +53,19 @@ def price_at(rows: Sequence[PriceRow], model: str, when: datetime) -> PriceRow |
 
 
 def price_lookup(rows: Sequence[PriceRow]) -> Callable[[str, datetime], PriceRow | None]:
-    """``price_at`` over ``rows`` for many (model, when), matching each model's patterns once."""
-    by_model: dict[str, list[PriceRow]] = {}
+    """``price_at`` over ``rows`` for many (model, when): each model's prices are worked out
+    once as a timeline, then each call is a binary search."""
+    timelines: dict[str, tuple[list[datetime], list[PriceRow | None]]] = {}
 
     def lookup(model: str, when: datetime) -> PriceRow | None:
-        mine = by_model.get(model)
-        if mine is None:
-            mine = by_model[model] = [r for r in rows if matches(r.model_pattern, model)]
-        return price_at(mine, model, when)
+        timeline = timelines.get(model)
+        if timeline is None:
+            mine = [r for r in rows if matches(r.model_pattern, model)]
+            starts = sorted({r.effective_from for r in mine})
+            timeline = timelines[model] = (starts, [price_at(mine, model, t) for t in starts])
+        starts, prices = timeline
+        i = bisect_right(starts, when)
+        return prices[i - 1] if i else None
 
     return lookup
 

@@ -54,7 +54,7 @@ class Usage(Integrals):
 USAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: reports build tens of thousands, and frozen costs 3x
 class Allocation:
     """A job holding a GPU over [start, end); intervals may overlap (api and observed)."""
 
@@ -64,7 +64,7 @@ class Allocation:
     end: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, like Allocation
 class Segment:
     """A stretch [start, end) of one GPU during which the same set of jobs held it."""
 

@@ -314,14 +314,14 @@ def _ts(pg: bool, expr: str) -> str:
 
 @cache
 def _totals_sql(pg: bool) -> str:
-    """Per group, the sum over its spans of f x ((T(ke) - we x O(ke)) - (T(ks) - ws x O(ks))).
+    """Per group, the sum over its terms of f x (T(k) - w x O(k)).
 
     Cuts are (k, gpu_id, c): c a minute as Unix seconds. T(k) is the GPU's running total
     before minute c: the totals of its last bucket before c (one probe of the primary key,
     backwards), or where it has none, those of its first bucket after c less that bucket's
     own values. O(k) is the bucket of the minute just before c if it exists, else 0.
-    Spans are (grp, f, ks, ws, ke, we): the cuts at the minutes after the span's start and
-    end, and the weights of those minutes' own buckets to take off.
+    Terms are (grp, k, w, f): a span adds +f at the cut after its end and -f at the cut
+    after its start, each with the weight w of that minute's own bucket to take off.
     """
     f = CUMULATIVE_FIELDS
     own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
@@ -331,18 +331,20 @@ def _totals_sql(pg: bool) -> str:
     masked = ", ".join(
         f"CASE WHEN q.bs = {_ts(pg, 'q.c - 60')} THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N)
     )
-    sums = ", ".join(
-        f"SUM(sp.f * ((e.t{i} - sp.we * e.o{i}) - (s.t{i} - sp.ws * s.o{i})))" for i in range(_N)
-    )
+    sums = ", ".join(f"SUM(tm.f * (lk.t{i} - tm.w * lk.o{i}))" for i in range(_N))
     if pg:
-        # Binary arrays: PostgreSQL parses 300 k floats from text far slower.
+        # Integers travel as one comma-joined string each and floats as binary arrays:
+        # the cheapest forms to build in Python for 45 k spans (psycopg dumps list
+        # elements one by one in Python; str.join runs in C).
         cuts = (
-            "(SELECT * FROM unnest(%(k)b::int4[], %(gpu)b::int4[], %(c)b::float8[]) "
-            "  AS cuts(k, gpu_id, c) ORDER BY gpu_id, c) cuts "  # key order: probes share pages
+            "(SELECT k - 1 AS k, gpu_id, (c * 60)::float8 AS c FROM unnest("
+            "  string_to_array(%(gpu)s, ',')::int4[], string_to_array(%(c)s, ',')::int4[]) "
+            "  WITH ORDINALITY AS cuts(gpu_id, c, k) "
+            "  ORDER BY gpu_id, c) cuts "  # in key order, so consecutive probes share pages
         )
-        spans = (
-            "unnest(%(grp)b::int4[], %(f)b::float8[], %(ks)b::int4[], %(ws)b::float8[], "
-            "  %(ke)b::int4[], %(we)b::float8[]) AS sp(grp, f, ks, ws, ke, we)"
+        terms = (
+            "unnest(string_to_array(%(grp)s, ',')::int4[], string_to_array(%(k)s, ',')::int4[], "
+            "  %(w)b::float8[], %(f)b::float8[]) AS tm(grp, k, w, f)"
         )
         probes = (
             "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
@@ -353,7 +355,7 @@ def _totals_sql(pg: bool) -> str:
             "  ORDER BY x.bucket_start LIMIT 1) a ON true "
         )
     else:
-        cuts, spans = "gw_cost_cuts cuts", "gw_cost_spans sp"
+        cuts, terms = "gw_cost_cuts cuts", "gw_cost_terms tm"
         probes = (
             "LEFT JOIN rollup_1m b ON b.gpu_id = cuts.gpu_id AND b.bucket_start = "
             "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
@@ -366,8 +368,7 @@ def _totals_sql(pg: bool) -> str:
     return (
         f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(_N))} "
         f"  FROM (SELECT cuts.k, cuts.c, b.bucket_start AS bs, {own}, {t} FROM {cuts} {probes}) q) "
-        f"SELECT sp.grp, {sums} FROM {spans} "
-        "JOIN lk s ON s.k = sp.ks JOIN lk e ON e.k = sp.ke GROUP BY sp.grp"
+        f"SELECT tm.grp, {sums} FROM {terms} JOIN lk ON lk.k = tm.k GROUP BY tm.grp"
     )
 
 
@@ -386,7 +387,9 @@ def _sum_by_totals(
     raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
     """
     cut_keys: dict[tuple[int, float], int] = {}
-    rows: list[tuple[int, float, int, float, int, float]] = []
+    # (grp, cut, weight) -> coefficient: a span is +f x value at its end and -f x value at
+    # its start, so a group's consecutive spans cancel where one ends and the next begins.
+    terms: dict[tuple[int, int, float], float] = defaultdict(float)
     raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
     raw_from = raw_cutoff.timestamp()
     for grp, gpu_id, start, end, factor in spans:
@@ -411,7 +414,9 @@ def _sum_by_totals(
             w_end = (e_ceil - e) / 60.0
         ks = cut_keys.setdefault((gpu_id, s_ceil), len(cut_keys))
         ke = cut_keys.setdefault((gpu_id, e_ceil), len(cut_keys))
-        rows.append((grp, factor, ks, w_start, ke, w_end))
+        terms[(grp, ks, w_start)] -= factor
+        terms[(grp, ke, w_end)] += factor
+    rows = [(g, k, w, f) for (g, k, w), f in terms.items() if f]
     if rows:
         for r in _run_totals(conn, list(cut_keys), rows):
             out[r[0]].add(Usage(*(float(v) for v in r[1:])))
@@ -422,18 +427,23 @@ def _sum_by_totals(
 def _run_totals(
     conn: Connection,
     cuts: list[tuple[int, float]],
-    spans: list[tuple[int, float, int, float, int, float]],
+    terms: list[tuple[int, int, float, float]],
 ) -> list[Any]:
-    """Run ``_totals_sql`` over cuts k = index of (gpu_id, c) and spans; rows (grp, sums...)."""
+    """Run ``_totals_sql`` over cuts k = index of (gpu_id, c) and terms; rows (grp, sums...)."""
     pg = conn.dialect.name == "postgresql"
     if pg:
-        params: dict[str, list[Any]] = {
-            "k": list(range(len(cuts))),
-            "gpu": [g for g, _ in cuts],
-            "c": [c for _, c in cuts],
+
+        def joined(values: Any) -> str:
+            return ",".join(map(str, values))
+
+        params: dict[str, Any] = {
+            "gpu": joined(g for g, _ in cuts),
+            "c": joined(int(c) // 60 for _, c in cuts),  # minutes since the epoch
+            "grp": joined(t[0] for t in terms),
+            "k": joined(t[1] for t in terms),
+            "w": [t[2] for t in terms],
+            "f": [t[3] for t in terms],
         }
-        for i, name in enumerate(("grp", "f", "ks", "ws", "ke", "we")):
-            params[name] = [r[i] for r in spans]
         raw: Any = conn.connection.dbapi_connection
         with raw.cursor() as cur:
             # JIT would compile for longer than the query runs (its cost estimate for the
@@ -446,14 +456,14 @@ def _run_totals(
         return result
     for ddl in (
         "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, c real)",
-        "gw_cost_spans (grp integer, f real, ks integer, ws real, ke integer, we real)",
+        "gw_cost_terms (grp integer, k integer, w real, f real)",
     ):
         conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {ddl}")
         conn.exec_driver_sql(f"DELETE FROM {ddl.split()[0]}")
     conn.exec_driver_sql(
         "INSERT INTO gw_cost_cuts VALUES (?, ?, ?)", [(k, g, c) for k, (g, c) in enumerate(cuts)]
     )
-    conn.exec_driver_sql("INSERT INTO gw_cost_spans VALUES (?, ?, ?, ?, ?, ?)", spans)
+    conn.exec_driver_sql("INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)", terms)
     return list(conn.exec_driver_sql(_totals_sql(pg)).all())
 
 

@@ -27,6 +27,8 @@ def make_engine(database_url: str, **kwargs: Any) -> Engine:
             cur.close()
 
         return engine
+    # Sessions in UTC: psycopg then returns timestamps already in datetime.UTC.
+    kwargs.setdefault("connect_args", {"options": "-c timezone=UTC"})
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     kwargs.setdefault("pool_pre_ping", True)

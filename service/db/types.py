@@ -31,6 +31,8 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         stored: datetime = value
+        if stored.tzinfo is UTC:  # PostgreSQL sessions run in UTC (engine.py)
+            return stored
         if stored.tzinfo is None:
             return stored.replace(tzinfo=UTC)
         return stored.astimezone(UTC)

@@ -328,3 +328,23 @@ def test_usage_add_covers_every_field():
     for i, f in enumerate(fields(Usage)):
         want = 2.0 * (i + 1) + (1.0 if f.name == "covered_seconds" else 0.0)
         assert getattr(total, f.name) == want, f.name
+
+
+def test_price_lookup_agrees_with_price_at():
+    from datetime import UTC, datetime, timedelta
+
+    from service.costs.prices import price_lookup
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        PriceRow("*H100*", 4.0, t0),
+        PriceRow("NVIDIA H100 80GB HBM3", 3.5, t0 + timedelta(days=10)),  # more specific
+        PriceRow("*H100*", 3.0, t0 + timedelta(days=20)),  # newer but less specific
+        PriceRow("*A100*", 2.0, t0 + timedelta(days=5)),
+    ]
+    lookup = price_lookup(rows)
+    for model in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "L4"):
+        for day in range(-2, 30):
+            when = t0 + timedelta(days=day, hours=7)
+            assert lookup(model, when) == price_at(rows, model, when), (model, day)
+    assert lookup("NVIDIA H100 80GB HBM3", t0 + timedelta(days=25)).usd_per_gpu_hour == 3.5
