@@ -36,7 +36,6 @@ from service.db.schema import (
 )
 from service.db.types import UTCDateTime
 
-CHUNK = 1500  # spans per statement: 4 bound values each stays under SQLite's 32766 limit
 _INTEGRALS = USAGE_FIELDS[:6]
 
 
