@@ -320,7 +320,8 @@ def _totals_sql(pg: bool) -> str:
     backwards), or where it has none, those of its first bucket after c less that bucket's
     own values. O(k) is the bucket of the minute just before c if it exists, else 0.
     Terms are (grp, k, w, f): a span adds +f at the cut after its end and -f at the cut
-    after its start, each with the weight w of that minute's own bucket to take off.
+    after its start, each with the weight w of that minute's own bucket to take off (the
+    sum adds up a group's terms, so repeated ones need no merging).
     """
     f = CUMULATIVE_FIELDS
     own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
@@ -385,10 +386,13 @@ def _sum_by_totals(
     parts of the edge minutes outside the span; those parts are read from raw samples where
     raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
     """
-    cut_keys: dict[tuple[int, float], int] = {}
-    # (grp, cut, weight) -> coefficient: a span is +f x value at its end and -f x value at
-    # its start, so a group's consecutive spans cancel where one ends and the next begins.
-    terms: dict[tuple[int, int, float], float] = defaultdict(float)
+    # Cuts keyed by gpu_id x 2^32 + minute; terms as four flat columns. Plain ints and floats
+    # only: 45 k spans make 90 k terms, and tuples would keep the cyclic GC busy.
+    cut_keys: dict[int, int] = {}
+    t_grp: list[int] = []
+    t_cut: list[int] = []
+    t_weight: list[float] = []
+    t_factor: list[float] = []
     raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
     raw_from = raw_cutoff.timestamp()
     for grp, gpu_id, start, end, factor in spans:
@@ -411,13 +415,16 @@ def _sum_by_totals(
             raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
         else:
             w_end = (e_ceil - e) / 60.0
-        ks = cut_keys.setdefault((gpu_id, s_ceil), len(cut_keys))
-        ke = cut_keys.setdefault((gpu_id, e_ceil), len(cut_keys))
-        terms[(grp, ks, w_start)] -= factor
-        terms[(grp, ke, w_end)] += factor
-    rows = [(g, k, w, f) for (g, k, w), f in terms.items() if f]
-    if rows:
-        for r in _run_totals(conn, list(cut_keys), rows):
+        # A span is +factor x (value at its end) - factor x (value at its start).
+        ks = cut_keys.setdefault((gpu_id << 32) + int(s_ceil // 60), len(cut_keys))
+        ke = cut_keys.setdefault((gpu_id << 32) + int(e_ceil // 60), len(cut_keys))
+        t_grp += (grp, grp)
+        t_cut += (ks, ke)
+        t_weight += (w_start, w_end)
+        t_factor += (-factor, factor)
+    if t_grp:
+        cuts = [(key >> 32, (key & 0xFFFFFFFF) * 60) for key in cut_keys]
+        for r in _run_totals(conn, cuts, (t_grp, t_cut, t_weight, t_factor)):
             out[r[0]].add(Usage(*(float(v) for v in r[1:])))
     if raw_reads:
         _raw(conn, raw_reads, out, thresholds)
@@ -425,11 +432,13 @@ def _sum_by_totals(
 
 def _run_totals(
     conn: Connection,
-    cuts: list[tuple[int, float]],
-    terms: list[tuple[int, int, float, float]],
+    cuts: list[tuple[int, int]],
+    terms: tuple[list[int], list[int], list[float], list[float]],
 ) -> list[Any]:
-    """Run ``_totals_sql`` over cuts k = index of (gpu_id, c) and terms; rows (grp, sums...)."""
+    """Run ``_totals_sql`` over cuts k = index of (gpu_id, minute as Unix seconds) and the
+    terms' columns (grp, k, w, f); rows (grp, sums...)."""
     pg = conn.dialect.name == "postgresql"
+    grp, cut, weight, factor = terms
     if pg:
 
         def joined(values: Any) -> str:
@@ -437,11 +446,11 @@ def _run_totals(
 
         params: dict[str, Any] = {
             "gpu": joined(g for g, _ in cuts),
-            "c": joined(int(c) // 60 for _, c in cuts),  # minutes since the epoch
-            "grp": joined(t[0] for t in terms),
-            "k": joined(t[1] for t in terms),
-            "w": [t[2] for t in terms],
-            "f": [t[3] for t in terms],
+            "c": joined(c // 60 for _, c in cuts),  # minutes since the epoch
+            "grp": joined(grp),
+            "k": joined(cut),
+            "w": weight,
+            "f": factor,
         }
         raw: Any = conn.connection.dbapi_connection
         with raw.cursor() as cur:
@@ -462,7 +471,10 @@ def _run_totals(
     conn.exec_driver_sql(
         "INSERT INTO gw_cost_cuts VALUES (?, ?, ?)", [(k, g, c) for k, (g, c) in enumerate(cuts)]
     )
-    conn.exec_driver_sql("INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)", terms)
+    conn.exec_driver_sql(
+        "INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)",
+        list(zip(grp, cut, weight, factor, strict=True)),
+    )
     return list(conn.exec_driver_sql(_totals_sql(pg)).all())
 
 
