@@ -16,6 +16,7 @@ minutes of raw retention read an empty samples table and older edges read 1m buc
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -232,6 +233,7 @@ def compare(conn: Any, settings: Settings, start: datetime, fast: dict[str, Any]
 
 def bench(engine: Engine, days: int, check: bool = False) -> None:
     settings = Settings()
+    gc.freeze()  # as `gpuwarden serve` does once it has started (service/cli.py)
     start = END - timedelta(days=days)
     with engine.connect() as conn:
         n1m = conn.execute(select(func.count()).select_from(rollup_1m)).scalar_one()
