@@ -306,19 +306,15 @@ _N = len(CUMULATIVE_FIELDS)
 _SQLITE_TS = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
 
 
-def _ts(pg: bool, expr: str) -> str:
-    """SQL for the stored form of Unix time ``expr`` (timestamptz, or SQLite's text)."""
-    return f"to_timestamp({expr})" if pg else _SQLITE_TS.format(expr)
-
-
 @cache
 def _totals_sql(pg: bool) -> str:
     """Per group, the sum over its terms of f x (T(k) - w x O(k)).
 
-    Cuts are (k, gpu_id, c): c a minute as Unix seconds. T(k) is the GPU's running total
-    before minute c: the totals of its last bucket before c (one probe of the primary key,
-    backwards), or where it has none, those of its first bucket after c less that bucket's
-    own values. O(k) is the bucket of the minute just before c if it exists, else 0.
+    Cuts are (k, gpu_id, ts, prev_ts): ts a minute and prev_ts the minute before, in their
+    stored form. T(k) is the GPU's running total before ts: the totals of its last bucket
+    before ts (one probe of the primary key, backwards), or where it has none, those of its
+    first bucket after ts less that bucket's own values. O(k) is the bucket at prev_ts if it
+    exists, else 0.
     Terms are (grp, k, w, f): a span adds +f at the cut after its end and -f at the cut
     after its start, each with the weight w of that minute's own bucket to take off (the
     sum adds up a group's terms, so repeated ones need no merging).
@@ -328,19 +324,18 @@ def _totals_sql(pg: bool) -> str:
     t = ", ".join(
         f"COALESCE(b.cum_{x}, a.cum_{x} - COALESCE(a.{x}, 0), 0) AS t{i}" for i, x in enumerate(f)
     )
-    masked = ", ".join(
-        f"CASE WHEN q.bs = {_ts(pg, 'q.c - 60')} THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N)
-    )
+    masked = ", ".join(f"CASE WHEN q.prev THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N))
     sums = ", ".join(f"SUM(tm.f * (lk.t{i} - tm.w * lk.o{i}))" for i in range(_N))
     if pg:
         # Integers travel as one comma-joined string each and floats as binary arrays:
         # the cheapest forms to build in Python for 45 k spans (psycopg dumps list
         # elements one by one in Python; str.join runs in C).
         cuts = (
-            "(SELECT k - 1 AS k, gpu_id, (c * 60)::float8 AS c FROM unnest("
+            "(SELECT k - 1 AS k, gpu_id, to_timestamp(m * 60) AS ts, "
+            "  to_timestamp(m * 60 - 60) AS prev_ts FROM unnest("
             "  string_to_array(%(gpu)s, ',')::int4[], string_to_array(%(c)s, ',')::int4[]) "
-            "  WITH ORDINALITY AS cuts(gpu_id, c, k) "
-            "  ORDER BY gpu_id, c) cuts "  # in key order, so consecutive probes share pages
+            "  WITH ORDINALITY AS cuts(gpu_id, m, k) "
+            "  ORDER BY gpu_id, m) cuts "  # in key order, so consecutive probes share pages
         )
         terms = (
             "unnest(string_to_array(%(grp)s, ',')::int4[], string_to_array(%(k)s, ',')::int4[], "
@@ -348,26 +343,29 @@ def _totals_sql(pg: bool) -> str:
         )
         probes = (
             "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
-            f"  AND x.bucket_start < {_ts(pg, 'cuts.c')} "
+            "  AND x.bucket_start < cuts.ts "
             "  ORDER BY x.bucket_start DESC LIMIT 1) b ON true "
             "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE b.gpu_id IS NULL "
-            f"  AND x.gpu_id = cuts.gpu_id AND x.bucket_start >= {_ts(pg, 'cuts.c')} "
+            "  AND x.gpu_id = cuts.gpu_id AND x.bucket_start >= cuts.ts "
             "  ORDER BY x.bucket_start LIMIT 1) a ON true "
         )
     else:
         cuts, terms = "gw_cost_cuts cuts", "gw_cost_terms tm"
+        # Rows are found by rowid (the subquery reads it from the primary-key index, so the
+        # join needs no second descent), and the fallback probe runs only where the first
+        # found nothing (CASE short-circuits; a bare AND would still evaluate the subquery).
         probes = (
-            "LEFT JOIN rollup_1m b ON b.gpu_id = cuts.gpu_id AND b.bucket_start = "
-            "  (SELECT x.bucket_start FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
-            f"   AND x.bucket_start < {_ts(pg, 'cuts.c')} ORDER BY x.bucket_start DESC LIMIT 1) "
-            "LEFT JOIN rollup_1m a ON b.gpu_id IS NULL AND a.gpu_id = cuts.gpu_id "
-            "  AND a.bucket_start = (SELECT x.bucket_start FROM rollup_1m x "
-            f"   WHERE x.gpu_id = cuts.gpu_id AND x.bucket_start >= {_ts(pg, 'cuts.c')} "
-            "   ORDER BY x.bucket_start LIMIT 1) "
+            "LEFT JOIN rollup_1m b ON b.rowid = "
+            "  (SELECT x.rowid FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            "   AND x.bucket_start < cuts.ts ORDER BY x.bucket_start DESC LIMIT 1) "
+            "LEFT JOIN rollup_1m a ON a.rowid = CASE WHEN b.rowid IS NULL THEN "
+            "  (SELECT x.rowid FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            "   AND x.bucket_start >= cuts.ts ORDER BY x.bucket_start LIMIT 1) END "
         )
     return (
         f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(_N))} "
-        f"  FROM (SELECT cuts.k, cuts.c, b.bucket_start AS bs, {own}, {t} FROM {cuts} {probes}) q) "
+        f"  FROM (SELECT cuts.k, b.bucket_start = cuts.prev_ts AS prev, {own}, {t} "
+        f"    FROM {cuts} {probes}) q) "
         f"SELECT tm.grp, {sums} FROM {terms} JOIN lk ON lk.k = tm.k GROUP BY tm.grp"
     )
 
@@ -463,13 +461,16 @@ def _run_totals(
             cur.execute("SET LOCAL work_mem = DEFAULT")
         return result
     for ddl in (
-        "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, c real)",
+        "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, ts text, prev_ts text)",
         "gw_cost_terms (grp integer, k integer, w real, f real)",
     ):
         conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {ddl}")
         conn.exec_driver_sql(f"DELETE FROM {ddl.split()[0]}")
+    # The minutes in SQLite's stored text form, formatted once per cut (not once per use).
     conn.exec_driver_sql(
-        "INSERT INTO gw_cost_cuts VALUES (?, ?, ?)", [(k, g, c) for k, (g, c) in enumerate(cuts)]
+        f"INSERT INTO gw_cost_cuts VALUES (?, ?, {_SQLITE_TS.format('?')}, "
+        f"{_SQLITE_TS.format('? - 60')})",
+        [(k, g, c, c) for k, (g, c) in enumerate(cuts)],
     )
     conn.exec_driver_sql(
         "INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)",
