@@ -20,7 +20,7 @@ from service.costs.waste import (
     segment_gpu,
     summarize,
 )
-from service.db import jobs_repo, prices_repo
+from service.db import costs_repo, jobs_repo, prices_repo
 from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
 from tests.integration.cost_data import GIB, roll_up, store_series
@@ -229,3 +229,20 @@ def test_job_summary_with_raw_edges_is_exact(engine: Engine, clock: FakeClock, f
         summary = report.job_summary(conn, settings=Settings(), job=job, now=clock())
     want = expected_from_raw(engine, at(-600), at(HOURS * 3600 + 600))[job_id]
     assert_agree({job_id: summary["summary"]}, {job_id: want}, rel=1e-6)
+
+
+def test_report_summed_on_two_connections_is_the_same(
+    engine: Engine, clock: FakeClock, fleet, monkeypatch: pytest.MonkeyPatch
+):
+    # Big reports split their GPUs in two halves summed on two connections at once.
+    start, end = at(-600), at(HOURS * 3600 + 600)
+    with engine.connect() as conn:
+        one = report.cost_report(
+            conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
+        )
+        monkeypatch.setattr(costs_repo, "_PARALLEL_FROM", 0)
+        two = report.cost_report(
+            conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
+        )
+    assert {r["key"] for r in one["rows"]} == {"a", "b", "c", UNALLOCATED}
+    assert_agree({r["key"]: r for r in two["rows"]}, {r["key"]: r for r in one["rows"]}, 1e-9)
