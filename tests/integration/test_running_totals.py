@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import psycopg
 import pytest
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, delete, func, insert, select
 
+from service.db.engine import make_engine
+from service.db.migrate import upgrade
 from service.db.rollup_repo import fill_cumulative
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1m
+from tests.conftest import PG_ADMIN_URL, _pg_url
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock
 
@@ -104,3 +110,38 @@ def test_fill_computes_totals_left_pending_by_any_writer(engine: Engine, clock: 
         conn.execute(rollup_1m.update().values(cum_covered_seconds=None, cum_idle_seconds=-1.0))
         assert fill_cumulative(conn) > 10
     assert_totals_are_running_sums(engine)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_migration_0005_fills_the_totals_of_rollups_already_stored(
+    backend: str, tmp_path: Path
+) -> None:
+    if backend == "sqlite":
+        url, name = f"sqlite:///{tmp_path / 'old.db'}", None
+    else:
+        name = f"gpuwarden_mig_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        url = _pg_url(name)
+    engine = make_engine(url)
+    try:
+        upgrade(engine, "0004")
+        with engine.begin() as conn:  # rollups written by a version without running totals
+            conn.execute(
+                insert(rollup_1m),
+                [
+                    {"gpu_id": g, "bucket_start": T0 + timedelta(minutes=m), "sample_count": 6,
+                     "covered_seconds": 60.0, "idle_seconds": float(m % 3) * 10,
+                     "idle_held_seconds": 0.0, "unused_seconds": 30.0 + m,
+                     "fallback_seconds": 0.0, "energy_used_joules": 1000.0 * g,
+                     "tensor_active_sum": None if m % 4 == 0 else 0.5, "tensor_active_count": 6}
+                    for g in (1, 2) for m in range(30)
+                ],
+            )  # fmt: skip
+        upgrade(engine)
+        assert assert_totals_are_running_sums(engine) == 60
+    finally:
+        engine.dispose()
+        if name:
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
