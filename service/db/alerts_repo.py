@@ -72,25 +72,51 @@ def _upsert(
     return not exists
 
 
+def _specs(conn: Connection, table: Table) -> list[Any]:
+    """The stored spec documents of ``table`` (policies or channels), by name."""
+    return [r.spec for r in conn.execute(select(table.c.spec).order_by(table.c.name))]
+
+
+def _spec(conn: Connection, table: Table, *, name: str, what: str) -> Any:
+    """The stored spec document named ``name``, or NotFound naming the ``what``."""
+    spec = conn.execute(select(table.c.spec).where(table.c.name == name)).scalar()
+    if spec is None:
+        raise NotFound(f"no {what} named {name!r}")
+    return spec
+
+
+def _insert_new(
+    conn: Connection, table: Table, *, name: str, spec: dict[str, Any], source: str,
+    now: datetime, taken: str,
+) -> None:  # fmt: skip
+    """Store a new spec; Conflict with the message ``taken`` if the name is in use."""
+    if conn.execute(select(table.c.name).where(table.c.name == name)).first():
+        raise Conflict(taken)
+    _upsert(conn, table, name=name, spec=spec, source=source, now=now)
+
+
+def _delete(conn: Connection, table: Table, *, name: str, what: str) -> None:
+    """Delete the spec named ``name``, or NotFound naming the ``what``."""
+    if conn.execute(delete(table).where(table.c.name == name)).rowcount == 0:
+        raise NotFound(f"no {what} named {name!r}")
+
+
 def list_policies(conn: Connection) -> list[PolicySpec]:
     """Every policy, by name."""
-    rows = conn.execute(select(policies.c.spec).order_by(policies.c.name))
-    return [PolicySpec.model_validate(r.spec) for r in rows]
+    return [PolicySpec.model_validate(spec) for spec in _specs(conn, policies)]
 
 
 def get_policy(conn: Connection, *, name: str) -> PolicySpec:
     """Policy ``name``, or NotFound."""
-    spec = conn.execute(select(policies.c.spec).where(policies.c.name == name)).scalar()
-    if spec is None:
-        raise NotFound(f"no policy named {name!r}")
-    return PolicySpec.model_validate(spec)
+    return PolicySpec.model_validate(_spec(conn, policies, name=name, what="policy"))
 
 
 def create_policy(conn: Connection, *, policy: PolicySpec, source: str, now: datetime) -> None:
     """Store a new policy; Conflict if the name is taken."""
-    if conn.execute(select(policies.c.name).where(policies.c.name == policy.name)).first():
-        raise Conflict(f"a policy named {policy.name!r} exists; PUT /policies/{policy.name}")
-    _upsert(conn, policies, name=policy.name, spec=policy.document(), source=source, now=now)
+    _insert_new(
+        conn, policies, name=policy.name, spec=policy.document(), source=source, now=now,
+        taken=f"a policy named {policy.name!r} exists; PUT /policies/{policy.name}",
+    )  # fmt: skip
 
 
 def put_policy(conn: Connection, *, policy: PolicySpec, source: str, now: datetime) -> bool:
@@ -100,35 +126,30 @@ def put_policy(conn: Connection, *, policy: PolicySpec, source: str, now: dateti
 
 def delete_policy(conn: Connection, *, name: str) -> None:
     """Delete policy ``name`` (NotFound if absent); its open alerts resolve at the next round."""
-    if conn.execute(delete(policies).where(policies.c.name == name)).rowcount == 0:
-        raise NotFound(f"no policy named {name!r}")
+    _delete(conn, policies, name=name, what="policy")
 
 
 def list_channels(conn: Connection) -> list[ChannelSpec]:
     """Every channel, by name (with secrets: never return these from the API as they are)."""
-    rows = conn.execute(select(channels.c.spec).order_by(channels.c.name))
-    return [ChannelSpec.model_validate(r.spec) for r in rows]
+    return [ChannelSpec.model_validate(spec) for spec in _specs(conn, channels)]
 
 
 def get_channel(conn: Connection, *, name: str) -> ChannelSpec:
     """Channel ``name``, or NotFound."""
-    spec = conn.execute(select(channels.c.spec).where(channels.c.name == name)).scalar()
-    if spec is None:
-        raise NotFound(f"no channel named {name!r}")
-    return ChannelSpec.model_validate(spec)
+    return ChannelSpec.model_validate(_spec(conn, channels, name=name, what="channel"))
 
 
 def create_channel(conn: Connection, *, channel: ChannelSpec, source: str, now: datetime) -> None:
     """Store a new channel; Conflict if the name is taken."""
-    if conn.execute(select(channels.c.name).where(channels.c.name == channel.name)).first():
-        raise Conflict(f"a channel named {channel.name!r} exists")
-    _upsert(conn, channels, name=channel.name, spec=channel.model_dump(), source=source, now=now)
+    _insert_new(
+        conn, channels, name=channel.name, spec=channel.model_dump(), source=source, now=now,
+        taken=f"a channel named {channel.name!r} exists",
+    )  # fmt: skip
 
 
 def delete_channel(conn: Connection, *, name: str) -> None:
     """Delete channel ``name`` (NotFound if absent)."""
-    if conn.execute(delete(channels).where(channels.c.name == name)).rowcount == 0:
-        raise NotFound(f"no channel named {name!r}")
+    _delete(conn, channels, name=name, what="channel")
 
 
 def sync_from_file(
