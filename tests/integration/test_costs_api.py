@@ -32,6 +32,15 @@ def put_prices(http: httpx.Client, tokens, rows=None) -> httpx.Response:  # type
     return http.put("/api/v1/prices", json=rows, headers=auth(tokens["admin"]))
 
 
+def post_job(
+    http: httpx.Client, tokens, job_id: str, minutes: float, **fields: object
+) -> httpx.Response:  # type: ignore[no-untyped-def]
+    """POST job ``job_id`` on GPU-a0 from T0 for ``minutes``, with the other ``fields``."""
+    body = {"id": job_id, **fields, "gpus": ["GPU-a0"], "started_at": iso(T0),
+            "ended_at": iso(T0 + timedelta(minutes=minutes))}  # fmt: skip
+    return http.post("/api/v1/jobs", json=body, headers=auth(tokens["admin"]))
+
+
 @pytest.fixture
 def worked(engine: Engine, clock: FakeClock) -> None:
     """GPU-a0 on node-a with design 4's worked example over 06:00-07:00, rolled up."""
@@ -41,19 +50,7 @@ def worked(engine: Engine, clock: FakeClock) -> None:
 
 def test_worked_example_job_summary_and_tags(http: httpx.Client, tokens, worked):
     assert put_prices(http, tokens).status_code == 200
-    r = http.post(
-        "/api/v1/jobs",
-        json={
-            "id": "slurm:1",
-            "user": "alice",
-            "team": "vision",
-            "project": "p1",
-            "gpus": ["GPU-a0"],
-            "started_at": iso(T0),
-            "ended_at": iso(T0 + timedelta(hours=1)),
-        },
-        headers=auth(tokens["admin"]),
-    )
+    r = post_job(http, tokens, "slurm:1", 60, user="alice", team="vision", project="p1")
     assert r.status_code == 201, r.text
     job = http.get("/api/v1/jobs/slurm:1", headers=auth(tokens["reader"])).json()
     s = job["summary"]
@@ -75,17 +72,7 @@ def test_worked_example_job_summary_and_tags(http: httpx.Client, tokens, worked)
 def test_report_groups_totals_unallocated_and_csv(http: httpx.Client, tokens, worked):
     put_prices(http, tokens)
     # The job holds the GPU for the first 45 minutes only; the rest is unallocated.
-    http.post(
-        "/api/v1/jobs",
-        json={
-            "id": "j1",
-            "team": "vision",
-            "gpus": ["GPU-a0"],
-            "started_at": iso(T0),
-            "ended_at": iso(T0 + timedelta(minutes=45)),
-        },
-        headers=auth(tokens["admin"]),
-    ).raise_for_status()
+    post_job(http, tokens, "j1", 45, team="vision").raise_for_status()
     params = {"start": iso(T0), "end": iso(T0 + timedelta(hours=2)), "group_by": "team"}
     rep = http.get("/api/v1/reports/cost", params=params, headers=auth(tokens["reader"])).json()
     rows = {r["key"]: r for r in rep["rows"]}
@@ -112,17 +99,7 @@ def test_report_groups_totals_unallocated_and_csv(http: httpx.Client, tokens, wo
 
 def test_report_by_node_model_user_and_job(http: httpx.Client, tokens, worked):
     put_prices(http, tokens)
-    http.post(
-        "/api/v1/jobs",
-        json={
-            "id": "j1",
-            "user": "alice",
-            "gpus": ["GPU-a0"],
-            "started_at": iso(T0),
-            "ended_at": iso(T0 + timedelta(hours=1)),
-        },
-        headers=auth(tokens["admin"]),
-    ).raise_for_status()
+    post_job(http, tokens, "j1", 60, user="alice").raise_for_status()
     params = {"start": iso(T0), "end": iso(T0 + timedelta(hours=1))}
     for group_by, key in [
         ("node", "node-a"),
