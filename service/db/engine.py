@@ -27,9 +27,16 @@ def make_engine(database_url: str, **kwargs: Any) -> Engine:
             cur.close()
 
         return engine
-    # Sessions in UTC: psycopg then returns timestamps already in datetime.UTC.
-    kwargs.setdefault("connect_args", {"options": "-c timezone=UTC"})
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(database_url, **kwargs)
+    engine = create_engine(database_url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _utc_session(dbapi_conn: Any, _record: Any) -> None:
+        # Sessions in UTC: psycopg then returns timestamps already in datetime.UTC. A SET, not
+        # a startup "options" parameter, which PgBouncer refuses by default.
+        dbapi_conn.execute("SET TIME ZONE 'UTC'")
+        dbapi_conn.commit()
+
+    return engine
