@@ -13,6 +13,7 @@ from sqlalchemy import (
     Connection,
     Integer,
     Table,
+    and_,
     bindparam,
     delete,
     func,
@@ -25,7 +26,7 @@ from sqlalchemy import (
 
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.db.dialect import bulk_insert_ignore
-from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, rollup_dirty, samples
+from service.db.schema import CUMULATIVE_FIELDS, gpus, rollup_1h, rollup_1m, rollup_dirty, samples
 from service.db.types import UTCDateTime
 from service.vocabulary import METRIC_NAMES
 
@@ -105,13 +106,60 @@ def _hour_from_minutes() -> Any:
     return insert(rollup_1h).from_select([col.name for col in cols], query)
 
 
-def _replace(
-    conn: Connection, table: Table, keys: list[tuple[int, datetime]], rows: list[dict[str, Any]]
-) -> None:
+def _delete_keys(conn: Connection, table: Table, keys: list[tuple[int, datetime]]) -> None:
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
         conn.execute(delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(chunk)))
+
+
+def _replace(
+    conn: Connection, table: Table, keys: list[tuple[int, datetime]], rows: list[dict[str, Any]]
+) -> None:
+    _delete_keys(conn, table, keys)
     bulk_insert_ignore(conn, table, ["gpu_id", "bucket_start"], rows)
+
+
+_CUM_COLUMNS = tuple(f"cum_{f}" for f in CUMULATIVE_FIELDS)
+
+
+def _add_running_totals(
+    conn: Connection, rows: list[dict[str, Any]], *, firsts: dict[int, datetime]
+) -> set[int]:
+    """Set the running totals (``cum_*``) of new minute ``rows`` where that can be done now;
+    returns the GPUs where it cannot.
+
+    It can for every GPU whose remaining buckets all lie before its first recomputed minute
+    (``firsts``; the usual, in-order case): its totals continue from its last bucket. Rows of
+    other GPUs (late data, with buckets after it) keep NULL totals for ``fill_cumulative``. So
+    a row is written once, not inserted and then updated.
+    """
+    last: dict[int, tuple[datetime, tuple[Any, ...]]] = {}
+    g, r, x = gpus.c, rollup_1m.c, rollup_1m.alias("x").c
+    newest = select(func.max(x.bucket_start)).where(x.gpu_id == g.id).scalar_subquery()
+    ids = sorted(firsts)
+    for i in range(0, len(ids), 500):
+        # Driven from gpus: one backward probe of the key per GPU, never a scan of its rows.
+        q = (
+            select(g.id, r.bucket_start, *(r[c] for c in _CUM_COLUMNS))
+            .select_from(gpus.join(rollup_1m, and_(r.gpu_id == g.id, r.bucket_start == newest)))
+            .where(g.id.in_(ids[i : i + 500]))
+        )
+        for gpu_id, bucket, *cum in conn.execute(q).all():
+            last[gpu_id] = (bucket, tuple(cum))
+    running: dict[int, list[float] | None] = {}
+    for gpu_id, first in firsts.items():
+        newest_bucket, totals = last.get(gpu_id, (None, (0.0,) * len(_CUM_COLUMNS)))
+        in_order = (newest_bucket is None or newest_bucket < first) and None not in totals
+        running[gpu_id] = [float(t) for t in totals] if in_order else None
+    for row in sorted(rows, key=lambda row: row["bucket_start"]):
+        acc = running[row["gpu_id"]]
+        for i, (f, c) in enumerate(zip(CUMULATIVE_FIELDS, _CUM_COLUMNS, strict=True)):
+            if acc is None:
+                row[c] = None
+            else:
+                acc[i] += row[f] or 0.0
+                row[c] = acc[i]
+    return {gpu_id for gpu_id, acc in running.items() if acc is None}
 
 
 def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_000) -> int:
@@ -158,16 +206,18 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
             if row is not None:
                 minute_rows.append(row)
             hours.add((gpu_id, bucket.replace(minute=0)))
-    _replace(conn, rollup_1m, keys, minute_rows)
-    # A minute that lost its row would leave later running totals counting it: recompute them.
-    kept = {(r["gpu_id"], r["bucket_start"]) for r in minute_rows}
-    for gpu_id, bucket in keys:
-        if (gpu_id, bucket) not in kept:
-            conn.execute(
-                update(rollup_1m)
-                .where(rollup_1m.c.gpu_id == gpu_id, rollup_1m.c.bucket_start > bucket)
-                .values(cum_covered_seconds=None)
-            )
+    _delete_keys(conn, rollup_1m, keys)
+    firsts = {g: min(b) for g, b in by_gpu.items()}
+    late = _add_running_totals(conn, minute_rows, firsts=firsts)
+    bulk_insert_ignore(conn, rollup_1m, ["gpu_id", "bucket_start"], minute_rows)
+    # Late data: buckets after the recomputed ones still hold totals that counted the old
+    # values (or a minute that lost its row). Mark them for fill_cumulative.
+    for gpu_id in late:
+        conn.execute(
+            update(rollup_1m)
+            .where(rollup_1m.c.gpu_id == gpu_id, rollup_1m.c.bucket_start >= firsts[gpu_id])
+            .values(cum_covered_seconds=None)
+        )
     fill_cumulative(conn)
 
     hour_keys = sorted(hours)
@@ -212,10 +262,13 @@ def fill_cumulative(conn: Connection) -> int:
     For each GPU this restarts at its first bucket without totals, so a late bucket inserted
     before others shifts the totals of all the buckets after it. Returns the rows updated.
     """
-    result = conn.execute(_fill_cumulative_sql())
-    if conn.dialect.name == "sqlite":  # sqlite3 reports no rowcount for a WITH ... UPDATE
-        return int(conn.exec_driver_sql("SELECT changes()").scalar_one())
-    return int(result.rowcount or 0)
+    if conn.dialect.name != "sqlite":
+        return int(conn.execute(_fill_cumulative_sql()).rowcount or 0)
+    # sqlite3 reports no rowcount for a WITH ... UPDATE, and changes() still holds the last
+    # INSERT's count when the UPDATE touched nothing: count by the difference of totals.
+    before = int(conn.exec_driver_sql("SELECT total_changes()").scalar_one())
+    conn.execute(_fill_cumulative_sql())
+    return int(conn.exec_driver_sql("SELECT total_changes()").scalar_one()) - before
 
 
 def delete_rollups_before(conn: Connection, *, table: Table, cutoff: datetime) -> int:
