@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -169,19 +170,19 @@ def _fill(conn: Connection, table: Table, rows: Sequence[tuple[Any, ...]]) -> No
     conn.exec_driver_sql(f"ANALYZE {table.name}")
 
 
-_PG_PROBE_SETTINGS = ("enable_hashjoin", "enable_mergejoin", "jit")
-
-
-def _prefer_index_probes(conn: Connection, on: bool) -> None:
-    """On PostgreSQL, make the span joins probe the rollups' primary key once per span.
-
-    The planner cannot estimate range joins and would hash-join a full scan of rollup_1m
-    (tens of millions of rows) instead; JIT only adds compile time to these short queries.
-    """
-    if conn.dialect.name != "postgresql":
-        return
-    for name in _PG_PROBE_SETTINGS:
-        conn.exec_driver_sql(f"SET LOCAL {name} = {'off' if on else 'DEFAULT'}")
+@contextmanager
+def _pg_local(conn: Connection, **settings: str) -> Iterator[None]:
+    """On PostgreSQL, SET LOCAL each setting for the statements inside, then back to default."""
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        for name, value in settings.items():
+            conn.exec_driver_sql(f"SET LOCAL {name} = {value}")
+    try:
+        yield
+    finally:
+        if pg:
+            for name in settings:
+                conn.exec_driver_sql(f"SET LOCAL {name} = DEFAULT")
 
 
 def _bucket_sums(
@@ -291,14 +292,15 @@ def _sum_by_buckets(
     if rows:
         _fill(conn, _SEGMENTS, rows)
         s = _SEGMENTS.c
-        _prefer_index_probes(conn, True)
-        for a, b in _HOUR_SLOTS:
-            _bucket_sums(conn, rollup_1h, a, b, s.factor, out)
-        for a, b, sign in _MINUTE_SLOTS:
-            _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out)
-        _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
-        _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
-        _prefer_index_probes(conn, False)
+        # The planner cannot estimate these range joins and would hash-join a full scan of
+        # rollup_1m instead of probing its key once per span; JIT only adds compile time.
+        with _pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
+            for a, b in _HOUR_SLOTS:
+                _bucket_sums(conn, rollup_1h, a, b, s.factor, out)
+            for a, b, sign in _MINUTE_SLOTS:
+                _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out)
+            _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
+            _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
     if raw:
         _raw(conn, raw, out, thresholds)
 
@@ -506,14 +508,10 @@ def _run_totals(
             "f": factor,
         }
         raw: Any = conn.connection.dbapi_connection
-        with raw.cursor() as cur:
-            # JIT would compile for longer than the query runs (its cost estimate for the
-            # probes is far too high); work_mem keeps the joins of 45 k spans in memory.
-            cur.execute("SET LOCAL jit = off")
-            cur.execute("SET LOCAL work_mem = '64MB'")
+        # JIT would compile for longer than the query runs (its cost estimate for the probes
+        # is far too high); work_mem keeps the joins of 45 k spans in memory.
+        with _pg_local(conn, jit="off", work_mem="'64MB'"), raw.cursor() as cur:
             result: list[Any] = cur.execute(_totals_sql(pg), params).fetchall()
-            cur.execute("SET LOCAL jit = DEFAULT")
-            cur.execute("SET LOCAL work_mem = DEFAULT")
         return result
     for ddl in (
         "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, ts text, prev_ts text)",
