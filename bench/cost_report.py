@@ -16,7 +16,6 @@ minutes of raw retention read an empty samples table and older edges read 1m buc
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import statistics
 import sys
@@ -30,6 +29,7 @@ from sqlalchemy import Engine, func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from service.api.app import freeze_start_up_objects
 from service.costs import report
 from service.costs.prices import PriceRow
 from service.db import jobs_repo, prices_repo
@@ -233,7 +233,7 @@ def compare(conn: Any, settings: Settings, start: datetime, fast: dict[str, Any]
 
 def bench(engine: Engine, days: int, check: bool = False) -> None:
     settings = Settings()
-    gc.freeze()  # as `gpuwarden serve` does once it has started (service/cli.py)
+    freeze_start_up_objects()  # as `gpuwarden serve` and `gpuwarden up` do before serving
     start = END - timedelta(days=days)
     with engine.connect() as conn:
         n1m = conn.execute(select(func.count()).select_from(rollup_1m)).scalar_one()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -55,6 +56,16 @@ async def _warden_error(_: Request, exc: Exception) -> JSONResponse:
                 detail = str(exc)
             return JSONResponse({"detail": detail}, status_code=code)
     return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_400_BAD_REQUEST)
+
+
+def freeze_start_up_objects() -> None:
+    """Move every object built so far out of the cyclic GC's full collections.
+
+    Modules, the app and the engine live as long as the process; without this each full
+    collection walks them again (about half the GC time of a 5,000-job cost report). Call it
+    once the app is built, right before serving.
+    """
+    gc.freeze()
 
 
 def create_app(

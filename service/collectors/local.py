@@ -73,9 +73,10 @@ def _serve(
 ) -> int:
     import uvicorn
 
-    from service.api.app import create_app
+    from service.api.app import create_app, freeze_start_up_objects
 
     app = create_app(settings, engine=engine)
+    freeze_start_up_objects()
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", lifespan="on"
     )
