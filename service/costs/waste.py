@@ -29,14 +29,7 @@ class Usage(Integrals):
 
     def add(self, other: Integrals, factor: float = 1.0) -> None:
         """Add ``factor`` times each field of ``other`` (an Integrals or a Usage) into this one."""
-        # Spelled out: reports add tens of thousands of these, and the generic loop over
-        # field names costs three times as much.
-        self.covered_seconds += factor * other.covered_seconds
-        self.idle_seconds += factor * other.idle_seconds
-        self.idle_held_seconds += factor * other.idle_held_seconds
-        self.unused_seconds += factor * other.unused_seconds
-        self.fallback_seconds += factor * other.fallback_seconds
-        self.energy_used_joules += factor * other.energy_used_joules
+        Integrals.add(self, other, factor)  # not super(): slots dataclasses break its cell
         if isinstance(other, Usage):
             self.tensor_active_sum += factor * other.tensor_active_sum
             self.tensor_active_count += factor * other.tensor_active_count
