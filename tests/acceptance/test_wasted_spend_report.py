@@ -55,7 +55,9 @@ def test_new_user_sees_the_most_wasteful_jobs_first(
         )
         assert r.status_code == 201, r.text
 
-    base = ["report", "cost", "--url", server, "--token", tokens["reader"], "--since", "1d"]
+    # The scenario runs on the test clock, not the wall clock: name the window explicitly.
+    window = ["--start", iso(clock() - timedelta(days=1)), "--end", iso(clock())]
+    base = ["report", "cost", "--url", server, "--token", tokens["reader"], *window]
     assert main([*base, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     keys = [r["key"] for r in report["rows"]]
