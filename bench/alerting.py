@@ -24,14 +24,14 @@ from bench.common import fresh_database
 from service.api.app import create_app
 from service.clock import utc_now
 from service.context import ServiceContext
-from service.db import alerts_repo, partitions, tokens_repo
+from service.db import partitions, policies_repo, tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import gpus, job_gpus, jobs, nodes, samples
 from service.scheduler import partitions_once
 from service.settings import Settings
 from service.thresholds.policy import PolicySpec
-from service.thresholds.runner import StateCache, evaluate_once
+from service.usecases.evaluation import StateCache, evaluate_once
 from tests.receivers import Receiver
 from tests.support import live_server, make_batch
 
@@ -55,9 +55,9 @@ def bench_latency(db_url: str, trials: int) -> None:
         admin, _ = tokens_repo.create_token(
             conn, role=tokens_repo.Role.ADMIN, node=None, name=None, now=utc_now()
         )
-        alerts_repo.create_channel(
+        policies_repo.create_channel(
             conn,
-            channel=alerts_repo.ChannelSpec(
+            channel=policies_repo.ChannelSpec(
                 name="hook",
                 type="webhook",
                 url=receiver.url,
@@ -66,7 +66,7 @@ def bench_latency(db_url: str, trials: int) -> None:
             source="api",
             now=utc_now(),
         )
-        alerts_repo.create_policy(
+        policies_repo.create_policy(
             conn,
             policy=PolicySpec.model_validate(
                 {
@@ -248,7 +248,7 @@ def bench_round(db_url: str, n_gpus: int, n_policies: int, rounds: int, history:
     print(f"populated {n_gpus} GPUs x {history} samples in {time.perf_counter() - t:.1f} s")
     with engine.begin() as conn:
         for p in policies(n_policies):
-            alerts_repo.create_policy(conn, policy=p, source="api", now=now)
+            policies_repo.create_policy(conn, policy=p, source="api", now=now)
     times, changes, cpu = [], [], []
     cache = StateCache()
     for i in range(rounds):

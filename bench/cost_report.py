@@ -30,13 +30,13 @@ from sqlalchemy import Engine, func, insert, select, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.api.app import freeze_start_up_objects
-from service.costs import report
 from service.costs.prices import PriceRow
-from service.db import jobs_repo, prices_repo
+from service.db import cost_scratch, jobs_repo, prices_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import CUMULATIVE_FIELDS, gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m
 from service.settings import Settings
+from service.usecases import cost_report
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 GPUS_PER_NODE = 8
@@ -163,17 +163,7 @@ def load(engine: Engine, n_gpus: int, days: int, n_jobs: int) -> None:
              for g in range(1, n_gpus + 1)],
         )  # fmt: skip
         rows = hour_rows(n_gpus, days, rng)
-        if engine.dialect.name == "postgresql":
-            raw = conn.connection.dbapi_connection
-            assert raw is not None
-            with (
-                raw.cursor() as cur,
-                cur.copy(f"COPY rollup_1h ({', '.join(COLS_1H)}) FROM STDIN") as copy,
-            ):
-                for r in rows:
-                    copy.write_row(r)
-        else:
-            conn.execute(insert(rollup_1h), [dict(zip(COLS_1H, r, strict=True)) for r in rows])
+        cost_scratch.load_rows(conn, rollup_1h, COLS_1H, rows)
         print(f"  1h rows: {len(rows):,} in {time.perf_counter() - t:.1f} s", flush=True)
         t = time.perf_counter()
         expand_minutes(conn, engine.dialect.name)
@@ -214,7 +204,7 @@ def compare(conn: Any, settings: Settings, start: datetime, fast: dict[str, Any]
     """Time the same report read bucket by bucket (as spans past 1m retention are) and diff it."""
     slow_settings = settings.model_copy(update={"retention_1m_days": 1e-6})
     t = time.perf_counter()
-    slow = report.cost_report(
+    slow = cost_report.cost_report(
         conn, settings=slow_settings, start=start, end=END, now=END, group_by="team"
     )
     elapsed = time.perf_counter() - t
@@ -241,7 +231,7 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
         print(f"  rows: rollup_1m {n1m:,}, rollup_1h {n1h:,}")
 
         def team_report() -> Any:
-            return report.cost_report(
+            return cost_report.cost_report(
                 conn, settings=settings, start=start, end=END, now=END, group_by="team"
             )
 
@@ -254,7 +244,7 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
             f"wasted ${data['totals']['unused_cost_usd']:,.0f})"
         )
         best, median, data = timed(
-            lambda: report.cost_report(
+            lambda: cost_report.cost_report(
                 conn, settings=settings, start=start, end=END, now=END, group_by="job"
             ),
             3,
@@ -272,7 +262,7 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
         job = jobs_repo.get_job(conn, job_id=jid)
         assert job is not None
         best, median, _summary = timed(
-            lambda: report.job_summary(conn, settings=settings, job=job, now=END), 10
+            lambda: cost_report.job_summary(conn, settings=settings, job=job, now=END), 10
         )
         print(
             f"  job summary ({jid}, {len(job['intervals'])} GPUs, "

@@ -33,10 +33,10 @@ from service.db.metrics_repo import read_fleet
 from service.db.migrate import upgrade
 from service.db.partitions import ensure_partitions
 from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
-from service.exposition.collector import FleetCollector
 from service.exposition.fleet import GPU_LABELS, exported_name, fleet_families
 from service.exposition.render import render
 from service.settings import Settings
+from service.usecases.exposition import FleetCollector
 from service.vocabulary import METRICS
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

@@ -93,7 +93,7 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
         ("observed_jobs", lambda: observed_jobs_once(ctx), s.observed_jobs_interval_seconds),
     ]
     # Alerting (issue 3): only the leader (PostgreSQL advisory lock) evaluates and sends.
-    from service.thresholds.runner import Alerting
+    from service.usecases.evaluation import Alerting
 
     alerting = Alerting(ctx)
     ctx.shutdown_hooks.append(alerting.close)

@@ -29,11 +29,11 @@ from service.errors import (
     ValidationFailed,
     WardenError,
 )
-from service.exposition.collector import FleetCollector
 from service.scheduler import build_scheduler, partitions_once
 from service.settings import Settings
 from service.telemetry import Telemetry
-from service.thresholds.runner import load_config as load_alerting_config
+from service.usecases.evaluation import load_config as load_alerting_config
+from service.usecases.exposition import FleetCollector
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ class Usage(Integrals):
         return out
 
 
-# Base (integral) fields first, in Integrals' order: costs_repo maps query columns by position.
+# Base (integral) fields first, in Integrals' order: cost_sums maps query columns by position.
 USAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
 
 

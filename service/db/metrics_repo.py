@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, and_, or_, select
 
 from service.db.schema import gpus, job_gpus, jobs, nodes, samples
-from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu
+from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRIC_NAMES
 
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from service.exposition.families import GpuFamily
-
-if TYPE_CHECKING:
-    from service.exposition.fleet import GpuReading
+from service.exposition.types import GpuReading
 
 DCGM_LABELS: tuple[str, ...] = ("gpu", "UUID", "device", "modelName", "Hostname")
 

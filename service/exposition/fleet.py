@@ -6,16 +6,16 @@ prometheus_client metric families. It reads no database and no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from service.costs.integrals import Thresholds
-from service.costs.prices import PriceRow, price_at
+from service.costs.prices import price_at
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
+from service.exposition.types import FleetSnapshot, GpuReading
 from service.vocabulary import METRICS, MetricSpec
 
 # The current job is named job_id, not job: Prometheus attaches its own `job` label (the scrape
@@ -49,43 +49,6 @@ def exported_name(spec: MetricSpec) -> str:
     if unit and not base.endswith("_" + unit):
         base = f"{base}_{unit}"
     return f"gpuwarden_gpu_{base}"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuReading:
-    """A GPU that reported recently: who it is, who holds it, and its latest sample's values."""
-
-    node: str
-    index: int
-    uuid: str
-    model: str
-    last_sample_at: datetime
-    values: dict[str, float]  # canonical metric name -> value; absent metrics are not there
-    source: str = ""
-    fb_total_bytes: int | None = None  # from the GPU's inventory, when the sample lacks it
-    mig_parent_uuid: str | None = None
-    job_id: str | None = None
-    user: str | None = None
-    team: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LostGpu:
-    """A GPU its (still reporting) node says is lost or has fallen off the bus."""
-
-    node: str
-    index: int
-    uuid: str
-    model: str
-
-
-@dataclass(frozen=True, slots=True)
-class FleetSnapshot:
-    """Everything the families are built from, as read at one instant."""
-
-    readings: Sequence[GpuReading]
-    lost: Sequence[LostGpu] = ()
-    prices: Sequence[PriceRow] = field(default_factory=tuple)
 
 
 def info_values(r: GpuReading) -> tuple[str, ...]:

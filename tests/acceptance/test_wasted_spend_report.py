@@ -9,7 +9,7 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import Engine
 
-from service.cli import main
+from service.cli.main import main
 from service.costs.default_prices import DEFAULT_PRICES
 from tests.integration.cost_data import GIB, roll_up
 from tests.support import FakeClock, iso

@@ -8,9 +8,9 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from service.thresholds.outbox import Dispatcher
+from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import parse_policy
-from service.thresholds.runner import evaluate_once
+from service.usecases.evaluation import evaluate_once
 from tests.alerting_support import SECRET, add_job, add_price, auth, ingest, low_sm_policy
 from tests.receivers import Receiver
 from tests.support import FakeClock, iso

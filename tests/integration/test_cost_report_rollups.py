@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, delete, insert, select
 
-from service.costs import report
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.costs.prices import PriceRow
 from service.costs.waste import (
@@ -20,9 +19,10 @@ from service.costs.waste import (
     segment_gpu,
     summarize,
 )
-from service.db import costs_repo, jobs_repo, prices_repo
+from service.db import cost_sums, jobs_repo, prices_repo
 from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
+from service.usecases import cost_report
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock
 
@@ -162,7 +162,7 @@ def test_report_from_rollups_matches_raw_samples(engine: Engine, clock: FakeCloc
     want = expected_from_raw(engine, start, end)
     assert want["a"]["nodata_seconds"] > 300  # the hole is nodata, not idle
     with engine.connect() as conn:
-        got = report.cost_report(
+        got = cost_report.cost_report(
             conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
         )
     rows = {r["key"]: r for r in got["rows"]}
@@ -183,7 +183,7 @@ def test_report_after_raw_retention_agrees_within_one_percent(
         conn.execute(delete(samples))  # retention dropped the raw data; rollups remain
     settings = Settings(retention_raw_days=0.01)  # so edges are read pro rata from 1m buckets
     with engine.connect() as conn:
-        got = report.cost_report(
+        got = cost_report.cost_report(
             conn, settings=settings, start=start, end=end, now=clock(), group_by="job"
         )
     rows = {r["key"]: r for r in got["rows"]}
@@ -199,10 +199,10 @@ def test_report_past_minute_retention_reads_the_same_bucket_by_bucket(
     # running totals; both readings of the same rollups must give the same report.
     start, end = at(-600), at(HOURS * 3600 + 600)
     with engine.connect() as conn:
-        by_totals = report.cost_report(
+        by_totals = cost_report.cost_report(
             conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
         )
-        by_buckets = report.cost_report(
+        by_buckets = cost_report.cost_report(
             conn,
             settings=Settings(retention_1m_days=0.01),
             start=start,
@@ -226,7 +226,7 @@ def test_job_summary_with_raw_edges_is_exact(engine: Engine, clock: FakeClock, f
     with engine.connect() as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
         assert job is not None
-        summary = report.job_summary(conn, settings=Settings(), job=job, now=clock())
+        summary = cost_report.job_summary(conn, settings=Settings(), job=job, now=clock())
     want = expected_from_raw(engine, at(-600), at(HOURS * 3600 + 600))[job_id]
     assert_agree({job_id: summary["summary"]}, {job_id: want}, rel=1e-6)
 
@@ -237,11 +237,11 @@ def test_report_summed_on_two_connections_is_the_same(
     # Big reports split their GPUs in two halves summed on two connections at once.
     start, end = at(-600), at(HOURS * 3600 + 600)
     with engine.connect() as conn:
-        one = report.cost_report(
+        one = cost_report.cost_report(
             conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
         )
-        monkeypatch.setattr(costs_repo, "_PARALLEL_FROM", 0)
-        two = report.cost_report(
+        monkeypatch.setattr(cost_sums, "_PARALLEL_FROM", 0)
+        two = cost_report.cost_report(
             conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
         )
     assert {r["key"] for r in one["rows"]} == {"a", "b", "c", UNALLOCATED}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.cli import build_parser
+from service.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from sqlalchemy import insert
 
-from service.costs.report import job_wasted_usd
 from service.db.schema import prices
 from service.scheduler import rollup_once
+from service.usecases.cost_report import job_wasted_usd
 from tests.alerting_support import add_job, auth, ingest
 from tests.receivers import Receiver
 from tests.support import FakeClock
@@ -59,7 +59,7 @@ def test_wasted_usd_uses_most_specific_latest_price(
 
 
 def test_secrets_stay_out_of_logs_and_errors(app, http: httpx.Client, tokens, caplog) -> None:
-    from service.thresholds.outbox import Dispatcher
+    from service.thresholds.notify.outbox import Dispatcher
 
     app.state.ctx.settings.webhook_allow_nets = "127.0.0.0/8"
     receiver = Receiver(script=[(500, {})])

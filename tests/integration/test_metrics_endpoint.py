@@ -14,8 +14,8 @@ from sqlalchemy import Engine, insert
 from service.context import ServiceContext
 from service.db.engine import make_engine
 from service.db.schema import gpus, job_gpus, jobs, prices
-from service.exposition.collector import FleetCollector
 from service.settings import Settings
+from service.usecases.exposition import FleetCollector
 from tests.support import FakeClock, make_batch
 
 GIB = 1024**3

@@ -8,9 +8,9 @@ import uuid
 import pytest
 from sqlalchemy import select
 
-from service.db import alerts_repo, outbox_repo
+from service.db import outbox_repo, policies_repo
 from service.db.schema import outbox
-from service.thresholds.outbox import Dispatcher
+from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import ChannelSpec
 from tests.receivers import Receiver
 from tests.support import FakeClock
@@ -49,7 +49,7 @@ def receiver():  # type: ignore[no-untyped-def]
 
 def setup_channel(ctx, url: str, ctype: str = "webhook", rate: float | None = None) -> None:  # type: ignore[no-untyped-def]
     with ctx.engine.begin() as conn:
-        alerts_repo.create_channel(
+        policies_repo.create_channel(
             conn,
             channel=ChannelSpec(name="c", type=ctype, url=url, rate_limit_per_second=rate),
             source="api",
@@ -179,7 +179,7 @@ def test_deleted_channel_fails_its_deliveries(ctx, receiver: Receiver) -> None:
     setup_channel(ctx, receiver.url)
     queue(ctx)
     with ctx.engine.begin() as conn:
-        alerts_repo.delete_channel(conn, name="c")
+        policies_repo.delete_channel(conn, name="c")
     Dispatcher(ctx).drain()
     (r,) = rows(ctx)
     assert r.status == "failed" and "no longer exists" in r.last_error

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from service.costs import report
 from service.costs.prices import PriceRow
 from service.db import jobs_repo, prices_repo
 from service.errors import ConfigError
 from service.settings import Settings
+from service.usecases import cost_report
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock
 
@@ -30,7 +30,7 @@ def test_config_file_prices_apply_until_a_table_is_put(engine: Engine, tmp_path:
     )
     settings = Settings(config=path)
     with engine.begin() as conn:
-        table = report.effective_prices(conn, settings)
+        table = cost_report.effective_prices(conn, settings)
         assert table.source == "config"
         assert [(r.model_pattern, r.usd_per_gpu_hour) for r in table.rows] == [
             ("*H100*", 3.5),
@@ -38,12 +38,12 @@ def test_config_file_prices_apply_until_a_table_is_put(engine: Engine, tmp_path:
         ]
         assert table.rows[0].effective_from == datetime(2026, 1, 1, tzinfo=UTC)
         prices_repo.replace_prices(conn, rows=[PriceRow("*H100*", 9.0, T0)])
-        assert report.effective_prices(conn, settings).source == "api"
+        assert cost_report.effective_prices(conn, settings).source == "api"
     path.write_text("prices:\n  - {model_pattern: '*H100*', effective_from: 2026-01-01}\n")
     with engine.begin() as conn:
         prices_repo.replace_prices(conn, rows=[])
         with pytest.raises(ConfigError, match=r"prices\.0"):
-            report.effective_prices(conn, settings)
+            cost_report.effective_prices(conn, settings)
 
 
 def test_job_wasted_usd_has_the_alerting_signature(engine: Engine, clock: FakeClock):
@@ -62,12 +62,15 @@ def test_job_wasted_usd_has_the_alerting_signature(engine: Engine, clock: FakeCl
         )
     with engine.connect() as conn:
         # Half an hour in: all of it idle so far.
-        half = report.job_wasted_usd(
+        half = cost_report.job_wasted_usd(
             conn, job_id="j", now=T0 + timedelta(minutes=30), settings=Settings()
         )
         assert half == pytest.approx(2.0)
-        full = report.job_wasted_usd(
+        full = cost_report.job_wasted_usd(
             conn, job_id="j", now=T0 + timedelta(hours=1), settings=Settings()
         )
         assert full == pytest.approx(2.4)
-        assert report.job_wasted_usd(conn, job_id="nope", now=clock(), settings=Settings()) is None
+        assert (
+            cost_report.job_wasted_usd(conn, job_id="nope", now=clock(), settings=Settings())
+            is None
+        )

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from service.cli import main
+from service.cli.main import main
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock, iso
 

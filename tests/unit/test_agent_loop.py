@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import service.collectors.nvml as nvml_mod
-from service.cli import build_parser
+from service.cli.main import build_parser
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
 from service.collectors.nvml import NvmlBackend

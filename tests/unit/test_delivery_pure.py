@@ -11,7 +11,7 @@ from standardwebhooks.webhooks import Webhook
 
 from service.errors import ValidationFailed
 from service.thresholds.backoff import RateLimiter, retry_delay_seconds
-from service.thresholds.channels import Notification, alertmanager, slack, webhook
+from service.thresholds.notify import Notification, alertmanager, slack, webhook
 from service.thresholds.urlsafety import check_url, parse_allow_nets
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

@@ -7,9 +7,9 @@ from prometheus_client import CollectorRegistry
 
 from service.context import ServiceContext
 from service.db.engine import make_engine
-from service.exposition.collector import FleetCollector
 from service.exposition.families import GpuFamily
 from service.settings import Settings
+from service.usecases.exposition import FleetCollector
 
 
 def test_registering_the_collector_does_not_touch_the_database(tmp_path):

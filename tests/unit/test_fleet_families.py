@@ -8,13 +8,8 @@ from prometheus_client.core import Metric
 
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow
-from service.exposition.fleet import (
-    FleetSnapshot,
-    GpuReading,
-    LostGpu,
-    exported_name,
-    fleet_families,
-)
+from service.exposition.fleet import exported_name, fleet_families
+from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRICS, METRICS_BY_NAME
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import main
+from service.cli.main import main
 from service.errors import ValidationFailed
 from service.thresholds.policy import parse_config, parse_policy
 

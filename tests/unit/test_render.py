@@ -21,8 +21,9 @@ from prometheus_client.registry import Collector
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow
 from service.exposition.families import GpuFamily
-from service.exposition.fleet import FleetSnapshot, GpuReading, LostGpu, fleet_families
+from service.exposition.fleet import fleet_families
 from service.exposition.render import WithoutCreated, encode_text, render
+from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 
 
 def registry() -> CollectorRegistry:

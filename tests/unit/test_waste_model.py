@@ -310,7 +310,7 @@ def test_tags_follow_their_thresholds():
 
 
 def test_running_total_columns_are_the_usage_fields_in_order():
-    # costs_repo builds Usage(*totals) from the cum_* columns by position.
+    # cost_sums builds Usage(*totals) from the cum_* columns by position.
     from service.costs.waste import USAGE_FIELDS
     from service.db.schema import CUMULATIVE_FIELDS
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from service.api.deps import ReadConn, Reader
 from service.api.schemas.alerting import AlertPublic
-from service.db import alerts_repo
+from service.db import alert_state_repo
 from service.errors import NotFound
 
 router = APIRouter(prefix="/alerts", tags=["alerting"])
@@ -25,7 +25,7 @@ def list_alerts(
     limit: int = Query(500, ge=1, le=10_000),
 ) -> list[dict[str, Any]]:
     """Alerts newest first (pending, firing and resolved unless ``state`` says otherwise)."""
-    return alerts_repo.list_alerts(
+    return alert_state_repo.list_alerts(
         conn, state=state, policy=policy, job=job, node=node, limit=limit
     )
 
@@ -33,7 +33,7 @@ def list_alerts(
 @router.get("/{alert_id}", response_model=AlertPublic)
 def get_alert(alert_id: int, conn: ReadConn, _: Reader) -> dict[str, Any]:
     """One alert with its history."""
-    rows = alerts_repo.list_alerts(conn, alert_id=alert_id)
+    rows = alert_state_repo.list_alerts(conn, alert_id=alert_id)
     if not rows:
         raise NotFound(f"no alert with id {alert_id}")
     return rows[0]

@@ -10,10 +10,10 @@ from fastapi.responses import JSONResponse
 
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.schemas.alerting import ChannelPublic, ChannelTestResult
-from service.db import alerts_repo
+from service.db import policies_repo
 from service.errors import DeliveryError
-from service.thresholds.channels import Notification
-from service.thresholds.outbox import Dispatcher
+from service.thresholds.notify import Notification
+from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import parse_channel
 from service.thresholds.urlsafety import check_url, parse_allow_nets
 
@@ -28,7 +28,7 @@ _BODY = Body(
 @router.get("", response_model=list[ChannelPublic])
 def list_channels(conn: ReadConn, _: Reader) -> list[ChannelPublic]:
     """Every channel, without secrets."""
-    return [ChannelPublic.of(c) for c in alerts_repo.list_channels(conn)]
+    return [ChannelPublic.of(c) for c in policies_repo.list_channels(conn)]
 
 
 @router.post("", response_model=ChannelPublic, status_code=status.HTTP_201_CREATED)
@@ -38,20 +38,20 @@ def create_channel(
     """Create a channel; its URL must not resolve to a private address (see the allow-list)."""
     channel = parse_channel(doc)
     check_url(channel.url, parse_allow_nets(ctx.settings.webhook_allow_nets))
-    alerts_repo.create_channel(conn, channel=channel, source="api", now=ctx.clock())
+    policies_repo.create_channel(conn, channel=channel, source="api", now=ctx.clock())
     return ChannelPublic.of(channel)
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_channel(name: str, conn: WriteConn, _: Admin) -> None:
     """Delete a channel."""
-    alerts_repo.delete_channel(conn, name=name)
+    policies_repo.delete_channel(conn, name=name)
 
 
 @router.post("/{name}/test", response_model=ChannelTestResult)
 def test_channel(name: str, ctx: Ctx, conn: ReadConn, _: Admin) -> Any:
     """Send a test notification now; 502 with the reason if the channel does not take it."""
-    channel = alerts_repo.get_channel(conn, name=name)
+    channel = policies_repo.get_channel(conn, name=name)
     now = ctx.clock()
     note = Notification(
         delivery_id=f"msg_{uuid.uuid4().hex}",

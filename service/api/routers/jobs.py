@@ -15,11 +15,11 @@ from service.api.schemas.costs import (
     JobPublic,
     JobUpdate,
 )
-from service.costs import report
 from service.costs.waste import TAGS, UNALLOCATED, summarize
 from service.db import jobs_repo
 from service.db.tokens_repo import Role, TokenInfo
 from service.errors import ValidationFailed
+from service.usecases import cost_report
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -86,7 +86,7 @@ def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
-    summary = report.job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
+    summary = cost_report.job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
     return {**_public(job), **summary}
 
 
@@ -109,13 +109,13 @@ def list_jobs(
     if tag is not None and tag not in TAGS:
         raise query_error(ValidationFailed("tag", f"unknown tag {tag!r}; one of {list(TAGS)}"))
     try:
-        report.check_range(ctx.settings, start=start, end=end, now=now)
+        cost_report.check_range(ctx.settings, start=start, end=end, now=now)
     except ValidationFailed as exc:
         raise query_error(exc) from exc
     rows = jobs_repo.list_jobs(conn, start=start, end=end, user=user, team=team, limit=limit)
-    att = report.attribute(conn, settings=ctx.settings, start=start, end=end, now=now)
+    att = cost_report.attribute(conn, settings=ctx.settings, start=start, end=end, now=now)
     sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    tags = report.job_tag_map(att, ctx.settings)
+    tags = cost_report.job_tag_map(att, ctx.settings)
     out = []
     for job in rows:
         s = sums.get(job["id"])

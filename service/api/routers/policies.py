@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Response, status
 
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.schemas.alerting import PolicyPublic
-from service.db import alerts_repo
+from service.db import policies_repo
 from service.errors import ValidationFailed
 from service.thresholds.policy import PolicySpec, check_policy_channels, parse_policy
 
@@ -40,14 +40,14 @@ def _public(p: PolicySpec) -> dict[str, Any]:
 
 def _validated(conn: WriteConn, doc: Any) -> PolicySpec:
     policy = parse_policy(doc)  # ValidationFailed names the field, as for the YAML file
-    check_policy_channels(policy, {c.name for c in alerts_repo.list_channels(conn)})
+    check_policy_channels(policy, {c.name for c in policies_repo.list_channels(conn)})
     return policy
 
 
 @router.get("", response_model=list[PolicyPublic], response_model_by_alias=True)
 def list_policies(conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
     """Every policy."""
-    return [_public(p) for p in alerts_repo.list_policies(conn)]
+    return [_public(p) for p in policies_repo.list_policies(conn)]
 
 
 @router.post(
@@ -61,14 +61,14 @@ def create_policy(
 ) -> dict[str, Any]:
     """Create a policy (409 if the name exists)."""
     policy = _validated(conn, doc)
-    alerts_repo.create_policy(conn, policy=policy, source="api", now=ctx.clock())
+    policies_repo.create_policy(conn, policy=policy, source="api", now=ctx.clock())
     return _public(policy)
 
 
 @router.get("/{name}", response_model=PolicyPublic, response_model_by_alias=True)
 def get_policy(name: str, conn: ReadConn, _: Reader) -> dict[str, Any]:
     """One policy."""
-    return _public(alerts_repo.get_policy(conn, name=name))
+    return _public(policies_repo.get_policy(conn, name=name))
 
 
 @router.put("/{name}", response_model=PolicyPublic, response_model_by_alias=True)
@@ -81,7 +81,7 @@ def put_policy(
         if doc["name"] != name:
             raise ValidationFailed("name", f"must match the path ({name!r})")
     policy = _validated(conn, doc)
-    if alerts_repo.put_policy(conn, policy=policy, source="api", now=ctx.clock()):
+    if policies_repo.put_policy(conn, policy=policy, source="api", now=ctx.clock()):
         response.status_code = status.HTTP_201_CREATED
     return _public(policy)
 
@@ -89,4 +89,4 @@ def put_policy(
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_policy(name: str, conn: WriteConn, _: Admin) -> None:
     """Delete a policy; its open alerts resolve quietly at the next round."""
-    alerts_repo.delete_policy(conn, name=name)
+    policies_repo.delete_policy(conn, name=name)

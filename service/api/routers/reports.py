@@ -12,9 +12,9 @@ from fastapi import APIRouter, Query, Response
 from service.api.deps import Ctx, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic
-from service.costs import report
 from service.costs.waste import TAGS
 from service.errors import ValidationFailed
+from service.usecases import cost_report as cost_usecase
 
 router = APIRouter(prefix="/reports", tags=["reports"])
 
@@ -76,7 +76,7 @@ def cost_report(
     end = end or now
     start = start or end - timedelta(days=7)
     try:
-        data = report.cost_report(
+        data = cost_usecase.cost_report(
             conn,
             settings=ctx.settings,
             start=start,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, status
 
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.schemas.alerting import SilenceCreate, SilencePublic
-from service.db import alerts_repo
+from service.db import silences_repo
 from service.errors import ValidationFailed
 
 router = APIRouter(prefix="/silences", tags=["alerting"])
@@ -23,7 +23,7 @@ def _public(row: dict[str, Any], now: Any) -> SilencePublic:
 def list_silences(ctx: Ctx, conn: ReadConn, _: Reader) -> list[SilencePublic]:
     """Every silence, newest first, with its status now."""
     now = ctx.clock()
-    return [_public(r, now) for r in alerts_repo.list_silences(conn)]
+    return [_public(r, now) for r in silences_repo.list_silences(conn)]
 
 
 @router.post("", response_model=SilencePublic, status_code=status.HTTP_201_CREATED)
@@ -36,7 +36,7 @@ def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, _: Admin) -> 
     starts = body.starts_at or now
     if body.ends_at <= starts:
         raise ValidationFailed("ends_at", "must be after starts_at")
-    silence_id = alerts_repo.create_silence(
+    silence_id = silences_repo.create_silence(
         conn,
         matchers=body.matchers,
         starts_at=starts,
@@ -45,11 +45,11 @@ def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, _: Admin) -> 
         created_by=body.created_by,
         now=now,
     )
-    row = next(r for r in alerts_repo.list_silences(conn) if r["id"] == silence_id)
+    row = next(r for r in silences_repo.list_silences(conn) if r["id"] == silence_id)
     return _public(row, now)
 
 
 @router.delete("/{silence_id}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_silence(silence_id: int, ctx: Ctx, conn: WriteConn, _: Admin) -> None:
     """End a silence now (it stays listed as expired)."""
-    alerts_repo.expire_silence(conn, silence_id=silence_id, now=ctx.clock())
+    silences_repo.expire_silence(conn, silence_id=silence_id, now=ctx.clock())

@@ -11,9 +11,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.context import ServiceContext
-from service.costs.report import effective_prices
 from service.db.metrics_repo import read_fleet
 from service.exposition.fleet import fleet_families
+from service.usecases.cost_report import effective_prices
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 
 from service.context import ServiceContext
-from service.db import alerts_repo, outbox_repo
+from service.db import outbox_repo, policies_repo
 from service.errors import DeliveryError, ValidationFailed
 from service.thresholds.backoff import RateLimiter, retry_delay_seconds
-from service.thresholds.channels import Notification, notifier_for
+from service.thresholds.notify import Notification, notifier_for
 from service.thresholds.policy import ChannelSpec
 from service.thresholds.urlsafety import Resolver, check_url, parse_allow_nets, system_resolver
 
@@ -81,7 +81,7 @@ class Dispatcher:
         started = self.monotonic()
         with ctx.engine.begin() as conn:
             rows = outbox_repo.due(conn, now=ctx.clock(), limit=limit)
-            chans = {c.name: c for c in alerts_repo.list_channels(conn)}
+            chans = {c.name: c for c in policies_repo.list_channels(conn)}
         sent = 0
         deferred: set[str] = set()
         for row in rows:

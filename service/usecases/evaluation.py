@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from service.context import ServiceContext
-from service.costs.report import job_wasted_usd
-from service.db import alerts_repo, outbox_repo
+from service.db import alert_state_repo, outbox_repo, policies_repo, silences_repo, windows_repo
+from service.db.leader import LeaderLock
 from service.errors import ValidationFailed
 from service.settings import load_config_file
 from service.thresholds.evaluator import (
@@ -25,10 +25,10 @@ from service.thresholds.evaluator import (
     observe,
     route,
 )
-from service.thresholds.leader import LeaderLock
-from service.thresholds.outbox import Dispatcher
+from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import PolicySpec, parse_config
 from service.thresholds.urlsafety import check_url, parse_allow_nets
+from service.usecases.cost_report import job_wasted_usd
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,9 @@ def load_config(ctx: ServiceContext) -> tuple[int, int]:
         if conn.dialect.name == "postgresql":
             # Replicas starting together must not race on the same upserts.
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CONFIG_LOCK_KEY})
-        api_channels = {c.name for c in alerts_repo.list_channels(conn)}
+        api_channels = {c.name for c in policies_repo.list_channels(conn)}
         policy_specs, channel_specs = parse_config(config, known_channels=api_channels)
-        alerts_repo.sync_from_file(
+        policies_repo.sync_from_file(
             conn, policy_specs=policy_specs, channel_specs=channel_specs, now=ctx.clock()
         )
     nets = parse_allow_nets(ctx.settings.webhook_allow_nets)
@@ -158,15 +158,15 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     now = ctx.clock()
     result = RoundResult()
     with ctx.engine.begin() as conn:
-        policy_list = alerts_repo.list_policies(conn)
-        channel_types = {c.name: c.type for c in alerts_repo.list_channels(conn)}
-        scopes = alerts_repo.scope_members(conn, now=now)
+        policy_list = policies_repo.list_policies(conn)
+        channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
+        scopes = windows_repo.scope_members(conn, now=now)
         by_window: dict[float, set[str]] = defaultdict(set)
         for p in policy_list:
             by_window[p.window_seconds].add(p.metric)
         # The fault window rides along in the same scan; it feeds inhibition.
         by_window[FRESH_FAULT_SECONDS].add("hardware_fault")
-        stats = alerts_repo.window_stats(
+        stats = windows_repo.window_stats(
             conn,
             windows=by_window if policy_list else {},
             now=now,
@@ -180,11 +180,11 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             for gid, per in stats.get(FRESH_FAULT_SECONDS, {}).items()
             if "hardware_fault" in per
         }
-        silences = alerts_repo.active_silences(conn, now=now)
+        silences = silences_repo.active_silences(conn, now=now)
         if cache is not None and cache.open is not None:
             previous = {name: dict(states) for name, states in cache.open.items()}
         else:
-            previous = alerts_repo.open_alerts(conn)
+            previous = alert_state_repo.open_alerts(conn)
         t_read = time.perf_counter()
         changes: list[tuple[PolicySpec, Change]] = []
         # Policies that differ only in threshold, for or channels see the same observations.
@@ -220,7 +220,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
                     after = AlertState(**{**_fields(st), "state": "inactive", "resolved_at": now})
                 changes.append((gone, Change(st, after)))
         t_eval = time.perf_counter()
-        ids = alerts_repo.apply_changes(conn, changes, now=now)
+        ids = alert_state_repo.apply_changes(conn, changes, now=now)
         still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
         for (_p, ch), alert_id in zip(changes, ids, strict=True):
             if ch.after.state in ("pending", "firing"):
@@ -246,7 +246,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
                     }
                 )
         outbox_repo.enqueue(conn, rows, now=now)
-        firing = alerts_repo.firing_counts(conn)
+        firing = alert_state_repo.firing_counts(conn)
     if cache is not None:  # only once the transaction has committed
         cache.open = dict(still_open)
     for sev in ("info", "warning", "critical"):

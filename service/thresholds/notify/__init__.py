@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 
-from service.thresholds.channels.alertmanager import AlertmanagerNotifier
-from service.thresholds.channels.base import Notification, Notifier
-from service.thresholds.channels.slack import SlackNotifier
-from service.thresholds.channels.webhook import WebhookNotifier
+from service.thresholds.notify.alertmanager import AlertmanagerNotifier
+from service.thresholds.notify.base import Notification, Notifier
+from service.thresholds.notify.slack import SlackNotifier
+from service.thresholds.notify.webhook import WebhookNotifier
 from service.thresholds.policy import ChannelSpec
 
 __all__ = ["Notification", "Notifier", "notifier_for"]

@@ -30,7 +30,7 @@ from service.costs.waste import (
     segment_gpu,
     summarize,
 )
-from service.db import costs_repo, jobs_repo, prices_repo
+from service.db import cost_sums, costs_repo, jobs_repo, prices_repo
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
 
@@ -153,7 +153,7 @@ def attribute(
         return row.usd_per_gpu_hour
 
     keys, held, spans = group_segments(segments, price_of)
-    usages = costs_repo.sum_usage(
+    usages = cost_sums.sum_usage(
         conn,
         spans=spans,
         n_groups=len(keys),

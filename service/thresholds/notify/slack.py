@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from service.thresholds.channels.base import Notification, dumps, iso, post_json
+from service.thresholds.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
 
 # Slack's documented limits: header text 150 chars, section text 3000, at most 10 fields of

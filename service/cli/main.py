@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from service.cli.report import add_report_parser
 from service.clock import utc_now
-from service.costs.cli_report import add_report_parser
 from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import check_at_head, upgrade
@@ -136,14 +136,14 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     """Run the central service and a local agent (NVML, else simulated) in one process."""
     from pathlib import Path
 
-    from service.collectors.local import run_up
+    from service.launcher import run_up
 
     return run_up(settings, state_dir=Path(args.state_dir))
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run the central service with a simulated multi-node fleet showing every scenario."""
-    from service.collectors.local import run_demo
+    from service.launcher import run_demo
 
     if args.database_url is None:
         settings = settings.model_copy(update={"database_url": "sqlite:///./gpuwarden-demo.db"})

@@ -1,0 +1,1 @@
+"""The ``gpuwarden`` command line and its sub-commands."""

@@ -1,0 +1,80 @@
+"""Per-connection scratch tables and the fastest way to load many rows into a table.
+
+The database sums thousands of ranges in one statement by joining them to the rollups; a
+VALUES list of that size is slow to build and plan, so the ranges go into a scratch table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table
+
+from service.db.types import UTCDateTime
+
+
+def scratch_table(
+    name: str, cols: Sequence[str], *, timestamps: Collection[str], integers: Collection[str]
+) -> Table:
+    """A temporary table ``name``: ``timestamps`` are UTC instants, ``integers`` integers, the
+    other columns floats."""
+
+    def col(c: str) -> Column[Any]:
+        if c in timestamps:
+            return Column(c, UTCDateTime())
+        return Column(c, Integer if c in integers else Float)
+
+    return Table(name, MetaData(), *(col(c) for c in cols), prefixes=["TEMPORARY"])
+
+
+def _sqlite_ts(ts: datetime | None) -> str | None:
+    # The text form UTCDateTime stores on SQLite, so comparisons with bucket_start hold.
+    return None if ts is None else ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _sql_type(col: Column[Any], pg: bool) -> str:
+    if isinstance(col.type, UTCDateTime):
+        return "timestamptz" if pg else "DATETIME"
+    if isinstance(col.type, Integer):
+        return "integer"
+    return "double precision" if pg else "REAL"
+
+
+def load_rows(
+    conn: Connection, table: Table, cols: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> None:
+    """Append ``rows`` (values in ``cols`` order) to ``table``: COPY on PostgreSQL, one
+    executemany on SQLite (timestamps in the text form UTCDateTime stores)."""
+    if conn.dialect.name == "postgresql":
+        raw: Any = conn.connection.dbapi_connection  # psycopg 3: COPY is its fastest load
+        with (
+            raw.cursor() as cur,
+            cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as cp,
+        ):
+            for r in rows:
+                cp.write_row(r)
+        return
+    ts_idx = [i for i, c in enumerate(cols) if isinstance(table.c[c].type, UTCDateTime)]
+    fixed = []
+    for r in rows:
+        row = list(r)
+        for i in ts_idx:
+            row[i] = _sqlite_ts(row[i])
+        fixed.append(tuple(row))
+    marks = ", ".join("?" for _ in cols)
+    conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks})", fixed)
+
+
+def fill(conn: Connection, table: Table, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Create (if needed), empty and fill scratch ``table`` with ``rows``, then analyze it."""
+    pg = conn.dialect.name == "postgresql"
+    ddl = ", ".join(f"{c.name} {_sql_type(c, pg)}" for c in table.columns)
+    conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {table.name} ({ddl})")
+    # TRUNCATE on PostgreSQL: a DELETE would leave dead rows every later query must skip.
+    conn.exec_driver_sql(f"{'TRUNCATE' if pg else 'DELETE FROM'} {table.name}")
+    load_rows(conn, table, [c.name for c in table.columns], rows)
+    # Without statistics the planners take the scratch table for a big one and scan the
+    # rollups instead of probing them by (gpu_id, bucket_start) once per row.
+    conn.exec_driver_sql(f"ANALYZE {table.name}")

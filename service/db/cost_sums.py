@@ -1,0 +1,429 @@
+"""The waste integrals of many spans at once: from 1m running totals, or bucket by bucket."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, func, select
+
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.waste import USAGE_FIELDS, Usage, plan_reads
+from service.db.cost_scratch import fill, scratch_table
+from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
+
+_INTEGRALS = USAGE_FIELDS[:6]
+
+# Per-connection scratch tables the spans are loaded into, one row a span.
+_HOUR_SLOTS = (("ha0", "ha1"), ("hb0", "hb1"), ("hc0", "hc1"))
+_MINUTE_SLOTS = (("ma0", "ma1", "ma_sign"), ("mb0", "mb1", "mb_sign"))
+_SEGMENT_COLS = ("grp", "gpu_id", "factor", "ha0", "ha1", "hb0", "hb1", "hc0", "hc1",
+                 "ma0", "ma1", "ma_sign", "mb0", "mb1", "mb_sign", "pl", "pl_frac",
+                 "pr", "pr_frac")  # fmt: skip
+_SEGMENTS = scratch_table(
+    "gw_cost_segments",
+    _SEGMENT_COLS,
+    timestamps={"ha0", "ha1", "hb0", "hb1", "hc0", "hc1", "ma0", "ma1", "mb0", "mb1", "pl", "pr"},
+    integers={"grp", "gpu_id", "ma_sign", "mb_sign"},
+)
+_RAW = scratch_table(
+    "gw_cost_raw",
+    ("grp", "gpu_id", "lo", "hi"),
+    timestamps={"lo", "hi"},
+    integers={"grp", "gpu_id"},
+)
+
+
+@contextmanager
+def _pg_local(conn: Connection, **settings: str) -> Iterator[None]:
+    """On PostgreSQL, SET LOCAL each setting for the statements inside, then back to default."""
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        for name, value in settings.items():
+            conn.exec_driver_sql(f"SET LOCAL {name} = {value}")
+    try:
+        yield
+    finally:
+        if pg:
+            for name in settings:
+                conn.exec_driver_sql(f"SET LOCAL {name} = DEFAULT")
+
+
+def _bucket_sums(
+    conn: Connection, table: Table, lo: str, hi: str | None, weight: Any, out: list[Usage]
+) -> None:
+    """Add, per group, the rollup sums of [lo, hi) (or the bucket at lo) times ``weight``."""
+    t, s = table.c, _SEGMENTS.c
+    cols = [func.sum(t[f] * weight) for f in _INTEGRALS] + [
+        func.sum(t[c] * weight)
+        for c in (
+            "tensor_active_sum",
+            "tensor_active_count",
+            "dram_active_sum",
+            "dram_active_count",
+        )
+    ]
+    on: Any
+    where: Any
+    if hi is None:
+        on = and_(t.gpu_id == s.gpu_id, t.bucket_start == s[lo])
+        where = s[lo].is_not(None)
+    else:
+        on = and_(t.gpu_id == s.gpu_id, t.bucket_start >= s[lo], t.bucket_start < s[hi])
+        where = s[lo] < s[hi]
+    q = select(s.grp, *cols).select_from(_SEGMENTS.join(table, on)).where(where).group_by(s.grp)
+    for row in conn.execute(q):
+        u = out[row[0]]
+        for f, value in zip(USAGE_FIELDS, row[1:], strict=True):
+            if value is not None:
+                setattr(u, f, getattr(u, f) + float(value))
+
+
+def _raw(
+    conn: Connection,
+    reads: list[tuple[int, int, datetime, datetime, float]],
+    out: list[Usage],
+    thresholds: Thresholds,
+) -> None:
+    """Integrate raw samples over each read (grp, gpu_id, lo, hi, factor) into ``out[grp]``."""
+    gap = timedelta(seconds=thresholds.max_gap_seconds)
+    s = samples.c
+    fill(conn, _RAW, [(j, g, lo - gap, hi) for j, (_, g, lo, hi, _f) in enumerate(reads)])
+    v = _RAW.c
+    q = (
+        select(v.grp, s.ts, s.sm_active, s.gpu_util, s.fb_used_bytes, s.power_watts,
+               s.tensor_active, s.dram_active)
+        .select_from(_RAW.join(samples, and_(s.gpu_id == v.gpu_id, s.ts >= v.lo, s.ts < v.hi)))
+        .order_by(v.grp, s.ts)
+    )  # fmt: skip
+    grouped: dict[int, list[Any]] = defaultdict(list)
+    for row in conn.execute(q):
+        grouped[row.grp].append(row)
+    for j, rows in grouped.items():
+        grp, _, lo, hi, factor = reads[j]
+        points = [
+            ActivityPoint(r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts)
+            for r in rows
+        ]
+        integ = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
+        part = Usage(**{f: getattr(integ, f) for f in _INTEGRALS})
+        for r in rows:
+            if lo <= r.ts < hi:
+                if r.tensor_active is not None:
+                    part.tensor_active_sum += r.tensor_active
+                    part.tensor_active_count += 1
+                if r.dram_active is not None:
+                    part.dram_active_sum += r.dram_active
+                    part.dram_active_count += 1
+        out[grp].add(part, factor)
+
+
+def _sum_by_buckets(
+    conn: Connection,
+    *,
+    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    out: list[Usage],
+    thresholds: Thresholds,
+    raw_cutoff: datetime,
+) -> None:
+    """Add to ``out`` each span's usage summed bucket by bucket (for spans past 1m retention).
+
+    Whole hours come from 1h buckets, whole minutes at the edges from 1m buckets and the
+    seconds at the edges from raw samples; seconds before ``raw_cutoff`` (raw retention) are
+    taken pro rata from their 1m bucket.
+    """
+    rows: list[tuple[Any, ...]] = []
+    raw: list[tuple[int, int, datetime, datetime, float]] = []
+    for grp, gpu_id, start, end, factor in spans:
+        row: dict[str, Any] = dict.fromkeys(_SEGMENT_COLS)
+        row.update(grp=grp, gpu_id=gpu_id, factor=factor)
+        hour_slots, minute_slots = iter(_HOUR_SLOTS), iter(_MINUTE_SLOTS)
+        for r in plan_reads(start, end):
+            if r.kind == "1h":
+                a, b = next(hour_slots)
+                row[a], row[b] = r.start, r.end
+            elif r.kind == "1m":
+                a, b, sign = next(minute_slots)
+                row[a], row[b], row[sign] = r.start, r.end, r.sign
+            elif r.start >= raw_cutoff:
+                raw.append((grp, gpu_id, r.start, r.end, factor))
+            else:
+                bucket = r.start - timedelta(seconds=r.start.timestamp() % 60)
+                slot = "pl" if row["pl"] is None else "pr"
+                row[slot] = bucket
+                row[f"{slot}_frac"] = (r.end - r.start).total_seconds() / 60.0
+        rows.append(tuple(row[c] for c in _SEGMENT_COLS))
+    if rows:
+        fill(conn, _SEGMENTS, rows)
+        s = _SEGMENTS.c
+        # The planner cannot estimate these range joins and would hash-join a full scan of
+        # rollup_1m instead of probing its key once per span; JIT only adds compile time.
+        with _pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
+            for a, b in _HOUR_SLOTS:
+                _bucket_sums(conn, rollup_1h, a, b, s.factor, out)
+            for a, b, sign in _MINUTE_SLOTS:
+                _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out)
+            _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
+            _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
+    if raw:
+        _raw(conn, raw, out, thresholds)
+
+
+_N = len(CUMULATIVE_FIELDS)
+_SQLITE_TS = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
+
+
+@cache
+def _totals_sql(pg: bool) -> str:
+    """Per group, the sum over its terms of f x (T(k) - w x O(k)).
+
+    Cuts are (k, gpu_id, ts, prev_ts): ts a minute and prev_ts the minute before, in their
+    stored form. T(k) is the GPU's running total before ts: the totals of its last bucket
+    before ts (one probe of the primary key, backwards), or where it has none, those of its
+    first bucket after ts less that bucket's own values. O(k) is the bucket at prev_ts if it
+    exists, else 0.
+    Terms are (grp, k, w, f): a span adds +f at the cut after its end and -f at the cut
+    after its start, each with the weight w of that minute's own bucket to take off (the
+    sum adds up a group's terms, so repeated ones need no merging).
+    """
+    f = CUMULATIVE_FIELDS
+    own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
+    t = ", ".join(
+        f"COALESCE(b.cum_{x}, a.cum_{x} - COALESCE(a.{x}, 0), 0) AS t{i}" for i, x in enumerate(f)
+    )
+    masked = ", ".join(f"CASE WHEN q.prev THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N))
+    sums = ", ".join(f"SUM(tm.f * (lk.t{i} - tm.w * lk.o{i}))" for i in range(_N))
+    if pg:
+        # Integers travel as one comma-joined string each and floats as binary arrays:
+        # the cheapest forms to build in Python for 45 k spans (psycopg dumps list
+        # elements one by one in Python; str.join runs in C).
+        cuts = (
+            "(SELECT k - 1 AS k, gpu_id, to_timestamp(m * 60) AS ts, "
+            "  to_timestamp(m * 60 - 60) AS prev_ts FROM unnest("
+            "  string_to_array(%(gpu)s, ',')::int4[], string_to_array(%(c)s, ',')::int4[]) "
+            "  WITH ORDINALITY AS cuts(gpu_id, m, k) "
+            "  ORDER BY gpu_id, m) cuts "  # in key order, so consecutive probes share pages
+        )
+        terms = (
+            "unnest(string_to_array(%(grp)s, ',')::int4[], string_to_array(%(k)s, ',')::int4[], "
+            "  %(w)b::float8[], %(f)b::float8[]) AS tm(grp, k, w, f)"
+        )
+        probes = (
+            "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            "  AND x.bucket_start < cuts.ts "
+            "  ORDER BY x.bucket_start DESC LIMIT 1) b ON true "
+            "LEFT JOIN LATERAL (SELECT * FROM rollup_1m x WHERE b.gpu_id IS NULL "
+            "  AND x.gpu_id = cuts.gpu_id AND x.bucket_start >= cuts.ts "
+            "  ORDER BY x.bucket_start LIMIT 1) a ON true "
+        )
+    else:
+        cuts, terms = "gw_cost_cuts cuts", "gw_cost_terms tm"
+        # Rows are found by rowid (the subquery reads it from the primary-key index, so the
+        # join needs no second descent), and the fallback probe runs only where the first
+        # found nothing (CASE short-circuits; a bare AND would still evaluate the subquery).
+        probes = (
+            "LEFT JOIN rollup_1m b ON b.rowid = "
+            "  (SELECT x.rowid FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            "   AND x.bucket_start < cuts.ts ORDER BY x.bucket_start DESC LIMIT 1) "
+            "LEFT JOIN rollup_1m a ON a.rowid = CASE WHEN b.rowid IS NULL THEN "
+            "  (SELECT x.rowid FROM rollup_1m x WHERE x.gpu_id = cuts.gpu_id "
+            "   AND x.bucket_start >= cuts.ts ORDER BY x.bucket_start LIMIT 1) END "
+        )
+    return (
+        f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(_N))} "
+        f"  FROM (SELECT cuts.k, b.bucket_start = cuts.prev_ts AS prev, {own}, {t} "
+        f"    FROM {cuts} {probes}) q) "
+        f"SELECT tm.grp, {sums} FROM {terms} JOIN lk ON lk.k = tm.k GROUP BY tm.grp"
+    )
+
+
+class _Terms:
+    """Cuts and terms for ``_totals_sql``, built span by span with plain ints and floats only
+    (a 30-day fleet report has 45 k spans; tuples would keep the cyclic GC busy)."""
+
+    __slots__ = ("cut", "cut_keys", "factor", "grp", "weight")
+
+    def __init__(self) -> None:
+        self.cut_keys: dict[int, int] = {}  # gpu_id x 2^32 + Unix minute -> k
+        self.grp: list[int] = []
+        self.cut: list[int] = []
+        self.weight: list[float] = []
+        self.factor: list[float] = []
+
+    def add(
+        self, grp: int, gpu_id: int, s_min: float, w_start: float, e_min: float, w_end: float,
+        factor: float,
+    ) -> None:  # fmt: skip
+        """Add a span: +factor x (value at its end) - factor x (value at its start)."""
+        keys = self.cut_keys
+        key = (gpu_id << 32) + int(s_min)
+        ks = keys.get(key)
+        if ks is None:
+            ks = keys[key] = len(keys)
+        key = (gpu_id << 32) + int(e_min)
+        ke = keys.get(key)
+        if ke is None:
+            ke = keys[key] = len(keys)
+        self.grp += (grp, grp)
+        self.cut += (ks, ke)
+        self.weight += (w_start, w_end)
+        self.factor += (-factor, factor)
+
+    def cuts(self) -> list[tuple[int, int]]:
+        """(gpu_id, minute as Unix seconds) by k."""
+        return [(key >> 32, (key & 0xFFFFFFFF) * 60) for key in self.cut_keys]
+
+
+# Cuts from which a PostgreSQL report splits its GPUs in two halves summed on two connections
+# at once; below it a second connection costs more than it saves. Not for SQLite: two
+# connections to one file measured slower than one.
+_PARALLEL_FROM = 2000
+
+
+def _run_parts(conn: Connection, parts: list[_Terms]) -> list[Any]:
+    """The rows of ``_totals_sql`` over every part; when they are big, the parts after the
+    first run at the same time on connections of their own, so the database probes with
+    several cores (a report is otherwise one query, and its probes are most of its time)."""
+    parts = [p for p in parts if p.grp]
+    if not parts:
+        return []
+
+    def run(on: Connection, part: _Terms) -> list[Any]:
+        return _run_totals(on, part.cuts(), (part.grp, part.cut, part.weight, part.factor))
+
+    def run_alone(part: _Terms) -> list[Any]:
+        with conn.engine.connect() as other:
+            return run(other, part)
+
+    if sum(len(p.cut_keys) for p in parts) < _PARALLEL_FROM:
+        return [row for p in parts for row in run(conn, p)]
+    with ThreadPoolExecutor(max_workers=len(parts) - 1 or 1) as pool:
+        later = [pool.submit(run_alone, p) for p in parts[1:]]
+        rows = run(conn, parts[0])
+        for f in later:
+            rows += f.result()
+    return rows
+
+
+def _sum_by_totals(
+    conn: Connection,
+    *,
+    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    out: list[Usage],
+    thresholds: Thresholds,
+    raw_cutoff: datetime,
+) -> None:
+    """Add to ``out`` each span's usage as the difference of 1m running totals at its edges.
+
+    The whole minutes of [start, end) are totals(ceil(end)) - totals(ceil(start)), less the
+    parts of the edge minutes outside the span; those parts are read from raw samples where
+    raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
+    """
+    # On PostgreSQL two halves by GPU id, summed on two connections at once (_run_parts).
+    parts = [_Terms(), _Terms()] if conn.dialect.name == "postgresql" else [_Terms()]
+    part_mask = len(parts) - 1
+    raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
+    raw_from = raw_cutoff.timestamp()
+    for grp, gpu_id, start, end, factor in spans:
+        s = start.timestamp()
+        e = end.timestamp()
+        s_min, e_min = -(-s // 60), -(-e // 60)  # the minutes after start and end
+        w_start = s_min - s / 60.0  # the parts of those minutes outside the span, pro rata
+        w_end = e_min - e / 60.0
+        e_floor = e - e % 60
+        if s >= raw_from or e_floor >= raw_from:  # edges raw retention still holds
+            if s >= raw_from:
+                if s_min * 60 > e_floor:  # inside one minute: all of it from raw samples
+                    raw_reads.append((grp, gpu_id, start, end, factor))
+                    continue
+                if w_start:  # the seconds before the first whole minute from raw samples
+                    raw_reads.append((grp, gpu_id, start, _utc(s_min * 60), factor))
+                w_start = 0.0
+            if e_floor < e:
+                w_end = 1.0  # the whole end minute off, and its seconds from raw samples
+                raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
+        parts[gpu_id & part_mask].add(grp, gpu_id, s_min, w_start, e_min, w_end, factor)
+    for row in _run_parts(conn, parts):
+        out[row[0]].add(Usage(*(float(v) for v in row[1:])))
+    if raw_reads:
+        _raw(conn, raw_reads, out, thresholds)
+
+
+def _run_totals(
+    conn: Connection,
+    cuts: list[tuple[int, int]],
+    terms: tuple[list[int], list[int], list[float], list[float]],
+) -> list[Any]:
+    """Run ``_totals_sql`` over cuts k = index of (gpu_id, minute as Unix seconds) and the
+    terms' columns (grp, k, w, f); rows (grp, sums...)."""
+    pg = conn.dialect.name == "postgresql"
+    grp, cut, weight, factor = terms
+    if pg:
+
+        def joined(values: Any) -> str:
+            return ",".join(map(str, values))
+
+        params: dict[str, Any] = {
+            "gpu": joined(g for g, _ in cuts),
+            "c": joined(c // 60 for _, c in cuts),  # minutes since the epoch
+            "grp": joined(grp),
+            "k": joined(cut),
+            "w": weight,
+            "f": factor,
+        }
+        raw: Any = conn.connection.dbapi_connection
+        # JIT would compile for longer than the query runs (its cost estimate for the probes
+        # is far too high); work_mem keeps the joins of 45 k spans in memory.
+        with _pg_local(conn, jit="off", work_mem="'64MB'"), raw.cursor() as cur:
+            result: list[Any] = cur.execute(_totals_sql(pg), params).fetchall()
+        return result
+    for ddl in (
+        "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, ts text, prev_ts text)",
+        "gw_cost_terms (grp integer, k integer, w real, f real)",
+    ):
+        conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {ddl}")
+        conn.exec_driver_sql(f"DELETE FROM {ddl.split()[0]}")
+    # The minutes in SQLite's stored text form, formatted once per cut (not once per use).
+    conn.exec_driver_sql(
+        f"INSERT INTO gw_cost_cuts VALUES (?, ?, {_SQLITE_TS.format('?')}, "
+        f"{_SQLITE_TS.format('? - 60')})",
+        [(k, g, c, c) for k, (g, c) in enumerate(cuts)],
+    )
+    conn.exec_driver_sql(
+        "INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)",
+        list(zip(grp, cut, weight, factor, strict=True)),
+    )
+    return list(conn.exec_driver_sql(_totals_sql(pg)).all())
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def sum_usage(
+    conn: Connection,
+    *,
+    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    n_groups: int,
+    thresholds: Thresholds,
+    raw_cutoff: datetime,
+    minute_cutoff: datetime,
+) -> list[Usage]:
+    """Per group, the sum of factor x Usage over its spans (group, gpu_id, start, end, factor).
+
+    Spans inside 1m retention (from ``minute_cutoff``) are read from the 1m running totals,
+    older ones bucket by bucket from the 1h and 1m rollups.
+    """
+    out = [Usage() for _ in range(n_groups)]
+    recent = [sp for sp in spans if sp[2] >= minute_cutoff]
+    old = [sp for sp in spans if sp[2] < minute_cutoff]
+    if recent:
+        _sum_by_totals(conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff)
+    if old:
+        _sum_by_buckets(conn, spans=old, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff)
+    return out

@@ -1,0 +1,264 @@
+"""What the evaluator reads: scope members and window statistics over samples and rollups."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Float,
+    Integer,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1m, samples
+from service.thresholds.evaluator import ScopeMember, WindowStats
+from service.thresholds.policy import POLICY_METRICS
+from service.vocabulary import METRICS_BY_NAME
+
+# Windows longer than this read 1-minute rollups instead of raw samples.
+RAW_WINDOW_MAX_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scopes:
+    """Scope members per scope type, and the GPUs that are lost."""
+
+    gpu: list[ScopeMember]
+    node: list[ScopeMember]
+    job: list[ScopeMember]
+    lost_gpu_ids: frozenset[int]
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        """Every GPU's id."""
+        return [m.gpu_ids[0] for m in self.gpu]
+
+    def of(self, scope: str) -> list[ScopeMember]:
+        """The members of scope ``scope`` (gpu, node or job)."""
+        members: list[ScopeMember] = getattr(self, scope)
+        return members
+
+
+def _joined(values: Iterable[str | None]) -> str:
+    return ",".join(sorted({v for v in values if v}))
+
+
+def scope_members(conn: Connection, *, now: datetime) -> Scopes:
+    """Every GPU, node and running job with its labels and GPUs (jobs: intervals open at now)."""
+    gpu_rows = conn.execute(
+        select(gpus.c.id, gpus.c.uuid, gpus.c.model, gpus.c.lost_at, nodes.c.hostname).join(
+            nodes, nodes.c.id == gpus.c.node_id
+        )
+    ).all()
+    held = conn.execute(
+        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
+        .join(jobs, jobs.c.id == job_gpus.c.job_id)
+        .where(
+            job_gpus.c.started_at <= now,
+            or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > now),
+        )
+    ).all()
+    by_gpu: dict[int, list[Any]] = defaultdict(list)
+    by_job: dict[str, list[int]] = defaultdict(list)
+    job_info: dict[str, Any] = {}
+    for h in held:
+        by_gpu[h.gpu_id].append(h)
+        by_job[h.id].append(h.gpu_id)
+        job_info[h.id] = h
+    info = {g.id: g for g in gpu_rows}
+    gpu_members, node_gpus = [], defaultdict(list)
+    for g in gpu_rows:
+        js = by_gpu.get(g.id, [])
+        labels = {"node": g.hostname, "gpu": g.uuid, "model": g.model}
+        if js:
+            labels |= {
+                "job": _joined(j.id for j in js),
+                "user": _joined(j.user for j in js),
+                "team": _joined(j.team for j in js),
+                "project": _joined(j.project for j in js),
+            }
+        gpu_members.append(ScopeMember(f"gpu:{g.uuid}", labels, (g.id,)))
+        node_gpus[g.hostname].append(g)
+    node_members = [
+        ScopeMember(
+            f"node:{host}",
+            {"node": host, "model": _joined(g.model for g in gs)},
+            tuple(g.id for g in gs),
+        )
+        for host, gs in sorted(node_gpus.items())
+    ]
+    job_members = []
+    for job_id, gpu_ids in sorted(by_job.items()):
+        j = job_info[job_id]
+        labels = {
+            "job": job_id,
+            "user": j.user or "",
+            "team": j.team or "",
+            "project": j.project or "",
+            "node": _joined(info[i].hostname for i in gpu_ids if i in info),
+            "gpu": _joined(info[i].uuid for i in gpu_ids if i in info),
+            "model": _joined(info[i].model for i in gpu_ids if i in info),
+        }
+        job_members.append(ScopeMember(f"job:{job_id}", labels, tuple(sorted(gpu_ids))))
+    lost = frozenset(g.id for g in gpu_rows if g.lost_at is not None and g.lost_at <= now)
+    return Scopes(gpu_members, node_members, job_members, lost)
+
+
+def _among(conn: Connection, column: Any, ids: list[int]) -> Any:
+    """``column IN ids``; on PostgreSQL one array parameter (``= ANY``), cheap to send and plan."""
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam("gpu_id_list", ids, type_=ARRAY(Integer)))
+    return column.in_(ids)
+
+
+def _sample_expr(metric: str, idle_threshold: float, held_bytes: float) -> Any:
+    """The per-sample value of ``metric`` (canonical or derived) as a SQL expression."""
+    if metric == "idle_held":
+        return case(
+            (samples.c.sm_active.is_(None), None),
+            (
+                and_(samples.c.sm_active < idle_threshold, samples.c.fb_used_bytes > held_bytes),
+                1.0,
+            ),
+            else_=0.0,
+        )
+    if metric == "hardware_fault":
+        return cast(samples.c.xid_last, Float)
+    return cast(samples.c[metric], Float)
+
+
+WindowStatsByGpu = dict[int, dict[str, WindowStats]]
+
+
+def window_stats(
+    conn: Connection,
+    *,
+    windows: Mapping[float, Iterable[str]],
+    now: datetime,
+    idle_threshold: float,
+    held_bytes: float,
+    gpu_ids: Iterable[int],
+    lost_gpu_ids: frozenset[int] = frozenset(),
+) -> dict[float, WindowStatsByGpu]:
+    """Per window and GPU, sum/count/min/max of each metric over (now - window, now].
+
+    Every raw-sample window is read in one scan of the widest one (narrower windows are
+    aggregate FILTERs); windows longer than an hour read 1-minute rollups.
+    """
+    ids = sorted(gpu_ids)
+    out: dict[float, WindowStatsByGpu] = {}
+    raw: dict[float, list[str]] = {}
+    for w, ms in windows.items():
+        if w > RAW_WINDOW_MAX_SECONDS:
+            out[w] = _rollup_stats(conn, sorted(set(ms)), w, now, ids, lost_gpu_ids)
+        else:
+            raw[w] = sorted(set(ms) & set(POLICY_METRICS))
+            out[w] = {}
+    if raw:
+        widest = max(raw)
+        cols: list[Any] = [samples.c.gpu_id]
+        plan: list[tuple[float, str, int]] = []  # (window, metric, first column index)
+        for w, ms in sorted(raw.items()):
+            recent = None if w == widest else samples.c.ts > now - timedelta(seconds=w)
+            for m in ms:
+                e = _sample_expr(m, idle_threshold, held_bytes)
+                aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
+                plan.append((w, m, len(cols)))
+                cols += [a if recent is None else a.filter(recent) for a in aggs]
+        # Naming the GPUs lets PostgreSQL walk the (gpu_id, ts) primary key per GPU instead
+        # of scanning the whole day's partition for the time range.
+        q = (
+            select(*cols)
+            .where(
+                _among(conn, samples.c.gpu_id, ids),
+                samples.c.ts > now - timedelta(seconds=widest),
+                samples.c.ts <= now,
+            )
+            .group_by(samples.c.gpu_id)
+        )
+        for r in conn.execute(q):
+            gid = r[0]
+            for w, m, i in plan:
+                count = int(r[i + 1] or 0)
+                if m == "hardware_fault":
+                    v = 1.0 if count > 0 else 0.0
+                    out[w].setdefault(gid, {})[m] = WindowStats(v, 1, v, v)
+                elif count:
+                    out[w].setdefault(gid, {})[m] = WindowStats(
+                        float(r[i]), count, float(r[i + 2]), float(r[i + 3])
+                    )
+    for w, ms in raw.items():
+        if "hardware_fault" in ms:
+            for gid in lost_gpu_ids:
+                out[w].setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
+    return out
+
+
+def _rollup_stats(
+    conn: Connection,
+    wanted: list[str],
+    window_seconds: float,
+    now: datetime,
+    gpu_ids: list[int],
+    lost_gpu_ids: frozenset[int],
+) -> dict[int, dict[str, WindowStats]]:
+    """Like window_stats from whole 1-minute buckets (long windows)."""
+    since = now - timedelta(seconds=window_seconds)
+    c = rollup_1m.c
+    cols: list[Any] = [c.gpu_id]
+    for m in wanted:
+        if m in METRICS_BY_NAME:
+            cols += [
+                func.sum(c[f"{m}_sum"]).label(f"{m}__sum"),
+                func.sum(c[f"{m}_count"]).label(f"{m}__count"),
+                func.min(c[f"{m}_min"]).label(f"{m}__min"),
+                func.max(c[f"{m}_max"]).label(f"{m}__max"),
+            ]
+    cols += [
+        func.sum(c.idle_held_seconds).label("ih"),
+        func.sum(c.covered_seconds).label("cov"),
+        func.sum(c.xid_last_count).label("xid"),
+    ]
+    q = (
+        select(*cols)
+        .where(_among(conn, c.gpu_id, gpu_ids), c.bucket_start >= since, c.bucket_start < now)
+        .group_by(c.gpu_id)
+    )
+    out: dict[int, dict[str, WindowStats]] = {}
+    for r in conn.execute(q):
+        m_ = r._mapping
+        per: dict[str, WindowStats] = {}
+        for m in wanted:
+            if m in METRICS_BY_NAME and m_[f"{m}__count"]:
+                per[m] = WindowStats(
+                    float(m_[f"{m}__sum"]),
+                    int(m_[f"{m}__count"]),
+                    float(m_[f"{m}__min"]),
+                    float(m_[f"{m}__max"]),
+                )
+        cov = float(r.cov or 0.0)
+        if "idle_held" in wanted and cov > 0:
+            ratio = float(r.ih or 0.0) / cov
+            # Weighted by covered seconds: avg is exact; min and max are the window's mean.
+            per["idle_held"] = WindowStats(ratio, 1, ratio, ratio)
+        if "hardware_fault" in wanted:
+            v = 1.0 if (r.xid or 0) > 0 or r.gpu_id in lost_gpu_ids else 0.0
+            per["hardware_fault"] = WindowStats(v, 1, v, v)
+        out[r.gpu_id] = per
+    if "hardware_fault" in wanted:
+        for gid in lost_gpu_ids:
+            out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
+    return out

@@ -1,0 +1,1 @@
+"""Use cases: the steps that join the database with the pure core (reports, evaluation, scrapes)."""
