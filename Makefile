@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check service tests bench migrations
 	$(BIN)/ruff format --check service tests bench migrations
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 services:
 	bash scripts/test-services.sh

@@ -1,0 +1,28 @@
+"""The agent's import contract forbids every top-level module of the service but the few it may use."""
+
+from __future__ import annotations
+
+import pkgutil
+import tomllib
+from pathlib import Path
+
+import service
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_MAY_IMPORT = {
+    "service.settings",
+    "service.vocabulary",
+    "service.errors",
+    "service.clock",
+    "service.wire",
+    "service.delivery",
+}
+
+
+def test_agent_contract_forbids_every_other_module() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (agent,) = [c for c in contracts if c.get("source_modules") == ["service.collectors"]]
+    top_level = {f"service.{m.name}" for m in pkgutil.iter_modules(service.__path__)}
+    expected = top_level - AGENT_MAY_IMPORT - {"service.collectors"}
+    assert set(agent["forbidden_modules"]) == expected
