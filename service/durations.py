@@ -1,40 +1,85 @@
-"""Prometheus-style duration strings ("30s", "15m", "1h30m", "7d") to seconds and back."""
+"""Prometheus duration strings ("30s", "15m", "1h30m", "7d") to seconds and back.
+
+``parse_duration`` follows Prometheus's own parser (``model.ParseDuration``): integer amounts, units
+from largest to smallest, each unit at most once, "0" the only bare number; so "30m1h", "1.5h" and
+"1h1h" are refused as Prometheus refuses them. ``parse_duration_param`` reads a query parameter as
+Prometheus's HTTP API does: float seconds ("90", "2.5") or a Prometheus duration.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+# Largest first: the order a Prometheus duration must use.
+_UNITS: dict[str, int] = {
+    "y": 31_536_000_000,
+    "w": 604_800_000,
+    "d": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1_000,
+    "ms": 1,
+}
+_PART = re.compile(r"(\d+)(ms|[ywdhms])")
+_FLOAT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+# Prometheus keeps durations in int64 milliseconds.
+_MAX_MS = 2**63 - 1
+_FORMS = "like 30s, 15m, 1h30m or 7d (integer amounts, largest unit first, each unit once)"
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``text`` ("90s", "15m", "1h30m"); a bare number is seconds; ValueError else."""
+    """Seconds in the Prometheus duration ``text`` ("90s", "15m", "1h30m"); ValueError otherwise."""
     text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    pos, total = 0, 0.0
+    if text == "0":
+        return 0.0
+    pos, total_ms, last_rank = 0, 0, -1
+    ranks = list(_UNITS)
     for m in _PART.finditer(text):
         if m.start() != pos:
             break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
+        rank = ranks.index(m.group(2))
+        if rank <= last_rank:
+            order = "is repeated" if rank == last_rank else "comes after a smaller unit"
+            raise ValueError(f"{text!r} is not a duration {_FORMS}: {m.group(2)!r} {order}")
+        last_rank = rank
+        total_ms += int(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos != len(text) or pos == 0:
-        raise ValueError(f"{text!r} is not a duration like 30s, 15m, 4h or 7d")
-    return total
+        raise ValueError(f"{text!r} is not a duration {_FORMS}")
+    if total_ms > _MAX_MS:
+        raise ValueError(f"{text!r} is not a duration: too long")
+    return total_ms / 1000
+
+
+def parse_duration_param(text: str) -> float:
+    """Seconds in a query parameter: float seconds ("90", "2.5") or a Prometheus duration ("5m").
+
+    As Prometheus's HTTP API reads ``step`` or ``timeout``; negative, infinite and NaN are refused.
+    """
+    text = text.strip()
+    if _FLOAT.fullmatch(text):
+        seconds = float(text)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"{text!r} is not a duration: seconds must be finite and not negative")
+        return seconds
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a duration: give seconds (90, 2.5) or a duration like 30s or 1h30m"
+        ) from None
 
 
 def format_duration(seconds: float) -> str:
-    """The shortest Prometheus-style string for ``seconds`` ("15m", "1h30m", "45s")."""
-    if seconds == 0:
+    """The shortest Prometheus duration for ``seconds`` ("15m", "1h30m", "45s"), ms resolution."""
+    rest = round(seconds * 1000)
+    if rest == 0:
         return "0s"
-    out, rest = "", seconds
-    for unit in ("w", "d", "h", "m", "s"):
+    out = ""
+    for unit in ("w", "d", "h", "m", "s", "ms"):
         size = _UNITS[unit]
         if rest >= size:
-            n = int(rest // size)
+            n, rest = divmod(rest, size)
             out += f"{n}{unit}"
-            rest -= n * size
-    if rest > 1e-9 or not out:
-        out += f"{round(rest * 1000)}ms"
     return out

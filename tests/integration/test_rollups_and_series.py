@@ -108,12 +108,16 @@ def test_series_picks_resolution_from_step(app, http, tokens, clock: FakeClock):
     h = auth(tokens["reader"])
     raw = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": 30}, headers=h).json()
     assert raw["resolution"] == "raw" and len(raw["points"]) == 360
-    m = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": 300}, headers=h).json()
+    # step as Prometheus's HTTP API takes it: float seconds or a duration
+    m = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": "5m"}, headers=h).json()
     assert m["resolution"] == "1m" and len(m["points"]) == 36
     assert m["points"][0]["count"] == 10 and m["points"][0]["avg"] == pytest.approx(0.25)
-    hr = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": 3600}, headers=h).json()
+    hr = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": "3600.0"}, headers=h).json()
     assert hr["resolution"] == "1h" and [p["count"] for p in hr["points"]] == [120, 120, 120]
     assert hr["unit"] == "ratio"
+    for bad in ("1.5h", "30m1h", "0", "-5"):
+        r = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": bad}, headers=h)
+        assert r.status_code == 422 and r.json()["detail"].startswith("step:"), (bad, r.text)
 
 
 def test_series_errors_name_the_parameter(http, tokens):

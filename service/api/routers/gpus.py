@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from service.api.deps import Ctx, ReadConn, Reader
 from service.api.schemas.gpus import GpuPublic, SeriesPublic
 from service.db import gpus_repo
+from service.durations import parse_duration_param
 from service.vocabulary import METRICS_BY_NAME
 
 router = APIRouter(prefix="/gpus", tags=["gpus"])
@@ -33,7 +34,10 @@ def gpu_series(
     metric: str = Query(description="a canonical metric name, e.g. sm_active"),
     start: datetime | None = Query(None, description="RFC 3339; default end - 1h"),
     end: datetime | None = Query(None, description="RFC 3339; default now"),
-    step: float | None = Query(None, gt=0, description="seconds per point; default ~300 points"),
+    step: str | None = Query(
+        None,
+        description="per point: seconds (30, 2.5) or a duration (30s, 5m); default ~300 points",
+    ),
 ) -> Response:
     """One metric of one GPU over [start, end), read from raw, 1m or 1h data as step allows."""
     spec = METRICS_BY_NAME.get(metric)
@@ -55,17 +59,28 @@ def gpu_series(
             status.HTTP_422_UNPROCESSABLE_CONTENT, detail="start: must be before end"
         )
     span = (end - start).total_seconds()
-    step = step or max(span / 300, 1.0)
-    if span / step > MAX_POINTS:
+    step_s = max(span / 300, 1.0)
+    if step is not None:
+        try:
+            step_s = parse_duration_param(step)
+        except ValueError as exc:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, detail=f"step: {exc}"
+            ) from None
+        if step_s <= 0:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, detail="step: must be greater than 0"
+            )
+    if span / step_s > MAX_POINTS:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"step: {span / step:.0f} points requested; at most {MAX_POINTS}, "
+            detail=f"step: {span / step_s:.0f} points requested; at most {MAX_POINTS}, "
             "so use a larger step",
         )
     gpu_id = gpus_repo.gpu_id_by_uuid(conn, uuid=uuid)
     if gpu_id is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"uuid: no GPU {uuid}")
-    resolution = gpus_repo.choose_resolution(step)
+    resolution = gpus_repo.choose_resolution(step_s)
     s = ctx.settings
     now = ctx.clock()
     # Past raw (or 1m) retention only the coarser data is left, so read that.
@@ -79,7 +94,7 @@ def gpu_series(
         metric=metric,
         start=start,
         end=end,
-        step_seconds=step,
+        step_seconds=step_s,
         resolution=resolution,
     )
     body = SeriesPublic.model_validate(
@@ -89,7 +104,7 @@ def gpu_series(
             "unit": spec.unit,
             "start": start,
             "end": end,
-            "step_seconds": step,
+            "step_seconds": step_s,
             "resolution": resolution,
             "points": [
                 {"ts": p.ts, "avg": p.avg, "min": p.min, "max": p.max, "count": p.sample_count}
