@@ -23,7 +23,7 @@ import pynvml
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
-from service.collectors.fields import ENERGY_EVERY_CYCLES, GPM_FIELDS
+from service.collectors.nvml import ENERGY_EVERY_CYCLES, GPM_FIELDS
 from service.collectors.nvml import NvmlBackend
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
@@ -49,8 +49,8 @@ def bare_floor(cycles: int) -> float:
         mg = pynvml.c_nvmlGpmMetricsGet_t()
         mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         mg.numMetrics = len(GPM_FIELDS)
-        for i, (_, name, _) in enumerate(GPM_FIELDS):
-            mg.metrics[i].metricId = getattr(pynvml, f"NVML_GPM_METRIC_{name}")
+        for i, f in enumerate(GPM_FIELDS):
+            mg.metrics[i].metricId = getattr(pynvml, f"NVML_GPM_METRIC_{f.gpm}")
         mgs.append(mg)
     for k, h in enumerate(hs):
         pynvml.nvmlGpmSampleGet(h, bufs[k][0])
@@ -100,8 +100,8 @@ def single_calls(reps: int = 50) -> dict[str, float]:
     mg = pynvml.c_nvmlGpmMetricsGet_t()
     mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
     mg.numMetrics = len(GPM_FIELDS)
-    for i, (_, name, _) in enumerate(GPM_FIELDS):
-        mg.metrics[i].metricId = getattr(pynvml, f"NVML_GPM_METRIC_{name}")
+    for i, f in enumerate(GPM_FIELDS):
+        mg.metrics[i].metricId = getattr(pynvml, f"NVML_GPM_METRIC_{f.gpm}")
     pynvml.nvmlGpmSampleGet(h, s1)
     calls = {
         "nvmlGpmSampleGet": lambda: pynvml.nvmlGpmSampleGet(h, s2),
@@ -192,7 +192,7 @@ def make_agent(tmp: Path, sink: Sink, interval: float) -> Agent:
             interval_seconds=interval,
             dead_letter_path=tmp / "dead.jsonl",
         ),
-        backend=NvmlBackend(attributor=None),
+        backend=NvmlBackend(),
         shipper=Shipper(central_url=sink.url, token="t"),
         spool=Spool(tmp / f"spool-{time.time()}.sqlite"),
         attributor=JobAttributor(),

@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.collectors.backend import Device, Snapshot
-
-_INT_METRICS = frozenset({"fb_used_bytes", "fb_total_bytes", "xid_last"})
+from service.vocabulary import INT_METRICS
 
 
 def rfc3339(ts: datetime) -> str:
@@ -47,7 +46,7 @@ def build_batch(
     for snap in snapshots:
         ts = rfc3339(snap.ts)
         for r in snap.readings:
-            metrics = {k: (int(v) if k in _INT_METRICS else v) for k, v in r.metrics.items()}
+            metrics = {k: (int(v) if k in INT_METRICS else v) for k, v in r.metrics.items()}
             samples.append(
                 {"gpu_uuid": r.uuid, "ts": ts, "source": r.source.value, "metrics": metrics}
             )

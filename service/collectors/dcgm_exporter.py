@@ -19,11 +19,10 @@ from service.collectors.backend import (
     ProcessReading,
     Snapshot,
 )
-from service.collectors.fields import DCGM_FIELDS, MIB
-from service.vocabulary import ActivitySource
+from service.vocabulary import DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
 
 _FB_PARTS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
-_INT = frozenset({"fb_used_bytes", "fb_total_bytes", "xid_last"})
+_BY_NAME = {f.name: f for f in DCGM_FIELDS}
 
 
 @dataclass
@@ -85,12 +84,12 @@ def parse_exposition(text: str) -> Exposition:
                 )
             if name in _FB_PARTS:
                 fb.setdefault(dev.uuid, {})[name] = s.value
-            mapped = DCGM_FIELDS.get(name)
+            mapped = _BY_NAME.get(name)
             if mapped is None:
                 continue
-            canonical, scale = mapped
-            value = s.value * scale
-            if canonical in _INT:
+            canonical = mapped.metric
+            value = s.value * mapped.scale
+            if canonical in INT_METRICS:
                 value = float(int(value))
             if canonical == "xid_last" and value == 0:
                 continue  # dcgm-exporter reports 0 for "no XID"; absent is the honest value

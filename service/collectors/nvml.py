@@ -11,20 +11,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from service.collectors.attribution import JobAttributor
-from service.collectors.backend import (
-    BackendError,
-    Device,
-    GpuReading,
-    ProcessReading,
-    Snapshot,
-)
-from service.collectors.fields import ENERGY_EVERY_CYCLES, GPM_FIELDS
-from service.vocabulary import ActivitySource
+from service.collectors.backend import BackendError, Device, GpuReading, ProcessReading, Snapshot
+from service.vocabulary import MIB, ActivitySource
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +29,84 @@ _NOT_SUPPORTED = 3
 _TIMEOUT = 10
 _MAX_EVENTS_PER_POLL = 64
 GPM_MIN_INTERVAL_SECONDS = 0.1  # NVML needs this much between two GPM samples
+# Energy is a counter and its call costs ~5 ms: read every N-th cycle only.
+ENERGY_EVERY_CYCLES = 6
+
+
+@dataclass(frozen=True, slots=True)
+class GpmField:
+    """A canonical metric read from GPM: NVML_GPM_METRIC_<gpm> x ``scale`` is its value."""
+
+    metric: str
+    gpm: str
+    scale: float
+
+
+# Read in one nvmlGpmMetricsGet per GPU per cycle. Percentages become ratios; MiB/s bytes/s.
+GPM_FIELDS: tuple[GpmField, ...] = (
+    GpmField("sm_active", "SM_UTIL", 0.01),
+    GpmField("sm_occupancy", "SM_OCCUPANCY", 0.01),
+    GpmField("tensor_active", "ANY_TENSOR_UTIL", 0.01),
+    GpmField("dram_active", "DRAM_BW_UTIL", 0.01),
+    GpmField("gr_engine_active", "GRAPHICS_UTIL", 0.01),
+    GpmField("pcie_tx_bytes_per_second", "PCIE_TX_PER_SEC", MIB),
+    GpmField("pcie_rx_bytes_per_second", "PCIE_RX_PER_SEC", MIB),
+    GpmField("nvlink_tx_bytes_per_second", "NVLINK_TOTAL_TX_PER_SEC", MIB),
+    GpmField("nvlink_rx_bytes_per_second", "NVLINK_TOTAL_RX_PER_SEC", MIB),
+)
+
+
+def _utilization(lib: Any, h: Any) -> dict[str, float]:
+    u = lib.nvmlDeviceGetUtilizationRates(h)
+    return {"gpu_util": u.gpu / 100.0, "mem_copy_util": u.memory / 100.0}
+
+
+def _memory(lib: Any, h: Any) -> dict[str, float]:
+    mem = lib.nvmlDeviceGetMemoryInfo(h)
+    return {"fb_used_bytes": int(mem.used), "fb_total_bytes": int(mem.total)}
+
+
+def _power(lib: Any, h: Any) -> dict[str, float]:
+    return {"power_watts": lib.nvmlDeviceGetPowerUsage(h) / 1000.0}
+
+
+def _temperature(lib: Any, h: Any) -> dict[str, float]:
+    return {"temperature_celsius": float(lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU))}
+
+
+def _sm_clock(lib: Any, h: Any) -> dict[str, float]:
+    return {"sm_clock_hz": lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM) * 1e6}
+
+
+def _energy(lib: Any, h: Any) -> dict[str, float]:
+    return {"energy_joules": lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Getter:
+    """One NVML call and the canonical metrics it yields.
+
+    ``key`` names the call once the GPU has said it does not support it (then it is never asked
+    again, unless ``ask_again``); a ``sparse`` call runs every ``energy_every_cycles``-th poll.
+    """
+
+    key: str
+    metrics: tuple[str, ...]
+    read: Callable[[Any, Any], dict[str, float]]
+    ask_again: bool = False
+    sparse: bool = False
+
+
+GETTERS: tuple[Getter, ...] = (
+    Getter("util", ("gpu_util", "mem_copy_util"), _utilization),
+    Getter("mem", ("fb_used_bytes", "fb_total_bytes"), _memory, ask_again=True),
+    Getter("power", ("power_watts",), _power),
+    Getter("temp", ("temperature_celsius",), _temperature),
+    Getter("clock", ("sm_clock_hz",), _sm_clock),
+    Getter("energy", ("energy_joules",), _energy, sparse=True),
+)
+# Read from XID events, not a getter.
+EVENT_METRICS: tuple[str, ...] = ("xid_last",)
 
 
 def _load_pynvml() -> Any:
@@ -70,15 +141,12 @@ class NvmlBackend:
     def __init__(
         self,
         *,
-        attributor: JobAttributor | None = None,
         energy_every_cycles: int = ENERGY_EVERY_CYCLES,
         lib: Any = None,
     ) -> None:
         self.lib = lib if lib is not None else _load_pynvml()
-        self.attributor = attributor
         self.energy_every_cycles = max(1, energy_every_cycles)
         self._gpus: list[_Gpu] = []
-        self._by_handle_uuid: dict[str, _Gpu] = {}
         self._events: Any = None
         self._open = False
         self.field_errors = 0  # reads that failed for another reason than "not supported"
@@ -101,7 +169,6 @@ class NvmlBackend:
             self.close()
             raise BackendError(f"NVML enumeration failed: {exc}") from exc
         self._gpus = gpus
-        self._by_handle_uuid = {g.device.uuid: g for g in gpus}
         self._register_events()
 
     def _open_device(self, index: int) -> list[_Gpu]:
@@ -143,8 +210,8 @@ class NvmlBackend:
                 mg = lib.c_nvmlGpmMetricsGet_t()
                 mg.version = lib.NVML_GPM_METRICS_GET_VERSION
                 mg.numMetrics = len(GPM_FIELDS)
-                for i, (_, gpm_name, _) in enumerate(GPM_FIELDS):
-                    mg.metrics[i].metricId = getattr(lib, f"NVML_GPM_METRIC_{gpm_name}")
+                for i, f in enumerate(GPM_FIELDS):
+                    mg.metrics[i].metricId = getattr(lib, f"NVML_GPM_METRIC_{f.gpm}")
                 g.metrics_get = mg
                 self._gpm_take(g)  # the first poll then already has an interval to report
             except lib.NVMLError as exc:
@@ -274,54 +341,25 @@ class NvmlBackend:
 
     def _read(self, g: _Gpu) -> GpuReading:
         lib = self.lib
-        h = g.handle
         m: dict[str, float] = {}
         source = ActivitySource.NVML
         if g.gpm and self._gpm_take(g):
             source = ActivitySource.GPM
             metrics = g.metrics_get.metrics
-            for i, (name, _, scale) in enumerate(GPM_FIELDS):
+            for i, f in enumerate(GPM_FIELDS):
                 entry = metrics[i]
                 if entry.nvmlReturn == 0:
-                    v = entry.value * scale
-                    m[name] = min(max(v, 0.0), 1.0) if scale < 1 else max(v, 0.0)
-        un = g.unsupported
-        if "util" not in un:
+                    v = entry.value * f.scale
+                    m[f.metric] = min(max(v, 0.0), 1.0) if f.scale < 1 else max(v, 0.0)
+        for getter in GETTERS:
+            if getter.key in g.unsupported and not getter.ask_again:
+                continue
+            if getter.sparse and g.cycle % self.energy_every_cycles:
+                continue
             try:
-                u = lib.nvmlDeviceGetUtilizationRates(h)
-                m["gpu_util"] = u.gpu / 100.0
-                m["mem_copy_util"] = u.memory / 100.0
+                m.update(getter.read(lib, g.handle))
             except lib.NVMLError as exc:
-                self._field_failed(g, "util", exc)
-        try:
-            mem = lib.nvmlDeviceGetMemoryInfo(h)
-            m["fb_used_bytes"] = int(mem.used)
-            m["fb_total_bytes"] = int(mem.total)
-        except lib.NVMLError as exc:
-            self._field_failed(g, "mem", exc)
-        if "power" not in un:
-            try:
-                m["power_watts"] = lib.nvmlDeviceGetPowerUsage(h) / 1000.0
-            except lib.NVMLError as exc:
-                self._field_failed(g, "power", exc)
-        if "temp" not in un:
-            try:
-                m["temperature_celsius"] = float(
-                    lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU)
-                )
-            except lib.NVMLError as exc:
-                self._field_failed(g, "temp", exc)
-        if "clock" not in un:
-            try:
-                m["sm_clock_hz"] = lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM) * 1e6
-            except lib.NVMLError as exc:
-                self._field_failed(g, "clock", exc)
-        # Energy is a counter and the call costs ~5 ms: read it every N-th cycle only.
-        if "energy" not in un and g.cycle % self.energy_every_cycles == 0:
-            try:
-                m["energy_joules"] = lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
-            except lib.NVMLError as exc:
-                self._field_failed(g, "energy", exc)
+                self._field_failed(g, getter.key, exc)
         g.cycle += 1
         return GpuReading(g.device.uuid, m, source)
 

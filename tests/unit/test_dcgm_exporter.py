@@ -6,10 +6,14 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 
 from service.collectors.backend import BackendError
 from service.collectors.dcgm_exporter import DcgmExporterBackend, parse_exposition
-from service.vocabulary import ActivitySource
+from service.exposition.dcgm import dcgm_families
+from service.exposition.types import GpuReading as FleetReading
+from service.vocabulary import DCGM_FIELDS, METRICS_BY_NAME, ActivitySource
 
 L0 = 'gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-7"'
 L1 = 'gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA A100-SXM4-40GB",hostname="node-7",hpc_job="slurm-991"'
@@ -104,3 +108,61 @@ def test_unreachable_exporter_is_a_backend_error():
     )
     with pytest.raises(BackendError, match="cannot scrape"):
         b.sample(datetime(2026, 12, 2, tzinfo=UTC))
+
+
+def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
+    """One table drives both directions: what /metrics writes in DCGM units, the dcgm-exporter
+    backend reads back as the same canonical values."""
+    gib = 2**30
+    values = {
+        "gpu_util": 0.37,
+        "mem_copy_util": 0.12,
+        "fb_used_bytes": 20 * gib,
+        "fb_total_bytes": 80 * gib,
+        "power_watts": 312.5,
+        "energy_joules": 123456.789,
+        "temperature_celsius": 61.0,
+        "sm_clock_hz": 1.98e9,
+        "xid_last": 79,
+        "gr_engine_active": 0.5,
+        "sm_active": 0.25,
+        "sm_occupancy": 0.125,
+        "tensor_active": 0.0625,
+        "dram_active": 0.75,
+        "pcie_tx_bytes_per_second": 1.5e9,
+        "pcie_rx_bytes_per_second": 2.5e8,
+        "nvlink_tx_bytes_per_second": 4.0e10,
+        "nvlink_rx_bytes_per_second": 3.0e10,
+    }
+    assert {f.metric for f in DCGM_FIELDS} <= set(values)
+    reading = FleetReading(
+        node="node-7",
+        index=3,
+        uuid="GPU-rt",
+        model="NVIDIA H100 80GB HBM3",
+        last_sample_at=datetime(2026, 12, 2, 8, 0, tzinfo=UTC),
+        values={k: float(v) for k, v in values.items()},
+    )
+    families = dcgm_families([reading])
+
+    class Families:
+        def collect(self) -> list[Metric]:
+            return families
+
+    registry = CollectorRegistry()
+    registry.register(Families())  # type: ignore[arg-type]
+    exp = parse_exposition(generate_latest(registry).decode())
+
+    (dev,) = exp.devices
+    assert (dev.uuid, dev.index, dev.model) == ("GPU-rt", 3, "NVIDIA H100 80GB HBM3")
+    (got,) = exp.readings
+    assert got.source == ActivitySource.DCGM
+    assert set(got.metrics) == set(values)
+    for name, want in values.items():
+        assert got.metrics[name] == pytest.approx(want, rel=1e-9), name
+
+
+def test_dcgm_table_names_each_field_once_and_only_canonical_metrics():
+    names = [f.name for f in DCGM_FIELDS]
+    assert len(names) == len(set(names))
+    assert {f.metric for f in DCGM_FIELDS} <= set(METRICS_BY_NAME)

@@ -9,7 +9,7 @@ import pytest
 import service.collectors.nvml as nvml_mod
 from service.collectors.backend import BackendError
 from service.collectors.nvml import NvmlBackend
-from service.vocabulary import ActivitySource
+from service.vocabulary import METRIC_NAMES, ActivitySource
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -136,3 +136,10 @@ def test_mig_instances_are_gpus_of_their_own_with_gpm_from_the_parent():
     by = {r.uuid: r.metrics for r in snap.readings}
     assert by["MIG-a"]["sm_active"] == 0.5 and by["MIG-b"]["sm_active"] == 0.0
     assert [(p.gpu_uuid, p.pid) for p in snap.processes] == [("MIG-a", 7)]
+
+
+def test_every_canonical_metric_has_one_nvml_source():
+    sources = [f.metric for f in nvml_mod.GPM_FIELDS]
+    sources += [m for g in nvml_mod.GETTERS for m in g.metrics]
+    sources += list(nvml_mod.EVENT_METRICS)
+    assert sorted(sources) == sorted(METRIC_NAMES)
