@@ -18,12 +18,13 @@ from sqlalchemy import Engine, func, insert, select
 
 from service.collectors.agent import Agent, backfill
 from service.collectors.backend import Backend
-from service.collectors.runner import build_agent, make_backend, node_name, quiet_http_logs
+from service.collectors.runner import build_agent, make_backend, node_name
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
 from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
+from service.delivery import quiet_http_logs
 from service.settings import Settings
 
 DEMO_PRICE_USD_PER_GPU_HOUR = 4.0

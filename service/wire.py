@@ -12,6 +12,13 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
 
 from service.vocabulary import METRICS, ActivitySource
 
+# Limits of one batch: central refuses more, and the agent splits its batches to fit.
+MAX_BATCH_SAMPLES = 10_000
+MAX_BATCH_PROCESSES = 10_000
+MAX_NODE_LABELS = 64
+MAX_LABEL_KEY_CHARS = 63
+MAX_LABEL_VALUE_CHARS = 256
+
 
 def _metric_field(spec: Any) -> tuple[Any, Any]:
     py_type = int if spec.kind == "int" else float

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from service.collectors.agent import Agent, AgentConfig
-from service.collectors.shipper import Backoff, Shipper
+from service.collectors.shipper import Shipper
 from service.collectors.simulated import SimulatedBackend
 from service.collectors.spool import Spool
 from service.collectors.transport import StdlibTransport, TransportError
+from service.delivery import RetryPolicy
 from tests.support import FakeClock
 
 
@@ -76,11 +77,11 @@ def make_agent(
             labels={"rack": "r1"},
             interval_seconds=10.0,
             dead_letter_path=tmp / "dead-letter.jsonl",
+            retry=RetryPolicy(base_seconds=5, cap_seconds=60),
         ),
         backend=backend,
         shipper=Shipper(central_url=url, token=token, transport=RecordingTransport(wire)),
         spool=Spool(tmp / "spool.sqlite", max_bytes=spool_max_bytes),
         clock=agent_clock or clock,
         monotonic=FakeMonotonic(clock),
-        ship_backoff=Backoff(base_seconds=5, cap_seconds=60),
     )

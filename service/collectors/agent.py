@@ -1,35 +1,47 @@
-"""The agent loop: poll the backend, attribute processes to jobs, batch, ship or spool.
+"""The agent loop: poll the backend, attribute processes to jobs, spool, ship.
 
-One thread does it all, once per interval. Delivery is in order: while anything waits in the
-spool, new batches queue behind it, and the spool drains oldest first as soon as the central
-service answers again. A backend that fails as a whole is closed and re-opened with backoff.
+One thread does it all, once per interval. Each poll is written to the on-disk spool as it is
+taken, then shipped from there: the spool drains oldest first, several polls per request, and
+central's answers are handled by the delivery table of ``service.delivery`` (credentials kept,
+bad content split poll by poll, busy retried, a batch central fails on set aside behind newer
+ones). A backend that fails as a whole is closed and re-opened with backoff.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+from service.clock import Clock, utc_now
 from service.collectors.attribution import JobAttributor
 from service.collectors.backend import Backend, BackendError, Device, ProcessReading, Snapshot
-from service.collectors.batch import build_batch, decode, encode, rfc3339
-from service.collectors.shipper import Backoff, Outcome, Result, Shipper
-from service.collectors.spool import Spool
+from service.collectors.batch import build_batch, decode, encode, merge, split_to_limits
+from service.collectors.plausible import drop_implausible
+from service.collectors.shipper import Reply, Shipper
+from service.collectors.spool import Entry, Spool
 from service.collectors.telemetry import AgentTelemetry
+from service.delivery import (
+    Action,
+    Backoff,
+    Decision,
+    LogThrottle,
+    Refusal,
+    RetryPolicy,
+    decide,
+    parse_retry_after,
+    rfc3339,
+)
+from service.wire import MAX_BATCH_PROCESSES, MAX_BATCH_SAMPLES
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], datetime]
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -40,12 +52,14 @@ class AgentConfig:
     labels: Mapping[str, str]
     interval_seconds: float = 10.0
     dead_letter_path: Path = Path("gpuwarden-dead-letter.jsonl")
-    drain_budget_fraction: float = 0.8  # of an interval, spent replaying the spool at most
+    drain_budget_fraction: float = 0.8  # of an interval, spent shipping from the spool at most
     batch_cycles: int = 1  # polls per shipped batch (one HTTP request per batch)
+    max_polls_per_request: int = 60  # when catching up, within central's per-batch limits too
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 class Agent:
-    """Collects from one backend and delivers every batch exactly once, in order, or spools it."""
+    """Collects from one backend and delivers every poll once, through the on-disk spool."""
 
     def __init__(
         self,
@@ -56,10 +70,10 @@ class Agent:
         spool: Spool,
         telemetry: AgentTelemetry | None = None,
         attributor: JobAttributor | None = None,
-        clock: Clock = _utc_now,
+        clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
-        ship_backoff: Backoff | None = None,
         backend_backoff: Backoff | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -69,25 +83,21 @@ class Agent:
         self.attributor = attributor
         self.clock = clock
         self.monotonic = monotonic
-        self.ship_backoff = ship_backoff or Backoff()
+        self.rng = rng or random.Random()
+        self._ship_failures = 0  # refused attempts in a row, whatever the poll: sets the wait
         self.backend_backoff = backend_backoff or Backoff(base_seconds=2.0, cap_seconds=120.0)
         self._next_ship_at = 0.0
         self._next_backend_at = 0.0
         self._devices: list[Device] = []
-        self._pending: list[Snapshot] = []  # polls not yet shipped: all a kill -9 can lose
         self._stop = threading.Event()
+        self._said = LogThrottle(60.0)
+        self._dropped_seen: set[tuple[str, str]] = set()
         self.dead_letters = 0
-        self.last_result: Result | None = None
         self._sync_spool_gauges()
 
     # --- collection -------------------------------------------------------------------
-    def collect(self, now: datetime | None = None) -> bytes | None:
-        """Poll the backend once and return the encoded batch, or None if the backend failed."""
-        snap = self.poll(now)
-        return None if snap is None else self.encode([snap])
-
     def poll(self, now: datetime | None = None) -> Snapshot | None:
-        """Poll the backend once and attribute processes; None if the backend failed."""
+        """Poll the backend once, drop impossible values, attribute processes; None on failure."""
         t = self.telemetry
         mono = self.monotonic()
         if mono < self._next_backend_at:
@@ -105,6 +115,7 @@ class Agent:
             return None
         self.backend_backoff.reset()
         self._devices = devices
+        self._drop_implausible(snap)
         self._attribute(snap, devices)
         lost = sum(1 for d in devices if d.lost)
         t.gpus.labels("ok").set(len(devices) - lost)
@@ -112,15 +123,36 @@ class Agent:
         t.samples.inc(len(snap.readings))
         return snap
 
-    def encode(self, snapshots: list[Snapshot]) -> bytes:
-        """The gzipped wire batch of ``snapshots`` with this node's devices."""
+    def take(self, snap: Snapshot) -> None:
+        """Write one poll to the spool now (split to central's limits), so a crash keeps it."""
         batch = build_batch(
             hostname=self.config.hostname,
             labels=self.config.labels,
             devices=self._devices,
-            snapshots=snapshots,
+            snapshots=[snap],
         )
-        return encode(batch)
+        at = snap.ts.timestamp()
+        for part in split_to_limits(batch):
+            dropped = self.spool.push(encode(part), now=at)
+            if dropped:
+                self.telemetry.dropped.inc(dropped)
+                log.warning("spool full: dropped the %d oldest poll(s)", dropped)
+        self._sync_spool_gauges()
+
+    def _drop_implausible(self, snap: Snapshot) -> None:
+        for d in drop_implausible(snap.readings):
+            self.telemetry.dropped_fields.labels(d.field, d.reason).inc()
+            if (d.gpu_uuid, d.field) not in self._dropped_seen:
+                self._dropped_seen.add((d.gpu_uuid, d.field))
+                log.warning(
+                    "GPU %s reported %s = %r (%s): dropped from its sample; the rest ships"
+                    " (said once per GPU and field, counted in"
+                    " gpuwarden_agent_dropped_fields_total)",
+                    d.gpu_uuid,
+                    d.field,
+                    d.value,
+                    d.reason,
+                )
 
     def _attribute(self, snap: Snapshot, devices: list[Device]) -> None:
         a = self.attributor
@@ -149,74 +181,149 @@ class Agent:
                 snap.processes.append(ProcessReading(gpu_uuid=d.uuid, pid=0, job_id=job))
 
     # --- delivery ---------------------------------------------------------------------
-    def deliver(self, body: bytes) -> None:
-        """Send ``body`` now if nothing is queued and the backoff allows, else spool it."""
-        if self.spool.depth == 0 and self.monotonic() >= self._next_ship_at:
-            result = self._attempt(body)
-            if result.outcome is not Outcome.RETRY:
-                return
-        dropped = self.spool.push(body)
-        if dropped:
-            self.telemetry.dropped.inc(dropped)
-            log.warning("spool full: dropped the %d oldest batch(es)", dropped)
-        self._sync_spool_gauges()
+    def ship(self, budget_seconds: float, *, whole: bool = False) -> int:
+        """Ship spooled polls oldest first until none is due, a refusal, or the budget is spent.
 
-    def drain(self, budget_seconds: float) -> int:
-        """Replay spooled batches oldest first until empty, a failure, or the budget is spent."""
+        Polls go ``batch_cycles`` to a request (more when catching up); with ``whole`` a short
+        batch goes too. Returns how many polls central took.
+        """
+        cfg = self.config
         sent = 0
         deadline = self.monotonic() + budget_seconds
-        while self.spool.depth and self.monotonic() >= self._next_ship_at:
-            item = self.spool.oldest()
-            if item is None:
+        while self.monotonic() >= self._next_ship_at:
+            now = self.clock().timestamp()
+            due = self.spool.due(now=now, limit=max(cfg.max_polls_per_request, cfg.batch_cycles))
+            if not due:
                 break
-            batch_id, body = item
-            result = self._attempt(body)
-            if result.outcome is Outcome.RETRY:
-                break
-            self.spool.remove(batch_id)
-            sent += 1
-            if self.monotonic() >= deadline:
+            waited = now - due[0].created_at >= cfg.batch_cycles * cfg.interval_seconds
+            if len(due) < cfg.batch_cycles and not whole and not waited:
+                break  # a fuller batch comes with the next polls
+            group, batches = self._group(due)
+            taken, go_on = self._send(group, batches)
+            sent += taken
+            if not go_on or self.monotonic() >= deadline:
                 break
         self._sync_spool_gauges()
         return sent
 
-    def _attempt(self, body: bytes) -> Result:
+    def _group(self, due: list[Entry]) -> tuple[list[Entry], list[dict[str, Any]]]:
+        """The oldest due polls that fit one request, decoded; one set aside travels alone."""
+        limit = self.config.retry.server_error_limit
+        if due[0].server_errors >= limit:
+            return due[:1], []
+        group: list[Entry] = []
+        batches: list[dict[str, Any]] = []
+        samples = processes = 0
+        for e in due:
+            if e.server_errors >= limit:
+                break
+            batch = decode(e.body)
+            samples += len(batch["samples"])
+            processes += len(batch["processes"])
+            if group and (samples > MAX_BATCH_SAMPLES or processes > MAX_BATCH_PROCESSES):
+                break
+            group.append(e)
+            batches.append(batch)
+        return group, batches
+
+    def _send(
+        self, group: list[Entry], batches: list[dict[str, Any]] | None = None
+    ) -> tuple[int, bool]:
+        """One attempt at ``group`` by the delivery table: (polls taken, whether to go on)."""
+        if len(group) == 1:
+            body = group[0].body
+        else:
+            body = encode(merge(batches or [decode(e.body) for e in group]))
+        reply = self.shipper.send(body)
+        now = self.clock()
+        worst = max(e.server_errors for e in group)
+        d = decide(
+            reply.status,
+            parts=len(group),
+            failures=self._ship_failures,
+            server_errors=worst,
+            retry_after_seconds=parse_retry_after(reply.retry_after, now=now),
+            policy=self.config.retry,
+            rng=self.rng,
+        )
+        ids = [e.id for e in group]
         t = self.telemetry
-        result = self.shipper.send(body)
-        self.last_result = result
-        if result.outcome is Outcome.SENT:
-            self.ship_backoff.reset()
+        if d.action is Action.SENT:
+            self.spool.remove(ids)
+            self._ship_failures = 0
             self._next_ship_at = 0.0
             t.sent.inc()
-            t.last_push.set(time.time())
-        elif result.outcome is Outcome.RETRY:
-            kind = (
-                "ship_network"
-                if result.status is None
-                else ("ship_429" if result.status == 429 else "ship_5xx")
-            )
-            t.errors.labels(kind).inc()
-            delay = self.ship_backoff.next_delay(result.retry_after_seconds)
-            self._next_ship_at = self.monotonic() + delay
+            t.last_push.set(now.timestamp())
+            return len(group), True
+        t.errors.labels(_error_kind(reply, d)).inc()
+        if d.refusal is Refusal.SERVER:
+            aside = now.timestamp() + d.delay_seconds if d.action is Action.SET_ASIDE else 0.0
+            self.spool.note_server_errors(ids, d.server_errors, not_before=aside)
+        if d.action is Action.SPLIT:
+            t.splits.inc()
+            taken = 0
+            for e in group:
+                errors = d.server_errors if d.refusal is Refusal.SERVER else e.server_errors
+                got, go_on = self._send([Entry(e.id, e.body, errors, e.created_at)])
+                taken += got
+                if not go_on:
+                    return taken, False
+            return taken, True
+        if d.action is Action.DEAD_LETTER:
+            self._dead_letter(body, reply)
+            self.spool.remove(ids)
+            return 0, True
+        self._ship_failures += 1
+        if d.action is Action.SET_ASIDE:
+            t.set_aside.inc()
             log.warning(
-                "central service unavailable (%s %s); next try in %.1f s",
-                result.status or "",
-                result.message[:200],
-                delay,
+                "central answered %s to the poll of %s %d times in a row; set aside for %.0f s"
+                " behind newer polls, then tried again (never dropped): %s",
+                reply.status,
+                rfc3339(datetime.fromtimestamp(group[0].created_at, now.tzinfo)),
+                d.server_errors,
+                d.delay_seconds,
+                reply.message[:300],
+            )
+            return 0, True
+        self._next_ship_at = self.monotonic() + d.delay_seconds
+        self._say_refused(reply, d)
+        return 0, False
+
+    def _say_refused(self, reply: Reply, d: Decision) -> None:
+        """Log a refusal that holds everything back, once a minute per kind."""
+        assert d.refusal is not None
+        if not self._said.due(d.refusal.value, self.monotonic()):
+            return
+        if d.refusal is Refusal.CREDENTIALS:
+            log.error(
+                "central refused this agent's credentials (%s %s): check the agent token and the"
+                " node name (%s) it was made for; keeping %d poll(s) in the spool, next try in"
+                " %.0f s",
+                reply.status,
+                reply.message[:200],
+                self.config.hostname,
+                self.spool.depth,
+                d.delay_seconds,
             )
         else:
-            self._dead_letter(body, result)
-        return result
+            log.warning(
+                "central service unavailable (%s %s); keeping %d poll(s), next try in %.1f s",
+                reply.status or "no answer:",
+                reply.message[:200],
+                self.spool.depth,
+                d.delay_seconds,
+            )
 
-    def _dead_letter(self, body: bytes, result: Result) -> None:
+    def _dead_letter(self, body: bytes, reply: Reply) -> None:
         t = self.telemetry
         t.dead_letters.inc()
         t.errors.labels("dead_letter").inc()
         self.dead_letters += 1
         log.error(
-            "central service refused a batch with %s: %s (written to %s)",
-            result.status,
-            result.message[:500],
+            "central service refused a poll with %s: %s (written to %s)",
+            reply.status,
+            reply.message[:500],
             self.config.dead_letter_path,
         )
         try:
@@ -226,8 +333,8 @@ class Agent:
         line = json.dumps(
             {
                 "at": rfc3339(self.clock()),
-                "status": result.status,
-                "message": result.message,
+                "status": reply.status,
+                "message": reply.message,
                 "batch": batch,
             }
         )
@@ -244,17 +351,13 @@ class Agent:
 
     # --- the loop ---------------------------------------------------------------------
     def run_once(self) -> None:
-        """One cycle: replay what is spooled, collect, deliver."""
+        """One cycle: poll and spool, then ship what is due."""
         started = time.perf_counter()
-        budget = self.config.interval_seconds * self.config.drain_budget_fraction
         try:
-            if self.spool.depth:
-                self.drain(budget)
             snap = self.poll()
             if snap is not None:
-                self._pending.append(snap)
-            if len(self._pending) >= self.config.batch_cycles:
-                self.flush()
+                self.take(snap)
+            self.ship(self.config.interval_seconds * self.config.drain_budget_fraction)
         except Exception:  # the loop must survive anything one cycle throws
             self.telemetry.errors.labels("cycle").inc()
             log.exception("agent cycle failed")
@@ -277,39 +380,43 @@ class Agent:
         """Ask ``run_forever`` to return after the current cycle."""
         self._stop.set()
 
-    def flush(self) -> None:
-        """Deliver (or spool) the polls held in memory as one batch."""
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self.deliver(self.encode(pending))
+    def flush(self, budget_seconds: float | None = None) -> int:
+        """Ship every due poll now, a short batch too; returns how many central took."""
+        if budget_seconds is None:
+            budget_seconds = self.config.interval_seconds * self.config.drain_budget_fraction
+        return self.ship(budget_seconds, whole=True)
 
     def close(self) -> None:
-        """Deliver or spool what is held in memory, then release backend, HTTP and spool."""
+        """Try once more to ship what is due (it stays spooled if not), then release all."""
         try:
             self.flush()
         except Exception:
-            log.exception("could not flush the last batch")
+            log.exception("could not ship the last polls")
         self.backend.close()
         self.shipper.close()
         self.spool.close()
 
 
+def _error_kind(reply: Reply, d: Decision) -> str:
+    """The ``kind`` label of gpuwarden_agent_errors_total for a refused attempt."""
+    if reply.status is None:
+        return "ship_network"
+    return f"ship_{d.refusal}"
+
+
 def backfill(
     agent: Agent, *, start: datetime, end: datetime, step_seconds: float, per_batch: int
 ) -> int:
-    """Poll at past times from ``start`` to ``end`` (simulated history), deliver; returns polls."""
+    """Poll at past times from ``start`` to ``end`` (simulated history), ship; returns polls."""
     polls = 0
-    chunk: list[Snapshot] = []
     ts = start
     while ts < end:
         snap = agent.poll(ts)
         if snap is not None:
-            chunk.append(snap)
+            agent.take(snap)
             polls += 1
-        if len(chunk) >= per_batch:
-            agent.deliver(agent.encode(chunk))
-            chunk = []
+            if polls % per_batch == 0:
+                agent.flush(budget_seconds=60.0)
         ts += timedelta(seconds=step_seconds)
-    if chunk:
-        agent.deliver(agent.encode(chunk))
+    agent.flush(budget_seconds=60.0)
     return polls

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from service.collectors.backend import Device, Snapshot
+from service.delivery import rfc3339
 from service.vocabulary import INT_METRICS
-
-
-def rfc3339(ts: datetime) -> str:
-    """``ts`` as RFC 3339 UTC text with a Z suffix."""
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+from service.wire import MAX_BATCH_PROCESSES, MAX_BATCH_SAMPLES
 
 
 def device_item(d: Device) -> dict[str, Any]:
@@ -66,6 +62,35 @@ def build_batch(
         "gpus": [device_item(d) for d in devices],
         "samples": samples,
         "processes": processes,
+    }
+
+
+def split_to_limits(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """``batch`` cut into batches within central's per-batch limits of samples and processes."""
+    samples, processes = batch["samples"], batch["processes"]
+    if len(samples) <= MAX_BATCH_SAMPLES and len(processes) <= MAX_BATCH_PROCESSES:
+        return [batch]
+    parts: list[dict[str, Any]] = []
+    count = max(-(-len(samples) // MAX_BATCH_SAMPLES), -(-len(processes) // MAX_BATCH_PROCESSES))
+    for k in range(count):
+        parts.append(
+            batch
+            | {
+                "samples": samples[k * MAX_BATCH_SAMPLES : (k + 1) * MAX_BATCH_SAMPLES],
+                "processes": processes[k * MAX_BATCH_PROCESSES : (k + 1) * MAX_BATCH_PROCESSES],
+            }
+        )
+    return parts
+
+
+def merge(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One batch of several, oldest first: their samples and processes, the newest node and GPUs."""
+    newest = batches[-1]
+    return {
+        "node": newest["node"],
+        "gpus": newest["gpus"],
+        "samples": [s for b in batches for s in b["samples"]],
+        "processes": [p for b in batches for p in b["processes"]],
     }
 
 

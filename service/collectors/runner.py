@@ -19,15 +19,11 @@ from service.collectors.backend import Backend
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 from service.collectors.telemetry import AgentTelemetry
+from service.delivery import quiet_http_logs
 from service.errors import ConfigError
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-def quiet_http_logs() -> None:
-    """Keep httpx from logging every request at INFO (a line per batch per node)."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def parse_labels(text: str) -> dict[str, str]:

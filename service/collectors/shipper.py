@@ -1,15 +1,8 @@
-"""Sending encoded batches to the central service, and deciding what a failure means.
-
-``classify`` and ``Backoff`` are pure; ``Shipper`` does the HTTP with an injected httpx client.
-"""
+"""Sending encoded batches to the central service (what an answer means: ``service.delivery``)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from enum import StrEnum
 
 import httpx
 
@@ -21,78 +14,13 @@ from service.collectors.transport import (
 )
 
 
-class Outcome(StrEnum):
-    """What to do with a batch after one delivery attempt."""
-
-    SENT = "sent"
-    RETRY = "retry"  # 5xx, 429, 408 or a network error: keep it and try again later
-    DEAD = "dead"  # any other 4xx: the server will never take it; dead-letter it
-
-
 @dataclass(frozen=True, slots=True)
-class Result:
-    """One delivery attempt: outcome, HTTP status (None for network errors) and the message."""
+class Reply:
+    """Central's answer to one POST: status (None when none came), text and Retry-After."""
 
-    outcome: Outcome
     status: int | None
     message: str
-    retry_after_seconds: float | None = None
-
-
-def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
-def classify(status: int, body: str, retry_after: str | None, *, now: datetime) -> Result:
-    """The outcome of an HTTP response with ``status``."""
-    if 200 <= status < 300:
-        return Result(Outcome.SENT, status, "")
-    if status in (408, 429) or status >= 500:
-        return Result(Outcome.RETRY, status, body[:2000], parse_retry_after(retry_after, now=now))
-    return Result(Outcome.DEAD, status, body[:10_000])
-
-
-class Backoff:
-    """Jittered exponential backoff in seconds: base * 2^n capped, times a factor in [0.5, 1]."""
-
-    def __init__(
-        self,
-        *,
-        base_seconds: float = 1.0,
-        cap_seconds: float = 300.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.base = base_seconds
-        self.cap = cap_seconds
-        self.failures = 0
-        self.rng = rng or random.Random()
-
-    def next_delay(self, retry_after_seconds: float | None = None) -> float:
-        """The wait before the next attempt; never shorter than the server's Retry-After."""
-        raw = min(self.cap, self.base * 2.0 ** min(self.failures, 30))
-        self.failures += 1
-        delay = raw * (0.5 + 0.5 * self.rng.random())
-        if retry_after_seconds is not None:
-            delay = max(delay, min(retry_after_seconds, 3600.0))
-        return delay
-
-    def reset(self) -> None:
-        """Forget past failures after a success."""
-        self.failures = 0
+    retry_after: str | None = None
 
 
 class Shipper:
@@ -120,14 +48,13 @@ class Shipper:
             )
         self.transport = transport
 
-    def send(self, body: bytes) -> Result:
+    def send(self, body: bytes) -> Reply:
         """One delivery attempt of a gzipped batch."""
-        now = datetime.now(UTC)
         try:
             status, text, retry_after = self.transport.post(self.url, body, self.headers)
         except TransportError as exc:
-            return Result(Outcome.RETRY, None, str(exc))
-        return classify(status, text, retry_after, now=now)
+            return Reply(None, str(exc))
+        return Reply(status, text[:10_000], retry_after)
 
     def close(self) -> None:
         """Close the HTTP connection."""

@@ -1,21 +1,36 @@
-"""The on-disk spool: an SQLite queue of encoded batches, bounded in bytes, oldest dropped first.
+"""The on-disk spool: an SQLite queue of encoded polls, bounded in bytes, oldest dropped first.
 
-Every write commits before returning (WAL, synchronous=NORMAL survives a killed process), so a
-``kill -9`` of the agent loses only the batch it held in memory, never a spooled one.
+Every poll is written here as it is taken and leaves only once central took it (or it was
+dead-lettered). Each write commits before returning (WAL, synchronous=NORMAL survives a killed
+process), so a ``kill -9`` of the agent loses at most the poll it was taking.
+
+An entry refused by server errors again and again is set aside: it waits until ``not_before``
+while newer entries go first, and is tried again after that; it is never dropped for it.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One spooled body, its other-5xx answers in a row, and when it was spooled (Unix s)."""
+
+    id: int
+    body: bytes
+    server_errors: int
+    created_at: float
+
+
 class Spool:
-    """A FIFO of batch bodies on disk, at most ``max_bytes`` of bodies in total."""
+    """A FIFO of bodies on disk, at most ``max_bytes`` of bodies in total."""
 
     def __init__(self, path: Path | str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.path = str(path)
@@ -31,19 +46,27 @@ class Spool:
             " size INTEGER NOT NULL,"
             " body BLOB NOT NULL)"
         )
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
+        # Spools written by older agents lack the columns of the set-aside rule: add them.
+        if "server_errors" not in columns:
+            self._db.execute(
+                "ALTER TABLE batches ADD COLUMN server_errors INTEGER NOT NULL DEFAULT 0"
+            )
+        if "not_before" not in columns:
+            self._db.execute("ALTER TABLE batches ADD COLUMN not_before REAL NOT NULL DEFAULT 0")
         row = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM batches").fetchone()
         self.depth = int(row[0])
         self.bytes = int(row[1])
         self.dropped_total = 0
 
-    def push(self, body: bytes) -> int:
-        """Append ``body``; returns how many oldest batches were dropped to stay in bounds."""
+    def push(self, body: bytes, *, now: float) -> int:
+        """Append ``body`` spooled at ``now`` (Unix s); returns how many oldest were dropped."""
         size = len(body)
         dropped = 0
         with self._lock:
             if size > self.max_bytes:
                 self.dropped_total += 1
-                return 1  # a single batch larger than the whole spool can never fit
+                return 1  # a single body larger than the whole spool can never fit
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 while self.bytes + size > self.max_bytes and self.depth > 0:
@@ -56,7 +79,7 @@ class Spool:
                     dropped += 1
                 self._db.execute(
                     "INSERT INTO batches (created_at, size, body) VALUES (?, ?, ?)",
-                    (time.time(), size, body),
+                    (now, size, body),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -67,21 +90,43 @@ class Spool:
             self.dropped_total += dropped
         return dropped
 
-    def oldest(self) -> tuple[int, bytes] | None:
-        """The id and body of the oldest batch, or None when empty."""
+    def due(self, *, now: float, limit: int) -> list[Entry]:
+        """Up to ``limit`` entries not set aside past ``now`` (Unix s), oldest first."""
         with self._lock:
-            row = self._db.execute("SELECT id, body FROM batches ORDER BY id LIMIT 1").fetchone()
-        return (int(row[0]), bytes(row[1])) if row else None
+            rows = self._db.execute(
+                "SELECT id, body, server_errors, created_at FROM batches"
+                " WHERE not_before <= ? ORDER BY id LIMIT ?",
+                (now, limit),
+            ).fetchall()
+        return [Entry(int(r[0]), bytes(r[1]), int(r[2]), float(r[3])) for r in rows]
 
-    def remove(self, batch_id: int) -> None:
-        """Delete batch ``batch_id`` (after it was delivered or dead-lettered)."""
+    def note_server_errors(self, ids: Iterable[int], count: int, *, not_before: float) -> None:
+        """Record ``count`` server errors in a row for ``ids``; they wait until ``not_before``."""
         with self._lock:
-            row = self._db.execute("SELECT size FROM batches WHERE id = ?", (batch_id,)).fetchone()
-            if row is None:
-                return
-            self._db.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
-            self.bytes -= int(row[0])
-            self.depth -= 1
+            self._db.executemany(
+                "UPDATE batches SET server_errors = ?, not_before = ? WHERE id = ?",
+                [(count, not_before, i) for i in ids],
+            )
+
+    def remove(self, ids: Iterable[int]) -> None:
+        """Delete the entries ``ids`` (delivered or dead-lettered)."""
+        with self._lock:
+            freed, gone = 0, 0
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for batch_id in ids:
+                    row = self._db.execute(
+                        "DELETE FROM batches WHERE id = ? RETURNING size", (batch_id,)
+                    ).fetchone()
+                    if row is not None:
+                        freed += int(row[0])
+                        gone += 1
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self.bytes -= freed
+            self.depth -= gone
 
     def close(self) -> None:
         """Close the database file."""

@@ -19,24 +19,42 @@ class AgentTelemetry:
         )
         self.errors = Counter(
             "gpuwarden_agent_errors",
-            "Errors by kind (backend, ship_network, ship_5xx, ship_429, dead_letter, spool).",
+            "Errors by kind (backend, cycle, ship_network, ship_busy, ship_credentials,"
+            " ship_content, ship_server, dead_letter, dead_letter_write).",
             ["kind"],
             registry=r,
         )
         self.spool_batches = Gauge(
-            "gpuwarden_agent_spool_batches", "Batches waiting in the on-disk spool.", registry=r
+            "gpuwarden_agent_spool_batches", "Polls waiting in the on-disk spool.", registry=r
         )
         self.spool_bytes = Gauge(
             "gpuwarden_agent_spool_bytes", "Bytes of batches in the on-disk spool.", registry=r
         )
         self.dropped = Counter(
             "gpuwarden_agent_dropped_batches",
-            "Oldest spooled batches dropped because the spool reached its size cap.",
+            "Oldest spooled polls dropped because the spool reached its size cap.",
             registry=r,
         )
         self.dead_letters = Counter(
             "gpuwarden_agent_dead_letter_batches",
-            "Batches the central service refused with a 4xx, written to the dead-letter file.",
+            "Polls central refused for their content (4xx), written to the dead-letter file.",
+            registry=r,
+        )
+        self.splits = Counter(
+            "gpuwarden_agent_split_batches",
+            "Batches refused whole and sent again poll by poll to find the bad one.",
+            registry=r,
+        )
+        self.set_aside = Counter(
+            "gpuwarden_agent_set_aside_batches",
+            "Times a poll central kept failing on (5xx) was set aside behind newer ones.",
+            registry=r,
+        )
+        self.dropped_fields = Counter(
+            "gpuwarden_agent_dropped_fields",
+            "Impossible metric values (NaN, inf, out of range, DCGM sentinel) dropped from a"
+            " sample before shipping, by field and reason.",
+            ["field", "reason"],
             registry=r,
         )
         self.sent = Counter(

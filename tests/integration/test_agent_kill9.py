@@ -74,7 +74,7 @@ def test_spooled_batches_survive_kill_9_and_are_delivered_later(
             shipper=Shipper(central_url=f"http://127.0.0.1:{port}", token=tokens["agent"]),
             spool=Spool(spool_path),
         )
-        agent.drain(30)
+        agent.flush(30)
         assert agent.spool.depth == 0
         agent.close()
     with engine.connect() as conn:

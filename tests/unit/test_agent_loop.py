@@ -16,8 +16,9 @@ from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
 from service.collectors.nvml import NvmlBackend
 from service.collectors.runner import parse_labels, serve_metrics
-from service.collectors.shipper import Backoff, Shipper
+from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
+from service.delivery import Backoff
 from service.errors import ConfigError
 from service.wire import IngestBatch
 from tests.agent_support import FakeMonotonic

@@ -1,68 +1,61 @@
-"""Pure shipping decisions (outcome per status, Retry-After, backoff) and the bounded spool."""
+"""The bounded on-disk spool: FIFO, reopening, the size cap, and setting entries aside."""
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime
 from pathlib import Path
 
-from service.collectors.shipper import Backoff, Outcome, classify, parse_retry_after
 from service.collectors.spool import Spool
-
-NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
-
-
-def test_status_decides_sent_retry_or_dead():
-    assert classify(200, "", None, now=NOW).outcome is Outcome.SENT
-    for status in (500, 502, 503, 429, 408):
-        assert classify(status, "busy", None, now=NOW).outcome is Outcome.RETRY
-    for status in (400, 401, 403, 404, 413, 422):
-        r = classify(status, '{"detail":"samples.3.ts: bad"}', None, now=NOW)
-        assert r.outcome is Outcome.DEAD
-        assert "samples.3.ts" in r.message
-
-
-def test_retry_after_seconds_and_http_date():
-    assert parse_retry_after("7", now=NOW) == 7.0
-    assert parse_retry_after("Wed, 02 Dec 2026 08:00:30 GMT", now=NOW) == 30.0
-    assert parse_retry_after("soon", now=NOW) is None
-    assert classify(429, "", "12", now=NOW).retry_after_seconds == 12.0
-
-
-def test_backoff_grows_jittered_capped_and_honours_retry_after():
-    b = Backoff(base_seconds=1, cap_seconds=30, rng=random.Random(1))
-    delays = [b.next_delay() for _ in range(8)]
-    for n, d in enumerate(delays):
-        raw = min(30, 2**n)
-        assert raw * 0.5 <= d <= raw
-    assert len(set(delays)) == len(delays)  # jittered, so agents do not retry in lockstep
-    assert b.next_delay(retry_after_seconds=120) >= 120
-    b.reset()
-    assert b.next_delay() <= 1.0
 
 
 def test_spool_is_fifo_and_survives_reopening(tmp_path: Path):
     path = tmp_path / "spool.sqlite"
     s = Spool(path, max_bytes=10_000)
     for i in range(3):
-        s.push(f"batch-{i}".encode())
+        s.push(f"batch-{i}".encode(), now=100.0 + i)
     s.close()
     s = Spool(path, max_bytes=10_000)
     assert s.depth == 3
-    seen = []
-    while (item := s.oldest()) is not None:
-        seen.append(item[1])
-        s.remove(item[0])
-    assert seen == [b"batch-0", b"batch-1", b"batch-2"]
+    due = s.due(now=200.0, limit=10)
+    assert [e.body for e in due] == [b"batch-0", b"batch-1", b"batch-2"]
+    assert [e.created_at for e in due] == [100.0, 101.0, 102.0]
+    s.remove(e.id for e in due)
     assert s.depth == 0 and s.bytes == 0
 
 
 def test_spool_at_its_cap_drops_the_oldest_and_counts(tmp_path: Path):
     s = Spool(tmp_path / "spool.sqlite", max_bytes=1000)
-    dropped = sum(s.push(bytes([i]) * 100) for i in range(15))
+    dropped = sum(s.push(bytes([i]) * 100, now=0.0) for i in range(15))
     assert dropped == 5 and s.dropped_total == 5
     assert s.depth == 10 and s.bytes == 1000
-    first = s.oldest()
-    assert first is not None and first[1] == bytes([5]) * 100
-    assert s.push(b"x" * 5000) == 1  # larger than the whole spool: dropped, counted
+    first = s.due(now=0.0, limit=1)
+    assert first and first[0].body == bytes([5]) * 100
+    assert s.push(b"x" * 5000, now=0.0) == 1  # larger than the whole spool: dropped, counted
     assert s.depth == 10
+
+
+def test_an_entry_set_aside_lets_newer_ones_go_first_and_comes_back(tmp_path: Path):
+    s = Spool(tmp_path / "spool.sqlite")
+    for i in range(3):
+        s.push(bytes([i]), now=10.0 * i)
+    head = s.due(now=30.0, limit=1)[0]
+    s.note_server_errors([head.id], 3, not_before=100.0)
+    assert [e.body for e in s.due(now=30.0, limit=10)] == [b"\x01", b"\x02"]
+    again = s.due(now=100.0, limit=10)
+    assert [(e.body, e.server_errors) for e in again] == [(b"\x00", 3), (b"\x01", 0), (b"\x02", 0)]
+    s.close()
+    reopened = Spool(tmp_path / "spool.sqlite")  # the set-aside state is on disk too
+    assert [e.body for e in reopened.due(now=30.0, limit=10)] == [b"\x01", b"\x02"]
+
+
+def test_a_spool_written_by_an_older_agent_gains_the_new_columns(tmp_path: Path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE batches (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " created_at REAL NOT NULL, size INTEGER NOT NULL, body BLOB NOT NULL)"
+        )
+        db.execute("INSERT INTO batches (created_at, size, body) VALUES (1.0, 3, x'616263')")
+    s = Spool(path)
+    assert [(e.body, e.server_errors) for e in s.due(now=2.0, limit=5)] == [(b"abc", 0)]

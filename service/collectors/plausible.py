@@ -1,0 +1,62 @@
+"""Which metric values are impossible readings rather than measurements (pure).
+
+A value that is not finite, outside its metric's range in the vocabulary, an integer central
+cannot store, or one of DCGM's "blank" sentinels is a glitch of the source. The agent drops such
+a field from its one sample and ships the rest, so one bad value never costs a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from service.collectors.backend import GpuReading
+from service.vocabulary import METRICS_BY_NAME
+
+_INT64_LIMIT = 2.0**63
+
+# DCGM's blank / not-found / not-supported / no-permission markers (dcgm_fields.h) for 32- and
+# 64-bit integers and doubles, and the all-ones 32-bit value seen as GPU_UTIL (NVIDIA/DCGM#199).
+DCGM_SENTINELS: frozenset[float] = frozenset(
+    [float(0x7FFFFFF0 + k) for k in range(4)]
+    + [float(0x7FFFFFFFFFFFFFF0 + k) for k in range(4)]
+    + [140737488355328.0 + k for k in range(4)]
+    + [4294967295.0]
+)
+
+
+def implausible(name: str, value: float) -> str | None:
+    """Why ``value`` cannot be a reading of metric ``name``, or None when it can."""
+    spec = METRICS_BY_NAME.get(name)
+    if spec is None:
+        return "unknown metric"
+    if not math.isfinite(value):
+        return "not finite"
+    if value in DCGM_SENTINELS:
+        return "DCGM sentinel"
+    if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
+        return "out of range"
+    if spec.kind == "int" and value >= _INT64_LIMIT:
+        return "out of range"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """One field taken out of one GPU's sample, and why."""
+
+    gpu_uuid: str
+    field: str
+    value: float
+    reason: str
+
+
+def drop_implausible(readings: list[GpuReading]) -> list[Dropped]:
+    """Remove implausible fields from ``readings`` in place; returns what was removed."""
+    out: list[Dropped] = []
+    for r in readings:
+        bad = [(k, v, why) for k, v in r.metrics.items() if (why := implausible(k, v)) is not None]
+        for k, v, why in bad:
+            del r.metrics[k]
+            out.append(Dropped(r.uuid, k, v, why))
+    return out
