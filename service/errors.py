@@ -40,6 +40,18 @@ class PayloadTooLarge(WardenError):
     """A request body exceeds the configured size limit."""
 
 
+class UnsupportedEncoding(WardenError):
+    """A request body uses a Content-Encoding the service does not decode."""
+
+
+class Unavailable(WardenError):
+    """The service cannot answer now (database down, too busy); try again after a while."""
+
+    def __init__(self, message: str, *, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class DeliveryError(WardenError):
     """A notification or shipment failed; ``retryable`` says whether to try again."""
 

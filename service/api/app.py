@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 
 from service import __version__
+from service.api.input_guard import RejectNul
+from service.api.outage import OUTAGE_ERRORS, OutageLog, database_unavailable
 from service.api.routers import alerts, channels, gpus, health, ingest, policies, silences
 from service.api.routers import jobs as jobs_router
 from service.api.routers import prices as prices_router
@@ -26,6 +28,8 @@ from service.errors import (
     Forbidden,
     NotFound,
     PayloadTooLarge,
+    Unavailable,
+    UnsupportedEncoding,
     ValidationFailed,
     WardenError,
 )
@@ -43,6 +47,8 @@ _STATUS: list[tuple[type[WardenError], int]] = [
     (Conflict, status.HTTP_409_CONFLICT),
     (Forbidden, status.HTTP_403_FORBIDDEN),
     (PayloadTooLarge, status.HTTP_413_CONTENT_TOO_LARGE),
+    (UnsupportedEncoding, status.HTTP_415_UNSUPPORTED_MEDIA_TYPE),
+    (Unavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
 ]
 
 
@@ -54,7 +60,10 @@ async def _warden_error(_: Request, exc: Exception) -> JSONResponse:
                 detail: object = [{"loc": loc, "msg": exc.message, "type": "value_error"}]
             else:
                 detail = str(exc)
-            return JSONResponse({"detail": detail}, status_code=code)
+            headers = None
+            if isinstance(exc, Unavailable):
+                headers = {"Retry-After": str(exc.retry_after_seconds)}
+            return JSONResponse({"detail": detail}, status_code=code, headers=headers)
     return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_400_BAD_REQUEST)
 
 
@@ -115,7 +124,11 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.outage_log = OutageLog()
     app.add_exception_handler(WardenError, _warden_error)
+    for error in OUTAGE_ERRORS:
+        app.add_exception_handler(error, database_unavailable)
+    app.add_middleware(RejectNul, skip_body_paths=("/api/v1/ingest",))
     app.include_router(health.router)
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")

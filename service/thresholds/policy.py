@@ -27,6 +27,9 @@ Op = Literal["<", "<=", ">", ">="]
 Aggregate = Literal["avg", "max", "min"]
 Scope = Literal["gpu", "node", "job"]
 Severity = Literal["info", "warning", "critical"]
+# Longer windows, for and repeat durations have no use (raw data is kept days, not years) and
+# would overflow date arithmetic at evaluation time.
+MAX_DURATION_SECONDS = 366 * 86400
 
 
 def _duration(field: str, value: Any, *, allow_zero: bool) -> str:
@@ -37,6 +40,8 @@ def _duration(field: str, value: Any, *, allow_zero: bool) -> str:
     seconds = parse_duration(value)  # its ValueError names the accepted forms
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise ValueError(f"{field} must be greater than 0s")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{field} must be at most 366d")
     return value.strip()
 
 
@@ -50,7 +55,7 @@ class PolicySpec(BaseModel):
     aggregate: Aggregate = "avg"
     window: str = "5m"
     op: Op
-    threshold: float
+    threshold: float = Field(allow_inf_nan=False)
     for_: str = Field("0s", alias="for")
     scope: Scope = "gpu"
     match: dict[str, str] = Field(default_factory=dict)
@@ -144,7 +149,7 @@ class ChannelSpec(BaseModel):
     type: Literal["slack", "webhook", "alertmanager"]
     url: str
     secret: str | None = None
-    rate_limit_per_second: float | None = Field(None, gt=0)
+    rate_limit_per_second: float | None = Field(None, gt=0, allow_inf_nan=False)
 
     @field_validator("url")
     @classmethod

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 
+from service.api.params import row_id
 from service.api.deps import ReadConn, Reader
 from service.api.schemas.alerting import AlertPublic
 from service.db import alert_state_repo
@@ -33,7 +34,7 @@ def list_alerts(
 @router.get("/{alert_id}", response_model=AlertPublic)
 def get_alert(alert_id: int, conn: ReadConn, _: Reader) -> dict[str, Any]:
     """One alert with its history."""
-    rows = alert_state_repo.list_alerts(conn, alert_id=alert_id)
+    rows = alert_state_repo.list_alerts(conn, alert_id=row_id(alert_id, what="alert"))
     if not rows:
         raise NotFound(f"no alert with id {alert_id}")
     return rows[0]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
+from service.api.params import TimeParam
 from service.api.deps import Ctx, ReadConn, Reader
 from service.api.schemas.gpus import GpuPublic, SeriesPublic
 from service.db import gpus_repo
@@ -32,8 +34,8 @@ def gpu_series(
     conn: ReadConn,
     _: Reader,
     metric: str = Query(description="a canonical metric name, e.g. sm_active"),
-    start: datetime | None = Query(None, description="RFC 3339; default end - 1h"),
-    end: datetime | None = Query(None, description="RFC 3339; default now"),
+    start: Annotated[TimeParam, Query(description="RFC 3339; default end - 1h")] = None,
+    end: Annotated[TimeParam, Query(description="RFC 3339; default now")] = None,
     step: str | None = Query(
         None,
         description="per point: seconds (30, 2.5) or a duration (30s, 5m); default ~300 points",
@@ -46,12 +48,6 @@ def gpu_series(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail=f"metric: unknown metric {metric!r}; known: {', '.join(METRICS_BY_NAME)}",
         )
-    for name, value in (("start", start), ("end", end)):
-        if value is not None and value.tzinfo is None:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                detail=f"{name}: timestamps need a timezone, e.g. 2026-12-02T08:00:00Z",
-            )
     end = end or ctx.clock()
     start = start or end - timedelta(hours=1)
     if start >= end:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
+from service.api.params import TimeParam
 from service.api.deps import Agent, Ctx, ReadConn, Reader
 from service.api.schemas.costs import (
     JobCreate,
@@ -95,8 +96,8 @@ def list_jobs(
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
-    start: datetime | None = Query(None, description="RFC 3339; default end - 7d"),
-    end: datetime | None = Query(None, description="RFC 3339; default now"),
+    start: Annotated[TimeParam, Query(description="RFC 3339; default end - 7d")] = None,
+    end: Annotated[TimeParam, Query(description="RFC 3339; default now")] = None,
     user: str | None = None,
     team: str | None = None,
     tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import timedelta
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
+from service.api.params import TimeParam
 from service.api.deps import Ctx, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic
@@ -63,8 +64,8 @@ def cost_report(
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
-    start: datetime | None = Query(None, description="RFC 3339; default end - 7d"),
-    end: datetime | None = Query(None, description="RFC 3339; default now"),
+    start: Annotated[TimeParam, Query(description="RFC 3339; default end - 7d")] = None,
+    end: Annotated[TimeParam, Query(description="RFC 3339; default now")] = None,
     group_by: str = Query("job", description="job, user, team, node or gpu_model"),
     format: Literal["json", "csv"] = Query("json"),
     tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),

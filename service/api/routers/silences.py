@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, status
 
+from service.api.params import row_id
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.schemas.alerting import SilenceCreate, SilencePublic
 from service.db import silences_repo
@@ -52,4 +53,6 @@ def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, _: Admin) -> 
 @router.delete("/{silence_id}", status_code=status.HTTP_204_NO_CONTENT)
 def delete_silence(silence_id: int, ctx: Ctx, conn: WriteConn, _: Admin) -> None:
     """End a silence now (it stays listed as expired)."""
-    silences_repo.expire_silence(conn, silence_id=silence_id, now=ctx.clock())
+    silences_repo.expire_silence(
+        conn, silence_id=row_id(silence_id, what="silence"), now=ctx.clock()
+    )

@@ -148,7 +148,7 @@ class PriceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_pattern: str = Field(min_length=1, max_length=255)
-    usd_per_gpu_hour: float = Field(ge=0)
+    usd_per_gpu_hour: float = Field(ge=0, allow_inf_nan=False)
     effective_from: AwareDatetime
     note: str | None = Field(None, max_length=1000)
 
