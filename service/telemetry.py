@@ -70,6 +70,12 @@ class Telemetry:
         self.outbox_depth = Gauge(
             "gpuwarden_outbox_depth", "Notifications queued and not yet delivered.", registry=r
         )
+        self.policy_failures = Counter(
+            "gpuwarden_policy_evaluation_failures",
+            "Evaluation rounds in which a policy raised and was skipped (the others went on).",
+            ["policy"],
+            registry=r,
+        )
         self.evaluation_seconds = Histogram(
             "gpuwarden_evaluation_duration_seconds",
             "Time to evaluate every policy once.",

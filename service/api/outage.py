@@ -19,7 +19,7 @@ REMIND_SECONDS = 60.0
 
 # Errors that mean "the database is not reachable or not answering now", not "this input is bad":
 # lost or refused connections, a pool with no free connection, a statement timeout.
-OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
     sa_exc.OperationalError,
     sa_exc.InterfaceError,
     sa_exc.DisconnectionError,

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, Table, delete, insert, select, update
 
 from service.db.schema import channels, policies
 from service.errors import Conflict, NotFound
 from service.thresholds.policy import ChannelSpec, PolicySpec
+
+log = logging.getLogger(__name__)
 
 # --- policies and channels -------------------------------------------------------------
 
@@ -65,8 +69,19 @@ def _delete(conn: Connection, table: Table, *, name: str, what: str) -> None:
 
 
 def list_policies(conn: Connection) -> list[PolicySpec]:
-    """Every policy, by name."""
-    return [PolicySpec.model_validate(spec) for spec in _specs(conn, policies)]
+    """Every valid policy, by name; a stored one that no longer validates is logged and left out.
+
+    Rules tighten over time (durations are now bounded); a policy stored under older rules must
+    not stop every other policy from being listed and evaluated.
+    """
+    out = []
+    for spec in _specs(conn, policies):
+        try:
+            out.append(PolicySpec.model_validate(spec))
+        except ValidationError as exc:
+            name = spec.get("name") if isinstance(spec, dict) else None
+            log.warning("stored policy %r is not valid any more and is skipped: %s", name, exc)
+    return out
 
 
 def get_policy(conn: Connection, *, name: str) -> PolicySpec:

@@ -76,6 +76,7 @@ class RoundResult:
     seconds: float = 0.0
     by_kind: dict[str, int] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # read, evaluate, write
+    failed_policies: list[str] = field(default_factory=list)  # skipped this round after an error
 
 
 def notification(
@@ -198,19 +199,23 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
                 tuple(sorted(p.match.items())),
                 p.low_utilization,
             )
-            obs = seen.get(obs_key)
-            if obs is None:
-                obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
-                seen[obs_key] = obs
-            for ch in evaluate(
-                p,
-                obs,
-                previous.pop(p.name, {}),
-                silences,
-                now,
-                resend_seconds=s.alertmanager_resend_seconds,
-            ):
-                changes.append((p, ch))
+            # Popped first: a policy that fails keeps its open alerts (they are not "deleted").
+            before = previous.pop(p.name, {})
+            try:
+                obs = seen.get(obs_key)
+                if obs is None:
+                    obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
+                    seen[obs_key] = obs
+                policy_changes = evaluate(
+                    p, obs, before, silences, now, resend_seconds=s.alertmanager_resend_seconds
+                )
+            except Exception:
+                # One policy that cannot be evaluated must not stop the others' evaluation.
+                log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
+                ctx.telemetry.policy_failures.labels(p.name).inc()
+                result.failed_policies.append(p.name)
+                continue
+            changes.extend((p, ch) for ch in policy_changes)
         # Alerts of deleted policies resolve quietly: there is no policy left to notify for.
         for name, states in previous.items():
             gone = PolicySpec(name=name, metric="sm_active", op="<", threshold=0.0)

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import zlib
+from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import insert
 
-from tests.alerting_support import auth, low_sm_policy
-from tests.support import make_batch
+from service.db.engine import make_engine
+from service.db.schema import policies
+from service.usecases.evaluation import evaluate_once
+from tests.alerting_support import auth, ingest, low_sm_policy
+from tests.support import free_port, make_batch
 
 FAR_PAST = "0001-01-01T00:00:00Z"
 BEYOND_INT64 = "99999999999999999999"
@@ -96,3 +102,52 @@ def test_unsupported_content_encodings_are_415(
     )
     assert r.status_code == 415, r.text
     assert "gzip" in r.json()["detail"]
+
+
+def test_a_stored_policy_that_no_longer_validates_does_not_stop_the_others(
+    app, http: httpx.Client, tokens, engine, clock
+) -> None:
+    # Stored before durations were bounded: evaluating it used to overflow and fail every round.
+    legacy = low_sm_policy([], name="legacy", window="99999999999d", scope="gpu")
+    with engine.begin() as conn:
+        conn.execute(
+            insert(policies).values(
+                name="legacy", spec=legacy, source="api", created_at=clock(), updated_at=clock()
+            )
+        )
+    good = low_sm_policy([], scope="gpu")
+    assert (
+        http.post("/api/v1/policies", json=good, headers=auth(tokens["admin"])).status_code == 201
+    )
+    start = clock() - timedelta(minutes=4)
+    ingest(http, tokens["agent"], start=start, count=24, metrics={"sm_active": 0.1})
+    result = evaluate_once(app.state.ctx)
+    assert result.policies == 1 and result.failed_policies == []
+    alerts = http.get("/api/v1/alerts", headers=auth(tokens["reader"])).json()
+    assert [a["policy"] for a in alerts] == ["low-sm-activity"]
+    assert [
+        p["name"] for p in http.get("/api/v1/policies", headers=auth(tokens["reader"])).json()
+    ] == ["low-sm-activity"]
+
+
+def test_a_database_outage_answers_503_with_retry_after_logged_once(
+    app, http: httpx.Client, tokens, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = app.state.ctx
+    reader = auth(tokens["reader"])
+    assert http.get("/api/v1/gpus", headers=reader).status_code == 200  # token now cached
+    good = ctx.engine
+    # Nothing listens on this port: every connection is refused, as when PostgreSQL is down.
+    ctx.engine = make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x")
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.api.outage"):
+            answers = [http.get("/api/v1/gpus", headers=reader) for _ in range(5)]
+        assert {r.status_code for r in answers} == {503}
+        assert all(r.headers["Retry-After"].isdigit() for r in answers)
+        assert "database is unavailable" in answers[0].json()["detail"]
+        outage_lines = [r for r in caplog.records if "database unavailable" in r.getMessage()]
+        assert len(outage_lines) == 1 and outage_lines[0].exc_info is None
+    finally:
+        ctx.engine.dispose()
+        ctx.engine = good
+    assert http.get("/api/v1/gpus", headers=reader).status_code == 200

@@ -141,4 +141,5 @@ def test_series_errors_name_the_parameter(http, tokens):
         params={"metric": "sm_active", "start": "2026-12-02T08:00:00"},
         headers=h,
     )
-    assert r.status_code == 422 and r.json()["detail"].startswith("start:")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "start"]
+    assert "timezone" in r.json()["detail"][0]["msg"]

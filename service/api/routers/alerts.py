@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 
-from service.api.params import row_id
 from service.api.deps import ReadConn, Reader
+from service.api.params import row_id
 from service.api.schemas.alerting import AlertPublic
 from service.db import alert_state_repo
 from service.errors import NotFound

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
-from service.api.params import TimeParam
 from service.api.deps import Ctx, ReadConn, Reader
+from service.api.params import TimeParam
 from service.api.schemas.gpus import GpuPublic, SeriesPublic
 from service.db import gpus_repo
 from service.durations import parse_duration_param

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
-from service.api.params import TimeParam
 from service.api.deps import Agent, Ctx, ReadConn, Reader
+from service.api.params import TimeParam
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,

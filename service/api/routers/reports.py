@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from service.api.params import TimeParam
 from service.api.deps import Ctx, ReadConn, Reader
+from service.api.params import TimeParam
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic
 from service.costs.waste import TAGS

@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, status
 
-from service.api.params import row_id
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
+from service.api.params import row_id
 from service.api.schemas.alerting import SilenceCreate, SilencePublic
 from service.db import silences_repo
 from service.errors import ValidationFailed
