@@ -34,6 +34,8 @@ class Settings(BaseSettings):
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     ingest_max_future_seconds: float = Field(300.0, ge=0)
+    # How far back an agent token may date the start of a job it registers (or joins).
+    job_agent_max_start_age_seconds: float = Field(3600.0, gt=0)
 
     rollup_interval_seconds: float = Field(15.0, gt=0)
     retention_raw_days: float = Field(7.0, gt=0)

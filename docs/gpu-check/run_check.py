@@ -8,6 +8,7 @@
 Outputs go to the directory given as argv[1].
 """
 
+import contextlib
 import json
 import os
 import resource
@@ -18,7 +19,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pynvml
 
 from service.collectors.agent import Agent, AgentConfig
@@ -56,18 +56,14 @@ def bare_floor(cycles: int) -> float:
         pynvml.nvmlGpmSampleGet(h, bufs[k][0])
     events = pynvml.nvmlEventSetCreate()
     for h in hs:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
-        except pynvml.NVMLError:
-            pass
     total = 0.0
     for c in range(cycles):
         time.sleep(GAP)
         t = cpu()
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlEventSetWait_v2(events, 0)
-        except pynvml.NVMLError:
-            pass
         for k, h in enumerate(hs):
             cur, prev = bufs[k][(c + 1) % 2], bufs[k][c % 2]
             pynvml.nvmlGpmSampleGet(h, cur)

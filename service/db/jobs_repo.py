@@ -14,12 +14,17 @@ from service.errors import Forbidden, NotFound, ValidationFailed
 
 def gpu_ids_by_uuid(conn: Connection, *, uuids: Sequence[str]) -> dict[str, tuple[int, str]]:
     """(gpu id, node hostname) of each known uuid among ``uuids``."""
+    return {u: (gid, host) for u, (gid, host, _) in known_gpus(conn, uuids=uuids).items()}
+
+
+def known_gpus(conn: Connection, *, uuids: Sequence[str]) -> dict[str, tuple[int, str, datetime]]:
+    """(gpu id, node hostname, first seen) of each known uuid among ``uuids``."""
     rows = conn.execute(
-        select(gpus.c.uuid, gpus.c.id, nodes.c.hostname)
+        select(gpus.c.uuid, gpus.c.id, nodes.c.hostname, gpus.c.first_seen_at)
         .join(nodes, nodes.c.id == gpus.c.node_id)
         .where(gpus.c.uuid.in_(list(uuids)))
     )
-    return {r.uuid: (r.id, r.hostname) for r in rows}
+    return {r.uuid: (r.id, r.hostname, r.first_seen_at) for r in rows}
 
 
 def upsert_job(
@@ -37,7 +42,8 @@ def upsert_job(
 
     ``fields`` (user, team, project, labels) overwrite stored values; each GPU in ``gpu_uuids``
     gets an 'api' interval unless the job already holds it open. ``only_node`` restricts an
-    agent token to its own node's GPUs.
+    agent token to its own node's GPUs; its ``ended_at`` then ends only the intervals it adds,
+    never an existing job (other nodes may still hold it).
     """
     known = gpu_ids_by_uuid(conn, uuids=gpu_uuids)
     for i, uuid in enumerate(gpu_uuids):
@@ -66,7 +72,7 @@ def upsert_job(
         if "labels" in changes:
             changes["labels"] = {**(existing.labels or {}), **changes["labels"]}
         changes["started_at"] = min(existing.started_at, started_at)
-        if ended_at is not None:
+        if ended_at is not None and only_node is None:
             changes["ended_at"] = ended_at
         changes["updated_at"] = now
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changes))
@@ -119,7 +125,9 @@ def end_job(
             nodes.c.hostname == only_node
         )
         cond = and_(cond, job_gpus.c.gpu_id.in_(node_gpus))
-    conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at))
+    closed = conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at)).rowcount
+    if only_node is not None and not closed:
+        return  # this node's part had ended already; the job's own end is not its to move
     still_open = conn.execute(
         select(job_gpus.c.id).where(job_gpus.c.job_id == job_id, job_gpus.c.ended_at.is_(None))
     ).first()

@@ -25,19 +25,15 @@ def test_new_user_sees_the_most_wasteful_jobs_first(
         "GPU-parked": (0.0, 12 * GIB),  # a forgotten notebook holding memory
         "GPU-spare": (0.3, 0),  # nobody's job: unallocated
     }
-    for i, (uuid, (sm, fb)) in enumerate(patterns.items()):
-        samples = [
-            {"gpu_uuid": uuid, "ts": iso(start + timedelta(seconds=10 * k)),
-             "metrics": {"sm_active": sm, "fb_used_bytes": fb, "tensor_active": sm / 2}}
-            for k in range(720)
-        ]  # fmt: skip
-        batch = {
-            "node": {"hostname": "node-a", "labels": {}},
-            "gpus": [{"uuid": uuid, "index": i, "model": "NVIDIA H100 80GB HBM3"}],
-            "samples": samples,
-        }
-        assert http.post("/api/v1/ingest", json=batch, headers=agent).status_code == 200
-    roll_up(engine)
+    end = clock()
+    # The agent comes up first; the Slurm prolog registers each job as it starts.
+    clock.set(start)
+    gpu_list = [
+        {"uuid": uuid, "index": i, "model": "NVIDIA H100 80GB HBM3"}
+        for i, uuid in enumerate(patterns)
+    ]
+    hello = {"node": {"hostname": "node-a", "labels": {}}, "gpus": gpu_list, "samples": []}
+    assert http.post("/api/v1/ingest", json=hello, headers=agent).status_code == 200
     for job_id, user, team, gpu in (
         ("slurm:11", "alice", "vision", "GPU-busy"),
         ("slurm:12", "bob", "nlp", "GPU-parked"),
@@ -54,6 +50,20 @@ def test_new_user_sees_the_most_wasteful_jobs_first(
             headers=agent,
         )
         assert r.status_code == 201, r.text
+    clock.set(end)
+    for i, (uuid, (sm, fb)) in enumerate(patterns.items()):
+        samples = [
+            {"gpu_uuid": uuid, "ts": iso(start + timedelta(seconds=10 * k)),
+             "metrics": {"sm_active": sm, "fb_used_bytes": fb, "tensor_active": sm / 2}}
+            for k in range(720)
+        ]  # fmt: skip
+        batch = {
+            "node": {"hostname": "node-a", "labels": {}},
+            "gpus": [gpu_list[i]],
+            "samples": samples,
+        }
+        assert http.post("/api/v1/ingest", json=batch, headers=agent).status_code == 200
+    roll_up(engine)
 
     # The scenario runs on the test clock, not the wall clock: name the window explicitly.
     window = ["--start", iso(clock() - timedelta(days=1)), "--end", iso(clock())]

@@ -324,16 +324,17 @@ def test_agent_token_registers_jobs_only_on_its_own_node(
     store_series(
         engine, clock, uuid="GPU-b0", hostname="node-b", start=T0, metrics=[{"sm_active": 0.1}]
     )
+    start = clock()  # agents date starts after their GPUs were first seen (stored at 08:00)
     ag = auth(tokens["agent"])  # writes for node-a
     r = http.post(
-        "/api/v1/jobs", json={"id": "s:1", "gpus": ["GPU-b0"], "started_at": iso(T0)}, headers=ag
+        "/api/v1/jobs", json={"id": "s:1", "gpus": ["GPU-b0"], "started_at": iso(start)}, headers=ag
     )
     assert r.status_code == 403 and "node-a" in r.text
     r = http.post(
-        "/api/v1/jobs", json={"id": "s:1", "gpus": ["GPU-a0"], "started_at": iso(T0)}, headers=ag
+        "/api/v1/jobs", json={"id": "s:1", "gpus": ["GPU-a0"], "started_at": iso(start)}, headers=ag
     )
     assert r.status_code == 201, r.text
     r = http.patch(
-        "/api/v1/jobs/s:1", json={"ended_at": iso(T0 + timedelta(minutes=5))}, headers=ag
+        "/api/v1/jobs/s:1", json={"ended_at": iso(start + timedelta(minutes=5))}, headers=ag
     )
-    assert r.json()["ended_at"] == iso(T0 + timedelta(minutes=5))
+    assert r.json()["ended_at"] == iso(start + timedelta(minutes=5))

@@ -6,7 +6,9 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from sqlalchemy import Connection
 
+from service.api import authz
 from service.api.deps import Agent, Ctx, ReadConn, Reader
 from service.api.params import TimeParam
 from service.api.schemas.costs import (
@@ -16,17 +18,31 @@ from service.api.schemas.costs import (
     JobPublic,
     JobUpdate,
 )
+from service.context import ServiceContext
 from service.costs.waste import TAGS, UNALLOCATED, summarize
 from service.db import jobs_repo
-from service.db.tokens_repo import Role, TokenInfo
-from service.errors import ValidationFailed
+from service.errors import NotFound, ValidationFailed
 from service.usecases import cost_report
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-def _only_node(token: TokenInfo) -> str | None:
-    return token.node if token.role == Role.AGENT else None
+def _start_window(ctx: ServiceContext) -> authz.StartWindow:
+    return authz.StartWindow(
+        max_age_seconds=ctx.settings.job_agent_max_start_age_seconds,
+        max_future_seconds=ctx.settings.ingest_max_future_seconds,
+    )
+
+
+def _gpu_facts(conn: Connection, uuids: list[str]) -> list[authz.GpuFacts]:
+    known = jobs_repo.known_gpus(conn, uuids=uuids)
+    facts = []
+    for i, uuid in enumerate(uuids):
+        if uuid not in known:
+            raise ValidationFailed(f"gpus.{i}", f"no GPU with uuid {uuid!r} is known")
+        _, node, first_seen_at = known[uuid]
+        facts.append(authz.GpuFacts(uuid=uuid, node=node, first_seen_at=first_seen_at))
+    return facts
 
 
 def _public(job: dict[str, Any]) -> dict[str, Any]:
@@ -44,19 +60,28 @@ def query_error(exc: ValidationFailed) -> HTTPException:
 @router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
 def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> dict[str, Any]:
     """Create a job, or merge into the job of that id (201 when new, 200 when merged)."""
+    now = ctx.clock()
+    fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
     # Commit before answering, so a client that reads right after sees its write.
     with ctx.engine.begin() as conn:
+        authz.check_job_post(
+            token,
+            existing=jobs_repo.get_job(conn, job_id=body.id),
+            fields=fields,
+            gpus=_gpu_facts(conn, body.gpus),
+            started_at=body.started_at,
+            now=now,
+            window=_start_window(ctx),
+        )
         created = jobs_repo.upsert_job(
             conn,
             job_id=body.id,
-            fields=body.model_dump(
-                include={"user", "team", "project", "labels"}, exclude_unset=True
-            ),
+            fields=fields,
             gpu_uuids=body.gpus,
             started_at=body.started_at,
             ended_at=body.ended_at,
-            now=ctx.clock(),
-            only_node=_only_node(token),
+            now=now,
+            only_node=authz.agent_node(token),
         )
         job = jobs_repo.get_job(conn, job_id=body.id)
     if not created:
@@ -69,12 +94,22 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
 def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
     now = ctx.clock()
-    fields = body.model_dump(include={"user", "team", "project", "labels"}, exclude_unset=True)
+    fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
     with ctx.engine.begin() as conn:
+        existing = jobs_repo.get_job(conn, job_id=job_id)
+        if existing is None:
+            raise NotFound(f"job {job_id!r} does not exist")
+        authz.check_metadata_unchanged(token, existing=existing, fields=fields)
+        if body.ended_at is not None:
+            authz.check_job_end(token, intervals=existing["intervals"])
         jobs_repo.update_fields(conn, job_id=job_id, fields=fields, now=now)
         if body.ended_at is not None:
             jobs_repo.end_job(
-                conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=_only_node(token)
+                conn,
+                job_id=job_id,
+                ended_at=body.ended_at,
+                now=now,
+                only_node=authz.agent_node(token),
             )
         job = jobs_repo.get_job(conn, job_id=job_id)
     assert job is not None

@@ -1,0 +1,138 @@
+"""What a token may do to a job beyond its role: the one place the agent-token job rule lives.
+
+An agent token writes for one node. On jobs it may only:
+
+- create a job with at least one GPU of its own node, ``started_at`` within the last
+  ``job_agent_max_start_age_seconds`` (not in the future past the ingest skew) and not before any
+  of those GPUs was first seen;
+- on an existing job, add intervals of its own node's GPUs (same start rule) or close them;
+- never change ``user``, ``team``, ``project`` or ``labels`` once the job exists (409), except
+  filling a value still empty on a job that was only observed from process hints.
+
+Admin tokens may do anything; reader tokens never write (the role check answers 403 first).
+The functions are pure: the router reads the facts from the database and passes them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from service.db.tokens_repo import Role, TokenInfo
+from service.errors import Conflict, Forbidden
+
+# The metadata an agent sets once, when the job is created.
+CREATION_FIELDS = ("user", "team", "project", "labels")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    """What the rule needs to know of one GPU named in a request."""
+
+    uuid: str
+    node: str
+    first_seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StartWindow:
+    """How far back (seconds) and forward (seconds) an agent's ``started_at`` may lie."""
+
+    max_age_seconds: float
+    max_future_seconds: float
+
+
+def agent_node(token: TokenInfo) -> str | None:
+    """The node an agent token is limited to; None for admin (no limit)."""
+    return token.node if token.role == Role.AGENT else None
+
+
+def check_job_post(
+    token: TokenInfo,
+    *,
+    existing: Mapping[str, Any] | None,
+    fields: Mapping[str, Any],
+    gpus: Sequence[GpuFacts],
+    started_at: datetime,
+    now: datetime,
+    window: StartWindow,
+) -> None:
+    """Raise Forbidden or Conflict unless ``token`` may create or merge this job.
+
+    ``existing`` is the stored job (None when new), ``fields`` the metadata the request sets and
+    ``gpus`` the GPUs it names, each with its node and first sighting.
+    """
+    node = agent_node(token)
+    if node is None:
+        return
+    if not gpus:
+        raise Forbidden(
+            f"gpus: an agent token registers jobs only with at least one GPU of its node {node!r}"
+        )
+    for i, gpu in enumerate(gpus):
+        if gpu.node != node:
+            raise Forbidden(f"gpus.{i}: GPU {gpu.uuid} is not on this agent's node {node!r}")
+    _check_start(started_at, gpus=gpus, now=now, window=window)
+    if existing is not None:
+        check_metadata_unchanged(token, existing=existing, fields=fields)
+
+
+def _check_start(
+    started_at: datetime, *, gpus: Sequence[GpuFacts], now: datetime, window: StartWindow
+) -> None:
+    oldest = now - timedelta(seconds=window.max_age_seconds)
+    if started_at < oldest:
+        raise Forbidden(
+            f"started_at: an agent token may register a start at most "
+            f"{window.max_age_seconds:g} s back ({oldest.isoformat()})"
+        )
+    if started_at > now + timedelta(seconds=window.max_future_seconds):
+        raise Forbidden("started_at: lies in the future")
+    for i, gpu in enumerate(gpus):
+        if started_at < gpu.first_seen_at:
+            raise Forbidden(
+                f"started_at: before GPU {gpu.uuid} (gpus.{i}) was first seen "
+                f"({gpu.first_seen_at.isoformat()})"
+            )
+
+
+def check_metadata_unchanged(
+    token: TokenInfo, *, existing: Mapping[str, Any], fields: Mapping[str, Any]
+) -> None:
+    """Raise Conflict if an agent token would change a job's user, team, project or labels.
+
+    Repeating the stored value is no change (every node of a multi-node job sends the same).
+    """
+    if agent_node(token) is None:
+        return
+    fillable = existing.get("source") == "observed"
+    for name in CREATION_FIELDS:
+        if name not in fields:
+            continue
+        if name == "labels":
+            stored_labels = existing.get("labels") or {}
+            for key, value in (fields["labels"] or {}).items():
+                if stored_labels.get(key, value if fillable else None) != value:
+                    raise _changed(f"labels.{key}")
+            continue
+        stored = existing.get(name)
+        if stored != fields[name] and not (fillable and stored is None):
+            raise _changed(name)
+
+
+def _changed(name: str) -> Conflict:
+    return Conflict(
+        f"{name}: is set when the job is created; an agent token may not change it "
+        "(an admin token may)"
+    )
+
+
+def check_job_end(token: TokenInfo, *, intervals: Sequence[Mapping[str, Any]]) -> None:
+    """Raise Forbidden if an agent token ends a job on which its node holds no interval."""
+    node = agent_node(token)
+    if node is None:
+        return
+    if not any(iv.get("node") == node for iv in intervals):
+        raise Forbidden(f"ended_at: node {node!r} holds no GPU of this job; nothing of it to end")

@@ -1,0 +1,343 @@
+"""Every route of the API against every kind of caller, on SQLite and PostgreSQL.
+
+Callers: no token, a wrong token, the agent of another node (node-b), the agent of the node the
+data belongs to (node-a), a reader and an admin. Each case names the status each caller gets;
+a route the app serves but no case covers fails the coverage test, so a new route needs a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from tests.alerting_support import SECRET, low_sm_policy
+from tests.conftest import make_token
+from tests.support import FakeClock, iso, make_batch
+
+CALLERS = ("none", "wrong", "other_agent", "agent", "reader", "admin")
+OPEN = dict.fromkeys(CALLERS, 200)
+
+
+def reads(ok: int = 200) -> dict[str, int]:
+    return {"none": 401, "wrong": 401, "other_agent": 403, "agent": 403, "reader": ok, "admin": ok}
+
+
+def admin_only(ok: int) -> dict[str, int]:
+    return {**reads(403), "admin": ok}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One request: ``body(caller, now)`` builds its JSON, ``path`` may name the caller."""
+
+    name: str
+    method: str
+    route: str  # the OpenAPI path template it covers
+    path: str
+    expect: dict[str, int]
+    body: Callable[[str, Any], Any] | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    setup: Callable[[FastAPI], None] | None = None
+
+
+def _job(caller: str, now: Any) -> dict[str, Any]:
+    return {"id": f"new-{caller}", "user": "alice", "gpus": ["GPU-a0"], "started_at": iso(now)}
+
+
+def _hijack_without_gpus(_: str, now: Any) -> dict[str, Any]:
+    return {"id": "slurm:2", "user": "mallory", "team": "hijacked", "gpus": [],
+            "started_at": "2000-01-01T00:00:00Z"}  # fmt: skip
+
+
+def _hijack_with_own_gpu(_: str, now: Any) -> dict[str, Any]:
+    return {"id": "slurm:2", "user": "mallory", "team": "hijacked", "gpus": ["GPU-a0"],
+            "started_at": iso(now)}  # fmt: skip
+
+
+def _protect_metrics(app: FastAPI) -> None:
+    app.state.ctx.settings.metrics_token_required = True
+
+
+AGENT_WRITES = {"none": 401, "wrong": 401, "reader": 403}
+
+CASES = [
+    Case("healthz", "GET", "/healthz", "/healthz", OPEN),
+    Case("readyz", "GET", "/readyz", "/readyz", OPEN),
+    Case("metrics-open", "GET", "/metrics", "/metrics", OPEN),
+    Case("metrics-protected", "GET", "/metrics", "/metrics", reads(), setup=_protect_metrics),
+    Case(
+        "ingest",
+        "POST",
+        "/api/v1/ingest",
+        "/api/v1/ingest",
+        {**AGENT_WRITES, "other_agent": 403, "agent": 200, "admin": 200},
+        body=lambda _, now: make_batch(start=now),
+    ),
+    Case("gpus", "GET", "/api/v1/gpus", "/api/v1/gpus", reads()),
+    Case(
+        "series",
+        "GET",
+        "/api/v1/gpus/{uuid}/series",
+        "/api/v1/gpus/GPU-a0/series",
+        reads(),
+        params={"metric": "sm_active"},
+    ),
+    Case("policies", "GET", "/api/v1/policies", "/api/v1/policies", reads()),
+    Case(
+        "policy-create",
+        "POST",
+        "/api/v1/policies",
+        "/api/v1/policies",
+        admin_only(201),
+        body=lambda c, _: low_sm_policy([], name=f"p-{c}"),
+    ),
+    Case("policy", "GET", "/api/v1/policies/{name}", "/api/v1/policies/kept", reads()),
+    Case(
+        "policy-put",
+        "PUT",
+        "/api/v1/policies/{name}",
+        "/api/v1/policies/kept",
+        admin_only(200),
+        body=lambda _, __: low_sm_policy([], name="kept", threshold=0.2),
+    ),
+    Case(
+        "policy-delete",
+        "DELETE",
+        "/api/v1/policies/{name}",
+        "/api/v1/policies/doomed",
+        admin_only(204),
+    ),
+    Case("channels", "GET", "/api/v1/channels", "/api/v1/channels", reads()),
+    Case(
+        "channel-create",
+        "POST",
+        "/api/v1/channels",
+        "/api/v1/channels",
+        admin_only(201),
+        body=lambda c, _: {
+            "name": f"c-{c}",
+            "type": "webhook",
+            "url": "http://127.0.0.1:9/x",
+            "secret": SECRET,
+        },
+    ),
+    Case(
+        "channel-delete",
+        "DELETE",
+        "/api/v1/channels/{name}",
+        "/api/v1/channels/doomed",
+        admin_only(204),
+    ),
+    Case(
+        "channel-test",
+        "POST",
+        "/api/v1/channels/{name}/test",
+        "/api/v1/channels/probe/test",
+        admin_only(502),  # nothing listens on port 9: the send was tried
+    ),
+    Case("silences", "GET", "/api/v1/silences", "/api/v1/silences", reads()),
+    Case(
+        "silence-create",
+        "POST",
+        "/api/v1/silences",
+        "/api/v1/silences",
+        admin_only(201),
+        body=lambda _, now: {
+            "matchers": {"policy": "kept"},
+            "comment": "c",
+            "ends_at": iso(now + timedelta(1)),
+        },
+    ),
+    Case(
+        "silence-delete",
+        "DELETE",
+        "/api/v1/silences/{silence_id}",
+        "/api/v1/silences/1",
+        admin_only(204),
+    ),
+    Case("alerts", "GET", "/api/v1/alerts", "/api/v1/alerts", reads()),
+    # No alert exists: 404 shows the caller got past the role check.
+    Case("alert", "GET", "/api/v1/alerts/{alert_id}", "/api/v1/alerts/1", reads(404)),
+    Case("jobs", "GET", "/api/v1/jobs", "/api/v1/jobs", reads()),
+    Case("job", "GET", "/api/v1/jobs/{job_id}", "/api/v1/jobs/slurm:2", reads()),
+    Case(
+        "job-create",
+        "POST",
+        "/api/v1/jobs",
+        "/api/v1/jobs",
+        {**AGENT_WRITES, "other_agent": 403, "agent": 201, "admin": 201},
+        body=_job,
+    ),
+    Case(
+        "job-hijack-without-gpus",
+        "POST",
+        "/api/v1/jobs",
+        "/api/v1/jobs",
+        {**AGENT_WRITES, "other_agent": 403, "agent": 403, "admin": 200},
+        body=_hijack_without_gpus,
+    ),
+    Case(
+        "job-hijack-with-own-gpu",
+        "POST",
+        "/api/v1/jobs",
+        "/api/v1/jobs",
+        {**AGENT_WRITES, "other_agent": 403, "agent": 409, "admin": 200},
+        body=_hijack_with_own_gpu,
+    ),
+    Case(
+        "job-patch-metadata",
+        "PATCH",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/slurm:2",
+        {**AGENT_WRITES, "other_agent": 409, "agent": 409, "admin": 200},
+        body=lambda _, __: {"team": "hijacked"},
+    ),
+    Case(
+        "job-end-own",
+        "PATCH",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/slurm:1",
+        {**AGENT_WRITES, "other_agent": 403, "agent": 200, "admin": 200},
+        body=lambda _, now: {"ended_at": iso(now)},
+    ),
+    Case("prices", "GET", "/api/v1/prices", "/api/v1/prices", reads()),
+    Case(
+        "prices-put",
+        "PUT",
+        "/api/v1/prices",
+        "/api/v1/prices",
+        admin_only(200),
+        body=lambda _, __: [
+            {
+                "model_pattern": "*H100*",
+                "usd_per_gpu_hour": 4.0,
+                "effective_from": "2026-01-01T00:00:00Z",
+            }
+        ],
+    ),
+    Case("cost-report", "GET", "/api/v1/reports/cost", "/api/v1/reports/cost", reads()),
+]
+
+
+def test_every_route_has_a_row(app: FastAPI) -> None:
+    served = {
+        (method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops
+    }
+    covered = {(c.method, c.route) for c in CASES}
+    assert served == covered
+
+
+@pytest.fixture
+def world(
+    app: FastAPI, http: httpx.Client, engine: Engine, clock: FakeClock, tokens: dict[str, str]
+) -> dict[str, str]:
+    """GPU-a0 on node-a holding job slurm:1, GPU-b0 on node-b holding slurm:2 (bob, vision),
+    and one policy, channel and silence of each kind to read, change or delete."""
+    app.state.ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    callers = {
+        "wrong": "gw_" + "x" * 43,
+        "other_agent": make_token(engine, "agent", "node-b"),
+        **tokens,
+    }
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    now = clock()
+    for token, node, uuid in ((tokens["agent"], "node-a", "GPU-a0"),
+                              (callers["other_agent"], "node-b", "GPU-b0")):  # fmt: skip
+        batch = make_batch(hostname=node, gpu_uuids=(uuid,), start=now - timedelta(minutes=1))
+        r = http.post("/api/v1/ingest", json=batch, headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+    setup: list[tuple[str, str, Any]] = [
+        ("POST", "/api/v1/jobs", {"id": "slurm:1", "user": "alice", "gpus": ["GPU-a0"],
+                                  "started_at": iso(now)}),
+        ("POST", "/api/v1/jobs", {"id": "slurm:2", "user": "bob", "team": "vision",
+                                  "gpus": ["GPU-b0"], "started_at": iso(now)}),
+        ("POST", "/api/v1/policies", low_sm_policy([], name="kept")),
+        ("POST", "/api/v1/policies", low_sm_policy([], name="doomed")),
+        ("POST", "/api/v1/channels", {"name": "doomed", "type": "slack",
+                                      "url": "http://127.0.0.1:9/s"}),
+        ("POST", "/api/v1/channels", {"name": "probe", "type": "slack",
+                                      "url": "http://127.0.0.1:9/s"}),
+        ("POST", "/api/v1/silences", {"matchers": {"policy": "kept"}, "comment": "c",
+                                      "ends_at": iso(now + timedelta(hours=1))}),
+    ]  # fmt: skip
+    for method, path, body in setup:
+        r = http.request(method, path, json=body, headers=admin)
+        assert r.status_code == 201, r.text
+    return callers
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_role_matrix(
+    case: Case, app: FastAPI, http: httpx.Client, world: dict[str, str], clock: FakeClock
+) -> None:
+    if case.setup is not None:
+        case.setup(app)
+    got = {}
+    for caller in CALLERS:
+        headers = {} if caller == "none" else {"Authorization": f"Bearer {world[caller]}"}
+        body = case.body(caller, clock()) if case.body is not None else None
+        r = http.request(case.method, case.path, json=body, params=case.params, headers=headers)
+        got[caller] = r.status_code
+    assert got == case.expect
+
+
+def test_the_reported_hijack_leaves_the_victims_job_alone(
+    http: httpx.Client, world: dict[str, str], clock: FakeClock
+) -> None:
+    attacker = {"Authorization": f"Bearer {world['agent']}"}  # node-a; slurm:2 runs on node-b
+    steps = [
+        ("POST", "/api/v1/jobs", _hijack_without_gpus("", clock())),
+        ("POST", "/api/v1/jobs", _hijack_with_own_gpu("", clock())),
+        ("PATCH", "/api/v1/jobs/slurm:2", {"user": "mallory", "team": "hijacked"}),
+        ("PATCH", "/api/v1/jobs/slurm:2", {"project": "stolen", "labels": {"x": "y"}}),
+        ("PATCH", "/api/v1/jobs/slurm:2", {"ended_at": iso(clock())}),
+        ("POST", "/api/v1/jobs", {"id": "slurm:2", "gpus": ["GPU-b0"], "started_at": iso(clock()),
+                                  "ended_at": iso(clock())}),
+    ]  # fmt: skip
+    for method, path, body in steps:
+        r = http.request(method, path, json=body, headers=attacker)
+        assert r.status_code in (403, 409), (body, r.status_code, r.text)
+    job = http.get("/api/v1/jobs/slurm:2", headers={"Authorization": f"Bearer {world['reader']}"})
+    j = job.json()
+    assert (j["user"], j["team"], j["project"], j["labels"]) == ("bob", "vision", None, {})
+    assert j["ended_at"] is None and j["started_at"] == iso(clock())
+    assert [g["gpu_uuid"] for g in j["gpus"]] == ["GPU-b0"]
+
+
+def test_agent_start_window(http: httpx.Client, world: dict[str, str], clock: FakeClock) -> None:
+    agent = {"Authorization": f"Bearer {world['agent']}"}
+
+    def post(job_id: str, started_at: Any) -> httpx.Response:
+        body = {"id": job_id, "gpus": ["GPU-a0"], "started_at": iso(started_at)}
+        return http.post("/api/v1/jobs", json=body, headers=agent)
+
+    clock.advance(7200)  # GPU-a0 was first seen two hours ago
+    r = post("old", clock() - timedelta(minutes=61))
+    assert r.status_code == 403 and "started_at" in r.text
+    assert post("recent", clock() - timedelta(minutes=59)).status_code == 201
+    r = post("future", clock() + timedelta(minutes=10))
+    assert r.status_code == 403 and "future" in r.text
+    clock.advance(-7200 + 60)  # one minute after GPU-a0 was first seen
+    r = post("before-first-seen", clock() - timedelta(minutes=2))
+    assert r.status_code == 403 and "first seen" in r.text
+    # The same start on the node's second prolog run is no change; a new label is one.
+    r = http.post(
+        "/api/v1/jobs",
+        json={"id": "slurm:1", "user": "alice", "gpus": ["GPU-a0"], "started_at": iso(clock())},
+        headers=agent,
+    )
+    assert r.status_code == 200, r.text
+    r = http.post(
+        "/api/v1/jobs",
+        json={"id": "slurm:1", "labels": {"k": "v"}, "gpus": ["GPU-a0"],
+              "started_at": iso(clock())},
+        headers=agent,
+    )  # fmt: skip
+    assert r.status_code == 409 and "labels.k" in r.text
