@@ -18,7 +18,7 @@ from sqlalchemy import Engine, func, insert, select
 
 from service.collectors.agent import Agent, backfill
 from service.collectors.backend import Backend
-from service.collectors.runner import build_agent, make_backend, node_name
+from service.collectors.runner import agent_state, build_agent, make_backend, node_name
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
 from service.db import tokens_repo
 from service.db.engine import make_engine
@@ -116,23 +116,21 @@ def _local_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"central_url": f"http://{settings.host}:{settings.port}"})
 
 
-def run_up(settings: Settings, *, state_dir: Path) -> int:
+def run_up(settings: Settings) -> int:
     """The central service on the configured database with one local agent (NVML or simulated)."""
     quiet_http_logs()
     settings = _local_settings(settings)
     engine = make_engine(settings.database_url)
     upgrade(engine)
     hostname = node_name(settings)
-    backend: Backend = make_backend(settings, hostname=hostname)
+    backend: Backend = make_backend(settings, hostname=hostname, simulate_without_gpu=True)
     token = _token(engine, "agent", hostname, "gpuwarden up: local agent")
     reader = _token(engine, "reader", None, "gpuwarden up: local reader")
-    state_dir.mkdir(parents=True, exist_ok=True)
     agent = build_agent(
         settings.model_copy(update={"agent_token": token}),
         backend=backend,
         hostname=hostname,
-        spool_path=state_dir / f"spool-{hostname}.sqlite",
-        dead_letter_path=state_dir / f"dead-letter-{hostname}.jsonl",
+        state=agent_state(settings, suffix=hostname),
     )
     node = LocalNode(agent)
     print(f"local agent for node {hostname} with the {backend.name} backend")
@@ -160,7 +158,10 @@ def run_demo(
             )
     now = datetime.now(UTC)
     start = now - timedelta(minutes=history_minutes)
-    state = Path(tempfile.mkdtemp(prefix="gpuwarden-demo-"))
+    # The demo's spools are throw-away: a fresh directory per run, whatever the environment says.
+    settings = settings.model_copy(
+        update={"state_dir": Path(tempfile.mkdtemp(prefix="gpuwarden-demo-"))}
+    )
     local: list[LocalNode] = []
     for i in range(nodes):
         hostname = f"demo-node-{i}"
@@ -181,8 +182,7 @@ def run_demo(
             settings.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
             backend=backend,
             hostname=hostname,
-            spool_path=state / f"spool-{hostname}.sqlite",
-            dead_letter_path=state / f"dead-letter-{hostname}.jsonl",
+            state=agent_state(settings, env={}, suffix=hostname),
         )
         local.append(LocalNode(agent))
     reader = _token(engine, "reader", None, "gpuwarden demo: reader")

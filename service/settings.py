@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.errors import ConfigError
@@ -19,7 +19,9 @@ GIB = 1024**3
 class Settings(BaseSettings):
     """Every setting of GPU Warden; built once by the entry point and passed down."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUWARDEN_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="GPUWARDEN_", extra="ignore", populate_by_name=True
+    )
 
     # --- central service -------------------------------------------------------------
     database_url: str = "sqlite:///./gpuwarden.db"
@@ -68,18 +70,27 @@ class Settings(BaseSettings):
     agent_token: str | None = None
     interval_seconds: float = Field(10.0, ge=0.1)
     backend: Literal["auto", "nvml", "dcgm-exporter", "simulated"] = "auto"
-    spool_path: Path = Path("gpuwarden-spool.sqlite")
+    spool_path: Path | None = None  # default: spool.sqlite in the state directory
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
 
     # --- agent (issue 6) ---------------------------------------------------------------
-    node_name: str | None = None  # the hostname the agent reports; the machine's own if unset
+    # The node the agent reports: GPUWARDEN_NODE_NAME, else NODE_NAME (the downward API's
+    # spec.nodeName, as dcgm-exporter reads it), else the machine's own short hostname.
+    node_name: str | None = Field(
+        None, validation_alias=AliasChoices("GPUWARDEN_NODE_NAME", "NODE_NAME", "node_name")
+    )
     node_labels: str = ""  # comma-separated key=value pairs sent with every batch
     agent_metrics_port: int | None = Field(None, ge=1, le=65535)  # the agent's own /metrics
     agent_metrics_host: str = "127.0.0.1"
     spool_max_bytes: int = Field(256 * 1024 * 1024, gt=0)
     agent_batch_seconds: float = Field(30.0, ge=0)  # ship polls together, one request per batch
-    dead_letter_path: Path = Path("gpuwarden-dead-letter.jsonl")
+    dead_letter_path: Path | None = None  # default: dead-letter.jsonl in the state directory
+    # Every agent state file lives here: this, else $STATE_DIRECTORY (systemd), else
+    # $XDG_STATE_HOME/gpuwarden, else ./gpuwarden-data (service/collectors/state_dir.py).
+    state_dir: Path | None = None
     proc_root: Path = Path("/proc")  # the host's /proc (mount it into an agent container)
+    # The kubelet's pod-resources socket: GPU -> pod on Kubernetes (used when it exists).
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     job_map_dir: Path | None = None  # dcgm-exporter-style job mapping dir: a file per GPU index
     observed_job_grace_seconds: float = Field(300.0, gt=0)  # central: close unseen intervals
     observed_jobs_interval_seconds: float = Field(30.0, gt=0)

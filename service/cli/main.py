@@ -134,11 +134,9 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     """Run the central service and a local agent (NVML, else simulated) in one process."""
-    from pathlib import Path
-
     from service.launcher import run_up
 
-    return run_up(settings, state_dir=Path(args.state_dir))
+    return run_up(settings)
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -167,7 +165,14 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         choices=["auto", "nvml", "dcgm-exporter", "simulated"],
-        help="GPUWARDEN_BACKEND (auto: NVML when a GPU is present, else simulated)",
+        help="GPUWARDEN_BACKEND (auto: NVML when a GPU is present; `agent` fails without one, "
+        "`up` falls back to simulated)",
+    )
+    p.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        help="GPUWARDEN_STATE_DIR: spool and dead letters (else $STATE_DIRECTORY, "
+        "$XDG_STATE_HOME/gpuwarden, ./gpuwarden-data)",
     )
     p.add_argument("--spool-path", dest="spool_path", help="GPUWARDEN_SPOOL_PATH")
     p.add_argument(
@@ -183,7 +188,9 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dcgm-exporter-url", dest="dcgm_exporter_url", help="GPUWARDEN_DCGM_EXPORTER_URL"
     )
-    p.add_argument("--node-name", dest="node_name", help="GPUWARDEN_NODE_NAME (the hostname)")
+    p.add_argument(
+        "--node-name", dest="node_name", help="GPUWARDEN_NODE_NAME or NODE_NAME (the hostname)"
+    )
     p.add_argument(
         "--node-labels", dest="node_labels", help="GPUWARDEN_NODE_LABELS, e.g. rack=r1,zone=a"
     )
@@ -250,7 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="run the central service on SQLite plus a local agent")
     p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
     p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
-    p.add_argument("--state-dir", default="gpuwarden-data", help="spool and dead letters")
     _agent_flags(p)
     p.set_defaults(handler=cmd_up)
 

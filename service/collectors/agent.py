@@ -50,8 +50,8 @@ class AgentConfig:
 
     hostname: str
     labels: Mapping[str, str]
+    dead_letter_path: Path  # in the state directory (state_dir.py); never a relative default
     interval_seconds: float = 10.0
-    dead_letter_path: Path = Path("gpuwarden-dead-letter.jsonl")
     drain_budget_fraction: float = 0.8  # of an interval, spent shipping from the spool at most
     batch_cycles: int = 1  # polls per shipped batch (one HTTP request per batch)
     max_polls_per_request: int = 60  # when catching up, within central's per-batch limits too
@@ -158,25 +158,27 @@ class Agent:
         a = self.attributor
         if a is None:
             return
+        a.refresh()
         alive: set[int] = set()
         seen_jobs: dict[str, set[str]] = {}
         for p in snap.processes:
             if p.job_id is None and p.pid > 0:
                 alive.add(p.pid)
-                found = a.attribute(p.pid, p.gpu_index)
+                found = a.attribute(p.pid, p.gpu_index, p.gpu_uuid)
                 p.job_id = found.job_id
                 p.user = p.user or found.user
             if p.job_id is not None:
                 seen_jobs.setdefault(p.gpu_uuid, set()).add(p.job_id)
         a.forget_except(alive)
-        if a.job_map_dir is None:
+        if not a.reports_held_gpus:
             return
         # A job can hold a GPU without running anything on it: that is the waste we look for,
-        # so the mapping directory's assignment is reported even with no process (pid 0).
+        # so a pod's allocation or the mapping directory's assignment is reported even with no
+        # process (pid 0).
         for d in devices:
             if d.lost:
                 continue
-            job = a.mapped_job(d.index)
+            job = a.device_job(d.uuid, d.index)
             if job is not None and job not in seen_jobs.get(d.uuid, ()):
                 snap.processes.append(ProcessReading(gpu_uuid=d.uuid, pid=0, job_id=job))
 
@@ -363,6 +365,7 @@ class Agent:
             log.exception("agent cycle failed")
         finally:
             self.telemetry.cycle_seconds.observe(time.perf_counter() - started)
+            self.telemetry.cycle_done()
 
     def run_forever(self) -> None:
         """Run cycles every interval until ``stop()``; the schedule does not drift."""

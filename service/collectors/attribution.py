@@ -1,8 +1,12 @@
-"""Which job a GPU process belongs to: cgroup path, SLURM_JOB_ID in its environment, or a job map.
+"""Which job a GPU process belongs to: the kubelet's pod resources, cgroup path, SLURM_JOB_ID in
+its environment, or a job map.
 
-Reads a /proc tree (``proc_root``, a fake one in tests) and an optional dcgm-exporter-style job
-mapping directory (one file per GPU index, each holding job ids one per line). Results are cached
-per pid for as long as the pid keeps showing up, so a steady process costs no file reads per cycle.
+On a Kubernetes node the kubelet's pod-resources socket says which pod each GPU is allocated to
+(``k8s:<namespace>/<pod>``), read once per cycle; /proc is not consulted for those GPUs, so the
+agent needs no ``hostPID``. Elsewhere it reads a /proc tree (``proc_root``, a fake one in tests)
+and an optional dcgm-exporter-style job mapping directory (one file per GPU index, each holding job
+ids one per line). /proc results are cached per pid for as long as the pid keeps showing up, so a
+steady process costs no file reads per cycle.
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ import pwd
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from service.collectors.kubelet.podresources import (
+    PodDevice,
+    PodResourcesClient,
+    PodResourcesError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +78,79 @@ def _user_of_uid(uid: int) -> str:
 class JobAttributor:
     """Maps GPU processes to jobs from a /proc tree and an optional job mapping directory."""
 
-    def __init__(self, *, proc_root: Path = Path("/proc"), job_map_dir: Path | None = None):
+    def __init__(
+        self,
+        *,
+        proc_root: Path = Path("/proc"),
+        job_map_dir: Path | None = None,
+        pods: PodResourcesClient | None = None,
+    ):
         self.proc_root = proc_root
         self.job_map_dir = job_map_dir
+        self.pods = pods
         self._cache: dict[int, Attribution] = {}
+        self._pod_by_uuid: dict[str, PodDevice] = {}
+        self._pod_by_index: dict[int, PodDevice] = {}
+        self._pods_active = False  # the socket answered at least once
+        self._pods_failing = False
 
-    def attribute(self, pid: int, gpu_index: int | None = None) -> Attribution:
-        """The job and user of ``pid`` (cached while the pid stays alive)."""
+    def refresh(self) -> None:
+        """Read the kubelet's device allocations once for this cycle (no-op off Kubernetes).
+
+        A failed read keeps the last answer (the kubelet restarts now and then) and is logged
+        when it starts and when it ends, not every cycle.
+        """
+        if self.pods is None or not self.pods.available():
+            return
+        try:
+            devices = self.pods.list()
+        except PodResourcesError as exc:
+            if not self._pods_failing:
+                log.warning("%s; keeping the last pod allocations", exc)
+            self._pods_failing = True
+            return
+        if self._pods_failing:
+            log.info("kubelet pod-resources socket answers again")
+        self._pods_failing = False
+        self._pods_active = True
+        by_uuid: dict[str, PodDevice] = {}
+        by_index: dict[int, PodDevice] = {}
+        for d in devices:
+            # Time-slicing replicas are "GPU-<uuid>::<n>"; the index strategy names GPUs "0".."7".
+            base = d.device_id.split("::", 1)[0]
+            if base.isdigit():
+                by_index[int(base)] = d
+            else:
+                by_uuid[base] = d
+        self._pod_by_uuid, self._pod_by_index = by_uuid, by_index
+
+    def pod_job(self, gpu_uuid: str, gpu_index: int | None = None) -> str | None:
+        """``k8s:<namespace>/<pod>`` of the pod the kubelet allocated this GPU to, if any."""
+        pod = self._pod_by_uuid.get(gpu_uuid)
+        if pod is None and gpu_index is not None:
+            pod = self._pod_by_index.get(gpu_index)
+        return None if pod is None else pod.job_id
+
+    @property
+    def reports_held_gpus(self) -> bool:
+        """Whether a GPU can have a job with no process on it (pod allocations, job map)."""
+        return self._pods_active or self.job_map_dir is not None
+
+    def device_job(self, gpu_uuid: str, gpu_index: int) -> str | None:
+        """The job holding a GPU whether or not a process runs on it: its pod, else the job map."""
+        return self.pod_job(gpu_uuid, gpu_index) or self.mapped_job(gpu_index)
+
+    def attribute(
+        self, pid: int, gpu_index: int | None = None, gpu_uuid: str | None = None
+    ) -> Attribution:
+        """The job and user of ``pid`` on a GPU (cached while the pid stays alive).
+
+        On Kubernetes the pod the GPU is allocated to wins, and /proc is not read at all: without
+        ``hostPID`` the agent's /proc is its own pid namespace, where a host pid means nothing.
+        """
+        if self._pods_active:
+            job = self.pod_job(gpu_uuid, gpu_index) if gpu_uuid is not None else None
+            return Attribution(job or self._mapped(gpu_index), None)
         hit = self._cache.get(pid)
         if hit is not None:
             return hit
@@ -101,9 +177,10 @@ class JobAttributor:
             pass  # environ of another user's process is unreadable without privileges
         if user is None:
             user = self._uid_user(base)
-        if job is None and gpu_index is not None:
-            job = self.mapped_job(gpu_index)
-        return Attribution(job, user)
+        return Attribution(job or self._mapped(gpu_index), user)
+
+    def _mapped(self, gpu_index: int | None) -> str | None:
+        return None if gpu_index is None else self.mapped_job(gpu_index)
 
     def _uid_user(self, base: Path) -> str | None:
         try:

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
 from service.collectors.backend import Backend
+from service.collectors.kubelet.podresources import PodResourcesClient
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
+from service.collectors.state_dir import StatePaths, state_paths
 from service.collectors.telemetry import AgentTelemetry
 from service.delivery import quiet_http_logs
 from service.errors import ConfigError
@@ -40,14 +44,35 @@ def parse_labels(text: str) -> dict[str, str]:
 
 
 def node_name(settings: Settings) -> str:
-    """The hostname this agent reports: GPUWARDEN_NODE_NAME or the machine's short name."""
+    """The node this agent reports: GPUWARDEN_NODE_NAME, NODE_NAME, or the machine's short name."""
     return settings.node_name or socket.gethostname().split(".")[0]
 
 
+def agent_state(
+    settings: Settings, *, env: Mapping[str, str] | None = None, suffix: str = ""
+) -> StatePaths:
+    """The agent's state files under the one state directory the settings and environment name."""
+    return state_paths(
+        state_dir=settings.state_dir,
+        env=os.environ if env is None else env,
+        spool_path=settings.spool_path,
+        dead_letter_path=settings.dead_letter_path,
+        suffix=suffix,
+    )
+
+
 def make_backend(
-    settings: Settings, *, hostname: str, say: Callable[[str], None] = print
+    settings: Settings,
+    *,
+    hostname: str,
+    say: Callable[[str], None] = print,
+    simulate_without_gpu: bool = False,
 ) -> Backend:
-    """The backend the settings ask for; ``auto`` picks NVML when a GPU is present and says so."""
+    """The backend the settings ask for; ``auto`` picks NVML when a GPU is present and says so.
+
+    Without a GPU, ``auto`` falls back to a simulated fleet only where the caller allows it
+    (``up`` and ``demo``); a node agent raises ConfigError instead of shipping invented data.
+    """
     choice = settings.backend
     if choice == "auto":
         from service.collectors.nvml import gpu_present
@@ -55,9 +80,17 @@ def make_backend(
         if gpu_present():
             say("backend auto: NVIDIA GPU found, using NVML")
             choice = "nvml"
-        else:
+        elif simulate_without_gpu:
             say("backend auto: no NVIDIA GPU found (NVML unavailable): using a simulated fleet")
             choice = "simulated"
+        else:
+            raise ConfigError(
+                "backend auto: no NVIDIA GPU found (NVML did not load or lists no GPU). "
+                "On a GPU node, check the driver and that the agent sees /dev/nvidia* "
+                "(in Kubernetes: the nvidia runtime class or NVIDIA_VISIBLE_DEVICES=all); to "
+                "read a running dcgm-exporter use --backend dcgm-exporter; for a simulated "
+                "fleet ask for it with --backend simulated"
+            )
     if choice == "nvml":
         from service.collectors.nvml import NvmlBackend
 
@@ -77,30 +110,62 @@ def build_agent(
     backend: Backend,
     hostname: str,
     telemetry: AgentTelemetry | None = None,
-    spool_path: Path | None = None,
-    dead_letter_path: Path | None = None,
+    state: StatePaths | None = None,
 ) -> Agent:
     """An agent for ``backend`` shipping to the settings' central service."""
+    state = state or agent_state(settings)
+    state.directory.mkdir(parents=True, exist_ok=True)
     return Agent(
         config=AgentConfig(
             hostname=hostname,
             labels=parse_labels(settings.node_labels),
             interval_seconds=settings.interval_seconds,
             batch_cycles=max(1, round(settings.agent_batch_seconds / settings.interval_seconds)),
-            dead_letter_path=dead_letter_path or settings.dead_letter_path,
+            dead_letter_path=state.dead_letter,
         ),
         backend=backend,
         shipper=Shipper(central_url=settings.central_url, token=settings.agent_token),
-        spool=Spool(spool_path or settings.spool_path, max_bytes=settings.spool_max_bytes),
+        spool=Spool(state.spool, max_bytes=settings.spool_max_bytes),
         telemetry=telemetry or AgentTelemetry(),
-        attributor=JobAttributor(proc_root=settings.proc_root, job_map_dir=settings.job_map_dir),
+        attributor=JobAttributor(
+            proc_root=settings.proc_root,
+            job_map_dir=settings.job_map_dir,
+            pods=PodResourcesClient(settings.pod_resources_socket),
+        ),
     )
 
 
-def serve_metrics(telemetry: AgentTelemetry, *, host: str, port: int) -> Any:
-    """Serve the agent's /metrics on ``host:port`` in a daemon thread; returns the server."""
-    server, _thread = start_http_server(port, addr=host, registry=telemetry.registry)
+def serve_metrics(
+    telemetry: AgentTelemetry, *, host: str, port: int, stale_after_seconds: float = 60.0
+) -> Any:
+    """Serve the agent's /metrics and /healthz on ``host:port`` in a daemon thread.
+
+    /healthz answers 200 while cycles keep ending (within ``stale_after_seconds``) and 503 once
+    the loop is stuck, so a Kubernetes liveness probe restarts a wedged agent. Returns the server.
+    """
+    metrics_app = make_wsgi_app(telemetry.registry)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == "/healthz":
+            ok = telemetry.alive(stale_after_seconds=stale_after_seconds)
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"ok\n" if ok else b"agent loop stalled\n"]
+        return metrics_app(environ, start_response)
+
+    server = make_server(host, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="agent-metrics", daemon=True)
+    thread.start()
     return server
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes every few seconds would flood the log."""
 
 
 def run_agent(settings: Settings) -> int:
@@ -110,11 +175,15 @@ def run_agent(settings: Settings) -> int:
     if not settings.agent_token:
         raise ConfigError("agent_token: set GPUWARDEN_AGENT_TOKEN or --agent-token")
     backend = make_backend(settings, hostname=hostname)
-    agent = build_agent(settings, backend=backend, hostname=hostname)
+    state = agent_state(settings)
+    agent = build_agent(settings, backend=backend, hostname=hostname, state=state)
     server = None
     if settings.agent_metrics_port:
         server = serve_metrics(
-            agent.telemetry, host=settings.agent_metrics_host, port=settings.agent_metrics_port
+            agent.telemetry,
+            host=settings.agent_metrics_host,
+            port=settings.agent_metrics_port,
+            stale_after_seconds=max(60.0, 3 * settings.interval_seconds),
         )
         print(
             f"agent metrics on http://{settings.agent_metrics_host}:"
@@ -122,7 +191,7 @@ def run_agent(settings: Settings) -> int:
         )
     print(
         f"agent for node {hostname}: backend {backend.name}, every {settings.interval_seconds:g} s"
-        f" -> {settings.central_url} (spool {settings.spool_path})"
+        f" -> {settings.central_url} (state in {state.directory}, from {state.source})"
     )
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: agent.stop())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -71,3 +73,21 @@ class AgentTelemetry:
         self.gpus = Gauge(
             "gpuwarden_agent_gpus", "GPUs the backend sees, by state.", ["state"], registry=r
         )
+        self.last_cycle = Gauge(
+            "gpuwarden_agent_last_cycle_timestamp_seconds",
+            "Unix time the last collect-and-ship cycle ended (the liveness probe reads it).",
+            registry=r,
+        )
+        self.started_at = time.time()
+        self.last_cycle_at: float | None = None
+
+    def cycle_done(self, now: float | None = None) -> None:
+        """Note that a cycle ended (Unix time ``now``, default the wall clock)."""
+        self.last_cycle_at = time.time() if now is None else now
+        self.last_cycle.set(self.last_cycle_at)
+
+    def alive(self, *, stale_after_seconds: float, now: float | None = None) -> bool:
+        """Whether a cycle ended within ``stale_after_seconds`` (or the agent only just started)."""
+        now = time.time() if now is None else now
+        last = self.last_cycle_at if self.last_cycle_at is not None else self.started_at
+        return now - last <= stale_after_seconds

@@ -154,9 +154,16 @@ def test_auto_backend_says_what_it_picked(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(nvml_mod, "gpu_present", lambda lib=None: False)
     said: list[str] = []
-    backend = runner.make_backend(Settings(backend="auto"), hostname="ws", say=said.append)
+    # `up` and `demo` fall back to a simulated fleet and say so ...
+    backend = runner.make_backend(
+        Settings(backend="auto"), hostname="ws", say=said.append, simulate_without_gpu=True
+    )
     assert backend.name == "simulated"
     assert said == ["backend auto: no NVIDIA GPU found (NVML unavailable): using a simulated fleet"]
+    # ... a node agent never ships invented data: it fails, naming the way out.
+    with pytest.raises(ConfigError, match=r"no NVIDIA GPU found.*--backend simulated"):
+        runner.make_backend(Settings(backend="auto"), hostname="ws", say=said.append)
+    assert runner.make_backend(Settings(backend="simulated"), hostname="ws").name == "simulated"
     monkeypatch.setattr(nvml_mod, "gpu_present", lambda lib=None: True)
     monkeypatch.setattr(nvml_mod, "_load_pynvml", lambda: FakeNvml([FakeGpu("GPU-0")]))
     backend = runner.make_backend(Settings(backend="auto"), hostname="ws", say=said.append)

@@ -1,0 +1,1 @@
+"""The kubelet's pod-resources API: which pod and container each GPU is allocated to."""

@@ -1,0 +1,208 @@
+"""Every Kubernetes manifest passes a real schema validator, and the parts agree with each other.
+
+Built-in kinds are checked with the Kubernetes JSON schemas of ``kubernetes-validate`` in strict
+mode (an unknown or misspelt field fails, as ``kubectl apply --validate=strict`` would); the
+Prometheus Operator's kinds against the openAPIV3Schema of their CRDs (tests/data/kubernetes-crds).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "deploy" / "kubernetes"
+CRDS = REPO / "tests" / "data" / "kubernetes-crds"
+# The oldest Kubernetes still in common support and the newest the schemas know.
+VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
+
+
+def manifests() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for f in sorted(K8S.glob("*.yaml")):
+        if f.name == "kustomization.yaml":
+            continue
+        out += [(f.name, d) for d in yaml.safe_load_all(f.read_text()) if d]
+    return out
+
+
+def by_kind() -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for _, d in manifests()}
+
+
+def crd_schema(kind: str) -> dict[str, Any]:
+    for f in CRDS.glob("*.yaml"):
+        crd = yaml.safe_load(f.read_text())
+        if crd["spec"]["names"]["kind"] == kind:
+            (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+            schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+            return schema
+    raise KeyError(kind)
+
+
+def strict(schema: Any) -> Any:
+    """``schema`` refusing unknown fields, as the API server does under strict field validation."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise if ``doc`` is not a valid object of its kind."""
+    if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+        # Not jsonschema.validate: it checks the schema first, and the CRD's Go regexes
+        # ("(?i)" mid-pattern) are not Python's; fields we use have plain patterns.
+        schema = strict(crd_schema(doc["kind"]))
+        jsonschema.Draft7Validator(schema).validate(doc)
+        return
+    for version in VERSIONS:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``add``/``replace`` operations of an RFC 6902 patch (all kustomize components use)."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        assert op["op"] in ("add", "replace"), op
+        *parents, last = op["path"].strip("/").split("/")
+        node = out
+        for p in parents:
+            node = node[p]
+        node[last] = op["value"]
+    return out
+
+
+@pytest.mark.parametrize("name,doc", manifests(), ids=lambda v: v if isinstance(v, str) else "")
+def test_manifest_is_valid(name: str, doc: dict[str, Any]):
+    validate(doc)
+
+
+def test_the_validators_have_teeth():
+    docs = by_kind()
+    ds = copy.deepcopy(docs[("DaemonSet", "gpuwarden-agent")])
+    ds["spec"]["template"]["spec"]["hostPIDD"] = True  # a typo kubectl --validate=strict refuses
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(ds)
+    mon = copy.deepcopy(docs[("ServiceMonitor", "gpuwarden-central")])
+    mon["spec"]["endpoints"][0]["interval"] = "15 seconds"  # not a Prometheus duration
+    with pytest.raises(jsonschema.ValidationError):
+        validate(mon)
+    rule = copy.deepcopy(docs[("PrometheusRule", "gpuwarden")])
+    rule["spec"]["groups"][0]["rules"][0]["for"] = 15
+    with pytest.raises(jsonschema.ValidationError):
+        validate(rule)
+    rule = copy.deepcopy(docs[("PrometheusRule", "gpuwarden")])
+    rule["spec"]["groups"][0]["rules"][0]["severity"] = "warning"  # belongs under labels
+    with pytest.raises(jsonschema.ValidationError):
+        validate(rule)
+
+
+def test_runtime_class_component_patches_a_valid_daemonset():
+    comp = yaml.safe_load((K8S / "components/nvidia-runtime-class/kustomization.yaml").read_text())
+    assert comp["kind"] == "Component"
+    (patch,) = comp["patches"]
+    ds = by_kind()[("DaemonSet", "gpuwarden-agent")]
+    assert patch["target"]["kind"] == ds["kind"] and patch["target"]["name"] == "gpuwarden-agent"
+    assert "runtimeClassName" not in ds["spec"]["template"]["spec"]  # optional, not hard-coded
+    patched = apply_json_patch(ds, yaml.safe_load(patch["patch"]))
+    assert patched["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    validate(patched)
+    kust = (K8S / "kustomization.yaml").read_text()
+    assert "components/nvidia-runtime-class" in kust  # documented where it is switched on
+
+
+def test_kustomize_builds_with_the_component(tmp_path: Path):
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (the component is also applied by hand above)")
+    overlay = tmp_path / "overlay"
+    shutil.copytree(K8S, overlay)
+    kust = overlay / "kustomization.yaml"
+    kust.write_text(kust.read_text().replace("# components:\n#   - ", "components:\n  - "))
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    (ds,) = [d for d in yaml.safe_load_all(proc.stdout) if d["kind"] == "DaemonSet"]
+    assert ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    for doc in yaml.safe_load_all(proc.stdout):
+        validate(doc)
+
+
+def test_agent_daemonset_follows_the_dcgm_exporter_chart():
+    ds = by_kind()[("DaemonSet", "gpuwarden-agent")]
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    # Attribution through the kubelet, like dcgm-exporter: no host pid namespace or /proc.
+    assert not pod.get("hostPID") and "proc" not in volumes and "cgroup" not in volumes
+    sock = Path(env["GPUWARDEN_POD_RESOURCES_SOCKET"]["value"])
+    assert mounts["pod-resources"]["mountPath"] == str(sock.parent)
+    assert mounts["pod-resources"]["readOnly"] is True
+    assert volumes["pod-resources"]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # The node name the agent reports comes from the downward API.
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # The state directory is the writable volume; the root file system is read-only.
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert env["GPUWARDEN_STATE_DIR"]["value"] == mounts["state"]["mountPath"]
+    assert "readOnly" not in mounts["state"]
+    # Probes on the agent's own metrics port, which listens on the pod IP.
+    port = next(p for p in c["ports"] if p["name"] == "metrics")
+    assert env["GPUWARDEN_AGENT_METRICS_PORT"]["value"] == str(port["containerPort"])
+    assert env["GPUWARDEN_AGENT_METRICS_HOST"]["value"] == "0.0.0.0"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and c["resources"]["limits"]
+    # Schedules on GPU nodes with or without GPU Feature Discovery.
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {t["matchExpressions"][0]["key"] for t in terms["nodeSelectorTerms"]}
+    assert "nvidia.com/gpu.present" in keys and len(keys) >= 2
+    assert "nodeSelector" not in pod  # a GFD-only selector would leave other clusters empty
+    # NVML without requesting a GPU.
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert "nvidia.com/gpu" not in str(c["resources"])
+
+
+def rule_jobs() -> set[str]:
+    rule = by_kind()[("PrometheusRule", "gpuwarden")]
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    return {m for e in exprs for m in re.findall(r'\bjob="([^"]+)"', e)}
+
+
+def test_servicemonitor_gives_the_job_the_rules_select():
+    docs = by_kind()
+    mon = docs[("ServiceMonitor", "gpuwarden-central")]
+    svc = docs[("Service", "gpuwarden-central")]
+    # Without jobLabel the Operator names the job after the Service ("gpuwarden-central").
+    job = svc["metadata"]["labels"][mon["spec"]["jobLabel"]]
+    assert rule_jobs() == {job}
+    prom = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
+    assert job in {sc["job_name"] for sc in prom["scrape_configs"]}
+
+
+def test_servicemonitor_and_rule_carry_the_same_release_label():
+    docs = by_kind()
+    mon = docs[("ServiceMonitor", "gpuwarden-central")]["metadata"]["labels"]
+    rule = docs[("PrometheusRule", "gpuwarden")]["metadata"]["labels"]
+    assert mon["release"] == rule["release"] == "kube-prometheus-stack"

@@ -1,0 +1,96 @@
+"""A stand-in for the kubelet's pod-resources gRPC socket (the one Kubernetes part we fake).
+
+It serves ``/v1.PodResourcesLister/List`` on a unix socket with real grpcio, answering with a
+ListPodResourcesResponse encoded here field by field (podresources.proto's numbers), so the
+agent's client and decoder run exactly as against a kubelet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+@dataclass
+class FakeContainer:
+    name: str
+    devices: dict[str, list[str]] = field(default_factory=dict)  # resource name -> device ids
+    cpu_ids: list[int] = field(default_factory=list)  # encoded, so the decoder must skip them
+
+
+@dataclass
+class FakePod:
+    namespace: str
+    name: str
+    containers: list[FakeContainer]
+
+
+def encode_list_response(pods: list[FakePod]) -> bytes:
+    """A ListPodResourcesResponse as the kubelet would send it."""
+    out = b""
+    for pod in pods:
+        body = _field(1, pod.name.encode()) + _field(2, pod.namespace.encode())
+        for c in pod.containers:
+            cbody = _field(1, c.name.encode())
+            for resource, ids in c.devices.items():
+                dev = _field(1, resource.encode()) + b"".join(_field(2, i.encode()) for i in ids)
+                cbody += _field(2, dev)
+            if c.cpu_ids:  # packed repeated int64, field 3
+                cbody += _field(3, b"".join(_varint(i) for i in c.cpu_ids))
+            body += _field(3, cbody)
+        out += _field(1, body)
+    return out
+
+
+class FakeKubelet:
+    """The pods the fake kubelet reports; change ``pods`` while it runs."""
+
+    def __init__(self, pods: list[FakePod]) -> None:
+        self.pods = pods
+        self.calls = 0
+        self.fail = False
+
+    def list(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        self.calls += 1
+        if self.fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
+        return encode_list_response(self.pods)
+
+
+@contextmanager
+def fake_kubelet(socket_path: Path, pods: list[FakePod]) -> Iterator[FakeKubelet]:
+    """Serve pod-resources List on ``socket_path`` until the block ends."""
+    kubelet = FakeKubelet(pods)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.method_handlers_generic_handler(
+        "v1.PodResourcesLister",
+        {"List": grpc.unary_unary_rpc_method_handler(kubelet.list)},  # raw bytes both ways
+    )
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    try:
+        yield kubelet
+    finally:
+        server.stop(grace=None).wait(5)
