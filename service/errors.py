@@ -53,9 +53,12 @@ class Unavailable(WardenError):
 
 
 class DeliveryError(WardenError):
-    """A notification or shipment failed; ``retryable`` says whether to try again."""
+    """A notification was not taken: the HTTP ``status`` (None: no answer) and its Retry-After.
 
-    def __init__(self, message: str, *, retryable: bool, retry_after_seconds: float | None = None):
+    What to do about it is the delivery table's decision (``service.delivery.decide``).
+    """
+
+    def __init__(self, message: str, *, status: int | None, retry_after: str | None = None):
         super().__init__(message)
-        self.retryable = retryable
-        self.retry_after_seconds = retry_after_seconds
+        self.status = status
+        self.retry_after = retry_after

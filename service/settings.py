@@ -54,7 +54,6 @@ class Settings(BaseSettings):
     # --- alerting (issue 3) ------------------------------------------------------------
     public_url: str = "http://127.0.0.1:8000"  # base of links in notifications
     outbox_interval_seconds: float = Field(1.0, gt=0)  # how often queued notifications are sent
-    outbox_max_attempts: int = Field(12, ge=1)  # give a delivery up after this many tries
     notify_timeout_seconds: float = Field(10.0, gt=0)
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager
     # --- costs, job tags and reports (issue 4) -------------------------------------------

@@ -1,27 +1,8 @@
-"""Retry timing for notifications: jittered exponential backoff and a per-channel rate limit."""
+"""A per-channel rate limit for notifications (retry timing is ``service.delivery``'s)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
-
-
-def retry_delay_seconds(
-    attempt: int,
-    *,
-    retry_after_seconds: float | None = None,
-    base_seconds: float = 2.0,
-    cap_seconds: float = 600.0,
-    rng: random.Random | None = None,
-) -> float:
-    """Seconds to wait before retry number ``attempt`` (1-based): full jitter, Retry-After floor."""
-    rng = rng or random.Random()
-    ceiling = min(cap_seconds, base_seconds * 2 ** max(attempt - 1, 0))
-    # Half fixed, half random ("equal jitter") so retries spread out but never come at once.
-    delay: float = ceiling / 2 + rng.uniform(0, ceiling / 2)
-    if retry_after_seconds is not None:
-        delay = max(delay, min(retry_after_seconds, 3600.0))
-    return delay
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The durable outbox against a real loopback receiver: retries, Retry-After, no retry on 4xx."""
+"""The durable outbox against a real loopback receiver: the delivery table for notifications."""
 
 from __future__ import annotations
 
@@ -112,8 +112,8 @@ def test_retries_5xx_and_429_with_retry_after_then_delivers_with_same_id(
     assert tel.labels("c", "sent")._value.get() == 1
 
 
-@pytest.mark.parametrize("status", [400, 404, 410, 302])
-def test_other_4xx_and_redirects_are_not_retried(
+@pytest.mark.parametrize("status", [400, 404, 410])
+def test_other_4xx_are_failed_at_once_never_retried(
     ctx, receiver: Receiver, clock: FakeClock, status: int
 ) -> None:
     receiver.script = [(status, {"Location": "http://169.254.169.254/"})]
@@ -129,19 +129,61 @@ def test_other_4xx_and_redirects_are_not_retried(
     assert ctx.telemetry.notifications.labels("c", "failed")._value.get() == 1
 
 
-def test_network_errors_retry_and_give_up_after_max_attempts(ctx, clock: FakeClock) -> None:
+def test_network_errors_are_retried_without_limit(ctx, clock: FakeClock) -> None:
     from tests.support import free_port
 
-    ctx.settings.outbox_max_attempts = 3
     setup_channel(ctx, f"http://127.0.0.1:{free_port()}/")
     queue(ctx)
     d = Dispatcher(ctx)
-    for _ in range(3):
+    for _ in range(20):  # days of a receiver that is down: never given up
         d.drain()
         clock.advance(3600)
     (r,) = rows(ctx)
-    assert (r.status, r.attempts) == ("failed", 3)
+    assert (r.status, r.attempts) == ("pending", 20)
     assert "network error" in r.last_error
+
+
+@pytest.mark.parametrize(("status", "headers"), [(401, {}), (403, {}), (302, {"Location": "x"})])
+def test_refused_credentials_and_redirects_keep_the_notification_until_fixed(
+    ctx, receiver: Receiver, clock: FakeClock, status: int, headers: dict[str, str], caplog
+) -> None:
+    receiver.script = [(status, headers)] * 5
+    setup_channel(ctx, receiver.url)
+    (mid,) = queue(ctx)
+    d = Dispatcher(ctx, rng=random.Random(0))
+    for _ in range(5):
+        d.drain()
+        clock.advance(3600)
+    (r,) = rows(ctx)
+    assert (r.status, r.attempts) == ("pending", 5)  # never failed: the operator fixes it
+    said = [m for m in caplog.messages if "refused GPU Warden's credentials" in m]
+    assert len(said) == 1  # once a minute, not once per attempt
+    assert d.drain() == 1  # fixed: the receiver takes it now
+    assert [x.headers["webhook-id"] for x in receiver.received] == [mid] * 6
+
+
+def test_repeated_server_errors_set_a_notification_aside_and_newer_ones_go_first(
+    ctx, receiver: Receiver, clock: FakeClock
+) -> None:
+    receiver.script = [(500, {})] * 3
+    setup_channel(ctx, receiver.url)
+    (old,) = queue(ctx)
+    d = Dispatcher(ctx, rng=random.Random(0))
+    waits: list[float] = []
+    for _ in range(3):
+        clock.advance(waits[-1] if waits else 0)
+        d.drain()
+        (r,) = rows(ctx)
+        waits.append((r.next_attempt_at - clock()).total_seconds())
+    assert waits[0] <= 2 and waits[1] <= 4  # backoff, then set aside for a minute or so
+    assert 30 <= waits[2] <= 60
+    (new,) = queue(ctx)
+    assert d.drain() == 1  # the newer notification goes while the old one waits
+    clock.advance(waits[2])
+    assert d.drain() == 1  # and the old one is delivered later, never dropped
+    ids = [x.headers["webhook-id"] for x in receiver.received]
+    assert ids == [old, old, old, new, old]
+    assert {r.status for r in rows(ctx)} == {"sent"}
 
 
 def test_queued_deliveries_survive_a_restart(ctx, receiver: Receiver, clock: FakeClock) -> None:

@@ -1,16 +1,15 @@
-"""Pure delivery helpers: URL safety, backoff with Retry-After, rate limit, message rendering."""
+"""Pure notifier helpers: URL safety, rate limit, message rendering (the table: test_delivery_table)."""
 
 from __future__ import annotations
 
 import json
-import random
 from datetime import UTC, datetime
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
 from service.errors import ValidationFailed
-from service.thresholds.backoff import RateLimiter, retry_delay_seconds
+from service.thresholds.backoff import RateLimiter
 from service.thresholds.notify import Notification, alertmanager, slack, webhook
 from service.thresholds.urlsafety import check_url, parse_allow_nets
 
@@ -53,17 +52,6 @@ def test_public_and_allow_listed_destinations_pass() -> None:
     with pytest.raises(ValidationFailed) as err:
         parse_allow_nets("10.0.0.0/8,nonsense")
     assert err.value.field == "webhook_allow_nets"
-
-
-def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
-    rng = random.Random(1)
-    delays = [retry_delay_seconds(a, rng=rng) for a in range(1, 8)]
-    for attempt, d in enumerate(delays, start=1):
-        ceiling = min(600, 2.0 * 2 ** (attempt - 1))
-        assert ceiling / 2 <= d <= ceiling
-    assert len({round(retry_delay_seconds(3, rng=rng), 6) for _ in range(20)}) > 1  # jittered
-    assert retry_delay_seconds(1, retry_after_seconds=30, rng=rng) >= 30
-    assert retry_delay_seconds(20, rng=rng) <= 600
 
 
 def test_rate_limiter_spaces_messages_per_channel() -> None:

@@ -1,14 +1,14 @@
-"""What every notifier shares: the notification document and the HTTP outcome rules."""
+"""What every notifier shares: the notification document and the one way to POST it."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import BaseModel
 
+from service.delivery import rfc3339
 from service.errors import DeliveryError
 
 
@@ -61,21 +61,6 @@ class Notifier(Protocol):
     def send(self, note: Notification) -> None: ...
 
 
-def _retry_after_seconds(response: httpx.Response) -> float | None:
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def post_json(
     client: httpx.Client,
     url: str,
@@ -86,38 +71,33 @@ def post_json(
 ) -> httpx.Response:
     """POST ``content`` as JSON; a 2xx returns, anything else raises DeliveryError.
 
-    5xx, 429 and network errors are retryable (429 and 503 with Retry-After); other 4xx and
-    redirects (never followed) are not. ``what`` names the channel; the URL is never put in
-    messages because a Slack webhook URL is itself a secret.
+    The error carries the status (None when no answer came) and Retry-After; the outbox applies
+    the delivery table to it. Redirects are never followed. ``what`` names the channel; the URL
+    is never put in messages because a Slack webhook URL is itself a secret.
     """
     all_headers = {"content-type": "application/json", **(headers or {})}
     try:
         response = client.post(url, content=content, headers=all_headers)
     except httpx.TimeoutException as exc:
-        raise DeliveryError(f"{what}: timed out ({type(exc).__name__})", retryable=True) from None
+        raise DeliveryError(f"{what}: timed out ({type(exc).__name__})", status=None) from None
     except httpx.HTTPError as exc:
-        raise DeliveryError(
-            f"{what}: network error ({type(exc).__name__})", retryable=True
-        ) from None
+        raise DeliveryError(f"{what}: network error ({type(exc).__name__})", status=None) from None
     code = response.status_code
     if 200 <= code < 300:
         return response
-    if code == 429 or code >= 500:
-        raise DeliveryError(
-            f"{what}: HTTP {code}",
-            retryable=True,
-            retry_after_seconds=_retry_after_seconds(response),
-        )
+    retry_after = response.headers.get("retry-after")
     if 300 <= code < 400:
-        raise DeliveryError(f"{what}: HTTP {code} redirect (not followed)", retryable=False)
-    raise DeliveryError(f"{what}: HTTP {code} {response.text[:200]!r}", retryable=False)
+        raise DeliveryError(f"{what}: HTTP {code} redirect (not followed)", status=code)
+    if code >= 500 or code in (408, 429):
+        raise DeliveryError(f"{what}: HTTP {code}", status=code, retry_after=retry_after)
+    raise DeliveryError(
+        f"{what}: HTTP {code} {response.text[:200]!r}", status=code, retry_after=retry_after
+    )
 
 
 def iso(ts: datetime | None) -> str | None:
     """RFC 3339 UTC text of ``ts`` (with Z), or None."""
-    if ts is None:
-        return None
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return None if ts is None else rfc3339(ts)
 
 
 def dumps(doc: Any) -> bytes:

@@ -1,7 +1,11 @@
 """Delivery of queued notifications, written once around every notifier.
 
-Retries with jittered exponential backoff on 5xx, 429 (honouring Retry-After) and network
-errors; no retry on other 4xx; a per-channel rate limit; each outcome counted in /metrics.
+Each refused attempt follows the delivery table of ``service.delivery``, as the agent's batches
+do: credentials refused (401/403) or a redirect: kept and retried with backoff, logged once a
+minute, never failed; other 4xx: failed (the dead letter of a notification); 408/429/503 and
+network errors: retried without limit, honouring Retry-After; other 5xx: retried, and after a
+few in a row set aside for longer while newer notifications go first; never dropped. A
+per-channel rate limit spaces messages; each outcome is counted in /metrics.
 """
 
 from __future__ import annotations
@@ -18,8 +22,17 @@ import httpx
 
 from service.context import ServiceContext
 from service.db import outbox_repo, policies_repo
+from service.delivery import (
+    Action,
+    LogThrottle,
+    Refusal,
+    RetryPolicy,
+    decide,
+    parse_retry_after,
+    quiet_http_logs,
+)
 from service.errors import DeliveryError, ValidationFailed
-from service.thresholds.backoff import RateLimiter, retry_delay_seconds
+from service.thresholds.backoff import RateLimiter
 from service.thresholds.notify import Notification, notifier_for
 from service.thresholds.policy import ChannelSpec
 from service.thresholds.urlsafety import Resolver, check_url, parse_allow_nets, system_resolver
@@ -28,14 +41,12 @@ log = logging.getLogger(__name__)
 
 KEEP_DAYS = 7  # sent and failed deliveries are kept this long for inspection
 PRUNE_EVERY_SECONDS = 3600.0
+RETRY_POLICY = RetryPolicy(base_seconds=2.0, cap_seconds=600.0)
 
 
 def make_client(timeout_seconds: float) -> httpx.Client:
     """The HTTP client notifiers use: bounded timeout, redirects never followed."""
-    # httpx logs each request's full URL at INFO, and a Slack webhook URL is a secret.
-    httpx_log = logging.getLogger("httpx")
-    if httpx_log.getEffectiveLevel() < logging.WARNING:
-        httpx_log.setLevel(logging.WARNING)
+    quiet_http_logs()  # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret
     return httpx.Client(timeout=timeout_seconds, follow_redirects=False, trust_env=False)
 
 
@@ -61,6 +72,7 @@ class Dispatcher:
         self.limiter = RateLimiter()
         self._lock = threading.Lock()
         self._pruned_at: float | None = None
+        self._said = LogThrottle(60.0)
 
     def send_now(self, channel: ChannelSpec, note: Notification) -> None:
         """Check the URL and send one notification, raising ValidationFailed or DeliveryError."""
@@ -105,15 +117,7 @@ class Dispatcher:
             except ValidationFailed as exc:
                 self._record(row, "failed", str(exc))
             except DeliveryError as exc:
-                if exc.retryable and row.attempts + 1 < ctx.settings.outbox_max_attempts:
-                    delay = retry_delay_seconds(
-                        row.attempts + 1,
-                        retry_after_seconds=exc.retry_after_seconds,
-                        rng=self.rng,
-                    )
-                    self._record(row, "retry", str(exc), delay)
-                else:
-                    self._record(row, "failed", str(exc))
+                self._refused(row, exc)
             except Exception as exc:  # a notifier bug must not stop the others
                 log.exception("sending delivery %s failed unexpectedly", row.delivery_id)
                 self._record(row, "retry", f"internal error: {type(exc).__name__}", 60.0)
@@ -128,7 +132,34 @@ class Dispatcher:
             tel.outbox_depth.set(outbox_repo.depth(conn))
         return sent
 
-    def _record(self, row: Any, outcome: str, error: str | None, delay: float = 0.0) -> None:
+    def _refused(self, row: Any, exc: DeliveryError) -> None:
+        """Apply the delivery table to a refused attempt (a notification is one part)."""
+        d = decide(
+            exc.status,
+            parts=1,
+            failures=row.attempts,
+            server_errors=row.attempts,
+            retry_after_seconds=parse_retry_after(exc.retry_after, now=self.ctx.clock()),
+            policy=RETRY_POLICY,
+            rng=self.rng,
+        )
+        if d.action is Action.DEAD_LETTER:
+            self._record(row, "failed", str(exc))
+            return
+        keep = d.refusal is Refusal.CREDENTIALS
+        if keep and self._said.due(row.channel, self.monotonic()):
+            log.error(
+                "channel %s refused GPU Warden's credentials or redirected (%s): its"
+                " notifications are kept and retried with backoff until the channel's URL or"
+                " secret is fixed (said once a minute)",
+                row.channel,
+                exc,
+            )
+        self._record(row, "retry", str(exc), d.delay_seconds, quiet=keep)
+
+    def _record(
+        self, row: Any, outcome: str, error: str | None, delay: float = 0.0, *, quiet: bool = False
+    ) -> None:
         """Store one attempt's outcome in its own transaction and count it."""
         now = self.ctx.clock()
         with self.ctx.engine.begin() as conn:
@@ -144,7 +175,7 @@ class Dispatcher:
             else:
                 outbox_repo.mark_failed(conn, row_id=row.id, error=error or "")
         self.ctx.telemetry.notifications.labels(row.channel, outcome).inc()
-        if outcome != "sent":
+        if outcome != "sent" and not quiet:
             # The error text names the channel and status, never its URL or secret.
             log.warning(
                 "delivery %s to channel %s: %s (%s)", row.delivery_id, row.channel, outcome, error
