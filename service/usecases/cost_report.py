@@ -10,6 +10,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Connection
@@ -96,10 +98,33 @@ def effective_prices(conn: Connection, settings: Settings) -> PriceTable:
     stored = prices_repo.load_prices(conn)
     if stored:
         return PriceTable(stored, "api")
-    config = load_config_file(settings.config)
-    if config.get("prices"):
-        return PriceTable(parse_price_rows(config["prices"], where="prices"), "config")
+    from_file = config_prices(settings.config)
+    if from_file:
+        return PriceTable(list(from_file), "config")
     return PriceTable(list(DEFAULT_PRICES), "default")
+
+
+def config_prices(path: Path | None) -> tuple[PriceRow, ...]:
+    """The config file's ``prices:`` rows (none without a file or the key).
+
+    Reports, scrapes and notifications all ask; the file is read and parsed again only when its
+    modification time, size or inode changed, so an edit still takes effect without a restart.
+    """
+    if path is None:
+        return ()
+    try:
+        st = path.stat()
+    except OSError:
+        load_config_file(path)  # raises the ConfigError that names the missing file
+        raise
+    return _parsed_prices(path, st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@lru_cache(maxsize=8)
+def _parsed_prices(path: Path, mtime_ns: int, size: int, inode: int) -> tuple[PriceRow, ...]:
+    """The ``prices:`` rows of ``path`` as it was at (mtime_ns, size, inode): the cache key."""
+    config = load_config_file(path)
+    return tuple(parse_price_rows(config.get("prices") or [], where="prices"))
 
 
 @dataclass(slots=True)

@@ -74,3 +74,38 @@ def test_job_wasted_usd_has_the_alerting_signature(engine: Engine, clock: FakeCl
             cost_report.job_wasted_usd(conn, job_id="nope", now=clock(), settings=Settings())
             is None
         )
+
+
+def test_config_file_is_read_again_only_when_it_changes(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "gpuwarden.yaml"
+    path.write_text(
+        "prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 2.0, effective_from: 2026-01-01}\n"
+    )
+    reads: list[Path] = []
+    real_load = cost_report.load_config_file
+
+    def counting_load(p: Path | None) -> dict[str, object]:
+        assert p is not None
+        reads.append(p)
+        return real_load(p)
+
+    monkeypatch.setattr(cost_report, "load_config_file", counting_load)
+    settings = Settings(config=path)
+    with engine.connect() as conn:
+        for _ in range(3):
+            assert [
+                r.usd_per_gpu_hour for r in cost_report.effective_prices(conn, settings).rows
+            ] == [2.0]
+        assert len(reads) == 1
+        path.write_text(
+            "prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 2.75, effective_from: 2026-01-01}\n"
+        )
+        assert [r.usd_per_gpu_hour for r in cost_report.effective_prices(conn, settings).rows] == [
+            2.75
+        ]
+        assert len(reads) == 2
+        path.unlink()
+        with pytest.raises(ConfigError, match="does not exist"):
+            cost_report.effective_prices(conn, settings)
