@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from service.context import ServiceContext
 from service.db import alert_state_repo, outbox_repo, policies_repo, silences_repo, windows_repo
@@ -79,24 +79,41 @@ class RoundResult:
     failed_policies: list[str] = field(default_factory=list)  # skipped this round after an error
 
 
+def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
+    return state.labels.get("job") if policy.scope == "job" else None
+
+
+def wasted_by_job(ctx: ServiceContext, jobs: set[str], now: datetime) -> dict[str, float | None]:
+    """Each job's wasted dollars so far, for its notifications; None where it is unknown.
+
+    Runs the cost model on a connection of its own, before the round's write transaction: a
+    slow or failing cost query then neither holds that transaction open nor aborts it.
+    """
+    out: dict[str, float | None] = dict.fromkeys(jobs)
+    if not jobs:
+        return out
+    with ctx.engine.connect() as conn:
+        for job in sorted(jobs):
+            try:
+                out[job] = job_wasted_usd(conn, job_id=job, now=now, settings=ctx.settings)
+            except Exception:  # dollars are a nice-to-have; the alert must still go out
+                log.exception("wasted dollars for job %s could not be computed", job)
+                conn.rollback()  # a failed statement must not spoil the next job's reads
+    return out
+
+
 def notification(
     ctx: ServiceContext,
-    conn: Connection,
     policy: PolicySpec,
     state: AlertState,
     kind: str,
     alert_id: int | None,
     now: datetime,
+    wasted_usd: float | None = None,
 ) -> dict[str, Any]:
     """The outbox payload of one notification about ``state`` (without the delivery id)."""
     base = ctx.settings.public_url.rstrip("/")
-    job = state.labels.get("job") if policy.scope == "job" else None
-    wasted = None
-    if job:
-        try:
-            wasted = job_wasted_usd(conn, job_id=job, now=now, settings=ctx.settings)
-        except Exception:  # dollars are a nice-to-have; the alert must still go out
-            log.exception("wasted dollars for job %s could not be computed", job)
+    job = _job_of(policy, state)
     resend = ctx.settings.alertmanager_resend_seconds
     return {
         "kind": kind,
@@ -121,7 +138,7 @@ def notification(
             now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds))
         ).isoformat(),
         "stale": state.stale,
-        "wasted_usd": wasted,
+        "wasted_usd": wasted_usd,
         "report_url": f"{base}/api/v1/jobs/{job}" if job else None,
         "alert_url": f"{base}/api/v1/alerts/{alert_id}" if alert_id is not None else None,
         "alert_id": alert_id,
@@ -158,7 +175,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     s = ctx.settings
     now = ctx.clock()
     result = RoundResult()
-    with ctx.engine.begin() as conn:
+    with ctx.engine.connect() as conn:
         policy_list = policies_repo.list_policies(conn)
         channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
         scopes = windows_repo.scope_members(conn, now=now)
@@ -186,45 +203,54 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             previous = {name: dict(states) for name, states in cache.open.items()}
         else:
             previous = alert_state_repo.open_alerts(conn)
-        t_read = time.perf_counter()
-        changes: list[tuple[PolicySpec, Change]] = []
-        # Policies that differ only in threshold, for or channels see the same observations.
-        seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
-        for p in policy_list:
-            obs_key = (
-                p.scope,
-                p.metric,
-                p.window_seconds,
-                p.aggregate,
-                tuple(sorted(p.match.items())),
-                p.low_utilization,
+    t_read = time.perf_counter()
+    changes: list[tuple[PolicySpec, Change]] = []
+    # Policies that differ only in threshold, for or channels see the same observations.
+    seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
+    for p in policy_list:
+        obs_key = (
+            p.scope,
+            p.metric,
+            p.window_seconds,
+            p.aggregate,
+            tuple(sorted(p.match.items())),
+            p.low_utilization,
+        )
+        # Popped first: a policy that fails keeps its open alerts (they are not "deleted").
+        before = previous.pop(p.name, {})
+        try:
+            obs = seen.get(obs_key)
+            if obs is None:
+                obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
+                seen[obs_key] = obs
+            policy_changes = evaluate(
+                p, obs, before, silences, now, resend_seconds=s.alertmanager_resend_seconds
             )
-            # Popped first: a policy that fails keeps its open alerts (they are not "deleted").
-            before = previous.pop(p.name, {})
-            try:
-                obs = seen.get(obs_key)
-                if obs is None:
-                    obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
-                    seen[obs_key] = obs
-                policy_changes = evaluate(
-                    p, obs, before, silences, now, resend_seconds=s.alertmanager_resend_seconds
-                )
-            except Exception:
-                # One policy that cannot be evaluated must not stop the others' evaluation.
-                log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
-                ctx.telemetry.policy_failures.labels(p.name).inc()
-                result.failed_policies.append(p.name)
-                continue
-            changes.extend((p, ch) for ch in policy_changes)
-        # Alerts of deleted policies resolve quietly: there is no policy left to notify for.
-        for name, states in previous.items():
-            gone = PolicySpec(name=name, metric="sm_active", op="<", threshold=0.0)
-            for st in states.values():
-                after = AlertState(**{**_fields(st), "state": "resolved", "resolved_at": now})
-                if st.state == "pending":
-                    after = AlertState(**{**_fields(st), "state": "inactive", "resolved_at": now})
-                changes.append((gone, Change(st, after)))
-        t_eval = time.perf_counter()
+        except Exception:
+            # One policy that cannot be evaluated must not stop the others' evaluation.
+            log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
+            ctx.telemetry.policy_failures.labels(p.name).inc()
+            result.failed_policies.append(p.name)
+            continue
+        changes.extend((p, ch) for ch in policy_changes)
+    # Alerts of deleted policies resolve quietly: there is no policy left to notify for.
+    for name, states in previous.items():
+        gone = PolicySpec(name=name, metric="sm_active", op="<", threshold=0.0)
+        for st in states.values():
+            after = AlertState(**{**_fields(st), "state": "resolved", "resolved_at": now})
+            if st.state == "pending":
+                after = AlertState(**{**_fields(st), "state": "inactive", "resolved_at": now})
+            changes.append((gone, Change(st, after)))
+    t_eval = time.perf_counter()
+    notified_jobs = {
+        job
+        for p, ch in changes
+        if ch.notify is not None
+        and route(ch.notify, p, channel_types)
+        and (job := _job_of(p, ch.after))
+    }
+    wasted_usd = wasted_by_job(ctx, notified_jobs, now)
+    with ctx.engine.begin() as conn:
         ids = alert_state_repo.apply_changes(conn, changes, now=now)
         still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
         for (_p, ch), alert_id in zip(changes, ids, strict=True):
@@ -239,7 +265,9 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             targets = route(ch.notify, p, channel_types)
             if not targets:
                 continue
-            payload = notification(ctx, conn, p, ch.after, ch.notify, alert_id, now)
+            job = _job_of(p, ch.after)
+            wasted = wasted_usd.get(job) if job else None
+            payload = notification(ctx, p, ch.after, ch.notify, alert_id, now, wasted)
             for channel in targets:
                 delivery_id = f"msg_{uuid.uuid4().hex}"
                 rows.append(

@@ -6,8 +6,10 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import Connection, select
 from standardwebhooks.webhooks import Webhook
 
+from service.db.schema import outbox
 from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import parse_policy
 from service.usecases.evaluation import evaluate_once
@@ -356,3 +358,45 @@ def test_long_windows_read_minute_rollups(
     assert alerts["avg2h"] == pytest.approx(0.4, abs=0.01)
     assert alerts["min2h"] == 0.0
     assert alerts["held2h"] == pytest.approx(0.5, abs=0.02)  # idle-held seconds / covered seconds
+
+
+def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dollars are read apart from the round's write transaction: a statement that fails
+    there (on PostgreSQL it would abort the whole transaction) costs the figure, not the alert."""
+    from service.usecases import evaluation
+
+    ctx = app.state.ctx
+    ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    admin = auth(tokens["admin"])
+    hook = {"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/in"}  # never drained
+    assert http.post("/api/v1/channels", json=hook, headers=admin).status_code == 201
+    assert (
+        http.post("/api/v1/policies", json=low_sm_policy(["hook"]), headers=admin).status_code
+        == 201
+    )
+    start = clock() - timedelta(minutes=4)
+    ingest(
+        http,
+        tokens["agent"],
+        start=start,
+        count=24,
+        metrics={"sm_active": 0.1},
+        gpu_uuids=("GPU-a0", "GPU-a1"),
+    )
+    add_job(engine, "slurm:43", ("GPU-a0", "GPU-a1"), started_at=start)
+    asked: list[str] = []
+
+    def broken_dollars(conn: Connection, *, job_id: str, **_: object) -> float:
+        asked.append(job_id)
+        conn.exec_driver_sql("SELECT no_such_column FROM no_such_table")
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(evaluation, "job_wasted_usd", broken_dollars)
+    result = evaluate_once(ctx)
+    assert asked == ["slurm:43"]
+    assert result.by_kind == {"firing": 1} and result.notifications == 1
+    with engine.connect() as conn:
+        (payload,) = conn.execute(select(outbox.c.payload)).scalars()
+    assert payload["labels"]["job"] == "slurm:43" and payload["wasted_usd"] is None
