@@ -6,16 +6,21 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install up serve services test lint unit integration acceptance clean
 
+# pip's own chatter goes to $(VENV)/install.log, shown only when the install fails.
+PIP_QUIET := -q --disable-pip-version-check
 $(STAMP): pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing GPU Warden into $(VENV) (log: $(VENV)/install.log) ..."
+	@$(PY) -m venv $(VENV)
+	@$(BIN)/pip install $(PIP_QUIET) --upgrade pip > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@$(BIN)/pip install $(PIP_QUIET) -e '.[dev]' >> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 install: $(STAMP)
 
 up: $(STAMP)
-	$(BIN)/gpuwarden up
+	@$(BIN)/gpuwarden up
 
 serve: $(STAMP)
 	$(BIN)/gpuwarden serve --migrate

@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-from fastapi import FastAPI, Request, status
+from fastapi import Depends, FastAPI, Request, status
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 
 from service import __version__
 from service.api.input_guard import RejectNul
 from service.api.outage import OUTAGE_ERRORS, OutageLog, database_unavailable
+from service.api.query import reject_unknown_query
 from service.api.routers import alerts, channels, gpus, health, ingest, policies, silences
 from service.api.routers import jobs as jobs_router
 from service.api.routers import prices as prices_router
@@ -122,6 +123,7 @@ def create_app(
         version=__version__,
         summary="GPU telemetry, idle-GPU alerting and wasted-spend reports",
         lifespan=lifespan,
+        dependencies=[Depends(reject_unknown_query)],
     )
     app.state.ctx = ctx
     app.state.outage_log = OutageLog()

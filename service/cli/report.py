@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from rich.console import Console
 from rich.table import Table
 
+from service.cli.http import api_get
 from service.clock import utc_now
 from service.costs.waste import TAGS
-from service.durations import parse_duration
+from service.errors import ValidationFailed
+from service.querytime import INSTANT_FORMS, time_range
 from service.settings import Settings
 
 GROUP_BYS = ("job", "user", "team", "node", "gpu_model")
@@ -32,8 +33,8 @@ def add_report_parser(sub: Any) -> None:
     c.add_argument("--url", dest="central_url", help="central service URL (GPUWARDEN_CENTRAL_URL)")
     c.add_argument("--token", dest="api_token", help="reader token (GPUWARDEN_API_TOKEN)")
     c.add_argument("--since", default="7d", help="report the last DURATION (default 7d)")
-    c.add_argument("--start", help="RFC 3339 start instead of --since")
-    c.add_argument("--end", help="RFC 3339 end (default now)")
+    c.add_argument("--start", help=f"instead of --since: {INSTANT_FORMS}")
+    c.add_argument("--end", help="the same forms as --start (default now)")
     c.add_argument("--group-by", default="job", choices=GROUP_BYS, help="default job")
     c.add_argument("--tag", choices=TAGS, help="only jobs with this tag")
     c.add_argument("--user", dest="filter_user", help="only this user's jobs")
@@ -43,6 +44,12 @@ def add_report_parser(sub: Any) -> None:
     fmt.add_argument("--csv", action="store_true", help="print CSV (every row)")
     fmt.add_argument("--json", action="store_true", help="print the JSON report")
     c.set_defaults(handler=cmd_report_cost)
+
+
+def terminal_console() -> Console:
+    """A console as wide as the terminal, or 200 columns when output is piped."""
+    # Piped output has no terminal width; do not squeeze job ids into ellipses there.
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _money(v: float | None) -> str:
@@ -92,45 +99,30 @@ def cmd_report_cost(
     args: argparse.Namespace, settings: Settings, transport: httpx.BaseTransport | None = None
 ) -> int:
     """Fetch the cost report over HTTP and print it as a table, CSV or JSON."""
-    if not settings.api_token:
-        print(
-            "gpuwarden: a reader token is needed: --token or GPUWARDEN_API_TOKEN", file=sys.stderr
+    since = None if args.start else args.since
+    try:
+        # Checked here for a quick, flag-named error; the service reads the same texts.
+        time_range(
+            start=args.start, end=args.end, since=since, now=utc_now(), default_seconds=7 * 86400
         )
+    except ValidationFailed as exc:
+        print(f"gpuwarden: --{exc.field}: {exc.message}", file=sys.stderr)
         return 2
-    end = datetime.fromisoformat(args.end.replace("Z", "+00:00")) if args.end else utc_now()
-    if args.start:
-        start = datetime.fromisoformat(args.start.replace("Z", "+00:00"))
-    else:
-        try:
-            start = end - timedelta(seconds=parse_duration(args.since))
-        except ValueError as exc:
-            print(f"gpuwarden: --since: {exc}", file=sys.stderr)
-            return 2
     params: dict[str, str] = {
-        "start": start.isoformat(),
-        "end": end.isoformat(),
         "group_by": args.group_by,
         "format": "csv" if args.csv else "json",
     }
-    for key, value in (("tag", args.tag), ("user", args.filter_user), ("team", args.filter_team)):
+    for key, value in (
+        ("start", args.start),
+        ("end", args.end),
+        ("since", since),
+        ("tag", args.tag),
+        ("user", args.filter_user),
+        ("team", args.filter_team),
+    ):
         if value:
             params[key] = value
-    url = settings.central_url.rstrip("/") + "/api/v1/reports/cost"
-    try:
-        with httpx.Client(timeout=60, transport=transport) as client:
-            r = client.get(
-                url, params=params, headers={"Authorization": f"Bearer {settings.api_token}"}
-            )
-    except httpx.HTTPError as exc:
-        print(f"gpuwarden: cannot reach {settings.central_url}: {exc}", file=sys.stderr)
-        return 1
-    if r.status_code != 200:
-        try:
-            detail: Any = r.json().get("detail")
-        except ValueError:
-            detail = r.text
-        print(f"gpuwarden: the service answered {r.status_code}: {detail}", file=sys.stderr)
-        return 1
+    r = api_get(settings, "/reports/cost", params, transport=transport)
     if args.csv:
         sys.stdout.write(r.text)
         return 0
@@ -138,9 +130,7 @@ def cmd_report_cost(
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    # Piped output has no terminal width; do not squeeze job ids into ellipses there.
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    render_table(data, limit=args.limit, console=console)
+    render_table(data, limit=args.limit, console=terminal_console())
     for w in data.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     return 0

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import Connection
 
-from service.api import authz
+from service.api import authz, query
 from service.api.deps import Agent, Ctx, ReadConn, Reader
-from service.api.params import TimeParam
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -51,10 +49,7 @@ def _public(job: dict[str, Any]) -> dict[str, Any]:
 
 def query_error(exc: ValidationFailed) -> HTTPException:
     """A 422 naming the query parameter that was wrong."""
-    return HTTPException(
-        status.HTTP_422_UNPROCESSABLE_CONTENT,
-        detail=[{"loc": ["query", exc.field], "msg": exc.message, "type": "value_error"}],
-    )
+    return query.query_error(exc.field, exc.message)
 
 
 @router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
@@ -131,8 +126,9 @@ def list_jobs(
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
-    start: Annotated[TimeParam, Query(description="RFC 3339; default end - 7d")] = None,
-    end: Annotated[TimeParam, Query(description="RFC 3339; default now")] = None,
+    start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
+    end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
+    since: str | None = Query(None, description=query.SINCE_HELP),
     user: str | None = None,
     team: str | None = None,
     tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),
@@ -140,16 +136,17 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     """Jobs that ran in [start, end), with cost, wasted spend and tags over that window."""
     now = ctx.clock()
-    end = end or now
-    start = start or end - timedelta(days=7)
+    start_at, end_at = query.window(
+        start=start, end=end, since=since, now=now, default_seconds=7 * 86400
+    )
     if tag is not None and tag not in TAGS:
         raise query_error(ValidationFailed("tag", f"unknown tag {tag!r}; one of {list(TAGS)}"))
     try:
-        cost_report.check_range(ctx.settings, start=start, end=end, now=now)
+        cost_report.check_range(ctx.settings, start=start_at, end=end_at, now=now)
     except ValidationFailed as exc:
         raise query_error(exc) from exc
-    rows = jobs_repo.list_jobs(conn, start=start, end=end, user=user, team=team, limit=limit)
-    att = cost_report.attribute(conn, settings=ctx.settings, start=start, end=end, now=now)
+    rows = jobs_repo.list_jobs(conn, start=start_at, end=end_at, user=user, team=team, limit=limit)
+    att = cost_report.attribute(conn, settings=ctx.settings, start=start_at, end=end_at, now=now)
     sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
     tags = cost_report.job_tag_map(att, ctx.settings)
     out = []

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
+from service.api import query
 from service.api.deps import Ctx, ReadConn, Reader
-from service.api.params import TimeParam
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic
 from service.costs.waste import TAGS
@@ -64,8 +63,9 @@ def cost_report(
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
-    start: Annotated[TimeParam, Query(description="RFC 3339; default end - 7d")] = None,
-    end: Annotated[TimeParam, Query(description="RFC 3339; default now")] = None,
+    start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
+    end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
+    since: str | None = Query(None, description=query.SINCE_HELP),
     group_by: str = Query("job", description="job, user, team, node or gpu_model"),
     format: Literal["json", "csv"] = Query("json"),
     tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),
@@ -74,14 +74,15 @@ def cost_report(
 ) -> Any:
     """Cost, idle cost and wasted (unused) cost per group over [start, end), with totals."""
     now = ctx.clock()
-    end = end or now
-    start = start or end - timedelta(days=7)
+    start_at, end_at = query.window(
+        start=start, end=end, since=since, now=now, default_seconds=7 * 86400
+    )
     try:
         data = cost_usecase.cost_report(
             conn,
             settings=ctx.settings,
-            start=start,
-            end=end,
+            start=start_at,
+            end=end_at,
             now=now,
             group_by=group_by,
             tag=tag,

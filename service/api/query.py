@@ -1,0 +1,85 @@
+"""Query parameters every route reads the same way: times, durations, and no unknown names."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import HTTPException, Request, status
+from fastapi.routing import APIRoute
+
+from service.errors import ValidationFailed
+from service.querytime import parse_instant, parse_seconds, time_range
+
+TIME_HELP = "RFC 3339 with a zone, a date (midnight UTC), now, -1h (before now) or Unix seconds"
+SINCE_HELP = "instead of start: the last DURATION before end (1h, 7d)"
+_ACCEPTED: dict[int, frozenset[str]] = {}
+
+
+def query_error(field: str, message: str) -> HTTPException:
+    """A 422 naming the query parameter that was wrong."""
+    return HTTPException(
+        status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": ["query", field], "msg": message, "type": "value_error"}],
+    )
+
+
+def instant(name: str, text: str | None, *, now: datetime) -> datetime | None:
+    """Query parameter ``name`` as a UTC time (see TIME_HELP), None when absent; 422 if bad."""
+    if text is None:
+        return None
+    try:
+        return parse_instant(text, now=now)
+    except ValueError as exc:
+        raise query_error(name, str(exc)) from None
+
+
+def seconds(name: str, text: str | None) -> float | None:
+    """Query parameter ``name`` as seconds (10s, 1h30m or a number), None if absent; 422 if bad."""
+    if text is None:
+        return None
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise query_error(name, str(exc)) from None
+
+
+def window(
+    *,
+    start: str | None,
+    end: str | None,
+    since: str | None,
+    now: datetime,
+    default_seconds: float,
+) -> tuple[datetime, datetime]:
+    """[start, end) of a query from ``start``, ``end`` and ``since``; 422 naming the bad one."""
+    try:
+        return time_range(
+            start=start, end=end, since=since, now=now, default_seconds=default_seconds
+        )
+    except ValidationFailed as exc:
+        raise query_error(exc.field, exc.message) from None
+
+
+def _accepted(route: APIRoute) -> frozenset[str]:
+    names: set[str] = set()
+    todo: list[Any] = [route.dependant]
+    while todo:
+        dependant = todo.pop()
+        names.update(p.alias for p in dependant.query_params)
+        todo.extend(dependant.dependencies)
+    return frozenset(names)
+
+
+def reject_unknown_query(request: Request) -> None:
+    """Answer 422 to a query parameter the route does not read (``group-by`` for ``group_by``)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params:
+        return
+    accepted = _ACCEPTED.get(id(route))
+    if accepted is None:
+        accepted = _ACCEPTED[id(route)] = _accepted(route)
+    for name in request.query_params:
+        if name not in accepted:
+            known = ", ".join(sorted(accepted)) or "none"
+            raise query_error(name, f"unknown query parameter {name!r}; this route reads: {known}")
