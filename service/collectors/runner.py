@@ -26,20 +26,33 @@ from service.collectors.telemetry import AgentTelemetry
 from service.delivery import quiet_http_logs
 from service.errors import ConfigError
 from service.settings import Settings
+from service.wire import MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_NODE_LABELS
 
 log = logging.getLogger(__name__)
 
 
 def parse_labels(text: str) -> dict[str, str]:
-    """``"rack=r1,zone=a"`` as a dict; raises ConfigError naming the bad item."""
+    """``"rack=r1,zone=a"`` as a dict within central's limits; ConfigError names the bad item.
+
+    Refused at start-up rather than by central with every batch, which would dead-letter them.
+    """
     out: dict[str, str] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
             continue
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
             raise ConfigError(f"node_labels: {item!r} is not key=value")
-        out[key.strip()] = value.strip()
+        if len(key) > MAX_LABEL_KEY_CHARS:
+            raise ConfigError(f"node_labels: key {key[:20]!r}... over {MAX_LABEL_KEY_CHARS} chars")
+        if len(value) > MAX_LABEL_VALUE_CHARS:
+            raise ConfigError(
+                f"node_labels: value of {key!r} over {MAX_LABEL_VALUE_CHARS} characters"
+            )
+        out[key] = value
+    if len(out) > MAX_NODE_LABELS:
+        raise ConfigError(f"node_labels: {len(out)} labels, at most {MAX_NODE_LABELS}")
     return out
 
 

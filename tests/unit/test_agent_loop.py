@@ -128,6 +128,14 @@ def test_node_labels_parse_and_bad_ones_are_named():
     assert parse_labels("rack=r1, zone = a,") == {"rack": "r1", "zone": "a"}
     with pytest.raises(ConfigError, match="node_labels: 'oops'"):
         parse_labels("rack=r1,oops")
+    at_limits = ",".join(f"{'k' * 61}{i:02d}={'v' * 256}" for i in range(64))
+    assert len(parse_labels(at_limits)) == 64
+    with pytest.raises(ConfigError, match="at most 64"):
+        parse_labels(at_limits + ",one=more")
+    with pytest.raises(ConfigError, match="over 63"):
+        parse_labels("k" * 64 + "=v")
+    with pytest.raises(ConfigError, match="value of 'rack' over 256"):
+        parse_labels("rack=" + "v" * 257)
 
 
 def test_agent_flags_mirror_the_settings():
