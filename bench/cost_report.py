@@ -1,6 +1,6 @@
 """Benchmark: a 30-day cost report over 1,000 GPUs (1m and 1h rollups present, 5,000 jobs).
 
-Targets (issue 4): the report grouped by team in at most 1 s, one job's summary in at most
+Targets: the report grouped by team in at most 1 s, one job's summary in at most
 100 ms, on SQLite and on PostgreSQL.
 
 Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [--gpus 1000]

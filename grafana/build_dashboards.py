@@ -256,7 +256,6 @@ def fleet() -> dict[str, Any]:
                     "sum by (task, outcome) (increase(gpuwarden_background_job_runs_total[15m]))",
                     "{{task}} {{outcome}}",
                 ),
-                ("gpuwarden_rollup_backlog_buckets", "rollup backlog"),
             ],
             "none",
             w=8,

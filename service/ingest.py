@@ -98,7 +98,7 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             cache=ctx.ingest_cache,
             pending=pending,
         )
-        # Jobs nobody registered appear from the processes the agents attributed (issue 6).
+        # Jobs nobody registered appear from the processes the agents attributed.
         observed_jobs_repo.observe(
             conn,
             seen=observed_jobs_repo.summarise(

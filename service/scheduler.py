@@ -45,7 +45,6 @@ def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
         ctx.telemetry.rollup_buckets.inc(n)
         if n < limit:
             break
-    ctx.telemetry.rollup_backlog.set(0)
     return total
 
 
@@ -75,7 +74,7 @@ def partitions_once(ctx: ServiceContext) -> list[str]:
 
 
 def observed_jobs_once(ctx: ServiceContext) -> int:
-    """Close observed job-GPU intervals unseen for the grace period (issue 6)."""
+    """Close observed job-GPU intervals unseen for the grace period; returns how many."""
     with ctx.engine.begin() as conn:
         return observed_jobs_repo.close_unseen(
             conn, now=ctx.clock(), grace_seconds=ctx.settings.observed_job_grace_seconds
@@ -92,7 +91,8 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
         ("partitions", lambda: partitions_once(ctx), 3600.0),
         ("observed_jobs", lambda: observed_jobs_once(ctx), s.observed_jobs_interval_seconds),
     ]
-    # Alerting (issue 3): only the leader (PostgreSQL advisory lock) evaluates and sends.
+    # Alerting: only the leader (PostgreSQL advisory lock) evaluates and sends, so two replicas
+    # never notify twice.
     from service.usecases.evaluation import Alerting
 
     alerting = Alerting(ctx)

@@ -51,12 +51,12 @@ class Settings(BaseSettings):
     metrics_dcgm_compat: bool = False  # also export dcgm-exporter names and labels
     run_scheduler: bool = True  # background rollups, retention and evaluation
 
-    # --- alerting (issue 3) ------------------------------------------------------------
+    # --- alerting ----------------------------------------------------------------------
     public_url: str = "http://127.0.0.1:8000"  # base of links in notifications
     outbox_interval_seconds: float = Field(1.0, gt=0)  # how often queued notifications are sent
     notify_timeout_seconds: float = Field(10.0, gt=0)
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager
-    # --- costs, job tags and reports (issue 4) -------------------------------------------
+    # --- costs, job tags and reports -------------------------------------------------
     tag_idle_fraction: float = Field(0.5, ge=0, le=1)  # idle: idle seconds / allocated
     tag_idle_held_fraction: float = Field(0.25, ge=0, le=1)  # idle-held: idle-held / allocated
     tag_underfed_sm_active: float = Field(0.15, ge=0, le=1)  # underfed: mean sm_active below
@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     spool_path: Path | None = None  # default: spool.sqlite in the state directory
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
 
-    # --- agent (issue 6) ---------------------------------------------------------------
+    # --- agent: node identity --------------------------------------------------------
     # The node the agent reports: GPUWARDEN_NODE_NAME, else NODE_NAME (the downward API's
     # spec.nodeName, as dcgm-exporter reads it), else the machine's own short hostname.
     node_name: str | None = Field(

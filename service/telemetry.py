@@ -55,12 +55,7 @@ class Telemetry:
             "One-minute rollup buckets recomputed from raw samples.",
             registry=r,
         )
-        self.rollup_backlog = Gauge(
-            "gpuwarden_rollup_backlog_buckets",
-            "Dirty one-minute buckets still waiting to be rolled up after the last run.",
-            registry=r,
-        )
-        # --- alerting (issue 3) ---------------------------------------------------------
+        # --- alerting ------------------------------------------------------------------
         self.notifications = Counter(
             "gpuwarden_notifications",
             "Notification delivery attempts by channel and outcome (sent, retry, failed).",

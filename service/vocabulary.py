@@ -1,4 +1,4 @@
-"""The canonical metric vocabulary (design section 3), declared once as data.
+"""The canonical metric vocabulary, declared once as data.
 
 Storage columns, ingest validation, series queries and exporters are all generated
 from ``METRICS``; adding a metric here is the only change a new field needs.

@@ -1,4 +1,4 @@
-"""The agent-to-central wire format of ``POST /api/v1/ingest`` (design section 5).
+"""The agent-to-central wire format of ``POST /api/v1/ingest``, generated from the vocabulary.
 
 Both sides use these models: the agent builds and serialises them, the central service
 validates incoming bodies with them, so the contract lives in exactly one place.

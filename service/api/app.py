@@ -100,7 +100,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_at_head(ctx.engine)
         partitions_once(ctx)
-        load_alerting_config(ctx)  # policies and channels of the YAML file (issue 3)
+        load_alerting_config(ctx)  # policies and channels of the YAML file
         scheduler = None
         if settings.run_scheduler:
             scheduler = build_scheduler(ctx)
@@ -134,7 +134,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
-    for module in (policies, channels, silences, alerts):  # issue 3
+    for module in (policies, channels, silences, alerts):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")

@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in ("alembic", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # httpx logs every request URL at INFO; a Slack webhook URL is a secret (issue 3).
+    # httpx logs every request URL at INFO; a Slack webhook URL is a secret.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler

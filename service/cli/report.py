@@ -13,12 +13,10 @@ from rich.table import Table
 
 from service.cli.http import api_get
 from service.clock import utc_now
-from service.costs.waste import TAGS
+from service.costs.waste import GROUP_BYS, TAGS
 from service.errors import ValidationFailed
 from service.querytime import INSTANT_FORMS, time_range
 from service.settings import Settings
-
-GROUP_BYS = ("job", "user", "team", "node", "gpu_model")
 
 
 def add_report_parser(sub: Any) -> None:

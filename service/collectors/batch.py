@@ -1,4 +1,4 @@
-"""Turning backend snapshots into wire-format batches (design 5), encoded as gzipped JSON.
+"""Turning backend snapshots into wire-format batches (``service.wire``), encoded as gzipped JSON.
 
 Batches are built as plain dicts rather than pydantic models: this runs every cycle on every node,
 and tests check that what it builds validates against ``service.wire.IngestBatch``.

@@ -1,1 +1,1 @@
-"""The waste model (design section 4): pure functions over samples, allocations and prices."""
+"""The waste model: pure functions over samples, allocations and prices (no database, no clock)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from typing import Literal, get_args
 
 from service.costs.integrals import Integrals
 
@@ -350,6 +351,10 @@ TAG_HINTS: dict[str, str] = {
     "so matrix maths runs on tensor cores.",
 }
 TAGS: tuple[str, ...] = tuple(TAG_HINTS)
+
+# What a cost report can group its lines by; the API, the CLI and the report all read this.
+GroupBy = Literal["job", "user", "team", "node", "gpu_model"]
+GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
 
 
 def job_tags(summary: Summary, t: TagThresholds) -> list[str]:

@@ -1,1 +1,1 @@
-"""Storage: table definitions, engine set-up, migrations and repository modules."""
+"""Storage: table definitions, engine set-up, migrations, repositories and the leader lock."""

@@ -1,4 +1,8 @@
-"""The one dialect-specific statement we need: INSERT that skips rows already present."""
+"""INSERT that skips rows already present, on PostgreSQL and SQLite.
+
+Other statements that differ by dialect (partitions, advisory locks, COPY, planner settings)
+keep their branch beside the query they serve.
+"""
 
 from __future__ import annotations
 

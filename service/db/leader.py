@@ -26,11 +26,6 @@ class LeaderLock:
         self._mutex = threading.Lock()
         self.acquisitions = 0  # bumped each time the lock is taken (anew)
 
-    @property
-    def held(self) -> bool:
-        """Whether the lock was held at the last check."""
-        return self._conn is not None or self.engine.dialect.name != "postgresql"
-
     def check(self) -> bool:
         """Take the lock if free, or confirm the session holding it is alive; True if leader."""
         if self.engine.dialect.name != "postgresql":

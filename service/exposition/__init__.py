@@ -1,1 +1,1 @@
-"""Prometheus exposition of the fleet: metric families from the latest sample per GPU."""
+"""Prometheus exposition of the fleet, pure: metric families from the latest sample per GPU."""

@@ -16,8 +16,6 @@ from service.exposition.families import GpuFamily
 from service.exposition.types import GpuReading
 from service.vocabulary import DCGM_FIELDS, MIB
 
-DCGM_LABELS: tuple[str, ...] = ("gpu", "UUID", "device", "modelName", "Hostname")
-
 
 def dcgm_families(readings: Sequence[GpuReading]) -> list[Metric]:
     """One gauge family per dcgm-exporter field, plus DCGM_FI_DEV_FB_FREE, over ``readings``.

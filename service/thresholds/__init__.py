@@ -1,1 +1,1 @@
-"""Threshold policies, the pure evaluator and alert state machine, silences and notifiers."""
+"""Threshold policies, the pure evaluator and alert state machine; notify/ sends what it decides."""

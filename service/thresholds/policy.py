@@ -1,4 +1,4 @@
-"""The policy and channel schema of design section 6, shared by the YAML file and the REST API."""
+"""The policy and channel schema, shared by the YAML file and the REST API."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.waste import (
+    GROUP_BYS,
     TAG_HINTS,
     TAGS,
     UNALLOCATED,
@@ -39,8 +40,6 @@ from service.settings import Settings, load_config_file
 log = logging.getLogger(__name__)
 
 _NEVER = datetime.max.replace(tzinfo=UTC)  # a raw-retention cutoff no edge is after
-GroupBy = Literal["job", "user", "team", "node", "gpu_model"]
-GROUP_BYS: tuple[str, ...] = ("job", "user", "team", "node", "gpu_model")
 UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 
 
@@ -249,7 +248,7 @@ def cost_report(
     user: str | None = None,
     team: str | None = None,
 ) -> dict[str, Any]:
-    """The cost report of design 4 over [start, end) grouped by ``group_by``, with totals."""
+    """The cost report over [start, end) grouped by ``group_by``: USD and seconds, with totals."""
     if group_by not in GROUP_BYS:
         raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
     if tag is not None and tag not in TAGS:

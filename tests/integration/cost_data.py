@@ -61,7 +61,7 @@ def roll_up(engine: Engine, thresholds: Thresholds | None = None) -> None:
 
 
 def worked_example_metrics() -> list[dict[str, Any]]:
-    """Design 4's example: 30 min at sm_active 0.0 holding 20 GiB, then 30 min at 0.8, every 10 s."""
+    """The worked example of docs/costs.md: 30 min at sm_active 0.0 holding 20 GiB, then 30 min at 0.8, every 10 s."""
     return [
         {"sm_active": 0.0 if k < 180 else 0.8, "fb_used_bytes": 20 * GIB, "tensor_active": 0.5}
         for k in range(360)

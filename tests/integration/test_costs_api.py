@@ -43,7 +43,7 @@ def post_job(
 
 @pytest.fixture
 def worked(engine: Engine, clock: FakeClock) -> None:
-    """GPU-a0 on node-a with design 4's worked example over 06:00-07:00, rolled up."""
+    """GPU-a0 on node-a with the waste model's worked example over 06:00-07:00, rolled up."""
     store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=worked_example_metrics())
     roll_up(engine)
 

@@ -1,4 +1,4 @@
-"""The per-GPU integrals of design section 4: coverage, max_gap cutting, idle and held time."""
+"""The per-GPU integrals of the waste model: coverage, max_gap cutting, idle and held time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The waste model of design 4 over jobs: worked example, gaps, edges, sharing, prices, tags."""
+"""The waste model over jobs: worked example, gaps, edges, sharing, prices, tags."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from service.api import query
 from service.api.deps import Ctx, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic
-from service.costs.waste import TAGS
+from service.costs.waste import GROUP_BYS, TAGS
 from service.errors import ValidationFailed
 from service.usecases import cost_report as cost_usecase
 
@@ -66,7 +66,7 @@ def cost_report(
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
-    group_by: str = Query("job", description="job, user, team, node or gpu_model"),
+    group_by: str = Query("job", description=f"one of {', '.join(GROUP_BYS)}"),
     format: Literal["json", "csv"] = Query("json"),
     tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),
     user: str | None = None,

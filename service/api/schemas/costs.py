@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 
 class CostRowPublic(BaseModel):
-    """Design 4's fields for one group (seconds, joules, USD; costs null when unpriced)."""
+    """The waste model's fields for one group (seconds, joules, USD; costs null when unpriced)."""
 
     key: str
     held_seconds: float

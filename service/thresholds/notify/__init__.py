@@ -1,4 +1,4 @@
-"""Notifiers, one module per channel type, each with a single ``send`` method."""
+"""Sending notifications: the outbox dispatcher and one notifier module per channel type."""
 
 from __future__ import annotations
 
