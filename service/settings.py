@@ -131,6 +131,9 @@ def expand_env(value: Any) -> Any:
     return value
 
 
+CONFIG_KEYS = ("policies", "channels", "prices")  # the top level of the YAML config file
+
+
 def load_config_file(path: Path | None) -> dict[str, Any]:
     """Read the optional YAML config file (policies, channels, prices) with ``${VAR}`` expanded."""
     if path is None:
@@ -145,4 +148,14 @@ def load_config_file(path: Path | None) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    for key in raw:
+        if key not in CONFIG_KEYS:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), CONFIG_KEYS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(
+                f"config file {path}: {key}: unknown key; {hint}"
+                f"the file holds {', '.join(CONFIG_KEYS)}"
+            )
     return dict(expand_env(raw))

@@ -42,6 +42,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from service.api.app import create_app, freeze_start_up_objects
 
+    if settings.config is not None:
+        from service.usecases.config_check import check_config_file
+
+        # One line naming the file and field, before uvicorn would turn it into a traceback.
+        check_config_file(settings.config)
     engine = make_engine(settings.database_url)
     if args.migrate:
         upgrade(engine)
@@ -108,20 +113,21 @@ def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate a YAML config file's policies and channels; exit 1 naming the first bad field."""
+    """Validate a YAML config file (policies, channels, prices); exit 1 naming the bad field."""
     from pathlib import Path
 
-    from service.settings import load_config_file
-    from service.thresholds.policy import parse_config
     from service.thresholds.urlsafety import check_url, parse_allow_nets
+    from service.usecases.config_check import check_config_file
 
-    config = load_config_file(Path(args.file))
-    policy_specs, channel_specs = parse_config(config)
+    checked = check_config_file(Path(args.file))
     if args.check_urls:
         nets = parse_allow_nets(settings.webhook_allow_nets)
-        for i, c in enumerate(channel_specs):
+        for i, c in enumerate(checked.channels):
             check_url(c.url, nets, field=f"channels.{i}.url")
-    print(f"{args.file}: {len(policy_specs)} policies and {len(channel_specs)} channels are valid")
+    print(
+        f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "
+        f"and {len(checked.prices)} prices are valid"
+    )
     return 0
 
 

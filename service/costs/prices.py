@@ -7,12 +7,16 @@ within one pattern the newest row whose effective_from is not after the moment i
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime
 from fnmatch import fnmatchcase
+from typing import Any
+
+from service.errors import ValidationFailed
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +91,63 @@ def unmatched_patterns(rows: Iterable[PriceRow], models: Iterable[str]) -> list[
     """The patterns of ``rows`` that match none of ``models``, in table order."""
     names = list(models)
     return [r.model_pattern for r in rows if not any(matches(r.model_pattern, m) for m in names)]
+
+
+_PRICE_KEYS = ("model_pattern", "usd_per_gpu_hour", "effective_from", "note")
+
+
+def _effective_from(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):  # YAML reads 2026-01-01 as a date: its midnight UTC
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
+    elif isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
+        day = date.fromisoformat(value.strip())
+        return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    elif isinstance(value, str):
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    else:
+        raise ValueError("must be a date (2026-01-01) or an RFC 3339 time")
+    if moment.tzinfo is None:
+        raise ValueError("needs a timezone, e.g. 2026-01-01T00:00:00Z, or a date alone")
+    return moment.astimezone(UTC)
+
+
+def parse_price_rows(items: Any, *, where: str = "prices") -> list[PriceRow]:
+    """Price rows from a config file's ``prices:`` list; ValidationFailed names the bad field
+    (``prices.0.effective_from``)."""
+    if not isinstance(items, list):
+        raise ValidationFailed(
+            where, "must be a list of {model_pattern, usd_per_gpu_hour, effective_from}"
+        )
+    out = []
+    for i, item in enumerate(items):
+        at = f"{where}.{i}"
+        if not isinstance(item, dict):
+            raise ValidationFailed(
+                at, "must be a mapping with model_pattern, usd_per_gpu_hour and effective_from"
+            )
+        for key in item:
+            if key not in _PRICE_KEYS:
+                raise ValidationFailed(
+                    f"{at}.{key}", f"unknown key; one of {', '.join(_PRICE_KEYS)}"
+                )
+        for key in _PRICE_KEYS[:3]:
+            if item.get(key) is None:
+                raise ValidationFailed(f"{at}.{key}", "is required")
+        pattern = item["model_pattern"]
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise ValidationFailed(f"{at}.model_pattern", "must be a pattern like *H100*")
+        try:
+            price = float(item["usd_per_gpu_hour"])
+        except (TypeError, ValueError):
+            price = math.nan
+        if not math.isfinite(price) or price < 0 or isinstance(item["usd_per_gpu_hour"], bool):
+            raise ValidationFailed(f"{at}.usd_per_gpu_hour", "must be a number of dollars >= 0")
+        try:
+            effective = _effective_from(item["effective_from"])
+        except ValueError as exc:
+            raise ValidationFailed(f"{at}.effective_from", str(exc)) from None
+        note = item.get("note")
+        out.append(PriceRow(pattern, price, effective, None if note is None else str(note)))
+    return out

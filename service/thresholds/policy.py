@@ -6,7 +6,15 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from service.durations import parse_duration
 from service.errors import ValidationFailed
@@ -20,6 +28,16 @@ DERIVED_METRICS: dict[str, str] = {
     "hardware_fault": "1 when the GPU reported an XID in the window or is lost, else 0",
 }
 POLICY_METRICS: tuple[str, ...] = (*METRICS_BY_NAME, *DERIVED_METRICS)
+
+
+def metric_range(metric: str) -> tuple[float, float | None, str]:
+    """The (lowest, highest or None, unit) values ``metric`` can take; derived metrics are 0..1."""
+    spec = METRICS_BY_NAME.get(metric)
+    if spec is None:
+        return 0.0, 1.0, "ratio"
+    return spec.minimum, spec.maximum, spec.unit
+
+
 MATCH_LABELS: tuple[str, ...] = ("node", "gpu", "job", "user", "team", "project", "model")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
@@ -102,6 +120,20 @@ class PolicySpec(BaseModel):
     @classmethod
     def _repeat(cls, value: Any) -> str:
         return _duration("repeat_interval", value, allow_zero=False)
+
+    @model_validator(mode="after")
+    def _threshold_in_range(self) -> PolicySpec:
+        low, high, unit = metric_range(self.metric)
+        if self.threshold < low or (high is not None and self.threshold > high):
+            span = f"{low:g}..{high:g}" if high is not None else f"at least {low:g}"
+            hint = ""
+            if unit == "ratio" and 1 < self.threshold <= 100:
+                hint = f"; a ratio: write {self.threshold / 100:g} for {self.threshold:g}%"
+            raise ValueError(
+                f"threshold: {self.threshold:g} is outside {self.metric}'s range {span} "
+                f"({unit}){hint}"
+            )
+        return self
 
     @field_validator("match")
     @classmethod
@@ -186,6 +218,9 @@ def first_error(exc: ValidationError, prefix: str = "") -> ValidationFailed:
     err = exc.errors()[0]
     loc = ["for" if p == "for_" else str(p) for p in err["loc"]]
     msg = err["msg"].removeprefix("Value error, ")
+    field, sep, rest = msg.partition(": ")
+    if not loc and sep and field.isidentifier():  # a check across fields names its own field
+        loc, msg = [field], rest
     return ValidationFailed(".".join([p for p in (prefix,) if p] + loc), msg)
 
 

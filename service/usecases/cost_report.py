@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow, change_points, price_lookup
+from service.costs.prices import parse_price_rows as parse_price_list
 from service.costs.waste import (
     GROUP_BYS,
     TAG_HINTS,
@@ -63,25 +64,12 @@ def tag_thresholds_of(settings: Settings) -> TagThresholds:
     )
 
 
-def parse_price_rows(items: Sequence[Any], *, where: str) -> list[PriceRow]:
-    """Price rows from the YAML ``prices:`` list; ConfigError names the bad item."""
-    out = []
-    for i, item in enumerate(items):
-        try:
-            ts = item["effective_from"]
-            if isinstance(ts, str):
-                ts = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-            if not isinstance(ts, datetime):
-                ts = datetime(ts.year, ts.month, ts.day, tzinfo=UTC)  # a bare YAML date
-            if ts.tzinfo is None:
-                raise ValueError("effective_from needs a timezone")
-            price = float(item["usd_per_gpu_hour"])
-            if price < 0:
-                raise ValueError("usd_per_gpu_hour must not be negative")
-            out.append(PriceRow(str(item["model_pattern"]), price, ts, item.get("note")))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{where}.{i}: bad price entry {item!r}: {exc}") from exc
-    return out
+def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
+    """Price rows from the YAML ``prices:`` list; ConfigError names the bad field."""
+    try:
+        return parse_price_list(items, where=where)
+    except ValidationFailed as exc:
+        raise ConfigError(f"config file: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,3 +55,18 @@ def test_token_lifecycle(tmp_path: Path):
     bad = gw(db, "token", "create", "--role", "agent")
     assert bad.returncode == 1 and "node" in bad.stderr
     assert gw(db, "token", "revoke", "999").returncode == 1
+
+
+def test_serve_with_a_bad_or_missing_config_says_why_in_one_line(tmp_path: Path):
+    db = tmp_path / "gw.db"
+    assert gw(db, "migrate").returncode == 0
+    bad = tmp_path / "gpuwarden.yaml"
+    bad.write_text("prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 4}\n")
+    for config, says in (
+        (bad, "prices.0.effective_from: is required"),
+        (tmp_path / "missing.yaml", "does not exist"),
+    ):
+        r = gw(db, "serve", "--port", "1", "--config", str(config))
+        assert r.returncode == 1
+        assert says in r.stderr and str(config) in r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr

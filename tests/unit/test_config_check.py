@@ -1,0 +1,86 @@
+"""`policies check` and `serve` refuse configs that would break or mislead, naming the field."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from service.cli.main import main
+from service.errors import ConfigError
+from service.usecases.config_check import check_config_file
+
+POLICY = """
+  - name: low
+    metric: sm_active
+    op: "<"
+    threshold: {threshold}
+    for: 15m
+"""
+
+
+def check(tmp_path: Path, text: str, capsys) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    path = tmp_path / "gpuwarden.yaml"
+    path.write_text(text)
+    code = main(["policies", "check", str(path)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_a_misspelt_top_level_key_is_refused(tmp_path: Path, capsys) -> None:
+    code, out = check(tmp_path, "polices:" + POLICY.format(threshold=0.3), capsys)
+    assert code == 1
+    assert "polices: unknown key; did you mean policies?" in out
+    assert "valid" not in out
+
+
+def test_a_threshold_outside_the_metric_range_is_refused(tmp_path: Path, capsys) -> None:
+    code, out = check(tmp_path, "policies:" + POLICY.format(threshold=30), capsys)
+    assert code == 1
+    assert "policies.0.threshold: 30 is outside sm_active's range 0..1" in out
+    assert "write 0.3 for 30%" in out
+    code, out = check(tmp_path, "policies:" + POLICY.format(threshold=0.3), capsys)
+    assert code == 0 and "1 policies, 0 channels and 0 prices are valid" in out
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ("{model_pattern: '*H100*', usd_per_gpu_hour: 4}", "prices.0.effective_from: is required"),
+        ("{model_pattern: '*H100*', effective_from: 2026-01-01}", "prices.0.usd_per_gpu_hour"),
+        (
+            "{model_pattern: '*H100*', usd_per_gpu_hour: 4, effective_from: '2026-01-01T00:00:00'}",
+            "prices.0.effective_from: needs a timezone",
+        ),
+        (
+            "{model_pattern: '*H100*', usd_per_gpu_hour: 4, effective_from: 2026-01-01, cost: 1}",
+            "prices.0.cost: unknown key",
+        ),
+        (
+            "{model_pattern: '*H100*', usd_per_gpu_hour: -4, effective_from: 2026-01-01}",
+            "prices.0.usd_per_gpu_hour",
+        ),
+    ],
+)
+def test_an_incomplete_price_is_refused_naming_the_field(
+    tmp_path: Path, capsys, entry: str, field: str
+) -> None:
+    code, out = check(tmp_path, f"prices:\n  - {entry}\n", capsys)
+    assert code == 1 and field in out, out
+
+
+def test_prices_take_a_date_as_its_midnight_utc(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 4, effective_from: 2026-01-01}\n"
+        "  - {model_pattern: '*L4', usd_per_gpu_hour: 0.8, effective_from: '2026-02-01T00:00:00Z'}\n"
+    )
+    rows = check_config_file(path).prices
+    assert [r.effective_from for r in rows] == [
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 2, 1, tzinfo=UTC),
+    ]
+    path.write_text("prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 4}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: prices.0.effective_from"):
+        check_config_file(path)
