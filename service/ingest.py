@@ -109,6 +109,7 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
     ctx.ingest_cache.apply(pending)
     return IngestResult(
         samples_received=counts["samples"],
+        samples_stored=counts["samples_new"],
         processes_received=counts["processes"],
         gpus=counts["gpus"],
     )

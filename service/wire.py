@@ -6,9 +6,9 @@ validates incoming bodies with them, so the contract lives in exactly one place.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, create_model
 
 from service.vocabulary import METRICS, ActivitySource
 
@@ -18,11 +18,31 @@ MAX_BATCH_PROCESSES = 10_000
 MAX_NODE_LABELS = 64
 MAX_LABEL_KEY_CHARS = 63
 MAX_LABEL_VALUE_CHARS = 256
+MAX_BATCH_GPUS = 4096
+
+# The stores keep integers in 64-bit columns (PIDs and GPU indexes in 32-bit ones): refuse what
+# would overflow them, rather than fail inside the database.
+MAX_INT64 = 2**63 - 1
+MAX_INT32 = 2**31 - 1
+
+
+def _no_nul(value: str) -> str:
+    # PostgreSQL text cannot hold NUL; refusing it here names the field on both stores.
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+LabelKey = Annotated[Text, Field(min_length=1, max_length=MAX_LABEL_KEY_CHARS)]
+LabelValue = Annotated[Text, Field(max_length=MAX_LABEL_VALUE_CHARS)]
 
 
 def _metric_field(spec: Any) -> tuple[Any, Any]:
-    py_type = int if spec.kind == "int" else float
-    return (py_type | None, Field(None, ge=spec.minimum, le=spec.maximum, description=spec.help))
+    if spec.kind == "int":
+        top = MAX_INT64 if spec.maximum is None else min(spec.maximum, MAX_INT64)
+        return (int | None, Field(None, ge=spec.minimum, le=top, description=spec.help))
+    return (float | None, Field(None, ge=spec.minimum, le=spec.maximum, description=spec.help))
 
 
 # Unknown names are rejected (extra="forbid"), so a typo never silently drops a metric.
@@ -39,7 +59,7 @@ class NodeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hostname: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_LABELS)
 
 
 class GpuIn(BaseModel):
@@ -47,11 +67,11 @@ class GpuIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    uuid: str = Field(min_length=1, max_length=96)
-    index: int = Field(ge=0)
-    model: str = Field(min_length=1, max_length=255)
-    fb_total_bytes: int | None = Field(None, ge=0)
-    mig_parent_uuid: str | None = Field(None, max_length=96)
+    uuid: Text = Field(min_length=1, max_length=96)
+    index: int = Field(ge=0, le=MAX_INT32)
+    model: Text = Field(min_length=1, max_length=255)
+    fb_total_bytes: int | None = Field(None, ge=0, le=MAX_INT64)
+    mig_parent_uuid: Text | None = Field(None, max_length=96)
     lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
 
 
@@ -60,7 +80,7 @@ class SampleIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gpu_uuid: str = Field(min_length=1, max_length=96)
+    gpu_uuid: Text = Field(min_length=1, max_length=96)
     ts: AwareDatetime
     source: ActivitySource | None = None  # where sm_active and friends came from
     metrics: Metrics
@@ -71,12 +91,12 @@ class ProcessIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gpu_uuid: str = Field(min_length=1, max_length=96)
+    gpu_uuid: Text = Field(min_length=1, max_length=96)
     ts: AwareDatetime
-    pid: int = Field(ge=0)
-    fb_used_bytes: int | None = Field(None, ge=0)
-    job_id: str | None = Field(None, max_length=255)
-    user: str | None = Field(None, max_length=255)
+    pid: int = Field(ge=0, le=MAX_INT32)
+    fb_used_bytes: int | None = Field(None, ge=0, le=MAX_INT64)
+    job_id: Text | None = Field(None, max_length=255)
+    user: Text | None = Field(None, max_length=255)
 
 
 class IngestBatch(BaseModel):
@@ -85,14 +105,15 @@ class IngestBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     node: NodeIn
-    gpus: list[GpuIn] = Field(default_factory=list, max_length=4096)
-    samples: list[SampleIn] = Field(default_factory=list, max_length=200_000)
-    processes: list[ProcessIn] = Field(default_factory=list, max_length=200_000)
+    gpus: list[GpuIn] = Field(default_factory=list, max_length=MAX_BATCH_GPUS)
+    samples: list[SampleIn] = Field(default_factory=list, max_length=MAX_BATCH_SAMPLES)
+    processes: list[ProcessIn] = Field(default_factory=list, max_length=MAX_BATCH_PROCESSES)
 
 
 class IngestResult(BaseModel):
     """What the central service did with a batch."""
 
-    samples_received: int
-    processes_received: int
+    samples_received: int  # distinct (GPU, ts) in the batch: a repeat inside it counts once
+    samples_stored: int = 0  # of those, how many were new (0 when the batch is sent again)
+    processes_received: int  # distinct (GPU, ts, pid) in the batch
     gpus: int

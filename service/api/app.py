@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 
@@ -20,6 +21,7 @@ from service.api.routers import alerts, channels, gpus, health, ingest, policies
 from service.api.routers import jobs as jobs_router
 from service.api.routers import prices as prices_router
 from service.api.routers import reports as reports_router
+from service.api.validation import request_validation_error
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
 from service.db.engine import make_engine
@@ -128,6 +130,7 @@ def create_app(
     app.state.ctx = ctx
     app.state.outage_log = OutageLog()
     app.add_exception_handler(WardenError, _warden_error)
+    app.add_exception_handler(RequestValidationError, request_validation_error)
     for error in OUTAGE_ERRORS:
         app.add_exception_handler(error, database_unavailable)
     app.add_middleware(RejectNul, skip_body_paths=("/api/v1/ingest",))

@@ -229,12 +229,16 @@ def store_batch(
     ids = _gpu_ids(conn, batch, node_id, now, cache, pending)
 
     stored = 0
+    seen: set[tuple[int, datetime]] = set()
     if batch.samples:
         rows: list[dict[str, Any]] = []
         span: dict[int, tuple[datetime, datetime]] = {}
         for s in batch.samples:
             gpu_id = ids[s.gpu_uuid]
             ts = s.ts.astimezone(UTC)
+            if (gpu_id, ts) in seen:
+                continue  # the first of a repeated (GPU, ts) wins, as a resent batch's would
+            seen.add((gpu_id, ts))
             metrics = s.metrics.__dict__  # every field, None when absent; no copy
             row = {name: metrics[name] for name in METRIC_NAMES}
             row["gpu_id"] = gpu_id
@@ -256,26 +260,23 @@ def store_batch(
         )
         _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})
 
-    if batch.processes:
-        bulk_insert_ignore(
-            conn,
-            gpu_processes,
-            ["gpu_id", "ts", "pid"],
-            [
-                {
-                    "gpu_id": ids[p.gpu_uuid],
-                    "ts": p.ts.astimezone(UTC),
-                    "pid": p.pid,
-                    "fb_used_bytes": p.fb_used_bytes,
-                    "job_id": p.job_id,
-                    "user": p.user,
-                }
-                for p in batch.processes
-            ],
-        )
+    procs: dict[tuple[int, datetime, int], dict[str, Any]] = {}
+    for p in batch.processes:
+        key = (ids[p.gpu_uuid], p.ts.astimezone(UTC), p.pid)
+        if key not in procs:
+            procs[key] = {
+                "gpu_id": key[0],
+                "ts": key[1],
+                "pid": p.pid,
+                "fb_used_bytes": p.fb_used_bytes,
+                "job_id": p.job_id,
+                "user": p.user,
+            }
+    if procs:
+        bulk_insert_ignore(conn, gpu_processes, ["gpu_id", "ts", "pid"], list(procs.values()))
     return {
-        "samples": len(batch.samples),
+        "samples": len(seen),
         "samples_new": stored,
-        "processes": len(batch.processes),
+        "processes": len(procs),
         "gpus": len(ids),
     }

@@ -28,7 +28,12 @@ def test_batch_is_stored_and_readable(http: httpx.Client, tokens, engine: Engine
     )
     r = http.post("/api/v1/ingest", json=batch, headers=auth(tokens["agent"]))
     assert r.status_code == 200, r.text
-    assert r.json() == {"samples_received": 20, "processes_received": 0, "gpus": 2}
+    assert r.json() == {
+        "samples_received": 20,
+        "samples_stored": 20,
+        "processes_received": 0,
+        "gpus": 2,
+    }
     assert count(engine, samples) == 20
     assert count(engine, nodes) == 1
     assert count(engine, rollup_dirty) > 0
@@ -44,9 +49,10 @@ def test_same_batch_twice_is_stored_once(
     http: httpx.Client, tokens, engine: Engine, clock: FakeClock
 ):
     batch = make_batch(start=clock() - timedelta(minutes=1), count=5)
-    for _ in range(2):
+    for stored in (5, 0):
         r = http.post("/api/v1/ingest", json=batch, headers=auth(tokens["agent"]))
         assert r.status_code == 200, r.text
+        assert (r.json()["samples_received"], r.json()["samples_stored"]) == (5, stored)
     assert count(engine, samples) == 5
     assert count(engine, gpus) == 1
 

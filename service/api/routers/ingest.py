@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from service import ingest as ingest_service
 from service.api.deps import Agent, Ctx
 from service.errors import PayloadTooLarge, WardenError
-from service.wire import IngestResult
+from service.wire import IngestBatch, IngestResult
 
 router = APIRouter(tags=["ingest"])
 
@@ -31,6 +31,17 @@ async def read_limited(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def decode_and_parse(body: bytes, *, content_encoding: str | None, max_bytes: int) -> IngestBatch:
+    """Gunzip and validate a body; CPU-bound, so callers run it off the event loop."""
+    raw = ingest_service.decode_body(body, content_encoding=content_encoding, max_bytes=max_bytes)
+    try:
+        return ingest_service.parse_batch(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        ) from exc
+
+
 @router.post("/ingest", response_model=IngestResult)
 async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
     """Store one batch whole, or reject it whole with a 4xx naming the item and the reason."""
@@ -38,17 +49,14 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
     t = ctx.telemetry
     try:
         body = await read_limited(request, ctx.settings.ingest_max_body_bytes)
-        raw = ingest_service.decode_body(
+        # Decompressing and validating a large batch takes a while: keep the loop free for
+        # /healthz and the other agents meanwhile.
+        batch = await run_in_threadpool(
+            decode_and_parse,
             body,
             content_encoding=request.headers.get("content-encoding"),
             max_bytes=ctx.settings.ingest_max_body_bytes,
         )
-        try:
-            batch = ingest_service.parse_batch(raw)
-        except ValidationError as exc:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-            ) from exc
         # The database call blocks; run it off the event loop.
         result = await run_in_threadpool(ingest_service.ingest, ctx, batch, token_node=token.node)
     except (RequestValidationError, WardenError):
@@ -59,7 +67,7 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
         t.db_errors.labels("ingest").inc()
         raise
     t.ingest_batches.labels("stored").inc()
-    t.ingest_samples.inc(len(batch.samples))
+    t.ingest_samples.inc(result.samples_received)
     t.ingest_values.inc(sum(len(s.metrics.model_fields_set) for s in batch.samples))
     t.ingest_seconds.observe(time.perf_counter() - started)
     return result
