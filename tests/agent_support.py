@@ -70,12 +70,14 @@ def make_agent(
     hostname: str = "node-a",
     spool_max_bytes: int = 256 * 1024 * 1024,
     agent_clock: Any = None,
+    batch_cycles: int = 1,
 ) -> Agent:
     return Agent(
         config=AgentConfig(
             hostname=hostname,
             labels={"rack": "r1"},
             interval_seconds=10.0,
+            batch_cycles=batch_cycles,
             dead_letter_path=tmp / "dead-letter.jsonl",
             retry=RetryPolicy(base_seconds=5, cap_seconds=60),
         ),

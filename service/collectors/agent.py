@@ -278,15 +278,17 @@ class Agent:
         self._ship_failures += 1
         if d.action is Action.SET_ASIDE:
             t.set_aside.inc()
-            log.warning(
-                "central answered %s to the poll of %s %d times in a row; set aside for %.0f s"
-                " behind newer polls, then tried again (never dropped): %s",
-                reply.status,
-                rfc3339(datetime.fromtimestamp(group[0].created_at, now.tzinfo)),
-                d.server_errors,
-                d.delay_seconds,
-                reply.message[:300],
-            )
+            if self._said.due("set_aside", self.monotonic()):
+                log.warning(
+                    "central answered %s to the poll of %s %d times in a row; set aside for"
+                    " %.0f s behind newer polls, then tried again, never dropped (said once a"
+                    " minute; gpuwarden_agent_set_aside_batches_total counts them all): %s",
+                    reply.status,
+                    rfc3339(datetime.fromtimestamp(group[0].created_at, now.tzinfo)),
+                    d.server_errors,
+                    d.delay_seconds,
+                    reply.message[:300],
+                )
             return 0, True
         self._next_ship_at = self.monotonic() + d.delay_seconds
         self._say_refused(reply, d)

@@ -1,4 +1,4 @@
-"""The agent against a real central service on loopback: lost GPU, spool cap, dead letters."""
+"""The agent against a real central service on loopback: lost GPU, spool cap, the delivery table."""
 
 from __future__ import annotations
 
@@ -169,3 +169,60 @@ def test_plain_400_is_dead_lettered_once_and_later_batches_still_flow(tmp_path: 
     assert len(seen) == 3
     assert "bad batch" in (tmp_path / "dl.jsonl").read_text()
     assert agent.dead_letters == 1 and agent.spool.depth == 0
+
+
+def test_one_refused_poll_in_a_batch_is_split_out_and_the_good_ones_are_stored(
+    server: str, engine: Engine, clock: FakeClock, tokens, tmp_path: Path
+):
+    wire = Wire()
+    backend = SimulatedBackend(hostname="node-a", gpus=2, start=clock())
+    agent = make_agent(
+        tmp_path,
+        url=server,
+        token=tokens["agent"],
+        clock=clock,
+        backend=backend,
+        wire=wire,
+        batch_cycles=3,
+    )
+    for k in range(9):
+        skew = timedelta(hours=2) if k == 4 else timedelta(0)  # the node's clock jumps once
+        snap = agent.poll(clock() + skew)
+        assert snap is not None
+        agent.take(snap)
+        agent.ship(8.0)
+        clock.advance(10)
+    agent.close()
+    # The batch with the skewed poll is refused whole (422), then sent poll by poll.
+    assert [s for s, _ in wire.calls] == [200, 422, 200, 422, 200, 200]
+    lines = (tmp_path / "dead-letter.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and "in the future" in json.loads(lines[0])["message"]
+    with engine.connect() as conn:
+        stored = conn.execute(select(func.count()).select_from(samples)).scalar_one()
+    assert stored == 8 * 2  # every good poll of both GPUs
+
+
+def test_refused_credentials_keep_the_polls_until_the_token_is_fixed(
+    server: str, engine: Engine, clock: FakeClock, tokens, tmp_path: Path
+):
+    wire = Wire()
+    backend = SimulatedBackend(hostname="node-a", gpus=2, start=clock())
+    agent = make_agent(
+        tmp_path, url=server, token="gw_wrong", clock=clock, backend=backend, wire=wire
+    )
+    for _ in range(30):  # five minutes with a wrong token
+        agent.run_once()
+        clock.advance(10)
+    assert {s for s, _ in wire.calls} == {401}
+    assert 3 <= len(wire.calls) <= 10  # backed off, not once a cycle
+    assert agent.spool.depth == 30 and agent.dead_letters == 0
+    agent.shipper.headers["Authorization"] = f"Bearer {tokens['agent']}"  # the operator fixes it
+    for _ in range(8):
+        agent.run_once()
+        clock.advance(10)
+    agent.close()
+    assert agent.spool.depth == 0
+    assert not (tmp_path / "dead-letter.jsonl").exists()
+    with engine.connect() as conn:
+        stored = conn.execute(select(func.count()).select_from(samples)).scalar_one()
+    assert stored == 38 * 2  # nothing lost
