@@ -105,13 +105,13 @@ def settings(engine: Engine) -> Settings:
 
 
 @pytest.fixture
-def app(settings: Settings, engine: Engine, clock: FakeClock):  # type: ignore[no-untyped-def]
+def app(settings: Settings, engine: Engine, clock: FakeClock):
     """The central service app on the test database and scripted clock."""
     return create_app(settings, engine=engine, clock=clock)
 
 
 @pytest.fixture
-def server(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def server(app) -> Iterator[str]:
     """The app served by a real uvicorn on loopback; yields its base URL."""
     with live_server(app) as url:
         yield url

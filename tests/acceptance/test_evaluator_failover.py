@@ -9,6 +9,7 @@ lock, keeps the already-firing alert without notifying it again, and notifies th
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -110,7 +111,7 @@ def test_one_notification_per_transition_and_takeover(fresh_pg: str, tmp_path: P
     replicas = [start_replica(fresh_pg, config, log) for log in logs]
     try:
         for _proc, url in replicas:
-            wait_until(lambda url=url: _healthy(url), timeout=60)
+            wait_until(functools.partial(_healthy, url), timeout=60)
         leader_idx = wait_until(
             lambda: [i for i, (_, u) in enumerate(replicas) if is_leader(u)] or None, timeout=15
         )

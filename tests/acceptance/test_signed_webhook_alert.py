@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 
@@ -23,7 +24,7 @@ from tests.conftest import make_token
 from tests.receivers import Received, Receiver
 
 
-def verify(secret: str, got: Received) -> dict[str, object]:
+def verify(secret: str, got: Received) -> dict[str, Any]:
     """What a consumer does: recompute the signature and check the timestamp is recent."""
     key = base64.b64decode(secret.removeprefix("whsec_"))
     msg_id, ts = got.headers["webhook-id"], got.headers["webhook-timestamp"]

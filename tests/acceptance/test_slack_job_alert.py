@@ -21,7 +21,7 @@ from tests.conftest import make_token
 from tests.receivers import Receiver
 
 
-def rolled_up_minutes(engine) -> int:  # type: ignore[no-untyped-def]
+def rolled_up_minutes(engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(rollup_1m)).scalar_one())
 

@@ -40,7 +40,7 @@ def test_lost_gpu_is_flagged_and_the_others_keep_reporting(
     lost_uuid = backend.devices()[2].uuid
     assert lost == {d.uuid: d.uuid == lost_uuid for d in backend.devices()}
     with engine.connect() as conn:
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 select(gpus.c.uuid, func.count())
                 .join(samples, samples.c.gpu_id == gpus.c.id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, delete, insert, select
@@ -90,9 +91,7 @@ def fleet(engine: Engine, clock: FakeClock) -> None:
         )
 
 
-def expected_from_raw(
-    engine: Engine, start: datetime, end: datetime
-) -> dict[str, dict[str, object]]:
+def expected_from_raw(engine: Engine, start: datetime, end: datetime) -> dict[str, dict[str, Any]]:
     """The waste model applied directly to every raw sample (no rollups)."""
     th = Thresholds()
     prices = [PriceRow("*H100*", 4.0, T0 - timedelta(days=1)), PriceRow("*H100*", 3.0, at(9_000))]
@@ -141,19 +140,19 @@ FIELDS = (
 
 
 def assert_agree(
-    got: dict[str, dict[str, object]], want: dict[str, dict[str, object]], rel: float
+    got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]], rel: float
 ) -> None:
     """Each figure within ``rel`` of the group's scale: its allocated seconds, cost or energy."""
     assert set(got) == set(want)
     for key, row in want.items():
         for f in FIELDS:
-            w, g = float(row[f]), float(got[key][f])  # type: ignore[arg-type]
+            w, g = float(row[f]), float(got[key][f])
             if f.endswith("_usd"):
-                scale = float(row["cost_usd"])  # type: ignore[arg-type]
+                scale = float(row["cost_usd"])
             elif f.endswith("_joules"):
                 scale = w
             else:
-                scale = float(row["allocated_seconds"])  # type: ignore[arg-type]
+                scale = float(row["allocated_seconds"])
             assert abs(g - w) <= rel * scale + 1e-6, (key, f, g, w)
 
 
@@ -188,7 +187,7 @@ def test_report_after_raw_retention_agrees_within_one_percent(
         )
     rows = {r["key"]: r for r in got["rows"]}
     assert_agree(rows, want, rel=0.01)
-    total_want = sum(float(r["cost_usd"]) for r in want.values())  # type: ignore[arg-type]
+    total_want = sum(float(r["cost_usd"]) for r in want.values())
     assert got["totals"]["cost_usd"] == pytest.approx(total_want, rel=0.01)
 
 

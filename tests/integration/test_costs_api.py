@@ -21,7 +21,7 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def put_prices(http: httpx.Client, tokens, rows=None) -> httpx.Response:  # type: ignore[no-untyped-def]
+def put_prices(http: httpx.Client, tokens, rows=None) -> httpx.Response:
     rows = rows or [
         {
             "model_pattern": "*H100*",
@@ -34,7 +34,7 @@ def put_prices(http: httpx.Client, tokens, rows=None) -> httpx.Response:  # type
 
 def post_job(
     http: httpx.Client, tokens, job_id: str, minutes: float, **fields: object
-) -> httpx.Response:  # type: ignore[no-untyped-def]
+) -> httpx.Response:
     """POST job ``job_id`` on GPU-a0 from T0 for ``minutes``, with the other ``fields``."""
     body = {"id": job_id, **fields, "gpus": ["GPU-a0"], "started_at": iso(T0),
             "ended_at": iso(T0 + timedelta(minutes=minutes))}  # fmt: skip

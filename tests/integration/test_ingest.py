@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy import Engine, func, select
@@ -17,7 +18,7 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def count(engine: Engine, table) -> int:  # type: ignore[no-untyped-def]
+def count(engine: Engine, table) -> int:
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
@@ -88,7 +89,7 @@ def test_one_bad_item_rejects_the_whole_batch_and_names_it(
 
 
 def test_validation_errors_name_item_and_reason(http: httpx.Client, tokens, clock: FakeClock):
-    cases = [
+    cases: list[tuple[dict[str, Any], str | None, list[Any]]] = [
         ({"bogus_metric": 1.0}, None, ["body", "samples", 0, "metrics", "bogus_metric"]),
         ({"fb_used_bytes": -5}, None, ["body", "samples", 0, "metrics", "fb_used_bytes"]),
         ({"sm_active": 0.2}, "2026-12-02T07:59:00", ["body", "samples", 0, "ts"]),

@@ -40,7 +40,7 @@ def batch_with_jobs(clock: FakeClock, seconds: int, jobs_by_gpu: dict[str, str])
 def intervals(engine: Engine) -> list[tuple[str, str, Any, Any, str]]:
     with engine.connect() as conn:
         return [
-            tuple(r)  # type: ignore[misc]
+            tuple(r)
             for r in conn.execute(
                 select(
                     jobs.c.id,

@@ -34,20 +34,20 @@ PAYLOAD = {
 
 
 @pytest.fixture
-def ctx(app):  # type: ignore[no-untyped-def]
+def ctx(app):
     ctx = app.state.ctx
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"
     return ctx
 
 
 @pytest.fixture
-def receiver():  # type: ignore[no-untyped-def]
+def receiver():
     r = Receiver()
     yield r
     r.close()
 
 
-def setup_channel(ctx, url: str, ctype: str = "webhook", rate: float | None = None) -> None:  # type: ignore[no-untyped-def]
+def setup_channel(ctx, url: str, ctype: str = "webhook", rate: float | None = None) -> None:
     with ctx.engine.begin() as conn:
         policies_repo.create_channel(
             conn,
@@ -57,7 +57,7 @@ def setup_channel(ctx, url: str, ctype: str = "webhook", rate: float | None = No
         )
 
 
-def queue(ctx, n: int = 1) -> list[str]:  # type: ignore[no-untyped-def]
+def queue(ctx, n: int = 1) -> list[str]:
     ids = [f"msg_{uuid.uuid4().hex}" for _ in range(n)]
     with ctx.engine.begin() as conn:
         outbox_repo.enqueue(
@@ -76,7 +76,7 @@ def queue(ctx, n: int = 1) -> list[str]:  # type: ignore[no-untyped-def]
     return ids
 
 
-def rows(ctx):  # type: ignore[no-untyped-def]
+def rows(ctx):
     with ctx.engine.connect() as conn:
         return list(conn.execute(select(outbox).order_by(outbox.c.id)))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from service import settings as settings_module
 from service.costs.prices import PriceRow
 from service.db import jobs_repo, prices_repo
 from service.errors import ConfigError
@@ -84,7 +85,7 @@ def test_config_file_is_read_again_only_when_it_changes(
         "prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 2.0, effective_from: 2026-01-01}\n"
     )
     reads: list[Path] = []
-    real_load = cost_report.load_config_file
+    real_load = settings_module.load_config_file
 
     def counting_load(p: Path | None) -> dict[str, object]:
         assert p is not None

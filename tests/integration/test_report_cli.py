@@ -57,7 +57,7 @@ def jobs_present(engine: Engine, clock: FakeClock, http: httpx.Client, tokens) -
         ).raise_for_status()
 
 
-def run(capsys, server: str, token: str, *extra: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+def run(capsys, server: str, token: str, *extra: str) -> tuple[int, str, str]:
     code = main(
         [
             "report",

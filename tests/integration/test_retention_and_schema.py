@@ -20,7 +20,7 @@ from service.settings import Settings
 from tests.support import FakeClock, live_server, make_batch
 
 
-def n(engine: Engine, table) -> int:  # type: ignore[no-untyped-def]
+def n(engine: Engine, table) -> int:
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 

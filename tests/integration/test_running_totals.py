@@ -38,10 +38,11 @@ def metrics(n: int, phase: int = 0) -> list[dict[str, float | int]]:
 def assert_totals_are_running_sums(engine: Engine) -> int:
     """Every row's cum_* equals the sum of its GPU's rows up to it; returns the row count."""
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(rollup_1m).order_by(rollup_1m.c.gpu_id, rollup_1m.c.bucket_start)
+        rows = (
+            conn.execute(select(rollup_1m).order_by(rollup_1m.c.gpu_id, rollup_1m.c.bucket_start))
+            .mappings()
+            .all()
         )
-        rows = rows.mappings().all()
     running: dict[int, list[float]] = {}
     for r in rows:
         acc = running.setdefault(r["gpu_id"], [0.0] * len(CUMULATIVE_FIELDS))

@@ -36,7 +36,7 @@ class Central:
         return httpx.Response(200, json={})
 
 
-def nvml_agent(tmp: Path, lib: FakeNvml, central: Central, clock: FakeClock, **kw) -> Agent:  # type: ignore[no-untyped-def]
+def nvml_agent(tmp: Path, lib: FakeNvml, central: Central, clock: FakeClock, **kw) -> Agent:
     return Agent(
         config=AgentConfig(hostname="gpu-7", labels={"rack": "r9"}, dead_letter_path=tmp / "dl"),
         backend=NvmlBackend(lib=lib),

@@ -150,7 +150,7 @@ def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
             return families
 
     registry = CollectorRegistry()
-    registry.register(Families())  # type: ignore[arg-type]
+    registry.register(Families())
     exp = parse_exposition(generate_latest(registry).decode())
 
     (dev,) = exp.devices

@@ -16,7 +16,7 @@ from service.thresholds.urlsafety import check_url, parse_allow_nets
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
 
 
-def resolver_to(*addrs: str):  # type: ignore[no-untyped-def]
+def resolver_to(*addrs: str):
     return lambda host, port: list(addrs)
 
 

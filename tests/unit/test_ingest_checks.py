@@ -29,7 +29,7 @@ def test_decode_limits_apply_before_and_after_decompression() -> None:
         decode_body(b"not gzip", content_encoding="gzip", max_bytes=100)
 
 
-def _batch(ts: datetime):  # type: ignore[no-untyped-def]
+def _batch(ts: datetime):
     import json
 
     return parse_batch(json.dumps(make_batch(start=ts)).encode())

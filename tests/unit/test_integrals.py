@@ -11,7 +11,7 @@ T = Thresholds(max_gap_seconds=60, idle=0.05, held_bytes=GIB)
 
 
 def every_10s(start: float, end: float, **values: float | None) -> list[ActivityPoint]:
-    return [ActivityPoint(ts=float(t), **values) for t in range(int(start), int(end), 10)]  # type: ignore[arg-type]
+    return [ActivityPoint(ts=float(t), **values) for t in range(int(start), int(end), 10)]
 
 
 def test_worked_example_hour_half_idle_held_half_at_0_8():

@@ -21,7 +21,7 @@ def no_gpm_gap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nvml_mod, "GPM_MIN_INTERVAL_SECONDS", 0.0)
 
 
-def poll(b: NvmlBackend, k: int = 1):  # type: ignore[no-untyped-def]
+def poll(b: NvmlBackend, k: int = 1):
     return b.sample(T0 + timedelta(seconds=10 * k))
 
 

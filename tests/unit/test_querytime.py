@@ -76,5 +76,5 @@ def test_time_range_defaults_since_and_errors_name_the_parameter() -> None:
     ):
         args = {"start": None, "end": None, "since": None} | kwargs
         with pytest.raises(ValidationFailed) as err:
-            time_range(**args, now=NOW, default_seconds=60)  # type: ignore[arg-type]
+            time_range(**args, now=NOW, default_seconds=60)
         assert err.value.field == field

@@ -37,7 +37,7 @@ def registry() -> CollectorRegistry:
 class Tricky(Collector):
     """Label values that need escaping, odd floats, timestamps, shared label dicts."""
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         g = GaugeMetricFamily(
             "tricky_value", 'Help with \\ backslash\nand "quotes".', labels=["a", "b"]
         )
@@ -98,7 +98,7 @@ def test_encode_text_equals_generate_latest_on_fleet_families():
     )
 
     class Fixed(Collector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self):
             return fams
 
     assert encode_text(Fixed()) == generate_latest(Fixed())
@@ -132,7 +132,7 @@ def test_number_formatting_matches_prometheus_client_for_many_values():
     values += [rng.randrange(0, 2**40) for _ in range(100)]  # ints take the library's path
 
     class Many(Collector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self):
             g = GaugeMetricFamily("many_values", "Values.", labels=["i"])
             for i, v in enumerate(values):
                 g.add_metric([str(i % 50)], v)
@@ -143,7 +143,7 @@ def test_number_formatting_matches_prometheus_client_for_many_values():
     sets = [{"gpu": str(i), "uuid": f"GPU-{i}"} for i in range(50)]
 
     class ManyGpu(Collector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self):
             for typ in ("gauge", "counter"):
                 fam = GpuFamily(f"many_gpu_{typ}", "Values.", typ, sets)
                 fam.rows = [(i % 50, v) for i, v in enumerate(values)]
@@ -163,7 +163,7 @@ def test_gpu_family_label_sets_escape_like_prometheus_client():
     ]
 
     class Sets(Collector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self):
             fam = GpuFamily("label_sets_value", "Values.", "gauge", sets)
             fam.rows = [(i, float(i)) for i in range(len(sets))]
             yield fam

@@ -13,7 +13,7 @@ from service.wire import IngestBatch
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
 
 
-def run(b: SimulatedBackend, seconds: float, step: float = 10.0):  # type: ignore[no-untyped-def]
+def run(b: SimulatedBackend, seconds: float, step: float = 10.0):
     out = []
     t = 0.0
     while t <= seconds:

@@ -347,4 +347,5 @@ def test_price_lookup_agrees_with_price_at():
         for day in range(-2, 30):
             when = t0 + timedelta(days=day, hours=7)
             assert lookup(model, when) == price_at(rows, model, when), (model, day)
-    assert lookup("NVIDIA H100 80GB HBM3", t0 + timedelta(days=25)).usd_per_gpu_hour == 3.5
+    row = lookup("NVIDIA H100 80GB HBM3", t0 + timedelta(days=25))
+    assert row is not None and row.usd_per_gpu_hour == 3.5
