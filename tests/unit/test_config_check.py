@@ -20,7 +20,7 @@ POLICY = """
 """
 
 
-def check(tmp_path: Path, text: str, capsys) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+def check(tmp_path: Path, text: str, capsys) -> tuple[int, str]:
     path = tmp_path / "gpuwarden.yaml"
     path.write_text(text)
     code = main(["policies", "check", str(path)])
