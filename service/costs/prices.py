@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from fnmatch import fnmatchcase
@@ -85,12 +85,6 @@ def change_points(
             if start < r.effective_from < end and matches(r.model_pattern, model)
         }
     )
-
-
-def unmatched_patterns(rows: Iterable[PriceRow], models: Iterable[str]) -> list[str]:
-    """The patterns of ``rows`` that match none of ``models``, in table order."""
-    names = list(models)
-    return [r.model_pattern for r in rows if not any(matches(r.model_pattern, m) for m in names)]
 
 
 _PRICE_KEYS = ("model_pattern", "usd_per_gpu_hour", "effective_from", "note")
