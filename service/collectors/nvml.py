@@ -149,7 +149,6 @@ class NvmlBackend:
         self._gpus: list[_Gpu] = []
         self._events: Any = None
         self._open = False
-        self.field_errors = 0  # reads that failed for another reason than "not supported"
 
     # --- lifecycle --------------------------------------------------------------------
     def open(self) -> None:
@@ -307,7 +306,6 @@ class NvmlBackend:
                 if code in _DRIVER_ERRORS:
                     self.close()
                     raise BackendError(f"NVML failed on {g.device.uuid}: {exc}") from exc
-                self.field_errors += 1
                 log.warning("reading %s failed: %s", g.device.uuid, exc)
                 continue
             xid = xids.get(g.device.uuid) or xids.get(g.device.mig_parent_uuid or "")
@@ -370,7 +368,8 @@ class NvmlBackend:
             return
         if code == _GPU_IS_LOST or code in _DRIVER_ERRORS:
             raise exc
-        self.field_errors += 1
+        # Absent this poll only; asked again next time.
+        log.warning("reading %s of %s failed: %s", key, g.device.uuid, exc)
 
     def _processes(self, g: _Gpu, out: list[ProcessReading]) -> None:
         lib = self.lib
