@@ -1,30 +1,58 @@
-"""Per-GPU time integrals of design section 4 (covered, idle, idle-held, unused seconds).
+"""Per-GPU time integrals of the waste model (covered, idle, idle-held, unused seconds, and
+seconds per cause).
 
-Pure: takes samples and a window, returns numbers. Each sample stands for the time from its
-timestamp to the next sample's, cut at ``max_gap``; time no sample covers is nodata and is
-never counted as idle.
+Pure: takes samples (with the decision stored for each, see ``service.diagnosis``) and a window,
+returns numbers. Each sample stands for the time from its timestamp to the next sample's, cut
+at ``max_gap``; time no sample covers is nodata and is never counted as idle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, decide
+
+__all__ = ["CAUSE_FIELDS", "ActivityPoint", "Integrals", "Thresholds", "integrate", "point_of"]
+
+# The per-cause integral fields, in Cause order: ``<cause>_seconds``.
+CAUSE_FIELDS: tuple[str, ...] = tuple(f"{name}_seconds" for name in CAUSE_NAMES)
 
 
 @dataclass(frozen=True, slots=True)
 class ActivityPoint:
-    """What the integrals need from one sample; timestamps are Unix seconds."""
+    """What the integrals need from one sample: its Unix time, the stored activity (ratio),
+    rung and cause (None without an activity figure: nodata), and its power."""
 
     ts: float
-    sm_active: float | None
-    gpu_util: float | None = None
-    fb_used_bytes: float | None = None
+    activity: float | None
+    rung: int | None = None
+    cause: int | None = None
     power_watts: float | None = None
+
+
+def point_of(
+    ts: float,
+    values: Mapping[str, float | None],
+    thresholds: Thresholds,
+    *,
+    has_process: bool = False,
+) -> ActivityPoint:
+    """The point of a sample given by its metric values, deciding activity and cause now."""
+    d = decide(values, thresholds, has_process=has_process)
+    power = values.get("power_watts")
+    if d is None:
+        return ActivityPoint(ts, None, None, None, power)
+    return ActivityPoint(ts, d.activity, int(d.rung), int(d.cause), power)
 
 
 @dataclass(slots=True)
 class Integrals:
-    """Seconds (and joules) accumulated over a window for one GPU; all fields add up."""
+    """Seconds (and joules) accumulated over a window for one GPU; all fields add up.
+
+    idle_seconds is idle_empty + idle_held seconds (nothing running); the ``<cause>_seconds``
+    add up to covered_seconds.
+    """
 
     covered_seconds: float = 0.0
     idle_seconds: float = 0.0
@@ -32,6 +60,15 @@ class Integrals:
     unused_seconds: float = 0.0
     fallback_seconds: float = 0.0  # covered time whose activity came from gpu_util, not SM
     energy_used_joules: float = 0.0
+    idle_empty_seconds: float = 0.0
+    # idle_held_seconds above is the idle_held cause's seconds.
+    launch_bound_seconds: float = 0.0
+    input_starved_seconds: float = 0.0
+    transfer_bound_seconds: float = 0.0
+    memory_bound_seconds: float = 0.0
+    compute_no_tensor_seconds: float = 0.0
+    compute_tensor_seconds: float = 0.0
+    unclassified_seconds: float = 0.0
 
     def add(self, other: Integrals, factor: float = 1.0) -> None:
         """Add ``factor`` times each field of ``other`` into the same field of this one."""
@@ -43,15 +80,22 @@ class Integrals:
         self.unused_seconds += factor * other.unused_seconds
         self.fallback_seconds += factor * other.fallback_seconds
         self.energy_used_joules += factor * other.energy_used_joules
+        self.idle_empty_seconds += factor * other.idle_empty_seconds
+        self.launch_bound_seconds += factor * other.launch_bound_seconds
+        self.input_starved_seconds += factor * other.input_starved_seconds
+        self.transfer_bound_seconds += factor * other.transfer_bound_seconds
+        self.memory_bound_seconds += factor * other.memory_bound_seconds
+        self.compute_no_tensor_seconds += factor * other.compute_no_tensor_seconds
+        self.compute_tensor_seconds += factor * other.compute_tensor_seconds
+        self.unclassified_seconds += factor * other.unclassified_seconds
+
+    def cause_seconds(self) -> dict[str, float]:
+        """Covered seconds per cause name, in Cause order."""
+        return {name: getattr(self, f) for name, f in zip(CAUSE_NAMES, CAUSE_FIELDS, strict=True)}
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """The waste-model thresholds: idle below ``idle``, held above ``held_bytes``."""
-
-    max_gap_seconds: float = 60.0
-    idle: float = 0.05
-    held_bytes: float = float(1024**3)
+_CAUSE_FIELD_BY_CODE: dict[int, str] = {int(c): f for c, f in zip(Cause, CAUSE_FIELDS, strict=True)}
+_GPU_UTIL = int(Rung.GPU_UTIL)
 
 
 def integrate(
@@ -68,19 +112,17 @@ def integrate(
         hi = min(cover_end, end)
         if hi <= lo:
             continue
+        activity = p.activity
+        if activity is None or p.cause is None:
+            continue  # no activity figure: nodata, never idle
         dt = hi - lo
-        activity = p.sm_active
-        if activity is None:
-            activity = p.gpu_util
-            if activity is None:
-                continue  # no activity figure: nodata, never idle
+        if p.rung == _GPU_UTIL:
             out.fallback_seconds += dt
         out.covered_seconds += dt
         out.unused_seconds += dt * (1.0 - activity)
-        if activity < thresholds.idle:
-            out.idle_seconds += dt
-            if p.fb_used_bytes is not None and p.fb_used_bytes > thresholds.held_bytes:
-                out.idle_held_seconds += dt
+        field = _CAUSE_FIELD_BY_CODE[p.cause]
+        setattr(out, field, getattr(out, field) + dt)
         if p.power_watts is not None:
             out.energy_used_joules += dt * p.power_watts
+    out.idle_seconds = out.idle_empty_seconds + out.idle_held_seconds
     return out

@@ -1,0 +1,223 @@
+"""Activity, idleness and the cause of each sample, decided once from a sample's values.
+
+Pure: a sample's canonical metric values and the thresholds in, a decision out. The cost
+model, the rollups, the alert windows, /metrics and the API all read the decision stored with
+the sample at ingest (see ``decide``), so they cannot disagree; a threshold change applies to
+samples stored from then on.
+
+Activity is one ladder: ``sm_active``, else ``gr_engine_active``, else ``gpu_util``, and every
+decision records which rung it used. A metric a GPU does not report never decides a cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+GIB = 1024**3
+
+
+class Rung(IntEnum):
+    """Which metric a sample's activity came from (stored as a small integer)."""
+
+    SM_ACTIVE = 1
+    GR_ENGINE_ACTIVE = 2
+    GPU_UTIL = 3
+
+    @property
+    def label(self) -> str:
+        """The rung's name as the API and /metrics spell it (the metric's canonical name)."""
+        return self.name.lower()
+
+
+class Cause(IntEnum):
+    """Why a covered second of a GPU went the way it did (stored as a small integer)."""
+
+    IDLE_EMPTY = 1  # nothing running, nothing held
+    IDLE_HELD = 2  # nothing running, memory held
+    LAUNCH_BOUND = 3  # kernels run much of the time but fill few SMs
+    INPUT_STARVED = 4  # kernels fill the SMs when they run, but run a small share of the time
+    TRANSFER_BOUND = 5  # host-device or peer copies while the SMs wait
+    MEMORY_BOUND = 6  # SMs busy, DRAM bandwidth near its limit
+    COMPUTE_NO_TENSOR = 7  # SMs busy, tensor pipes idle on a GPU that has them
+    COMPUTE_TENSOR = 8  # SMs busy on tensor cores (healthy)
+    # Something ran, but the GPU does not report the metrics that tell which of the above.
+    UNCLASSIFIED = 9
+
+    @property
+    def label(self) -> str:
+        """The cause's canonical name (storage, API, CSV, CLI, policies)."""
+        return self.name.lower()
+
+
+CAUSES: tuple[Cause, ...] = tuple(Cause)
+CAUSE_NAMES: tuple[str, ...] = tuple(c.label for c in CAUSES)
+CAUSE_BY_NAME: dict[str, Cause] = {c.label: c for c in CAUSES}
+IDLE_CAUSES: frozenset[Cause] = frozenset({Cause.IDLE_EMPTY, Cause.IDLE_HELD})
+# Causes that are waste of their own kind (a report's dominant waste cause is one of these).
+WASTE_CAUSES: tuple[Cause, ...] = (
+    Cause.IDLE_EMPTY,
+    Cause.IDLE_HELD,
+    Cause.LAUNCH_BOUND,
+    Cause.INPUT_STARVED,
+    Cause.TRANSFER_BOUND,
+    Cause.MEMORY_BOUND,
+    Cause.COMPUTE_NO_TENSOR,
+)
+CAUSE_MEANING: dict[Cause, str] = {
+    Cause.IDLE_EMPTY: "nothing running, nothing held: release the allocation",
+    Cause.IDLE_HELD: "nothing running, memory held: end the process or add an idle timeout",
+    Cause.LAUNCH_BOUND: "kernels too small to fill the SMs: CUDA graphs, torch.compile, "
+    "fusion, larger batches",
+    Cause.INPUT_STARVED: "kernels run only a small part of the time: more DataLoader "
+    "workers, pinned memory, prefetch",
+    Cause.TRANSFER_BOUND: "host-device copies while the SMs wait: pinned buffers, async "
+    "copies on their own stream, keep data on the GPU",
+    Cause.MEMORY_BOUND: "DRAM bandwidth is the limit: fusion, FlashAttention-style kernels, "
+    "lower precision",
+    Cause.COMPUTE_NO_TENSOR: "busy without tensor cores: bf16/fp16 autocast or TF32",
+    Cause.COMPUTE_TENSOR: "busy on tensor cores (healthy)",
+    Cause.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Every threshold of the waste model and of the causes (ratios unless the name has a unit).
+
+    ``max_gap_seconds`` caps how long one sample stands for; ``idle`` is the activity below
+    which nothing runs (with ``no_kernel_util``, the duty cycle at or below which no kernel
+    ran); ``held_bytes`` is the memory above which an idle GPU is held. The rest order the
+    causes of a running sample; docs/diagnosis.md gives the measurements behind each.
+    """
+
+    max_gap_seconds: float = 60.0
+    idle: float = 0.05
+    held_bytes: float = float(GIB)
+    no_kernel_util: float = 0.02
+    transfer_bytes_per_second: float = 2e9
+    busy: float = 0.5
+    launch_min_util: float = 0.1
+    launch_fill: float = 0.5
+    starved_util: float = 0.5
+    memory_dram: float = 0.5
+    tensor: float = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One sample's activity (ratio), the rung it came from, and its cause."""
+
+    activity: float
+    rung: Rung
+    cause: Cause
+
+
+_LADDER: tuple[tuple[str, Rung], ...] = (
+    ("sm_active", Rung.SM_ACTIVE),
+    ("gr_engine_active", Rung.GR_ENGINE_ACTIVE),
+    ("gpu_util", Rung.GPU_UTIL),
+)
+_TRAFFIC = (
+    "pcie_tx_bytes_per_second",
+    "pcie_rx_bytes_per_second",
+    "nvlink_tx_bytes_per_second",
+    "nvlink_rx_bytes_per_second",
+)
+
+
+def activity(values: Mapping[str, float | None]) -> tuple[float, Rung] | None:
+    """The sample's activity ratio and its rung, or None when no rung is reported (no data)."""
+    for name, rung in _LADDER:
+        v = values.get(name)
+        if v is not None:
+            return float(v), rung
+    return None
+
+
+def _duty(values: Mapping[str, float | None], rung: Rung) -> float | None:
+    """The share of time kernels ran, when it is a different figure from the activity."""
+    util = values.get("gpu_util")
+    if util is not None:
+        return float(util)
+    if rung is Rung.SM_ACTIVE:
+        engine = values.get("gr_engine_active")
+        return None if engine is None else float(engine)
+    return None
+
+
+def _traffic(values: Mapping[str, float | None]) -> float | None:
+    present = [float(v) for n in _TRAFFIC if (v := values.get(n)) is not None]
+    return sum(present) if present else None
+
+
+def nothing_running(values: Mapping[str, float | None], act: float, t: Thresholds) -> bool:
+    """No kernel ran: the duty cycle (where reported) at or below ``no_kernel_util`` and the
+    activity below ``idle``."""
+    util = values.get("gpu_util")
+    return act < t.idle and (util is None or util <= t.no_kernel_util)
+
+
+def held(values: Mapping[str, float | None], has_process: bool, t: Thresholds) -> bool:
+    """Memory is held: a process is listed on the GPU, or more than ``held_bytes`` is in use."""
+    fb = values.get("fb_used_bytes")
+    return has_process or (fb is not None and fb > t.held_bytes)
+
+
+def classify(
+    values: Mapping[str, float | None], act: float, rung: Rung, has_process: bool, t: Thresholds
+) -> Cause:
+    """The cause of a sample whose activity is ``act`` from ``rung``, trying each in order."""
+    if nothing_running(values, act, t):
+        return Cause.IDLE_HELD if held(values, has_process, t) else Cause.IDLE_EMPTY
+    traffic = _traffic(values)
+    if traffic is not None and traffic >= t.transfer_bytes_per_second and act < t.busy:
+        return Cause.TRANSFER_BOUND
+    duty = _duty(values, rung)
+    # Launch-bound and input-starved compare SM fill with the duty cycle: only SM activity
+    # says how full the SMs were, so the coarser rungs never pick either.
+    if rung is Rung.SM_ACTIVE and duty is not None:
+        if duty >= t.launch_min_util and act < t.launch_fill * duty:
+            return Cause.LAUNCH_BOUND
+        if duty < t.starved_util:
+            return Cause.INPUT_STARVED
+    dram = values.get("dram_active")
+    if dram is not None and dram >= t.memory_dram:
+        return Cause.MEMORY_BOUND
+    tensor = values.get("tensor_active")
+    if tensor is not None:
+        # A GPU that reports tensor-pipe activity has tensor cores (profiling counters
+        # exist from Volta on, and every such GPU has them).
+        return Cause.COMPUTE_TENSOR if tensor >= t.tensor else Cause.COMPUTE_NO_TENSOR
+    return Cause.UNCLASSIFIED
+
+
+def decide(
+    values: Mapping[str, float | None], t: Thresholds, *, has_process: bool = False
+) -> Decision | None:
+    """Activity, rung and cause of one sample; None when it reports no activity (no data)."""
+    found = activity(values)
+    if found is None:
+        return None
+    act, rung = found
+    return Decision(act, rung, classify(values, act, rung, has_process, t))
+
+
+def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
+    """The causes a GPU reporting these metrics can be given (the others need metrics it
+    lacks); empty when it reports no activity."""
+    found = activity(values)
+    if found is None:
+        return ()
+    rung = found[1]
+    out = [Cause.IDLE_EMPTY, Cause.IDLE_HELD]
+    if _traffic(values) is not None:
+        out.append(Cause.TRANSFER_BOUND)
+    if rung is Rung.SM_ACTIVE and _duty(values, rung) is not None:
+        out += [Cause.LAUNCH_BOUND, Cause.INPUT_STARVED]
+    if values.get("dram_active") is not None:
+        out.append(Cause.MEMORY_BOUND)
+    if values.get("tensor_active") is not None:
+        out += [Cause.COMPUTE_NO_TENSOR, Cause.COMPUTE_TENSOR]
+    return tuple(sorted(out))
