@@ -33,9 +33,4 @@ class ServiceContext:
     @property
     def thresholds(self) -> Thresholds:
         """The waste-model thresholds from settings."""
-        s = self.settings
-        return Thresholds(
-            max_gap_seconds=s.max_gap_seconds,
-            idle=s.idle_threshold,
-            held_bytes=float(s.held_threshold_bytes),
-        )
+        return self.settings.thresholds

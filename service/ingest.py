@@ -94,7 +94,7 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             conn,
             batch=batch,
             now=now,
-            max_gap_seconds=s.max_gap_seconds,
+            thresholds=ctx.thresholds,
             cache=ctx.ingest_cache,
             pending=pending,
         )

@@ -9,11 +9,19 @@ at ``max_gap``; time no sample covers is nodata and is never counted as idle.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, decide
 
-__all__ = ["CAUSE_FIELDS", "ActivityPoint", "Integrals", "Thresholds", "integrate", "point_of"]
+__all__ = [
+    "CAUSE_FIELDS",
+    "INTEGRAL_FIELDS",
+    "ActivityPoint",
+    "Integrals",
+    "Thresholds",
+    "integrate",
+    "point_of",
+]
 
 # The per-cause integral fields, in Cause order: ``<cause>_seconds``.
 CAUSE_FIELDS: tuple[str, ...] = tuple(f"{name}_seconds" for name in CAUSE_NAMES)
@@ -94,6 +102,8 @@ class Integrals:
         return {name: getattr(self, f) for name, f in zip(CAUSE_NAMES, CAUSE_FIELDS, strict=True)}
 
 
+# Every field of Integrals, in order: the rollup columns and the report columns follow it.
+INTEGRAL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Integrals))
 _CAUSE_FIELD_BY_CODE: dict[int, str] = {int(c): f for c, f in zip(Cause, CAUSE_FIELDS, strict=True)}
 _GPU_UTIL = int(Rung.GPU_UTIL)
 

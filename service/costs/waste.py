@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Literal, get_args
 
-from service.costs.integrals import Integrals
+from service.costs.integrals import CAUSE_FIELDS, Integrals
+from service.diagnosis import CAUSE_NAMES, WASTE_CAUSES
 
 UNALLOCATED = "__unallocated__"
 HOUR = timedelta(hours=1)
@@ -199,6 +200,8 @@ class Summary:
     unpriced_seconds: float = 0.0
     gpu_ids: set[int] = field(default_factory=set)
     job_ids: set[str] = field(default_factory=set)
+    # USD per cause, in Cause order (like the ``<cause>_seconds`` fields of the usage).
+    cause_cost_usd: list[float] = field(default_factory=lambda: [0.0] * len(CAUSE_FIELDS))
 
     def add_line(self, line: Line) -> None:
         """Add one line's seconds and dollars."""
@@ -215,6 +218,11 @@ class Summary:
         self.cost_usd += per_second * u.covered_seconds
         self.idle_cost_usd += per_second * u.idle_seconds
         self.unused_cost_usd += per_second * u.unused_seconds
+        usd = self.cause_cost_usd
+        for i, f in enumerate(CAUSE_FIELDS):
+            seconds = getattr(u, f)
+            if seconds:
+                usd[i] += per_second * seconds
 
     def merge(self, other: Summary) -> None:
         """Add another summary into this one."""
@@ -224,6 +232,8 @@ class Summary:
         self.idle_cost_usd += other.idle_cost_usd
         self.unused_cost_usd += other.unused_cost_usd
         self.unpriced_seconds += other.unpriced_seconds
+        for i, v in enumerate(other.cause_cost_usd):
+            self.cause_cost_usd[i] += v
         self.gpu_ids |= other.gpu_ids
         self.job_ids |= other.job_ids
 
@@ -233,8 +243,29 @@ class Summary:
         return self.unpriced_seconds == 0
 
     @property
+    def dominant_waste_cause(self) -> str | None:
+        """The waste cause with the most seconds (ties: the first in Cause order), or None."""
+        best, best_seconds = None, 0.0
+        for c in WASTE_CAUSES:
+            seconds = getattr(self.usage, f"{c.label}_seconds")
+            if seconds > best_seconds:
+                best, best_seconds = c.label, seconds
+        return best
+
+    def causes(self) -> dict[str, dict[str, float | None]]:
+        """Seconds and USD (None if unpriced) per cause name, in Cause order."""
+        priced = self.priced
+        return {
+            name: {
+                "seconds": getattr(self.usage, f),
+                "usd": self.cause_cost_usd[i] if priced else None,
+            }
+            for i, (name, f) in enumerate(zip(CAUSE_NAMES, CAUSE_FIELDS, strict=True))
+        }
+
+    @property
     def efficiency(self) -> float | None:
-        """1 - unused/allocated, the time-weighted mean sm_active; None with no covered time."""
+        """1 - unused/allocated, the time-weighted mean activity; None with no covered time."""
         cov = self.usage.covered_seconds
         return None if cov <= 0 else 1.0 - self.usage.unused_seconds / cov
 
@@ -259,6 +290,8 @@ class Summary:
             "unpriced_seconds": self.unpriced_seconds,
             "gpus": len(self.gpu_ids),
             "jobs": len(self.job_ids),
+            "causes": self.causes(),
+            "dominant_waste_cause": self.dominant_waste_cause,
         }
 
 

@@ -12,12 +12,36 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate
-from service.costs.waste import USAGE_FIELDS, Usage, plan_reads
+from service.costs.integrals import (
+    CAUSE_FIELDS,
+    INTEGRAL_FIELDS,
+    ActivityPoint,
+    Thresholds,
+    integrate,
+)
+from service.costs.waste import Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
 
-_INTEGRALS = USAGE_FIELDS[:6]
+# The seconds per cause beside the waste integrals (idle_held_seconds is both).
+_CAUSE_ONLY = frozenset(CAUSE_FIELDS) - {"idle_held_seconds"}
+
+
+def summed_fields(*, causes: bool) -> tuple[str, ...]:
+    """The Usage fields a report sums: all of them, or (``causes`` False) all but the seconds
+    per cause, which a report without causes leaves at 0."""
+    if causes:
+        return CUMULATIVE_FIELDS
+    return tuple(f for f in CUMULATIVE_FIELDS if f not in _CAUSE_ONLY)
+
+
+def _usage_of(fields: Sequence[str], values: Sequence[Any]) -> Usage:
+    u = Usage()
+    for f, v in zip(fields, values, strict=True):
+        if v is not None:
+            setattr(u, f, float(v))
+    return u
+
 
 # Per-connection scratch tables the spans are loaded into, one row a span.
 _HOUR_SLOTS = (("ha0", "ha1"), ("hb0", "hb1"), ("hc0", "hc1"))
@@ -55,19 +79,13 @@ def _pg_local(conn: Connection, **settings: str) -> Iterator[None]:
 
 
 def _bucket_sums(
-    conn: Connection, table: Table, lo: str, hi: str | None, weight: Any, out: list[Usage]
-) -> None:
-    """Add, per group, the rollup sums of [lo, hi) (or the bucket at lo) times ``weight``."""
+    conn: Connection, table: Table, lo: str, hi: str | None, weight: Any, out: list[Usage],
+    fields: Sequence[str],
+) -> None:  # fmt: skip
+    """Add, per group, the rollup sums of ``fields`` over [lo, hi) (or the bucket at lo) times
+    ``weight``."""
     t, s = table.c, _SEGMENTS.c
-    cols = [func.sum(t[f] * weight) for f in _INTEGRALS] + [
-        func.sum(t[c] * weight)
-        for c in (
-            "tensor_active_sum",
-            "tensor_active_count",
-            "dram_active_sum",
-            "dram_active_count",
-        )
-    ]
+    cols = [func.sum(t[f] * weight) for f in fields]
     on: Any
     where: Any
     if hi is None:
@@ -78,10 +96,7 @@ def _bucket_sums(
         where = s[lo] < s[hi]
     q = select(s.grp, *cols).select_from(_SEGMENTS.join(table, on)).where(where).group_by(s.grp)
     for row in conn.execute(q):
-        u = out[row[0]]
-        for f, value in zip(USAGE_FIELDS, row[1:], strict=True):
-            if value is not None:
-                setattr(u, f, getattr(u, f) + float(value))
+        out[row[0]].add(_usage_of(fields, row[1:]))
 
 
 def _raw(
@@ -96,7 +111,7 @@ def _raw(
     fill(conn, _RAW, [(j, g, lo - gap, hi) for j, (_, g, lo, hi, _f) in enumerate(reads)])
     v = _RAW.c
     q = (
-        select(v.grp, s.ts, s.sm_active, s.gpu_util, s.fb_used_bytes, s.power_watts,
+        select(v.grp, s.ts, s.activity, s.activity_rung, s.cause, s.power_watts,
                s.tensor_active, s.dram_active)
         .select_from(_RAW.join(samples, and_(s.gpu_id == v.gpu_id, s.ts >= v.lo, s.ts < v.hi)))
         .order_by(v.grp, s.ts)
@@ -107,11 +122,11 @@ def _raw(
     for j, rows in grouped.items():
         grp, _, lo, hi, factor = reads[j]
         points = [
-            ActivityPoint(r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts)
+            ActivityPoint(r.ts.timestamp(), r.activity, r.activity_rung, r.cause, r.power_watts)
             for r in rows
         ]
         integ = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
-        part = Usage(**{f: getattr(integ, f) for f in _INTEGRALS})
+        part = Usage(**{f: getattr(integ, f) for f in INTEGRAL_FIELDS})
         for r in rows:
             if lo <= r.ts < hi:
                 if r.tensor_active is not None:
@@ -130,6 +145,7 @@ def _sum_by_buckets(
     out: list[Usage],
     thresholds: Thresholds,
     raw_cutoff: datetime,
+    fields: Sequence[str],
 ) -> None:
     """Add to ``out`` each span's usage summed bucket by bucket (for spans past 1m retention).
 
@@ -165,21 +181,20 @@ def _sum_by_buckets(
         # rollup_1m instead of probing its key once per span; JIT only adds compile time.
         with _pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
             for a, b in _HOUR_SLOTS:
-                _bucket_sums(conn, rollup_1h, a, b, s.factor, out)
+                _bucket_sums(conn, rollup_1h, a, b, s.factor, out, fields)
             for a, b, sign in _MINUTE_SLOTS:
-                _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out)
-            _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out)
-            _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out)
+                _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out, fields)
+            _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out, fields)
+            _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out, fields)
     if raw:
         _raw(conn, raw, out, thresholds)
 
 
-_N = len(CUMULATIVE_FIELDS)
 _SQLITE_TS = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
 
 
 @cache
-def _totals_sql(pg: bool) -> str:
+def _totals_sql(pg: bool, fields: tuple[str, ...]) -> str:
     """Per group, the sum over its terms of f x (T(k) - w x O(k)).
 
     Cuts are (k, gpu_id, ts, prev_ts): ts a minute and prev_ts the minute before, in their
@@ -191,13 +206,14 @@ def _totals_sql(pg: bool) -> str:
     after its start, each with the weight w of that minute's own bucket to take off (the
     sum adds up a group's terms, so repeated ones need no merging).
     """
-    f = CUMULATIVE_FIELDS
+    f = fields
+    n = len(f)
     own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
     t = ", ".join(
         f"COALESCE(b.cum_{x}, a.cum_{x} - COALESCE(a.{x}, 0), 0) AS t{i}" for i, x in enumerate(f)
     )
-    masked = ", ".join(f"CASE WHEN q.prev THEN q.o{i} ELSE 0 END AS o{i}" for i in range(_N))
-    sums = ", ".join(f"SUM(tm.f * (lk.t{i} - tm.w * lk.o{i}))" for i in range(_N))
+    masked = ", ".join(f"CASE WHEN q.prev THEN q.o{i} ELSE 0 END AS o{i}" for i in range(n))
+    sums = ", ".join(f"SUM(tm.f * (lk.t{i} - tm.w * lk.o{i}))" for i in range(n))
     if pg:
         # Integers travel as one comma-joined string each and floats as binary arrays:
         # the cheapest forms to build in Python for 45 k spans (psycopg dumps list
@@ -235,7 +251,7 @@ def _totals_sql(pg: bool) -> str:
             "   AND x.bucket_start >= cuts.ts ORDER BY x.bucket_start LIMIT 1) END "
         )
     return (
-        f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(_N))} "
+        f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(n))} "
         f"  FROM (SELECT cuts.k, b.bucket_start = cuts.prev_ts AS prev, {own}, {t} "
         f"    FROM {cuts} {probes}) q) "
         f"SELECT tm.grp, {sums} FROM {terms} JOIN lk ON lk.k = tm.k GROUP BY tm.grp"
@@ -285,7 +301,7 @@ class _Terms:
 _PARALLEL_FROM = 2000
 
 
-def _run_parts(conn: Connection, parts: list[_Terms]) -> list[Any]:
+def _run_parts(conn: Connection, parts: list[_Terms], fields: tuple[str, ...]) -> list[Any]:
     """The rows of ``_totals_sql`` over every part; when they are big, the parts after the
     first run at the same time on connections of their own, so the database probes with
     several cores (a report is otherwise one query, and its probes are most of its time)."""
@@ -294,7 +310,7 @@ def _run_parts(conn: Connection, parts: list[_Terms]) -> list[Any]:
         return []
 
     def run(on: Connection, part: _Terms) -> list[Any]:
-        return _run_totals(on, part.cuts(), (part.grp, part.cut, part.weight, part.factor))
+        return _run_totals(on, part.cuts(), (part.grp, part.cut, part.weight, part.factor), fields)
 
     def run_alone(part: _Terms) -> list[Any]:
         with conn.engine.connect() as other:
@@ -317,6 +333,7 @@ def _sum_by_totals(
     out: list[Usage],
     thresholds: Thresholds,
     raw_cutoff: datetime,
+    fields: tuple[str, ...],
 ) -> None:
     """Add to ``out`` each span's usage as the difference of 1m running totals at its edges.
 
@@ -348,8 +365,8 @@ def _sum_by_totals(
                 w_end = 1.0  # the whole end minute off, and its seconds from raw samples
                 raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
         parts[gpu_id & part_mask].add(grp, gpu_id, s_min, w_start, e_min, w_end, factor)
-    for row in _run_parts(conn, parts):
-        out[row[0]].add(Usage(*(float(v) for v in row[1:])))
+    for row in _run_parts(conn, parts, fields):
+        out[row[0]].add(_usage_of(fields, row[1:]))
     if raw_reads:
         _raw(conn, raw_reads, out, thresholds)
 
@@ -358,6 +375,7 @@ def _run_totals(
     conn: Connection,
     cuts: list[tuple[int, int]],
     terms: tuple[list[int], list[int], list[float], list[float]],
+    fields: tuple[str, ...],
 ) -> list[Any]:
     """Run ``_totals_sql`` over cuts k = index of (gpu_id, minute as Unix seconds) and the
     terms' columns (grp, k, w, f); rows (grp, sums...)."""
@@ -380,7 +398,7 @@ def _run_totals(
         # JIT would compile for longer than the query runs (its cost estimate for the probes
         # is far too high); work_mem keeps the joins of 45 k spans in memory.
         with _pg_local(conn, jit="off", work_mem="'64MB'"), raw.cursor() as cur:
-            result: list[Any] = cur.execute(_totals_sql(pg), params).fetchall()
+            result: list[Any] = cur.execute(_totals_sql(pg, fields), params).fetchall()
         return result
     for ddl in (
         "gw_cost_cuts (k integer PRIMARY KEY, gpu_id integer, ts text, prev_ts text)",
@@ -398,7 +416,7 @@ def _run_totals(
         "INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)",
         list(zip(grp, cut, weight, factor, strict=True)),
     )
-    return list(conn.exec_driver_sql(_totals_sql(pg)).all())
+    return list(conn.exec_driver_sql(_totals_sql(pg, fields)).all())
 
 
 def _utc(ts: float) -> datetime:
@@ -413,17 +431,26 @@ def sum_usage(
     thresholds: Thresholds,
     raw_cutoff: datetime,
     minute_cutoff: datetime,
+    causes: bool = True,
 ) -> list[Usage]:
     """Per group, the sum of factor x Usage over its spans (group, gpu_id, start, end, factor).
 
     Spans inside 1m retention (from ``minute_cutoff``) are read from the 1m running totals,
-    older ones bucket by bucket from the 1h and 1m rollups.
+    older ones bucket by bucket from the 1h and 1m rollups. Without ``causes`` the seconds
+    per cause are not summed (the benchmark compares the two).
     """
+    fields = summed_fields(causes=causes)
     out = [Usage() for _ in range(n_groups)]
     recent = [sp for sp in spans if sp[2] >= minute_cutoff]
     old = [sp for sp in spans if sp[2] < minute_cutoff]
     if recent:
-        _sum_by_totals(conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff)
+        _sum_by_totals(
+            conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,
+            fields=fields,
+        )  # fmt: skip
     if old:
-        _sum_by_buckets(conn, spans=old, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff)
+        _sum_by_buckets(
+            conn, spans=old, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,
+            fields=fields,
+        )  # fmt: skip
     return out

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from service.db.dialect import bulk_insert_ignore, insert_ignore
 from service.db.schema import gpu_processes, gpus, nodes, rollup_dirty, samples
+from service.diagnosis import Thresholds, decide
 from service.errors import Forbidden, ValidationFailed
 from service.vocabulary import METRIC_NAMES, ActivitySource
 from service.wire import GpuIn, IngestBatch
@@ -216,11 +217,14 @@ def store_batch(
     *,
     batch: IngestBatch,
     now: datetime,
-    max_gap_seconds: float,
+    thresholds: Thresholds,
     cache: IngestCache,
     pending: IngestCache,
 ) -> dict[str, int]:
     """Store ``batch`` in the caller's transaction; raises before writing anything bad.
+
+    Each sample is stored with its activity, rung and cause decided under ``thresholds``, so
+    every reader uses that one decision.
 
     What it learns about nodes and GPUs goes to ``pending``; the caller applies that to
     ``cache`` after the transaction commits.
@@ -233,6 +237,8 @@ def store_batch(
     if batch.samples:
         rows: list[dict[str, Any]] = []
         span: dict[int, tuple[datetime, datetime]] = {}
+        # A process listed at a sample's time holds the GPU even below the held threshold.
+        listed = {(p.gpu_uuid, p.ts) for p in batch.processes}
         for s in batch.samples:
             gpu_id = ids[s.gpu_uuid]
             ts = s.ts.astimezone(UTC)
@@ -244,6 +250,13 @@ def store_batch(
             row["gpu_id"] = gpu_id
             row["ts"] = ts
             row["source"] = (s.source or infer_source(metrics)).value
+            d = decide(metrics, thresholds, has_process=(s.gpu_uuid, s.ts) in listed)
+            if d is None:
+                row["activity"] = row["activity_rung"] = row["cause"] = None
+            else:
+                row["activity"], row["activity_rung"], row["cause"] = (
+                    d.activity, int(d.rung), int(d.cause),
+                )  # fmt: skip
             rows.append(row)
             lo, hi = span.get(gpu_id, (ts, ts))
             span[gpu_id] = (min(lo, ts), max(hi, ts))
@@ -255,7 +268,7 @@ def store_batch(
             [
                 {"gpu_id": gpu_id, "bucket_start": b}
                 for gpu_id, (lo, hi) in span.items()
-                for b in dirty_range(lo, hi, max_gap_seconds)
+                for b in dirty_range(lo, hi, thresholds.max_gap_seconds)
             ],
         )
         _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})

@@ -40,6 +40,9 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
             gpus.c.last_sample_at,
             nodes.c.hostname,
             samples.c.source,
+            samples.c.activity,
+            samples.c.activity_rung,
+            samples.c.cause,
             *(samples.c[m] for m in METRIC_NAMES),
         )
         .join(nodes, nodes.c.id == gpus.c.node_id)
@@ -50,7 +53,8 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
     no_job: tuple[None, None, None] = (None, None, None)
     for row in conn.execute(query):
         gpu_id, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
-        values = {name: v for name, v in zip(METRIC_NAMES, row[9:], strict=True) if v is not None}
+        activity, rung, cause = row[9:12]
+        values = {name: v for name, v in zip(METRIC_NAMES, row[12:], strict=True) if v is not None}
         job_id, user, team = open_job.get(gpu_id, no_job)
         readings.append(
             GpuReading(
@@ -66,6 +70,9 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
                 job_id=job_id,
                 user=user,
                 team=team,
+                activity=activity,
+                rung=rung,
+                cause=cause,
             )
         )
     lost = [

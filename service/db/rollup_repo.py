@@ -24,26 +24,27 @@ from sqlalchemy import (
     update,
 )
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, integrate
 from service.db.dialect import bulk_insert_ignore
-from service.db.schema import CUMULATIVE_FIELDS, gpus, rollup_1h, rollup_1m, rollup_dirty, samples
+from service.db.schema import (
+    CUMULATIVE_FIELDS,
+    ROLLED_UP_DERIVED,
+    gpus,
+    rollup_1h,
+    rollup_1m,
+    rollup_dirty,
+    samples,
+)
 from service.db.types import UTCDateTime
 from service.vocabulary import METRIC_NAMES
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
-INTEGRAL_FIELDS = (
-    "covered_seconds",
-    "idle_seconds",
-    "idle_held_seconds",
-    "unused_seconds",
-    "fallback_seconds",
-    "energy_used_joules",
-)
-
-
-_SM, _UTIL, _FB, _POWER = (
-    METRIC_NAMES.index(m) for m in ("sm_active", "gpu_util", "fb_used_bytes", "power_watts")
+# The sample columns a minute is rolled up from: the metrics, then the stored decision.
+_ROLLED = (*METRIC_NAMES, *ROLLED_UP_DERIVED)
+_SAMPLE_COLUMNS = (*_ROLLED, "activity_rung", "cause")
+_ACT, _RUNG, _CAUSE, _POWER = (
+    _SAMPLE_COLUMNS.index(m) for m in ("activity", "activity_rung", "cause", "power_watts")
 )
 
 
@@ -53,17 +54,18 @@ def minute_rollup(
     rows: Sequence[tuple[float, Sequence[Any]]],
     thresholds: Thresholds,
 ) -> dict[str, Any] | None:
-    """The rollup row for one minute from (Unix ts, metric values) rows around it, or None."""
+    """The rollup row for one minute from (Unix ts, values) rows around it, or None; values are
+    the columns of ``_SAMPLE_COLUMNS``."""
     start = bucket.timestamp()
     end = start + 60.0
-    points = [ActivityPoint(ts, v[_SM], v[_UTIL], v[_FB], v[_POWER]) for ts, v in rows]
+    points = [ActivityPoint(ts, v[_ACT], v[_RUNG], v[_CAUSE], v[_POWER]) for ts, v in rows]
     integrals = integrate(points, start, end, thresholds)
     inside = [v for ts, v in rows if start <= ts < end]
     if not inside and integrals.covered_seconds == 0:
         return None
     out: dict[str, Any] = {"gpu_id": gpu_id, "bucket_start": bucket, "sample_count": len(inside)}
     out.update({f: getattr(integrals, f) for f in INTEGRAL_FIELDS})
-    for k, name in enumerate(METRIC_NAMES):
+    for k, name in enumerate(_ROLLED):
         values = [v[k] for v in inside if v[k] is not None]
         out[f"{name}_count"] = len(values)
         out[f"{name}_sum"] = float(sum(values)) if values else None
@@ -87,7 +89,7 @@ def _hour_from_minutes() -> Any:
         func.sum(c.sample_count).label("sample_count"),
         *(func.sum(c[f]).label(f) for f in INTEGRAL_FIELDS),
     ]
-    for m in METRIC_NAMES:
+    for m in _ROLLED:
         cols += [
             func.sum(c[f"{m}_sum"]).label(f"{m}_sum"),
             func.min(c[f"{m}_min"]).label(f"{m}_min"),
@@ -193,7 +195,7 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
         rows = [
             (r[0].timestamp(), r[1:])
             for r in conn.execute(
-                select(samples.c.ts, *(samples.c[m] for m in METRIC_NAMES))
+                select(samples.c.ts, *(samples.c[m] for m in _SAMPLE_COLUMNS))
                 .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
                 .order_by(samples.c.ts)
             )

@@ -11,14 +11,19 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
     text,
 )
 
+from service.costs.integrals import INTEGRAL_FIELDS
 from service.db.types import UTCDateTime
 from service.vocabulary import METRICS, MetricSpec
+
+# Per-sample figures decided at ingest (service.diagnosis) that rollups aggregate like metrics.
+ROLLED_UP_DERIVED: tuple[str, ...] = ("activity",)
 
 metadata = MetaData(
     naming_convention={
@@ -39,41 +44,40 @@ def metric_columns() -> list[Column[object]]:
     return [Column(m.name, _metric_type(m), nullable=True) for m in METRICS]
 
 
+def decision_columns() -> list[Column[object]]:
+    """A sample's activity (ratio), its rung and its cause, decided once at ingest; NULL when
+    the sample reports no activity (nodata)."""
+    return [
+        Column("activity", Float, nullable=True),
+        Column("activity_rung", SmallInteger, nullable=True),
+        Column("cause", SmallInteger, nullable=True),
+    ]
+
+
 def rollup_columns() -> list[Column[object]]:
-    """Per metric: sum, min, max and count of the samples in the bucket (avg = sum / count)."""
+    """Per metric (and the derived activity): sum, min, max and count of the samples in the
+    bucket (avg = sum / count)."""
     cols: list[Column[object]] = []
-    for m in METRICS:
+    for name in (*(m.name for m in METRICS), *ROLLED_UP_DERIVED):
         cols += [
-            Column(f"{m.name}_sum", Float, nullable=True),
-            Column(f"{m.name}_min", Float, nullable=True),
-            Column(f"{m.name}_max", Float, nullable=True),
-            Column(f"{m.name}_count", Integer, nullable=False, server_default="0"),
+            Column(f"{name}_sum", Float, nullable=True),
+            Column(f"{name}_min", Float, nullable=True),
+            Column(f"{name}_max", Float, nullable=True),
+            Column(f"{name}_count", Integer, nullable=False, server_default="0"),
         ]
     return cols
 
 
 def integral_columns() -> list[Column[object]]:
-    """The waste-model integrals of design section 4 for one bucket, in seconds and joules."""
-    return [
-        Column("covered_seconds", Float, nullable=False, server_default="0"),
-        Column("idle_seconds", Float, nullable=False, server_default="0"),
-        Column("idle_held_seconds", Float, nullable=False, server_default="0"),
-        Column("unused_seconds", Float, nullable=False, server_default="0"),
-        Column("fallback_seconds", Float, nullable=False, server_default="0"),
-        Column("energy_used_joules", Float, nullable=False, server_default="0"),
-    ]
+    """The waste-model integrals for one bucket (seconds, seconds per cause, joules)."""
+    return [Column(f, Float, nullable=False, server_default="0") for f in INTEGRAL_FIELDS]
 
 
 # Fields of rollup_1m that also carry a running total per GPU (``cum_<field>``): the sum of
 # the field over every earlier bucket of the GPU and this one. A cost report then reads any
 # range of whole minutes as the difference of two rows, instead of summing the buckets between.
 CUMULATIVE_FIELDS = (
-    "covered_seconds",
-    "idle_seconds",
-    "idle_held_seconds",
-    "unused_seconds",
-    "fallback_seconds",
-    "energy_used_joules",
+    *INTEGRAL_FIELDS,
     "tensor_active_sum",
     "tensor_active_count",
     "dram_active_sum",
@@ -120,6 +124,7 @@ samples = Table(
     Column("ts", UTCDateTime, primary_key=True),
     Column("source", String(16), nullable=False),
     *metric_columns(),
+    *decision_columns(),
 )
 
 rollup_1m = Table(

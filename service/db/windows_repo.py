@@ -12,7 +12,6 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
-    and_,
     any_,
     bindparam,
     case,
@@ -23,9 +22,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1m, samples
+from service.db.schema import ROLLED_UP_DERIVED, gpus, job_gpus, jobs, nodes, rollup_1m, samples
+from service.diagnosis import Cause
 from service.thresholds.evaluator import ScopeMember, WindowStats
-from service.thresholds.policy import POLICY_METRICS
+from service.thresholds.policy import POLICY_METRICS, cause_of_metric
 from service.vocabulary import METRICS_BY_NAME
 
 # Windows longer than this read 1-minute rollups instead of raw samples.
@@ -124,15 +124,15 @@ def _among(conn: Connection, column: Any, ids: list[int]) -> Any:
     return column.in_(ids)
 
 
-def _sample_expr(metric: str, idle_threshold: float, held_bytes: float) -> Any:
-    """The per-sample value of ``metric`` (canonical or derived) as a SQL expression."""
-    if metric == "idle_held":
+def _sample_expr(metric: str) -> Any:
+    """The per-sample value of ``metric`` (canonical or derived) as a SQL expression; derived
+    ones read the activity and cause stored with the sample at ingest."""
+    cause = Cause.IDLE_HELD if metric == "idle_held" else cause_of_metric(metric)
+    if cause is not None:
+        # 1 in the cause, 0 in another, NULL (no data) without a decision.
         return case(
-            (samples.c.sm_active.is_(None), None),
-            (
-                and_(samples.c.sm_active < idle_threshold, samples.c.fb_used_bytes > held_bytes),
-                1.0,
-            ),
+            (samples.c.cause.is_(None), None),
+            (samples.c.cause == int(cause), 1.0),
             else_=0.0,
         )
     if metric == "hardware_fault":
@@ -148,8 +148,6 @@ def window_stats(
     *,
     windows: Mapping[float, Iterable[str]],
     now: datetime,
-    idle_threshold: float,
-    held_bytes: float,
     gpu_ids: Iterable[int],
     lost_gpu_ids: frozenset[int] = frozenset(),
 ) -> dict[float, WindowStatsByGpu]:
@@ -174,7 +172,7 @@ def window_stats(
         for w, ms in sorted(raw.items()):
             recent = None if w == widest else samples.c.ts > now - timedelta(seconds=w)
             for m in ms:
-                e = _sample_expr(m, idle_threshold, held_bytes)
+                e = _sample_expr(m)
                 aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
                 plan.append((w, m, len(cols)))
                 cols += [a if recent is None else a.filter(recent) for a in aggs]
@@ -219,16 +217,18 @@ def _rollup_stats(
     since = now - timedelta(seconds=window_seconds)
     c = rollup_1m.c
     cols: list[Any] = [c.gpu_id]
-    for m in wanted:
-        if m in METRICS_BY_NAME:
-            cols += [
-                func.sum(c[f"{m}_sum"]).label(f"{m}__sum"),
-                func.sum(c[f"{m}_count"]).label(f"{m}__count"),
-                func.min(c[f"{m}_min"]).label(f"{m}__min"),
-                func.max(c[f"{m}_max"]).label(f"{m}__max"),
-            ]
+    rolled = [m for m in wanted if m in METRICS_BY_NAME or m in ROLLED_UP_DERIVED]
+    causes = {m: Cause.IDLE_HELD if m == "idle_held" else cause_of_metric(m) for m in wanted}
+    cause_fields = {m: f"{c.label}_seconds" for m, c in causes.items() if c is not None}
+    for m in rolled:
+        cols += [
+            func.sum(c[f"{m}_sum"]).label(f"{m}__sum"),
+            func.sum(c[f"{m}_count"]).label(f"{m}__count"),
+            func.min(c[f"{m}_min"]).label(f"{m}__min"),
+            func.max(c[f"{m}_max"]).label(f"{m}__max"),
+        ]
+    cols += [func.sum(c[f]).label(f"{m}__seconds") for m, f in cause_fields.items()]
     cols += [
-        func.sum(c.idle_held_seconds).label("ih"),
         func.sum(c.covered_seconds).label("cov"),
         func.sum(c.xid_last_count).label("xid"),
     ]
@@ -241,8 +241,8 @@ def _rollup_stats(
     for r in conn.execute(q):
         m_ = r._mapping
         per: dict[str, WindowStats] = {}
-        for m in wanted:
-            if m in METRICS_BY_NAME and m_[f"{m}__count"]:
+        for m in rolled:
+            if m_[f"{m}__count"]:
                 per[m] = WindowStats(
                     float(m_[f"{m}__sum"]),
                     int(m_[f"{m}__count"]),
@@ -250,10 +250,11 @@ def _rollup_stats(
                     float(m_[f"{m}__max"]),
                 )
         cov = float(r.cov or 0.0)
-        if "idle_held" in wanted and cov > 0:
-            ratio = float(r.ih or 0.0) / cov
-            # Weighted by covered seconds: avg is exact; min and max are the window's mean.
-            per["idle_held"] = WindowStats(ratio, 1, ratio, ratio)
+        for m in cause_fields:
+            if cov > 0:
+                ratio = float(m_[f"{m}__seconds"] or 0.0) / cov
+                # Weighted by covered seconds: avg is exact; min and max are the window's mean.
+                per[m] = WindowStats(ratio, 1, ratio, ratio)
         if "hardware_fault" in wanted:
             v = 1.0 if (r.xid or 0) > 0 or r.gpu_id in lost_gpu_ids else 0.0
             per["hardware_fault"] = WindowStats(v, 1, v, v)

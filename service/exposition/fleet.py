@@ -11,8 +11,8 @@ from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from service.costs.integrals import Thresholds
 from service.costs.prices import price_at
+from service.diagnosis import CAUSE_NAMES, IDLE_CAUSES, Cause, Decision, Rung, Thresholds, decide
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
 from service.exposition.types import FleetSnapshot, GpuReading
@@ -56,12 +56,12 @@ def info_values(r: GpuReading) -> tuple[str, ...]:
     return (r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or "")
 
 
-def activity_of(values: dict[str, float]) -> float | None:
-    """The activity ratio the waste model uses: sm_active, else gpu_util, else None (no data)."""
-    activity = values.get("sm_active")
-    if activity is None:
-        activity = values.get("gpu_util")
-    return activity
+def decision_of(r: GpuReading, thresholds: Thresholds) -> Decision | None:
+    """The reading's stored decision, or (for a reading not from storage) the same rule
+    applied to its values; None without an activity figure."""
+    if r.activity is not None and r.rung is not None and r.cause is not None:
+        return Decision(r.activity, Rung(r.rung), Cause(r.cause))
+    return decide(r.values, thresholds)
 
 
 def fleet_families(
@@ -95,12 +95,29 @@ def fleet_families(
     )
     wasted_fam = gpu_family(
         "gpuwarden_gpu_wasted_usd_per_hour",
-        "Spend going to unused SM time now: price x (1 - sm_active) (USD per hour).",
+        "Spend going to unused GPU time now: price x (1 - activity) (USD per hour).",
     )
     idle_fam = gpu_family(
         "gpuwarden_gpu_idle",
-        "1 when the GPU's activity is below the idle threshold now, else 0 (boolean).",
+        "1 when nothing runs on the GPU now (idle_empty or idle_held), else 0 (boolean).",
     )
+    # Activity and cause carry one more label each (the rung, the cause): own label sets.
+    activity_sets: list[dict[str, str]] = []
+    activity_fam = GpuFamily(
+        "gpuwarden_gpu_activity_ratio",
+        "Activity from the latest sample: sm_active, else gr_engine_active, else gpu_util; "
+        "the rung label says which (ratio).",
+        "gauge",
+        activity_sets,
+    )
+    cause_sets: list[dict[str, str]] = []
+    cause_fam = GpuFamily(
+        "gpuwarden_gpu_cause",
+        "Always 1; the cause label says why the GPU's latest sample went the way it did.",
+        "gauge",
+        cause_sets,
+    )
+    by_cause = dict.fromkeys(CAUSE_NAMES, 0)
     info_sets: list[dict[str, str]] = []
     info_fam = GpuFamily(
         "gpuwarden_gpu_info",
@@ -146,15 +163,21 @@ def fleet_families(
             price_fam.rows.append((i, price))
             cost_usd_per_hour += price
 
-        activity = activity_of(values)
-        if activity is None:
+        d = decision_of(r, thresholds)
+        if d is None:
             continue  # no activity figure: no data is never idle and never waste
-        idle = activity < thresholds.idle
+        activity = d.activity
+        labels = label_sets[i]
+        activity_sets.append({**labels, "rung": d.rung.label})
+        activity_fam.rows.append((len(activity_sets) - 1, activity))
+        cause_sets.append({**labels, "cause": d.cause.label})
+        cause_fam.rows.append((len(cause_sets) - 1, 1.0))
+        by_cause[d.cause.label] += 1
+        idle = d.cause in IDLE_CAUSES
         idle_fam.rows.append((i, 1.0 if idle else 0.0))
         if idle:
             n_idle += 1
-            fb_used = values.get("fb_used_bytes")
-            if fb_used is not None and fb_used > thresholds.held_bytes:
+            if d.cause is Cause.IDLE_HELD:
                 n_idle_held += 1
         if price is not None:
             wasted = price * (1.0 - activity)
@@ -170,7 +193,16 @@ def fleet_families(
         lost_fam.add_metric([g.node, str(g.index), g.uuid, g.model], 1.0)
 
     families: list[Metric] = [fam for _, fam in per_metric]
-    families += [last_ts, price_fam, wasted_fam, idle_fam, info_fam, lost_fam]
+    families += [last_ts, price_fam, wasted_fam, idle_fam, activity_fam, cause_fam]
+    families += [info_fam, lost_fam]
+    cause_count = GaugeMetricFamily(
+        "gpuwarden_fleet_gpus_by_cause",
+        "Reporting GPUs whose latest sample has each cause (GPUs).",
+        labels=["cause"],
+    )
+    for name, n in by_cause.items():
+        cause_count.add_metric([name], n)
+    families.append(cause_count)
     families += _fleet_figures(
         reporting=len(snapshot.readings),
         idle=n_idle,
@@ -203,12 +235,12 @@ def _fleet_figures(
         _gauge("gpuwarden_fleet_gpus", "GPUs that reported within max_gap (GPUs).", reporting),
         _gauge(
             "gpuwarden_fleet_gpus_idle",
-            "Reporting GPUs whose activity is below the idle threshold now (GPUs).",
+            "Reporting GPUs on which nothing runs now: idle_empty or idle_held (GPUs).",
             idle,
         ),
         _gauge(
             "gpuwarden_fleet_gpus_idle_held",
-            "Idle GPUs that still hold more frame buffer than the held threshold (GPUs).",
+            "Idle GPUs that hold memory (a process or more than the held threshold) (GPUs).",
             idle_held,
         ),
         _gauge("gpuwarden_fleet_gpus_lost", "GPUs lost or fallen off the bus (GPUs).", lost),
@@ -219,7 +251,7 @@ def _fleet_figures(
         ),
         _gauge(
             "gpuwarden_fleet_wasted_usd_per_hour",
-            "Spend going to unused SM time across the fleet now (USD per hour).",
+            "Spend going to unused GPU time across the fleet now (USD per hour).",
             wasted_usd_per_hour,
         ),
         _gauge(

@@ -16,17 +16,25 @@ from pydantic import (
     model_validator,
 )
 
+from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
 from service.durations import parse_duration
 from service.errors import ValidationFailed
 from service.vocabulary import METRICS_BY_NAME
 
-# Metrics derived per sample by the evaluator's data reader, beside the canonical ones:
-# idle_held is 1 when sm_active < idle threshold while fb_used_bytes > held threshold, else 0;
-# hardware_fault is 1 when the GPU reported an XID in the window or has fallen off the bus.
+CAUSE_PREFIX = "cause:"
+
+# Metrics derived per sample from the decision stored with it at ingest, beside the canonical
+# ones: activity is the ladder (sm_active, else gr_engine_active, else gpu_util); idle_held is
+# 1 while nothing runs with memory held, else 0; cause:<name> is 1 while the sample's cause is
+# <name> (over a window: the share of covered time in it); hardware_fault is 1 when the GPU
+# reported an XID in the window or has fallen off the bus.
 DERIVED_METRICS: dict[str, str] = {
-    "idle_held": "1 while idle (sm_active below the idle threshold) with memory held, else 0",
+    "activity": "the activity ratio: sm_active, else gr_engine_active, else gpu_util",
+    "idle_held": "1 while nothing runs (no kernel, activity below idle) with memory held, else 0",
     "hardware_fault": "1 when the GPU reported an XID in the window or is lost, else 0",
-}
+    **{f"{CAUSE_PREFIX}{c.label}": f"share of covered time that is {c.label}: {CAUSE_MEANING[c]}"
+       for c in Cause},
+}  # fmt: skip
 POLICY_METRICS: tuple[str, ...] = (*METRICS_BY_NAME, *DERIVED_METRICS)
 
 
@@ -36,6 +44,13 @@ def metric_range(metric: str) -> tuple[float, float | None, str]:
     if spec is None:
         return 0.0, 1.0, "ratio"
     return spec.minimum, spec.maximum, spec.unit
+
+
+def cause_of_metric(metric: str) -> Cause | None:
+    """The cause a ``cause:<name>`` policy metric names, else None."""
+    if not metric.startswith(CAUSE_PREFIX):
+        return None
+    return CAUSE_BY_NAME.get(metric[len(CAUSE_PREFIX) :])
 
 
 MATCH_LABELS: tuple[str, ...] = ("node", "gpu", "job", "user", "team", "project", "model")
@@ -95,8 +110,12 @@ class PolicySpec(BaseModel):
         self._for_s = parse_duration(self.for_)
         self._repeat_s = parse_duration(self.repeat_interval)
         spec = METRICS_BY_NAME.get(self.metric)
-        self._low_util = self.metric == "idle_held" or (
-            spec is not None and spec.unit == "ratio" and self.op in ("<", "<=")
+        cause = cause_of_metric(self.metric)
+        ratio = self.metric == "activity" or (spec is not None and spec.unit == "ratio")
+        self._low_util = (
+            self.metric == "idle_held"
+            or (ratio and self.op in ("<", "<="))
+            or (cause in WASTE_CAUSES and self.op in (">", ">="))
         )
 
     @field_validator("metric")

@@ -46,11 +46,7 @@ UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 
 def thresholds_of(settings: Settings) -> Thresholds:
     """The waste-model thresholds from settings."""
-    return Thresholds(
-        max_gap_seconds=settings.max_gap_seconds,
-        idle=settings.idle_threshold,
-        held_bytes=float(settings.held_threshold_bytes),
-    )
+    return settings.thresholds
 
 
 def tag_thresholds_of(settings: Settings) -> TagThresholds:
@@ -310,6 +306,7 @@ def job_summary(
     return {
         "summary": total.as_dict(),
         "per_gpu": [{**s.as_dict(), "gpu_uuid": k} for k, s in sorted(per_gpu.items())],
+        "dominant_waste_cause": total.dominant_waste_cause,
         "tags": [{"tag": t, "hint": TAG_HINTS[t]} for t in tags],
         "warnings": warnings,
     }

@@ -188,8 +188,6 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             conn,
             windows=by_window if policy_list else {},
             now=now,
-            idle_threshold=s.idle_threshold,
-            held_bytes=float(s.held_threshold_bytes),
             gpu_ids=scopes.gpu_ids,
             lost_gpu_ids=scopes.lost_gpu_ids,
         )

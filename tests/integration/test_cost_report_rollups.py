@@ -101,7 +101,7 @@ def expected_from_raw(engine: Engine, start: datetime, end: datetime) -> dict[st
     points: dict[int, list[ActivityPoint]] = {g: [] for g in ids}
     for r in rows:
         points[r.gpu_id].append(
-            ActivityPoint(r.ts.timestamp(), r.sm_active, r.gpu_util, r.fb_used_bytes, r.power_watts)
+            ActivityPoint(r.ts.timestamp(), r.activity, r.activity_rung, r.cause, r.power_watts)
         )
     by_uuid = {u: g for g, u in ids.items()}
     lines = []

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.integrals import ActivityPoint, Thresholds, integrate, point_of
 
 GIB = 1024**3
 T = Thresholds(max_gap_seconds=60, idle=0.05, held_bytes=GIB)
 
 
 def every_10s(start: float, end: float, **values: float | None) -> list[ActivityPoint]:
-    return [ActivityPoint(ts=float(t), **values) for t in range(int(start), int(end), 10)]
+    return [point_of(float(t), values, T) for t in range(int(start), int(end), 10)]
+
+
+def at(ts: float, **values: float | None) -> ActivityPoint:
+    return point_of(ts, values, T)
 
 
 def test_worked_example_hour_half_idle_held_half_at_0_8():
@@ -25,7 +29,7 @@ def test_worked_example_hour_half_idle_held_half_at_0_8():
 
 
 def test_gap_longer_than_max_gap_is_nodata_not_idle():
-    points = [ActivityPoint(0, 0.0), ActivityPoint(300, 0.0)]
+    points = [at(0, sm_active=0.0), at(300, sm_active=0.0)]
     out = integrate(points, 0, 400, T)
     # each sample covers at most 60 s; 300 s - 60 s in between is nodata
     assert out.covered_seconds == pytest.approx(120)
@@ -40,7 +44,7 @@ def test_window_cuts_intervals_at_both_edges():
 
 
 def test_missing_activity_is_nodata_and_gpu_util_is_a_flagged_fallback():
-    points = [ActivityPoint(0, None), ActivityPoint(10, None, gpu_util=1.0), ActivityPoint(20, 0.5)]
+    points = [at(0), at(10, gpu_util=1.0), at(20, sm_active=0.5)]
     out = integrate(points, 0, 30, T)
     assert out.covered_seconds == pytest.approx(20)
     assert out.fallback_seconds == pytest.approx(10)
@@ -53,3 +57,18 @@ def test_idle_without_memory_is_not_idle_held_and_energy_integrates_power():
     assert out.idle_seconds == pytest.approx(60)
     assert out.idle_held_seconds == 0
     assert out.energy_used_joules == pytest.approx(6000)
+
+
+def test_idle_is_nothing_running_and_every_covered_second_has_one_cause():
+    # Tiny kernels (launch-bound) and a starved loop are not idle, though sm_active < 0.05.
+    points = every_10s(0, 60, sm_active=0.03, gpu_util=0.33, tensor_active=0.0)
+    points += every_10s(60, 120, sm_active=0.03, gpu_util=0.045, tensor_active=0.0)
+    points += every_10s(120, 180, sm_active=0.0, gpu_util=0.0, fb_used_bytes=2 * GIB)
+    points += every_10s(180, 240, sm_active=0.9, gpu_util=1.0, tensor_active=0.8)
+    out = integrate(points, 0, 240, T)
+    assert out.idle_seconds == pytest.approx(60)
+    assert out.idle_held_seconds == pytest.approx(60)
+    assert out.launch_bound_seconds == pytest.approx(60)
+    assert out.input_starved_seconds == pytest.approx(60)
+    assert out.compute_tensor_seconds == pytest.approx(60)
+    assert sum(out.cause_seconds().values()) == pytest.approx(out.covered_seconds)

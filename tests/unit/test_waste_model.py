@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.costs.integrals import ActivityPoint, Integrals, Thresholds, integrate
+from service.costs.integrals import ActivityPoint, Integrals, Thresholds, integrate, point_of
 from service.costs.prices import PriceRow, change_points, price_at, specificity
 from service.costs.waste import (
     UNALLOCATED,
@@ -26,6 +26,12 @@ from service.costs.waste import (
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 GIB = 1024**3
 TH = Thresholds()
+
+
+def P(ts: float, sm_active: float, fb_used_bytes: float | None = None) -> ActivityPoint:
+    """A GPM-like sample with no kernel while idle (so low activity is nothing running)."""
+    values = {"sm_active": sm_active, "fb_used_bytes": fb_used_bytes}
+    return point_of(ts, values, Thresholds())
 
 
 def at(seconds: float) -> datetime:
@@ -48,7 +54,7 @@ def worked_example_points() -> list[ActivityPoint]:
     """30 min at sm_active 0.0 holding 20 GiB, then 30 min at 0.8, every 10 s."""
     base = T0.timestamp()
     return [
-        ActivityPoint(base + k * 10, 0.0 if k < 180 else 0.8, fb_used_bytes=20 * GIB)
+        P(base + k * 10, 0.0 if k < 180 else 0.8, fb_used_bytes=20 * GIB)
         for k in range(360)
     ]
 
@@ -80,7 +86,7 @@ def test_worked_example_of_design_4():
 def test_nodata_gap_is_never_idle_nor_cost_and_max_gap_cuts_cover():
     base = T0.timestamp()
     # Samples at 0..590 s, a 10-minute hole, then 1200..1790 s; all idle.
-    pts = [ActivityPoint(base + t, 0.0) for t in [*range(0, 600, 10), *range(1200, 1800, 10)]]
+    pts = [P(base + t, 0.0) for t in [*range(0, 600, 10), *range(1200, 1800, 10)]]
     segs = segment_gpu(1, [Allocation("j", 1, T0, at(1800))], T0, at(1800))
     usage = usage_from(pts, base, base + 1800)
     row = job_report(segs, [usage], 3.6)["j"].as_dict()
@@ -93,7 +99,7 @@ def test_nodata_gap_is_never_idle_nor_cost_and_max_gap_cuts_cover():
 
 def test_job_starting_and_ending_between_samples_gets_only_its_part():
     base = T0.timestamp()
-    pts = [ActivityPoint(base + k * 10, 0.5) for k in range(10)]  # 0..90 s, covers to 100 s
+    pts = [P(base + k * 10, 0.5) for k in range(10)]  # 0..90 s, covers to 100 s
     segs = segment_gpu(1, [Allocation("j", 1, at(15), at(42))], T0, at(100))
     assert [(s.start, s.end, s.job_ids) for s in segs] == [
         (T0, at(15), ()),
@@ -109,7 +115,7 @@ def test_job_starting_and_ending_between_samples_gets_only_its_part():
 
 def test_two_jobs_taking_turns_split_the_gpu_by_time():
     base = T0.timestamp()
-    pts = [ActivityPoint(base + k * 10, 0.0 if k < 60 else 1.0) for k in range(120)]
+    pts = [P(base + k * 10, 0.0 if k < 60 else 1.0) for k in range(120)]
     allocs = [Allocation("a", 1, T0, at(600)), Allocation("b", 1, at(600), at(1200))]
     segs = segment_gpu(1, allocs, T0, at(1200))
     usages = [usage_from(pts, s.start.timestamp(), s.end.timestamp()) for s in segs]
@@ -123,7 +129,7 @@ def test_two_jobs_taking_turns_split_the_gpu_by_time():
 
 def test_two_jobs_sharing_one_gpu_at_once_split_it_equally():
     base = T0.timestamp()
-    pts = [ActivityPoint(base + k * 10, 0.0, fb_used_bytes=4 * GIB) for k in range(360)]
+    pts = [P(base + k * 10, 0.0, fb_used_bytes=4 * GIB) for k in range(360)]
     # a holds 0..60 min, b joins at 30 min: 0..30 a alone, 30..60 both.
     allocs = [Allocation("a", 1, T0, at(3600)), Allocation("b", 1, at(1800), at(3600))]
     segs = segment_gpu(1, allocs, T0, at(3600))
@@ -155,7 +161,7 @@ def test_price_change_in_the_middle_of_a_job():
     segs = segment_gpu(1, [Allocation("j", 1, T0, at(3600))], T0, at(3600), cuts)
     assert len(segs) == 2
     base = T0.timestamp()
-    pts = [ActivityPoint(base + k * 10, 0.5) for k in range(360)]
+    pts = [P(base + k * 10, 0.5) for k in range(360)]
     usages = [usage_from(pts, s.start.timestamp(), s.end.timestamp()) for s in segs]
 
     def price_of(seg: Segment) -> float | None:
@@ -259,7 +265,7 @@ def test_reads_use_hours_inside_and_finer_data_only_at_the_edges(start, end, exp
 def test_rollup_boundaries_add_up_to_the_raw_integral(start_s: float, end_s: float):
     """Summing the signed planned reads equals integrating the whole span at once."""
     base = T0.timestamp()
-    pts = [ActivityPoint(base + k * 7, (k % 10) / 10, fb_used_bytes=2 * GIB) for k in range(2000)]
+    pts = [P(base + k * 7, (k % 10) / 10, fb_used_bytes=2 * GIB) for k in range(2000)]
     start, end = at(start_s), at(end_s)
     whole = usage_from(pts, start.timestamp(), end.timestamp())
     parts = Usage()

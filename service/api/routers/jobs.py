@@ -163,6 +163,7 @@ def list_jobs(
                 "cost_usd": d.get("cost_usd"),
                 "unused_cost_usd": d.get("unused_cost_usd"),
                 "efficiency": d.get("efficiency"),
+                "dominant_waste_cause": d.get("dominant_waste_cause"),
                 "tags": job_tags,
             }
         )

@@ -13,6 +13,7 @@ from service.api.deps import Ctx, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic
 from service.costs.waste import GROUP_BYS, TAGS
+from service.diagnosis import CAUSE_NAMES
 from service.errors import ValidationFailed
 from service.usecases import cost_report as cost_usecase
 
@@ -39,6 +40,8 @@ CSV_COLUMNS = (
     "idle_cost_usd",
     "unused_cost_usd",
     "unpriced_seconds",
+    "dominant_waste_cause",
+    *(f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd")),
 )
 
 
@@ -50,9 +53,13 @@ def to_csv(data: dict[str, Any]) -> str:
     columns = CSV_COLUMNS if data["group_by"] == "job" else CSV_COLUMNS[:1] + CSV_COLUMNS[5:]
     w.writerow([data["group_by"], *columns[1:]])
     for row in [*data["rows"], data["totals"]]:
+        flat = dict(row)
+        for name, figures in (row.get("causes") or {}).items():
+            flat[f"{name}_seconds"] = figures["seconds"]
+            flat[f"{name}_usd"] = figures["usd"]
         cells = []
         for c in columns:
-            v = row.get(c)
+            v = flat.get(c)
             cells.append(";".join(v) if isinstance(v, list) else "" if v is None else v)
         w.writerow(cells)
     return buf.getvalue()

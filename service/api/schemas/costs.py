@@ -8,8 +8,16 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 
+class CauseFiguresPublic(BaseModel):
+    """Covered seconds of one cause and their cost (USD, null when unpriced)."""
+
+    seconds: float
+    usd: float | None
+
+
 class CostRowPublic(BaseModel):
-    """The waste model's fields for one group (seconds, joules, USD; costs null when unpriced)."""
+    """The waste model's fields for one group (seconds, joules, USD; costs null when
+    unpriced), with seconds and USD per cause."""
 
     key: str
     held_seconds: float
@@ -27,10 +35,22 @@ class CostRowPublic(BaseModel):
     unpriced_seconds: float
     gpus: int
     jobs: int
+    causes: dict[str, CauseFiguresPublic] = Field(
+        default_factory=dict,
+        description="seconds and USD per cause (idle_empty, idle_held, launch_bound, ...); "
+        "the seconds add up to allocated_seconds",
+    )
+    dominant_waste_cause: str | None = Field(
+        None, description="the waste cause with the most seconds, null if none"
+    )
     user: str | None = None
     team: str | None = None
     project: str | None = None
-    tags: list[str] | None = None
+    tags: list[str] | None = Field(
+        None,
+        description="deprecated: the old job tags, kept for one release; use causes",
+        json_schema_extra={"deprecated": True},
+    )
 
 
 class CostReportPublic(BaseModel):
@@ -117,11 +137,16 @@ class JobPublic(BaseModel):
 
 
 class JobDetailPublic(JobPublic):
-    """A job with its waste summary over its lifetime, per GPU, and its tags."""
+    """A job with its waste summary over its lifetime (seconds and USD per cause, the
+    dominant waste cause), per GPU, and its (deprecated) tags."""
 
     summary: CostRowPublic
     per_gpu: list[PerGpuPublic]
-    tags: list[TagPublic]
+    dominant_waste_cause: str | None = None
+    tags: list[TagPublic] = Field(
+        description="deprecated: the old job tags, kept for one release; use summary.causes",
+        json_schema_extra={"deprecated": True},
+    )
     warnings: list[str]
 
 
@@ -139,7 +164,11 @@ class JobListItemPublic(BaseModel):
     cost_usd: float | None
     unused_cost_usd: float | None
     efficiency: float | None
-    tags: list[str]
+    dominant_waste_cause: str | None = None
+    tags: list[str] = Field(
+        description="deprecated: the old job tags, kept for one release",
+        json_schema_extra={"deprecated": True},
+    )
 
 
 class PriceIn(BaseModel):
