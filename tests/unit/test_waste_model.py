@@ -53,10 +53,7 @@ def usage_from(points: list[ActivityPoint], start: float, end: float) -> Usage:
 def worked_example_points() -> list[ActivityPoint]:
     """30 min at sm_active 0.0 holding 20 GiB, then 30 min at 0.8, every 10 s."""
     base = T0.timestamp()
-    return [
-        P(base + k * 10, 0.0 if k < 180 else 0.8, fb_used_bytes=20 * GIB)
-        for k in range(360)
-    ]
+    return [P(base + k * 10, 0.0 if k < 180 else 0.8, fb_used_bytes=20 * GIB) for k in range(360)]
 
 
 def job_report(
