@@ -12,6 +12,7 @@ from service.clock import Clock, utc_now
 from service.costs.integrals import Thresholds
 from service.db.ingest_repo import IngestCache
 from service.db.tokens_repo import TokenInfo
+from service.diagnosis import thresholds_of
 from service.settings import Settings
 from service.telemetry import Telemetry
 
@@ -33,4 +34,4 @@ class ServiceContext:
     @property
     def thresholds(self) -> Thresholds:
         """The waste-model thresholds from settings."""
-        return self.settings.thresholds
+        return thresholds_of(self.settings)

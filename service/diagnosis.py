@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 
 GIB = 1024**3
 
@@ -103,6 +104,50 @@ class Thresholds:
     starved_util: float = 0.5
     memory_dram: float = 0.5
     tensor: float = 0.05
+
+
+class ThresholdSettings(Protocol):
+    """The settings the thresholds come from (service.settings.Settings has them)."""
+
+    @property
+    def max_gap_seconds(self) -> float: ...
+    @property
+    def idle_threshold(self) -> float: ...
+    @property
+    def held_threshold_bytes(self) -> int: ...
+    @property
+    def cause_no_kernel_util(self) -> float: ...
+    @property
+    def cause_transfer_bytes_per_second(self) -> float: ...
+    @property
+    def cause_busy(self) -> float: ...
+    @property
+    def cause_launch_min_util(self) -> float: ...
+    @property
+    def cause_launch_fill(self) -> float: ...
+    @property
+    def cause_starved_util(self) -> float: ...
+    @property
+    def cause_memory_dram(self) -> float: ...
+    @property
+    def cause_tensor(self) -> float: ...
+
+
+def thresholds_of(s: ThresholdSettings) -> Thresholds:
+    """The thresholds the settings ``s`` give (the one place they are read)."""
+    return Thresholds(
+        max_gap_seconds=s.max_gap_seconds,
+        idle=s.idle_threshold,
+        held_bytes=float(s.held_threshold_bytes),
+        no_kernel_util=s.cause_no_kernel_util,
+        transfer_bytes_per_second=s.cause_transfer_bytes_per_second,
+        busy=s.cause_busy,
+        launch_min_util=s.cause_launch_min_util,
+        launch_fill=s.cause_launch_fill,
+        starved_util=s.cause_starved_util,
+        memory_dram=s.cause_memory_dram,
+        tensor=s.cause_tensor,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ import yaml
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.diagnosis import Thresholds
 from service.errors import ConfigError
 
 GIB = 1024**3
@@ -24,23 +23,6 @@ class Settings(BaseSettings):
         env_prefix="GPUWARDEN_", extra="ignore", populate_by_name=True
     )
 
-    @property
-    def thresholds(self) -> Thresholds:
-        """The waste-model and cause thresholds these settings give."""
-        return Thresholds(
-            max_gap_seconds=self.max_gap_seconds,
-            idle=self.idle_threshold,
-            held_bytes=float(self.held_threshold_bytes),
-            no_kernel_util=self.cause_no_kernel_util,
-            transfer_bytes_per_second=self.cause_transfer_bytes_per_second,
-            busy=self.cause_busy,
-            launch_min_util=self.cause_launch_min_util,
-            launch_fill=self.cause_launch_fill,
-            starved_util=self.cause_starved_util,
-            memory_dram=self.cause_memory_dram,
-            tensor=self.cause_tensor,
-        )
-
     # --- central service -------------------------------------------------------------
     database_url: str = "sqlite:///./gpuwarden.db"
     host: str = "127.0.0.1"
@@ -51,7 +33,8 @@ class Settings(BaseSettings):
     max_gap_seconds: float = Field(60.0, gt=0)
     idle_threshold: float = Field(0.05, ge=0, le=1)
     held_threshold_bytes: int = Field(GIB, ge=0)
-    # The causes of a running sample (service.diagnosis; docs/diagnosis.md says why these).
+    # The causes of a running sample (service.diagnosis.thresholds_of reads these;
+    # docs/diagnosis.md says why these values).
     # A change applies to samples stored from then on.
     cause_no_kernel_util: float = Field(0.02, ge=0, le=1)
     cause_transfer_bytes_per_second: float = Field(2e9, ge=0)

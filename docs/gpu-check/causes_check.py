@@ -33,8 +33,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate  # noqa: E402
-from service.diagnosis import Cause  # noqa: E402
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.diagnosis import Cause
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-check-out")
 PART = os.environ.get("PART", "a")
@@ -71,7 +71,7 @@ def recording_proxy(central: str, record: Path) -> tuple[ThreadingHTTPServer, in
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the http.server spelling
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             data = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
             with lock, record.open("ab") as fh:

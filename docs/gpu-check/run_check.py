@@ -23,8 +23,7 @@ import pynvml
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
-from service.collectors.nvml import ENERGY_EVERY_CYCLES, GPM_FIELDS
-from service.collectors.nvml import NvmlBackend
+from service.collectors.nvml import ENERGY_EVERY_CYCLES, GPM_FIELDS, NvmlBackend
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 

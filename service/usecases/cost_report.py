@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection
 
+from service import diagnosis
 from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow, change_points, price_lookup
@@ -46,7 +47,7 @@ UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 
 def thresholds_of(settings: Settings) -> Thresholds:
     """The waste-model thresholds from settings."""
-    return settings.thresholds
+    return diagnosis.thresholds_of(settings)
 
 
 def tag_thresholds_of(settings: Settings) -> TagThresholds:
