@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.table import Table
 
 from service.cli.http import api_get
+from service.cli.tables import Column, fit_table
 from service.clock import utc_now
 from service.costs.waste import GROUP_BYS, TAGS
 from service.errors import ValidationFailed
@@ -50,45 +50,79 @@ def terminal_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
-def _money(v: float | None) -> str:
+def money(v: float | None) -> str:
+    """Dollars as the tables show them ($1,234.56), n/a when unpriced."""
     return "n/a" if v is None else f"${v:,.2f}"
+
+
+def gpu_hours(seconds: float) -> str:
+    """GPU-hours with enough digits that a small figure does not read as nothing."""
+    hours = seconds / 3600
+    if hours == 0:
+        return "0"
+    if hours < 0.01:
+        return "<0.01"
+    return f"{hours:,.2f}" if hours < 10 else f"{hours:,.1f}"
 
 
 def _pct(part: float, whole: float) -> str:
     return "" if whole <= 0 else f"{100 * part / whole:.0f}%"
 
 
+def short_time(text: str) -> str:
+    """An RFC 3339 time as 2026-12-03 07:22Z (minutes are enough in a title)."""
+    return text[:16].replace("T", " ") + "Z" if len(text) >= 16 else text
+
+
 def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     """Print the report as a table, worst wasted spend first, with the totals last."""
     group_by = data["group_by"]
-    table = Table(
-        title=f"GPU cost by {group_by}, {data['start']} to {data['end']}",
-        caption="wasted = unused cost = price x (1 - sm_active) x time; idle: sm_active < 5%",
-    )
-    table.add_column(group_by, no_wrap=True)
-    for name in ("GPU-h", "cost", "idle cost", "wasted", "efficiency", "idle", "no data"):
-        table.add_column(name, justify="right")
+    columns = [
+        Column(group_by, whole=True),
+        Column("GPU-h", "right", drop=4),
+        Column("cost", "right", whole=True),
+        Column("idle cost", "right", whole=True, drop=3),
+        Column("wasted", "right", whole=True),
+        Column("efficiency", "right", drop=5),
+        Column("idle", "right", drop=2),
+        Column("no data", "right", drop=1),
+    ]
     if group_by == "job":
-        table.add_column("user")
-        table.add_column("tags")
+        columns += [Column("user", drop=6), Column("tags", wrap=True)]
     rows = data["rows"]
     shown = [*rows[:limit], {**data["totals"], "key": "TOTAL"}]
+    cells = []
     for r in shown:
         eff = r["efficiency"]
-        cells = [
+        row = [
             str(r["key"]),
-            f"{r['allocated_seconds'] / 3600:,.1f}",
-            _money(r["cost_usd"]),
-            _money(r["idle_cost_usd"]),
-            _money(r["unused_cost_usd"]),
+            gpu_hours(r["allocated_seconds"]),
+            money(r["cost_usd"]),
+            money(r["idle_cost_usd"]),
+            money(r["unused_cost_usd"]),
             "" if eff is None else f"{eff:.0%}",
             _pct(r["idle_seconds"], r["allocated_seconds"]),
             _pct(r["nodata_seconds"], r["held_seconds"]),
         ]
         if group_by == "job":
-            cells += [r.get("user") or "", ", ".join(r.get("tags") or [])]
-        table.add_row(*cells, end_section=r is shown[-2])
+            row += [r.get("user") or "", ", ".join(r.get("tags") or [])]
+        cells.append(row)
+    prices = "DEFAULT prices" if data.get("price_source") == "default" else "your prices"
+    table, dropped = fit_table(
+        columns,
+        cells,
+        width=console.width,
+        title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
+        caption=f"wasted = price x (1 - sm_active) x time; {prices}",
+        section_before_last=True,
+    )
     console.print(table)
+    if not rows:
+        console.print("no GPU time in this window; the warnings below say why")
+    if dropped:
+        console.print(
+            f"left out to fit {console.width} columns: {', '.join(dropped)} (--csv has all)"
+        )
     if len(rows) > limit:
         console.print(f"{len(rows) - limit} more rows; use --limit, --csv or --json for all")
 

@@ -345,11 +345,14 @@ def group_segments(
     return list(index), held, spans
 
 
-def summarize(lines: Iterable[Line], key_of: Callable[[Line], str]) -> dict[str, Summary]:
-    """Group lines by ``key_of`` into summaries (lines of no job go to ``__unallocated__``)."""
+def summarize(
+    lines: Iterable[Line], key_of: Callable[[Line], str], *, jobs_only: bool = True
+) -> dict[str, Summary]:
+    """Group lines by ``key_of`` into summaries; with ``jobs_only`` (grouping by something of a
+    job) lines of no job go to ``__unallocated__``, else ``key_of`` keys them too."""
     out: dict[str, Summary] = {}
     for line in lines:
-        key = UNALLOCATED if line.job_id is None else key_of(line)
+        key = UNALLOCATED if jobs_only and line.job_id is None else key_of(line)
         s = out.get(key)
         if s is None:
             s = out[key] = Summary(key)
@@ -386,8 +389,10 @@ TAG_HINTS: dict[str, str] = {
 TAGS: tuple[str, ...] = tuple(TAG_HINTS)
 
 # What a cost report can group its lines by; the API, the CLI and the report all read this.
-GroupBy = Literal["job", "user", "team", "node", "gpu_model"]
+GroupBy = Literal["job", "user", "team", "node", "gpu_model", "gpu"]
 GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
+# Groups of hardware hold every second of their GPUs, a job's or not: no __unallocated__ row.
+HARDWARE_GROUP_BYS: tuple[str, ...] = ("node", "gpu_model", "gpu")
 
 
 def job_tags(summary: Summary, t: TagThresholds) -> list[str]:

@@ -4,34 +4,58 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, or_, select, type_coerce
 
 from service.costs.waste import Allocation
-from service.db.schema import gpus, job_gpus, jobs, nodes
+from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1m, rollup_dirty
 from service.db.types import UTCDateTime
 
 
 @dataclass(frozen=True, slots=True)
 class GpuInfo:
-    """What a report needs of a GPU: its id, uuid, model and node."""
+    """What a report needs of a GPU: its id, uuid, model, node and since when it is known."""
 
     id: int
     uuid: str
     model: str
     node: str
+    known_from: datetime  # first seen, or its first stored minute if that is earlier (backfill)
 
 
 def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict[int, GpuInfo]:
     """The GPUs (all, or ``gpu_ids``) by internal id."""
-    q = select(gpus.c.id, gpus.c.uuid, gpus.c.model, nodes.c.hostname).join(
-        nodes, nodes.c.id == gpus.c.node_id
+    # One index probe per GPU: a spool replayed after the GPU was first seen has older minutes.
+    first_minute = (
+        select(func.min(rollup_1m.c.bucket_start))
+        .where(rollup_1m.c.gpu_id == gpus.c.id)
+        .scalar_subquery()
     )
+    q = select(
+        gpus.c.id,
+        gpus.c.uuid,
+        gpus.c.model,
+        nodes.c.hostname,
+        gpus.c.first_seen_at,
+        type_coerce(first_minute, UTCDateTime()),
+    ).join(nodes, nodes.c.id == gpus.c.node_id)
     if gpu_ids is not None:
         q = q.where(gpus.c.id.in_(list(gpu_ids)))
-    return {r.id: GpuInfo(r.id, r.uuid, r.model, r.hostname) for r in conn.execute(q).all()}
+    return {
+        gpu_id: GpuInfo(gpu_id, uuid, model, node, min(seen, minute or seen))
+        for gpu_id, uuid, model, node, seen, minute in conn.execute(q).all()
+    }
+
+
+def pending_minutes(conn: Connection, *, start: datetime, end: datetime) -> int:
+    """GPU-minutes in [start, end) with samples not rolled up yet (reports read rollups)."""
+    q = select(func.count()).where(
+        rollup_dirty.c.bucket_start >= start - timedelta(minutes=1),
+        rollup_dirty.c.bucket_start < end,
+    )
+    return int(conn.execute(q).scalar_one())
 
 
 def load_allocations(

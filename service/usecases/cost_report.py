@@ -23,6 +23,7 @@ from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.prices import parse_price_rows as parse_price_list
 from service.costs.waste import (
     GROUP_BYS,
+    HARDWARE_GROUP_BYS,
     TAG_HINTS,
     TAGS,
     UNALLOCATED,
@@ -119,6 +120,7 @@ class Attribution:
     gpus: dict[int, costs_repo.GpuInfo]
     jobs: dict[str, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    price_source: Literal["api", "config", "default"] = "default"
 
 
 def attribute(
@@ -138,7 +140,8 @@ def attribute(
     edge, for reports over thousands of jobs where reading raw samples would dominate.
     """
     end = min(end, now)
-    prices = effective_prices(conn, settings).rows
+    table = effective_prices(conn, settings)
+    prices = table.rows
     gpu_info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
     allocations, job_info = costs_repo.load_allocations(
         conn, start=start, end=end, now=now, gpu_ids=gpu_ids
@@ -148,9 +151,11 @@ def attribute(
         by_gpu[a.gpu_id].append(a)
     segments: list[Segment] = []
     for gpu_id, info in gpu_info.items():
-        if start < end:
-            cuts = change_points(prices, info.model, start, end)
-            segments += segment_gpu(gpu_id, by_gpu.get(gpu_id, []), start, end, cuts)
+        # A GPU is held from when it is known: one first seen a minute ago is not held all week.
+        held_from = max(start, info.known_from)
+        if held_from < end:
+            cuts = change_points(prices, info.model, held_from, end)
+            segments += segment_gpu(gpu_id, by_gpu.get(gpu_id, []), held_from, end, cuts)
     unpriced: set[str] = set()
     lookup = price_lookup(prices)
 
@@ -180,7 +185,7 @@ def attribute(
     ]
     for w in warnings:
         log.warning(w)
-    return Attribution(lines, gpu_info, job_info, warnings)
+    return Attribution(lines, gpu_info, job_info, warnings, table.source)
 
 
 def _key_fn(att: Attribution, group_by: str) -> Any:
@@ -189,6 +194,8 @@ def _key_fn(att: Attribution, group_by: str) -> Any:
             return att.gpus[line.gpu_id].node
         if group_by == "gpu_model":
             return att.gpus[line.gpu_id].model
+        if group_by == "gpu":
+            return att.gpus[line.gpu_id].uuid
         assert line.job_id is not None
         if group_by == "job":
             return line.job_id
@@ -256,7 +263,7 @@ def cost_report(
             )
 
         lines = [ln for ln in lines if keep(ln)]
-    groups = summarize(lines, _key_fn(att, group_by))
+    groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
     total = Summary("__total__")
     for s in groups.values():
         total.merge(s)
@@ -280,8 +287,41 @@ def cost_report(
         "group_by": group_by,
         "rows": rows,
         "totals": total.as_dict(),
-        "warnings": att.warnings,
+        "price_source": att.price_source,
+        "warnings": att.warnings + _explanations(conn, settings, att, total, start, end),
     }
+
+
+DEFAULT_PRICES_NOTE = (
+    "prices are GPU Warden's shipped defaults (approximate public on-demand prices, see "
+    "docs/costs.md); set yours with PUT /api/v1/prices or prices: in the config file"
+)
+
+
+def _explanations(
+    conn: Connection,
+    settings: Settings,
+    att: Attribution,
+    total: Summary,
+    start: datetime,
+    end: datetime,
+) -> list[str]:
+    """What a first report needs said: why it may be empty, and whose prices it uses."""
+    out = []
+    if not att.gpus:
+        out.append(
+            "no GPU has reported yet: start an agent on a GPU node (gpuwarden agent) "
+            "or try gpuwarden demo"
+        )
+    pending = costs_repo.pending_minutes(conn, start=start, end=end)
+    if pending:
+        out.append(
+            f"{pending} GPU-minutes of recent samples are not rolled up yet (rollups run "
+            f"every {settings.rollup_interval_seconds:g} s) and are left out: ask again in a minute"
+        )
+    if att.price_source == "default" and total.held_seconds > 0:
+        out.append(DEFAULT_PRICES_NOTE)
+    return out
 
 
 def job_summary(

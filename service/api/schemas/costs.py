@@ -61,6 +61,7 @@ class CostReportPublic(BaseModel):
     group_by: str
     rows: list[CostRowPublic]
     totals: CostRowPublic
+    price_source: Literal["api", "config", "default"]  # default: the shipped list prices
     warnings: list[str]
 
 

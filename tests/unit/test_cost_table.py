@@ -1,0 +1,79 @@
+"""The cost table in an 80-column terminal: dollar figures and job ids whole, never cut."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from service.cli.report import gpu_hours, render_table
+
+
+def row(key: str, cost: float, wasted: float, **extra: object) -> dict[str, object]:
+    return {
+        "key": key,
+        "held_seconds": 86400.0 * 8,
+        "allocated_seconds": 86400.0 * 7.5,
+        "nodata_seconds": 43200.0,
+        "idle_seconds": 3600.0 * 50,
+        "unused_seconds": 3600.0 * 90,
+        "efficiency": 0.42,
+        "cost_usd": cost,
+        "idle_cost_usd": cost / 3,
+        "unused_cost_usd": wasted,
+        "user": "alice-the-researcher",
+        "tags": ["idle", "idle-held", "underfed"],
+        **extra,
+    }
+
+
+def report() -> dict[str, object]:
+    rows = [
+        row("slurm:1234567", 12345.67, 9876.54),
+        row("k8s:ml-team/train-llama-70b-x9", 1234.5, 1000.25),
+        row("__unallocated__", 123.45, 99.99, user=None, tags=None),
+    ]
+    totals = row("__total__", 13703.62, 10976.78, user=None, tags=None)
+    return {
+        "group_by": "job",
+        "start": "2026-11-26T07:22:24.643342Z",
+        "end": "2026-12-03T07:22:24.643342Z",
+        "rows": rows,
+        "totals": totals,
+        "price_source": "default",
+        "warnings": [],
+    }
+
+
+def render(width: int) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, legacy_windows=False)
+    render_table(report(), limit=20, console=console)
+    return out.getvalue()
+
+
+def test_80_columns_keep_every_dollar_figure_and_job_id_whole() -> None:
+    text = render(80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    assert body and all(line.endswith("│") for line in body)  # not cropped at the edge
+    assert "…" not in text
+    for figure in ("$12,345.67", "$9,876.54", "$1,234.50", "$1,000.25", "$13,703.62", "$10,976.78"):
+        assert figure in text, figure
+    for job in ("slurm:1234567", "k8s:ml-team/train-llama-70b-x9", "__unallocated__"):
+        assert job in text, job
+    assert "left out to fit 80 columns" in text
+    assert "DEFAULT prices" in text
+
+
+def test_a_wide_terminal_shows_every_column() -> None:
+    text = render(200)
+    assert "no data" in text and "idle cost" in text and "left out" not in text
+
+
+def test_small_gpu_hours_do_not_read_as_nothing() -> None:
+    # $0.21 at $6.88/h is 0.03 GPU-h, not "0.0"
+    assert gpu_hours(0.21 / 6.88 * 3600) == "0.03"
+    assert gpu_hours(10) == "<0.01"
+    assert gpu_hours(0) == "0"
+    assert gpu_hours(36 * 3600) == "36.0"
