@@ -75,7 +75,60 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("nvlink_tx_bytes_per_second", "bytes_per_second", "NVLink transmit throughput"),
     MetricSpec("nvlink_rx_bytes_per_second", "bytes_per_second", "NVLink receive throughput"),
     MetricSpec("xid_last", "code", "Most recent XID error code seen in the interval", kind="int"),
+    # GPU health. A row-remap failure is a state; remapped rows and PCIe replays are counters
+    # since the driver loaded, so a fault is their rise within a window, never their level.
+    MetricSpec(
+        "row_remap_failure",
+        "state",
+        "1 when the GPU could not remap a memory row (it needs service), else 0",
+        maximum=1.0,
+        kind="int",
+    ),
+    MetricSpec(
+        "remapped_rows_uncorrectable",
+        "rows",
+        "Memory rows remapped after uncorrectable errors since the driver loaded",
+        kind="int",
+        counter=True,
+    ),
+    MetricSpec(
+        "pcie_replays",
+        "replays",
+        "PCIe replays (link-level retries) since the driver loaded",
+        kind="int",
+        counter=True,
+    ),
 )
+
+# XID codes that mean the hardware (or its firmware) failed, after NVIDIA's XID catalogue: they
+# page as hardware faults. Everything else - 13 (graphics engine exception), 31 (GPU memory page
+# fault), 43 (GPU stopped processing), 45 (preemptive cleanup), 68 (video decoder exception) and
+# the rest - is almost always the application's own error (an illegal address, a killed kernel),
+# is shown as ``xid_last`` and never pages.
+HARDWARE_XIDS: frozenset[int] = frozenset(
+    {
+        48,  # double-bit ECC error
+        54,  # auxiliary power not connected
+        61,  # internal micro-controller breakpoint
+        62,  # internal micro-controller halt
+        63,  # ECC page retirement or row remapping recording event
+        64,  # ECC page retirement or row remapper recording failure
+        74,  # NVLink error
+        79,  # GPU has fallen off the bus
+        92,  # high single-bit ECC error rate
+        94,  # contained ECC error
+        95,  # uncontained ECC error
+        119,  # GSP RPC timeout
+        120,  # GSP error
+        140,  # unrecovered ECC error
+    }
+)
+
+
+def is_hardware_xid(code: float | None) -> bool:
+    """Whether XID ``code`` means failing hardware rather than an application error."""
+    return code is not None and int(code) in HARDWARE_XIDS
+
 
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
@@ -113,6 +166,21 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_hz", 1e6, "SM clock frequency (in MHz)."),
     DcgmField(
         "DCGM_FI_DEV_XID_ERRORS", "xid_last", 1.0, "Value of the last XID error encountered."
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "row_remap_failure",
+        1.0,
+        "Whether remapping of rows has failed",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "remapped_rows_uncorrectable",
+        1.0,
+        "Number of remapped rows for uncorrectable errors",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replays", 1.0, "Total number of PCIe retries."
     ),
     DcgmField(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",

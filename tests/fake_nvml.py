@@ -52,6 +52,9 @@ class FakeGpu:
     pids: list[tuple[int, int | None]] = field(default_factory=list)
     migs: list[FakeGpu] = field(default_factory=list)
     gpu_instance_id: int = 0
+    remapped_uncorrectable: int = 0
+    remap_failed: bool = False
+    pcie_replays: int = 0
 
 
 class _Metric:
@@ -195,6 +198,13 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
         self._gpu(h, "energy")
         return 123_456_000
+
+    def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
+        g = self._gpu(h, "remap")
+        return 0, g.remapped_uncorrectable, 0, int(g.remap_failed)
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Any) -> int:
+        return self._gpu(h, "replay").pcie_replays
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
         g = self._gpu(h, "procs")

@@ -1,7 +1,11 @@
 """The dcgm-exporter backend: scrape its /metrics and map DCGM_FI_* fields to canonical units.
 
 ``parse_exposition`` is pure (text in, devices, readings and job observations out); the backend
-only adds the HTTP scrape through an injected httpx client.
+only adds the HTTP scrape through an injected httpx client. It reads what real exporters write
+(tests/data/dcgm-exporter): ``Hostname`` or ``hostname``, ``UUID`` or ``uuid``, upper- or
+lower-case field names, the pod labels ``pod``/``namespace`` or the older ``pod_name``/
+``pod_namespace`` and ``pod_uid``, empty pod labels on unallocated GPUs, and DCGM's "blank" and
+"not supported" sentinels (9223372036854775794 and friends), which are absent values.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from service.collectors.backend import (
     ProcessReading,
     Snapshot,
 )
+from service.collectors.plausible import DCGM_SENTINELS
 from service.vocabulary import DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
 
 _FB_PARTS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
@@ -43,6 +48,19 @@ def _label(labels: dict[str, str], *names: str) -> str | None:
     return None
 
 
+def pod_job(labels: dict[str, str]) -> str | None:
+    """``k8s:<namespace>/<pod>`` from dcgm-exporter's pod labels (new or old spelling).
+
+    With only a pod UID (``pod_uid``) the id is ``k8s:<uid>``, as the cgroup path gives it.
+    """
+    pod = _label(labels, "pod", "pod_name")
+    ns = _label(labels, "namespace", "pod_namespace")
+    if pod is not None:
+        return f"k8s:{ns}/{pod}" if ns else f"k8s:{pod}"
+    uid = _label(labels, "pod_uid")
+    return f"k8s:{uid}" if uid else None
+
+
 def parse_exposition(text: str) -> Exposition:
     """Parse dcgm-exporter's text exposition into canonical devices and readings."""
     per_gpu: dict[str, dict[str, float]] = {}
@@ -55,6 +73,8 @@ def parse_exposition(text: str) -> Exposition:
         for s in family.samples:
             # The parser names counter samples <family>_total; dcgm-exporter's names have none.
             name = family.name if s.name == family.name + "_total" else s.name
+            if name.startswith("dcgm_fi_"):  # some pipelines lower-case the names
+                name = name.upper()
             labels = s.labels
             uuid = _label(labels, "UUID", "uuid")
             if uuid is None:
@@ -73,22 +93,22 @@ def parse_exposition(text: str) -> Exposition:
                     meta[key] = Device(uuid, index, model)
             hostname = hostname or _label(labels, "Hostname", "hostname")
             dev = meta[key]
-            job = _label(labels, "hpc_job")
-            pod = _label(labels, "pod")
-            if job is None and pod is not None:
-                ns = _label(labels, "namespace")
-                job = f"k8s:{ns}/{pod}" if ns else f"k8s:{pod}"
+            job = _label(labels, "hpc_job") or pod_job(labels)
             if job is not None and (dev.uuid, job) not in jobs:
                 jobs[(dev.uuid, job)] = ProcessReading(
                     gpu_uuid=dev.uuid, pid=0, job_id=job, gpu_index=dev.index
                 )
+            # The parser hands integers back as int; DCGM's sentinels are compared as doubles.
+            raw = float(s.value)
+            if raw in DCGM_SENTINELS or raw != raw:  # blank, not supported, NaN
+                continue  # the device and its pod are known; this value is absent
             if name in _FB_PARTS:
-                fb.setdefault(dev.uuid, {})[name] = s.value
+                fb.setdefault(dev.uuid, {})[name] = raw
             mapped = _BY_NAME.get(name)
             if mapped is None:
                 continue
             canonical = mapped.metric
-            value = s.value * mapped.scale
+            value = raw * mapped.scale
             if canonical in INT_METRICS:
                 value = float(int(value))
             if canonical == "xid_last" and value == 0:

@@ -82,6 +82,15 @@ def _energy(lib: Any, h: Any) -> dict[str, float]:
     return {"energy_joules": lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0}
 
 
+def _remapped_rows(lib: Any, h: Any) -> dict[str, float]:
+    _corr, unc, _pending, failed = lib.nvmlDeviceGetRemappedRows(h)
+    return {"remapped_rows_uncorrectable": int(unc), "row_remap_failure": int(bool(failed))}
+
+
+def _pcie_replays(lib: Any, h: Any) -> dict[str, float]:
+    return {"pcie_replays": int(lib.nvmlDeviceGetPcieReplayCounter(h))}
+
+
 @dataclass(frozen=True, slots=True)
 class Getter:
     """One NVML call and the canonical metrics it yields.
@@ -104,6 +113,14 @@ GETTERS: tuple[Getter, ...] = (
     Getter("temp", ("temperature_celsius",), _temperature),
     Getter("clock", ("sm_clock_hz",), _sm_clock),
     Getter("energy", ("energy_joules",), _energy, sparse=True),
+    # Health counters change rarely; read with energy, every few polls.
+    Getter(
+        "remap",
+        ("remapped_rows_uncorrectable", "row_remap_failure"),
+        _remapped_rows,
+        sparse=True,
+    ),
+    Getter("replay", ("pcie_replays",), _pcie_replays, sparse=True),
 )
 # Read from XID events, not a getter.
 EVENT_METRICS: tuple[str, ...] = ("xid_last",)

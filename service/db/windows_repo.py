@@ -26,7 +26,7 @@ from service.db.schema import ROLLED_UP_DERIVED, gpus, job_gpus, jobs, nodes, ro
 from service.diagnosis import Cause
 from service.thresholds.evaluator import ScopeMember, WindowStats
 from service.thresholds.policy import POLICY_METRICS, cause_of_metric
-from service.vocabulary import METRICS_BY_NAME
+from service.vocabulary import HARDWARE_XIDS, METRICS_BY_NAME
 
 # Windows longer than this read 1-minute rollups instead of raw samples.
 RAW_WINDOW_MAX_SECONDS = 3600.0
@@ -135,9 +135,36 @@ def _sample_expr(metric: str) -> Any:
             (samples.c.cause == int(cause), 1.0),
             else_=0.0,
         )
-    if metric == "hardware_fault":
-        return cast(samples.c.xid_last, Float)
     return cast(samples.c[metric], Float)
+
+
+def _fault_aggregates(table: Any, *, rollup: bool, recent: Any = None) -> list[Any]:
+    """Three aggregates, each above 0 when the window holds a hardware fault.
+
+    A hardware XID or a row-remap failure in any sample (bucket), and a rise of the two
+    cumulative counters from the window's first reading to its last (their level says nothing:
+    they count since the driver loaded). In rollups the XID test reads each bucket's largest
+    code, which finds a hardware XID unless a larger application code shared its minute.
+    ``recent`` narrows every aggregate to the rows of a shorter window (an aggregate FILTER).
+    """
+
+    def agg(fn: Any) -> Any:
+        return fn if recent is None else fn.filter(recent)
+
+    c = table.c
+    xid = c.xid_last_max if rollup else c.xid_last
+    remap = c.row_remap_failure_max if rollup else c.row_remap_failure
+    faults = case((xid.in_(sorted(HARDWARE_XIDS)), 1.0), (remap > 0, 1.0), else_=0.0)
+    aggs: list[Any] = [agg(func.max(faults))]
+    for counter in ("remapped_rows_uncorrectable", "pcie_replays"):
+        hi = c[f"{counter}_max"] if rollup else c[counter]
+        lo = c[f"{counter}_min"] if rollup else c[counter]
+        aggs.append(agg(func.max(hi)) - agg(func.min(lo)))
+    return aggs
+
+
+def _faulted(values: Iterable[Any]) -> bool:
+    return any(v is not None and float(v) > 0 for v in values)
 
 
 WindowStatsByGpu = dict[int, dict[str, WindowStats]]
@@ -172,9 +199,12 @@ def window_stats(
         for w, ms in sorted(raw.items()):
             recent = None if w == widest else samples.c.ts > now - timedelta(seconds=w)
             for m in ms:
+                plan.append((w, m, len(cols)))
+                if m == "hardware_fault":
+                    cols += _fault_aggregates(samples, rollup=False, recent=recent)
+                    continue
                 e = _sample_expr(m)
                 aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
-                plan.append((w, m, len(cols)))
                 cols += [a if recent is None else a.filter(recent) for a in aggs]
         # Naming the GPUs lets PostgreSQL walk the (gpu_id, ts) primary key per GPU instead
         # of scanning the whole day's partition for the time range.
@@ -190,11 +220,12 @@ def window_stats(
         for r in conn.execute(q):
             gid = r[0]
             for w, m, i in plan:
-                count = int(r[i + 1] or 0)
                 if m == "hardware_fault":
-                    v = 1.0 if count > 0 else 0.0
+                    v = 1.0 if _faulted(r[i : i + 3]) else 0.0
                     out[w].setdefault(gid, {})[m] = WindowStats(v, 1, v, v)
-                elif count:
+                    continue
+                count = int(r[i + 1] or 0)
+                if count:
                     out[w].setdefault(gid, {})[m] = WindowStats(
                         float(r[i]), count, float(r[i + 2]), float(r[i + 3])
                     )
@@ -230,8 +261,11 @@ def _rollup_stats(
     cols += [func.sum(c[f]).label(f"{m}__seconds") for m, f in cause_fields.items()]
     cols += [
         func.sum(c.covered_seconds).label("cov"),
-        func.sum(c.xid_last_count).label("xid"),
     ]
+    if "hardware_fault" in wanted:
+        cols += [
+            a.label(f"fault{k}") for k, a in enumerate(_fault_aggregates(rollup_1m, rollup=True))
+        ]
     q = (
         select(*cols)
         .where(_among(conn, c.gpu_id, gpu_ids), c.bucket_start >= since, c.bucket_start < now)
@@ -256,7 +290,8 @@ def _rollup_stats(
                 # Weighted by covered seconds: avg is exact; min and max are the window's mean.
                 per[m] = WindowStats(ratio, 1, ratio, ratio)
         if "hardware_fault" in wanted:
-            v = 1.0 if (r.xid or 0) > 0 or r.gpu_id in lost_gpu_ids else 0.0
+            faulted = _faulted(m_[f"fault{k}"] for k in range(3))
+            v = 1.0 if faulted or r.gpu_id in lost_gpu_ids else 0.0
             per["hardware_fault"] = WindowStats(v, 1, v, v)
         out[r.gpu_id] = per
     if "hardware_fault" in wanted:

@@ -34,6 +34,9 @@ _UNIT_SUFFIX = {
     "hertz": "hertz",
     "bytes_per_second": "bytes_per_second",
     "code": "",  # an XID code is a number without a unit
+    "state": "",  # 0 or 1
+    "rows": "",  # counts carry no unit suffix (Prometheus naming)
+    "replays": "",
 }
 
 

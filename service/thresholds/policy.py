@@ -26,12 +26,15 @@ CAUSE_PREFIX = "cause:"
 # Metrics derived per sample from the decision stored with it at ingest, beside the canonical
 # ones: activity is the ladder (sm_active, else gr_engine_active, else gpu_util); idle_held is
 # 1 while nothing runs with memory held, else 0; cause:<name> is 1 while the sample's cause is
-# <name> (over a window: the share of covered time in it); hardware_fault is 1 when the GPU
-# reported an XID in the window or has fallen off the bus.
+# <name> (over a window: the share of covered time in it); hardware_fault is 1 when, in the
+# window, the GPU reported a hardware XID (vocabulary's HARDWARE_XIDS; application XIDs such as
+# 13, 31, 43 do not count) or a row-remap failure, its uncorrectable remapped rows or PCIe
+# replays rose, or it has fallen off the bus.
 DERIVED_METRICS: dict[str, str] = {
     "activity": "the activity ratio: sm_active, else gr_engine_active, else gpu_util",
     "idle_held": "1 while nothing runs (no kernel, activity below idle) with memory held, else 0",
-    "hardware_fault": "1 when the GPU reported an XID in the window or is lost, else 0",
+    "hardware_fault": "1 when, in the window, the GPU reported a hardware XID or a row-remap "
+    "failure, its uncorrectable remapped rows or PCIe replays rose, or it is lost; else 0",
     **{f"{CAUSE_PREFIX}{c.label}": f"share of covered time that is {c.label}: {CAUSE_MEANING[c]}"
        for c in Cause},
 }  # fmt: skip

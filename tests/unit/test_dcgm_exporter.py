@@ -133,6 +133,9 @@ def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
         "pcie_rx_bytes_per_second": 2.5e8,
         "nvlink_tx_bytes_per_second": 4.0e10,
         "nvlink_rx_bytes_per_second": 3.0e10,
+        "row_remap_failure": 1,
+        "remapped_rows_uncorrectable": 3,
+        "pcie_replays": 17,
     }
     assert {f.metric for f in DCGM_FIELDS} <= set(values)
     reading = FleetReading(

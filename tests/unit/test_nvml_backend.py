@@ -143,3 +143,16 @@ def test_every_canonical_metric_has_one_nvml_source():
     sources += [m for g in nvml_mod.GETTERS for m in g.metrics]
     sources += list(nvml_mod.EVENT_METRICS)
     assert sorted(sources) == sorted(METRIC_NAMES)
+
+
+def test_health_counters_are_read_with_energy_and_absent_where_unsupported():
+    broken = FakeGpu("GPU-1", remapped_uncorrectable=3, remap_failed=True, pcie_replays=17)
+    old = FakeGpu("GPU-2", unsupported={"remap"})  # pre-Ampere: no row remapping
+    lib = FakeNvml([FakeGpu("GPU-0"), broken, old])
+    b = NvmlBackend(lib=lib, energy_every_cycles=6)
+    m = {r.uuid: r.metrics for r in poll(b, 0).readings}
+    assert (m["GPU-0"]["row_remap_failure"], m["GPU-0"]["pcie_replays"]) == (0, 0)
+    assert m["GPU-1"]["row_remap_failure"] == 1
+    assert m["GPU-1"]["remapped_rows_uncorrectable"] == 3 and m["GPU-1"]["pcie_replays"] == 17
+    assert "row_remap_failure" not in m["GPU-2"] and "pcie_replays" in m["GPU-2"]
+    assert "pcie_replays" not in poll(b, 1).readings[0].metrics  # not every cycle
