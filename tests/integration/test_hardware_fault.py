@@ -43,7 +43,7 @@ def test_hardware_fault_by_cause(engine: Engine, clock: FakeClock, window: float
         store_series(engine, clock, uuid=uuid, start=start, metrics=series, interval_seconds=120)
     roll_up(engine)
     with engine.connect() as conn:
-        ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())  # type: ignore[arg-type]
+        ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())
         stats = windows_repo.window_stats(
             conn,
             windows={window: ["hardware_fault"]},
