@@ -48,8 +48,6 @@ def test_hardware_fault_by_cause(engine: Engine, clock: FakeClock, window: float
             conn,
             windows={window: ["hardware_fault"]},
             now=clock(),
-            idle_threshold=0.05,
-            held_bytes=2**30,
             gpu_ids=ids.values(),
         )[window]
     got = {uuid: stats.get(ids[uuid], {}).get("hardware_fault") for uuid in CASES}
