@@ -30,6 +30,8 @@ class Receiver:
     script: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     default_status: int = 200
     received: list[Received] = field(default_factory=list)
+    host: str = "127.0.0.1"  # any 127.x.y.z: Linux answers the whole loopback net
+    port: int = 0
 
     def __post_init__(self) -> None:
         outer = self
@@ -59,13 +61,13 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((self.host, self.port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"http://{self.host}:{self.server.server_address[1]}"
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
         deadline = time.monotonic() + timeout

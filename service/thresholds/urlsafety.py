@@ -1,10 +1,18 @@
-"""Channel URL safety: refuse URLs that resolve to loopback, link-local or private addresses."""
+"""Channel URL safety: refuse URLs that resolve to loopback, link-local or private addresses.
+
+``resolve_checked`` resolves a URL's host once and returns the addresses it checked; the
+notifiers' HTTP transport connects to one of exactly those (see ``notify.pinned``), so a DNS
+answer that changes between the check and the connection (rebinding) cannot reach a refused
+address. IPv6 forms that carry an IPv4 address (IPv4-mapped and -compatible, 6to4, NAT64,
+Teredo) are judged by the IPv4 address they carry.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from service.errors import ValidationFailed
@@ -12,6 +20,14 @@ from service.errors import ValidationFailed
 Resolver = Callable[[str, int], Sequence[str]]
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")  # also holds Alibaba's metadata 100.100.100.200
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+class HostDoesNotResolve(ValidationFailed):
+    """The URL's host has no address (yet): a warning at start-up, a failure at send time."""
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -33,9 +49,24 @@ def parse_allow_nets(text: str) -> list[IPNetwork]:
     return nets
 
 
-def _forbidden(addr: IPAddress) -> str | None:
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+def carried_ipv4(addr: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 transition form carries (empty for a plain address)."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return []
+    if addr.ipv4_mapped is not None:
+        return [addr.ipv4_mapped]
+    if addr.sixtofour is not None:
+        return [addr.sixtofour]
+    if addr.teredo is not None:
+        return list(addr.teredo)  # the Teredo server and the client's (unobfuscated) address
+    if any(addr in net for net in _NAT64) or (
+        addr in _IPV4_COMPATIBLE and int(addr) > 0xFFFF  # not ::, ::1 and other small ones
+    ):
+        return [ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)]
+    return []
+
+
+def _why_refused(addr: IPAddress) -> str | None:
     if addr.is_loopback:
         return "loopback"
     if addr.is_link_local:
@@ -47,7 +78,86 @@ def _forbidden(addr: IPAddress) -> str | None:
     return None
 
 
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+def refusal(addr: IPAddress, allow_nets: Sequence[IPNetwork]) -> str | None:
+    """Why ``addr`` may not be called (None when it may): judged by any IPv4 it carries."""
+    if any(addr in net for net in allow_nets):
+        return None
+    carried = carried_ipv4(addr)
+    if not carried:
+        return _why_refused(addr)
+    for v4 in carried:
+        why = _why_refused(v4)
+        if why is not None and not any(v4 in net for net in allow_nets):
+            return f"{why} (carried in {addr})"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A URL's host and port with the addresses that were resolved and checked for it."""
+
+    host: str
+    port: int
+    addresses: tuple[IPAddress, ...]
+
+
+def _split(url: str, field: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationFailed(field, "must be an http:// or https:// URL with a host")
+    if parts.username or parts.password:
+        raise ValidationFailed(field, "must not carry credentials; use the channel secret")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ValidationFailed(field, "has an invalid port") from None
+    return parts.hostname, port
+
+
+def _check(
+    host: str, addresses: Sequence[IPAddress], allow_nets: Sequence[IPNetwork], field: str
+) -> None:
+    for addr in addresses:
+        why = refusal(addr, allow_nets)
+        if why is not None:
+            raise ValidationFailed(
+                field,
+                f"host {host!r} resolves to {why} address {addr}; refused unless "
+                "GPUWARDEN_WEBHOOK_ALLOW_NETS admits it",
+            )
+
+
+def literal_address(url: str) -> IPAddress | None:
+    """The IP address written in ``url``'s host, or None for a host name."""
+    host = urlsplit(url).hostname or ""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def resolve_checked(
+    url: str,
+    allow_nets: Sequence[IPNetwork],
+    *,
+    resolver: Resolver = system_resolver,
+    field: str = "url",
+) -> Target:
+    """Resolve ``url``'s host once; raise ValidationFailed(field) unless every address may be
+    called, else return them. A host without addresses raises HostDoesNotResolve."""
+    host, port = _split(url, field)
+    literal = literal_address(url)
+    if literal is not None:
+        addresses: list[IPAddress] = [literal]
+    else:
+        try:
+            addresses = [ipaddress.ip_address(a.split("%")[0]) for a in resolver(host, port)]
+        except OSError as exc:
+            raise HostDoesNotResolve(field, f"host {host!r} does not resolve ({exc})") from None
+        if not addresses:
+            raise HostDoesNotResolve(field, f"host {host!r} does not resolve")
+    _check(host, addresses, allow_nets, field)
+    return Target(host=host, port=port, addresses=tuple(addresses))
 
 
 def check_url(
@@ -58,28 +168,4 @@ def check_url(
     field: str = "url",
 ) -> None:
     """Raise ValidationFailed(field) unless every address ``url`` resolves to may be called."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationFailed(field, "must be an http:// or https:// URL with a host")
-    if parts.username or parts.password:
-        raise ValidationFailed(field, "must not carry credentials; use the channel secret")
-    host = parts.hostname
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        addresses = [ipaddress.ip_address(host)]
-    except ValueError:
-        try:
-            addresses = [ipaddress.ip_address(a.split("%")[0]) for a in resolver(host, port)]
-        except OSError as exc:
-            raise ValidationFailed(field, f"host {host!r} does not resolve ({exc})") from None
-    if not addresses:
-        raise ValidationFailed(field, f"host {host!r} does not resolve")
-    for addr in addresses:
-        why = _forbidden(addr)
-        if why is None or any(addr in net for net in allow_nets):
-            continue
-        raise ValidationFailed(
-            field,
-            f"host {host!r} resolves to {why} address {addr}; refused unless "
-            "GPUWARDEN_WEBHOOK_ALLOW_NETS admits it",
-        )
+    resolve_checked(url, allow_nets, resolver=resolver, field=field)

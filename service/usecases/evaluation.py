@@ -15,7 +15,7 @@ from sqlalchemy import text
 from service.context import ServiceContext
 from service.db import alert_state_repo, outbox_repo, policies_repo, silences_repo, windows_repo
 from service.db.leader import LeaderLock
-from service.errors import ValidationFailed
+from service.errors import ConfigError, ValidationFailed
 from service.settings import load_config_file
 from service.thresholds.evaluator import (
     AlertState,
@@ -27,7 +27,13 @@ from service.thresholds.evaluator import (
 )
 from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import PolicySpec, parse_config
-from service.thresholds.urlsafety import check_url, parse_allow_nets
+from service.thresholds.urlsafety import (
+    HostDoesNotResolve,
+    Resolver,
+    check_url,
+    parse_allow_nets,
+    system_resolver,
+)
 from service.usecases.cost_report import job_wasted_usd
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,24 @@ log = logging.getLogger(__name__)
 # An XID this recent (or a lost GPU) suppresses low-utilization alerts on that GPU.
 FRESH_FAULT_SECONDS = 600.0
 CONFIG_LOCK_KEY = 0x67707577_636F6E66  # "gpuwconf": serialises config loading across replicas
+
+
+def check_file_channels(
+    channels: list[Any], allow_nets_text: str, *, resolver: Resolver = system_resolver
+) -> None:
+    """Refuse (ConfigError) a config-file channel whose URL may not be called, as the API does.
+
+    A host that does not resolve yet (DNS may come up after us) is only warned about: every
+    send resolves and checks it again.
+    """
+    nets = parse_allow_nets(allow_nets_text)
+    for i, c in enumerate(channels):
+        try:
+            check_url(c.url, nets, resolver=resolver, field=f"channels.{i}.url")
+        except HostDoesNotResolve as exc:
+            log.warning("channel %s from the config file: %s", c.name, exc.message)
+        except ValidationFailed as exc:
+            raise ConfigError(f"channel {c.name!r} in the config file: {exc}") from None
 
 
 def load_config(ctx: ServiceContext) -> tuple[int, int]:
@@ -48,20 +72,10 @@ def load_config(ctx: ServiceContext) -> tuple[int, int]:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CONFIG_LOCK_KEY})
         api_channels = {c.name for c in policies_repo.list_channels(conn)}
         policy_specs, channel_specs = parse_config(config, known_channels=api_channels)
+        check_file_channels(channel_specs, ctx.settings.webhook_allow_nets)
         policies_repo.sync_from_file(
             conn, policy_specs=policy_specs, channel_specs=channel_specs, now=ctx.clock()
         )
-    nets = parse_allow_nets(ctx.settings.webhook_allow_nets)
-    for c in channel_specs:
-        try:
-            check_url(c.url, nets)
-        except (ValidationFailed, OSError) as exc:
-            # Not fatal (DNS may not be up yet); every send checks again and fails clearly.
-            log.warning(
-                "channel %s from the config file: %s",
-                c.name,
-                exc.message if isinstance(exc, ValidationFailed) else exc,
-            )
     return len(policy_specs), len(channel_specs)
 
 

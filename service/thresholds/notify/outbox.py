@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -34,8 +34,15 @@ from service.delivery import (
 from service.errors import DeliveryError, ValidationFailed
 from service.thresholds.backoff import RateLimiter
 from service.thresholds.notify import Notification, notifier_for
+from service.thresholds.notify.pinned import PinnedTransport
 from service.thresholds.policy import ChannelSpec
-from service.thresholds.urlsafety import Resolver, check_url, parse_allow_nets, system_resolver
+from service.thresholds.urlsafety import (
+    IPNetwork,
+    Resolver,
+    check_url,
+    parse_allow_nets,
+    system_resolver,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +51,21 @@ PRUNE_EVERY_SECONDS = 3600.0
 RETRY_POLICY = RetryPolicy(base_seconds=2.0, cap_seconds=600.0)
 
 
-def make_client(timeout_seconds: float) -> httpx.Client:
-    """The HTTP client notifiers use: bounded timeout, redirects never followed."""
+def make_client(
+    timeout_seconds: float,
+    allow_nets: Callable[[], Sequence[IPNetwork]],
+    *,
+    resolver: Resolver = system_resolver,
+) -> httpx.Client:
+    """The HTTP client notifiers use: bounded timeout, redirects never followed, and every
+    connection made to an address that was resolved and checked for that very request."""
     quiet_http_logs()  # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret
-    return httpx.Client(timeout=timeout_seconds, follow_redirects=False, trust_env=False)
+    return httpx.Client(
+        timeout=timeout_seconds,
+        follow_redirects=False,
+        trust_env=False,  # a proxy would connect on our behalf to addresses we never checked
+        transport=PinnedTransport(allow_nets, resolver=resolver),
+    )
 
 
 class Dispatcher:
@@ -64,7 +82,12 @@ class Dispatcher:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
-        self.client = client or make_client(ctx.settings.notify_timeout_seconds)
+        # Our own client checks each address as it connects; an injected one gets the check
+        # before each send (and leaves the resolve-to-connect gap to whoever injected it).
+        self._checks_itself = client is None
+        self.client = client or make_client(
+            ctx.settings.notify_timeout_seconds, self.allow_nets, resolver=resolver
+        )
         self.resolver = resolver
         self.rng = rng or random.Random()
         self.sleep = sleep
@@ -74,13 +97,14 @@ class Dispatcher:
         self._pruned_at: float | None = None
         self._said = LogThrottle(60.0)
 
+    def allow_nets(self) -> list[IPNetwork]:
+        """The networks GPUWARDEN_WEBHOOK_ALLOW_NETS admits, read at each send."""
+        return parse_allow_nets(self.ctx.settings.webhook_allow_nets)
+
     def send_now(self, channel: ChannelSpec, note: Notification) -> None:
-        """Check the URL and send one notification, raising ValidationFailed or DeliveryError."""
-        check_url(
-            channel.url,
-            parse_allow_nets(self.ctx.settings.webhook_allow_nets),
-            resolver=self.resolver,
-        )
+        """Send one notification to a checked address, raising ValidationFailed or DeliveryError."""
+        if not self._checks_itself:
+            check_url(channel.url, self.allow_nets(), resolver=self.resolver)
         notifier_for(channel, self.client).send(note)
 
     def drain(self, *, budget_seconds: float = 5.0, limit: int = 200) -> int:

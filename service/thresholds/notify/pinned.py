@@ -1,0 +1,86 @@
+"""An httpx transport that connects only to the addresses it has just resolved and checked.
+
+Checking a host and then letting the HTTP client resolve it again leaves a gap: a DNS server
+that answers an allowed address first and a refused one next (DNS rebinding) gets the request
+delivered to the refused address. Here each request's host is resolved once, every answer is
+checked, and the connection goes to a checked address; the Host header and the TLS server name
+(SNI, and so certificate checks) stay those of the URL's host.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import httpx
+
+from service.thresholds.urlsafety import (
+    IPNetwork,
+    Resolver,
+    resolve_checked,
+    system_resolver,
+)
+
+# Distinct hosts a dispatcher keeps a connection pool for; channels are few.
+MAX_POOLS = 64
+
+
+class PinnedTransport(httpx.BaseTransport):
+    """Resolve, check, then connect to the checked address; one connection pool per host.
+
+    ``allow_nets`` is called per request, so a changed allow-list applies at the next send.
+    A refused or unresolvable host raises ValidationFailed before anything is sent.
+    """
+
+    def __init__(
+        self,
+        allow_nets: Callable[[], Sequence[IPNetwork]],
+        *,
+        resolver: Resolver = system_resolver,
+        make_inner: Callable[[], httpx.BaseTransport] = httpx.HTTPTransport,
+    ) -> None:
+        self.allow_nets = allow_nets
+        self.resolver = resolver
+        self.make_inner = make_inner
+        # Separate pools per (scheme, host, port): a connection made and verified for one host
+        # name must never carry a request for another name that resolved to the same address.
+        self._pools: dict[tuple[str, str, int | None], httpx.BaseTransport] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, url: httpx.URL) -> httpx.BaseTransport:
+        key = (url.scheme, url.host, url.port)
+        with self._lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                if len(self._pools) >= MAX_POOLS:
+                    self._pools.pop(next(iter(self._pools))).close()  # the oldest
+                pool = self._pools[key] = self.make_inner()
+            return pool
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` to a checked address of its host."""
+        url = request.url
+        target = resolve_checked(str(url), self.allow_nets(), resolver=self.resolver)
+        pool = self._pool(url)
+        last: httpx.TransportError | None = None
+        for addr in target.addresses:
+            pinned = httpx.Request(
+                request.method,
+                url.copy_with(host=str(addr)),
+                headers=request.headers,  # Host stays the URL's host, set when built
+                stream=request.stream,
+                extensions={**request.extensions, "sni_hostname": url.host},
+            )
+            try:
+                return pool.handle_request(pinned)
+            except httpx.ConnectError as exc:
+                last = exc  # the next checked address, if there is one
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        """Close every pool."""
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
