@@ -13,7 +13,7 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
-GPU = 'node=~"$node", uuid=~"$uuid"'
+GPU = 'node=~"$node", gpu_uuid=~"$gpu_uuid"'
 JOB = 'job_id=~"$job_id", user=~"$user", team=~"$team"'
 
 Panel = dict[str, Any]
@@ -299,7 +299,7 @@ def node_gpu() -> dict[str, Any]:
     """Node and GPU detail: every activity figure, memory, power, PCIe and NVLink per GPU."""
 
     def per_gpu(metric: str) -> list[tuple[str, str]]:
-        return [(f"{metric}{{{GPU}}}", "{{node}} GPU {{gpu}}")]
+        return [(f"{metric}{{{GPU}}}", "{{node}} GPU {{gpu_index}}")]
 
     panels = [
         table(
@@ -324,7 +324,10 @@ def node_gpu() -> dict[str, Any]:
             "NVML utilization (coarse)",
             [
                 *per_gpu("gpuwarden_gpu_gpu_util_ratio"),
-                (f"gpuwarden_gpu_mem_copy_util_ratio{{{GPU}}}", "{{node}} GPU {{gpu}} mem copy"),
+                (
+                    f"gpuwarden_gpu_mem_copy_util_ratio{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} mem copy",
+                ),
             ],
             "percentunit",
         ),
@@ -332,14 +335,19 @@ def node_gpu() -> dict[str, Any]:
             "Memory used and total",
             [
                 *per_gpu("gpuwarden_gpu_fb_used_bytes"),
-                (f"gpuwarden_gpu_fb_total_bytes{{{GPU}}}", "{{node}} GPU {{gpu}} total"),
+                (f"gpuwarden_gpu_fb_total_bytes{{{GPU}}}", "{{node}} GPU {{gpu_index}} total"),
             ],
             "bytes",
         ),
         timeseries("Power", per_gpu("gpuwarden_gpu_power_watts"), "watt"),
         timeseries(
             "Energy used (rate)",
-            [(f"rate(gpuwarden_gpu_energy_joules_total{{{GPU}}}[5m])", "{{node}} GPU {{gpu}}")],
+            [
+                (
+                    f"rate(gpuwarden_gpu_energy_joules_total{{{GPU}}}[5m])",
+                    "{{node}} GPU {{gpu_index}}",
+                )
+            ],
             "watt",
         ),
         timeseries("Temperature", per_gpu("gpuwarden_gpu_temperature_celsius"), "celsius"),
@@ -347,16 +355,28 @@ def node_gpu() -> dict[str, Any]:
         timeseries(
             "PCIe throughput",
             [
-                (f"gpuwarden_gpu_pcie_tx_bytes_per_second{{{GPU}}}", "{{node}} GPU {{gpu}} tx"),
-                (f"gpuwarden_gpu_pcie_rx_bytes_per_second{{{GPU}}}", "{{node}} GPU {{gpu}} rx"),
+                (
+                    f"gpuwarden_gpu_pcie_tx_bytes_per_second{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} tx",
+                ),
+                (
+                    f"gpuwarden_gpu_pcie_rx_bytes_per_second{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} rx",
+                ),
             ],
             "Bps",
         ),
         timeseries(
             "NVLink throughput",
             [
-                (f"gpuwarden_gpu_nvlink_tx_bytes_per_second{{{GPU}}}", "{{node}} GPU {{gpu}} tx"),
-                (f"gpuwarden_gpu_nvlink_rx_bytes_per_second{{{GPU}}}", "{{node}} GPU {{gpu}} rx"),
+                (
+                    f"gpuwarden_gpu_nvlink_tx_bytes_per_second{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} tx",
+                ),
+                (
+                    f"gpuwarden_gpu_nvlink_rx_bytes_per_second{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} rx",
+                ),
             ],
             "Bps",
         ),
@@ -365,7 +385,9 @@ def node_gpu() -> dict[str, Any]:
     ]
     variables = [
         variable("node", "label_values(gpuwarden_gpu_info, node)", label="Node"),
-        variable("uuid", 'label_values(gpuwarden_gpu_info{node=~"$node"}, uuid)', label="GPU"),
+        variable(
+            "gpu_uuid", 'label_values(gpuwarden_gpu_info{node=~"$node"}, gpu_uuid)', label="GPU"
+        ),
     ]
     return dashboard("gpuwarden-node-gpu", "GPU Warden / Node and GPU detail", panels, variables)
 
@@ -525,7 +547,7 @@ def alerts() -> dict[str, Any]:
             "Idle GPUs holding memory",
             [
                 (
-                    "gpuwarden_gpu_fb_used_bytes > 1073741824 and on (uuid) gpuwarden_gpu_idle == 1",
+                    "gpuwarden_gpu_fb_used_bytes > 1073741824 and on (gpu_uuid) gpuwarden_gpu_idle == 1",
                     "memory held",
                 )
             ],

@@ -237,3 +237,32 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "The rate of data received over NVLink, in bytes per second.",
     ),
 )
+
+
+# The labels of an alert wherever it leaves the service (Prometheus rules, Alertmanager, webhook
+# bodies, Slack) and of the per-GPU /metrics series the rules build on. Never "job": Prometheus
+# owns that label on every scraped series.
+ALERT_LABELS: tuple[str, ...] = (
+    "job_id",
+    "gpu_uuid",
+    "gpu_index",
+    "node",
+    "user",
+    "team",
+    "project",
+    "model",
+    "policy",
+    "severity",
+    "cause",
+)
+# The labels that say where an alert is (a policy's match and a silence may name these too).
+WHERE_LABELS: tuple[str, ...] = ALERT_LABELS[:8]
+# The label that names a scope key: the GPU of a gpu-scoped alert, the job of a job-scoped one.
+SCOPE_LABEL: dict[str, str] = {"gpu": "gpu_uuid", "node": "node", "job": "job_id"}
+# Earlier names still accepted in policy matchers and silences, read as the names above.
+LABEL_ALIASES: dict[str, str] = {"job": "job_id", "gpu": "gpu_uuid", "uuid": "gpu_uuid"}
+
+
+def canonical_labels(labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` with earlier names (``job``, ``gpu``, ``uuid``) read as their canonical ones."""
+    return {LABEL_ALIASES.get(k, k): v for k, v in labels.items()}

@@ -60,9 +60,9 @@ def _row(policy: PolicySpec, s: AlertState, now: datetime) -> dict[str, Any]:
         "stale": int(s.stale),
         "suppressed": int(s.suppressed),
         "silenced": int(s.silenced),
-        "job_id": labels.get("job"),
+        "job_id": labels.get("job_id"),
         "node": labels.get("node"),
-        "gpu_uuid": labels.get("gpu") if policy.scope == "gpu" else None,
+        "gpu_uuid": labels.get("gpu_uuid") if policy.scope == "gpu" else None,
     }
 
 

@@ -15,9 +15,9 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
     """GPUs whose latest sample is at most ``max_gap_seconds`` old, with their open job."""
     fresh_since = now - timedelta(seconds=max_gap_seconds)
     # Two simple queries joined here: cheaper on both backends than an outer join to a subquery.
-    open_job: dict[int, tuple[str, str | None, str | None]] = {}
-    for gpu_id, job_id, user, team in conn.execute(
-        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team)
+    open_job: dict[int, tuple[str, str | None, str | None, str | None]] = {}
+    for gpu_id, job_id, user, team, project in conn.execute(
+        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
         .join(jobs, jobs.c.id == job_gpus.c.job_id)
         .where(
             job_gpus.c.started_at <= now,
@@ -27,7 +27,7 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
         # A GPU shared by several open jobs shows the latest-started one.
         .order_by(job_gpus.c.started_at, job_gpus.c.id)
     ):
-        open_job[gpu_id] = (job_id, user, team)
+        open_job[gpu_id] = (job_id, user, team, project)
 
     query = (
         select(
@@ -50,12 +50,12 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
         .where(gpus.c.last_sample_at >= fresh_since)
     )
     readings = []
-    no_job: tuple[None, None, None] = (None, None, None)
+    no_job: tuple[None, None, None, None] = (None, None, None, None)
     for row in conn.execute(query):
         gpu_id, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
         activity, rung, cause = row[9:12]
         values = {name: v for name, v in zip(METRIC_NAMES, row[12:], strict=True) if v is not None}
-        job_id, user, team = open_job.get(gpu_id, no_job)
+        job_id, user, team, project = open_job.get(gpu_id, no_job)
         readings.append(
             GpuReading(
                 node=hostname,
@@ -70,6 +70,7 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
                 job_id=job_id,
                 user=user,
                 team=team,
+                project=project,
                 activity=activity,
                 rung=rung,
                 cause=cause,

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, insert, select, update
 from service.db.schema import silences
 from service.errors import NotFound
 from service.thresholds.evaluator import Silence
+from service.vocabulary import canonical_labels
 
 
 def create_silence(
@@ -27,7 +28,7 @@ def create_silence(
         conn.execute(
             insert(silences)
             .values(
-                matchers=matchers,
+                matchers=canonical_labels(matchers),
                 starts_at=starts_at,
                 ends_at=ends_at,
                 comment=comment,
@@ -59,4 +60,4 @@ def active_silences(conn: Connection, *, now: datetime) -> list[Silence]:
     rows = conn.execute(
         select(silences).where(silences.c.starts_at <= now, silences.c.ends_at > now)
     )
-    return [Silence(r.id, r.matchers, r.starts_at, r.ends_at) for r in rows]
+    return [Silence(r.id, canonical_labels(r.matchers), r.starts_at, r.ends_at) for r in rows]

@@ -59,9 +59,14 @@ def _joined(values: Iterable[str | None]) -> str:
 def scope_members(conn: Connection, *, now: datetime) -> Scopes:
     """Every GPU, node and running job with its labels and GPUs (jobs: intervals open at now)."""
     gpu_rows = conn.execute(
-        select(gpus.c.id, gpus.c.uuid, gpus.c.model, gpus.c.lost_at, nodes.c.hostname).join(
-            nodes, nodes.c.id == gpus.c.node_id
-        )
+        select(
+            gpus.c.id,
+            gpus.c.uuid,
+            gpus.c.gpu_index,
+            gpus.c.model,
+            gpus.c.lost_at,
+            nodes.c.hostname,
+        ).join(nodes, nodes.c.id == gpus.c.node_id)
     ).all()
     held = conn.execute(
         select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
@@ -82,10 +87,15 @@ def scope_members(conn: Connection, *, now: datetime) -> Scopes:
     gpu_members, node_gpus = [], defaultdict(list)
     for g in gpu_rows:
         js = by_gpu.get(g.id, [])
-        labels = {"node": g.hostname, "gpu": g.uuid, "model": g.model}
+        labels = {
+            "node": g.hostname,
+            "gpu_uuid": g.uuid,
+            "gpu_index": str(g.gpu_index),
+            "model": g.model,
+        }
         if js:
             labels |= {
-                "job": _joined(j.id for j in js),
+                "job_id": _joined(j.id for j in js),
                 "user": _joined(j.user for j in js),
                 "team": _joined(j.team for j in js),
                 "project": _joined(j.project for j in js),
@@ -103,14 +113,22 @@ def scope_members(conn: Connection, *, now: datetime) -> Scopes:
     job_members = []
     for job_id, gpu_ids in sorted(by_job.items()):
         j = job_info[job_id]
+        held_gpus = [info[i] for i in gpu_ids if i in info]
         labels = {
-            "job": job_id,
+            "job_id": job_id,
             "user": j.user or "",
             "team": j.team or "",
             "project": j.project or "",
-            "node": _joined(info[i].hostname for i in gpu_ids if i in info),
-            "gpu": _joined(info[i].uuid for i in gpu_ids if i in info),
-            "model": _joined(info[i].model for i in gpu_ids if i in info),
+            "node": _joined(g.hostname for g in held_gpus),
+            "gpu_uuid": _joined(g.uuid for g in held_gpus),
+            # Indexes repeat across nodes, so a multi-node job's are node:index.
+            "gpu_index": _joined(
+                str(g.gpu_index)
+                if len({h.hostname for h in held_gpus}) == 1
+                else f"{g.hostname}:{g.gpu_index}"
+                for g in held_gpus
+            ),
+            "model": _joined(g.model for g in held_gpus),
         }
         job_members.append(ScopeMember(f"job:{job_id}", labels, tuple(sorted(gpu_ids))))
     lost = frozenset(g.id for g in gpu_rows if g.lost_at is not None and g.lost_at <= now)

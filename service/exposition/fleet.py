@@ -18,12 +18,13 @@ from service.exposition.families import GpuFamily
 from service.exposition.types import FleetSnapshot, GpuReading
 from service.vocabulary import METRICS, MetricSpec
 
+# The alert label vocabulary, so rules built on these series label alerts as GPU Warden does.
 # The current job is named job_id, not job: Prometheus attaches its own `job` label (the scrape
 # job) to every series, and an exported `job` would be renamed exported_job or, with
 # honor_labels, would overwrite it.
-GPU_LABELS: tuple[str, ...] = ("node", "gpu", "uuid", "model", "job_id", "user", "team")
-LOST_LABELS: tuple[str, ...] = ("node", "gpu", "uuid", "model")
-INFO_LABELS: tuple[str, ...] = ("node", "gpu", "uuid", "model", "source", "mig_parent_uuid")
+LOST_LABELS: tuple[str, ...] = ("node", "gpu_index", "gpu_uuid", "model")
+GPU_LABELS: tuple[str, ...] = (*LOST_LABELS, "job_id", "user", "team", "project")
+INFO_LABELS: tuple[str, ...] = (*LOST_LABELS, "source", "mig_parent_uuid")
 
 _UNIT_SUFFIX = {
     "ratio": "ratio",
@@ -137,12 +138,13 @@ def fleet_families(
         label_sets.append(
             {
                 "node": r.node,
-                "gpu": str(r.index),
-                "uuid": r.uuid,
+                "gpu_index": str(r.index),
+                "gpu_uuid": r.uuid,
                 "model": r.model,
                 "job_id": r.job_id or "",
                 "user": r.user or "",
                 "team": r.team or "",
+                "project": r.project or "",
             }
         )
         values = r.values

@@ -25,6 +25,7 @@ class GpuReading:
     job_id: str | None = None
     user: str | None = None
     team: str | None = None
+    project: str | None = None
     # The decision stored with the sample at ingest (service.diagnosis); None when the
     # sample has none (no activity figure), or when it was not read from storage.
     activity: float | None = None

@@ -154,8 +154,11 @@ def observe(
 
 
 def alert_labels(policy: PolicySpec, labels: Mapping[str, str]) -> dict[str, str]:
-    """The labels silences match on: the scope's labels plus ``policy`` and ``severity``."""
-    return {**labels, "policy": policy.name, "severity": policy.severity}
+    """An alert's labels: the scope's plus ``policy``, ``severity`` and, for a cause, ``cause``."""
+    out = {**labels, "policy": policy.name, "severity": policy.severity}
+    if policy.metric.startswith("cause:"):
+        out["cause"] = policy.metric.removeprefix("cause:")
+    return out
 
 
 def evaluate(

@@ -19,7 +19,7 @@ from pydantic import (
 from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
 from service.durations import parse_duration
 from service.errors import ValidationFailed
-from service.vocabulary import METRICS_BY_NAME
+from service.vocabulary import LABEL_ALIASES, METRICS_BY_NAME, WHERE_LABELS, canonical_labels
 
 CAUSE_PREFIX = "cause:"
 
@@ -56,7 +56,7 @@ def cause_of_metric(metric: str) -> Cause | None:
     return CAUSE_BY_NAME.get(metric[len(CAUSE_PREFIX) :])
 
 
-MATCH_LABELS: tuple[str, ...] = ("node", "gpu", "job", "user", "team", "project", "model")
+MATCH_LABELS: tuple[str, ...] = WHERE_LABELS
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
 Op = Literal["<", "<=", ">", ">="]
@@ -161,9 +161,9 @@ class PolicySpec(BaseModel):
     @classmethod
     def _match(cls, value: dict[str, str]) -> dict[str, str]:
         for label in value:
-            if label not in MATCH_LABELS:
+            if label not in MATCH_LABELS and label not in LABEL_ALIASES:
                 raise ValueError(f"cannot match on label {label!r}; use {', '.join(MATCH_LABELS)}")
-        return value
+        return canonical_labels(value)
 
     @property
     def window_seconds(self) -> float:

@@ -21,6 +21,7 @@ from service.thresholds.evaluator import (
     AlertState,
     Change,
     Observation,
+    alert_labels,
     evaluate,
     observe,
     route,
@@ -94,7 +95,7 @@ class RoundResult:
 
 
 def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
-    return state.labels.get("job") if policy.scope == "job" else None
+    return state.labels.get("job_id") if policy.scope == "job" else None
 
 
 def wasted_by_job(ctx: ServiceContext, jobs: set[str], now: datetime) -> dict[str, float | None]:
@@ -143,7 +144,7 @@ def notification(
         "value": state.value,
         "scope": policy.scope,
         "scope_key": state.key,
-        "labels": dict(state.labels),
+        "labels": alert_labels(policy, state.labels),
         "active_since": state.active_since.isoformat(),
         "fired_at": state.fired_at.isoformat() if state.fired_at else None,
         "resolved_at": state.resolved_at.isoformat() if state.resolved_at else None,

@@ -1,11 +1,13 @@
-"""Scenario: a hot GPU shows up in the site's own Alertmanager, kept alive, then resolved.
+"""Scenarios with a real Alertmanager (/usr/bin/prometheus-alertmanager, Debian package
+prometheus-alertmanager) on loopback on free ports and a real central service with an
+`alertmanager` channel evaluating every second.
 
-The test starts a real Alertmanager (/usr/bin/prometheus-alertmanager, Debian package
-prometheus-alertmanager) on loopback on free ports. A real central service with an
-`alertmanager` channel evaluates every second; a GPU reports 91 C. Alertmanager's own
-API (`GET /api/v2/alerts`) then shows the alert with our labels and annotations; it is re-sent
-while firing (endsAt keeps moving forward, as Alertmanager expects of a Prometheus-like
-sender); when the GPU cools, the resolved alert (endsAt in the past) leaves the active list.
+1. A hot GPU: Alertmanager's own API (`GET /api/v2/alerts`) shows the alert with our labels and
+   annotations; it is re-sent while firing (endsAt keeps moving forward, as Alertmanager expects of
+   a Prometheus-like sender); when the GPU cools, the resolved alert leaves the active list.
+2. The shipped deploy/alertmanager/alertmanager.yml (only its receiver pointed at a loopback
+   webhook and its waits shortened): two jobs' low-activity alerts arrive as two notifications,
+   one per job, and a gpu-hardware-fault alert inhibits the idle-held-gpu alert of the same GPU.
 """
 
 from __future__ import annotations
@@ -13,17 +15,21 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
-from tests.alerting_support import auth, ingest, running_service, wait_until
+from tests.alerting_support import add_job, auth, ingest, running_service, wait_until
 from tests.conftest import make_token
+from tests.receivers import Receiver
 from tests.support import free_port
 
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
+SHIPPED_AM_CONFIG = Path(__file__).parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
 AM_CONFIG = """\
 route:
   receiver: blackhole
@@ -33,10 +39,10 @@ receivers:
 """
 
 
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[str]:
-    """A real Alertmanager on a free loopback port; yields its base URL."""
-    (tmp_path / "am.yml").write_text(AM_CONFIG)
+@contextmanager
+def run_alertmanager(tmp_path: Path, config: str) -> Iterator[str]:
+    """A real Alertmanager with ``config`` on a free loopback port; yields its base URL."""
+    (tmp_path / "am.yml").write_text(config)
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -66,6 +72,13 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """A real Alertmanager that routes everything nowhere; yields its base URL."""
+    with run_alertmanager(tmp_path, AM_CONFIG) as url:
+        yield url
 
 
 def am_alerts(am: str) -> list[dict]:  # type: ignore[type-arg]
@@ -108,7 +121,9 @@ def test_hot_gpu_alert_lives_in_alertmanager(engine, alertmanager: str) -> None:
         (alert,) = wait_until(lambda: am_alerts(alertmanager), timeout=20)
         labels = alert["labels"]
         assert labels["alertname"] == "hot-gpu" and labels["severity"] == "warning"
-        assert labels["gpu"] == "GPU-a0" and labels["node"] == "node-a" and labels["scope"] == "gpu"
+        assert labels["gpu_uuid"] == "GPU-a0" and labels["node"] == "node-a"
+        assert labels["gpu_index"] == "0" and labels["policy"] == "hot-gpu"
+        assert "job" not in labels and "gpu" not in labels
         assert alert["annotations"]["summary"] == "[FIRING] hot-gpu on gpu GPU-a0"
         assert "avg temperature_celsius over 5s = 91" in alert["annotations"]["description"]
         assert alert["status"]["state"] == "active"
@@ -147,3 +162,109 @@ def test_hot_gpu_alert_lives_in_alertmanager(engine, alertmanager: str) -> None:
         assert am_alerts(alertmanager) == []
         (ours,) = http.get("/api/v1/alerts", params={"policy": "hot-gpu"}, headers=admin).json()
         assert ours["state"] == "resolved"
+
+
+def shipped_config(receiver_url: str) -> str:
+    """The shipped alertmanager.yml with its receiver pointed at ``receiver_url``, waits short."""
+    doc = yaml.safe_load(SHIPPED_AM_CONFIG.read_text())
+    doc["route"] |= {"group_wait": "1s", "group_interval": "1s"}
+    doc["receivers"] = [
+        {"name": "default", "webhook_configs": [{"url": receiver_url, "send_resolved": False}]}
+    ]
+    return yaml.safe_dump(doc)
+
+
+def gpu_policy(name: str, metric: str, aggregate: str, severity: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "metric": metric,
+        "aggregate": aggregate,
+        "window": "10s",
+        "op": ">=",
+        "threshold": 1,
+        "for": "0s",
+        "scope": "gpu",
+        "severity": severity,
+        "channels": ["am"],
+    }
+
+
+def test_shipped_config_groups_per_job_and_inhibits_idle_on_a_faulty_gpu(
+    engine, tmp_path: Path
+) -> None:
+    receiver = Receiver()
+    with (
+        run_alertmanager(tmp_path, shipped_config(receiver.url + "/am")) as am,
+        # A long resend keeps each alert's endsAt minutes ahead, as in production.
+        running_service(engine, alertmanager_resend_seconds=60.0) as (url, _ctx),
+        httpx.Client(base_url=url) as http,
+    ):
+        admin = auth(make_token(engine, "admin"))
+        agent = make_token(engine, "agent", "node-a")
+        channel = {"name": "am", "type": "alertmanager", "url": am}
+        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+
+        def report(xid: int | None = None) -> None:
+            now = datetime.now(UTC) - timedelta(seconds=1)
+            idle: dict[str, float] = {"sm_active": 0.0, "fb_used_bytes": 2 << 30}
+            if xid is not None:  # an interval without an XID has no xid_last at all
+                idle["xid_last"] = xid
+            ingest(http, agent, start=now, count=1, metrics=idle, gpu_uuids=("GPU-a0",))
+            busy = {"sm_active": 0.1, "fb_used_bytes": 8 << 30}
+            ingest(http, agent, start=now, count=1, metrics=busy, gpu_uuids=("GPU-a1", "GPU-a2"))
+
+        report()
+        started = datetime.now(UTC) - timedelta(minutes=1)
+        add_job(engine, "slurm:101", ("GPU-a1",), started_at=started, user="alice")
+        add_job(engine, "slurm:102", ("GPU-a2",), started_at=started, user="bob")
+        for policy in (
+            gpu_policy("idle-held-gpu", "idle_held", "min", "warning"),
+            gpu_policy("gpu-hardware-fault", "hardware_fault", "max", "critical"),
+            {
+                "name": "low-sm-activity",
+                "metric": "sm_active",
+                "aggregate": "avg",
+                "window": "10s",
+                "op": "<",
+                "threshold": 0.3,
+                "for": "0s",
+                "scope": "job",
+                "channels": ["am"],
+            },
+        ):
+            assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+
+        def alerts(policy: str) -> list[dict]:  # type: ignore[type-arg]
+            r = httpx.get(am + "/api/v2/alerts", params={"filter": f'policy="{policy}"'}, timeout=5)
+            r.raise_for_status()
+            return r.json()  # type: ignore[no-any-return]
+
+        def job_groups() -> list[dict] | None:  # type: ignore[type-arg]
+            groups = [
+                m.json()
+                for m in receiver.received
+                if m.json()["commonLabels"].get("policy") == "low-sm-activity"
+            ]
+            return groups if len(groups) >= 2 else None
+
+        # Job alerts group per job: two notifications, one alert each.
+        groups = wait_until(job_groups, timeout=30, every=0.5)
+        by_job = {g["groupLabels"]["job_id"]: [a["labels"] for a in g["alerts"]] for g in groups}
+        assert set(by_job) == {"slurm:101", "slurm:102"}
+        assert [a["user"] for a in by_job["slurm:101"]] == ["alice"]
+        assert [a["user"] for a in by_job["slurm:102"]] == ["bob"]
+        (idle,) = wait_until(lambda: alerts("idle-held-gpu"), timeout=20)
+        assert idle["labels"]["gpu_uuid"] == "GPU-a0" and idle["status"]["state"] == "active"
+
+        # An XID on that GPU: the hardware alert inhibits the idle one of the same GPU only.
+        report(xid=79)
+        (fault,) = wait_until(lambda: alerts("gpu-hardware-fault"), timeout=20)
+        assert fault["labels"]["gpu_uuid"] == "GPU-a0" and fault["labels"]["severity"] == "critical"
+
+        def inhibited() -> dict | None:  # type: ignore[type-arg]
+            (alert,) = alerts("idle-held-gpu")
+            return alert if alert["status"]["inhibitedBy"] else None
+
+        idle = wait_until(inhibited, timeout=20, every=0.5)
+        assert idle["status"]["state"] == "suppressed"
+        assert all(a["status"]["state"] == "active" for a in alerts("low-sm-activity"))

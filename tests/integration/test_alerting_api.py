@@ -90,6 +90,8 @@ def test_silences(http: httpx.Client, tokens, clock: FakeClock) -> None:
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
     assert r.json()["status"] == "active"
+    # The earlier label name is read as the one vocabulary's.
+    assert r.json()["matchers"] == {"policy": "low-sm-activity", "job_id": "slurm:*"}
     r = http.post(
         "/api/v1/silences",
         json=body | {"ends_at": iso(clock() - timedelta(hours=1))},
@@ -143,7 +145,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         payload = Webhook(SECRET).verify(got.body, got.headers)
         assert got.path == "/in"
         assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
-        assert payload["labels"]["job"] == "slurm:42" and payload["labels"]["user"] == "alice"
+        assert payload["labels"]["job_id"] == "slurm:42" and payload["labels"]["user"] == "alice"
         assert payload["value"] == pytest.approx(0.1) and payload["threshold"] == 0.3
         # 2 GPUs x ~4 min at sm_active 0.1 -> ~7 unused GPU-minutes at $4/h ~ $0.47
         assert 0.3 < payload["wasted_usd"] < 0.6
@@ -246,7 +248,7 @@ def test_hardware_fault_inhibits_low_use_and_silence_shows_silenced(
             "/api/v1/silences",
             headers=admin,
             json={
-                "matchers": {"policy": "hot", "gpu": "GPU-a1"},
+                "matchers": {"policy": "hot", "gpu_uuid": "GPU-a1"},
                 "ends_at": iso(clock() + timedelta(hours=1)),
                 "comment": "known hot slot",
             },
@@ -256,12 +258,12 @@ def test_hardware_fault_inhibits_low_use_and_silence_shows_silenced(
         assert Dispatcher(ctx).drain() == 3  # synchronous: everything due is sent on return
         assert len(receiver.received) == 3
         got = sorted(
-            (p["policy"], p["labels"]["gpu"]) for p in (x.json() for x in receiver.wait_for(3))
+            (p["policy"], p["labels"]["gpu_uuid"]) for p in (x.json() for x in receiver.wait_for(3))
         )
         assert got == [("hot", "GPU-a0"), ("hw", "GPU-a0"), ("low-sm-activity", "GPU-a1")]
         alerts = http.get("/api/v1/alerts", params={"state": "firing"}, headers=admin).json()
         flags = {
-            (a["policy"], a["labels"]["gpu"]): (a["suppressed"], a["silenced"]) for a in alerts
+            (a["policy"], a["labels"]["gpu_uuid"]): (a["suppressed"], a["silenced"]) for a in alerts
         }
         assert flags[("low-sm-activity", "GPU-a0")] == (True, False)
         assert flags[("hot", "GPU-a1")] == (False, True)

@@ -29,7 +29,7 @@ RULES = REPO / "deploy" / "prometheus" / "rules"
 METRIC_RE = re.compile(r"\b(gpuwarden_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
 SELECTOR_RE = re.compile(r"\b(gpuwarden_[a-z0-9_]+)\{([^}]*)\}")
 MATCHER_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
-VARS = {"$__range": "1h", "${datasource}": "x", "$node": ".*", "$uuid": ".*"}
+VARS = {"$__range": "1h", "${datasource}": "x", "$node": ".*", "$gpu_uuid": ".*"}
 VARS |= {"$job_id": ".*", "$user": ".*", "$team": ".*"}
 
 

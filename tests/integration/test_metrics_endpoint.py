@@ -85,18 +85,19 @@ def test_latest_sample_per_gpu_with_job_and_price(
         )
 
     m = scrape(http)
-    sm = {labels["uuid"]: (labels, v) for labels, v in m["gpuwarden_gpu_sm_active_ratio"]}
+    sm = {labels["gpu_uuid"]: (labels, v) for labels, v in m["gpuwarden_gpu_sm_active_ratio"]}
     assert set(sm) == {"GPU-a0", "GPU-a1"}
     labels, value = sm["GPU-a1"]
     assert value == 0.02
     assert labels == {
         "node": "node-a",
-        "gpu": "1",
-        "uuid": "GPU-a1",
+        "gpu_index": "1",
+        "gpu_uuid": "GPU-a1",
         "model": H100,
         "job_id": "slurm:42",
         "user": "alice",
         "team": "vision",
+        "project": "",
     }
     assert sm["GPU-a0"][0]["job_id"] == ""  # no job: Prometheus treats "" as absent
     assert [v for _, v in m["gpuwarden_gpu_power_watts"]] == [123.5, 123.5]
@@ -133,7 +134,7 @@ def test_lost_gpu_is_exported_while_its_node_reports(
     ingest(http, tokens["agent"], batch)
     m = scrape(http)
     assert m["gpuwarden_gpu_lost"] == [
-        ({"node": "node-a", "gpu": "1", "uuid": "GPU-a1", "model": H100}, 1.0)
+        ({"node": "node-a", "gpu_index": "1", "gpu_uuid": "GPU-a1", "model": H100}, 1.0)
     ]
     assert m["gpuwarden_fleet_gpus_lost"] == [({}, 1.0)]
 

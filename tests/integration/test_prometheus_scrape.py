@@ -113,12 +113,12 @@ def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, token
     )
     assert r.status_code == 200, r.text
 
-    sm = query(prometheus, 'gpuwarden_gpu_sm_active_ratio{uuid="GPU-s1"}')
+    sm = query(prometheus, 'gpuwarden_gpu_sm_active_ratio{gpu_uuid="GPU-s1"}')
     assert len(sm) == 1, sm
     assert float(sm[0]["value"][1]) == 0.37
     labels = sm[0]["metric"]
     assert labels["job"] == "gpuwarden"  # the scrape job label is Prometheus's own
-    assert (labels["node"], labels["gpu"], labels["model"]) == (
+    assert (labels["node"], labels["gpu_index"], labels["model"]) == (
         "node-a",
         "1",
         "NVIDIA H100 80GB HBM3",
@@ -126,7 +126,7 @@ def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, token
 
     power = query(prometheus, "sum(gpuwarden_gpu_power_watts)")
     assert float(power[0]["value"][1]) == 469.0
-    fb = query(prometheus, 'gpuwarden_gpu_fb_used_bytes{uuid="GPU-s0"}')
+    fb = query(prometheus, 'gpuwarden_gpu_fb_used_bytes{gpu_uuid="GPU-s0"}')
     assert float(fb[0]["value"][1]) == 12_345_678
     gpus = query(prometheus, "gpuwarden_fleet_gpus == 2")
     assert len(gpus) == 1

@@ -12,6 +12,7 @@ from service.errors import ValidationFailed
 from service.thresholds.backoff import RateLimiter
 from service.thresholds.notify import Notification, alertmanager, slack, webhook
 from service.thresholds.urlsafety import check_url, parse_allow_nets
+from service.vocabulary import ALERT_LABELS
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
 
@@ -78,7 +79,14 @@ def note(**kw: object) -> Notification:
         "value": 0.12,
         "scope": "job",
         "scope_key": "job:slurm:42",
-        "labels": {"job": "slurm:42", "user": "alice", "team": "ml", "node": "n1", "gpu": "GPU-a"},
+        "labels": {
+            "job_id": "slurm:42",
+            "user": "alice",
+            "team": "ml",
+            "node": "n1",
+            "gpu_uuid": "GPU-a",
+            "gpu_index": "0",
+        },
         "active_since": T0,
         "fired_at": T0,
         "wasted_usd": 12.5,
@@ -88,7 +96,9 @@ def note(**kw: object) -> Notification:
 
 
 def test_slack_message_has_text_blocks_and_stays_within_limits() -> None:
-    msg = slack.render(note(labels={"job": "j" * 5000, "node": "n" * 5000}, description="d" * 9000))
+    msg = slack.render(
+        note(labels={"job_id": "j" * 5000, "node": "<" * 5000}, description="&" * 9000)
+    )
     assert msg["text"] and len(msg["text"]) <= slack.TEXT_MAX
     assert len(msg["blocks"]) <= 50
     header = msg["blocks"][0]
@@ -106,7 +116,7 @@ def test_slack_message_has_text_blocks_and_stays_within_limits() -> None:
         "alice",
         "ml",
         "0.12",
-        "< 0.3",
+        "&lt; 0.3",
         "$12.50",
         "http://gw/api/v1/jobs/slurm:42",
         "2026-12-02T08:00:00Z",
@@ -121,7 +131,16 @@ def test_webhook_signature_verifies_with_standard_webhooks() -> None:
     assert headers["webhook-signature"].startswith("v1,")
     payload = Webhook(secret).verify(body, headers)
     assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
-    assert payload["labels"]["job"] == "slurm:42"
+    assert payload["labels"] == {
+        "job_id": "slurm:42",
+        "user": "alice",
+        "team": "ml",
+        "node": "n1",
+        "gpu_uuid": "GPU-a",
+        "gpu_index": "0",
+        "policy": "low-sm-activity",
+        "severity": "warning",
+    }
     tampered = body.replace(b"firing", b"resolved")
     with pytest.raises(Exception, match="signature"):
         Webhook(secret).verify(tampered, headers)
@@ -130,9 +149,58 @@ def test_webhook_signature_verifies_with_standard_webhooks() -> None:
 def test_alertmanager_body_shape() -> None:
     (a,) = alertmanager.render(note(ends_at=datetime(2026, 12, 2, 8, 4, tzinfo=UTC)))
     assert a["labels"]["alertname"] == "low-sm-activity"
-    assert a["labels"]["job"] == "slurm:42" and a["labels"]["severity"] == "warning"
+    assert a["labels"] == {
+        "alertname": "low-sm-activity",
+        "job_id": "slurm:42",
+        "user": "alice",
+        "team": "ml",
+        "node": "n1",
+        "gpu_uuid": "GPU-a",
+        "gpu_index": "0",
+        "policy": "low-sm-activity",
+        "severity": "warning",
+    }
     assert a["startsAt"] == "2026-12-02T08:00:00Z" and a["endsAt"] == "2026-12-02T08:04:00Z"
     assert a["annotations"]["wasted_usd"] == "12.50"
     resolved_at = datetime(2026, 12, 2, 8, 9, tzinfo=UTC)
     (r,) = alertmanager.render(note(status="resolved", kind="resolved", resolved_at=resolved_at))
     assert r["endsAt"] == "2026-12-02T08:09:00Z"
+
+
+def test_every_sender_speaks_the_one_label_vocabulary() -> None:
+    # A delivery queued by an older version still says job and gpu; it leaves in the new names.
+    old = note(labels={"job": "slurm:7", "gpu": "GPU-b", "node": "n2"})
+    assert old.headline() == "[FIRING] low-sm-activity on job slurm:7"
+    (a,) = alertmanager.render(old)
+    body = webhook.render(old)
+    fields = [f["text"] for b in slack.render(old)["blocks"] for f in b.get("fields", [])]
+    for labels in (a["labels"], body["labels"]):
+        assert set(labels) - {"alertname"} <= set(ALERT_LABELS)
+        assert labels["job_id"] == "slurm:7" and labels["gpu_uuid"] == "GPU-b"
+        assert "job" not in labels and "gpu" not in labels
+    assert "*job_id*\nslurm:7" in fields and "*gpu_uuid*\nGPU-b" in fields
+
+
+def test_slack_escapes_what_mrkdwn_would_read_as_mentions_or_links() -> None:
+    msg = slack.render(
+        note(
+            labels={"job_id": "<!channel>", "user": "a&b"},
+            description="ratio (< 2) then a later > sign; <https://evil.example|click>",
+        )
+    )
+    # The header is plain_text, which Slack never parses; everything else is mrkdwn.
+    assert msg["blocks"][0]["text"]["type"] == "plain_text"
+    full = json.dumps({"text": msg["text"], "blocks": msg["blocks"][1:]})
+    assert "<!channel>" not in full and "&lt;!channel&gt;" in full
+    assert "a&amp;b" in full
+    assert "(&lt; 2) then a later &gt; sign" in full
+    assert "<https://evil.example" not in full
+    # Our own link stays a link; the header is plain_text, which Slack never parses.
+    assert "<http://gw/api/v1/jobs/slurm:42|Job report>" in full
+
+
+def test_slack_cut_never_splits_an_entity() -> None:
+    msg = slack.render(note(description="<" * 4000))
+    section = msg["blocks"][1]["text"]["text"]
+    assert len(section) <= slack.SECTION_MAX
+    assert section.endswith("&lt;…")

@@ -34,7 +34,7 @@ def by_name(families: list[Metric]) -> dict[str, Metric]:
     return {f.name: f for f in families}
 
 
-def values_of(fam: Metric, uuid: str, key: str = "uuid") -> list[float]:
+def values_of(fam: Metric, uuid: str, key: str = "gpu_uuid") -> list[float]:
     return [s.value for s in fam.samples if s.labels.get(key) == uuid]
 
 
@@ -62,18 +62,21 @@ def test_per_gpu_gauges_have_labels_and_skip_absent_metrics():
         job_id="slurm:1",
         user="alice",
         team="vision",
+        project="resnet",
     )
     fams = by_name(fleet_families(FleetSnapshot([r]), thresholds=Thresholds(), now=NOW))
     (sample,) = fams["gpuwarden_gpu_sm_active_ratio"].samples
     assert sample.value == 0.42
+    # The alert label vocabulary, so Prometheus rules label alerts as GPU Warden does.
     assert sample.labels == {
         "node": "node-a",
-        "gpu": "3",
-        "uuid": "GPU-x",
+        "gpu_index": "3",
+        "gpu_uuid": "GPU-x",
         "model": H100,
         "job_id": "slurm:1",
         "user": "alice",
         "team": "vision",
+        "project": "resnet",
     }
     assert fams["gpuwarden_gpu_power_watts"].samples[0].value == 310.0
     # Not measured means absent, never 0.
@@ -158,7 +161,7 @@ def test_lost_gpus():
     snap = FleetSnapshot([], lost=[LostGpu("node-b", 2, "GPU-l", H100)])
     fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
     (s,) = fams["gpuwarden_gpu_lost"].samples
-    assert s.labels == {"node": "node-b", "gpu": "2", "uuid": "GPU-l", "model": H100}
+    assert s.labels == {"node": "node-b", "gpu_index": "2", "gpu_uuid": "GPU-l", "model": H100}
     assert fams["gpuwarden_fleet_gpus_lost"].samples[0].value == 1
 
 

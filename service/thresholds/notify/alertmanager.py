@@ -12,13 +12,12 @@ from service.thresholds.policy import ChannelSpec
 
 def render(note: Notification) -> list[dict[str, Any]]:
     """The v2 alerts body: one alert whose labels identify it and whose endsAt says how long."""
-    labels = {
-        "alertname": note.policy,
-        "severity": note.severity,
+    labels = {"alertname": note.policy, **note.alert_labels()}
+    annotations = {
+        "summary": note.headline(),
+        "description": note.condition(),
         "scope": note.scope,
-        **{k: v for k, v in note.labels.items() if v},
     }
-    annotations = {"summary": note.headline(), "description": note.condition()}
     if note.description:
         annotations["policy_description"] = note.description
     if note.wasted_usd is not None:

@@ -6,10 +6,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from service.delivery import rfc3339
 from service.errors import DeliveryError
+from service.vocabulary import SCOPE_LABEL, canonical_labels
 
 
 class Notification(BaseModel):
@@ -40,11 +41,22 @@ class Notification(BaseModel):
     alert_url: str | None = None
     alert_id: int | None = None
 
+    @field_validator("labels", mode="after")
+    @classmethod
+    def _canonical(cls, labels: dict[str, str]) -> dict[str, str]:
+        # Deliveries queued before the label vocabulary was unified still say job and gpu.
+        return canonical_labels(labels)
+
     def headline(self) -> str:
         """One line saying what happened where, e.g. "[FIRING] low-sm-activity on job slurm:42"."""
-        where = self.labels.get(self.scope) or self.scope_key
+        where = self.labels.get(SCOPE_LABEL.get(self.scope, self.scope)) or self.scope_key
         prefix = "TEST" if self.kind == "test" else self.status.upper()
         return f"[{prefix}] {self.policy} on {self.scope} {where}"
+
+    def alert_labels(self) -> dict[str, str]:
+        """The alert's non-empty labels in the one vocabulary, with ``policy`` and ``severity``."""
+        labels = self.labels | {"policy": self.policy, "severity": self.severity}
+        return {k: v for k, v in labels.items() if v}
 
     def condition(self) -> str:
         """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)"."""

@@ -8,6 +8,7 @@ import httpx
 
 from service.thresholds.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
+from service.vocabulary import ALERT_LABELS
 
 # Slack's documented limits: header text 150 chars, section text 3000, at most 10 fields of
 # 2000 chars each, 50 blocks; top-level text is truncated past 40,000 (we keep it short).
@@ -17,17 +18,40 @@ FIELD_MAX = 2000
 FIELDS_MAX = 10
 TEXT_MAX = 3000
 
-_WHERE_LABELS = ("node", "gpu", "job", "user", "team", "model")
+# Every alert label but the policy, which the header already names: at most FIELDS_MAX.
+_FIELD_LABELS = tuple(label for label in ALERT_LABELS if label != "policy")
 
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def escape(text: str) -> str:
+    """``text`` safe inside Slack mrkdwn: ``&``, ``<`` and ``>`` as the entities Slack expects.
+
+    Unescaped, ``<!channel>`` in a description or a label pings the whole channel and a stray
+    ``<`` turns the text up to the next ``>`` into a link.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut_escaped(text: str, limit: int) -> str:
+    """Escape, then cut to ``limit`` characters without splitting an entity."""
+    out = escape(text)
+    if len(out) <= limit:
+        return out
+    cut = out[: limit - 1]
+    amp = cut.rfind("&")
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + "…"
+
+
 def render(note: Notification) -> dict[str, Any]:
     """The Slack message: what, where, since when, value vs threshold, dollars so far, link."""
     icon = {"firing": ":rotating_light:", "resolved": ":white_check_mark:"}[note.status]
     since = iso(note.fired_at or note.active_since)
+    # Our own text holds "<" and ">" too (the condition's operator), so everything is escaped.
     lines = [note.condition(), f"since {since}"]
     if note.status == "resolved" and note.resolved_at is not None:
         lines.append(f"resolved at {iso(note.resolved_at)}")
@@ -37,12 +61,12 @@ def render(note: Notification) -> dict[str, Any]:
         lines.append("(no fresh data: showing the last value)")
     if note.description:
         lines.append(note.description)
+    labels = note.alert_labels()
     fields = [
-        {"type": "mrkdwn", "text": _cut(f"*{label}*\n{note.labels[label]}", FIELD_MAX)}
-        for label in _WHERE_LABELS
-        if note.labels.get(label)
+        {"type": "mrkdwn", "text": _cut_escaped(f"*{label}*\n{labels[label]}", FIELD_MAX)}
+        for label in _FIELD_LABELS
+        if labels.get(label)
     ]
-    fields.append({"type": "mrkdwn", "text": f"*severity*\n{note.severity}"})
     blocks: list[dict[str, Any]] = [
         {
             "type": "header",
@@ -50,20 +74,20 @@ def render(note: Notification) -> dict[str, Any]:
         },
         {
             "type": "section",
-            "text": {"type": "mrkdwn", "text": _cut("\n".join(lines), SECTION_MAX)},
+            "text": {"type": "mrkdwn", "text": _cut_escaped("\n".join(lines), SECTION_MAX)},
         },
         {"type": "section", "fields": fields[:FIELDS_MAX]},
     ]
     links = [(note.report_url, "Job report"), (note.alert_url, "Alert")]
-    elements = [f"<{url}|{label}>" for url, label in links if url]
+    elements = [f"<{escape(url)}|{label}>" for url, label in links if url]
     if elements:
         blocks.append(
             {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(elements)}]}
         )
-    text = f"{icon} {note.headline()}: {note.condition()}"
+    text = f"{note.headline()}: {note.condition()}"
     if note.wasted_usd is not None:
         text += f", ${note.wasted_usd:,.2f} wasted so far"
-    return {"text": _cut(text, TEXT_MAX), "blocks": blocks}
+    return {"text": f"{icon} {_cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
 
 
 class SlackNotifier:

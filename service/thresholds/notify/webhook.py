@@ -24,7 +24,7 @@ def render(note: Notification) -> dict[str, Any]:
         "severity": note.severity,
         "scope": note.scope,
         "scope_key": note.scope_key,
-        "labels": note.labels,
+        "labels": note.alert_labels(),
         "metric": note.metric,
         "aggregate": note.aggregate,
         "window": note.window,
