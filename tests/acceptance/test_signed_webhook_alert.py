@@ -97,8 +97,11 @@ def test_xid_alert_is_signed_retried_and_resolved(engine) -> None:
             )
             assert body["labels"] == {
                 "node": "node-a",
-                "gpu": "GPU-a1",
+                "gpu_uuid": "GPU-a1",
+                "gpu_index": "0",  # the batch reports GPU-a1 alone, as index 0
                 "model": "NVIDIA H100 80GB HBM3",
+                "policy": "gpu-hardware-fault",
+                "severity": "critical",
             }
 
             # Fresh samples without XID; once the XID leaves the 8 s window the alert resolves.
@@ -118,7 +121,7 @@ def test_xid_alert_is_signed_retried_and_resolved(engine) -> None:
                 lambda: consumer.received[2] if len(consumer.received) >= 3 else None
             )
             body = verify(SECRET, resolved)
-            assert body["state"] == "resolved" and body["labels"]["gpu"] == "GPU-a1"
+            assert body["state"] == "resolved" and body["labels"]["gpu_uuid"] == "GPU-a1"
             assert resolved.headers["webhook-id"] != first.headers["webhook-id"]
             # A forged body does not verify.
             forged = Received(

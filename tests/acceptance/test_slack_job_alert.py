@@ -93,7 +93,7 @@ def test_low_sm_job_alert_reaches_slack_and_resolves(engine) -> None:
                 "alice",
                 "vision",
                 "avg sm_active over 10m = 0.1",
-                "(< 0.3)",
+                "(&lt; 0.3)",  # mrkdwn: Slack reads a bare < as the start of a link
                 "since 20",
                 "wasted so far: $",
                 "https://warden.example/api/v1/jobs/slurm:4242",

@@ -401,4 +401,4 @@ def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
     assert result.by_kind == {"firing": 1} and result.notifications == 1
     with engine.connect() as conn:
         (payload,) = conn.execute(select(outbox.c.payload)).scalars()
-    assert payload["labels"]["job"] == "slurm:43" and payload["wasted_usd"] is None
+    assert payload["labels"]["job_id"] == "slurm:43" and payload["wasted_usd"] is None
