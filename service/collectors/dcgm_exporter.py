@@ -10,6 +10,7 @@ lower-case field names, the pod labels ``pod``/``namespace`` or the older ``pod_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -100,16 +101,17 @@ def parse_exposition(text: str) -> Exposition:
                 )
             # The parser hands integers back as int; DCGM's sentinels are compared as doubles.
             raw = float(s.value)
-            if raw in DCGM_SENTINELS or raw != raw:  # blank, not supported, NaN
+            if raw in DCGM_SENTINELS:  # blank, not supported, no permission
                 continue  # the device and its pod are known; this value is absent
-            if name in _FB_PARTS:
+            if name in _FB_PARTS and math.isfinite(raw):
                 fb.setdefault(dev.uuid, {})[name] = raw
             mapped = _BY_NAME.get(name)
             if mapped is None:
                 continue
             canonical = mapped.metric
             value = raw * mapped.scale
-            if canonical in INT_METRICS:
+            # NaN and infinities pass on as they are: the agent drops them, counts and logs them.
+            if canonical in INT_METRICS and math.isfinite(value):
                 value = float(int(value))
             if canonical == "xid_last" and value == 0:
                 continue  # dcgm-exporter reports 0 for "no XID"; absent is the honest value

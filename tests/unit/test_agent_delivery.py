@@ -282,3 +282,28 @@ def test_a_poll_beyond_central_limits_travels_in_several_batches(tmp_path: Path)
     run(agent, clock, 1)
     agent.close()
     assert sizes == [MAX_BATCH_PROCESSES, MAX_BATCH_PROCESSES, 5]
+
+
+def test_dcgm_exporter_glitches_reach_the_agent_check_and_never_break_a_scrape() -> None:
+    from service.collectors.dcgm_exporter import parse_exposition
+    from service.collectors.plausible import drop_implausible
+
+    labels = 'gpu="0",UUID="GPU-x",modelName="NVIDIA H100 80GB HBM3"'
+    text = "".join(
+        f"# TYPE {n} gauge\n{n}{{{labels}}} {v}\n"
+        for n, v in [
+            ("DCGM_FI_DEV_POWER_USAGE", "NaN"),
+            ("DCGM_FI_DEV_FB_USED", "+Inf"),
+            ("DCGM_FI_DEV_FB_FREE", "1000"),
+            ("DCGM_FI_DEV_GPU_TEMP", "-Inf"),
+            ("DCGM_FI_DEV_SM_CLOCK", "1980"),
+        ]
+    )
+    (reading,) = parse_exposition(text).readings
+    dropped = {(d.field, d.reason) for d in drop_implausible([reading])}
+    assert dropped == {
+        ("power_watts", "not finite"),
+        ("fb_used_bytes", "not finite"),
+        ("temperature_celsius", "not finite"),
+    }
+    assert reading.metrics == {"sm_clock_hz": 1.98e9}
