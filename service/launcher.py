@@ -123,14 +123,17 @@ def run_up(settings: Settings) -> int:
     engine = make_engine(settings.database_url)
     upgrade(engine)
     hostname = node_name(settings)
-    backend: Backend = make_backend(settings, hostname=hostname, simulate_without_gpu=True)
+    state = agent_state(settings, suffix=hostname)
+    backend: Backend = make_backend(
+        settings, hostname=hostname, simulate_without_gpu=True, state=state
+    )
     token = _token(engine, "agent", hostname, "gpuwarden up: local agent")
     reader = _token(engine, "reader", None, "gpuwarden up: local reader")
     agent = build_agent(
         settings.model_copy(update={"agent_token": token}),
         backend=backend,
         hostname=hostname,
-        state=agent_state(settings, suffix=hostname),
+        state=state,
     )
     node = LocalNode(agent)
     print(f"local agent for node {hostname} with the {backend.name} backend")

@@ -73,6 +73,8 @@ class GpuIn(BaseModel):
     fb_total_bytes: int | None = Field(None, ge=0, le=MAX_INT64)
     mig_parent_uuid: Text | None = Field(None, max_length=96)
     lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
+    # A MIG instance destroyed while its parent is healthy (a reconfiguration): never lost.
+    retired: bool = False
 
 
 class SampleIn(BaseModel):

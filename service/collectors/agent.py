@@ -118,7 +118,8 @@ class Agent:
         self._drop_implausible(snap)
         self._attribute(snap, devices)
         lost = sum(1 for d in devices if d.lost)
-        t.gpus.labels("ok").set(len(devices) - lost)
+        retired = sum(1 for d in devices if d.retired)
+        t.gpus.labels("ok").set(len(devices) - lost - retired)
         t.gpus.labels("lost").set(lost)
         t.samples.inc(len(snap.readings))
         return snap
@@ -159,12 +160,14 @@ class Agent:
         if a is None:
             return
         a.refresh()
+        # The kubelet names a MIG instance by NVML's MIG-<uuid>, GPU Warden by its own identity.
+        kubelet_id = {d.uuid: d.alias for d in devices if d.alias}
         alive: set[int] = set()
         seen_jobs: dict[str, set[str]] = {}
         for p in snap.processes:
             if p.job_id is None and p.pid > 0:
                 alive.add(p.pid)
-                found = a.attribute(p.pid, p.gpu_index, p.gpu_uuid)
+                found = a.attribute(p.pid, p.gpu_index, kubelet_id.get(p.gpu_uuid, p.gpu_uuid))
                 p.job_id = found.job_id
                 p.user = p.user or found.user
             if p.job_id is not None:
@@ -176,9 +179,9 @@ class Agent:
         # so a pod's allocation or the mapping directory's assignment is reported even with no
         # process (pid 0).
         for d in devices:
-            if d.lost:
+            if d.lost or d.retired:
                 continue
-            job = a.device_job(d.uuid, d.index)
+            job = a.device_job(d.alias or d.uuid, d.index)
             if job is not None and job not in seen_jobs.get(d.uuid, ()):
                 snap.processes.append(ProcessReading(gpu_uuid=d.uuid, pid=0, job_id=job))
 

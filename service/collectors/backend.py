@@ -19,6 +19,11 @@ class Device:
     fb_total_bytes: int | None = None
     mig_parent_uuid: str | None = None
     lost: bool = False
+    # A MIG instance destroyed while its parent stays healthy (a reconfiguration): not lost.
+    retired: bool = False
+    # The backend's own id where ``uuid`` is GPU Warden's (NVML's MIG-<uuid> of a MIG instance):
+    # what the kubelet's device plugin names the device by.
+    alias: str | None = None
 
 
 @dataclass(slots=True)

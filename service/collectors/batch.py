@@ -26,6 +26,7 @@ def device_item(d: Device) -> dict[str, Any]:
         "fb_total_bytes": d.fb_total_bytes,
         "mig_parent_uuid": d.mig_parent_uuid,
         "lost": d.lost,
+        "retired": d.retired,
     }
 
 

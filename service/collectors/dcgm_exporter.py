@@ -24,9 +24,11 @@ from service.collectors.backend import (
     ProcessReading,
     Snapshot,
 )
+from service.collectors.mig import MigIdentities
 from service.collectors.plausible import DCGM_SENTINELS
 from service.vocabulary import DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
 
+RETIRED_LISTED_SCRAPES = 6  # more than the polls of one shipped batch
 _FB_PARTS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 _BY_NAME = {f.name: f for f in DCGM_FIELDS}
 
@@ -62,8 +64,12 @@ def pod_job(labels: dict[str, str]) -> str | None:
     return f"k8s:{uid}" if uid else None
 
 
-def parse_exposition(text: str) -> Exposition:
-    """Parse dcgm-exporter's text exposition into canonical devices and readings."""
+def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
+    """Parse dcgm-exporter's text exposition into canonical devices and readings.
+
+    MIG instances get their identity from ``mig`` (parent UUID, GPU_I_ID, GPU_I_PROFILE).
+    """
+    mig = mig or MigIdentities()
     per_gpu: dict[str, dict[str, float]] = {}
     fb: dict[str, dict[str, float]] = {}
     meta: dict[str, Device] = {}
@@ -86,9 +92,12 @@ def parse_exposition(text: str) -> Exposition:
                 index = int(_label(labels, "gpu", "GPU") or 0)
                 model = _label(labels, "modelName", "model_name") or "unknown"
                 if gi is not None:
-                    profile = _label(labels, "GPU_I_PROFILE") or gi
+                    profile = (_label(labels, "GPU_I_PROFILE") or "unknown").lower()
                     meta[key] = Device(
-                        f"{uuid}::gi{gi}", index, f"{model} MIG {profile}", mig_parent_uuid=uuid
+                        mig.identity(uuid, gi, profile),
+                        index,
+                        f"{model} MIG {profile}",
+                        mig_parent_uuid=uuid,
                     )
                 else:
                     meta[key] = Device(uuid, index, model)
@@ -139,11 +148,18 @@ class DcgmExporterBackend:
     name = "dcgm-exporter"
 
     def __init__(
-        self, *, url: str, client: httpx.Client | None = None, timeout_seconds: float = 5.0
+        self,
+        *,
+        url: str,
+        client: httpx.Client | None = None,
+        timeout_seconds: float = 5.0,
+        mig: MigIdentities | None = None,
     ) -> None:
         self.url = url
         self.client = client or httpx.Client(timeout=timeout_seconds)
+        self.mig = mig or MigIdentities()
         self._devices: list[Device] = []
+        self._retired: dict[str, int] = {}  # identity -> scrapes it is still listed for
         self.hostname: str | None = None
 
     def _scrape(self) -> Exposition:
@@ -153,7 +169,7 @@ class DcgmExporterBackend:
         except httpx.HTTPError as exc:
             raise BackendError(f"cannot scrape dcgm-exporter at {self.url}: {exc}") from exc
         try:
-            return parse_exposition(r.text)
+            return parse_exposition(r.text, self.mig)
         except ValueError as exc:
             raise BackendError(f"dcgm-exporter at {self.url} sent unparsable text: {exc}") from exc
 
@@ -167,10 +183,26 @@ class DcgmExporterBackend:
         """One scrape, stamped ``now``; GPUs that vanished from the exposition are flagged lost."""
         exp = self._scrape()
         seen = {d.uuid for d in exp.devices}
+        # A parent is healthy while the exporter still lists it or any of its instances.
+        parents = seen | {d.mig_parent_uuid for d in exp.devices if d.mig_parent_uuid}
         for old in self._devices:
-            if old.uuid not in seen:
-                old.lost = True
-                exp.devices.append(old)
+            if old.uuid in seen:
+                continue
+            if old.retired or (old.mig_parent_uuid in parents and not old.lost):
+                # Destroyed in a reconfiguration: retired, listed for a few scrapes so the
+                # batch that carries it reaches central, then forgotten.
+                if not old.retired:
+                    old.retired = True
+                    self.mig.retire(old.uuid)
+                    self._retired[old.uuid] = RETIRED_LISTED_SCRAPES
+                self._retired[old.uuid] -= 1
+                if self._retired[old.uuid] > 0:
+                    exp.devices.append(old)
+                else:
+                    del self._retired[old.uuid]
+                continue
+            old.lost = True
+            exp.devices.append(old)
         self._devices = exp.devices
         self.hostname = exp.hostname
         return Snapshot(ts=now, readings=exp.readings, processes=exp.jobs)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from service.collectors.backend import BackendError, Device, GpuReading, ProcessReading, Snapshot
+from service.collectors.mig import MigIdentities, profile_of
 from service.vocabulary import MIB, ActivitySource
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,7 @@ class _Gpu:
     have_prev: bool = False
     metrics_get: Any = None
     prev_at: float = 0.0  # monotonic time of the last GPM sample
+    parent_model: str = ""  # MIG: the physical GPU's model name
     unsupported: set[str] = field(default_factory=set)
     cycle: int = 0
 
@@ -160,9 +162,15 @@ class NvmlBackend:
         *,
         energy_every_cycles: int = ENERGY_EVERY_CYCLES,
         lib: Any = None,
+        mig: MigIdentities | None = None,
+        mig_rescan_cycles: int = 6,
     ) -> None:
         self.lib = lib if lib is not None else _load_pynvml()
         self.energy_every_cycles = max(1, energy_every_cycles)
+        self.mig = mig or MigIdentities()
+        self.mig_rescan_cycles = max(1, mig_rescan_cycles)
+        self._polls = 0
+        self._retired: list[Device] = []  # listed until the next rescan, so a batch carries them
         self._gpus: list[_Gpu] = []
         self._events: Any = None
         self._open = False
@@ -200,20 +208,104 @@ class NvmlBackend:
         migs = self._mig_devices(handle)
         if not migs:
             return [self._make(Device(uuid, index, model, total), handle, gpm=gpm)]
-        out = []
-        for mig in migs:
-            mig_uuid = _text(lib.nvmlDeviceGetUUID(mig))
-            try:
-                mig_total: int | None = int(lib.nvmlDeviceGetMemoryInfo(mig).total)
-            except lib.NVMLError:
-                mig_total = None
-            try:
-                gi: int | None = int(lib.nvmlDeviceGetGpuInstanceId(mig))
-            except lib.NVMLError:
-                gi = None
-            dev = Device(mig_uuid, index, f"{model} MIG", mig_total, mig_parent_uuid=uuid)
-            out.append(self._make(dev, mig, gpm=gpm and gi is not None, parent=handle, gi=gi))
-        return out
+        return [self._open_mig(mig, index, handle, uuid, model, gpm) for mig in migs]
+
+    def _mig_identity(self, mig: Any, parent_uuid: str, model: str) -> tuple[str, str, int | None]:
+        """(GPU Warden identity, model name, GPU instance id) of a MIG device handle."""
+        lib = self.lib
+        mig_uuid = _text(lib.nvmlDeviceGetUUID(mig))
+        try:
+            name = _text(lib.nvmlDeviceGetName(mig))
+        except lib.NVMLError:
+            name = ""
+        profile = profile_of(name)
+        try:
+            gi: int | None = int(lib.nvmlDeviceGetGpuInstanceId(mig))
+        except lib.NVMLError:
+            gi = None
+        label = f"{model} MIG {profile}" if profile else f"{model} MIG"
+        if gi is None or profile is None:
+            return mig_uuid, label, gi  # no slot to key on: NVML's own id
+        return self.mig.identity(parent_uuid, gi, profile), label, gi
+
+    def _open_mig(
+        self, mig: Any, index: int, parent: Any, parent_uuid: str, model: str, gpm: bool
+    ) -> _Gpu:
+        lib = self.lib
+        identity, label, gi = self._mig_identity(mig, parent_uuid, model)
+        try:
+            mig_total: int | None = int(lib.nvmlDeviceGetMemoryInfo(mig).total)
+        except lib.NVMLError:
+            mig_total = None
+        alias = _text(lib.nvmlDeviceGetUUID(mig))
+        dev = Device(
+            identity,
+            index,
+            label,
+            mig_total,
+            mig_parent_uuid=parent_uuid,
+            alias=alias if alias != identity else None,
+        )
+        g = self._make(dev, mig, gpm=gpm and gi is not None, parent=parent, gi=gi)
+        g.parent_model = model
+        return g
+
+    def _rescan_migs(self) -> None:
+        """Find MIG instances created or destroyed since the last look (reconfigurations).
+
+        A destroyed instance whose parent still answers is retired (listed once more with
+        ``retired``), never lost; one whose parent is gone is left to the lost-GPU path.
+        """
+        lib = self.lib
+        self._retired = []
+        parents: dict[str, tuple[Any, int, str, bool]] = {}
+        for g in self._gpus:
+            if g.parent_handle is not None and g.device.mig_parent_uuid is not None:
+                parents[g.device.mig_parent_uuid] = (
+                    g.parent_handle,
+                    g.device.index,
+                    g.parent_model,
+                    g.gpm or g.gpu_instance_id is None,
+                )
+        for parent_uuid, (parent, index, model, gpm) in parents.items():
+            if not self._answers(parent):
+                continue
+            mine = [g for g in self._gpus if g.device.mig_parent_uuid == parent_uuid]
+            now_there: dict[str, Any] = {}
+            for h in self._mig_devices(parent):
+                try:
+                    now_there[self._mig_identity(h, parent_uuid, model)[0]] = h
+                except lib.NVMLError:
+                    continue
+            for g in mine:
+                if g.device.uuid not in now_there:
+                    log.info("MIG instance %s was destroyed; retiring it", g.device.uuid)
+                    self._free(g)
+                    self._gpus.remove(g)
+                    g.device.retired = True
+                    self.mig.retire(g.device.uuid)
+                    self._retired.append(g.device)
+            known = {g.device.uuid for g in mine}
+            for identity, h in now_there.items():
+                if identity not in known:
+                    log.info("MIG instance %s appeared", identity)
+                    self._gpus.append(self._open_mig(h, index, parent, parent_uuid, model, gpm))
+
+    def _answers(self, handle: Any) -> bool:
+        """Whether a GPU still answers NVML (anything but lost or a driver failure)."""
+        lib = self.lib
+        try:
+            lib.nvmlDeviceGetMemoryInfo(handle)
+        except lib.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            return not (code == _GPU_IS_LOST or code in _DRIVER_ERRORS)
+        return True
+
+    def _free(self, g: _Gpu) -> None:
+        for buf in g.bufs:
+            with contextlib.suppress(self.lib.NVMLError):
+                self.lib.nvmlGpmSampleFree(buf)
+        g.bufs = []
 
     def _make(
         self, dev: Device, handle: Any, *, gpm: bool, parent: Any = None, gi: int | None = None
@@ -284,9 +376,7 @@ class NvmlBackend:
         if not self._open:
             return
         for g in self._gpus:
-            for buf in g.bufs:
-                with contextlib.suppress(lib.NVMLError):
-                    lib.nvmlGpmSampleFree(buf)
+            self._free(g)
         if self._events is not None:
             with contextlib.suppress(lib.NVMLError):
                 lib.nvmlEventSetFree(self._events)
@@ -301,12 +391,15 @@ class NvmlBackend:
         """The GPUs and MIG instances on this node; lost ones flagged."""
         if not self._open:
             self.open()
-        return [g.device for g in self._gpus]
+        return [g.device for g in self._gpus] + self._retired
 
     def sample(self, now: datetime) -> Snapshot:
         """Read every GPU once; a lost GPU is flagged, the others still report."""
         if not self._open:
             self.open()
+        self._polls += 1
+        if self._polls % self.mig_rescan_cycles == 0:
+            self._rescan_migs()
         snap = Snapshot(ts=now)
         xids = self._poll_xids()
         for g in self._gpus:

@@ -19,6 +19,7 @@ from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
 from service.collectors.backend import Backend
 from service.collectors.kubelet.podresources import PodResourcesClient
+from service.collectors.mig import MigIdentities
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 from service.collectors.state_dir import StatePaths, state_paths
@@ -74,12 +75,18 @@ def agent_state(
     )
 
 
+def _mig_identities(state: StatePaths | None) -> MigIdentities:
+    """MIG instance identities kept in the state directory (in memory without one)."""
+    return MigIdentities(None if state is None else state.mig_instances)
+
+
 def make_backend(
     settings: Settings,
     *,
     hostname: str,
     say: Callable[[str], None] = print,
     simulate_without_gpu: bool = False,
+    state: StatePaths | None = None,
 ) -> Backend:
     """The backend the settings ask for; ``auto`` picks NVML when a GPU is present and says so.
 
@@ -107,11 +114,11 @@ def make_backend(
     if choice == "nvml":
         from service.collectors.nvml import NvmlBackend
 
-        return NvmlBackend()
+        return NvmlBackend(mig=_mig_identities(state))
     if choice == "dcgm-exporter":
         from service.collectors.dcgm_exporter import DcgmExporterBackend
 
-        return DcgmExporterBackend(url=settings.dcgm_exporter_url)
+        return DcgmExporterBackend(url=settings.dcgm_exporter_url, mig=_mig_identities(state))
     from service.collectors.simulated import SimulatedBackend
 
     return SimulatedBackend(hostname=hostname, gpus=5, start=datetime.now(UTC))
@@ -187,8 +194,8 @@ def run_agent(settings: Settings) -> int:
     hostname = node_name(settings)
     if not settings.agent_token:
         raise ConfigError("agent_token: set GPUWARDEN_AGENT_TOKEN or --agent-token")
-    backend = make_backend(settings, hostname=hostname)
     state = agent_state(settings)
+    backend = make_backend(settings, hostname=hostname, state=state)
     agent = build_agent(settings, backend=backend, hostname=hostname, state=state)
     server = None
     if settings.agent_metrics_port:

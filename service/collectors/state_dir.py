@@ -17,6 +17,7 @@ from pathlib import Path
 DEFAULT_STATE_DIR = Path("gpuwarden-data")
 SPOOL_FILE = "spool.sqlite"
 DEAD_LETTER_FILE = "dead-letter.jsonl"
+MIG_FILE = "mig-instances.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class StatePaths:
     source: str  # which rule picked the directory, for the start-up line
     spool: Path
     dead_letter: Path
+    mig_instances: Path  # when this node first saw each MIG instance (collectors/mig.py)
 
 
 def state_directory(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path, str]:
@@ -62,4 +64,5 @@ def state_paths(
         source=source,
         spool=spool_path or directory / SPOOL_FILE.replace(".", f"{stem}.", 1),
         dead_letter=dead_letter_path or directory / DEAD_LETTER_FILE.replace(".", f"{stem}.", 1),
+        mig_instances=directory / MIG_FILE.replace(".", f"{stem}.", 1),
     )

@@ -42,8 +42,49 @@ def matches(pattern: str, model: str) -> bool:
     return fnmatchcase(model.lower(), pattern.lower())
 
 
+# A MIG instance's model is "<parent model> MIG <profile>", e.g. "NVIDIA H100 80GB HBM3 MIG
+# 1g.10gb": <n>g is its share of the parent's compute slices.
+_MIG_MODEL = re.compile(r"^(?P<parent>.*?)\s+MIG\s+(?P<profile>(?P<slices>\d+)g\.\d+gb\S*)", re.I)
+# Compute slices of a whole GPU: 7 on A100, H100, H200, B200 and friends; 4 on an A30.
+_FOUR_SLICE_MODELS = re.compile(r"\bA30\b", re.I)
+
+
+def mig_share(model: str) -> tuple[str, str, float] | None:
+    """(parent model, profile, share of the parent's compute) of a MIG model name, else None."""
+    m = _MIG_MODEL.match(model)
+    if m is None:
+        return None
+    parent = m["parent"]
+    total = 4 if _FOUR_SLICE_MODELS.search(parent) else 7
+    return parent, m["profile"].lower(), min(int(m["slices"]) / total, 1.0)
+
+
 def price_at(rows: Sequence[PriceRow], model: str, when: datetime) -> PriceRow | None:
-    """The row pricing ``model`` at ``when``, or None when no pattern matches (never $0)."""
+    """The row pricing ``model`` at ``when``, or None when no pattern matches (never $0).
+
+    A MIG slice is priced by a row whose pattern names its profile (``*1g.10gb*``); otherwise
+    as its compute share of the parent's price (a 1g of a 7-slice H100 is 1/7 of it).
+    """
+    mig = mig_share(model)
+    if mig is None:
+        return _best(rows, model, when)
+    parent, profile, share = mig
+    named = [r for r in rows if profile in r.model_pattern.lower()]
+    own = _best(named, model, when)
+    if own is not None:
+        return own
+    whole = _best(rows, parent, when)
+    if whole is None:
+        return None
+    return PriceRow(
+        whole.model_pattern,
+        whole.usd_per_gpu_hour * share,
+        whole.effective_from,
+        f"{profile}: {share:.4g} of {whole.model_pattern}",
+    )
+
+
+def _best(rows: Sequence[PriceRow], model: str, when: datetime) -> PriceRow | None:
     best: PriceRow | None = None
     for row in rows:
         if row.effective_from > when or not matches(row.model_pattern, model):
@@ -64,7 +105,13 @@ def price_lookup(rows: Sequence[PriceRow]) -> Callable[[str, datetime], PriceRow
     def lookup(model: str, when: datetime) -> PriceRow | None:
         timeline = timelines.get(model)
         if timeline is None:
-            mine = [r for r in rows if matches(r.model_pattern, model)]
+            mig = mig_share(model)
+            mine = [
+                r
+                for r in rows
+                if matches(r.model_pattern, model)
+                or (mig is not None and matches(r.model_pattern, mig[0]))
+            ]
             starts = sorted({r.effective_from for r in mine})
             timeline = timelines[model] = (starts, [price_at(mine, model, t) for t in starts])
         starts, prices = timeline
@@ -78,11 +125,16 @@ def change_points(
     rows: Sequence[PriceRow], model: str, start: datetime, end: datetime
 ) -> list[datetime]:
     """Moments strictly inside (start, end) where ``model``'s price may change, sorted."""
+    mig = mig_share(model)
     return sorted(
         {
             r.effective_from
             for r in rows
-            if start < r.effective_from < end and matches(r.model_pattern, model)
+            if start < r.effective_from < end
+            and (
+                matches(r.model_pattern, model)
+                or (mig is not None and matches(r.model_pattern, mig[0]))
+            )
         }
     )
 

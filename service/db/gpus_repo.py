@@ -27,6 +27,7 @@ def list_gpus(
             gpus.c.first_seen_at,
             gpus.c.last_sample_at,
             gpus.c.lost_at,
+            gpus.c.retired_at,
             nodes.c.hostname,
             nodes.c.labels,
             samples,
@@ -56,6 +57,7 @@ def list_gpus(
                 "first_seen_at": r.first_seen_at,
                 "last_seen_at": r.last_sample_at,
                 "lost": r.lost_at is not None,
+                "retired_at": r.retired_at,
                 "source": r.source,
                 "latest": latest,
             }

@@ -48,7 +48,7 @@ class GpuState:
 
     id: int
     node_id: int
-    attrs: tuple[Any, ...]  # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost)
+    attrs: tuple[Any, ...]  # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost, retired)
 
 
 @dataclass
@@ -68,7 +68,7 @@ class IngestCache:
 
 
 def _attrs(g: GpuIn) -> tuple[Any, ...]:
-    return (g.index, g.model, g.fb_total_bytes, g.mig_parent_uuid, g.lost)
+    return (g.index, g.model, g.fb_total_bytes, g.mig_parent_uuid, g.lost, g.retired)
 
 
 def _node_id(
@@ -107,9 +107,17 @@ def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
             gpus.c.fb_total_bytes,
             gpus.c.mig_parent_uuid,
             gpus.c.lost_at,
+            gpus.c.retired_at,
         ).where(gpus.c.uuid.in_(list(uuids)))
     ):
-        attrs = (r.gpu_index, r.model, r.fb_total_bytes, r.mig_parent_uuid, r.lost_at is not None)
+        attrs = (
+            r.gpu_index,
+            r.model,
+            r.fb_total_bytes,
+            r.mig_parent_uuid,
+            r.lost_at is not None,
+            r.retired_at is not None,
+        )
         out[r.uuid] = GpuState(r.id, r.node_id, attrs)
     return out
 
@@ -160,6 +168,7 @@ def _gpu_ids(
                     "node_id": node_id,
                     "first_seen_at": now,
                     "lost_at": lost_at,
+                    "retired_at": now if g.retired else None,
                     **values,
                 }
             )
@@ -168,6 +177,8 @@ def _gpu_ids(
             if g.lost != known.attrs[4]:
                 # keep the first time a GPU was seen lost; clear it when the GPU is back
                 row["b_lost_at"] = now if g.lost else None
+            if g.retired != known.attrs[5]:
+                row["b_retired_at"] = now if g.retired else None
             changed.append(row)
     if new_rows:
         conn.execute(insert_ignore(conn, gpus, ["uuid"]), new_rows)

@@ -81,7 +81,11 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
         for r in conn.execute(
             select(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
             .join(nodes, nodes.c.id == gpus.c.node_id)
-            .where(gpus.c.lost_at.is_not(None), nodes.c.last_seen_at >= fresh_since)
+            .where(
+                gpus.c.lost_at.is_not(None),
+                gpus.c.retired_at.is_(None),
+                nodes.c.last_seen_at >= fresh_since,
+            )
             .order_by(nodes.c.hostname, gpus.c.gpu_index)
         )
     ]

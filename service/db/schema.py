@@ -113,6 +113,8 @@ gpus = Table(
     Column("first_seen_at", UTCDateTime, nullable=False),
     Column("last_sample_at", UTCDateTime, nullable=True),
     Column("lost_at", UTCDateTime, nullable=True),
+    # A MIG instance destroyed in a reconfiguration while its parent stayed healthy.
+    Column("retired_at", UTCDateTime, nullable=True),
     Index(None, "node_id"),
 )
 

@@ -66,7 +66,10 @@ def scope_members(conn: Connection, *, now: datetime) -> Scopes:
             gpus.c.model,
             gpus.c.lost_at,
             nodes.c.hostname,
-        ).join(nodes, nodes.c.id == gpus.c.node_id)
+        )
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        # A retired MIG instance no longer exists: nothing to alert on, never a lost GPU.
+        .where(gpus.c.retired_at.is_(None))
     ).all()
     held = conn.execute(
         select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)

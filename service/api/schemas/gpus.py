@@ -21,6 +21,7 @@ class GpuPublic(BaseModel):
     first_seen_at: datetime
     last_seen_at: datetime | None
     lost: bool
+    retired_at: datetime | None = None  # a MIG instance destroyed in a reconfiguration
     source: str | None
     latest: dict[str, float | int]
 
