@@ -13,6 +13,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from service.delivery import rfc3339
+
 
 class FakeClock:
     """A clock that only moves when a test moves it."""
@@ -59,8 +61,8 @@ def live_server(app: FastAPI, port: int | None = None) -> Iterator[str]:
 
 
 def iso(ts: datetime) -> str:
-    """RFC 3339 text of ``ts``."""
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    """RFC 3339 text of ``ts`` (the service's one formatter)."""
+    return rfc3339(ts)
 
 
 def make_batch(
