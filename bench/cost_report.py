@@ -41,23 +41,10 @@ from service.usecases import cost_report
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 GPUS_PER_NODE = 8
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200", "NVIDIA L40S")
-COLS_1H = (
-    "gpu_id",
-    "bucket_start",
-    "sample_count",
-    "covered_seconds",
-    "idle_seconds",
-    "idle_held_seconds",
-    "unused_seconds",
-    "fallback_seconds",
-    "energy_used_joules",
-    "sm_active_sum",
-    "sm_active_count",
-    "tensor_active_sum",
-    "tensor_active_count",
-    "dram_active_sum",
-    "dram_active_count",
-)
+# The 1h rollup columns the generator fills: every summed field the report reads (from the
+# schema, so a new integral needs no change here) and sm_active's sum and count.
+COLS_1H = ("gpu_id", "bucket_start", "sample_count", *CUMULATIVE_FIELDS, "sm_active_sum",
+           "sm_active_count")  # fmt: skip
 
 
 def hour_rows(n_gpus: int, days: int, rng: random.Random) -> list[tuple[Any, ...]]:
@@ -65,20 +52,28 @@ def hour_rows(n_gpus: int, days: int, rng: random.Random) -> list[tuple[Any, ...
     start = END - timedelta(days=days)
     hours = [start + timedelta(hours=h) for h in range(days * 24)]
     out = []
-    for g in range(1, n_gpus + 1):
+    for gpu_id in range(1, n_gpus + 1):
         for ts in hours:
-            r = rng.random()
-            if r < 0.01:
+            draw = rng.random()
+            if draw < 0.01:
                 continue  # no data this hour
-            sm = 0.01 if r < 0.3 else rng.random()
+            sm = 0.01 if draw < 0.3 else rng.random()
             covered = 3600.0
             idle = covered if sm < 0.05 else 0.0
             held = idle if rng.random() < 0.5 else 0.0
-            tensor = 0.0 if r < 0.4 else sm * 0.8
-            out.append(
-                (g, ts, 360, covered, idle, held, covered * (1 - sm), 0.0, covered * 300.0,
-                 360 * sm, 360, 360 * tensor, 360, 360 * sm * 0.3, 360)
+            tensor = 0.0 if draw < 0.4 else sm * 0.8
+            row: dict[str, Any] = dict.fromkeys(COLS_1H, 0.0)
+            row.update(
+                gpu_id=gpu_id, bucket_start=ts, sample_count=360, covered_seconds=covered,
+                idle_seconds=idle, idle_held_seconds=held, idle_empty_seconds=idle - held,
+                unused_seconds=covered * (1 - sm), energy_used_joules=covered * 300.0,
+                sm_active_sum=360 * sm, sm_active_count=360, tensor_active_sum=360 * tensor,
+                tensor_active_count=360, dram_active_sum=360 * sm * 0.3, dram_active_count=360,
             )  # fmt: skip
+            if not idle:
+                busy = "compute_tensor_seconds" if tensor else "compute_no_tensor_seconds"
+                row[busy] = covered
+            out.append(tuple(row[col] for col in COLS_1H))
     return out
 
 

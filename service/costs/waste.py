@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 from service.costs.integrals import CAUSE_FIELDS, Integrals
 from service.diagnosis import CAUSE_NAMES, WASTE_CAUSES
@@ -317,18 +317,28 @@ def lines_from_segments(
 LineKey = tuple[str | None, int, float | None]  # (job id or None, gpu id, USD per GPU-hour)
 
 
+class Span(NamedTuple):
+    """A stretch of one GPU whose usage, times ``factor``, group ``group`` sums."""
+
+    group: int
+    gpu_id: int
+    start: datetime
+    end: datetime
+    factor: float
+
+
 def group_segments(
     segments: Sequence[Segment], price_of: Callable[[Segment], float | None]
-) -> tuple[list[LineKey], list[float], list[tuple[int, int, datetime, datetime, float]]]:
+) -> tuple[list[LineKey], list[float], list[Span]]:
     """Shares of segments keyed by (job, GPU, price): the keys, their held seconds, and the
-    spans (key index, gpu id, start, end, share) whose usage each key sums.
+    spans (group = key index, factor = share) whose usage each key sums.
 
     The same split as ``lines_from_segments``, but a job's many segments on one GPU at one
     price become one line, so the database can sum them in one pass.
     """
     index: dict[LineKey, int] = {}
     held: list[float] = []
-    spans: list[tuple[int, int, datetime, datetime, float]] = []
+    spans: list[Span] = []
     for seg in segments:
         price = price_of(seg)
         seconds = (seg.end - seg.start).total_seconds()
@@ -336,12 +346,12 @@ def group_segments(
         share = 1.0 / len(owners)
         for job_id in owners:
             key = (job_id, seg.gpu_id, price)
-            k = index.get(key)
-            if k is None:
-                k = index[key] = len(held)
+            group = index.get(key)
+            if group is None:
+                group = index[key] = len(held)
                 held.append(0.0)
-            held[k] += seconds * share
-            spans.append((k, seg.gpu_id, seg.start, seg.end, share))
+            held[group] += seconds * share
+            spans.append(Span(group, seg.gpu_id, seg.start, seg.end, share))
     return list(index), held, spans
 
 

@@ -21,12 +21,12 @@ def scratch_table(
     """A temporary table ``name``: ``timestamps`` are UTC instants, ``integers`` integers, the
     other columns floats."""
 
-    def col(c: str) -> Column[Any]:
-        if c in timestamps:
-            return Column(c, UTCDateTime())
-        return Column(c, Integer if c in integers else Float)
+    def column(col: str) -> Column[Any]:
+        if col in timestamps:
+            return Column(col, UTCDateTime())
+        return Column(col, Integer if col in integers else Float)
 
-    return Table(name, MetaData(), *(col(c) for c in cols), prefixes=["TEMPORARY"])
+    return Table(name, MetaData(), *(column(col) for col in cols), prefixes=["TEMPORARY"])
 
 
 def _sqlite_ts(ts: datetime | None) -> str | None:
@@ -51,18 +51,18 @@ def load_rows(
         raw: Any = conn.connection.dbapi_connection  # psycopg 3: COPY is its fastest load
         with (
             raw.cursor() as cur,
-            cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as cp,
+            cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as copy,
         ):
-            for r in rows:
-                cp.write_row(r)
+            for row in rows:
+                copy.write_row(row)
         return
-    ts_idx = [i for i, c in enumerate(cols) if isinstance(table.c[c].type, UTCDateTime)]
+    ts_idx = [i for i, col in enumerate(cols) if isinstance(table.c[col].type, UTCDateTime)]
     fixed = []
-    for r in rows:
-        row = list(r)
+    for row in rows:
+        values = list(row)
         for i in ts_idx:
-            row[i] = _sqlite_ts(row[i])
-        fixed.append(tuple(row))
+            values[i] = _sqlite_ts(values[i])
+        fixed.append(tuple(values))
     marks = ", ".join("?" for _ in cols)
     conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({marks})", fixed)
 
@@ -70,11 +70,11 @@ def load_rows(
 def fill(conn: Connection, table: Table, rows: Sequence[tuple[Any, ...]]) -> None:
     """Create (if needed), empty and fill scratch ``table`` with ``rows``, then analyze it."""
     pg = conn.dialect.name == "postgresql"
-    ddl = ", ".join(f"{c.name} {_sql_type(c, pg)}" for c in table.columns)
+    ddl = ", ".join(f"{col.name} {_sql_type(col, pg)}" for col in table.columns)
     conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {table.name} ({ddl})")
     # TRUNCATE on PostgreSQL: a DELETE would leave dead rows every later query must skip.
     conn.exec_driver_sql(f"{'TRUNCATE' if pg else 'DELETE FROM'} {table.name}")
-    load_rows(conn, table, [c.name for c in table.columns], rows)
+    load_rows(conn, table, [col.name for col in table.columns], rows)
     # Without statistics the planners take the scratch table for a big one and scan the
     # rollups instead of probing them by (gpu_id, bucket_start) once per row.
     conn.exec_driver_sql(f"ANALYZE {table.name}")

@@ -19,7 +19,7 @@ from service.costs.integrals import (
     Thresholds,
     integrate,
 )
-from service.costs.waste import Usage, plan_reads
+from service.costs.waste import Span, Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
 
@@ -32,15 +32,15 @@ def summed_fields(*, causes: bool) -> tuple[str, ...]:
     per cause, which a report without causes leaves at 0."""
     if causes:
         return CUMULATIVE_FIELDS
-    return tuple(f for f in CUMULATIVE_FIELDS if f not in _CAUSE_ONLY)
+    return tuple(name for name in CUMULATIVE_FIELDS if name not in _CAUSE_ONLY)
 
 
 def _usage_of(fields: Sequence[str], values: Sequence[Any]) -> Usage:
-    u = Usage()
-    for f, v in zip(fields, values, strict=True):
-        if v is not None:
-            setattr(u, f, float(v))
-    return u
+    usage = Usage()
+    for name, value in zip(fields, values, strict=True):
+        if value is not None:
+            setattr(usage, name, float(value))
+    return usage
 
 
 # Per-connection scratch tables the spans are loaded into, one row a span.
@@ -84,64 +84,76 @@ def _bucket_sums(
 ) -> None:  # fmt: skip
     """Add, per group, the rollup sums of ``fields`` over [lo, hi) (or the bucket at lo) times
     ``weight``."""
-    t, s = table.c, _SEGMENTS.c
-    cols = [func.sum(t[f] * weight) for f in fields]
+    bucket, seg = table.c, _SEGMENTS.c
+    sums = [func.sum(bucket[name] * weight) for name in fields]
     on: Any
     where: Any
     if hi is None:
-        on = and_(t.gpu_id == s.gpu_id, t.bucket_start == s[lo])
-        where = s[lo].is_not(None)
+        on = and_(bucket.gpu_id == seg.gpu_id, bucket.bucket_start == seg[lo])
+        where = seg[lo].is_not(None)
     else:
-        on = and_(t.gpu_id == s.gpu_id, t.bucket_start >= s[lo], t.bucket_start < s[hi])
-        where = s[lo] < s[hi]
-    q = select(s.grp, *cols).select_from(_SEGMENTS.join(table, on)).where(where).group_by(s.grp)
-    for row in conn.execute(q):
+        on = and_(
+            bucket.gpu_id == seg.gpu_id,
+            bucket.bucket_start >= seg[lo],
+            bucket.bucket_start < seg[hi],
+        )
+        where = seg[lo] < seg[hi]
+    query = (
+        select(seg.grp, *sums).select_from(_SEGMENTS.join(table, on)).where(where).group_by(seg.grp)
+    )
+    for row in conn.execute(query):
         out[row[0]].add(_usage_of(fields, row[1:]))
 
 
 def _raw(
     conn: Connection,
-    reads: list[tuple[int, int, datetime, datetime, float]],
+    reads: list[Span],
     out: list[Usage],
     thresholds: Thresholds,
 ) -> None:
-    """Integrate raw samples over each read (grp, gpu_id, lo, hi, factor) into ``out[grp]``."""
+    """Integrate raw samples over each read span into ``out[read.group]``."""
     gap = timedelta(seconds=thresholds.max_gap_seconds)
-    s = samples.c
-    fill(conn, _RAW, [(j, g, lo - gap, hi) for j, (_, g, lo, hi, _f) in enumerate(reads)])
-    v = _RAW.c
-    q = (
-        select(v.grp, s.ts, s.activity, s.activity_rung, s.cause, s.power_watts,
-               s.tensor_active, s.dram_active)
-        .select_from(_RAW.join(samples, and_(s.gpu_id == v.gpu_id, s.ts >= v.lo, s.ts < v.hi)))
-        .order_by(v.grp, s.ts)
+    sample = samples.c
+    # Each read's scratch row is keyed by its index in ``reads``; the sample before the read
+    # (up to max_gap earlier) covers its first seconds.
+    fill(conn, _RAW, [(i, span.gpu_id, span.start - gap, span.end) for i, span in enumerate(reads)])
+    read = _RAW.c
+    query = (
+        select(read.grp, sample.ts, sample.activity, sample.activity_rung, sample.cause,
+               sample.power_watts, sample.tensor_active, sample.dram_active)
+        .select_from(_RAW.join(samples, and_(
+            sample.gpu_id == read.gpu_id, sample.ts >= read.lo, sample.ts < read.hi)))
+        .order_by(read.grp, sample.ts)
     )  # fmt: skip
-    grouped: dict[int, list[Any]] = defaultdict(list)
-    for row in conn.execute(q):
-        grouped[row.grp].append(row)
-    for j, rows in grouped.items():
-        grp, _, lo, hi, factor = reads[j]
+    by_read: dict[int, list[Any]] = defaultdict(list)
+    for row in conn.execute(query):
+        by_read[row.grp].append(row)
+    for i, rows in by_read.items():
+        span = reads[i]
+        lo, hi = span.start, span.end
         points = [
-            ActivityPoint(r.ts.timestamp(), r.activity, r.activity_rung, r.cause, r.power_watts)
-            for r in rows
+            ActivityPoint(
+                row.ts.timestamp(), row.activity, row.activity_rung, row.cause, row.power_watts
+            )
+            for row in rows
         ]
-        integ = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
-        part = Usage(**{f: getattr(integ, f) for f in INTEGRAL_FIELDS})
-        for r in rows:
-            if lo <= r.ts < hi:
-                if r.tensor_active is not None:
-                    part.tensor_active_sum += r.tensor_active
+        integrals = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
+        part = Usage(**{name: getattr(integrals, name) for name in INTEGRAL_FIELDS})
+        for row in rows:
+            if lo <= row.ts < hi:
+                if row.tensor_active is not None:
+                    part.tensor_active_sum += row.tensor_active
                     part.tensor_active_count += 1
-                if r.dram_active is not None:
-                    part.dram_active_sum += r.dram_active
+                if row.dram_active is not None:
+                    part.dram_active_sum += row.dram_active
                     part.dram_active_count += 1
-        out[grp].add(part, factor)
+        out[span.group].add(part, span.factor)
 
 
 def _sum_by_buckets(
     conn: Connection,
     *,
-    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    spans: Sequence[Span],
     out: list[Usage],
     thresholds: Thresholds,
     raw_cutoff: datetime,
@@ -154,38 +166,38 @@ def _sum_by_buckets(
     taken pro rata from their 1m bucket.
     """
     rows: list[tuple[Any, ...]] = []
-    raw: list[tuple[int, int, datetime, datetime, float]] = []
+    raw: list[Span] = []
     for grp, gpu_id, start, end, factor in spans:
         row: dict[str, Any] = dict.fromkeys(_SEGMENT_COLS)
         row.update(grp=grp, gpu_id=gpu_id, factor=factor)
         hour_slots, minute_slots = iter(_HOUR_SLOTS), iter(_MINUTE_SLOTS)
-        for r in plan_reads(start, end):
-            if r.kind == "1h":
-                a, b = next(hour_slots)
-                row[a], row[b] = r.start, r.end
-            elif r.kind == "1m":
-                a, b, sign = next(minute_slots)
-                row[a], row[b], row[sign] = r.start, r.end, r.sign
-            elif r.start >= raw_cutoff:
-                raw.append((grp, gpu_id, r.start, r.end, factor))
+        for read in plan_reads(start, end):
+            if read.kind == "1h":
+                lo, hi = next(hour_slots)
+                row[lo], row[hi] = read.start, read.end
+            elif read.kind == "1m":
+                lo, hi, sign = next(minute_slots)
+                row[lo], row[hi], row[sign] = read.start, read.end, read.sign
+            elif read.start >= raw_cutoff:
+                raw.append(Span(grp, gpu_id, read.start, read.end, factor))
             else:
-                bucket = r.start - timedelta(seconds=r.start.timestamp() % 60)
+                bucket = read.start - timedelta(seconds=read.start.timestamp() % 60)
                 slot = "pl" if row["pl"] is None else "pr"
                 row[slot] = bucket
-                row[f"{slot}_frac"] = (r.end - r.start).total_seconds() / 60.0
-        rows.append(tuple(row[c] for c in _SEGMENT_COLS))
+                row[f"{slot}_frac"] = (read.end - read.start).total_seconds() / 60.0
+        rows.append(tuple(row[col] for col in _SEGMENT_COLS))
     if rows:
         fill(conn, _SEGMENTS, rows)
-        s = _SEGMENTS.c
+        seg = _SEGMENTS.c
         # The planner cannot estimate these range joins and would hash-join a full scan of
         # rollup_1m instead of probing its key once per span; JIT only adds compile time.
         with _pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
-            for a, b in _HOUR_SLOTS:
-                _bucket_sums(conn, rollup_1h, a, b, s.factor, out, fields)
-            for a, b, sign in _MINUTE_SLOTS:
-                _bucket_sums(conn, rollup_1m, a, b, s.factor * s[sign], out, fields)
-            _bucket_sums(conn, rollup_1m, "pl", None, s.factor * s.pl_frac, out, fields)
-            _bucket_sums(conn, rollup_1m, "pr", None, s.factor * s.pr_frac, out, fields)
+            for lo, hi in _HOUR_SLOTS:
+                _bucket_sums(conn, rollup_1h, lo, hi, seg.factor, out, fields)
+            for lo, hi, sign in _MINUTE_SLOTS:
+                _bucket_sums(conn, rollup_1m, lo, hi, seg.factor * seg[sign], out, fields)
+            _bucket_sums(conn, rollup_1m, "pl", None, seg.factor * seg.pl_frac, out, fields)
+            _bucket_sums(conn, rollup_1m, "pr", None, seg.factor * seg.pr_frac, out, fields)
     if raw:
         _raw(conn, raw, out, thresholds)
 
@@ -206,11 +218,11 @@ def _totals_sql(pg: bool, fields: tuple[str, ...]) -> str:
     after its start, each with the weight w of that minute's own bucket to take off (the
     sum adds up a group's terms, so repeated ones need no merging).
     """
-    f = fields
-    n = len(f)
-    own = ", ".join(f"COALESCE(b.{x}, 0) AS o{i}" for i, x in enumerate(f))
-    t = ", ".join(
-        f"COALESCE(b.cum_{x}, a.cum_{x} - COALESCE(a.{x}, 0), 0) AS t{i}" for i, x in enumerate(f)
+    n = len(fields)
+    own = ", ".join(f"COALESCE(b.{name}, 0) AS o{i}" for i, name in enumerate(fields))
+    totals = ", ".join(
+        f"COALESCE(b.cum_{name}, a.cum_{name} - COALESCE(a.{name}, 0), 0) AS t{i}"
+        for i, name in enumerate(fields)
     )
     masked = ", ".join(f"CASE WHEN q.prev THEN q.o{i} ELSE 0 END AS o{i}" for i in range(n))
     sums = ", ".join(f"SUM(tm.f * (lk.t{i} - tm.w * lk.o{i}))" for i in range(n))
@@ -252,7 +264,7 @@ def _totals_sql(pg: bool, fields: tuple[str, ...]) -> str:
         )
     return (
         f"WITH lk AS MATERIALIZED (SELECT q.k, {masked}, {', '.join(f'q.t{i}' for i in range(n))} "
-        f"  FROM (SELECT cuts.k, b.bucket_start = cuts.prev_ts AS prev, {own}, {t} "
+        f"  FROM (SELECT cuts.k, b.bucket_start = cuts.prev_ts AS prev, {own}, {totals} "
         f"    FROM {cuts} {probes}) q) "
         f"SELECT tm.grp, {sums} FROM {terms} JOIN lk ON lk.k = tm.k GROUP BY tm.grp"
     )
@@ -272,21 +284,21 @@ class _Terms:
         self.factor: list[float] = []
 
     def add(
-        self, grp: int, gpu_id: int, s_min: float, w_start: float, e_min: float, w_end: float,
-        factor: float,
+        self, grp: int, gpu_id: int, start_min: float, w_start: float, end_min: float,
+        w_end: float, factor: float,
     ) -> None:  # fmt: skip
         """Add a span: +factor x (value at its end) - factor x (value at its start)."""
         keys = self.cut_keys
-        key = (gpu_id << 32) + int(s_min)
-        ks = keys.get(key)
-        if ks is None:
-            ks = keys[key] = len(keys)
-        key = (gpu_id << 32) + int(e_min)
-        ke = keys.get(key)
-        if ke is None:
-            ke = keys[key] = len(keys)
+        key = (gpu_id << 32) + int(start_min)
+        start_cut = keys.get(key)
+        if start_cut is None:
+            start_cut = keys[key] = len(keys)
+        key = (gpu_id << 32) + int(end_min)
+        end_cut = keys.get(key)
+        if end_cut is None:
+            end_cut = keys[key] = len(keys)
         self.grp += (grp, grp)
-        self.cut += (ks, ke)
+        self.cut += (start_cut, end_cut)
         self.weight += (w_start, w_end)
         self.factor += (-factor, factor)
 
@@ -305,7 +317,7 @@ def _run_parts(conn: Connection, parts: list[_Terms], fields: tuple[str, ...]) -
     """The rows of ``_totals_sql`` over every part; when they are big, the parts after the
     first run at the same time on connections of their own, so the database probes with
     several cores (a report is otherwise one query, and its probes are most of its time)."""
-    parts = [p for p in parts if p.grp]
+    parts = [part for part in parts if part.grp]
     if not parts:
         return []
 
@@ -316,20 +328,20 @@ def _run_parts(conn: Connection, parts: list[_Terms], fields: tuple[str, ...]) -
         with conn.engine.connect() as other:
             return run(other, part)
 
-    if sum(len(p.cut_keys) for p in parts) < _PARALLEL_FROM:
-        return [row for p in parts for row in run(conn, p)]
+    if sum(len(part.cut_keys) for part in parts) < _PARALLEL_FROM:
+        return [row for part in parts for row in run(conn, part)]
     with ThreadPoolExecutor(max_workers=len(parts) - 1 or 1) as pool:
-        later = [pool.submit(run_alone, p) for p in parts[1:]]
+        later = [pool.submit(run_alone, part) for part in parts[1:]]
         rows = run(conn, parts[0])
-        for f in later:
-            rows += f.result()
+        for future in later:
+            rows += future.result()
     return rows
 
 
 def _sum_by_totals(
     conn: Connection,
     *,
-    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    spans: Sequence[Span],
     out: list[Usage],
     thresholds: Thresholds,
     raw_cutoff: datetime,
@@ -344,27 +356,28 @@ def _sum_by_totals(
     # On PostgreSQL two halves by GPU id, summed on two connections at once (_run_parts).
     parts = [_Terms(), _Terms()] if conn.dialect.name == "postgresql" else [_Terms()]
     part_mask = len(parts) - 1
-    raw_reads: list[tuple[int, int, datetime, datetime, float]] = []
+    raw_reads: list[Span] = []
     raw_from = raw_cutoff.timestamp()
-    for grp, gpu_id, start, end, factor in spans:
-        s = start.timestamp()
-        e = end.timestamp()
-        s_min, e_min = -(-s // 60), -(-e // 60)  # the minutes after start and end
-        w_start = s_min - s / 60.0  # the parts of those minutes outside the span, pro rata
-        w_end = e_min - e / 60.0
-        e_floor = e - e % 60
-        if s >= raw_from or e_floor >= raw_from:  # edges raw retention still holds
-            if s >= raw_from:
-                if s_min * 60 > e_floor:  # inside one minute: all of it from raw samples
-                    raw_reads.append((grp, gpu_id, start, end, factor))
+    for span in spans:
+        grp, gpu_id, start, end, factor = span
+        start_s = start.timestamp()
+        end_s = end.timestamp()
+        start_min, end_min = -(-start_s // 60), -(-end_s // 60)  # the minutes after each edge
+        w_start = start_min - start_s / 60.0  # the parts of those minutes outside, pro rata
+        w_end = end_min - end_s / 60.0
+        end_floor_s = end_s - end_s % 60
+        if start_s >= raw_from or end_floor_s >= raw_from:  # edges raw retention still holds
+            if start_s >= raw_from:
+                if start_min * 60 > end_floor_s:  # inside one minute: all of it from raw samples
+                    raw_reads.append(span)
                     continue
                 if w_start:  # the seconds before the first whole minute from raw samples
-                    raw_reads.append((grp, gpu_id, start, _utc(s_min * 60), factor))
+                    raw_reads.append(Span(grp, gpu_id, start, _utc(start_min * 60), factor))
                 w_start = 0.0
-            if e_floor < e:
+            if end_floor_s < end_s:
                 w_end = 1.0  # the whole end minute off, and its seconds from raw samples
-                raw_reads.append((grp, gpu_id, _utc(e_floor), end, factor))
-        parts[gpu_id & part_mask].add(grp, gpu_id, s_min, w_start, e_min, w_end, factor)
+                raw_reads.append(Span(grp, gpu_id, _utc(end_floor_s), end, factor))
+        parts[gpu_id & part_mask].add(grp, gpu_id, start_min, w_start, end_min, w_end, factor)
     for row in _run_parts(conn, parts, fields):
         out[row[0]].add(_usage_of(fields, row[1:]))
     if raw_reads:
@@ -387,8 +400,8 @@ def _run_totals(
             return ",".join(map(str, values))
 
         params: dict[str, Any] = {
-            "gpu": joined(g for g, _ in cuts),
-            "c": joined(c // 60 for _, c in cuts),  # minutes since the epoch
+            "gpu": joined(gpu_id for gpu_id, _ in cuts),
+            "c": joined(minute_s // 60 for _, minute_s in cuts),  # minutes since the epoch
             "grp": joined(grp),
             "k": joined(cut),
             "w": weight,
@@ -410,7 +423,7 @@ def _run_totals(
     conn.exec_driver_sql(
         f"INSERT INTO gw_cost_cuts VALUES (?, ?, {_SQLITE_TS.format('?')}, "
         f"{_SQLITE_TS.format('? - 60')})",
-        [(k, g, c, c) for k, (g, c) in enumerate(cuts)],
+        [(k, gpu_id, minute_s, minute_s) for k, (gpu_id, minute_s) in enumerate(cuts)],
     )
     conn.exec_driver_sql(
         "INSERT INTO gw_cost_terms VALUES (?, ?, ?, ?)",
@@ -426,14 +439,14 @@ def _utc(ts: float) -> datetime:
 def sum_usage(
     conn: Connection,
     *,
-    spans: Sequence[tuple[int, int, datetime, datetime, float]],
+    spans: Sequence[Span],
     n_groups: int,
     thresholds: Thresholds,
     raw_cutoff: datetime,
     minute_cutoff: datetime,
     causes: bool = True,
 ) -> list[Usage]:
-    """Per group, the sum of factor x Usage over its spans (group, gpu_id, start, end, factor).
+    """Per group, the sum of factor x Usage over its spans.
 
     Spans inside 1m retention (from ``minute_cutoff``) are read from the 1m running totals,
     older ones bucket by bucket from the 1h and 1m rollups. Without ``causes`` the seconds
@@ -441,8 +454,8 @@ def sum_usage(
     """
     fields = summed_fields(causes=causes)
     out = [Usage() for _ in range(n_groups)]
-    recent = [sp for sp in spans if sp[2] >= minute_cutoff]
-    old = [sp for sp in spans if sp[2] < minute_cutoff]
+    recent = [span for span in spans if span.start >= minute_cutoff]
+    old = [span for span in spans if span.start < minute_cutoff]
     if recent:
         _sum_by_totals(
             conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,

@@ -33,7 +33,7 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
         .where(rollup_1m.c.gpu_id == gpus.c.id)
         .scalar_subquery()
     )
-    q = select(
+    query = select(
         gpus.c.id,
         gpus.c.uuid,
         gpus.c.model,
@@ -42,20 +42,20 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
         type_coerce(first_minute, UTCDateTime()),
     ).join(nodes, nodes.c.id == gpus.c.node_id)
     if gpu_ids is not None:
-        q = q.where(gpus.c.id.in_(list(gpu_ids)))
+        query = query.where(gpus.c.id.in_(list(gpu_ids)))
     return {
         gpu_id: GpuInfo(gpu_id, uuid, model, node, min(seen, minute or seen))
-        for gpu_id, uuid, model, node, seen, minute in conn.execute(q).all()
+        for gpu_id, uuid, model, node, seen, minute in conn.execute(query).all()
     }
 
 
 def pending_minutes(conn: Connection, *, start: datetime, end: datetime) -> int:
     """GPU-minutes in [start, end) with samples not rolled up yet (reports read rollups)."""
-    q = select(func.count()).where(
+    query = select(func.count()).where(
         rollup_dirty.c.bucket_start >= start - timedelta(minutes=1),
         rollup_dirty.c.bucket_start < end,
     )
-    return int(conn.execute(q).scalar_one())
+    return int(conn.execute(query).scalar_one())
 
 
 def load_allocations(
@@ -68,7 +68,7 @@ def load_allocations(
 ) -> tuple[list[Allocation], dict[str, dict[str, Any]]]:
     """Every (job, GPU) interval overlapping [start, end) (open ones end at the job's end or
     now), and the id, user, team and project of their jobs, by id."""
-    q = (
+    query = (
         select(
             job_gpus.c.job_id,
             job_gpus.c.gpu_id,
@@ -85,11 +85,11 @@ def load_allocations(
         )
     )
     if gpu_ids is not None:
-        q = q.where(job_gpus.c.gpu_id.in_(list(gpu_ids)))
+        query = query.where(job_gpus.c.gpu_id.in_(list(gpu_ids)))
     allocations, job_info = [], {}
     # fetchall and tuple unpacking: iterating a result fetches row by row, and attribute
     # access on rows costs more than the rest of this loop.
-    for job_id, gpu_id, started, ended, user, team, project in conn.execute(q).all():
+    for job_id, gpu_id, started, ended, user, team, project in conn.execute(query).all():
         stop = now if ended is None or ended > now else ended
         allocations.append(Allocation(job_id, gpu_id, started, stop))
         if job_id not in job_info:

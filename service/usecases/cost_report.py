@@ -147,8 +147,8 @@ def attribute(
         conn, start=start, end=end, now=now, gpu_ids=gpu_ids
     )
     by_gpu: dict[int, list[Any]] = defaultdict(list)
-    for a in allocations:
-        by_gpu[a.gpu_id].append(a)
+    for allocation in allocations:
+        by_gpu[allocation.gpu_id].append(allocation)
     segments: list[Segment] = []
     for gpu_id, info in gpu_info.items():
         # A GPU is held from when it is known: one first seen a minute ago is not held all week.
@@ -180,11 +180,12 @@ def attribute(
         for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
     ]
     warnings = [
-        f"no price matches GPU model {m!r}: its cost is null; add a pattern with PUT /api/v1/prices"
-        for m in sorted(unpriced)
+        f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
+        "/api/v1/prices"
+        for model in sorted(unpriced)
     ]
-    for w in warnings:
-        log.warning(w)
+    for warning in warnings:
+        log.warning(warning)
     return Attribution(lines, gpu_info, job_info, warnings, table.source)
 
 
@@ -208,8 +209,12 @@ def _key_fn(att: Attribution, group_by: str) -> Any:
 def job_tag_map(att: Attribution, settings: Settings) -> dict[str, list[str]]:
     """Each job's tags over the attributed window."""
     per_job = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    t = tag_thresholds_of(settings)
-    return {k: job_tags(s, t) for k, s in per_job.items() if k != UNALLOCATED}
+    thresholds = tag_thresholds_of(settings)
+    return {
+        job_id: job_tags(summary, thresholds)
+        for job_id, summary in per_job.items()
+        if job_id != UNALLOCATED
+    }
 
 
 def check_range(settings: Settings, *, start: datetime, end: datetime, now: datetime) -> None:
@@ -265,20 +270,21 @@ def cost_report(
         lines = [ln for ln in lines if keep(ln)]
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
     total = Summary("__total__")
-    for s in groups.values():
-        total.merge(s)
+    for summary in groups.values():
+        total.merge(summary)
     rows = []
-    for s in sorted(
-        groups.values(), key=lambda s: (-(s.unused_cost_usd if s.priced else 0.0), s.key)
+    for summary in sorted(
+        groups.values(),
+        key=lambda group: (-(group.unused_cost_usd if group.priced else 0.0), group.key),
     ):
-        row = s.as_dict()
-        if group_by == "job" and s.key != UNALLOCATED:
-            job = att.jobs.get(s.key, {})
+        row = summary.as_dict()
+        if group_by == "job" and summary.key != UNALLOCATED:
+            job = att.jobs.get(summary.key, {})
             row.update(
                 user=job.get("user"),
                 team=job.get("team"),
                 project=job.get("project"),
-                tags=tags.get(s.key, []),
+                tags=tags.get(summary.key, []),
             )
         rows.append(row)
     return {
@@ -341,14 +347,16 @@ def job_summary(
         warnings = att.warnings
         mine = [ln for ln in att.lines if ln.job_id == job["id"]]
         per_gpu = summarize(mine, lambda ln: att.gpus[ln.gpu_id].uuid)
-        for s in per_gpu.values():
-            total.merge(s)
+        for summary in per_gpu.values():
+            total.merge(summary)
     tags = job_tags(total, tag_thresholds_of(settings))
     return {
         "summary": total.as_dict(),
-        "per_gpu": [{**s.as_dict(), "gpu_uuid": k} for k, s in sorted(per_gpu.items())],
+        "per_gpu": [
+            {**summary.as_dict(), "gpu_uuid": uuid} for uuid, summary in sorted(per_gpu.items())
+        ],
         "dominant_waste_cause": total.dominant_waste_cause,
-        "tags": [{"tag": t, "hint": TAG_HINTS[t]} for t in tags],
+        "tags": [{"tag": tag, "hint": TAG_HINTS[tag]} for tag in tags],
         "warnings": warnings,
     }
 
