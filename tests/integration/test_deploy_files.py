@@ -270,3 +270,29 @@ def test_compose_wiring_matches_the_prometheus_and_grafana_files():
     prov = yaml.safe_load((REPO / "grafana/provisioning/dashboards/gpuwarden.yaml").read_text())
     mounts = [v.split(":")[1] for v in doc["services"]["grafana"]["volumes"]]
     assert prov["providers"][0]["options"]["path"] in mounts
+
+
+# --- Security settings of the shipped files -------------------------------------------------
+
+
+def test_shipped_deploy_files_protect_metrics_and_scrape_with_a_token():
+    docs = k8s_docs()
+    (c,) = docs[("Deployment", "gpuwarden-central")]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["GPUWARDEN_METRICS_TOKEN_REQUIRED"] == "true"
+    assert env["GPUWARDEN_WEBHOOK_ALLOW_NETS"]  # in-cluster Alertmanager is reachable
+    auth = docs[("ServiceMonitor", "gpuwarden-central")]["spec"]["endpoints"][0]["authorization"]
+    secret = docs[("Secret", auth["credentials"]["name"])]
+    assert auth["credentials"]["key"] in secret["stringData"]
+    assert secret["metadata"]["namespace"] == "gpuwarden"
+
+    services = compose()["services"]
+    central_env = services["central"]["environment"]
+    assert central_env["GPUWARDEN_METRICS_TOKEN_REQUIRED"] == "true"
+    assert central_env["GPUWARDEN_WEBHOOK_ALLOW_NETS"]
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    token_file = prom["scrape_configs"][0]["authorization"]["credentials_file"]
+    mounts = dict(v.rsplit(":", 2)[:2] for v in services["prometheus"]["volumes"])
+    assert mounts["prometheus-token"] == "/etc/prometheus/" + token_file.rsplit("/", 1)[0]
+    assert "gpuwarden-reader.token" in " ".join(services["agent-token"]["command"])
+    assert "--role reader" in " ".join(services["agent-token"]["command"])

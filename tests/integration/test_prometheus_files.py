@@ -20,8 +20,14 @@ def run(*cmd: str, cwd: Path = REPO) -> str:
     return out
 
 
-def test_promtool_check_config():
-    out = run("promtool", "check", "config", str(PROM / "prometheus.yml"))
+def test_promtool_check_config(tmp_path: Path):
+    # promtool wants the reader token file prometheus.yml points at; it is a secret, so it is
+    # not shipped: check a copy beside a stand-in token, laid out as compose mounts it.
+    shutil.copy(PROM / "prometheus.yml", tmp_path / "prometheus.yml")
+    shutil.copytree(PROM / "rules", tmp_path / "rules")
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "gpuwarden-reader.token").write_text("gw_stand-in\n")
+    out = run("promtool", "check", "config", str(tmp_path / "prometheus.yml"))
     assert "SUCCESS" in out and "1 rule files found" in out
 
 
