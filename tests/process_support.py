@@ -38,9 +38,11 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: floa
             proc.wait(5)
 
 
-def start_central(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_central(
+    database_url: str, port: int, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """``gpuwarden serve`` on ``port`` over ``database_url``; returns once /healthz answers."""
-    env = dict(os.environ, GPUWARDEN_DATABASE_URL=database_url)
+    env = dict(os.environ, GPUWARDEN_DATABASE_URL=database_url, **(env or {}))
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1",
