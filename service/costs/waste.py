@@ -1,4 +1,4 @@
-"""The waste model of design section 4 over jobs: GPU timelines, sharing, costs and job tags.
+"""The waste model over jobs: GPU timelines, sharing, costs and job tags.
 
 Pure: takes allocation intervals, usage integrals and prices, returns report rows. When k jobs
 hold one GPU at the same moment, every integral of that moment is split equally, 1/k to each,
@@ -189,7 +189,7 @@ class Line:
 
 @dataclass(slots=True)
 class Summary:
-    """Design 4's fields for a group of lines: seconds, efficiency and USD (None if unpriced)."""
+    """A group of lines summed: seconds, efficiency and USD (None if unpriced)."""
 
     key: str
     held_seconds: float = 0.0
@@ -270,7 +270,7 @@ class Summary:
         return None if cov <= 0 else 1.0 - self.usage.unused_seconds / cov
 
     def as_dict(self) -> dict[str, object]:
-        """The row of a report: design 4's fields plus the group key, costs None if unpriced."""
+        """The row of a report: the summed figures and the group key, costs None if unpriced."""
         u = self.usage
         priced = self.priced
         return {

@@ -238,7 +238,7 @@ prices = Table(
 
 # --- alerting (migration 0003) ---------------------------------------------------------
 
-# Threshold policies; ``spec`` holds the validated policy document (design section 6).
+# Threshold policies; ``spec`` holds the validated policy document (service.thresholds.policy).
 policies = Table(
     "policies",
     metadata,

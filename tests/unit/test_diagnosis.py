@@ -20,7 +20,7 @@ T = Thresholds()
 GIB = 1024**3
 EPS = 1e-9
 
-# A GPM sample of each kind, as the H200 showed them (design section 9 and docs/diagnosis.md).
+# A GPM sample of each kind, with the figures a real H200 showed for it (docs/gpu-check/).
 TINY_KERNELS = {"sm_active": 0.03, "gpu_util": 0.33, "dram_active": 0.0, "tensor_active": 0.0}
 STARVED = {"sm_active": 0.03, "gpu_util": 0.045, "dram_active": 0.01, "tensor_active": 0.0}
 COPIES = {

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Response
 from service.api import query
 from service.api.deps import Ctx, ReadConn, Reader
 from service.api.routers.jobs import query_error
-from service.api.schemas.costs import CostReportPublic
+from service.api.schemas.costs import CostReportPublic, CostRowPublic
 from service.costs.waste import GROUP_BYS, TAGS
 from service.diagnosis import CAUSE_NAMES
 from service.errors import ValidationFailed
@@ -19,30 +19,18 @@ from service.usecases import cost_report as cost_usecase
 
 router = APIRouter(prefix="/reports", tags=["reports"])
 
-CSV_COLUMNS = (
-    "key",
-    "user",
-    "team",
-    "project",
-    "tags",
-    "gpus",
-    "jobs",
-    "held_seconds",
-    "allocated_seconds",
-    "nodata_seconds",
-    "idle_seconds",
-    "idle_held_seconds",
-    "unused_seconds",
-    "fallback_seconds",
-    "energy_used_joules",
-    "efficiency",
-    "cost_usd",
-    "idle_cost_usd",
-    "unused_cost_usd",
-    "unpriced_seconds",
-    "dominant_waste_cause",
-    *(f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd")),
+# The response model's fields in its order, with the per-cause figures flattened at the end
+# (idle_held_seconds is both a waste figure and a cause's seconds: one column).
+CSV_COLUMNS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [
+            *(name for name in CostRowPublic.model_fields if name != "causes"),
+            *(f"{cause}_{unit}" for cause in CAUSE_NAMES for unit in ("seconds", "usd")),
+        ]
+    )
 )
+# Columns that describe a job, kept only when each row is one.
+_JOB_COLUMNS = frozenset({"user", "team", "project", "tags"})
 
 
 def to_csv(data: dict[str, Any]) -> str:
@@ -50,7 +38,11 @@ def to_csv(data: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     # Job metadata columns only make sense when each row is a job.
-    columns = CSV_COLUMNS if data["group_by"] == "job" else CSV_COLUMNS[:1] + CSV_COLUMNS[5:]
+    columns = (
+        CSV_COLUMNS
+        if data["group_by"] == "job"
+        else tuple(c for c in CSV_COLUMNS if c not in _JOB_COLUMNS)
+    )
     w.writerow([data["group_by"], *columns[1:]])
     for row in [*data["rows"], data["totals"]]:
         flat = dict(row)

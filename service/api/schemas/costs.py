@@ -19,7 +19,18 @@ class CostRowPublic(BaseModel):
     """The waste model's fields for one group (seconds, joules, USD; costs null when
     unpriced), with seconds and USD per cause."""
 
+    # Field order is the CSV's column order (the per-cause columns go last).
     key: str
+    user: str | None = None
+    team: str | None = None
+    project: str | None = None
+    tags: list[str] | None = Field(
+        None,
+        description="deprecated: the old job tags, kept for one release; use causes",
+        json_schema_extra={"deprecated": True},
+    )
+    gpus: int
+    jobs: int
     held_seconds: float
     allocated_seconds: float
     nodata_seconds: float
@@ -33,23 +44,13 @@ class CostRowPublic(BaseModel):
     idle_cost_usd: float | None
     unused_cost_usd: float | None
     unpriced_seconds: float
-    gpus: int
-    jobs: int
+    dominant_waste_cause: str | None = Field(
+        None, description="the waste cause with the most seconds, null if none"
+    )
     causes: dict[str, CauseFiguresPublic] = Field(
         default_factory=dict,
         description="seconds and USD per cause (idle_empty, idle_held, launch_bound, ...); "
         "the seconds add up to allocated_seconds",
-    )
-    dominant_waste_cause: str | None = Field(
-        None, description="the waste cause with the most seconds, null if none"
-    )
-    user: str | None = None
-    team: str | None = None
-    project: str | None = None
-    tags: list[str] | None = Field(
-        None,
-        description="deprecated: the old job tags, kept for one release; use causes",
-        json_schema_extra={"deprecated": True},
     )
 
 
