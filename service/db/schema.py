@@ -68,6 +68,18 @@ def rollup_columns() -> list[Column[object]]:
     return cols
 
 
+def bucket_columns() -> list[Column[object]]:
+    """What every rollup bucket holds: its GPU and start (the key), how many samples it
+    summarises, the waste-model integrals and the per-metric aggregates."""
+    return [
+        Column("gpu_id", Integer, primary_key=True),
+        Column("bucket_start", UTCDateTime, primary_key=True),
+        Column("sample_count", Integer, nullable=False),
+        *integral_columns(),
+        *rollup_columns(),
+    ]
+
+
 def integral_columns() -> list[Column[object]]:
     """The waste-model integrals for one bucket (seconds, seconds per cause, joules)."""
     return [Column(f, Float, nullable=False, server_default="0") for f in INTEGRAL_FIELDS]
@@ -132,11 +144,7 @@ samples = Table(
 rollup_1m = Table(
     "rollup_1m",
     metadata,
-    Column("gpu_id", Integer, primary_key=True),
-    Column("bucket_start", UTCDateTime, primary_key=True),
-    Column("sample_count", Integer, nullable=False),
-    *integral_columns(),
-    *rollup_columns(),
+    *bucket_columns(),
     *cumulative_columns(),
     Index(None, "bucket_start"),
     # The buckets whose running totals are still to be computed (normally the last few).
@@ -152,11 +160,7 @@ rollup_1m = Table(
 rollup_1h = Table(
     "rollup_1h",
     metadata,
-    Column("gpu_id", Integer, primary_key=True),
-    Column("bucket_start", UTCDateTime, primary_key=True),
-    Column("sample_count", Integer, nullable=False),
-    *integral_columns(),
-    *rollup_columns(),
+    *bucket_columns(),
     Index(None, "bucket_start"),
 )
 
