@@ -182,13 +182,19 @@ def activity(values: Mapping[str, float | None]) -> tuple[float, Rung] | None:
 
 
 def _duty(values: Mapping[str, float | None], rung: Rung) -> float | None:
-    """The share of time kernels ran, when it is a different figure from the activity."""
-    util = values.get("gpu_util")
-    if util is not None:
-        return float(util)
+    """The share of time kernels ran, when it is a different figure from the activity.
+
+    Beside SM activity, the graphics-engine activity of the same profiling interval comes
+    first: on an H200 NVML's duty cycle, sampled over its own shorter periods, read 0.22
+    for seconds in which GPM saw the engine busy 0.13 of the time (docs/diagnosis.md).
+    """
     if rung is Rung.SM_ACTIVE:
         engine = values.get("gr_engine_active")
-        return None if engine is None else float(engine)
+        if engine is not None:
+            return float(engine)
+    util = values.get("gpu_util")
+    if util is not None and rung is not Rung.GPU_UTIL:
+        return float(util)
     return None
 
 

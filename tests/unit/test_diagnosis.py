@@ -198,3 +198,12 @@ def test_names_are_the_design_names() -> None:
         "idle_empty", "idle_held", "launch_bound", "input_starved", "transfer_bound",
         "memory_bound", "compute_no_tensor", "compute_tensor",
     )  # fmt: skip
+
+
+def test_sm_fill_is_compared_with_the_engine_activity_of_the_same_interval() -> None:
+    # Recorded on the H200 (input-starved loop): NVML's duty cycle read 0.23 for a second in
+    # which GPM saw the engine busy 0.12 of the time and the SMs 0.10.
+    second = {"sm_active": 0.097, "gr_engine_active": 0.119, "gpu_util": 0.23}
+    assert cause(second) is Cause.INPUT_STARVED
+    # Without the engine figure the duty cycle is NVML's, and that second looks launch-bound.
+    assert cause({"sm_active": 0.097, "gpu_util": 0.23}) is Cause.LAUNCH_BOUND
