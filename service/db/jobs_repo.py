@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, insert, or_, select, update
 
+from service.db.dialect import insert_ignore
 from service.db.schema import gpus, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
 
@@ -52,22 +53,34 @@ def upsert_job(
         if only_node is not None and known[uuid][1] != only_node:
             raise Forbidden(f"gpus.{i}: GPU {uuid} is not on this agent's node {only_node!r}")
     existing = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    created = False
     if existing is None:
-        conn.execute(
-            insert(jobs).values(
-                id=job_id,
-                user=fields.get("user"),
-                team=fields.get("team"),
-                project=fields.get("project"),
-                labels=fields.get("labels") or {},
-                source="api",
-                started_at=started_at,
-                ended_at=ended_at,
-                created_at=now,
-                updated_at=now,
-            )
+        created = (
+            conn.execute(
+                insert_ignore(conn, jobs, ["id"])
+                .values(
+                    id=job_id,
+                    user=fields.get("user"),
+                    team=fields.get("team"),
+                    project=fields.get("project"),
+                    labels=fields.get("labels") or {},
+                    source="api",
+                    started_at=started_at,
+                    ended_at=ended_at,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(jobs.c.id)
+            ).first()
+            is not None
         )
-    else:
+        if not created:
+            # Another request made it meanwhile (each node's prolog of a multi-node job runs at
+            # once): merge into that one. Its metadata was set at creation; an agent keeps it.
+            existing = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+            if only_node is not None:
+                fields = {}
+    if existing is not None:
         changes: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
         if "labels" in changes:
             changes["labels"] = {**(existing.labels or {}), **changes["labels"]}
@@ -99,7 +112,7 @@ def upsert_job(
     ]
     if new_rows:
         conn.execute(insert(job_gpus), new_rows)
-    return existing is None
+    return created
 
 
 def end_job(

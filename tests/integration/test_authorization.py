@@ -7,6 +7,7 @@ a route the app serves but no case covers fails the coverage test, so a new rout
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -341,3 +342,37 @@ def test_agent_start_window(http: httpx.Client, world: dict[str, str], clock: Fa
         headers=agent,
     )  # fmt: skip
     assert r.status_code == 409 and "labels.k" in r.text
+
+
+def test_each_nodes_prolog_at_the_same_moment_joins_one_job(
+    server: str, world: dict[str, str], clock: FakeClock
+) -> None:
+    # Every node of a multi-node job runs its prolog at once: whichever creates the job, the
+    # other merges its GPUs into it (never a 500 from the race on the job's id).
+    barrier = threading.Barrier(2)
+    codes: list[int] = []
+
+    def prolog(token: str, gpu: str, job_id: str) -> None:
+        body = {"id": job_id, "user": "alice", "team": "vision", "gpus": [gpu],
+                "started_at": iso(clock())}  # fmt: skip
+        with httpx.Client(base_url=server, timeout=30) as client:
+            barrier.wait()
+            r = client.post("/api/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"})
+            codes.append(r.status_code)
+
+    for i in range(10):
+        threads = [
+            threading.Thread(target=prolog, args=(world["agent"], "GPU-a0", f"mn:{i}")),
+            threading.Thread(target=prolog, args=(world["other_agent"], "GPU-b0", f"mn:{i}")),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(codes) == [200] * 10 + [201] * 10, codes
+    reader = {"Authorization": f"Bearer {world['reader']}"}
+    with httpx.Client(base_url=server, timeout=30) as client:
+        for i in range(10):
+            job = client.get(f"/api/v1/jobs/mn:{i}", headers=reader).json()
+            assert sorted(g["gpu_uuid"] for g in job["gpus"]) == ["GPU-a0", "GPU-b0"]
+            assert (job["user"], job["team"]) == ("alice", "vision")
