@@ -75,6 +75,8 @@ class GpuIn(BaseModel):
     lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
     # A MIG instance destroyed while its parent is healthy (a reconfiguration): never lost.
     retired: bool = False
+    pci_bus_id: Text | None = Field(None, max_length=32)
+    driver_version: Text | None = Field(None, max_length=64)
 
 
 class SampleIn(BaseModel):

@@ -53,6 +53,7 @@ class FakeGpu:
     migs: list[FakeGpu] = field(default_factory=list)
     gpu_instance_id: int = 0
     remapped_uncorrectable: int = 0
+    pci_bus_id: str = "00000000:1A:00.0"
     remap_failed: bool = False
     pcie_replays: int = 0
 
@@ -198,6 +199,12 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
         self._gpu(h, "energy")
         return 123_456_000
+
+    def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
+        return SimpleNamespace(busId=h.pci_bus_id.encode())
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"570.124.06"
 
     def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
         g = self._gpu(h, "remap")

@@ -24,6 +24,8 @@ class Device:
     # The backend's own id where ``uuid`` is GPU Warden's (NVML's MIG-<uuid> of a MIG instance):
     # what the kubelet's device plugin names the device by.
     alias: str | None = None
+    pci_bus_id: str | None = None  # "00000000:1A:00.0", as nvidia-smi and dcgm-exporter write it
+    driver_version: str | None = None
 
 
 @dataclass(slots=True)

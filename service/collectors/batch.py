@@ -27,6 +27,8 @@ def device_item(d: Device) -> dict[str, Any]:
         "mig_parent_uuid": d.mig_parent_uuid,
         "lost": d.lost,
         "retired": d.retired,
+        "pci_bus_id": d.pci_bus_id,
+        "driver_version": d.driver_version,
     }
 
 

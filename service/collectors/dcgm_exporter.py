@@ -101,6 +101,8 @@ def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
                     )
                 else:
                     meta[key] = Device(uuid, index, model)
+                meta[key].pci_bus_id = _label(labels, "pci_bus_id")
+                meta[key].driver_version = _label(labels, "DCGM_FI_DRIVER_VERSION")
             hostname = hostname or _label(labels, "Hostname", "hostname")
             dev = meta[key]
             job = _label(labels, "hpc_job") or pod_job(labels)

@@ -206,9 +206,29 @@ class NvmlBackend:
             total = None
         gpm = self._gpm_supported(handle)
         migs = self._mig_devices(handle)
+        pci, driver = self._pci_bus_id(handle), self._driver_version()
         if not migs:
-            return [self._make(Device(uuid, index, model, total), handle, gpm=gpm)]
-        return [self._open_mig(mig, index, handle, uuid, model, gpm) for mig in migs]
+            dev = Device(uuid, index, model, total, pci_bus_id=pci, driver_version=driver)
+            return [self._make(dev, handle, gpm=gpm)]
+        out = [self._open_mig(mig, index, handle, uuid, model, gpm) for mig in migs]
+        for g in out:
+            g.device.pci_bus_id, g.device.driver_version = pci, driver
+        return out
+
+    def _pci_bus_id(self, handle: Any) -> str | None:
+        """The GPU's PCI bus id, as nvidia-smi and dcgm-exporter spell it (00000000:1A:00.0)."""
+        lib = self.lib
+        try:
+            return _text(lib.nvmlDeviceGetPciInfo(handle).busId)
+        except (lib.NVMLError, AttributeError):
+            return None
+
+    def _driver_version(self) -> str | None:
+        lib = self.lib
+        try:
+            return _text(lib.nvmlSystemGetDriverVersion())
+        except (lib.NVMLError, AttributeError):
+            return None
 
     def _mig_identity(self, mig: Any, parent_uuid: str, model: str) -> tuple[str, str, int | None]:
         """(GPU Warden identity, model name, GPU instance id) of a MIG device handle."""
@@ -246,6 +266,7 @@ class NvmlBackend:
             mig_parent_uuid=parent_uuid,
             alias=alias if alias != identity else None,
         )
+        dev.pci_bus_id, dev.driver_version = self._pci_bus_id(parent), self._driver_version()
         g = self._make(dev, mig, gpm=gpm and gi is not None, parent=parent, gi=gi)
         g.parent_model = model
         return g

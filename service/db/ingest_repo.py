@@ -48,7 +48,8 @@ class GpuState:
 
     id: int
     node_id: int
-    attrs: tuple[Any, ...]  # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost, retired)
+    # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost, retired, pci_bus_id, driver)
+    attrs: tuple[Any, ...]
 
 
 @dataclass
@@ -68,7 +69,16 @@ class IngestCache:
 
 
 def _attrs(g: GpuIn) -> tuple[Any, ...]:
-    return (g.index, g.model, g.fb_total_bytes, g.mig_parent_uuid, g.lost, g.retired)
+    return (
+        g.index,
+        g.model,
+        g.fb_total_bytes,
+        g.mig_parent_uuid,
+        g.lost,
+        g.retired,
+        g.pci_bus_id,
+        g.driver_version,
+    )
 
 
 def _node_id(
@@ -108,6 +118,8 @@ def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
             gpus.c.mig_parent_uuid,
             gpus.c.lost_at,
             gpus.c.retired_at,
+            gpus.c.pci_bus_id,
+            gpus.c.driver_version,
         ).where(gpus.c.uuid.in_(list(uuids)))
     ):
         attrs = (
@@ -117,6 +129,8 @@ def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
             r.mig_parent_uuid,
             r.lost_at is not None,
             r.retired_at is not None,
+            r.pci_bus_id,
+            r.driver_version,
         )
         out[r.uuid] = GpuState(r.id, r.node_id, attrs)
     return out
@@ -159,6 +173,8 @@ def _gpu_ids(
             "model": g.model,
             "fb_total_bytes": g.fb_total_bytes,
             "mig_parent_uuid": g.mig_parent_uuid,
+            "pci_bus_id": g.pci_bus_id,
+            "driver_version": g.driver_version,
         }
         if known is None:
             lost_at = now if g.lost else None

@@ -43,6 +43,8 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
             samples.c.activity,
             samples.c.activity_rung,
             samples.c.cause,
+            gpus.c.pci_bus_id,
+            gpus.c.driver_version,
             *(samples.c[m] for m in METRIC_NAMES),
         )
         .join(nodes, nodes.c.id == gpus.c.node_id)
@@ -53,8 +55,8 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
     no_job: tuple[None, None, None, None] = (None, None, None, None)
     for row in conn.execute(query):
         gpu_id, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
-        activity, rung, cause = row[9:12]
-        values = {name: v for name, v in zip(METRIC_NAMES, row[12:], strict=True) if v is not None}
+        activity, rung, cause, pci_bus_id, driver_version = row[9:14]
+        values = {name: v for name, v in zip(METRIC_NAMES, row[14:], strict=True) if v is not None}
         job_id, user, team, project = open_job.get(gpu_id, no_job)
         readings.append(
             GpuReading(
@@ -67,6 +69,8 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
                 source=source,
                 fb_total_bytes=fb_total,
                 mig_parent_uuid=mig_parent,
+                pci_bus_id=pci_bus_id,
+                driver_version=driver_version,
                 job_id=job_id,
                 user=user,
                 team=team,

@@ -127,6 +127,8 @@ gpus = Table(
     Column("lost_at", UTCDateTime, nullable=True),
     # A MIG instance destroyed in a reconfiguration while its parent stayed healthy.
     Column("retired_at", UTCDateTime, nullable=True),
+    Column("pci_bus_id", String(32), nullable=True),
+    Column("driver_version", String(64), nullable=True),
     Index(None, "node_id"),
 )
 

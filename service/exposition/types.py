@@ -22,6 +22,8 @@ class GpuReading:
     source: str = ""
     fb_total_bytes: int | None = None  # from the GPU's inventory, when the sample lacks it
     mig_parent_uuid: str | None = None
+    pci_bus_id: str | None = None
+    driver_version: str | None = None
     job_id: str | None = None
     user: str | None = None
     team: str | None = None

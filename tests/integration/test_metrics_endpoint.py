@@ -157,6 +157,7 @@ def test_dcgm_compat_adds_dcgm_names(engine: Engine, settings: Settings, clock: 
                 "device": "nvidia0",
                 "modelName": H100,
                 "Hostname": "node-a",
+                "instance": "node-a",  # per node, kept by the compat scrape job's honor_labels
             },
             0.5,
         )

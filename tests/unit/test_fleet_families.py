@@ -189,6 +189,7 @@ def test_dcgm_compat_names_labels_and_units():
         "device": "nvidia5",
         "modelName": H100,
         "Hostname": "node-a",
+        "instance": "node-a",
     }
     assert fams["DCGM_FI_DEV_GPU_UTIL"].samples[0].value == 50.0  # percent
     assert fams["DCGM_FI_DEV_FB_USED"].samples[0].value == 2048.0  # MiB

@@ -56,6 +56,9 @@ def test_nvml_and_dcgm_exporter_name_an_instance_alike(tmp_path: Path):
     # NVML's own MIG-<uuid> stays known as the alias (the device plugin's name for it).
     assert {d.alias for d in nvml.devices()} == {m.uuid for m in h100(mig(7), mig(8), mig(9)).migs}
     assert {d.model for d in nvml.devices()} == {"NVIDIA H100 80GB HBM3 MIG 1g.10gb"}
+    assert {(d.pci_bus_id, d.driver_version) for d in nvml.devices()} == {
+        ("00000000:1A:00.0", "570.124.06")
+    }
     # A restart (or a switch of backend) reads the same identities back from the state file.
     again = MigIdentities(tmp_path / "mig.json", clock=lambda: T0 + timedelta(days=3))
     assert {
