@@ -142,3 +142,15 @@ def test_a_long_bad_value_is_echoed_short(http: httpx.Client, tokens, clock: Fak
     assert len(r.content) < 8_000
     assert len(detail) == MAX_ERRORS + 1 and detail[-1]["type"] == "too_many_errors"
     assert detail[0]["loc"] == ["body", "samples", 0, "ts"]
+
+
+def test_job_labels_have_the_node_label_limits(
+    http: httpx.Client, tokens, clock: FakeClock
+) -> None:
+    admin = auth(tokens["admin"])
+    too_many = {f"k{i}": "v" for i in range(MAX_NODE_LABELS + 1)}
+    body = {"id": "j", "gpus": [], "started_at": iso(clock()), "labels": too_many}
+    r = http.post("/api/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "labels"]
+    r = http.patch("/api/v1/jobs/j", json={"labels": {"k": "v" * 257}}, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "labels", "k"]

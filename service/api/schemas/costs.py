@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue
+
 
 class CauseFiguresPublic(BaseModel):
     """Covered seconds of one cause and their cost (USD, null when unpriced)."""
@@ -75,7 +77,7 @@ class JobCreate(BaseModel):
     user: str | None = Field(None, max_length=255)
     team: str | None = Field(None, max_length=255)
     project: str | None = Field(None, max_length=255)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_LABELS)
     gpus: list[str] = Field(default_factory=list, max_length=1024)
     started_at: AwareDatetime
     ended_at: AwareDatetime | None = None
@@ -95,7 +97,7 @@ class JobUpdate(BaseModel):
     user: str | None = Field(None, max_length=255)
     team: str | None = Field(None, max_length=255)
     project: str | None = Field(None, max_length=255)
-    labels: dict[str, str] | None = None
+    labels: dict[LabelKey, LabelValue] | None = Field(None, max_length=MAX_NODE_LABELS)
     ended_at: AwareDatetime | None = None
 
 
