@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the real services the tests talk to are here: PostgreSQL running on 127.0.0.1:5432,
-# the Prometheus and Alertmanager binaries and systemd-analyze (Debian packages). Idempotent; needs
-# root for apt.
+# the Prometheus and Alertmanager binaries, systemd-analyze, and Slurm with munged running (Debian
+# packages). Idempotent; needs root for apt. No systemd runs in CI: daemons are started directly.
 set -euo pipefail
 
 if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
@@ -16,6 +16,29 @@ if ! command -v systemd-analyze >/dev/null; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends systemd
 fi
+
+# Slurm 22.05 (bookworm's slurm-wlm) runs the shipped prolog/epilog in
+# tests/integration/test_slurm_real.py; the test starts its own slurmctld and slurmd on free ports,
+# munged (their authentication) is shared and started here.
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
+    || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
+  echo "installing slurmctld, slurmd, slurm-client and munge (Debian packages)..."
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    slurmctld slurmd slurm-client munge
+fi
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  echo "starting munged..."
+  [ -s /etc/munge/munge.key ] || {
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
+    chown munge:munge /etc/munge/munge.key
+    chmod 400 /etc/munge/munge.key
+  }
+  install -d -o munge -g munge -m 755 /run/munge
+  runuser -u munge -- /usr/sbin/munged
+  for _ in $(seq 1 20); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.5; done
+fi
+munge -n | unmunge >/dev/null
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   echo "starting PostgreSQL..."

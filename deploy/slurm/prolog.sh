@@ -1,11 +1,28 @@
-#!/usr/bin/env bash
-# Slurm Prolog for GPU Warden: registers the job and this node's GPUs with the central service.
+#!/bin/bash
+# Slurm Prolog for GPU Warden: registers the job (or allocation) and this node's GPUs with the
+# central service, so GPU Warden knows whose job holds which GPU from its first second.
 #
-# Install on every GPU node (slurm.conf: Prolog=/etc/slurm/prolog.d/gpuwarden-prolog.sh).
-# Reads GPUWARDEN_CENTRAL_URL and GPUWARDEN_AGENT_TOKEN (the node's agent token) from
-# /etc/gpuwarden/agent.env unless they are already set. It never fails the job: a prolog that
-# exits non-zero drains the node, and cost tracking is not worth that.
+# slurm.conf on every GPU node (docs/deploy.md, "Slurm"):
+#   Prolog=/etc/slurm/gpuwarden-prolog.sh
+#   Epilog=/etc/slurm/gpuwarden-epilog.sh
+#   PrologFlags=Alloc    # run at allocation: an salloc that holds GPUs and runs nothing is seen
+#
+# Settings come from /etc/gpuwarden/agent.env (GPUWARDEN_ENV_FILE) unless already set:
+#   GPUWARDEN_CENTRAL_URL, GPUWARDEN_AGENT_TOKEN   the node's agent token
+#   GPUWARDEN_SLURM_TIMEOUT_SECONDS (default 4)    the most this script adds to a job's start
+#   GPUWARDEN_SLURM_ACCOUNTS (/etc/gpuwarden/slurm-accounts)  lines "account team [project]"
+#   GPUWARDEN_SLURM_SCONTROL=yes                   ask scontrol for the comment when Slurm does
+#                                                  not pass SLURM_JOB_COMMENT (costs one RPC)
+# GPUs: the UUIDs in CUDA_VISIBLE_DEVICES where Slurm puts them there (25.11 and later), else the
+# device minor numbers of SLURM_JOB_GPUS (/dev/nvidiaN), mapped to UUIDs through
+# /proc/driver/nvidia/gpus/<bus>/information ("Device Minor") and nvidia-smi's pci.bus_id; a
+# minor number need not equal nvidia-smi's index. team: the job comment's team=, else the
+# accounts file, else SLURM_JOB_ACCOUNT; project: the comment's project=, else the accounts file.
+#
+# It never fails the job (a Prolog that exits non-zero drains the node) and logs one line to
+# syslog (stderr without syslog) when the job could not be registered. Needs bash 4, curl 7.29+.
 set -u
+PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 ENV_FILE="${GPUWARDEN_ENV_FILE:-/etc/gpuwarden/agent.env}"
 # shellcheck disable=SC1090
@@ -13,39 +30,122 @@ ENV_FILE="${GPUWARDEN_ENV_FILE:-/etc/gpuwarden/agent.env}"
 URL="${GPUWARDEN_CENTRAL_URL:-http://127.0.0.1:8000}"
 TOKEN="${GPUWARDEN_AGENT_TOKEN:-}"
 NVIDIA_SMI="${GPUWARDEN_NVIDIA_SMI:-nvidia-smi}"
+NVIDIA_PROC="${GPUWARDEN_NVIDIA_PROC:-/proc/driver/nvidia/gpus}"
+ACCOUNTS="${GPUWARDEN_SLURM_ACCOUNTS:-/etc/gpuwarden/slurm-accounts}"
+BUDGET="${GPUWARDEN_SLURM_TIMEOUT_SECONDS:-4}"
+JOB="slurm:${SLURM_JOB_ID:-?}"
+deadline=$((SECONDS + BUDGET))
 
-log() { logger -t gpuwarden-prolog -- "$*" 2>/dev/null || echo "gpuwarden-prolog: $*" >&2; }
+log() { # syslog where there is one, else stderr
+    { [ -S /dev/log ] && logger -t gpuwarden-prolog -- "$*" 2>/dev/null; } || echo "gpuwarden-prolog: $*" >&2
+}
+fail() { log "job $JOB not registered: $*"; exit 0; }
+left() { # seconds left of the budget, at least 1
+    local l=$((deadline - SECONDS))
+    echo $((l < 1 ? 1 : l))
+}
 json_str() { # a JSON string literal of $1
     local s=${1//\\/\\\\}
     s=${s//\"/\\\"}
     s=${s//$'\t'/\\t}
+    s=${s//$'\r'/\\r}
     s=${s//$'\n'/\\n}
     printf '"%s"' "$s"
 }
+bus_key() { # a PCI bus id as both nvidia-smi (00000000:18:00.0) and /proc (0000:18:00.0) spell it
+    local b=${1,,}
+    echo "${b: -12}"
+}
+expand() { # "0,2-3" -> "0 2 3"
+    local part out=""
+    for part in ${1//,/ }; do
+        if [[ $part =~ ^([0-9]+)-([0-9]+)$ ]]; then
+            out+=" $(seq -s ' ' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}")"
+        else
+            out+=" $part"
+        fi
+    done
+    echo "$out"
+}
 
-[ -n "$TOKEN" ] || { log "no GPUWARDEN_AGENT_TOKEN; job ${SLURM_JOB_ID:-?} not registered"; exit 0; }
-[ -n "${SLURM_JOB_GPUS:-}" ] || exit 0  # a job without GPUs on this node costs nothing here
+# The UUIDs of this node's GPUs of the job, one per line.
+job_gpu_uuids() {
+    local visible="${CUDA_VISIBLE_DEVICES:-}" minors="${SLURM_JOB_GPUS:-}"
+    if [[ ",$visible" == *,GPU-* || ",$visible" == *,MIG-* ]]; then
+        tr ',' '\n' <<< "$visible"
+        return 0
+    fi
+    [ -n "$minors" ] || minors=$visible
+    local smi limit=$(($(left) > 2 ? 2 : $(left)))
+    smi=$(timeout -k 1 "$limit" "$NVIDIA_SMI" --query-gpu=index,uuid,pci.bus_id \
+        --format=csv,noheader 2>/dev/null) || return 1
+    local -A bus_of_minor=() uuid_of_bus=() uuid_of_index=()
+    local f minor index uuid bus m
+    for f in "$NVIDIA_PROC"/*/information; do
+        [ -r "$f" ] || continue
+        minor=$(sed -n 's/^Device Minor:[[:space:]]*\([0-9]*\).*/\1/p' "$f")
+        [ -n "$minor" ] && bus_of_minor[$minor]=$(bus_key "$(basename "$(dirname "$f")")")
+    done
+    while IFS=', ' read -r index uuid bus; do
+        [ -n "$uuid" ] || continue
+        uuid_of_bus[$(bus_key "$bus")]=$uuid
+        uuid_of_index[$index]=$uuid
+    done <<< "$smi"
+    for m in $(expand "$minors"); do
+        if [ ${#bus_of_minor[@]} -gt 0 ]; then
+            uuid=${uuid_of_bus[${bus_of_minor[$m]:-none}]:-}
+        else # no driver /proc (a container): nvidia-smi's index is the best guess left
+            uuid=${uuid_of_index[$m]:-}
+        fi
+        [ -n "$uuid" ] || return 1
+        echo "$uuid"
+    done
+}
 
-uuids=$("$NVIDIA_SMI" --query-gpu=uuid --format=csv,noheader -i "$SLURM_JOB_GPUS" 2>/dev/null)
+# team and project: the job comment's team= / project=, the accounts file, the account.
+comment=${SLURM_JOB_COMMENT-}
+if [ -z "${SLURM_JOB_COMMENT+set}" ] && [ "${GPUWARDEN_SLURM_SCONTROL:-no}" = yes ]; then
+    comment=$(timeout -k 1 1 scontrol show job -o "${SLURM_JOB_ID:-}" 2>/dev/null |
+        sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*//')
+fi
+account=${SLURM_JOB_ACCOUNT:-}
+team=$account project=""
+if [ -n "$account" ] && [ -r "$ACCOUNTS" ]; then
+    while read -r acc t p _; do
+        [ "$acc" = "$account" ] && { team=$t; project=${p:-}; break; }
+    done < <(sed 's/#.*//' "$ACCOUNTS")
+fi
+for word in ${comment//[,;]/ }; do
+    case $word in
+        project=*) project=${word#project=} ;;
+        team=*) team=${word#team=} ;;
+    esac
+done
+
+[ -n "${SLURM_JOB_GPUS:-}${CUDA_VISIBLE_DEVICES:-}" ] || exit 0 # no GPU of this node: no cost
+[ -n "$TOKEN" ] || fail "no GPUWARDEN_AGENT_TOKEN (set it in $ENV_FILE)"
+
+uuids=$(job_gpu_uuids) ||
+    fail "could not map GPUs ${SLURM_JOB_GPUS:-$CUDA_VISIBLE_DEVICES} to UUIDs with $NVIDIA_SMI"
 gpus=""
 while read -r u; do
     [ -n "$u" ] && gpus="${gpus:+$gpus,}$(json_str "$u")"
 done <<< "$uuids"
-[ -n "$gpus" ] || { log "could not map GPUs $SLURM_JOB_GPUS to UUIDs"; exit 0; }
 
-started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-body=$(printf '{"id":%s,"user":%s,"team":%s,"project":%s,"labels":{"partition":%s},"gpus":[%s],"started_at":"%s"}' \
-    "$(json_str "slurm:${SLURM_JOB_ID}")" \
-    "$(json_str "${SLURM_JOB_USER:-}")" \
-    "$(json_str "${SLURM_JOB_ACCOUNT:-}")" \
-    "$(json_str "${SLURM_JOB_NAME:-}")" \
-    "$(json_str "${SLURM_JOB_PARTITION:-}")" \
-    "$gpus" "$started_at")
+labels="\"partition\":$(json_str "${SLURM_JOB_PARTITION:-}")"
+[ -n "${SLURM_CLUSTER_NAME:-}" ] && labels+=",\"cluster\":$(json_str "$SLURM_CLUSTER_NAME")"
+body=$(printf '{"id":%s,"user":%s,"team":%s,"project":%s,"labels":{%s},"gpus":[%s],"started_at":"%s"}' \
+    "$(json_str "$JOB")" "$(json_str "${SLURM_JOB_USER:-}")" "$(json_str "$team")" \
+    "$(json_str "$project")" "$labels" "$gpus" "$(date -u +%Y-%m-%dT%H:%M:%SZ)")
 
-if ! out=$(curl -sS --fail-with-body --max-time 5 --retry 2 --retry-delay 1 \
-        -X POST "$URL/api/v1/jobs" \
-        -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
-        --data "$body" 2>&1); then
-    log "registering job $SLURM_JOB_ID failed: $out"
-fi
-exit 0
+# The token goes in through --config on stdin, never on the command line (ps shows that).
+# No --fail-with-body (curl 7.76+; RHEL 8 ships 7.61): the status code is read with -w.
+out=$(printf 'header = "Authorization: Bearer %s"\n' "$TOKEN" |
+    curl -sS --config - --connect-timeout "$(($(left) > 2 ? 2 : $(left)))" --max-time "$(left)" \
+        -X POST "$URL/api/v1/jobs" -H "Content-Type: application/json" --data "$body" \
+        -w '\n%{http_code}' 2>&1)
+code=${out##*$'\n'}
+case $code in
+    2??) exit 0 ;;
+    *) fail "HTTP $code $(tr '\n' ' ' <<< "${out%$'\n'*}" | cut -c1-300)" ;;
+esac
