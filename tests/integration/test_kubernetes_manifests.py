@@ -19,6 +19,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.k8s_support import apply_component, component, daemonset
+
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
 CRDS = REPO / "tests" / "data" / "kubernetes-crds"
@@ -77,19 +79,6 @@ def validate(doc: dict[str, Any]) -> None:
         kubernetes_validate.validate(doc, version, strict=True)
 
 
-def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``add``/``replace`` operations of an RFC 6902 patch (all kustomize components use)."""
-    out = copy.deepcopy(doc)
-    for op in ops:
-        assert op["op"] in ("add", "replace"), op
-        *parents, last = op["path"].strip("/").split("/")
-        node = out
-        for p in parents:
-            node = node[p]
-        node[last] = op["value"]
-    return out
-
-
 @pytest.mark.parametrize("name,doc", manifests(), ids=lambda v: v if isinstance(v, str) else "")
 def test_manifest_is_valid(name: str, doc: dict[str, Any]):
     validate(doc)
@@ -116,33 +105,58 @@ def test_the_validators_have_teeth():
 
 
 def test_runtime_class_component_patches_a_valid_daemonset():
-    comp = yaml.safe_load((K8S / "components/nvidia-runtime-class/kustomization.yaml").read_text())
-    assert comp["kind"] == "Component"
-    (patch,) = comp["patches"]
     ds = by_kind()[("DaemonSet", "gpuwarden-agent")]
-    assert patch["target"]["kind"] == ds["kind"] and patch["target"]["name"] == "gpuwarden-agent"
     assert "runtimeClassName" not in ds["spec"]["template"]["spec"]  # optional, not hard-coded
-    patched = apply_json_patch(ds, yaml.safe_load(patch["patch"]))
+    patched = apply_component(ds, component("nvidia-runtime-class"))
     assert patched["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
     validate(patched)
+
+
+def test_dcgm_exporter_component_switches_the_backend_only():
+    ds = by_kind()[("DaemonSet", "gpuwarden-agent")]
+    patched = apply_component(ds, component("dcgm-exporter-backend"))
+    validate(patched)
+    (c,) = patched["spec"]["template"]["spec"]["containers"]
+    (before,) = ds["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["GPUWARDEN_BACKEND"] == "dcgm-exporter"
+    assert env["GPUWARDEN_DCGM_EXPORTER_URL"].endswith(":9400/metrics")
+    assert len(c["env"]) == len(before["env"]) + 1  # merged by name, nothing else lost
+
+
+def test_components_are_documented_where_they_are_switched_on():
     kust = (K8S / "kustomization.yaml").read_text()
-    assert "components/nvidia-runtime-class" in kust  # documented where it is switched on
+    for name in ("nvidia-runtime-class", "dcgm-exporter-backend"):
+        assert f"#   - components/{name}" in kust
 
 
-def test_kustomize_builds_with_the_component(tmp_path: Path):
+def test_kustomize_builds_with_the_components(tmp_path: Path):
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed (the component is also applied by hand above)")
+        pytest.skip("kubectl is not installed (the components are also applied by hand above)")
     overlay = tmp_path / "overlay"
     shutil.copytree(K8S, overlay)
     kust = overlay / "kustomization.yaml"
-    kust.write_text(kust.read_text().replace("# components:\n#   - ", "components:\n  - "))
+    kust.write_text(
+        kust.read_text().replace("# components:", "components:").replace("#   - comp", "  - comp")
+    )
     proc = subprocess.run(
         [kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     (ds,) = [d for d in yaml.safe_load_all(proc.stdout) if d["kind"] == "DaemonSet"]
     assert ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    # kustomize's own strategic merge agrees with the one the tests apply by hand (env order
+    # aside: kustomize puts patched entries first).
+    by_hand = daemonset()
+    for name in ("nvidia-runtime-class", "dcgm-exporter-backend"):
+        by_hand = apply_component(by_hand, component(name))
+
+    def keyed(containers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [c | {"env": sorted(c["env"], key=lambda e: e["name"])} for c in containers]
+
+    built, hand = ds["spec"]["template"]["spec"], by_hand["spec"]["template"]["spec"]
+    assert keyed(built["containers"]) == keyed(hand["containers"])
     for doc in yaml.safe_load_all(proc.stdout):
         validate(doc)
 
