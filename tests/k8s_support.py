@@ -56,7 +56,7 @@ def _json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
     for op in ops:
         assert op["op"] in ("add", "replace"), op
         *parents, last = op["path"].strip("/").split("/")
-        node = out
+        node: Any = out
         for p in parents:
             node = node[int(p)] if isinstance(node, list) else node[p]
         node[last] = op["value"]
