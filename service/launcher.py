@@ -6,13 +6,18 @@ tokens they need themselves, so one command shows GPUs, jobs and waste.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, func, insert, select
 
@@ -20,14 +25,30 @@ from service.collectors.agent import Agent, backfill
 from service.collectors.backend import Backend
 from service.collectors.runner import agent_state, build_agent, make_backend, node_name
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
-from service.db import tokens_repo
+from service.db import policies_repo, tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
 from service.delivery import quiet_http_logs
+from service.errors import ConfigError
+from service.localrun import (
+    LocalRun,
+    forget_running,
+    local_database_url,
+    read_json,
+    record_running,
+    state_dir,
+    write_private,
+)
 from service.settings import Settings
+from service.thresholds.default_policies import default_policies
+from service.thresholds.policy import ChannelSpec
+from service.usecases.config_check import check_config_file
 
 DEMO_PRICE_USD_PER_GPU_HOUR = 4.0
+NOTIFICATIONS_LOG = "notifications.log"
+LOCAL_CHANNEL = "local-log"  # the channel of the default policies under up and demo
+LOCAL_SOURCE = "local"  # policies and channels up and demo put in place themselves
 
 
 @dataclass
@@ -44,6 +65,116 @@ def _token(engine: Engine, role: str, node: str | None, name: str) -> str:
             conn, role=tokens_repo.Role(role), node=node, name=name, now=datetime.now(UTC)
         )
     return secret
+
+
+def check_port_free(host: str, port: int) -> None:
+    """ConfigError at once if ``host:port`` cannot be listened on (before any banner or token)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}): is another gpuwarden "
+                "up or demo running? Stop it, or pass --port"
+            ) from None
+
+
+def _own_tokens(
+    engine: Engine, path: Path, wanted: dict[str, tuple[str, str, str | None]]
+) -> dict[str, str]:
+    """The tokens ``up`` or ``demo`` needs, by key -> (role, name, node): the last run's when
+    they still work, else new ones.
+
+    Each run used to mint new tokens and leave the old ones valid; now the secrets are kept in
+    the state directory (owner-only) and reused, and tokens of these names that cannot be reused
+    are revoked before new ones are made.
+    """
+    kept = read_json(path) or {}
+    with engine.connect() as conn:
+        working = {}
+        for key, (role, _, node) in wanted.items():
+            secret = kept.get(key)
+            info = tokens_repo.authenticate(conn, token=secret) if isinstance(secret, str) else None
+            if info is not None and info.role.value == role and info.node == node:
+                working[key] = str(secret)
+    if len(working) == len(wanted):
+        return working
+    now = datetime.now(UTC)
+    names = {name for _, name, _ in wanted.values()}
+    with engine.begin() as conn:
+        for info in tokens_repo.list_tokens(conn):
+            if info.revoked_at is None and info.name in names:
+                tokens_repo.revoke_token(conn, token_id=info.id, now=now)
+    fresh = {key: _token(engine, role, node, name) for key, (role, name, node) in wanted.items()}
+    write_private(path, fresh)
+    return fresh
+
+
+class _SinkHandler(BaseHTTPRequestHandler):
+    """Appends each notification POSTed to it as one readable line to the server's log file."""
+
+    server: _Sink
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        try:
+            doc = json.loads(self.rfile.read(min(length, 1 << 20)))
+            line = str(doc.get("summary") or doc)
+            if doc.get("wasted_usd") is not None:
+                line += f"; wasted so far ${float(doc['wasted_usd']):,.2f}"
+        except (ValueError, AttributeError, TypeError):
+            line = "a notification that was not JSON"
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self.server.lock, self.server.log_path.open("a") as f:
+            f.write(f"{stamp} {line}\n")
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the log file is the record."""
+
+
+class _Sink(ThreadingHTTPServer):
+    """The local notification sink of ``up`` and ``demo``: a log of the notifications received."""
+
+    def __init__(self, log_path: Path) -> None:
+        super().__init__(("127.0.0.1", 0), _SinkHandler)
+        self.log_path = log_path
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """Where the channel posts."""
+        return f"http://127.0.0.1:{self.server_address[1]}/notifications"
+
+
+def start_local_sink(log_path: Path) -> _Sink:
+    """Serve the local notification sink on a free loopback port in a daemon thread."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.touch()
+    sink = _Sink(log_path)
+    threading.Thread(target=sink.serve_forever, name="notification-log", daemon=True).start()
+    return sink
+
+
+def install_default_alerting(engine: Engine, sink_url: str) -> int:
+    """The local-log channel at ``sink_url`` and the default policies sending to it.
+
+    A policy of the same name made through the API or a config file is left as it is.
+    """
+    now = datetime.now(UTC)
+    channel = ChannelSpec(name=LOCAL_CHANNEL, type="webhook", url=sink_url)
+    with engine.begin() as conn:
+        policies_repo.put_channel(conn, channel=channel, source=LOCAL_SOURCE, now=now)
+        sources = policies_repo.policy_sources(conn)
+        installed = 0
+        for policy in default_policies(channels=[LOCAL_CHANNEL]):
+            if sources.get(policy.name, LOCAL_SOURCE) == LOCAL_SOURCE:
+                policies_repo.put_policy(conn, policy=policy, source=LOCAL_SOURCE, now=now)
+                installed += 1
+    return installed
 
 
 def _start(
@@ -71,10 +202,27 @@ def _serve(
     engine: Engine,
     nodes: list[LocalNode],
     history: tuple[datetime, datetime, float] | None = None,
+    *,
+    running: LocalRun,
+) -> int:
+    from service.api.app import create_app, freeze_start_up_objects
+
+    record = record_running(settings, running)
+    try:
+        return _run_server(settings, engine, nodes, history, create_app, freeze_start_up_objects)
+    finally:
+        forget_running(record, running.pid)
+
+
+def _run_server(
+    settings: Settings,
+    engine: Engine,
+    nodes: list[LocalNode],
+    history: tuple[datetime, datetime, float] | None,
+    create_app: Any,
+    freeze_start_up_objects: Callable[[], None],
 ) -> int:
     import uvicorn
-
-    from service.api.app import create_app, freeze_start_up_objects
 
     app = create_app(settings, engine=engine)
     freeze_start_up_objects()
@@ -96,59 +244,86 @@ def _serve(
     return 0
 
 
-def _banner(settings: Settings, reader: str) -> None:
+def _banner(settings: Settings, reader: str, notifications: Path) -> None:
     base = f"http://{settings.host}:{settings.port}"
     print(
         f"\nGPU Warden is up at {base}  (API docs: {base}/docs)\n"
         f"reader token: {reader}\n"
         f'  curl -s -H "Authorization: Bearer {reader}" {base}/api/v1/gpus\n'
-        f'  curl -s -H "Authorization: Bearer {reader}" '
-        f'"{base}/api/v1/reports/cost?group_by=job"\n'
-        f"  metrics: {base}/metrics\n"
+        "  .venv/bin/gpuwarden gpus            (this service and token are found by themselves)\n"
+        "  .venv/bin/gpuwarden report cost --since 1h\n"
+        f"alerts (default policies) are logged to {notifications}\n"
         "Ctrl-C stops the service and its agents.\n",
         flush=True,
     )
 
 
-def _local_settings(settings: Settings) -> Settings:
-    if not settings.is_sqlite:
-        return settings
-    return settings.model_copy(update={"central_url": f"http://{settings.host}:{settings.port}"})
+def _local_settings(settings: Settings, command: str) -> Settings:
+    """Settings of ``up``/``demo``: their database, the agents' URL, the sink admitted."""
+    database_url = local_database_url(settings, command)
+    update: dict[str, Any] = {"database_url": database_url}
+    if database_url.startswith("sqlite"):
+        update["central_url"] = f"http://{settings.host}:{settings.port}"
+    return settings.model_copy(update=update)
+
+
+def _prepare(settings: Settings, command: str) -> tuple[Settings, Engine, Path, _Sink]:
+    """What ``up`` and ``demo`` share: the port checked first, the config, database, sink."""
+    check_port_free(settings.host, settings.port)
+    if settings.config is not None:
+        check_config_file(settings.config)
+    quiet_http_logs()
+    settings = _local_settings(settings, command)
+    state = state_dir(settings)
+    state.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.database_url)
+    upgrade(engine)
+    sink = start_local_sink(state / NOTIFICATIONS_LOG)
+    # Loopback is refused for channels; this one URL, the sink's own, is admitted.
+    settings = settings.model_copy(update={"local_sink_url": sink.url})
+    install_default_alerting(engine, sink.url)
+    return settings, engine, state, sink
 
 
 def run_up(settings: Settings) -> int:
     """The central service on the configured database with one local agent (NVML or simulated)."""
-    quiet_http_logs()
-    settings = _local_settings(settings)
-    engine = make_engine(settings.database_url)
-    upgrade(engine)
+    settings, engine, state, sink = _prepare(settings, "up")
     hostname = node_name(settings)
-    state = agent_state(settings, suffix=hostname)
+    agent_files = agent_state(settings, suffix=hostname)
     backend: Backend = make_backend(
-        settings, hostname=hostname, simulate_without_gpu=True, state=state
+        settings, hostname=hostname, simulate_without_gpu=True, state=agent_files
     )
-    token = _token(engine, "agent", hostname, "gpuwarden up: local agent")
-    reader = _token(engine, "reader", None, "gpuwarden up: local reader")
+    tokens = _own_tokens(
+        engine,
+        state / "up-tokens.json",
+        {
+            "agent": ("agent", "gpuwarden up: local agent", hostname),
+            "reader": ("reader", "gpuwarden up: local reader", None),
+        },
+    )
     agent = build_agent(
-        settings.model_copy(update={"agent_token": token}),
+        settings.model_copy(update={"agent_token": tokens["agent"]}),
         backend=backend,
         hostname=hostname,
-        state=state,
+        state=agent_files,
     )
     node = LocalNode(agent)
     print(f"local agent for node {hostname} with the {backend.name} backend")
-    _banner(settings, reader)
-    return _serve(settings, engine, [node])
+    _banner(settings, tokens["reader"], sink.log_path)
+    running = _running("up", settings, tokens["reader"])
+    return _serve(settings, engine, [node], running=running)
+
+
+def _running(command: str, settings: Settings, reader: str) -> LocalRun:
+    url = f"http://{settings.host}:{settings.port}"
+    return LocalRun(command, os.getpid(), url, settings.database_url, reader)
 
 
 def run_demo(
     settings: Settings, *, nodes: int, gpus: int, history_minutes: float, seed: int
 ) -> int:
     """A simulated multi-node fleet with every scenario, an hour of history, then live data."""
-    quiet_http_logs()
-    settings = _local_settings(settings)
-    engine = make_engine(settings.database_url)
-    upgrade(engine)
+    settings, engine, state, sink = _prepare(settings, "demo")
     with engine.begin() as conn:
         if conn.execute(select(func.count()).select_from(prices)).scalar_one() == 0:
             conn.execute(
@@ -162,12 +337,20 @@ def run_demo(
     now = datetime.now(UTC)
     start = now - timedelta(minutes=history_minutes)
     # The demo's spools are throw-away: a fresh directory per run, whatever the environment says.
-    settings = settings.model_copy(
+    spools = settings.model_copy(
         update={"state_dir": Path(tempfile.mkdtemp(prefix="gpuwarden-demo-"))}
     )
+    hostnames = [f"demo-node-{i}" for i in range(nodes)]
+    tokens = _own_tokens(
+        engine,
+        state / "demo-tokens.json",
+        {
+            "reader": ("reader", "gpuwarden demo: reader", None),
+            **{h: ("agent", "gpuwarden demo", h) for h in hostnames},
+        },
+    )
     local: list[LocalNode] = []
-    for i in range(nodes):
-        hostname = f"demo-node-{i}"
+    for i, hostname in enumerate(hostnames):
         # Rotate the scenarios per node so every node has a different mix and all appear.
         scen = [SCENARIOS[(i + k) % len(SCENARIOS)] for k in range(gpus)]
         backend = SimulatedBackend(
@@ -180,19 +363,20 @@ def run_demo(
             lost_after_seconds=history_minutes * 60 * 0.75,
             job_base=1000 + 100 * i,
         )
-        token = _token(engine, "agent", hostname, "gpuwarden demo")
+        token = tokens[hostname]
         agent = build_agent(
-            settings.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
+            spools.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
             backend=backend,
             hostname=hostname,
-            state=agent_state(settings, env={}, suffix=hostname),
+            state=agent_state(spools, env={}, suffix=hostname),
         )
         local.append(LocalNode(agent))
-    reader = _token(engine, "reader", None, "gpuwarden demo: reader")
+    reader = tokens["reader"]
     print(
         f"demo: {nodes} simulated nodes x {gpus} GPUs ({', '.join(SCENARIOS)}), "
         f"{history_minutes:g} min of history, then live every {settings.interval_seconds:g} s; "
         f"price ${DEMO_PRICE_USD_PER_GPU_HOUR:.2f}/GPU-hour for *H100*"
     )
-    _banner(settings, reader)
-    return _serve(settings, engine, local, history=(start, now, settings.interval_seconds))
+    _banner(settings, reader, sink.log_path)
+    history = (start, now, settings.interval_seconds)
+    return _serve(settings, engine, local, history, running=_running("demo", settings, reader))

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
 
     # --- alerting ----------------------------------------------------------------------
     public_url: str = "http://127.0.0.1:8000"  # base of links in notifications
+    # The one loopback URL a channel may post to: the notification log of `up` and `demo`.
+    local_sink_url: str | None = None
     outbox_interval_seconds: float = Field(1.0, gt=0)  # how often queued notifications are sent
     notify_timeout_seconds: float = Field(10.0, gt=0)
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager

@@ -9,13 +9,16 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import Engine
 
+from service.cli.fleet import add_fleet_parsers
 from service.cli.report import add_report_parser
 from service.clock import utc_now
 from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import check_at_head, upgrade
 from service.errors import WardenError
+from service.localrun import resolve_database
 from service.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -63,10 +66,19 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
-    """Create an API token and print it alone on the last line."""
+def _token_engine(settings: Settings) -> Engine:
+    """The engine of the database token commands mean, said on stderr: a running up's or demo's
+    when nothing else is given (see service.localrun)."""
+    settings, which = resolve_database(settings)
+    print(f"gpuwarden: {which}", file=sys.stderr)
     engine = make_engine(settings.database_url)
     check_at_head(engine)
+    return engine
+
+
+def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Create an API token: ``id=N`` on the first line, the secret alone on the last."""
+    engine = _token_engine(settings)
     with engine.begin() as conn:
         secret, info = tokens_repo.create_token(
             conn, role=tokens_repo.Role(args.role), node=args.node, name=args.name, now=utc_now()
@@ -77,14 +89,14 @@ def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
         + "; it is shown only once:",
         file=sys.stderr,
     )
+    print(f"id={info.id}")  # for `token revoke`: ID=$(... | head -n1 | cut -d= -f2)
     print(secret)
     return 0
 
 
 def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
     """List tokens (never their secrets)."""
-    engine = make_engine(settings.database_url)
-    check_at_head(engine)
+    engine = _token_engine(settings)
     with engine.connect() as conn:
         tokens = tokens_repo.list_tokens(conn)
     table = Table("id", "role", "node", "name", "prefix", "created", "revoked")
@@ -104,8 +116,7 @@ def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
     """Revoke a token by id."""
-    engine = make_engine(settings.database_url)
-    check_at_head(engine)
+    engine = _token_engine(settings)
     with engine.begin() as conn:
         info = tokens_repo.revoke_token(conn, token_id=args.id, now=utc_now())
     print(f"revoked token id={info.id} ({info.role.value})")
@@ -149,8 +160,6 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run the central service with a simulated multi-node fleet showing every scenario."""
     from service.launcher import run_demo
 
-    if args.database_url is None:
-        settings = settings.model_copy(update={"database_url": "sqlite:///./gpuwarden-demo.db"})
     if args.interval_seconds is None:
         settings = settings.model_copy(update={"interval_seconds": 5.0})
     return run_demo(
@@ -219,11 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--database-url", dest="database_url", help="GPUWARDEN_DATABASE_URL")
     parser.add_argument("--log-level", dest="log_level", help="GPUWARDEN_LOG_LEVEL (INFO)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The same flags after the sub-command (`gpuwarden token list --database-url ...`);
+    # SUPPRESS keeps a value given before it when they are not repeated.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--database-url", dest="database_url", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    common.add_argument(
+        "--log-level", dest="log_level", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
 
-    p = sub.add_parser("migrate", help="upgrade the database schema")
+    p = sub.add_parser("migrate", help="upgrade the database schema", parents=[common])
     p.set_defaults(handler=cmd_migrate)
 
-    p = sub.add_parser("serve", help="run the central service")
+    p = sub.add_parser("serve", help="run the central service", parents=[common])
     p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
     p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
     p.add_argument("--config", help="GPUWARDEN_CONFIG: YAML with policies, channels, prices")
@@ -233,14 +251,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("token", help="create, list and revoke API tokens")
     tsub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
-    c = tsub.add_parser("create", help="create a token; prints it alone on the last line")
+    c = tsub.add_parser(
+        "create",
+        help="create a token: id=N, then the secret alone on the last line",
+        parents=[common],
+    )
     c.add_argument("--role", required=True, choices=[r.value for r in tokens_repo.Role])
     c.add_argument("--node", help="the node an agent token writes for")
     c.add_argument("--name", help="a note to recognise the token by")
     c.set_defaults(handler=cmd_token_create)
-    c = tsub.add_parser("list", help="list tokens")
+    c = tsub.add_parser("list", help="list tokens", parents=[common])
     c.set_defaults(handler=cmd_token_list)
-    c = tsub.add_parser("revoke", help="revoke a token by id")
+    c = tsub.add_parser("revoke", help="revoke a token by id", parents=[common])
     c.add_argument("id", type=int)
     c.set_defaults(handler=cmd_token_revoke)
 
@@ -255,18 +277,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(handler=cmd_policies_check)
     add_report_parser(sub)
+    add_fleet_parsers(sub)
 
     p = sub.add_parser("agent", help="run the node agent (collect, attribute, ship)")
     _agent_flags(p)
     p.set_defaults(handler=cmd_agent)
 
-    p = sub.add_parser("up", help="run the central service on SQLite plus a local agent")
+    p = sub.add_parser(
+        "up", help="run the central service on SQLite plus a local agent", parents=[common]
+    )
     p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
     p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
     _agent_flags(p)
     p.set_defaults(handler=cmd_up)
 
-    p = sub.add_parser("demo", help="run the central service with a simulated fleet")
+    p = sub.add_parser(
+        "demo", help="run the central service with a simulated fleet", parents=[common]
+    )
     p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
     p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
     p.add_argument("--nodes", type=int, default=3, help="simulated nodes (3)")

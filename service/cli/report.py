@@ -15,6 +15,7 @@ from service.cli.tables import Column, fit_table
 from service.clock import utc_now
 from service.costs.waste import GROUP_BYS, TAGS
 from service.errors import ValidationFailed
+from service.localrun import resolve_service
 from service.querytime import INSTANT_FORMS, time_range
 from service.settings import Settings
 
@@ -131,6 +132,7 @@ def cmd_report_cost(
     args: argparse.Namespace, settings: Settings, transport: httpx.BaseTransport | None = None
 ) -> int:
     """Fetch the cost report over HTTP and print it as a table, CSV or JSON."""
+    settings = resolve_service(settings)
     since = None if args.start else args.since
     try:
         # Checked here for a quick, flag-named error; the service reads the same texts.

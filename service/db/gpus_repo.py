@@ -7,7 +7,8 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, literal, select
 
-from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, samples
+from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m, samples
+from service.diagnosis import Cause
 from service.vocabulary import METRIC_NAMES
 
 Resolution = Literal["raw", "1m", "1h"]
@@ -19,6 +20,7 @@ def list_gpus(
     """Every GPU with its node, model, last-seen time and the values of its latest sample."""
     query = (
         select(
+            gpus.c.id.label("gpu_id_"),
             gpus.c.uuid,
             gpus.c.gpu_index,
             gpus.c.model,
@@ -42,9 +44,11 @@ def list_gpus(
         query = query.where(nodes.c.hostname == node)
     if model is not None:
         query = query.where(gpus.c.model == model)
+    holders = current_jobs(conn)
     out = []
     for r in conn.execute(query):
         latest = {m: getattr(r, m) for m in METRIC_NAMES if getattr(r, m) is not None}
+        job = holders.get(r.gpu_id_)
         out.append(
             {
                 "uuid": r.uuid,
@@ -60,9 +64,25 @@ def list_gpus(
                 "retired_at": r.retired_at,
                 "source": r.source,
                 "latest": latest,
+                "activity": r.activity,
+                "cause": None if r.cause is None else Cause(r.cause).label,
+                "job": job[0] if job else None,
+                "user": job[1] if job else None,
+                "team": job[2] if job else None,
             }
         )
     return out
+
+
+def current_jobs(conn: Connection) -> dict[int, tuple[str, str | None, str | None]]:
+    """The job holding each GPU now (the latest started of its open intervals): id, user, team."""
+    q = (
+        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team)
+        .join(jobs, jobs.c.id == job_gpus.c.job_id)
+        .where(job_gpus.c.ended_at.is_(None), jobs.c.ended_at.is_(None))
+        .order_by(job_gpus.c.started_at)
+    )
+    return {gpu_id: (job_id, user, team) for gpu_id, job_id, user, team in conn.execute(q).all()}
 
 
 def gpu_id_by_uuid(conn: Connection, *, uuid: str) -> int | None:

@@ -125,6 +125,18 @@ def create_channel(conn: Connection, *, channel: ChannelSpec, source: str, now: 
     )  # fmt: skip
 
 
+def put_channel(conn: Connection, *, channel: ChannelSpec, source: str, now: datetime) -> bool:
+    """Create or replace a channel; True if it was new."""
+    return _upsert(
+        conn, channels, name=channel.name, spec=channel.model_dump(), source=source, now=now
+    )
+
+
+def policy_sources(conn: Connection) -> dict[str, str]:
+    """Where each stored policy came from (api, file, local), by name."""
+    return {r.name: r.source for r in conn.execute(select(policies.c.name, policies.c.source))}
+
+
 def delete_channel(conn: Connection, *, name: str) -> None:
     """Delete channel ``name`` (NotFound if absent)."""
     _delete(conn, channels, name=name, what="channel")

@@ -142,9 +142,14 @@ def resolve_checked(
     *,
     resolver: Resolver = system_resolver,
     field: str = "url",
+    admit_url: str | None = None,
 ) -> Target:
     """Resolve ``url``'s host once; raise ValidationFailed(field) unless every address may be
-    called, else return them. A host without addresses raises HostDoesNotResolve."""
+    called, else return them. A host without addresses raises HostDoesNotResolve.
+
+    ``admit_url`` is the one URL that may be on loopback: the notification log of ``up`` and
+    ``demo``. It admits itself alone (this exact URL), and only on loopback addresses.
+    """
     host, port = _split(url, field)
     literal = literal_address(url)
     if literal is not None:
@@ -156,7 +161,8 @@ def resolve_checked(
             raise HostDoesNotResolve(field, f"host {host!r} does not resolve ({exc})") from None
         if not addresses:
             raise HostDoesNotResolve(field, f"host {host!r} does not resolve")
-    _check(host, addresses, allow_nets, field)
+    if not (url == admit_url and all(a.is_loopback for a in addresses)):
+        _check(host, addresses, allow_nets, field)
     return Target(host=host, port=port, addresses=tuple(addresses))
 
 
@@ -166,6 +172,8 @@ def check_url(
     *,
     resolver: Resolver = system_resolver,
     field: str = "url",
+    admit_url: str | None = None,
 ) -> None:
-    """Raise ValidationFailed(field) unless every address ``url`` resolves to may be called."""
-    resolve_checked(url, allow_nets, resolver=resolver, field=field)
+    """Raise ValidationFailed(field) unless every address ``url`` resolves to may be called
+    (or it is ``admit_url`` on loopback, see ``resolve_checked``)."""
+    resolve_checked(url, allow_nets, resolver=resolver, field=field, admit_url=admit_url)

@@ -37,7 +37,11 @@ def create_channel(
 ) -> ChannelPublic:
     """Create a channel; its URL must not resolve to a private address (see the allow-list)."""
     channel = parse_channel(doc)
-    check_url(channel.url, parse_allow_nets(ctx.settings.webhook_allow_nets))
+    check_url(
+        channel.url,
+        parse_allow_nets(ctx.settings.webhook_allow_nets),
+        admit_url=ctx.settings.local_sink_url,
+    )
     policies_repo.create_channel(conn, channel=channel, source="api", now=ctx.clock())
     return ChannelPublic.of(channel)
 

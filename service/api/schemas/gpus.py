@@ -24,6 +24,11 @@ class GpuPublic(BaseModel):
     retired_at: datetime | None = None  # a MIG instance destroyed in a reconfiguration
     source: str | None
     latest: dict[str, float | int]
+    activity: float | None = None  # of the latest sample: sm_active, else gr_engine, else util
+    cause: str | None = None  # of the latest sample (idle_empty, idle_held, compute_tensor, ...)
+    job: str | None = None  # the job holding the GPU now
+    user: str | None = None
+    team: str | None = None
 
 
 class SeriesPointPublic(BaseModel):

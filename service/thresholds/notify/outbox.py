@@ -56,6 +56,7 @@ def make_client(
     allow_nets: Callable[[], Sequence[IPNetwork]],
     *,
     resolver: Resolver = system_resolver,
+    admit_url: str | None = None,
 ) -> httpx.Client:
     """The HTTP client notifiers use: bounded timeout, redirects never followed, and every
     connection made to an address that was resolved and checked for that very request."""
@@ -64,7 +65,7 @@ def make_client(
         timeout=timeout_seconds,
         follow_redirects=False,
         trust_env=False,  # a proxy would connect on our behalf to addresses we never checked
-        transport=PinnedTransport(allow_nets, resolver=resolver),
+        transport=PinnedTransport(allow_nets, resolver=resolver, admit_url=admit_url),
     )
 
 
@@ -86,7 +87,10 @@ class Dispatcher:
         # before each send (and leaves the resolve-to-connect gap to whoever injected it).
         self._checks_itself = client is None
         self.client = client or make_client(
-            ctx.settings.notify_timeout_seconds, self.allow_nets, resolver=resolver
+            ctx.settings.notify_timeout_seconds,
+            self.allow_nets,
+            resolver=resolver,
+            admit_url=ctx.settings.local_sink_url,
         )
         self.resolver = resolver
         self.rng = rng or random.Random()
@@ -104,7 +108,12 @@ class Dispatcher:
     def send_now(self, channel: ChannelSpec, note: Notification) -> None:
         """Send one notification to a checked address, raising ValidationFailed or DeliveryError."""
         if not self._checks_itself:
-            check_url(channel.url, self.allow_nets(), resolver=self.resolver)
+            check_url(
+                channel.url,
+                self.allow_nets(),
+                resolver=self.resolver,
+                admit_url=self.ctx.settings.local_sink_url,
+            )
         notifier_for(channel, self.client).send(note)
 
     def drain(self, *, budget_seconds: float = 5.0, limit: int = 200) -> int:

@@ -38,8 +38,10 @@ class PinnedTransport(httpx.BaseTransport):
         *,
         resolver: Resolver = system_resolver,
         make_inner: Callable[[], httpx.BaseTransport] = httpx.HTTPTransport,
+        admit_url: str | None = None,
     ) -> None:
         self.allow_nets = allow_nets
+        self.admit_url = admit_url  # the local notification log's URL, admitted on loopback
         self.resolver = resolver
         self.make_inner = make_inner
         # Separate pools per (scheme, host, port): a connection made and verified for one host
@@ -60,7 +62,9 @@ class PinnedTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` to a checked address of its host."""
         url = request.url
-        target = resolve_checked(str(url), self.allow_nets(), resolver=self.resolver)
+        target = resolve_checked(
+            str(url), self.allow_nets(), resolver=self.resolver, admit_url=self.admit_url
+        )
         pool = self._pool(url)
         last: httpx.TransportError | None = None
         for addr in target.addresses:

@@ -1,0 +1,268 @@
+"""``gpuwarden gpus`` (the fleet on one screen) and ``gpuwarden job ID`` (one job's report)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from service.cli.http import api_get
+from service.cli.report import gpu_hours, money, terminal_console
+from service.cli.tables import Column, fit_table
+from service.clock import utc_now
+from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING
+from service.localrun import resolve_service
+from service.settings import Settings
+
+GIB = 1024**3
+STALE_SECONDS = 120.0  # no sample for this long: the GPU's figures are not current
+STATES = ("lost", "no-data", "idle", "idle-held", "busy")
+
+
+def _service_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", dest="central_url", help="central service URL (GPUWARDEN_CENTRAL_URL)")
+    p.add_argument("--token", dest="api_token", help="reader token (GPUWARDEN_API_TOKEN)")
+
+
+def add_fleet_parsers(sub: Any) -> None:
+    """Add ``gpus`` and ``job`` to the ``gpuwarden`` sub-commands."""
+    p = sub.add_parser(
+        "gpus",
+        help="every GPU on one screen, worst first: state, activity, memory, job, $ wasted today",
+        description="Next to a running `gpuwarden up` or `demo` the service and token are found "
+        "by themselves; else give --url and --token.",
+    )
+    _service_flags(p)
+    p.add_argument("--node", help="only this node")
+    p.add_argument("--team", help="only GPUs held by this team's jobs")
+    p.add_argument("--state", choices=STATES, help="only GPUs in this state")
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=5.0,
+        metavar="SECONDS",
+        help="refresh in place every SECONDS (5) until Ctrl-C",
+    )
+    p.set_defaults(handler=cmd_gpus)
+
+    p = sub.add_parser(
+        "job",
+        help="one job in plain text: GPUs, time and dollars by cause, efficiency, advice",
+    )
+    _service_flags(p)
+    p.add_argument("job_id", metavar="ID", help="the job id, e.g. slurm:4242")
+    p.set_defaults(handler=cmd_job)
+
+
+# --- gpus ------------------------------------------------------------------------------
+
+
+def gpu_state(gpu: dict[str, Any], now: datetime) -> str:
+    """lost, no-data (no sample for 2 minutes), idle, idle-held or busy."""
+    if gpu.get("lost"):
+        return "lost"
+    seen = gpu.get("last_seen_at")
+    if seen is None:
+        return "no-data"
+    last = datetime.fromisoformat(str(seen).replace("Z", "+00:00"))
+    if (now - last).total_seconds() > STALE_SECONDS or gpu.get("cause") is None:
+        return "no-data"
+    return {"idle_empty": "idle", "idle_held": "idle-held"}.get(gpu["cause"], "busy")
+
+
+def _memory(gpu: dict[str, Any]) -> str:
+    used = gpu.get("latest", {}).get("fb_used_bytes")
+    total = gpu.get("fb_total_bytes") or gpu.get("latest", {}).get("fb_total_bytes")
+    if used is None:
+        return ""
+    return f"{used / GIB:.0f}/{total / GIB:.0f} GiB" if total else f"{used / GIB:.0f} GiB"
+
+
+def _activity(gpu: dict[str, Any], state: str) -> str:
+    value = gpu.get("activity")
+    if value is None or state in ("lost", "no-data"):
+        return ""
+    cause = gpu.get("cause") or ""
+    why = "" if state != "busy" else f" {cause.replace('_', '-')}"
+    return f"{value:.0%}{why}"
+
+
+def fleet_rows(
+    gpus: list[dict[str, Any]],
+    wasted_by_uuid: dict[str, float | None],
+    *,
+    now: datetime,
+    state: str | None = None,
+) -> list[list[str]]:
+    """One row per GPU, worst first (most dollars wasted today, then lost, idle-held, idle)."""
+    rank = {"lost": 0, "idle-held": 1, "idle": 2, "no-data": 3, "busy": 4}
+    keyed = []
+    for g in gpus:
+        s = gpu_state(g, now)
+        if state is not None and s != state:
+            continue
+        wasted = wasted_by_uuid.get(g["uuid"])
+        keyed.append((-(wasted or 0.0), rank[s], g["node"], g["index"], g, s, wasted))
+    keyed.sort(key=lambda k: k[:4])
+    return [
+        [
+            g["node"],
+            str(g["index"]),
+            g["model"].removeprefix("NVIDIA "),
+            s,
+            _activity(g, s),
+            _memory(g),
+            g.get("job") or "",
+            g.get("user") or "",
+            money(wasted) if g["uuid"] in wasted_by_uuid else "",
+        ]
+        for *_, g, s, wasted in keyed
+    ]
+
+
+FLEET_COLUMNS = [
+    Column("node", whole=True),
+    Column("gpu", "right", whole=True),
+    Column("model", drop=2),
+    Column("state", whole=True),
+    Column("activity", "right", drop=4),
+    Column("memory", "right", drop=3),
+    Column("job", whole=True),
+    Column("user", drop=1),
+    Column("$ wasted today", "right", whole=True),
+]
+
+
+def _fleet_table(args: argparse.Namespace, settings: Settings, width: int) -> Any:
+    params = {"node": args.node} if args.node else None
+    gpus: list[dict[str, Any]] = api_get(settings, "/gpus", params).json()
+    now = utc_now()
+    midnight = now.astimezone(UTC).date().isoformat()  # a date alone: its midnight UTC
+    query = {"group_by": "gpu", "start": midnight, "end": "now"}
+    if args.team:
+        query["team"] = args.team
+    report = api_get(settings, "/reports/cost", query).json()
+    wasted = {r["key"]: r["unused_cost_usd"] for r in report["rows"]}
+    if args.team:  # only GPUs the team's jobs held today, or hold now
+        gpus = [g for g in gpus if g["uuid"] in wasted or g.get("team") == args.team]
+    rows = fleet_rows(gpus, wasted, now=now, state=args.state)
+    total = sum(v or 0.0 for v in wasted.values())
+    table, dropped = fit_table(
+        FLEET_COLUMNS,
+        rows,
+        width=width,
+        title=f"{len(rows)} GPUs at {now:%Y-%m-%d %H:%M:%S}Z; {money(total)} wasted since "
+        f"{midnight} 00:00Z",
+    )
+    if dropped:
+        table.caption = f"left out to fit {width} columns: {', '.join(dropped)}"
+    return table
+
+
+def cmd_gpus(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the fleet, one line per GPU, worst first; with --watch, refresh in place."""
+    settings = resolve_service(settings)
+    console = terminal_console()
+    if args.watch is None:
+        console.print(_fleet_table(args, settings, console.width))
+        return 0
+    from rich.live import Live
+
+    with Live(_fleet_table(args, settings, console.width), console=console) as live:
+        while True:
+            time.sleep(max(args.watch, 0.5))
+            live.update(_fleet_table(args, settings, console.width))
+
+
+# --- job -------------------------------------------------------------------------------
+
+
+def _when(text: str | None) -> str:
+    if not text:
+        return "-"
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _span(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{seconds / 60:.0f}m"
+
+
+def job_report(job: dict[str, Any], *, now: datetime) -> str:
+    """A jobstats-style plain-text report of ``GET /jobs/{id}``'s answer."""
+    s = job["summary"]
+    started = datetime.fromisoformat(job["started_at"].replace("Z", "+00:00"))
+    ended = job.get("ended_at")
+    stop = datetime.fromisoformat(ended.replace("Z", "+00:00")) if ended else now
+    who = ", ".join(
+        f"{k} {job[k]}" for k in ("user", "team", "project") if job.get(k)
+    )  # fmt: skip
+    lines = [
+        f"Job {job['id']}" + (f" ({who})" if who else "") + f", from {job['source']}",
+        f"  {'ran' if ended else 'running'} {_when(job['started_at'])} to "
+        f"{_when(ended) if ended else 'now'}: {_span((stop - started).total_seconds())}",
+    ]
+    gpus = job.get("gpus") or []
+    lines.append(f"  GPUs: {len({g['gpu_uuid'] for g in gpus})}")
+    for g in gpus:
+        until = _when(g["ended_at"]) if g.get("ended_at") else "now"
+        lines.append(f"    {g['gpu_uuid']} on {g['node']}, {_when(g['started_at'])} to {until}")
+    eff = s.get("efficiency")
+    lines += [
+        "",
+        f"GPU time: {gpu_hours(s['held_seconds'])} GPU-h held, "
+        f"{gpu_hours(s['allocated_seconds'])} with data",
+        f"Cost: {money(s['cost_usd'])}; idle {money(s['idle_cost_usd'])}; "
+        f"wasted {money(s['unused_cost_usd'])}",
+        f"Efficiency (time-weighted activity): {'n/a' if eff is None else f'{eff:.0%}'}",
+    ]
+    causes = s.get("causes") or {}
+    if causes:
+        covered = sum(c["seconds"] for c in causes.values()) or 1.0
+        lines += ["", "Time and dollars by cause:"]
+        for name, c in sorted(causes.items(), key=lambda kv: -kv[1]["seconds"]):
+            if c["seconds"] <= 0:
+                continue
+            lines.append(
+                f"  {name:<18} {gpu_hours(c['seconds']):>7} GPU-h {money(c.get('usd')):>10}"
+                f" {c['seconds'] / covered:>5.0%}"
+            )
+    per_gpu = job.get("per_gpu") or []
+    if len(per_gpu) > 1:
+        lines += ["", "Per GPU:"]
+        for g in per_gpu:
+            e = g.get("efficiency")
+            lines.append(
+                f"  {g['gpu_uuid']}  {gpu_hours(g['allocated_seconds'])} GPU-h  "
+                f"cost {money(g['cost_usd'])}  wasted {money(g['unused_cost_usd'])}  "
+                f"efficiency {'n/a' if e is None else f'{e:.0%}'}"
+            )
+    tags = job.get("tags") or []
+    if tags:
+        lines += ["", "Tags: " + ", ".join(t["tag"] for t in tags)]
+    advice = []
+    dominant = job.get("dominant_waste_cause") or s.get("dominant_waste_cause")
+    if dominant in CAUSE_BY_NAME:
+        advice.append(f"most waste is {dominant}: {CAUSE_MEANING[CAUSE_BY_NAME[dominant]]}")
+    advice += [f"{t['tag']}: {t['hint']}" for t in tags]
+    if advice:
+        lines += ["", "Recommendations:"] + [f"  - {a}" for a in advice]
+    for w in job.get("warnings") or []:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def cmd_job(
+    args: argparse.Namespace, settings: Settings, transport: httpx.BaseTransport | None = None
+) -> int:
+    """Print one job's report (GET /api/v1/jobs/{id}) as plain text."""
+    from urllib.parse import quote
+
+    settings = resolve_service(settings)
+    job = api_get(settings, f"/jobs/{quote(args.job_id, safe='')}", transport=transport).json()
+    print(job_report(job, now=utc_now()))
+    return 0
