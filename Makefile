@@ -47,4 +47,4 @@ acceptance: $(STAMP) services
 	$(BIN)/pytest tests/acceptance
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache gpuwarden.db*
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache gpuwarden.db* gpuwarden-data

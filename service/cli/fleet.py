@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,7 +94,7 @@ def _activity(gpu: dict[str, Any], state: str) -> str:
 
 def fleet_rows(
     gpus: list[dict[str, Any]],
-    wasted_by_uuid: dict[str, float | None],
+    wasted_by_uuid: Mapping[str, float | None],
     *,
     now: datetime,
     state: str | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -46,9 +47,11 @@ def add_report_parser(sub: Any) -> None:
 
 
 def terminal_console() -> Console:
-    """A console as wide as the terminal, or 200 columns when output is piped."""
+    """A console as wide as the terminal (or $COLUMNS), else 200 columns when output is piped."""
     # Piped output has no terminal width; do not squeeze job ids into ellipses there.
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=200)
 
 
 def money(v: float | None) -> str:

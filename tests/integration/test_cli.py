@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,8 +37,10 @@ def test_token_lifecycle(tmp_path: Path):
     assert gw(db, "migrate").returncode == 0
     r = gw(db, "token", "create", "--role", "agent", "--node", "gpu-node-1")
     assert r.returncode == 0, r.stderr
-    secret = r.stdout.strip().splitlines()[-1]
+    lines = r.stdout.strip().splitlines()
+    secret = lines[-1]
     assert secret.startswith("gw_") and len(secret) > 40
+    assert re.fullmatch(r"id=\d+", lines[0]) and len(lines) == 2  # the id to revoke by, first
     engine = make_engine(f"sqlite:///{db}")
     with engine.connect() as conn:
         info = authenticate(conn, token=secret)
@@ -47,6 +50,7 @@ def test_token_lifecycle(tmp_path: Path):
 
     listed = gw(db, "token", "list")
     assert "gpu-node-1" in listed.stdout and secret not in listed.stdout
+    assert lines[0] == f"id={info.id}"
     assert gw(db, "token", "revoke", str(info.id)).returncode == 0
     with engine.connect() as conn:
         assert authenticate(conn, token=secret) is None
@@ -70,3 +74,17 @@ def test_serve_with_a_bad_or_missing_config_says_why_in_one_line(tmp_path: Path)
         assert r.returncode == 1
         assert says in r.stderr and str(config) in r.stderr
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_database_url_works_after_the_sub_command_and_is_said(tmp_path: Path):
+    db = tmp_path / "after.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    url = f"sqlite:///{db}"
+    for args in (["migrate", "--database-url", url], ["token", "list", "--database-url", url]):
+        r = subprocess.run(
+            [sys.executable, "-m", "service.cli", *args],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    assert db.exists()
+    assert f"database {url} (given)" in r.stderr

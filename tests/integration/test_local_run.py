@@ -1,0 +1,112 @@
+"""What `up` and `demo` set up for a first run: their own tokens reused, the default alerting
+with its local notification log admitted by the URL-safety check (that URL only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.db import policies_repo, tokens_repo
+from service.db.engine import make_engine
+from service.db.migrate import upgrade
+from service.errors import ConfigError, ValidationFailed
+from service.launcher import (
+    LOCAL_CHANNEL,
+    _own_tokens,
+    check_port_free,
+    install_default_alerting,
+    start_local_sink,
+)
+from service.localrun import LocalRun, find_running, record_running, resolve_database
+from service.settings import Settings
+from service.thresholds.urlsafety import check_url
+
+WANTED = {
+    "agent": ("agent", "gpuwarden up: local agent", "vm"),
+    "reader": ("reader", "gpuwarden up: local reader", None),
+}
+
+
+@pytest.fixture
+def engine(tmp_path: Path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'up.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_up_reuses_its_tokens_instead_of_minting_two_per_start(engine, tmp_path: Path) -> None:
+    path = tmp_path / "up-tokens.json"
+    first = _own_tokens(engine, path, WANTED)
+    assert _own_tokens(engine, path, WANTED) == first
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    with engine.connect() as conn:
+        assert len(tokens_repo.list_tokens(conn)) == 2
+    path.unlink()  # the secrets are lost: the old tokens are retired, not left valid
+    second = _own_tokens(engine, path, WANTED)
+    assert second != first
+    with engine.connect() as conn:
+        live = [t for t in tokens_repo.list_tokens(conn) if t.revoked_at is None]
+        assert len(live) == 2 and tokens_repo.authenticate(conn, token=first["reader"]) is None
+
+
+def test_default_policies_send_to_a_local_log(engine, tmp_path: Path) -> None:
+    sink = start_local_sink(tmp_path / "notifications.log")
+    try:
+        assert install_default_alerting(engine, sink.url) == 4
+        with engine.connect() as conn:
+            policies = policies_repo.list_policies(conn)
+            (channel,) = policies_repo.list_channels(conn)
+        assert {p.name for p in policies} >= {"low-sm-activity", "gpu-hardware-fault"}
+        assert all(p.channels == [LOCAL_CHANNEL] for p in policies)
+        assert channel.url == sink.url
+        body = {"summary": "[FIRING] gpu-hardware-fault on gpu GPU-1: max = 1 (>= 1)"}
+        httpx.post(sink.url, json=body).raise_for_status()
+        assert "[FIRING] gpu-hardware-fault on gpu GPU-1" in sink.log_path.read_text()
+    finally:
+        sink.shutdown()
+        sink.server_close()
+
+
+def test_only_the_sink_url_is_admitted_on_loopback() -> None:
+    sink = "http://127.0.0.1:40123/notifications"
+    with pytest.raises(ValidationFailed, match="loopback"):
+        check_url(sink, [])
+    check_url(sink, [], admit_url=sink)
+    for other in ("http://127.0.0.1:40124/notifications", "http://127.0.0.1:40123/admin"):
+        with pytest.raises(ValidationFailed, match="loopback"):
+            check_url(other, [], admit_url=sink)
+    with pytest.raises(ValidationFailed, match="private"):
+        check_url(
+            "http://10.0.0.1:40123/notifications",
+            [],
+            admit_url="http://10.0.0.1:40123/notifications",
+        )
+
+
+def test_a_port_in_use_is_refused_at_once() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"127.0.0.1:{port}.*--port"):
+            check_port_free("127.0.0.1", port)
+
+
+def test_token_commands_find_the_running_database(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("GPUWARDEN_DATABASE_URL", raising=False)
+    settings = Settings(state_dir=tmp_path)
+    import os
+
+    run = LocalRun("demo", os.getpid(), "http://127.0.0.1:1", "sqlite:////x/demo.db", "gw_r")
+    record_running(settings, run)
+    assert find_running(settings) == run
+    resolved, why = resolve_database(settings)
+    assert resolved.database_url == "sqlite:////x/demo.db"
+    assert "running gpuwarden demo" in why
+    given, why = resolve_database(Settings(state_dir=tmp_path, database_url="sqlite:///y.db"))
+    assert given.database_url == "sqlite:///y.db" and "(given)" in why
