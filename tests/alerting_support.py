@@ -104,15 +104,17 @@ def running_service(engine: Engine, **overrides: Any) -> Iterator[tuple[str, Any
     from service.api.app import create_app
     from service.settings import Settings
 
+    defaults: dict[str, Any] = {
+        "run_scheduler": True,
+        "eval_interval_seconds": 1.0,
+        "outbox_interval_seconds": 0.5,
+        "rollup_interval_seconds": 2.0,
+        "webhook_allow_nets": "127.0.0.0/8",
+        "public_url": "https://warden.example",
+    }
     settings = Settings(
         database_url=str(engine.url.render_as_string(hide_password=False)),
-        run_scheduler=True,
-        eval_interval_seconds=1.0,
-        outbox_interval_seconds=0.5,
-        rollup_interval_seconds=2.0,
-        webhook_allow_nets="127.0.0.0/8",
-        public_url="https://warden.example",
-        **overrides,
+        **(defaults | overrides),
     )
     app = create_app(settings, engine=engine)
     with live_server(app) as url:

@@ -29,6 +29,7 @@ class Receiver:
 
     script: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     default_status: int = 200
+    delay_seconds: float = 0.0  # how long each answer takes
     received: list[Received] = field(default_factory=list)
     host: str = "127.0.0.1"  # any 127.x.y.z: Linux answers the whole loopback net
     port: int = 0
@@ -40,6 +41,7 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
+                time.sleep(outer.delay_seconds)
                 outer.received.append(
                     Received(
                         self.path,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import re
 import uuid
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -12,6 +14,7 @@ from service.db import outbox_repo, policies_repo
 from service.db.schema import outbox
 from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import ChannelSpec
+from tests.alerting_support import running_service
 from tests.receivers import Receiver
 from tests.support import FakeClock
 
@@ -28,7 +31,7 @@ PAYLOAD = {
     "value": 0.1,
     "scope": "gpu",
     "scope_key": "gpu:GPU-a0",
-    "labels": {"gpu": "GPU-a0", "node": "node-a"},
+    "labels": {"gpu_uuid": "GPU-a0", "node": "node-a"},
     "active_since": "2026-12-02T08:00:00+00:00",
 }
 
@@ -239,3 +242,25 @@ def test_old_finished_deliveries_are_pruned(ctx, receiver: Receiver, clock: Fake
     d.drain()
     left = rows(ctx)
     assert [r.status for r in left] == ["pending"]  # the old sent ones are gone
+
+
+def test_a_busy_outbox_is_counted_not_logged_every_tick(engine, caplog) -> None:
+    # Deliveries to a slow channel keep the deliver job busy across many 0.2 s ticks; each
+    # skipped tick is counted, none is logged.
+    slow = Receiver(delay_seconds=0.8)
+    try:
+        with running_service(engine, outbox_interval_seconds=0.2) as (url, ctx):
+            setup_channel(ctx, slow.url + "/hook")
+            queue(ctx, 4)
+            slow.wait_for(4, timeout=30)
+            metrics = httpx.get(url + "/metrics", timeout=10).text
+    finally:
+        slow.close()
+    skipped = re.search(
+        r'^gpuwarden_background_job_runs_total\{outcome="skipped",task="deliver"\} (\S+)$',
+        metrics,
+        re.M,
+    )
+    assert skipped is not None and float(skipped.group(1)) >= 3, metrics
+    noisy = [r for r in caplog.records if "maximum number of running instances" in r.getMessage()]
+    assert noisy == []
