@@ -117,6 +117,7 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
         ("evaluate", alerting.evaluate_tick, s.eval_interval_seconds),
         ("deliver", alerting.deliver_tick, s.outbox_interval_seconds),
     ]
+
     def count_skip(event: JobSubmissionEvent) -> None:
         ctx.telemetry.job_runs.labels(event.job_id, "skipped").inc()
 
