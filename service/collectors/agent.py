@@ -15,15 +15,22 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from service.clock import Clock, utc_now
 from service.collectors.attribution import JobAttributor
 from service.collectors.backend import Backend, BackendError, Device, ProcessReading, Snapshot
-from service.collectors.batch import build_batch, decode, encode, merge, split_to_limits
+from service.collectors.batch import (
+    build_batch,
+    decode,
+    gzip_body,
+    join_polls,
+    poll_json,
+    raw_json,
+    split_to_limits,
+)
 from service.collectors.plausible import drop_implausible
 from service.collectors.shipper import Reply, Shipper
 from service.collectors.spool import Entry, Spool
@@ -134,7 +141,12 @@ class Agent:
         )
         at = snap.ts.timestamp()
         for part in split_to_limits(batch):
-            dropped = self.spool.push(encode(part), now=at)
+            dropped = self.spool.push(
+                poll_json(part),
+                now=at,
+                samples=len(part["samples"]),
+                processes=len(part["processes"]),
+            )
             if dropped:
                 self.telemetry.dropped.inc(dropped)
                 log.warning("spool full: dropped the %d oldest poll(s)", dropped)
@@ -197,48 +209,45 @@ class Agent:
         deadline = self.monotonic() + budget_seconds
         while self.monotonic() >= self._next_ship_at:
             now = self.clock().timestamp()
+            oldest = self.spool.oldest_created_at()
+            if oldest is None:
+                break
+            window = cfg.batch_cycles * cfg.interval_seconds
+            if self.spool.depth < cfg.batch_cycles and not whole and now - oldest < window:
+                break  # a fuller batch comes with the next polls (no need to read the spool)
             due = self.spool.due(now=now, limit=max(cfg.max_polls_per_request, cfg.batch_cycles))
             if not due:
                 break
-            waited = now - due[0].created_at >= cfg.batch_cycles * cfg.interval_seconds
-            if len(due) < cfg.batch_cycles and not whole and not waited:
+            if len(due) < cfg.batch_cycles and not whole and now - due[0].created_at < window:
                 break  # a fuller batch comes with the next polls
-            group, batches = self._group(due)
-            taken, go_on = self._send(group, batches)
+            taken, go_on = self._send(self._group(due))
             sent += taken
             if not go_on or self.monotonic() >= deadline:
                 break
         self._sync_spool_gauges()
         return sent
 
-    def _group(self, due: list[Entry]) -> tuple[list[Entry], list[dict[str, Any]]]:
-        """The oldest due polls that fit one request, decoded; one set aside travels alone."""
+    def _group(self, due: list[Entry]) -> list[Entry]:
+        """The oldest due polls that fit one request; one set aside, or of unknown size, alone."""
         limit = self.config.retry.server_error_limit
-        if due[0].server_errors >= limit:
-            return due[:1], []
+        first = due[0]
+        if first.server_errors >= limit or first.samples < 0:
+            return [first]
         group: list[Entry] = []
-        batches: list[dict[str, Any]] = []
         samples = processes = 0
         for e in due:
-            if e.server_errors >= limit:
+            if e.server_errors >= limit or e.samples < 0:
                 break
-            batch = decode(e.body)
-            samples += len(batch["samples"])
-            processes += len(batch["processes"])
+            samples += e.samples
+            processes += e.processes
             if group and (samples > MAX_BATCH_SAMPLES or processes > MAX_BATCH_PROCESSES):
                 break
             group.append(e)
-            batches.append(batch)
-        return group, batches
+        return group
 
-    def _send(
-        self, group: list[Entry], batches: list[dict[str, Any]] | None = None
-    ) -> tuple[int, bool]:
+    def _send(self, group: list[Entry]) -> tuple[int, bool]:
         """One attempt at ``group`` by the delivery table: (polls taken, whether to go on)."""
-        if len(group) == 1:
-            body = group[0].body
-        else:
-            body = encode(merge(batches or [decode(e.body) for e in group]))
+        body = gzip_body(join_polls([raw_json(e.body) for e in group]))
         reply = self.shipper.send(body)
         now = self.clock()
         worst = max(e.server_errors for e in group)
@@ -269,7 +278,7 @@ class Agent:
             taken = 0
             for e in group:
                 errors = d.server_errors if d.refusal is Refusal.SERVER else e.server_errors
-                got, go_on = self._send([Entry(e.id, e.body, errors, e.created_at)])
+                got, go_on = self._send([replace(e, server_errors=errors)])
                 taken += got
                 if not go_on:
                     return taken, False

@@ -86,25 +86,55 @@ def split_to_limits(batch: dict[str, Any]) -> list[dict[str, Any]]:
     return parts
 
 
-def merge(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One batch of several, oldest first: their samples and processes, the newest node and GPUs."""
-    newest = batches[-1]
-    return {
-        "node": newest["node"],
-        "gpus": newest["gpus"],
-        "samples": [s for b in batches for s in b["samples"]],
-        "processes": [p for b in batches for p in b["processes"]],
-    }
+_SAMPLES = b',"samples":['
+_PROCESSES = b'],"processes":['
 
 
-def encode(batch: Mapping[str, Any], *, level: int = 1) -> bytes:
-    """The gzip-compressed compact JSON of ``batch``."""
-    raw = json.dumps(batch, separators=(",", ":")).encode()
+def poll_json(batch: Mapping[str, Any]) -> bytes:
+    """The compact JSON of a batch built by ``build_batch`` (keys in its order), uncompressed."""
+    return json.dumps(batch, separators=(",", ":")).encode()
+
+
+def join_polls(bodies: Sequence[bytes]) -> bytes:
+    """One batch of several ``poll_json`` bodies, oldest first, without parsing them.
+
+    The node and GPUs come from the newest; samples and processes are concatenated. The markers
+    cannot occur inside a JSON string (its quotes are escaped), and no other key holds a list
+    named so, so the first occurrence of each is the top-level one.
+    """
+    if len(bodies) == 1:
+        return bodies[0]
+    samples: list[bytes] = []
+    processes: list[bytes] = []
+    head = b""
+    for body in bodies:
+        i = body.index(_SAMPLES) + len(_SAMPLES)
+        j = body.index(_PROCESSES, i)
+        head = body[:i]
+        if j > i:
+            samples.append(body[i:j])
+        if len(body) - 2 > j + len(_PROCESSES):
+            processes.append(body[j + len(_PROCESSES) : -2])
+    return head + b",".join(samples) + _PROCESSES + b",".join(processes) + b"]}"
+
+
+def gzip_body(raw: bytes) -> bytes:
+    """``raw`` gzip-compressed at level 1, as the ingest endpoint takes it."""
     # Level 1: JSON of numbers compresses ~4x even so, at a fraction of the CPU of level 6.
-    return zlib.compress(raw, level, wbits=16 + zlib.MAX_WBITS)
+    return zlib.compress(raw, 1, wbits=16 + zlib.MAX_WBITS)
+
+
+def raw_json(body: bytes) -> bytes:
+    """The JSON of a spooled body: gzip (as older agents spooled) or already plain."""
+    return zlib.decompress(body, 16 + zlib.MAX_WBITS) if body[:2] == b"\x1f\x8b" else body
+
+
+def encode(batch: Mapping[str, Any]) -> bytes:
+    """The gzip-compressed compact JSON of ``batch``, as shipped."""
+    return gzip_body(poll_json(batch))
 
 
 def decode(body: bytes) -> dict[str, Any]:
-    """The batch inside a gzipped body (for the dead-letter file and tests)."""
-    data: dict[str, Any] = json.loads(zlib.decompress(body, 16 + zlib.MAX_WBITS))
+    """The batch inside a shipped or spooled body, gzip or plain (dead letters, tests)."""
+    data: dict[str, Any] = json.loads(raw_json(body))
     return data

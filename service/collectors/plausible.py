@@ -25,6 +25,18 @@ DCGM_SENTINELS: frozenset[float] = frozenset(
 )
 
 
+def _bounds(name: str) -> tuple[float, float]:
+    spec = METRICS_BY_NAME[name]
+    top = spec.maximum if spec.maximum is not None else 1.7e308  # any finite float
+    if spec.kind == "int":
+        top = min(top, math.nextafter(_INT64_LIMIT, 0.0))
+    return spec.minimum, top
+
+
+# (lowest, highest) accepted per metric: NaN fails both comparisons, infinities one of them.
+_BOUNDS: dict[str, tuple[float, float]] = {name: _bounds(name) for name in METRICS_BY_NAME}
+
+
 def implausible(name: str, value: float) -> str | None:
     """Why ``value`` cannot be a reading of metric ``name``, or None when it can."""
     spec = METRICS_BY_NAME.get(name)
@@ -54,9 +66,14 @@ class Dropped:
 def drop_implausible(readings: list[GpuReading]) -> list[Dropped]:
     """Remove implausible fields from ``readings`` in place; returns what was removed."""
     out: list[Dropped] = []
+    bounds, sentinels = _BOUNDS, DCGM_SENTINELS
     for r in readings:
-        bad = [(k, v, why) for k, v in r.metrics.items() if (why := implausible(k, v)) is not None]
-        for k, v, why in bad:
-            del r.metrics[k]
-            out.append(Dropped(r.uuid, k, v, why))
+        bad = [
+            Dropped(r.uuid, k, v, implausible(k, v) or "unknown metric")
+            for k, v in r.metrics.items()
+            if (b := bounds.get(k)) is None or not b[0] <= v <= b[1] or v in sentinels
+        ]
+        for d in bad:
+            del r.metrics[d.field]
+        out.extend(bad)
     return out

@@ -1,4 +1,4 @@
-"""The on-disk spool: an SQLite queue of encoded polls, bounded in bytes, oldest dropped first.
+"""The on-disk spool: an SQLite queue of polls (their JSON), bounded in bytes, oldest dropped first.
 
 Every poll is written here as it is taken and leaves only once central took it (or it was
 dead-lettered). Each write commits before returning (WAL, synchronous=NORMAL survives a killed
@@ -21,12 +21,15 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One spooled body, its other-5xx answers in a row, and when it was spooled (Unix s)."""
+    """One spooled body, its other-5xx answers in a row, when it was spooled (Unix s), and its
+    samples and processes (-1: not known, as in spools of older agents)."""
 
     id: int
     body: bytes
     server_errors: int
     created_at: float
+    samples: int = -1
+    processes: int = -1
 
 
 class Spool:
@@ -47,26 +50,42 @@ class Spool:
             " body BLOB NOT NULL)"
         )
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
-        # Spools written by older agents lack the columns of the set-aside rule: add them.
-        if "server_errors" not in columns:
-            self._db.execute(
-                "ALTER TABLE batches ADD COLUMN server_errors INTEGER NOT NULL DEFAULT 0"
-            )
-        if "not_before" not in columns:
-            self._db.execute("ALTER TABLE batches ADD COLUMN not_before REAL NOT NULL DEFAULT 0")
+        # Spools written by older agents lack the newer columns: add them.
+        for name, decl in (
+            ("server_errors", "INTEGER NOT NULL DEFAULT 0"),
+            ("not_before", "REAL NOT NULL DEFAULT 0"),
+            ("samples", "INTEGER NOT NULL DEFAULT -1"),
+            ("processes", "INTEGER NOT NULL DEFAULT -1"),
+        ):
+            if name not in columns:
+                self._db.execute(f"ALTER TABLE batches ADD COLUMN {name} {decl}")
         row = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM batches").fetchone()
         self.depth = int(row[0])
         self.bytes = int(row[1])
         self.dropped_total = 0
+        self._oldest: float | None = None  # created_at of the oldest entry, None: look it up
 
-    def push(self, body: bytes, *, now: float) -> int:
+    def push(self, body: bytes, *, now: float, samples: int = -1, processes: int = -1) -> int:
         """Append ``body`` spooled at ``now`` (Unix s); returns how many oldest were dropped."""
         size = len(body)
         dropped = 0
+        row = (now, size, body, samples, processes)
+        insert = (
+            "INSERT INTO batches (created_at, size, body, samples, processes)"
+            " VALUES (?, ?, ?, ?, ?)"
+        )
         with self._lock:
             if size > self.max_bytes:
                 self.dropped_total += 1
                 return 1  # a single body larger than the whole spool can never fit
+            if self.bytes + size <= self.max_bytes:
+                self._db.execute(insert, row)  # one statement: its own transaction
+                if self.depth == 0:
+                    self._oldest = now
+                self.bytes += size
+                self.depth += 1
+                return 0
+            self._oldest = None
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 while self.bytes + size > self.max_bytes and self.depth > 0:
@@ -77,10 +96,7 @@ class Spool:
                     self.bytes -= int(oldest[1])
                     self.depth -= 1
                     dropped += 1
-                self._db.execute(
-                    "INSERT INTO batches (created_at, size, body) VALUES (?, ?, ?)",
-                    (now, size, body),
-                )
+                self._db.execute(insert, row)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -94,11 +110,24 @@ class Spool:
         """Up to ``limit`` entries not set aside past ``now`` (Unix s), oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, body, server_errors, created_at FROM batches"
+                "SELECT id, body, server_errors, created_at, samples, processes FROM batches"
                 " WHERE not_before <= ? ORDER BY id LIMIT ?",
                 (now, limit),
             ).fetchall()
-        return [Entry(int(r[0]), bytes(r[1]), int(r[2]), float(r[3])) for r in rows]
+        return [
+            Entry(int(r[0]), bytes(r[1]), int(r[2]), float(r[3]), int(r[4]), int(r[5]))
+            for r in rows
+        ]
+
+    def oldest_created_at(self) -> float | None:
+        """When the oldest entry was spooled (Unix s), None when empty; cached between writes."""
+        with self._lock:
+            if self.depth == 0:
+                return None
+            if self._oldest is None:
+                row = self._db.execute("SELECT min(created_at) FROM batches").fetchone()
+                self._oldest = float(row[0])
+            return self._oldest
 
     def note_server_errors(self, ids: Iterable[int], count: int, *, not_before: float) -> None:
         """Record ``count`` server errors in a row for ``ids``; they wait until ``not_before``."""
@@ -110,23 +139,16 @@ class Spool:
 
     def remove(self, ids: Iterable[int]) -> None:
         """Delete the entries ``ids`` (delivered or dead-lettered)."""
+        wanted = list(ids)
         with self._lock:
-            freed, gone = 0, 0
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for batch_id in ids:
-                    row = self._db.execute(
-                        "DELETE FROM batches WHERE id = ? RETURNING size", (batch_id,)
-                    ).fetchone()
-                    if row is not None:
-                        freed += int(row[0])
-                        gone += 1
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self.bytes -= freed
-            self.depth -= gone
+            # One statement, so one transaction, whatever the number of entries.
+            sizes = self._db.execute(
+                f"DELETE FROM batches WHERE id IN ({','.join('?' * len(wanted))}) RETURNING size",
+                wanted,
+            ).fetchall()
+            self.bytes -= sum(int(r[0]) for r in sizes)
+            self.depth -= len(sizes)
+            self._oldest = None
 
     def close(self) -> None:
         """Close the database file."""

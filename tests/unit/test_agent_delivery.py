@@ -307,3 +307,26 @@ def test_dcgm_exporter_glitches_reach_the_agent_check_and_never_break_a_scrape()
         ("temperature_celsius", "not finite"),
     }
     assert reading.metrics == {"sm_clock_hz": 1.98e9}
+
+
+def test_batches_spooled_gzipped_by_an_older_agent_are_shipped_too(tmp_path: Path) -> None:
+    from service.collectors.batch import encode
+
+    clock = FakeClock()
+    old = Spool(tmp_path / "spool.sqlite")
+    legacy = {
+        "node": {"hostname": "node-a", "labels": {}},
+        "gpus": [{"uuid": "GPU-0", "index": 0, "model": "NVIDIA H100 80GB HBM3"}],
+        "samples": [
+            {"gpu_uuid": "GPU-0", "ts": rfc3339(clock()), "metrics": {"gpu_util": 0.1}},
+            {"gpu_uuid": "GPU-0", "ts": "2026-12-02T07:59:50Z", "metrics": {"gpu_util": 0.2}},
+        ],
+        "processes": [],
+    }
+    old.push(encode(legacy), now=clock().timestamp() - 60)  # gzip, sizes unknown
+    old.close()
+    clock.advance(10)
+    agent, central = make(tmp_path, clock, lambda b, now: (200, {}), batch_cycles=3)
+    run(agent, clock, 3)
+    agent.close()
+    assert [len(s) for _, s in central.calls] == [2, 3]  # the old batch alone, then 3 polls

@@ -59,3 +59,25 @@ def test_a_spool_written_by_an_older_agent_gains_the_new_columns(tmp_path: Path)
         db.execute("INSERT INTO batches (created_at, size, body) VALUES (1.0, 3, x'616263')")
     s = Spool(path)
     assert [(e.body, e.server_errors) for e in s.due(now=2.0, limit=5)] == [(b"abc", 0)]
+
+
+def test_polls_join_into_one_batch_without_parsing_even_with_tricky_text():
+    import json
+
+    from service.collectors.batch import join_polls, poll_json
+
+    def poll(k: int, procs: int) -> dict:  # type: ignore[type-arg]
+        return {
+            "node": {"hostname": "n", "labels": {"samples": f'],"processes":[{k}', "x": "[]}"}},
+            "gpus": [{"uuid": f"GPU-{k}"}],
+            "samples": [{"gpu_uuid": "GPU-0", "ts": f"t{k}", "metrics": {"gpu_util": 0.5}}],
+            "processes": [{"pid": k * 10 + i, "job_id": ',"samples":['} for i in range(procs)],
+        }
+
+    polls = [poll(1, 2), poll(2, 0), poll(3, 1)]
+    joined = json.loads(join_polls([poll_json(p) for p in polls]))
+    assert joined["node"] == polls[-1]["node"] and joined["gpus"] == polls[-1]["gpus"]
+    assert [s["ts"] for s in joined["samples"]] == ["t1", "t2", "t3"]
+    assert [p["pid"] for p in joined["processes"]] == [10, 11, 30]
+    empty = [poll(4, 0) | {"samples": []}, poll(5, 0)]
+    assert len(json.loads(join_polls([poll_json(p) for p in empty]))["samples"]) == 1
