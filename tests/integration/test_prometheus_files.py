@@ -33,7 +33,22 @@ def test_promtool_check_config(tmp_path: Path):
 
 def test_promtool_check_rules():
     out = run("promtool", "check", "rules", *map(str, sorted((PROM / "rules").glob("*.yml"))))
-    assert "SUCCESS: 10 rules found" in out
+    assert "SUCCESS: 12 rules found" in out
+
+
+def test_the_hardware_xid_rule_pages_exactly_the_hardware_codes():
+    import re
+
+    import yaml
+
+    from service.vocabulary import HARDWARE_XIDS
+
+    groups = yaml.safe_load((PROM / "rules" / "gpuwarden-alerts.yml").read_text())["groups"]
+    (rule,) = [
+        r for g in groups for r in g["rules"] if r.get("record") == "gpuwarden_gpu:xid_hardware"
+    ]
+    codes = {int(c) for c in re.findall(r"gpuwarden_gpu_xid_last == (\d+)", rule["expr"])}
+    assert codes == set(HARDWARE_XIDS) and not {13, 31, 43, 45} & codes
 
 
 def test_promtool_rule_unit_tests():
