@@ -37,12 +37,17 @@ class PinnedTransport(httpx.BaseTransport):
         allow_nets: Callable[[], Sequence[IPNetwork]],
         *,
         resolver: Resolver = system_resolver,
-        make_inner: Callable[[], httpx.BaseTransport] = httpx.HTTPTransport,
+        make_inner: Callable[[], httpx.BaseTransport] | None = None,
         admit_url: str | None = None,
     ) -> None:
         self.allow_nets = allow_nets
         self.admit_url = admit_url  # the local notification log's URL, admitted on loopback
         self.resolver = resolver
+        if make_inner is None:
+            # Built once, now: loading the CA bundle takes tens of ms, too long to pay on the
+            # first send to each host (it would also skew the per-channel rate limit).
+            tls = httpx.create_ssl_context()  # what HTTPTransport() would build, the CA bundle
+            make_inner = lambda: httpx.HTTPTransport(verify=tls)  # noqa: E731
         self.make_inner = make_inner
         # Separate pools per (scheme, host, port): a connection made and verified for one host
         # name must never carry a request for another name that resolved to the same address.
