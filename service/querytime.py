@@ -15,7 +15,7 @@ from service.errors import ValidationFailed
 
 INSTANT_FORMS = (
     "an RFC 3339 time with a zone (2026-12-01T08:00:00Z), a date (2026-12-01, its midnight "
-    "UTC), now, a time relative to now (-1h, now-30m) or Unix seconds"
+    "UTC), now, today (its midnight UTC), a time relative to now (-1h, now-30m) or Unix seconds"
 )
 # Times outside this range cannot be stored or shifted by a default span without overflowing
 # Python's datetime; no telemetry is that old or that far ahead.
@@ -42,6 +42,8 @@ def _instant(text: str, *, now: datetime) -> datetime:
     lowered = value.lower()
     if lowered == "now":
         return now
+    if lowered == "today":
+        return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     relative = lowered.removeprefix("now")
     if relative[:1] in ("-", "+"):
         sign = -1 if relative[0] == "-" else 1

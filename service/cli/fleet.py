@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
+from time import sleep
 from typing import Any
 
 import httpx
@@ -142,8 +142,9 @@ def _fleet_table(args: argparse.Namespace, settings: Settings, width: int) -> An
     params = {"node": args.node} if args.node else None
     gpus: list[dict[str, Any]] = api_get(settings, "/gpus", params).json()
     now = utc_now()
-    midnight = now.astimezone(UTC).date().isoformat()  # a date alone: its midnight UTC
-    query = {"group_by": "gpu", "start": midnight, "end": "now"}
+    # "today" as the service's clock has it: a client clock a little off near midnight
+    # must not ask for a day that has not started there.
+    query = {"group_by": "gpu", "start": "today", "end": "now"}
     if args.team:
         query["team"] = args.team
     report = api_get(settings, "/reports/cost", query).json()
@@ -157,7 +158,7 @@ def _fleet_table(args: argparse.Namespace, settings: Settings, width: int) -> An
         rows,
         width=width,
         title=f"{len(rows)} GPUs at {now:%Y-%m-%d %H:%M:%S}Z; {money(total)} wasted since "
-        f"{midnight} 00:00Z",
+        f"{str(report['start'])[:10]} 00:00Z",
     )
     if dropped:
         table.caption = f"left out to fit {width} columns: {', '.join(dropped)}"
@@ -175,7 +176,7 @@ def cmd_gpus(args: argparse.Namespace, settings: Settings) -> int:
 
     with Live(_fleet_table(args, settings, console.width), console=console) as live:
         while True:
-            time.sleep(max(args.watch, 0.5))
+            sleep(max(args.watch, 0.5))
             live.update(_fleet_table(args, settings, console.width))
 
 

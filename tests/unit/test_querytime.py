@@ -16,6 +16,7 @@ NOW = datetime(2026, 12, 3, 7, 30, 15, tzinfo=UTC)
     ("text", "expected"),
     [
         ("now", NOW),
+        ("today", datetime(2026, 12, 3, tzinfo=UTC)),
         ("-1h", NOW - timedelta(hours=1)),
         ("now-30m", NOW - timedelta(minutes=30)),
         ("-1h30m", NOW - timedelta(minutes=90)),
