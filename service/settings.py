@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     local_sink_url: str | None = None
     outbox_interval_seconds: float = Field(1.0, gt=0)  # how often queued notifications are sent
     notify_timeout_seconds: float = Field(10.0, gt=0)
+    # Egress proxy for notifications (http://proxy:3128); unset: HTTPS_PROXY, HTTP_PROXY and
+    # NO_PROXY from the environment; "direct": no proxy whatever the environment says.
+    notify_proxy_url: str | None = None
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager
     # --- costs, job tags and reports -------------------------------------------------
     tag_idle_fraction: float = Field(0.5, ge=0, le=1)  # idle: idle seconds / allocated

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -76,6 +78,58 @@ class Receiver:
         while len(self.received) < count and time.monotonic() < deadline:
             time.sleep(0.02)
         return list(self.received)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class ForwardProxy:
+    """A real HTTP forward proxy on loopback that records each request's target URL.
+
+    It forwards absolute-form requests (``POST http://host:port/path``) as a site's egress proxy
+    does, except that it connects every host name to 127.0.0.1 (its own view of DNS, so tests
+    can name public-looking hosts whose receiver runs here).
+    """
+
+    seen: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                outer.seen.append(self.path)
+                target = urlsplit(self.path)
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                conn = http.client.HTTPConnection("127.0.0.1", target.port or 80, timeout=10)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "proxy-connection"}
+                try:
+                    conn.request("POST", target.path or "/", body=body, headers=headers)
+                    answer = conn.getresponse()
+                    data = answer.read()
+                except OSError:
+                    self.send_error(502)
+                    return
+                finally:
+                    conn.close()
+                self.send_response(answer.status)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self) -> None:
         self.server.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from service.db.schema import outbox
 from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import ChannelSpec
 from tests.alerting_support import running_service
-from tests.receivers import Receiver
+from tests.receivers import ForwardProxy, Receiver
 from tests.support import FakeClock
 
 PAYLOAD = {
@@ -264,3 +265,62 @@ def test_a_busy_outbox_is_counted_not_logged_every_tick(engine, caplog) -> None:
     assert skipped is not None and float(skipped.group(1)) >= 3, metrics
     noisy = [r for r in caplog.records if "maximum number of running instances" in r.getMessage()]
     assert noisy == []
+
+
+@pytest.fixture
+def proxy(monkeypatch) -> Iterator[ForwardProxy]:
+    """A real forward proxy on loopback; the environment's proxy variables cleared."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    p = ForwardProxy()
+    yield p
+    p.close()
+
+
+def public_dns(host: str, port: int) -> list[str]:
+    """The site's DNS: every name is a public address, except the metadata service's."""
+    return ["169.254.169.254"] if host == "metadata.test" else ["93.184.216.34"]
+
+
+def test_notifications_go_through_the_environments_egress_proxy(
+    ctx, receiver: Receiver, proxy: ForwardProxy, monkeypatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    # The proxy is the admin's choice: on loopback, with no GPUWARDEN_WEBHOOK_ALLOW_NETS.
+    ctx.settings.webhook_allow_nets = ""
+    port = receiver.url.rsplit(":", 1)[1]
+    setup_channel(ctx, f"http://hooks.example.test:{port}/hook")
+    queue(ctx, 2)
+    assert Dispatcher(ctx, resolver=public_dns).drain() == 2
+    assert proxy.seen == [f"http://hooks.example.test:{port}/hook"] * 2
+    assert [r.path for r in receiver.received] == ["/hook", "/hook"]
+
+
+def test_through_a_proxy_the_url_check_still_judges_the_channel_host(
+    ctx, receiver: Receiver, proxy: ForwardProxy
+) -> None:
+    ctx.settings.notify_proxy_url = proxy.url  # the explicit setting, no environment needed
+    ctx.settings.webhook_allow_nets = ""
+    setup_channel(ctx, "http://metadata.test/latest/meta-data")
+    queue(ctx, 1)
+    assert Dispatcher(ctx, resolver=public_dns).drain() == 0
+    (row,) = rows(ctx)
+    assert row.status == "failed" and "169.254.169.254" in row.last_error
+    assert proxy.seen == []
+
+
+@pytest.mark.parametrize("how", ["no_proxy", "direct"])
+def test_no_proxy_and_direct_connect_without_the_proxy(
+    ctx, receiver: Receiver, proxy: ForwardProxy, monkeypatch, how: str
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    if how == "no_proxy":
+        monkeypatch.setenv("NO_PROXY", "localhost,.internal.test")
+    else:
+        ctx.settings.notify_proxy_url = "direct"
+    port = receiver.url.rsplit(":", 1)[1]
+    setup_channel(ctx, f"http://hooks.internal.test:{port}/hook")
+    queue(ctx, 1)
+    assert Dispatcher(ctx, resolver=lambda host, port: ["127.0.0.1"]).drain() == 1
+    assert proxy.seen == [] and len(receiver.received) == 1

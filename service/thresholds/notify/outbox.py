@@ -11,6 +11,7 @@ per-channel rate limit spaces messages; each outcome is counted in /metrics.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -34,6 +35,7 @@ from service.delivery import (
 from service.errors import DeliveryError, ValidationFailed
 from service.thresholds.backoff import RateLimiter
 from service.thresholds.notify import Notification, notifier_for
+from service.thresholds.notify.egress import Egress, egress_from
 from service.thresholds.notify.pinned import PinnedTransport
 from service.thresholds.policy import ChannelSpec
 from service.thresholds.urlsafety import (
@@ -57,6 +59,7 @@ def make_client(
     *,
     resolver: Resolver = system_resolver,
     admit_url: str | None = None,
+    egress: Egress | None = None,
 ) -> httpx.Client:
     """The HTTP client notifiers use: bounded timeout, redirects never followed, and every
     connection made to an address that was resolved and checked for that very request."""
@@ -64,8 +67,12 @@ def make_client(
     return httpx.Client(
         timeout=timeout_seconds,
         follow_redirects=False,
-        trust_env=False,  # a proxy would connect on our behalf to addresses we never checked
-        transport=PinnedTransport(allow_nets, resolver=resolver, admit_url=admit_url),
+        # Proxies come from GPUWARDEN_NOTIFY_PROXY_URL or the environment through ``egress``,
+        # after the URL's host is checked, never from httpx reading the environment itself.
+        trust_env=False,
+        transport=PinnedTransport(
+            allow_nets, resolver=resolver, admit_url=admit_url, egress=egress
+        ),
     )
 
 
@@ -91,6 +98,7 @@ class Dispatcher:
             self.allow_nets,
             resolver=resolver,
             admit_url=ctx.settings.local_sink_url,
+            egress=egress_from(ctx.settings.notify_proxy_url, os.environ),
         )
         self.resolver = resolver
         self.rng = rng or random.Random()

@@ -5,6 +5,10 @@ that answers an allowed address first and a refused one next (DNS rebinding) get
 delivered to the refused address. Here each request's host is resolved once, every answer is
 checked, and the connection goes to a checked address; the Host header and the TLS server name
 (SNI, and so certificate checks) stay those of the URL's host.
+
+Through an egress proxy (``notify.egress``) the proxy connects on our behalf: the URL's host is
+still resolved and checked here, and the request then goes to the proxy, which is the
+administrator's choice and not checked.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
+from service.thresholds.notify.egress import Egress
 from service.thresholds.urlsafety import (
     IPNetwork,
     Resolver,
@@ -39,8 +44,10 @@ class PinnedTransport(httpx.BaseTransport):
         resolver: Resolver = system_resolver,
         make_inner: Callable[[], httpx.BaseTransport] | None = None,
         admit_url: str | None = None,
+        egress: Egress | None = None,
     ) -> None:
         self.allow_nets = allow_nets
+        self.egress = egress or Egress()
         self.admit_url = admit_url  # the local notification log's URL, admitted on loopback
         self.resolver = resolver
         if make_inner is None:
@@ -54,14 +61,16 @@ class PinnedTransport(httpx.BaseTransport):
         self._pools: dict[tuple[str, str, int | None], httpx.BaseTransport] = {}
         self._lock = threading.Lock()
 
-    def _pool(self, url: httpx.URL) -> httpx.BaseTransport:
-        key = (url.scheme, url.host, url.port)
+    def _pool(self, url: httpx.URL, proxy: str | None = None) -> httpx.BaseTransport:
+        key = ("proxy", proxy, None) if proxy else (url.scheme, url.host, url.port)
         with self._lock:
             pool = self._pools.get(key)
             if pool is None:
                 if len(self._pools) >= MAX_POOLS:
                     self._pools.pop(next(iter(self._pools))).close()  # the oldest
-                pool = self._pools[key] = self.make_inner()
+                pool = self._pools[key] = (
+                    httpx.HTTPTransport(proxy=httpx.Proxy(proxy)) if proxy else self.make_inner()
+                )
             return pool
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -70,6 +79,9 @@ class PinnedTransport(httpx.BaseTransport):
         target = resolve_checked(
             str(url), self.allow_nets(), resolver=self.resolver, admit_url=self.admit_url
         )
+        proxy = self.egress.proxy_for(url)
+        if proxy is not None:
+            return self._pool(url, proxy).handle_request(request)
         pool = self._pool(url)
         last: httpx.TransportError | None = None
         for addr in target.addresses:
