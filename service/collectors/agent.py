@@ -142,7 +142,7 @@ class Agent:
         at = snap.ts.timestamp()
         for part in split_to_limits(batch):
             dropped = self.spool.push(
-                poll_json(part),
+                gzip_body(poll_json(part)),
                 now=at,
                 samples=len(part["samples"]),
                 processes=len(part["processes"]),
@@ -247,7 +247,10 @@ class Agent:
 
     def _send(self, group: list[Entry]) -> tuple[int, bool]:
         """One attempt at ``group`` by the delivery table: (polls taken, whether to go on)."""
-        body = gzip_body(join_polls([raw_json(e.body) for e in group]))
+        if len(group) == 1:
+            body = group[0].body  # gzip already, as spooled
+        else:
+            body = gzip_body(join_polls([raw_json(e.body) for e in group]))
         reply = self.shipper.send(body)
         now = self.clock()
         worst = max(e.server_errors for e in group)

@@ -125,7 +125,7 @@ def gzip_body(raw: bytes) -> bytes:
 
 
 def raw_json(body: bytes) -> bytes:
-    """The JSON of a spooled body: gzip (as older agents spooled) or already plain."""
+    """The JSON of a shipped or spooled body, gzip or plain."""
     return zlib.decompress(body, 16 + zlib.MAX_WBITS) if body[:2] == b"\x1f\x8b" else body
 
 

@@ -1,4 +1,4 @@
-"""The on-disk spool: an SQLite queue of polls (their JSON), bounded in bytes, oldest dropped first.
+"""The on-disk spool: an SQLite queue of gzipped polls, bounded in bytes, oldest dropped first.
 
 Every poll is written here as it is taken and leaves only once central took it (or it was
 dead-lettered). Each write commits before returning (WAL, synchronous=NORMAL survives a killed
