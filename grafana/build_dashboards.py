@@ -382,6 +382,25 @@ def node_gpu() -> dict[str, Any]:
         ),
         timeseries("Last XID", per_gpu("gpuwarden_gpu_xid_last"), "none"),
         timeseries("Wasted spend", per_gpu("gpuwarden_gpu_wasted_usd_per_hour"), "currencyUSD"),
+        # Any of these pages as a hardware fault: a failure state, or a counter's rise.
+        timeseries(
+            "Row remapping and PCIe replays",
+            [
+                (
+                    f"gpuwarden_gpu_row_remap_failure{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} remap failed",
+                ),
+                (
+                    f"increase(gpuwarden_gpu_remapped_rows_uncorrectable_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} rows remapped (10m)",
+                ),
+                (
+                    f"increase(gpuwarden_gpu_pcie_replays_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} PCIe replays (10m)",
+                ),
+            ],
+            "none",
+        ),
     ]
     variables = [
         variable("node", "label_values(gpuwarden_gpu_info, node)", label="Node"),
