@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 
-from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine
 
 from service.cli.fleet import add_fleet_parsers
-from service.cli.report import add_report_parser
+from service.cli.report import add_report_parser, terminal_console
 from service.clock import utc_now
 from service.db import tokens_repo
 from service.db.engine import make_engine
@@ -110,7 +110,7 @@ def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
             f"{t.created_at:%Y-%m-%d %H:%M}",
             f"{t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "",
         )
-    Console().print(table)
+    terminal_console().print(table)
     return 0
 
 
@@ -307,9 +307,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TIME_FLAGS = ("--start", "--end", "--since")
+
+
+def join_relative_times(argv: Sequence[str]) -> list[str]:
+    """``--start -1h`` as ``--start=-1h``: argparse would take ``-1h`` for an option."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in TIME_FLAGS and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpuwarden`` command."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(join_relative_times(sys.argv[1:] if argv is None else argv))
     try:
         settings = _settings(args)
     except Exception as exc:  # pydantic's message names the setting

@@ -117,7 +117,7 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         cells,
         width=console.width,
         title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
-        caption=f"wasted = price x (1 - sm_active) x time; {prices}",
+        caption=f"wasted = price x (1 - activity) x time; {prices}",
         section_before_last=True,
     )
     console.print(table)

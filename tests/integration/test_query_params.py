@@ -101,3 +101,12 @@ def test_cli_prints_a_server_422_as_one_readable_line(capsys, server, tokens):
     assert code == 1
     assert err.count("\n") == 1 and "{" not in err and "'loc'" not in err
     assert "(422): start: " in err and "retention" in err
+
+
+def test_cli_takes_a_relative_start_as_written(capsys, server, tokens):
+    # argparse alone would read "-2h" as an option
+    code = main(
+        ["report", "cost", "--url", server, "--token", tokens["reader"], "--start", "-2h", "--json"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and '"group_by": "job"' in out
