@@ -88,3 +88,22 @@ def test_database_url_works_after_the_sub_command_and_is_said(tmp_path: Path):
         assert r.returncode == 0, r.stderr
     assert db.exists()
     assert f"database {url} (given)" in r.stderr
+
+
+def test_agent_says_at_start_up_the_node_name_tokens_must_name(tmp_path: Path):
+    # The docs create agent tokens for `hostname -s` run on the node; the agent reports that.
+    short = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUWARDEN_NODE_NAME", "NODE_NAME")}
+    env |= {"GPUWARDEN_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "agent", "--backend", "simulated",
+         "--central-url", "http://127.0.0.1:9", "--agent-token", "gw_x"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+    assert first.startswith(f"agent for node {short.stdout.strip()}: backend simulated"), first

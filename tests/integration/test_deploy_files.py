@@ -99,6 +99,34 @@ def test_systemd_analyze_verify(tmp_path: Path):
     assert problems == [], out
 
 
+def test_agent_unit_takes_the_free_hardening_and_keeps_the_nvidia_devices():
+    agent = unit(DEPLOY / "systemd" / "gpuwarden-agent.service")["Service"]
+    for key in (
+        "ProtectClock",
+        "ProtectKernelLogs",
+        "ProtectControlGroups",
+        "RestrictNamespaces",
+        "LockPersonality",
+    ):
+        assert agent[key] == "yes", key
+    assert agent["SystemCallArchitectures"] == "native"
+    # ProtectClock= implies DeviceAllow=char-rtc on systemd before 252 (Ubuntu 22.04 has 249),
+    # which would close /dev/nvidia*: the NVIDIA device groups are allowed by name.
+    assert agent["DeviceAllow"] == "char-nvidia* rw"
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.fail("systemd-analyze is needed (Debian package systemd)")
+    out = subprocess.run(
+        [tool, "security", "--offline=yes", str(DEPLOY / "systemd" / "gpuwarden-agent.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    exposure = re.search(r"Overall exposure level for gpuwarden-agent.service: ([0-9.]+)", out)
+    assert exposure is not None, out
+    assert float(exposure.group(1)) <= 4.4, out  # 6.1 before this hardening (systemd 252)
+
+
 # --- Kubernetes ---------------------------------------------------------------------------
 
 
