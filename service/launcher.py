@@ -351,8 +351,9 @@ def run_demo(
     )
     local: list[LocalNode] = []
     for i, hostname in enumerate(hostnames):
-        # Rotate the scenarios per node so every node has a different mix and all appear.
-        scen = [SCENARIOS[(i + k) % len(SCENARIOS)] for k in range(gpus)]
+        # Continue the scenarios from node to node so the fleet shows every one (and so every
+        # cause) as soon as it has as many GPUs as there are scenarios.
+        scen = [SCENARIOS[(i * gpus + k) % len(SCENARIOS)] for k in range(gpus)]
         backend = SimulatedBackend(
             hostname=hostname,
             gpus=gpus,

@@ -1,9 +1,14 @@
 """A seeded, deterministic simulated fleet: the same seed and poll times give the same readings.
 
-Scenarios per GPU: ``training`` (high SM and tensor activity), ``memory-bound`` (SM busy, DRAM
-saturated, tensor idle), ``idle-held`` (a job's process holds memory and does nothing), ``idle``
-(no process, nothing running) and ``xid-then-lost`` (trains, raises an XID, then falls off the bus).
-Readings depend only on (seed, node, GPU, poll time), so a test can predict them.
+Scenarios per GPU, one per cause of docs/diagnosis.md: ``training`` (high SM and tensor
+activity: compute_tensor), ``memory-bound`` (SM busy, DRAM saturated, tensor idle),
+``idle-held`` (a job's process holds memory and does nothing), ``idle`` (no process, nothing
+running: idle_empty), ``launch-bound`` (tiny kernels: busy engine, nearly empty SMs),
+``input-starved`` (full kernels a small part of the time), ``transfer-bound`` (host-device
+copies, SMs waiting), ``no-tensor`` (fp32 without tensor cores) and ``xid-then-lost`` (trains,
+raises an XID, then falls off the bus). The figures follow what an H200 showed for each
+(docs/gpu-check). Readings depend only on (seed, node, GPU, poll time), so a test can
+predict them.
 """
 
 from __future__ import annotations
@@ -16,7 +21,29 @@ from datetime import datetime
 from service.collectors.backend import Device, GpuReading, ProcessReading, Snapshot
 from service.vocabulary import ActivitySource
 
-SCENARIOS: tuple[str, ...] = ("training", "memory-bound", "idle-held", "idle", "xid-then-lost")
+SCENARIOS: tuple[str, ...] = (
+    "training",
+    "memory-bound",
+    "idle-held",
+    "idle",
+    "xid-then-lost",
+    "launch-bound",
+    "input-starved",
+    "transfer-bound",
+    "no-tensor",
+)
+# The cause each scenario's samples get under the default thresholds (service.diagnosis).
+SCENARIO_CAUSES: dict[str, str] = {
+    "training": "compute_tensor",
+    "memory-bound": "memory_bound",
+    "idle-held": "idle_held",
+    "idle": "idle_empty",
+    "xid-then-lost": "compute_tensor",
+    "launch-bound": "launch_bound",
+    "input-starved": "input_starved",
+    "transfer-bound": "transfer_bound",
+    "no-tensor": "compute_no_tensor",
+}
 GIB = 1024**3
 _FB_TOTAL = 80 * GIB
 _MODEL = "NVIDIA H100 80GB HBM3"
@@ -30,6 +57,8 @@ class _Profile:
     fb_gib: float
     power_watts: float
     has_job: bool
+    engine: float | None = None  # share of time kernels ran; None: 1 while SMs are busy
+    pcie_bytes_per_second: float | None = None  # each way; None: in step with SM activity
 
 
 _PROFILES: dict[str, _Profile] = {
@@ -38,6 +67,12 @@ _PROFILES: dict[str, _Profile] = {
     "idle-held": _Profile(0.0, 0.0, 0.0, 20.0, 115.0, True),
     "idle": _Profile(0.0, 0.0, 0.0, 0.5, 70.0, False),
     "xid-then-lost": _Profile(0.90, 0.80, 0.35, 55.0, 600.0, True),
+    "launch-bound": _Profile(0.02, 0.0, 0.0, 1.3, 122.0, True, engine=0.30),
+    "input-starved": _Profile(0.11, 0.10, 0.03, 1.9, 230.0, True, engine=0.13),
+    "transfer-bound": _Profile(
+        0.0, 0.0, 0.02, 3.4, 135.0, True, engine=0.0, pcie_bytes_per_second=27e9
+    ),
+    "no-tensor": _Profile(0.96, 0.0, 0.05, 2.1, 650.0, True),
 }
 
 XID_CODE = 79  # "GPU has fallen off the bus" is usually preceded by XID 79 itself
@@ -85,7 +120,9 @@ class SimulatedBackend:
             for i in range(len(picked))
         ]
         self.scenarios = list(picked)
-        self._jobs = [f"slurm:{job_base + _seed(seed, hostname) % 9000 + i}" for i in range(gpus)]
+        self._jobs = [
+            f"slurm:{job_base + _seed(seed, hostname) % 9000 + i}" for i in range(len(picked))
+        ]
         self._energy = [0.0] * len(picked)
         self._last_ts: datetime | None = None
         self._xid_sent = [False] * len(picked)
@@ -121,7 +158,13 @@ class SimulatedBackend:
             prof = _PROFILES[scenario]
             rng = random.Random(_seed(self.seed, self.hostname, i, stamp))
             j = rng.random
-            sm = _clip(prof.sm + (j() - 0.5) * 0.06) if prof.sm else 0.0
+            sm = _clip(prof.sm + (j() - 0.5) * min(0.06, prof.sm)) if prof.sm else 0.0
+            if prof.engine is None:
+                engine, util = (_clip(sm + 0.03), 1.0) if sm else (0.0, 0.0)
+            else:  # a duty cycle of its own: kernels (or copies) run without filling the SMs
+                engine = prof.engine
+                util = 0.99 if prof.pcie_bytes_per_second else _clip(prof.engine * 1.1)
+            pcie = prof.pcie_bytes_per_second
             power = prof.power_watts + (j() - 0.5) * 20.0
             self._energy[i] += power * dt
             fb = int(prof.fb_gib * GIB) + int(j() * 64) * 1024 * 1024
@@ -130,8 +173,8 @@ class SimulatedBackend:
                 "sm_occupancy": _clip(sm * 0.45),
                 "tensor_active": _clip(prof.tensor + (j() - 0.5) * 0.06) if prof.tensor else 0.0,
                 "dram_active": _clip(prof.dram + (j() - 0.5) * 0.06) if prof.dram else 0.0,
-                "gr_engine_active": _clip(sm + 0.03) if sm else 0.0,
-                "gpu_util": 1.0 if sm else 0.0,
+                "gr_engine_active": engine,
+                "gpu_util": util,
                 "mem_copy_util": _clip(prof.dram * 0.8),
                 "fb_used_bytes": fb,
                 "fb_total_bytes": _FB_TOTAL,
@@ -139,10 +182,11 @@ class SimulatedBackend:
                 "energy_joules": 1.0e6 * (i + 1) + self._energy[i],
                 "temperature_celsius": 32.0 + power / 15.0,
                 "sm_clock_hz": 1.98e9 if sm else 3.45e8,
-                "pcie_tx_bytes_per_second": 2.0e8 * sm,
-                "pcie_rx_bytes_per_second": 6.0e8 * sm,
-                "nvlink_tx_bytes_per_second": 4.0e10 * prof.tensor,
-                "nvlink_rx_bytes_per_second": 4.0e10 * prof.tensor,
+                "pcie_tx_bytes_per_second": 2.0e8 * sm if pcie is None else pcie,
+                "pcie_rx_bytes_per_second": 6.0e8 * sm if pcie is None else pcie,
+                # Peer traffic of multi-GPU training; the single-GPU scenarios have none.
+                "nvlink_tx_bytes_per_second": 4.0e10 * prof.tensor if prof.engine is None else 0.0,
+                "nvlink_rx_bytes_per_second": 4.0e10 * prof.tensor if prof.engine is None else 0.0,
             }
             if (
                 scenario == "xid-then-lost"

@@ -132,8 +132,12 @@ def attribute(
     now: datetime,
     gpu_ids: Sequence[int] | None = None,
     raw_edges: bool = True,
+    causes: bool = True,
 ) -> Attribution:
     """Split every GPU's [start, end) into job shares and unallocated time, with usage and price.
+
+    Without ``causes`` the seconds per cause are not summed (they read 0): only the
+    benchmark uses that, to price what summing them costs.
 
     With ``raw_edges`` the seconds at each share's edges come from raw samples (while raw
     retention holds them), else pro rata from their 1m bucket: at most a minute's error per
@@ -174,6 +178,7 @@ def attribute(
         thresholds=thresholds_of(settings),
         raw_cutoff=now - timedelta(days=settings.retention_raw_days) if raw_edges else _NEVER,
         minute_cutoff=now - timedelta(days=settings.retention_1m_days),
+        causes=causes,
     )
     lines = [
         Line(job_id, gpu_id, seconds, usage, price)
@@ -244,14 +249,18 @@ def cost_report(
     tag: str | None = None,
     user: str | None = None,
     team: str | None = None,
+    causes: bool = True,
 ) -> dict[str, Any]:
-    """The cost report over [start, end) grouped by ``group_by``: USD and seconds, with totals."""
+    """The cost report over [start, end) grouped by ``group_by``: USD and seconds, with totals
+    (seconds per cause left at 0 without ``causes``, which only the benchmark asks for)."""
     if group_by not in GROUP_BYS:
         raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
     if tag is not None and tag not in TAGS:
         raise ValidationFailed("tag", f"unknown tag {tag!r}; one of {TAGS}")
     check_range(settings, start=start, end=end, now=now)
-    att = attribute(conn, settings=settings, start=start, end=end, now=now, raw_edges=False)
+    att = attribute(
+        conn, settings=settings, start=start, end=end, now=now, raw_edges=False, causes=causes
+    )
     lines = att.lines
     tags = job_tag_map(att, settings) if group_by == "job" or tag is not None else {}
     filtering = tag is not None or user is not None or team is not None

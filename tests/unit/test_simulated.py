@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from service.collectors.batch import build_batch
-from service.collectors.simulated import SCENARIOS, SimulatedBackend
+from service.collectors.simulated import SCENARIO_CAUSES, SCENARIOS, SimulatedBackend
 from service.wire import IngestBatch
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -46,7 +46,11 @@ def test_scenarios_look_like_their_names():
 
 def test_xid_then_fall_off_the_bus():
     b = SimulatedBackend(
-        start=T0, gpus=5, scenarios=list(SCENARIOS), xid_after_seconds=60, lost_after_seconds=120
+        start=T0,
+        gpus=5,
+        scenarios=list(SCENARIOS[:5]),
+        xid_after_seconds=60,
+        lost_after_seconds=120,
     )
     snaps = run(b, 200)
     uuid = b.devices()[4].uuid
@@ -77,3 +81,18 @@ def test_batches_from_the_simulator_satisfy_the_wire_contract():
 def test_unknown_scenario_is_refused():
     with pytest.raises(ValueError, match="unknown scenario"):
         SimulatedBackend(start=T0, scenarios=["sleeping"])
+
+
+def test_every_scenario_gets_its_cause_and_every_cause_has_a_scenario():
+    from service.costs.integrals import Thresholds
+    from service.diagnosis import CAUSE_NAMES, decide
+
+    b = SimulatedBackend(start=T0, gpus=len(SCENARIOS), lost_after_seconds=10_000)
+    for t in range(0, 300, 7):
+        snap = b.sample(T0 + timedelta(seconds=t))
+        held = {p.gpu_uuid for p in snap.processes}
+        for i, r in enumerate(snap.readings):
+            d = decide(r.metrics, Thresholds(), has_process=r.uuid in held)
+            assert d is not None
+            assert d.cause.label == SCENARIO_CAUSES[b.scenarios[i]], (b.scenarios[i], t)
+    assert set(SCENARIO_CAUSES.values()) == set(CAUSE_NAMES) - {"unclassified"}
