@@ -91,8 +91,9 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         Column("idle", "right", drop=2),
         Column("no data", "right", drop=1),
     ]
+    columns.append(Column("top waste cause", wrap=True))
     if group_by == "job":
-        columns += [Column("user", drop=6), Column("tags", wrap=True)]
+        columns += [Column("user", drop=6), Column("tags", wrap=True, drop=7)]
     rows = data["rows"]
     shown = [*rows[:limit], {**data["totals"], "key": "TOTAL"}]
     cells = []
@@ -107,6 +108,7 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
             "" if eff is None else f"{eff:.0%}",
             _pct(r["idle_seconds"], r["allocated_seconds"]),
             _pct(r["nodata_seconds"], r["held_seconds"]),
+            top_cause(r),
         ]
         if group_by == "job":
             row += [r.get("user") or "", ", ".join(r.get("tags") or [])]
@@ -117,7 +119,7 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         cells,
         width=console.width,
         title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
-        caption=f"wasted = price x (1 - activity) x time; {prices}",
+        caption=f"wasted = price x (1 - activity) x time; idle = nothing running; {prices}",
         section_before_last=True,
     )
     console.print(table)
@@ -129,6 +131,31 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         )
     if len(rows) > limit:
         console.print(f"{len(rows) - limit} more rows; use --limit, --csv or --json for all")
+    breakdown = cause_breakdown(data["totals"])
+    if breakdown:
+        console.print(f"time by cause: {breakdown}")
+
+
+def top_cause(row: dict[str, Any]) -> str:
+    """The row's dominant waste cause with its share of the time and its cost."""
+    name = row.get("dominant_waste_cause")
+    figures = (row.get("causes") or {}).get(name) if name else None
+    if not name or not figures:
+        return ""
+    share = _pct(figures["seconds"], row["allocated_seconds"])
+    return f"{name} {share} {money(figures['usd'])}"
+
+
+def cause_breakdown(row: dict[str, Any]) -> str:
+    """Every cause with time, largest first: share of the time and its cost."""
+    causes = row.get("causes") or {}
+    parts = sorted(
+        ((f["seconds"], name, f["usd"]) for name, f in causes.items() if f["seconds"] > 0),
+        reverse=True,
+    )
+    return ", ".join(
+        f"{name} {_pct(sec, row['allocated_seconds'])} ({money(usd)})" for sec, name, usd in parts
+    )
 
 
 def cmd_report_cost(

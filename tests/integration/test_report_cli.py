@@ -82,6 +82,9 @@ def test_table_shows_the_most_wasteful_job_first(capsys, server: str, tokens, jo
     assert code == 0
     assert out.index("slurm:1") < out.index("slurm:2")  # $2.40 wasted before $0.40
     assert "$2.40" in out and "idle, idle-held" in out and "TOTAL" in out
+    # The dominant waste cause per job, and the time by cause of the totals.
+    assert "idle_held 50% $2.00" in out
+    assert "time by cause: compute_tensor 75% ($6.00), idle_held 25% ($2.00)" in out
 
 
 def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
@@ -90,6 +93,9 @@ def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["team"] for r in rows] == ["vision", "nlp", "__total__"]
     assert float(rows[-1]["cost_usd"]) == pytest.approx(8.0)
+    assert float(rows[0]["idle_held_seconds"]) == pytest.approx(1800)
+    assert float(rows[0]["idle_held_usd"]) == pytest.approx(2.0)
+    assert rows[0]["dominant_waste_cause"] == "idle_held"
     code, out, _ = run(capsys, server, tokens["reader"], "--group-by", "team", "--json")
     data = json.loads(out)
     assert data["totals"]["unused_cost_usd"] == pytest.approx(2.4 + 0.4)
