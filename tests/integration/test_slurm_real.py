@@ -250,3 +250,38 @@ def test_salloc_that_runs_nothing_is_registered_until_cancelled(
     cluster.run("scancel", slurm_id)
     job = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=True)
     assert job["gpus"][0]["ended_at"] == job["ended_at"]
+
+
+def test_the_comment_can_come_from_scontrol_where_slurm_does_not_pass_it(
+    cluster: Cluster, server: str, http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    # Some Slurm versions give a Prolog no SLURM_JOB_COMMENT; GPUWARDEN_SLURM_SCONTROL=yes asks
+    # the real controller. The prolog is run here by hand for a job the cluster really has.
+    know_gpus(engine, clock, [uuid for uuid, _, _ in GPUS])
+    slurm_id = cluster.run(
+        "sbatch", "--parsable", "--comment=project=from-scontrol", "--output=/dev/null",
+        "--wrap", "sleep 30",
+    ).strip()  # fmt: skip
+    try:
+        env = {
+            "SLURM_CONF": cluster.env["SLURM_CONF"],
+            "PATH": str(cluster.base / "bin"),
+            "GPUWARDEN_ENV_FILE": str(cluster.base / "missing.env"),
+            "GPUWARDEN_CENTRAL_URL": server,
+            "GPUWARDEN_AGENT_TOKEN": tokens["agent"],
+            "GPUWARDEN_NVIDIA_PROC": str(cluster.proc_dir),
+            "GPUWARDEN_SLURM_SCONTROL": "yes",
+            "SLURM_JOB_ID": slurm_id,
+            "SLURM_JOB_USER": "root",
+            "SLURM_JOB_GPUS": "3",
+        }
+        done = subprocess.run(
+            ["/bin/bash", str(ROOT / "deploy" / "slurm" / "prolog.sh")],
+            env=env, capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        job = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=False)
+        assert job["project"] == "from-scontrol"
+        assert [g["gpu_uuid"] for g in job["gpus"]] == [UUID_OF_MINOR[3]]
+    finally:
+        cluster.run("scancel", slurm_id, check=False)
