@@ -72,3 +72,47 @@ def test_idle_is_nothing_running_and_every_covered_second_has_one_cause():
     assert out.input_starved_seconds == pytest.approx(60)
     assert out.compute_tensor_seconds == pytest.approx(60)
     assert sum(out.cause_seconds().values()) == pytest.approx(out.covered_seconds)
+
+
+def test_the_worked_example_of_docs_diagnosis():
+    from service.costs.waste import Line, Summary, Usage
+
+    def second(ts: float, **values: float) -> ActivityPoint:
+        return point_of(ts, values, Thresholds(max_gap_seconds=60))
+
+    points = [
+        second(t, sm_active=0.0003, gr_engine_active=0.29, gpu_util=0.3, fb_used_bytes=1.2 * GIB)
+        for t in range(0, 1200)
+    ]
+    points += [
+        second(t, sm_active=0.96, gr_engine_active=1.0, gpu_util=1.0, tensor_active=0.93)
+        for t in range(1200, 2700)
+    ]
+    points += [
+        second(
+            t,
+            sm_active=0.0,
+            gr_engine_active=0.0,
+            gpu_util=0.99,
+            pcie_tx_bytes_per_second=55e9,
+            pcie_rx_bytes_per_second=55e9,
+        )
+        for t in range(2700, 3300)
+    ]
+    points += [second(t, sm_active=0.0, gr_engine_active=0.0, gpu_util=0.0,
+                      fb_used_bytes=23 * GIB) for t in range(3300, 3600)]  # fmt: skip
+    i = integrate(points, 0, 3600, Thresholds())
+    usage = Usage()
+    usage.add(i)
+    s = Summary("j")
+    s.add_line(Line("j", 1, 3600.0, usage, 4.0))
+    row = s.as_dict()
+    causes = row["causes"]
+    assert causes["launch_bound"] == {"seconds": pytest.approx(1200), "usd": pytest.approx(4 / 3)}
+    assert causes["compute_tensor"]["seconds"] == pytest.approx(1500)
+    assert causes["transfer_bound"]["usd"] == pytest.approx(4 * 600 / 3600)
+    assert causes["idle_held"]["seconds"] == pytest.approx(300)
+    assert row["idle_seconds"] == pytest.approx(300)
+    assert row["unused_seconds"] == pytest.approx(2159.64)
+    assert row["unused_cost_usd"] == pytest.approx(2.40, abs=0.005)
+    assert row["dominant_waste_cause"] == "launch_bound"
