@@ -107,7 +107,7 @@ def test_the_worked_example_of_docs_diagnosis():
     s = Summary("j")
     s.add_line(Line("j", 1, 3600.0, usage, 4.0))
     row = s.as_dict()
-    causes = row["causes"]
+    causes = s.causes()
     assert causes["launch_bound"] == {"seconds": pytest.approx(1200), "usd": pytest.approx(4 / 3)}
     assert causes["compute_tensor"]["seconds"] == pytest.approx(1500)
     assert causes["transfer_bound"]["usd"] == pytest.approx(4 * 600 / 3600)
