@@ -8,7 +8,7 @@ from typing import Any, Literal, NamedTuple
 from sqlalchemy import Connection, and_, literal, select
 
 from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m, samples
-from service.diagnosis import Cause
+from service.diagnosis import Cause, Rung, supported_causes
 from service.vocabulary import METRIC_NAMES
 
 Resolution = Literal["raw", "1m", "1h"]
@@ -65,7 +65,9 @@ def list_gpus(
                 "source": r.source,
                 "latest": latest,
                 "activity": r.activity,
+                "activity_rung": None if r.activity_rung is None else Rung(r.activity_rung).label,
                 "cause": None if r.cause is None else Cause(r.cause).label,
+                "supported_causes": [c.label for c in supported_causes(latest)],
                 "job": job[0] if job else None,
                 "user": job[1] if job else None,
                 "team": job[2] if job else None,

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select
 
 from service import ingest as ingest_service
 from service.context import ServiceContext
-from service.db import metrics_repo, windows_repo
+from service.db import gpus_repo, metrics_repo, windows_repo
 from service.db.schema import alerts, gpus
 from service.exposition.fleet import fleet_families
 from service.settings import Settings
@@ -134,6 +134,15 @@ def test_cost_model_metrics_and_alert_windows_agree(
             row["efficiency"], abs=1e-9
         ), w
     assert stats[300.0][gpu_id]["idle_held"].min == 1.0  # the default policy's aggregate
+
+    # The API: the latest sample's activity, rung and cause, and the causes the GPU supports.
+    with engine.connect() as conn:
+        (gpu,) = gpus_repo.list_gpus(conn)
+    assert (gpu["activity"], gpu["activity_rung"], gpu["cause"]) == (0.0, rung, "idle_held")
+    if source == "nvml":  # the coarse duty cycle only: it cannot say why a busy GPU is busy
+        assert gpu["supported_causes"] == ["idle_empty", "idle_held"]
+    if source == "gpm":
+        assert {"launch_bound", "compute_tensor"} <= set(gpu["supported_causes"])
 
     # /metrics: idle-held now, activity 0 on the source's rung.
     fams = family_values(ctx)

@@ -25,7 +25,11 @@ class GpuPublic(BaseModel):
     source: str | None
     latest: dict[str, float | int]
     activity: float | None = None  # of the latest sample: sm_active, else gr_engine, else util
+    activity_rung: str | None = None  # which metric the activity came from
     cause: str | None = None  # of the latest sample (idle_empty, idle_held, compute_tensor, ...)
+    # The causes this GPU's metrics can tell apart (a GPU with only NVML's duty cycle gets
+    # idle_empty, idle_held and otherwise unclassified).
+    supported_causes: list[str] = []
     job: str | None = None  # the job holding the GPU now
     user: str | None = None
     team: str | None = None
