@@ -47,9 +47,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     if settings.config is not None:
         from service.usecases.config_check import check_config_file
+        from service.usecases.evaluation import check_file_channels
 
-        # One line naming the file and field, before uvicorn would turn it into a traceback.
-        check_config_file(settings.config)
+        # One line naming the file and field, before uvicorn would turn it into a traceback;
+        # channel URLs at refused addresses stop the start here too.
+        checked = check_config_file(settings.config)
+        check_file_channels(
+            checked.channels, settings.webhook_allow_nets, source=f"config file {settings.config}"
+        )
     engine = make_engine(settings.database_url)
     if args.migrate:
         upgrade(engine)

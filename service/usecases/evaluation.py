@@ -45,7 +45,11 @@ CONFIG_LOCK_KEY = 0x67707577_636F6E66  # "gpuwconf": serialises config loading a
 
 
 def check_file_channels(
-    channels: list[Any], allow_nets_text: str, *, resolver: Resolver = system_resolver
+    channels: list[Any],
+    allow_nets_text: str,
+    *,
+    resolver: Resolver = system_resolver,
+    source: str = "the config file",
 ) -> None:
     """Refuse (ConfigError) a config-file channel whose URL may not be called, as the API does.
 
@@ -57,9 +61,9 @@ def check_file_channels(
         try:
             check_url(c.url, nets, resolver=resolver, field=f"channels.{i}.url")
         except HostDoesNotResolve as exc:
-            log.warning("channel %s from the config file: %s", c.name, exc.message)
+            log.warning("channel %s from %s: %s", c.name, source, exc.message)
         except ValidationFailed as exc:
-            raise ConfigError(f"channel {c.name!r} in the config file: {exc}") from None
+            raise ConfigError(f"channel {c.name!r} in {source}: {exc}") from None
 
 
 def load_config(ctx: ServiceContext) -> tuple[int, int]:

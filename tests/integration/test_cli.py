@@ -66,9 +66,14 @@ def test_serve_with_a_bad_or_missing_config_says_why_in_one_line(tmp_path: Path)
     assert gw(db, "migrate").returncode == 0
     bad = tmp_path / "gpuwarden.yaml"
     bad.write_text("prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 4}\n")
+    metadata = tmp_path / "metadata.yaml"
+    metadata.write_text(
+        "channels:\n  - {name: ops, type: webhook, url: 'http://169.254.169.254/'}\n"
+    )
     for config, says in (
         (bad, "prices.0.effective_from: is required"),
         (tmp_path / "missing.yaml", "does not exist"),
+        (metadata, "channel 'ops'"),  # a refused address stops the start (docs/security.md)
     ):
         r = gw(db, "serve", "--port", "1", "--config", str(config))
         assert r.returncode == 1
