@@ -376,3 +376,23 @@ def test_each_nodes_prolog_at_the_same_moment_joins_one_job(
             job = client.get(f"/api/v1/jobs/mn:{i}", headers=reader).json()
             assert sorted(g["gpu_uuid"] for g in job["gpus"]) == ["GPU-a0", "GPU-b0"]
             assert (job["user"], job["team"]) == ("alice", "vision")
+
+
+def test_an_agent_fills_what_an_observed_job_lacks_but_changes_nothing_set(
+    http: httpx.Client, world: dict[str, str], clock: FakeClock
+) -> None:
+    agent = {"Authorization": f"Bearer {world['agent']}"}
+    # The job is first known from a process hint on node-a: user only, no team.
+    batch = make_batch(start=clock())
+    batch["processes"] = [
+        {"gpu_uuid": "GPU-a0", "ts": iso(clock()), "pid": 7, "job_id": "slurm:9", "user": "carol"}
+    ]
+    assert http.post("/api/v1/ingest", json=batch, headers=agent).status_code == 200
+    body = {"id": "slurm:9", "user": "carol", "team": "vision", "labels": {"partition": "gpu"},
+            "gpus": ["GPU-a0"], "started_at": iso(clock())}  # fmt: skip
+    r = http.post("/api/v1/jobs", json=body, headers=agent)
+    assert r.status_code == 200, r.text
+    assert (r.json()["team"], r.json()["labels"]) == ("vision", {"partition": "gpu"})
+    for change in ({"user": "mallory"}, {"team": "hijacked"}):
+        r = http.post("/api/v1/jobs", json=body | change, headers=agent)
+        assert r.status_code == 409, r.text
