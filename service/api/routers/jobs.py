@@ -131,7 +131,12 @@ def list_jobs(
     since: str | None = Query(None, description=query.SINCE_HELP),
     user: str | None = None,
     team: str | None = None,
-    tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),
+    tag: str | None = Query(
+        None,
+        description=f"deprecated (kept one release; see causes): only jobs with this tag: "
+        f"{', '.join(TAGS)}",
+        deprecated=True,
+    ),
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> list[dict[str, Any]]:
     """Jobs that ran in [start, end), with cost, wasted spend and tags over that window."""

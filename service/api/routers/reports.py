@@ -67,7 +67,12 @@ def cost_report(
     since: str | None = Query(None, description=query.SINCE_HELP),
     group_by: str = Query("job", description=f"one of {', '.join(GROUP_BYS)}"),
     format: Literal["json", "csv"] = Query("json"),
-    tag: str | None = Query(None, description=f"only jobs with this tag: {', '.join(TAGS)}"),
+    tag: str | None = Query(
+        None,
+        description=f"deprecated (kept one release; see causes): only jobs with this tag: "
+        f"{', '.join(TAGS)}",
+        deprecated=True,
+    ),
     user: str | None = None,
     team: str | None = None,
 ) -> Any:
