@@ -115,6 +115,16 @@ def test_series_picks_resolution_from_step(app, http, tokens, clock: FakeClock):
     hr = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": "3600.0"}, headers=h).json()
     assert hr["resolution"] == "1h" and [p["count"] for p in hr["points"]] == [120, 120, 120]
     assert hr["unit"] == "ratio"
+    # The activity ladder reads like a metric, at every resolution.
+    for step, resolution in ((30, "raw"), ("5m", "1m"), ("3600", "1h")):
+        act = http.get(
+            "/api/v1/gpus/GPU-a0/series",
+            params={**q, "metric": "activity", "step": step},
+            headers=h,
+        ).json()
+        assert act["resolution"] == resolution and act["unit"] == "ratio"
+        assert [p["avg"] for p in act["points"]] == pytest.approx([0.25] * len(act["points"]))
+        assert act["points"]
     for bad in ("1.5h", "30m1h", "0", "-5"):
         r = http.get("/api/v1/gpus/GPU-a0/series", params={**q, "step": bad}, headers=h)
         assert r.status_code == 422 and query_field(r) == "step", (bad, r.text)

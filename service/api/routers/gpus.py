@@ -31,7 +31,10 @@ def gpu_series(
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
-    metric: str = Query(description="a canonical metric name, e.g. sm_active"),
+    metric: str = Query(
+        description="a canonical metric name, e.g. sm_active, or activity (the ladder: "
+        "sm_active, else gr_engine_active, else gpu_util)"
+    ),
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 1h"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
@@ -40,11 +43,10 @@ def gpu_series(
     ),
 ) -> Response:
     """One metric of one GPU over [start, end), read from raw, 1m or 1h data as step allows."""
-    spec = METRICS_BY_NAME.get(metric)
-    if spec is None:
-        raise query.query_error(
-            "metric", f"unknown metric {metric!r}; known: {', '.join(METRICS_BY_NAME)}"
-        )
+    units = {name: spec.unit for name, spec in METRICS_BY_NAME.items()} | {"activity": "ratio"}
+    unit = units.get(metric)
+    if unit is None:
+        raise query.query_error("metric", f"unknown metric {metric!r}; known: {', '.join(units)}")
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=ctx.clock(), default_seconds=3600
     )
@@ -80,7 +82,7 @@ def gpu_series(
         {
             "gpu_uuid": uuid,
             "metric": metric,
-            "unit": spec.unit,
+            "unit": unit,
             "start": start_at,
             "end": end_at,
             "step_seconds": step_seconds,
