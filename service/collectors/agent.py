@@ -31,7 +31,7 @@ from service.collectors.batch import (
     raw_json,
     split_to_limits,
 )
-from service.collectors.plausible import drop_implausible
+from service.collectors.plausible import drop_implausible, drop_implausible_processes
 from service.collectors.shipper import Reply, Shipper
 from service.collectors.spool import Entry, Spool
 from service.collectors.telemetry import AgentTelemetry
@@ -153,7 +153,7 @@ class Agent:
         self._sync_spool_gauges()
 
     def _drop_implausible(self, snap: Snapshot) -> None:
-        for d in drop_implausible(snap.readings):
+        for d in drop_implausible(snap.readings) + drop_implausible_processes(snap.processes):
             self.telemetry.dropped_fields.labels(d.field, d.reason).inc()
             if (d.gpu_uuid, d.field) not in self._dropped_seen:
                 self._dropped_seen.add((d.gpu_uuid, d.field))

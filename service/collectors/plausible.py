@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from service.collectors.backend import GpuReading
+from service.collectors.backend import GpuReading, ProcessReading
 from service.vocabulary import METRICS_BY_NAME
 
 _INT64_LIMIT = 2.0**63
+_PID_LIMIT = 2**31  # central keeps PIDs in 32-bit columns; Linux's pid_max is at most 2^22
 
 # DCGM's blank / not-found / not-supported / no-permission markers (dcgm_fields.h) for 32- and
 # 64-bit integers and doubles, and the all-ones 32-bit value seen as GPU_UTIL (NVIDIA/DCGM#199).
@@ -76,4 +77,23 @@ def drop_implausible(readings: list[GpuReading]) -> list[Dropped]:
         for d in bad:
             del r.metrics[d.field]
         out.extend(bad)
+    return out
+
+
+def drop_implausible_processes(processes: list[ProcessReading]) -> list[Dropped]:
+    """Remove impossible process readings in place: a PID outside 0..2^31-1 drops the process,
+    a memory figure outside 0..2^63-1 just that figure; returns what was removed."""
+    out: list[Dropped] = []
+    keep: list[ProcessReading] = []
+    for p in processes:
+        if not 0 <= p.pid < _PID_LIMIT:
+            out.append(Dropped(p.gpu_uuid, "process.pid", float(p.pid), "out of range"))
+            continue
+        used = p.fb_used_bytes
+        if used is not None and not 0 <= used < _INT64_LIMIT:
+            out.append(Dropped(p.gpu_uuid, "process.fb_used_bytes", float(used), "out of range"))
+            p.fb_used_bytes = None
+        keep.append(p)
+    if out:
+        processes[:] = keep
     return out

@@ -330,3 +330,32 @@ def test_batches_spooled_gzipped_by_an_older_agent_are_shipped_too(tmp_path: Pat
     run(agent, clock, 3)
     agent.close()
     assert [len(s) for _, s in central.calls] == [2, 3]  # the old batch alone, then 3 polls
+
+
+def test_impossible_process_readings_are_dropped_and_the_poll_ships(tmp_path: Path) -> None:
+    clock = FakeClock()
+
+    class OddProcesses(FakeBackend):
+        def sample(self, now: datetime) -> Snapshot:
+            snap = super().sample(now)
+            snap.processes = [
+                ProcessReading("GPU-0", pid=4242, fb_used_bytes=2**30),
+                ProcessReading("GPU-0", pid=2**32, fb_used_bytes=2**30),  # no such PID
+                ProcessReading("GPU-1", pid=77, fb_used_bytes=2**64 - 1),  # NVML "not available"
+            ]
+            return snap
+
+    shipped: list[dict[str, Any]] = []
+
+    def rule(batch: dict[str, Any], now: datetime) -> Answer:
+        shipped.extend(batch["processes"])  # the batch validated against the wire model
+        return 200, {}
+
+    agent, central = make(tmp_path, clock, rule, backend=OddProcesses())
+    run(agent, clock, 2)
+    agent.close()
+    assert [s for s, _ in central.calls] == [200, 200]
+    assert [(p["pid"], p["fb_used_bytes"]) for p in shipped] == [(4242, 2**30), (77, None)] * 2
+    for field in ("process.pid", "process.fb_used_bytes"):
+        labels = {"field": field, "reason": "out of range"}
+        assert metric(agent, "gpuwarden_agent_dropped_fields_total", labels) == 2
