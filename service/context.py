@@ -11,7 +11,6 @@ from sqlalchemy import Engine
 from service.clock import Clock, utc_now
 from service.costs.integrals import Thresholds
 from service.db.ingest_repo import IngestCache
-from service.db.tokens_repo import TokenInfo
 from service.diagnosis import thresholds_of
 from service.settings import Settings
 from service.telemetry import Telemetry
@@ -27,7 +26,9 @@ class ServiceContext:
     telemetry: Telemetry = field(default_factory=Telemetry)
     known_partitions: set[date] = field(default_factory=set)
     ingest_cache: IngestCache = field(default_factory=IngestCache)
-    token_cache: dict[str, tuple[TokenInfo, float]] = field(default_factory=dict)
+    # Agents' ingest (and token lookups) on a pool of their own that reads cannot exhaust;
+    # None: the one engine serves everything (tools and tests that build a context by hand).
+    ingest_engine: Engine | None = None
     # Run by the app on shutdown (for example to release the evaluator's leader lock).
     shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
 

@@ -81,15 +81,16 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
         max_future_seconds=s.ingest_max_future_seconds,
         oldest=now - timedelta(days=s.retention_raw_days),
     )
-    if ctx.engine.dialect.name == "postgresql":
+    engine = ctx.ingest_engine or ctx.engine
+    if engine.dialect.name == "postgresql":
         days = {item.ts.astimezone(UTC).date() for item in batch.samples}
         missing = days - ctx.known_partitions
         if missing:
-            with ctx.engine.begin() as conn:
+            with engine.begin() as conn:
                 partitions.ensure_partitions(conn, missing)
             ctx.known_partitions |= missing
     pending = ingest_repo.IngestCache()
-    with ctx.engine.begin() as conn:
+    with engine.begin() as conn:
         counts = ingest_repo.store_batch(
             conn,
             batch=batch,

@@ -26,7 +26,7 @@ from service.collectors.backend import Backend
 from service.collectors.runner import agent_state, build_agent, make_backend, node_name
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
 from service.db import policies_repo, tokens_repo
-from service.db.engine import make_engine
+from service.db.engine import service_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
 from service.delivery import quiet_http_logs
@@ -227,7 +227,12 @@ def _run_server(
     app = create_app(settings, engine=engine)
     freeze_start_up_objects()
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning", lifespan="on"
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        lifespan="on",
+        proxy_headers=False,  # client addresses follow GPUWARDEN_TRUSTED_PROXIES
     )
     server = uvicorn.Server(config)
     for n in nodes:
@@ -276,7 +281,7 @@ def _prepare(settings: Settings, command: str) -> tuple[Settings, Engine, Path, 
     settings = _local_settings(settings, command)
     state = state_dir(settings)
     state.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.database_url)
+    engine = service_engine(settings)
     upgrade(engine)
     sink = start_local_sink(state / NOTIFICATIONS_LOG)
     # Loopback is refused for channels; this one URL, the sink's own, is admitted.

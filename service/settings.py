@@ -50,6 +50,21 @@ class Settings(BaseSettings):
     # How far back an agent token may date the start of a job it registers (or joins).
     job_agent_max_start_age_seconds: float = Field(3600.0, gt=0)
 
+    # --- capacity and overload control (docs/operations.md explains each) ---------------
+    db_pool_size: int = Field(16, ge=1)  # connections for reads, writes and background jobs
+    db_max_overflow: int = Field(4, ge=0)
+    db_pool_timeout_seconds: float = Field(10.0, gt=0)  # wait for a free connection, then 503
+    db_statement_timeout_seconds: float = Field(30.0, gt=0)  # PostgreSQL: longest read statement
+    ingest_max_concurrent: int = Field(4, ge=1)  # batches stored at once, on their own pool
+    ingest_statement_timeout_seconds: float = Field(10.0, gt=0)
+    auth_max_concurrent_lookups: int = Field(2, ge=1)  # token lookups at once (ingest pool)
+    max_concurrent_reads: int = Field(8, ge=1)  # API reads at once; more wait, then 503
+    max_expensive_reads: int = Field(2, ge=1)  # cost reports, job summaries, long series
+    admission_wait_seconds: float = Field(0.5, ge=0)  # how long a read waits for a slot
+    auth_failure_burst: int = Field(20, ge=1)  # failed attempts a client may make at once
+    auth_failure_refill_per_second: float = Field(1.0, gt=0)  # then this many a second
+    trusted_proxies: str = ""  # comma-separated CIDRs whose X-Forwarded-For is believed
+
     rollup_interval_seconds: float = Field(15.0, gt=0)
     retention_raw_days: float = Field(7.0, gt=0)
     retention_1m_days: float = Field(90.0, gt=0)

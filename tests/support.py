@@ -44,7 +44,14 @@ def free_port() -> int:
 def live_server(app: FastAPI, port: int | None = None) -> Iterator[str]:
     """Serve ``app`` with uvicorn on loopback in a thread; yields its base URL."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        proxy_headers=False,  # as `gpuwarden serve`: GPUWARDEN_TRUSTED_PROXIES decides
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

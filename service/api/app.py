@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 
 from service import __version__
+from service.api.gate import Admission, TokenGate
 from service.api.input_guard import RejectNul
 from service.api.outage import OUTAGE_ERRORS, OutageLog, database_unavailable
 from service.api.query import reject_unknown_query
@@ -24,7 +25,7 @@ from service.api.routers import reports as reports_router
 from service.api.validation import request_validation_error
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
-from service.db.engine import make_engine
+from service.db.engine import ingest_engine, service_engine
 from service.db.migrate import check_at_head
 from service.errors import (
     Conflict,
@@ -89,9 +90,13 @@ def create_app(
 ) -> FastAPI:
     """Build the central service; it checks the schema and starts background jobs on startup."""
     settings = settings or Settings()
+    main_engine = engine or service_engine(settings)
+    # Agents are the lifeline: their batches (and token lookups) get connections reads cannot take.
+    ingest_pool = ingest_engine(settings, main_engine.url.render_as_string(hide_password=False))
     ctx = ServiceContext(
         settings=settings,
-        engine=engine or make_engine(settings.database_url),
+        engine=main_engine,
+        ingest_engine=ingest_pool,
         clock=clock,
         telemetry=telemetry or Telemetry(),
     )
@@ -117,6 +122,7 @@ def create_app(
                 scheduler.shutdown(wait=True)
             for hook in ctx.shutdown_hooks:
                 hook()
+            ingest_pool.dispose()
             if engine is None:
                 ctx.engine.dispose()
 
@@ -129,6 +135,8 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.outage_log = OutageLog()
+    app.state.gate = TokenGate(settings)
+    app.state.admission = Admission(settings)
     app.add_exception_handler(WardenError, _warden_error)
     app.add_exception_handler(RequestValidationError, request_validation_error)
     for error in OUTAGE_ERRORS:

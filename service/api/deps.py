@@ -1,14 +1,21 @@
-"""FastAPI dependencies: the service context, database connections and token checks."""
+"""FastAPI dependencies: the service context, database connections and token checks.
+
+Order matters under load: the token is checked (on the event loop, from caches when it can be)
+and the read admitted before a database connection is taken, so a flood of bad tokens or readers
+never holds connections that agents need.
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from datetime import datetime
+from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import Connection
 
+from service.api.gate import Admission, Throttled, TokenGate, monotonic
 from service.context import ServiceContext
 from service.db import tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
@@ -23,30 +30,12 @@ def get_ctx(request: Request) -> ServiceContext:
 Ctx = Annotated[ServiceContext, Depends(get_ctx)]
 
 
-def read_conn(ctx: Ctx) -> Iterator[Connection]:
-    """A connection for reading, closed after the request."""
-    with ctx.engine.connect() as conn:
-        yield conn
-
-
-def write_conn(ctx: Ctx) -> Iterator[Connection]:
-    """A connection in a transaction that commits when the request succeeds."""
-    with ctx.engine.begin() as conn:
-        yield conn
-
-
-ReadConn = Annotated[Connection, Depends(read_conn)]
-# scope="function": commit before the response is sent, so a 2xx means the write is visible.
-WriteConn = Annotated[Connection, Depends(write_conn, scope="function")]
-
-# A revoked token stops working within this many seconds; agents otherwise cost a query per batch.
-TOKEN_CACHE_SECONDS = 5.0
-
-_UNAUTHORIZED = HTTPException(
-    status.HTTP_401_UNAUTHORIZED,
-    detail="missing or invalid bearer token",
-    headers={"WWW-Authenticate": "Bearer"},
-)
+def _unauthorized() -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        detail="missing or invalid bearer token",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def bearer_token(request: Request) -> str | None:
@@ -58,30 +47,122 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
-def authenticate(ctx: ServiceContext, request: Request) -> TokenInfo:
-    """The caller's token, or 401."""
+def _refused(gate: TokenGate, client: str, digest: str | None, *, looked_up: bool) -> HTTPException:
+    """401 for a failed attempt, or 429 once the client has failed too often."""
+    try:
+        gate.refuse(client, digest, monotonic(), looked_up=looked_up)
+    except Throttled as exc:
+        return HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            detail=str(exc),
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
+    return _unauthorized()
+
+
+async def authenticated(request: Request, ctx: Ctx) -> TokenInfo:
+    """The caller's token, or 401 (429 after too many failures from the same client).
+
+    Known tokens come from the cache; a token looked up and refused within the cache time is
+    refused without a lookup; other lookups run a few at a time on the ingest pool.
+    """
+    gate: TokenGate = request.app.state.gate
+    client = gate.client_of(request)
     token = bearer_token(request)
     if token is None:
-        raise _UNAUTHORIZED
+        raise _refused(gate, client, None, looked_up=False)
     digest = tokens_repo.hash_token(token)
-    cached = ctx.token_cache.get(digest)
-    if cached is not None and time.monotonic() - cached[1] < TOKEN_CACHE_SECONDS:
-        return cached[0]
-    with ctx.engine.connect() as conn:
-        info = tokens_repo.authenticate(conn, token=token)
+    now = monotonic()
+    info = gate.cached(digest, now)
+    if info is not None:
+        return info
+    if gate.known_bad(digest, now) or not gate.may_look_up(client, digest, now):
+        raise _refused(gate, client, digest, looked_up=False)
+    engine = ctx.ingest_engine or ctx.engine
+
+    def look_up() -> TokenInfo | None:
+        with engine.connect() as conn:
+            return tokens_repo.authenticate(conn, token=token)
+
+    admission: Admission = request.app.state.admission
+    info = await anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
     if info is None:
-        ctx.token_cache.pop(digest, None)
-        raise _UNAUTHORIZED
-    ctx.token_cache[digest] = (info, time.monotonic())
+        raise _refused(gate, client, digest, looked_up=True)
+    gate.accept(digest, info, monotonic())
     return info
 
 
-def require(*roles: Role) -> Callable[[Request, ServiceContext], TokenInfo]:
+Authenticated = Annotated[TokenInfo, Depends(authenticated)]
+
+
+async def admit_read(request: Request, _: Authenticated) -> AsyncIterator[None]:
+    """Hold one of the bounded read slots for the request, or answer 503 with Retry-After."""
+    admission: Admission = request.app.state.admission
+    async with admission.enter("read"):
+        yield
+
+
+# Series longer than this read enough rows to count as expensive.
+LONG_SERIES_SECONDS = 86400.0
+
+
+def _span_seconds(request: Request) -> float:
+    """The [start, end) span a series request asks for (an hour by default), in seconds."""
+    try:
+        start, end = (request.query_params.get(k) for k in ("start", "end"))
+        if start is None:
+            return 3600.0
+        t0 = datetime.fromisoformat(start.replace("Z", "+00:00"))
+        t1 = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else None
+        if t1 is None:
+            return LONG_SERIES_SECONDS + 1  # from a start up to now: assume long
+        return (t1 - t0).total_seconds()
+    except (ValueError, TypeError):
+        return 0.0  # malformed: validation answers 422 cheaply
+
+
+async def admit_expensive(request: Request, _: Authenticated) -> AsyncIterator[None]:
+    """Hold one of the few slots for expensive reads (reports, job summaries, long series)."""
+    if request.url.path.endswith("/series") and _span_seconds(request) <= LONG_SERIES_SECONDS:
+        yield
+        return
+    admission: Admission = request.app.state.admission
+    async with admission.enter("expensive"):
+        yield
+
+
+# Put on a route (``dependencies=[Expensive]``) so it runs before the route takes a connection.
+Expensive = Depends(admit_expensive)
+
+
+def read_conn(
+    request: Request, ctx: Ctx, _: Annotated[None, Depends(admit_read)]
+) -> Iterator[Connection]:
+    """A connection for reading, closed after the request; taken only once the read is admitted."""
+    with ctx.engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            # For this request's transaction only: background jobs keep no limit.
+            seconds = ctx.settings.db_statement_timeout_seconds
+            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
+        yield conn
+
+
+def write_conn(ctx: Ctx, _: Authenticated) -> Iterator[Connection]:
+    """A connection in a transaction that commits when the request succeeds."""
+    with ctx.engine.begin() as conn:
+        yield conn
+
+
+ReadConn = Annotated[Connection, Depends(read_conn)]
+# scope="function": commit before the response is sent, so a 2xx means the write is visible.
+WriteConn = Annotated[Connection, Depends(write_conn, scope="function")]
+
+
+def require(*roles: Role) -> Callable[[TokenInfo], Coroutine[Any, Any, TokenInfo]]:
     """A dependency that lets through tokens of ``roles`` (admin always) and answers 403 else."""
     allowed = {*roles, Role.ADMIN}
 
-    def check(request: Request, ctx: Ctx) -> TokenInfo:
-        info = authenticate(ctx, request)
+    async def check(info: Authenticated) -> TokenInfo:
         if info.role not in allowed:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,

@@ -55,6 +55,14 @@ class OutageLog:
 
 async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
     """503 with Retry-After for a database that is down, restarting or out of connections."""
+    if type(getattr(exc, "orig", None)).__name__ == "QueryCanceled":
+        # A statement timeout: this request asked too much, the database itself is fine.
+        request.app.state.ctx.telemetry.db_errors.labels("statement_timeout").inc()
+        return JSONResponse(
+            {"detail": "the query ran past the statement timeout; ask for a shorter range"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DB_RETRY_AFTER_SECONDS)},
+        )
     request.app.state.outage_log.failed(exc, request.url.path)
     request.app.state.ctx.telemetry.db_errors.labels("unavailable").inc()
     return JSONResponse(

@@ -15,7 +15,7 @@ from service.cli.fleet import add_fleet_parsers
 from service.cli.report import add_report_parser, terminal_console
 from service.clock import utc_now
 from service.db import tokens_repo
-from service.db.engine import make_engine
+from service.db.engine import make_engine, service_engine
 from service.db.migrate import check_at_head, upgrade
 from service.errors import WardenError
 from service.localrun import resolve_database
@@ -55,7 +55,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         check_file_channels(
             checked.channels, settings.webhook_allow_nets, source=f"config file {settings.config}"
         )
-    engine = make_engine(settings.database_url)
+    engine = service_engine(settings)
     if args.migrate:
         upgrade(engine)
     check_at_head(engine)  # fail here, with the fix in the message, not inside uvicorn
@@ -67,6 +67,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         port=settings.port,
         log_level=settings.log_level.lower(),
         access_log=args.access_log,
+        # Client addresses (for the failed-login throttle) follow GPUWARDEN_TRUSTED_PROXIES,
+        # not uvicorn's own trust of X-Forwarded-For from loopback.
+        proxy_headers=False,
     )
     return 0
 

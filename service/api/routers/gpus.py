@@ -7,7 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from service.api import query
-from service.api.deps import Ctx, ReadConn, Reader
+from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.gpus import GpuPublic, SeriesPublic
 from service.db import gpus_repo
 from service.vocabulary import METRICS_BY_NAME
@@ -25,7 +25,7 @@ def list_gpus(
     return gpus_repo.list_gpus(conn, node=node, model=model)
 
 
-@router.get("/{uuid}/series", response_model=SeriesPublic)
+@router.get("/{uuid}/series", response_model=SeriesPublic, dependencies=[Expensive])
 def gpu_series(
     uuid: str,
     ctx: Ctx,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import Ctx, authenticate
+from service.api.deps import Ctx, authenticated
 from service.db.migrate import check_at_head
 from service.db.tokens_repo import Role
 from service.errors import SchemaOutOfDate
@@ -42,11 +43,12 @@ def readyz(ctx: Ctx) -> JSONResponse:
 
 
 @router.get("/metrics")
-def metrics(request: Request, ctx: Ctx) -> Response:
+async def metrics(request: Request, ctx: Ctx) -> Response:
     """Prometheus exposition of the fleet and of the service itself."""
     if ctx.settings.metrics_token_required:
-        info = authenticate(ctx, request)
+        info = await authenticated(request, ctx)
         if info.role not in (Role.READER, Role.ADMIN):
             return Response("a reader token is needed", status.HTTP_403_FORBIDDEN)
-    body, content_type = render(ctx.telemetry.registry)
+    # The fleet families read the database: off the event loop.
+    body, content_type = await run_in_threadpool(render, ctx.telemetry.registry)
     return Response(body, headers={"Content-Type": content_type})

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from service import ingest as ingest_service
 from service.api.deps import Agent, Ctx
@@ -49,16 +50,22 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
     t = ctx.telemetry
     try:
         body = await read_limited(request, ctx.settings.ingest_max_body_bytes)
-        # Decompressing and validating a large batch takes a while: keep the loop free for
-        # /healthz and the other agents meanwhile.
-        batch = await run_in_threadpool(
-            decode_and_parse,
-            body,
-            content_encoding=request.headers.get("content-encoding"),
-            max_bytes=ctx.settings.ingest_max_body_bytes,
+        # Decompressing, validating and storing take a while: off the event loop (kept free for
+        # /healthz and the other agents), on worker threads of ingest's own that reads cannot take.
+        limiter = request.app.state.admission.limiter("ingest")
+        batch = await anyio.to_thread.run_sync(
+            functools.partial(
+                decode_and_parse,
+                body,
+                content_encoding=request.headers.get("content-encoding"),
+                max_bytes=ctx.settings.ingest_max_body_bytes,
+            ),
+            limiter=limiter,
         )
-        # The database call blocks; run it off the event loop.
-        result = await run_in_threadpool(ingest_service.ingest, ctx, batch, token_node=token.node)
+        result = await anyio.to_thread.run_sync(
+            functools.partial(ingest_service.ingest, ctx, batch, token_node=token.node),
+            limiter=limiter,
+        )
     except (RequestValidationError, WardenError):
         t.ingest_batches.labels("rejected").inc()
         raise

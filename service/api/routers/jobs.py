@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import Connection
 
 from service.api import authz, query
-from service.api.deps import Agent, Ctx, ReadConn, Reader
+from service.api.deps import Agent, Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -111,7 +111,7 @@ def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str
     return _public(job)
 
 
-@router.get("/{job_id}", response_model=JobDetailPublic)
+@router.get("/{job_id}", response_model=JobDetailPublic, dependencies=[Expensive])
 def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
     """A job with its waste summary (total and per GPU) and tags with hints."""
     job = jobs_repo.get_job(conn, job_id=job_id)
@@ -121,7 +121,7 @@ def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
     return {**_public(job), **summary}
 
 
-@router.get("", response_model=list[JobListItemPublic])
+@router.get("", response_model=list[JobListItemPublic], dependencies=[Expensive])
 def list_jobs(
     ctx: Ctx,
     conn: ReadConn,

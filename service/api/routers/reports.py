@@ -9,7 +9,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Response
 
 from service.api import query
-from service.api.deps import Ctx, ReadConn, Reader
+from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic, CostRowPublic
 from service.costs.waste import GROUP_BYS, TAGS
@@ -57,7 +57,7 @@ def to_csv(data: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-@router.get("/cost", response_model=CostReportPublic)
+@router.get("/cost", response_model=CostReportPublic, dependencies=[Expensive])
 def cost_report(
     ctx: Ctx,
     conn: ReadConn,

@@ -1,0 +1,227 @@
+"""Overload control: token checks without a held connection, failure throttling, admission of reads.
+
+Three rules keep agents' ingest working while readers or attackers overload the service:
+- a token is checked before any database connection is taken; known tokens and known-bad tokens
+  cost no database round trip (positive and negative caches), lookups of new tokens run a few at
+  a time on the ingest pool;
+- each client (the peer address, or the forwarded one behind a trusted proxy) may fail a limited
+  number of times before its failures are answered 429; a token seen valid is never throttled;
+- reads are admitted a bounded number at a time, expensive ones (cost reports, job summaries, long
+  series) fewer still, answered 503 with Retry-After past the bound instead of queueing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+from starlette.requests import Request
+
+from service.db.tokens_repo import TokenInfo
+from service.errors import Unavailable
+from service.settings import Settings
+
+# A revoked token stops working within this many seconds; agents otherwise cost a query per batch.
+TOKEN_CACHE_SECONDS = 5.0
+# A token seen valid keeps passing the failure throttle of its client for this long.
+KNOWN_GOOD_SECONDS = 7 * 86400.0
+# Entries kept per cache: attackers choose tokens and addresses, memory stays bounded.
+MAX_ENTRIES = 100_000
+
+
+class Throttled(Exception):
+    """The client failed authentication too often; retry after ``retry_after_seconds``."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__(
+            f"too many failed authentication attempts; retry in {retry_after_seconds}s"
+        )
+        self.retry_after_seconds = retry_after_seconds
+
+
+def parse_networks(text: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated CIDRs (or single addresses) as networks."""
+    return tuple(
+        ipaddress.ip_network(p.strip(), strict=False) for p in text.split(",") if p.strip()
+    )
+
+
+def _in(address: str, nets: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in nets)
+
+
+class _Bounded(OrderedDict[str, float]):
+    """A dict of key -> monotonic time that forgets its oldest entries past MAX_ENTRIES."""
+
+    def put(self, key: str, value: float) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > MAX_ENTRIES:
+            self.popitem(last=False)
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class TokenGate:
+    """Caches of good and bad tokens and the per-client budget of failed attempts."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.burst = float(settings.auth_failure_burst)
+        self.refill_per_second = settings.auth_failure_refill_per_second
+        self.trusted_proxies = parse_networks(settings.trusted_proxies)
+        self._lock = threading.Lock()
+        self._good: dict[str, tuple[TokenInfo, float]] = {}
+        self._bad = _Bounded()
+        self._known_good = _Bounded()
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+
+    def client_of(self, request: Request) -> str:
+        """The client's address: the peer, or the last untrusted X-Forwarded-For hop behind a
+        trusted proxy (a client cannot choose its own address by sending the header itself)."""
+        peer = request.client.host if request.client else "unknown"
+        if not self.trusted_proxies or not _in(peer, self.trusted_proxies):
+            return peer
+        hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
+        for hop in reversed([h for h in hops if h]):
+            if not _in(hop, self.trusted_proxies):
+                return hop
+        return peer
+
+    def cached(self, digest: str, now: float) -> TokenInfo | None:
+        """The token's record if it was looked up valid within TOKEN_CACHE_SECONDS."""
+        with self._lock:
+            hit = self._good.get(digest)
+        if hit is not None and now - hit[1] < TOKEN_CACHE_SECONDS:
+            return hit[0]
+        return None
+
+    def known_bad(self, digest: str, now: float) -> bool:
+        """Whether the token was looked up and refused within TOKEN_CACHE_SECONDS."""
+        with self._lock:
+            at = self._bad.get(digest)
+        return at is not None and now - at < TOKEN_CACHE_SECONDS
+
+    def may_look_up(self, client: str, digest: str, now: float) -> bool:
+        """Whether a token not in the caches may cost a database lookup for this client:
+        yes while the client has failure budget left, and always for a token seen valid."""
+        with self._lock:
+            if digest in self._known_good:
+                return True
+            bucket = self._refilled(client, now)
+            return bucket.tokens >= 1
+
+    def accept(self, digest: str, info: TokenInfo, now: float) -> None:
+        """Remember a valid token."""
+        with self._lock:
+            self._good[digest] = (info, now)
+            self._bad.pop(digest, None)
+            self._known_good.put(digest, now)
+            if len(self._good) > MAX_ENTRIES:
+                self._good.clear()
+
+    def refuse(self, client: str, digest: str | None, now: float, *, looked_up: bool) -> None:
+        """Count a failed attempt of ``client``; raises Throttled once its budget is spent."""
+        with self._lock:
+            if digest is not None and looked_up:
+                self._bad.put(digest, now)
+                self._good.pop(digest, None)
+                self._known_good.pop(digest, None)
+            bucket = self._refilled(client, now)
+            if bucket.tokens >= 1:
+                bucket.tokens -= 1
+                return
+            wait = (1 - bucket.tokens) / self.refill_per_second
+        raise Throttled(max(1, math.ceil(wait)))
+
+    def _refilled(self, client: str, now: float) -> _Bucket:
+        bucket = self._buckets.get(client)
+        if bucket is None:
+            bucket = self._buckets[client] = _Bucket(self.burst, now)
+            while len(self._buckets) > MAX_ENTRIES:
+                self._buckets.popitem(last=False)
+        else:
+            gained = (now - bucket.at) * self.refill_per_second
+            bucket.tokens = min(self.burst, bucket.tokens + gained)
+            bucket.at = now
+        self._buckets.move_to_end(client)
+        return bucket
+
+
+class Admission:
+    """Bounded concurrent reads: a request past the bound waits briefly, then is answered 503."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.wait_seconds = settings.admission_wait_seconds
+        self.read_slots = settings.max_concurrent_reads
+        self.expensive_slots = settings.max_expensive_reads
+        self.ingest_slots = settings.ingest_max_concurrent
+        self.auth_slots = settings.auth_max_concurrent_lookups
+        self._sems: dict[str, anyio.Semaphore] = {}
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+
+    def _sem(self, kind: str, slots: int) -> anyio.Semaphore:
+        # Made on first use, inside the event loop that serves the requests.
+        sem = self._sems.get(kind)
+        if sem is None:
+            sem = self._sems[kind] = anyio.Semaphore(slots)
+        return sem
+
+    def limiter(self, kind: str) -> anyio.CapacityLimiter:
+        """Worker threads of their own for ``ingest`` or ``auth``, apart from the reads' pool."""
+        lim = self._limiters.get(kind)
+        if lim is None:
+            slots = self.ingest_slots if kind == "ingest" else self.auth_slots
+            lim = self._limiters[kind] = anyio.CapacityLimiter(slots)
+        return lim
+
+    @asynccontextmanager
+    async def enter(self, kind: str) -> AsyncIterator[None]:
+        """Hold one slot of ``kind`` ("read" or "expensive") for the block, or raise Unavailable."""
+        slots = self.read_slots if kind == "read" else self.expensive_slots
+        sem = self._sem(kind, slots)
+        acquired = False
+        with anyio.move_on_after(self.wait_seconds):
+            await sem.acquire()
+            acquired = True
+        if not acquired:
+            what = (
+                "expensive reads (reports, job summaries, long series)"
+                if kind != "read"
+                else "reads"
+            )
+            raise Unavailable(
+                f"the service is busy: {slots} {what} are running; retry shortly",
+                retry_after_seconds=1,
+            )
+        try:
+            yield
+        finally:
+            sem.release()
+
+    def busy(self) -> dict[str, int]:
+        """Slots in use per kind (for tests and metrics)."""
+        out = {}
+        for kind, sem in self._sems.items():
+            total = self.read_slots if kind == "read" else self.expensive_slots
+            out[kind] = total - sem.value
+        return out
+
+
+def monotonic() -> float:
+    """Seconds on the monotonic clock (the caches' and the throttle's time)."""
+    return time.monotonic()

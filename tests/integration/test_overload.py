@@ -1,0 +1,148 @@
+"""Overload is refused, not absorbed: bad tokens, floods of readers and agents at the same time."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import event
+
+from service.api.app import create_app
+from tests.alerting_support import auth
+from tests.support import live_server, make_batch
+
+
+def _count_statements(engine: Any) -> list[str]:
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _record(_c: Any, _cur: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    return seen
+
+
+def _token_lookups(statements: list[str]) -> int:
+    return sum("api_tokens" in s for s in statements)
+
+
+def test_a_bad_token_costs_one_lookup_then_none(app, http: httpx.Client) -> None:
+    statements = _count_statements(app.state.ctx.ingest_engine)
+    bad = {"Authorization": "Bearer gw_not-a-real-token"}
+    answers = [http.get("/api/v1/gpus", headers=bad).status_code for _ in range(5)]
+    assert answers == [401] * 5
+    assert _token_lookups(statements) == 1
+
+
+def test_failures_are_throttled_per_client_but_valid_tokens_never(
+    settings, engine, clock, tokens
+) -> None:
+    settings = settings.model_copy(
+        update={"auth_failure_burst": 5, "auth_failure_refill_per_second": 0.01}
+    )
+    app = create_app(settings, engine=engine, clock=clock)
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+        reader, agent = auth(tokens["reader"]), auth(tokens["agent"])
+        assert http.get("/api/v1/gpus", headers=reader).status_code == 200
+        batch = make_batch(start=clock())
+        assert http.post("/api/v1/ingest", json=batch, headers=agent).status_code == 200
+        statements = _count_statements(app.state.ctx.ingest_engine)
+        codes = [
+            http.get("/api/v1/gpus", headers=auth(secrets.token_urlsafe(16))).status_code
+            for _ in range(12)
+        ]
+        assert codes == [401] * 5 + [429] * 7
+        assert _token_lookups(statements) == 5  # throttled attempts cost no lookup
+        r = http.get("/api/v1/gpus")
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+        # Tokens seen valid pass, also once their cache entry has expired (a later lookup).
+        app.state.gate._good.clear()
+        assert http.get("/api/v1/gpus", headers=reader).status_code == 200
+        assert http.post("/api/v1/ingest", json=batch, headers=agent).status_code == 200
+        # X-Forwarded-For is not believed from a peer that is not a trusted proxy.
+        spoofed = auth("nope") | {"X-Forwarded-For": "203.0.113.9"}
+        assert http.get("/api/v1/gpus", headers=spoofed).status_code == 429
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
+    settings, engine, clock
+) -> None:
+    settings = settings.model_copy(
+        update={
+            "auth_failure_burst": 2,
+            "auth_failure_refill_per_second": 0.01,
+            "trusted_proxies": "127.0.0.1/32",
+        }
+    )
+    app = create_app(settings, engine=engine, clock=clock)
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+
+        def attempt(client: str) -> int:
+            headers = auth("nope") | {"X-Forwarded-For": f"{client}, 127.0.0.1"}
+            return http.get("/api/v1/gpus", headers=headers).status_code
+
+        assert [attempt("198.51.100.1") for _ in range(3)] == [401, 401, 429]
+        assert [attempt("198.51.100.2") for _ in range(3)] == [401, 401, 429]
+
+
+def test_readers_past_the_bound_get_503_fast_while_agents_ingest(
+    settings, engine, clock, tokens
+) -> None:
+    settings = settings.model_copy(
+        update={"max_concurrent_reads": 2, "max_expensive_reads": 1, "admission_wait_seconds": 0.2}
+    )
+    app = create_app(settings, engine=engine, clock=clock)
+    reader, agent = auth(tokens["reader"]), auth(tokens["agent"])
+    with live_server(app) as url:
+
+        async def read(client: httpx.AsyncClient, path: str) -> tuple[int, float, str]:
+            t0 = time.perf_counter()
+            r = await client.get(path, headers=reader)
+            if r.status_code == 503:
+                assert r.headers["Retry-After"].isdigit()
+            return r.status_code, time.perf_counter() - t0, path
+
+        async def ship(client: httpx.AsyncClient, k: int) -> tuple[int, float]:
+            await asyncio.sleep(0.05 * k)
+            t0 = time.perf_counter()
+            batch = make_batch(start=clock() - timedelta(seconds=k))
+            r = await client.post("/api/v1/ingest", json=batch, headers=agent)
+            return r.status_code, time.perf_counter() - t0
+
+        async def main() -> tuple[list[Any], list[Any]]:
+            limits = httpx.Limits(max_connections=300)
+            async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+                paths = ["/api/v1/reports/cost", "/api/v1/gpus", "/api/v1/jobs"] * 40
+                readers = [read(client, p) for p in paths]
+                agents = [ship(client, k) for k in range(10)]
+                got = await asyncio.gather(*readers, *agents)
+            return list(got[: len(paths)]), list(got[len(paths) :])
+
+        reads, ships = asyncio.run(main())
+    outcomes = Counter(code for code, _, _ in reads)
+    assert set(outcomes) <= {200, 503}, outcomes
+    assert outcomes[200] >= 2 and outcomes[503] >= 1, outcomes
+    assert [code for code, _ in ships] == [200] * 10
+    assert max(t for _, t in ships) < 5.0
+
+
+@pytest.mark.parametrize("n", [60])
+def test_a_burst_of_bad_tokens_is_answered_without_waiting_for_connections(
+    server: str, n: int
+) -> None:
+    async def main() -> list[int]:
+        async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+            rs = await asyncio.gather(
+                *(client.get("/api/v1/gpus", headers=auth(f"bad-{i}")) for i in range(n))
+            )
+        return [r.status_code for r in rs]
+
+    t0 = time.perf_counter()
+    codes = asyncio.run(main())
+    assert set(codes) <= {401, 429} and time.perf_counter() - t0 < 10
