@@ -97,8 +97,9 @@ def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
         + "; it is shown only once:",
         file=sys.stderr,
     )
-    print(f"id={info.id}")  # for `token revoke`: ID=$(... | head -n1 | cut -d= -f2)
-    print(secret)
+    # One write: `| head -n1` (for the id) must not see the process write again after it left.
+    sys.stdout.write(f"id={info.id}\n{secret}\n")  # revoke by ID=$(... | head -n1 | cut -d= -f2)
+    sys.stdout.flush()
     return 0
 
 
