@@ -77,7 +77,10 @@ def recording_proxy(central: str, record: Path) -> tuple[ThreadingHTTPServer, in
             with lock, record.open("ab") as fh:
                 fh.write(data.strip() + b"\n")
             headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-            r = client.post(central + self.path, content=body, headers=headers)
+            try:
+                r = client.post(central + self.path, content=body, headers=headers)
+            except httpx.TransportError:  # a kept-alive connection the central closed: again
+                r = client.post(central + self.path, content=body, headers=headers)
             self.send_response(r.status_code)
             self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
             self.send_header("Content-Length", str(len(r.content)))
