@@ -64,6 +64,19 @@ def test_rate_limiter_spaces_messages_per_channel() -> None:
     assert lim.wait_seconds("slack", 1.0, 101.0) == 0
 
 
+# The labels every sender puts on note(): the scope's, then policy and severity.
+NOTE_LABELS = {
+    "job_id": "slurm:42",
+    "user": "alice",
+    "team": "ml",
+    "node": "n1",
+    "gpu_uuid": "GPU-a",
+    "gpu_index": "0",
+    "policy": "low-sm-activity",
+    "severity": "warning",
+}
+
+
 def note(**kw: object) -> Notification:
     doc: dict[str, object] = {
         "delivery_id": "msg_1",
@@ -131,16 +144,7 @@ def test_webhook_signature_verifies_with_standard_webhooks() -> None:
     assert headers["webhook-signature"].startswith("v1,")
     payload = Webhook(secret).verify(body, headers)
     assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
-    assert payload["labels"] == {
-        "job_id": "slurm:42",
-        "user": "alice",
-        "team": "ml",
-        "node": "n1",
-        "gpu_uuid": "GPU-a",
-        "gpu_index": "0",
-        "policy": "low-sm-activity",
-        "severity": "warning",
-    }
+    assert payload["labels"] == NOTE_LABELS
     tampered = body.replace(b"firing", b"resolved")
     with pytest.raises(Exception, match="signature"):
         Webhook(secret).verify(tampered, headers)
@@ -149,17 +153,7 @@ def test_webhook_signature_verifies_with_standard_webhooks() -> None:
 def test_alertmanager_body_shape() -> None:
     (a,) = alertmanager.render(note(ends_at=datetime(2026, 12, 2, 8, 4, tzinfo=UTC)))
     assert a["labels"]["alertname"] == "low-sm-activity"
-    assert a["labels"] == {
-        "alertname": "low-sm-activity",
-        "job_id": "slurm:42",
-        "user": "alice",
-        "team": "ml",
-        "node": "n1",
-        "gpu_uuid": "GPU-a",
-        "gpu_index": "0",
-        "policy": "low-sm-activity",
-        "severity": "warning",
-    }
+    assert a["labels"] == {"alertname": "low-sm-activity", **NOTE_LABELS}
     assert a["startsAt"] == "2026-12-02T08:00:00Z" and a["endsAt"] == "2026-12-02T08:04:00Z"
     assert a["annotations"]["wasted_usd"] == "12.50"
     resolved_at = datetime(2026, 12, 2, 8, 9, tzinfo=UTC)
