@@ -233,6 +233,7 @@ def test_shipped_config_groups_per_job_and_inhibits_idle_on_a_faulty_gpu(
             },
         ):
             assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+        report()  # fresh samples inside the 10 s windows, however long the set-up took
 
         def alerts(policy: str) -> list[dict]:  # type: ignore[type-arg]
             r = httpx.get(am + "/api/v2/alerts", params={"filter": f'policy="{policy}"'}, timeout=5)
