@@ -171,3 +171,48 @@ def test_pods_win_over_proc_and_unallocated_gpus_get_no_job(tmp_path: Path):
     pods.fail = True  # the kubelet restarts: the last allocations stay
     a.refresh()
     assert a.device_job("GPU-a", 0) == "k8s:ml/trainer-0"
+
+
+def test_mig_instances_are_attributed_by_the_kubelets_mig_uuid(tmp_path: Path):
+    from service.collectors.agent import Agent, AgentConfig
+    from service.collectors.mig import MigIdentities
+    from service.collectors.nvml import NvmlBackend
+    from service.collectors.shipper import Shipper
+    from service.collectors.spool import Spool
+    from tests.fake_nvml import FakeGpu, FakeNvml
+
+    slice_a = FakeGpu(
+        "MIG-aaaa0001-0000-0000-0000-000000000000",
+        name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        gpu_instance_id=7,
+        pids=[(4242, 2**30)],
+    )
+    slice_b = FakeGpu(
+        "MIG-bbbb0002-0000-0000-0000-000000000000",
+        name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        gpu_instance_id=8,
+    )
+    parent = FakeGpu("GPU-p", name="NVIDIA H100 80GB HBM3", migs=[slice_a, slice_b])
+    pods: Any = StubPods(
+        [
+            PodDevice("ml", "runs-a", "c", "nvidia.com/mig-1g.10gb", slice_a.uuid),
+            PodDevice("ml", "holds-b", "c", "nvidia.com/mig-1g.10gb", slice_b.uuid),
+        ]
+    )
+    agent = Agent(
+        config=AgentConfig(hostname="n", labels={}, dead_letter_path=tmp_path / "dl"),
+        backend=NvmlBackend(lib=FakeNvml([parent]), mig=MigIdentities()),
+        shipper=Shipper(central_url="http://127.0.0.1:9", token="t"),
+        spool=Spool(tmp_path / "spool.sqlite"),
+        attributor=JobAttributor(proc_root=tmp_path, pods=pods),
+    )
+    try:
+        snap = agent.poll(datetime.now(UTC))
+        assert snap is not None
+        jobs = {(p.gpu_uuid.split("@")[0], p.pid, p.job_id) for p in snap.processes}
+        assert jobs == {
+            ("MIG-GPU-p/7/1g.10gb", 4242, "k8s:ml/runs-a"),
+            ("MIG-GPU-p/8/1g.10gb", 0, "k8s:ml/holds-b"),  # held, running nothing: still its job
+        }
+    finally:
+        agent.close()
