@@ -132,7 +132,7 @@ FLEET_COLUMNS = [
     Column("state", whole=True),
     Column("activity", "right", drop=4),
     Column("memory", "right", drop=3),
-    Column("job", whole=True),
+    Column("job", whole=True, fold_last=True),
     Column("user", drop=1),
     Column("$ wasted today", "right", whole=True),
 ]

@@ -82,7 +82,7 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     """Print the report as a table, worst wasted spend first, with the totals last."""
     group_by = data["group_by"]
     columns = [
-        Column(group_by, whole=True),
+        Column(group_by, whole=True, fold_last=True),
         Column("GPU-h", "right", drop=4),
         Column("cost", "right", whole=True),
         Column("idle cost", "right", whole=True, drop=3),

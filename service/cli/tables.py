@@ -26,6 +26,7 @@ class Column:
     whole: bool = False
     drop: int = 0
     wrap: bool = False
+    fold_last: bool = False  # whole, but folded onto more lines (never cut) if nothing else fits
 
 
 def _width(col: Column, cells: Sequence[str]) -> int:
@@ -55,10 +56,15 @@ def fit_table(
         if needed() <= width:
             break
         keep.remove(i)
+    folding = set()
+    if needed() > width:  # even without the droppable columns: fold the id onto more lines
+        folding = {i for i in keep if columns[i].fold_last}
     table = Table(title=title, caption=caption)
     for i in keep:
         c = columns[i]
-        if c.wrap:  # only these give way when the terminal is narrow
+        if i in folding:
+            table.add_column(c.name, justify=c.justify, overflow="fold", min_width=8)
+        elif c.wrap:  # only these give way when the terminal is narrow
             table.add_column(c.name, justify=c.justify, overflow="fold", min_width=widths[i])
         else:
             table.add_column(c.name, justify=c.justify, no_wrap=True, min_width=widths[i])

@@ -77,3 +77,18 @@ def test_small_gpu_hours_do_not_read_as_nothing() -> None:
     assert gpu_hours(10) == "<0.01"
     assert gpu_hours(0) == "0"
     assert gpu_hours(36 * 3600) == "36.0"
+
+
+def test_a_job_id_too_long_for_the_terminal_folds_and_the_dollars_stay_whole() -> None:
+    job = "k8s:ml-platform-research/llama-70b-finetune-sweep-lr3e-5-bs256-run-000017"
+    data = report()
+    data["rows"] = [row(job, 12345.67, 9876.54)]
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None, legacy_windows=False)
+    render_table(data, limit=20, console=console)
+    text = out.getvalue()
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    assert body and all(len(line) <= 80 and line.endswith("│") for line in body)
+    assert "$12,345.67" in text and "$9,876.54" in text and "…" not in text
+    first_cells = "".join(line.split("│")[1].strip() for line in body[:-1])
+    assert first_cells == job  # folded onto several lines, every character kept
