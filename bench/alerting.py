@@ -104,11 +104,11 @@ def bench_latency(db_url: str, trials: int) -> None:
                 "/api/v1/ingest", json=batch, headers={"Authorization": f"Bearer {admin}"}
             )
             r.raise_for_status()
-            while not any(m.json()["labels"]["gpu"] == gpu for m in receiver.received[seen:]):
+            while not any(m.json()["labels"]["gpu_uuid"] == gpu for m in receiver.received[seen:]):
                 if time.time() - t0 > 30:
                     raise RuntimeError(f"no notification for {gpu}")
                 time.sleep(0.005)
-            got = next(m for m in receiver.received[seen:] if m.json()["labels"]["gpu"] == gpu)
+            got = next(m for m in receiver.received[seen:] if m.json()["labels"]["gpu_uuid"] == gpu)
             latencies.append(got.at - t0)
     receiver.close()
     engine.dispose()

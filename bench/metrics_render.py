@@ -175,7 +175,8 @@ def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
         cls = Counter if spec.counter else Gauge
         metrics[spec.name] = cls(exported_name(spec), spec.help, list(GPU_LABELS), registry=reg)
     for r in snapshot.readings:
-        labels = [r.node, str(r.index), r.uuid, r.model, r.job_id or "", r.user or "", r.team or ""]
+        labels = [r.node, str(r.index), r.uuid, r.model]
+        labels += [r.job_id or "", r.user or "", r.team or "", r.project or ""]
         for name, value in r.values.items():
             m = metrics[name]
             if isinstance(m, Counter):
