@@ -119,3 +119,15 @@ def test_policies_check_reports_bad_field(tmp_path: Path, capsys) -> None:
     bad.write_text("policies:\n  - name: p\n    metric: sm_active\n    op: '<'\n    threshold: x\n")
     assert main(["policies", "check", str(bad)]) == 1
     assert "policies.0.threshold" in capsys.readouterr().err
+
+
+def test_activity_and_cause_metrics() -> None:
+    base = {"name": "p", "aggregate": "avg", "window": "30m", "threshold": 0.5}
+    launch = parse_policy(base | {"metric": "cause:launch_bound", "op": ">"})
+    assert launch.low_utilization  # much waste of a cause: inhibited by a hardware fault
+    healthy = parse_policy(base | {"metric": "cause:compute_tensor", "op": ">"})
+    assert not healthy.low_utilization
+    assert parse_policy(base | {"metric": "activity", "op": "<"}).low_utilization
+    with pytest.raises(ValidationFailed) as err:
+        parse_policy(base | {"metric": "cause:sleeping", "op": ">"})
+    assert err.value.field == "metric" and "cause:launch_bound" in err.value.message
