@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 GIB = 1024**3
 
@@ -150,8 +150,7 @@ def thresholds_of(s: ThresholdSettings) -> Thresholds:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """One sample's activity (ratio), the rung it came from, and its cause."""
 
     activity: float
@@ -199,8 +198,12 @@ def _duty(values: Mapping[str, float | None], rung: Rung) -> float | None:
 
 
 def _traffic(values: Mapping[str, float | None]) -> float | None:
-    present = [float(v) for n in _TRAFFIC if (v := values.get(n)) is not None]
-    return sum(present) if present else None
+    total = None
+    for name in _TRAFFIC:
+        v = values.get(name)
+        if v is not None:
+            total = (total or 0.0) + v
+    return total
 
 
 def nothing_running(values: Mapping[str, float | None], act: float, t: Thresholds) -> bool:
