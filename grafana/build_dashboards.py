@@ -170,9 +170,14 @@ def fleet() -> dict[str, Any]:
         stat("Wasted spend now", "gpuwarden_fleet_wasted_usd_per_hour", "currencyUSD"),
         stat("Spend now", "gpuwarden_fleet_cost_usd_per_hour", "currencyUSD"),
         timeseries(
-            "Mean SM activity by model",
-            [("avg by (model) (gpuwarden_gpu_sm_active_ratio)", "{{model}}")],
+            "Mean activity by model (sm_active, else gr_engine_active, else gpu_util)",
+            [("avg by (model) (gpuwarden_gpu_activity_ratio)", "{{model}}")],
             "percentunit",
+        ),
+        timeseries(
+            "GPUs by cause (why their time goes where it goes)",
+            [("gpuwarden_fleet_gpus_by_cause", "{{cause}}")],
+            "none",
         ),
         timeseries(
             "Idle and idle-held GPUs",
@@ -189,15 +194,15 @@ def fleet() -> dict[str, Any]:
             "currencyUSD",
         ),
         timeseries(
-            "Mean SM activity by node",
-            [("avg by (node) (gpuwarden_gpu_sm_active_ratio)", "{{node}}")],
+            "Mean activity by node",
+            [("avg by (node) (gpuwarden_gpu_activity_ratio)", "{{node}}")],
             "percentunit",
         ),
         table(
             "Nodes now",
             [
                 ("count by (node) (gpuwarden_gpu_info)", "GPUs"),
-                ("avg by (node) (gpuwarden_gpu_sm_active_ratio)", "mean SM active"),
+                ("avg by (node) (gpuwarden_gpu_activity_ratio)", "mean activity"),
                 ("sum by (node) (gpuwarden_gpu_idle)", "idle GPUs"),
                 ("sum by (node) (gpuwarden_gpu_wasted_usd_per_hour)", "wasted USD/h"),
                 ("sum by (node) (gpuwarden_gpu_power_watts)", "power W"),
