@@ -10,6 +10,7 @@ lower-case field names, the pod labels ``pod``/``namespace`` or the older ``pod_
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +30,7 @@ from service.collectors.plausible import DCGM_SENTINELS
 from service.vocabulary import DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
 
 RETIRED_LISTED_SCRAPES = 6  # more than the polls of one shipped batch
+log = logging.getLogger(__name__)
 _FB_PARTS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 _BY_NAME = {f.name: f for f in DCGM_FIELDS}
 
@@ -156,8 +158,11 @@ class DcgmExporterBackend:
         client: httpx.Client | None = None,
         timeout_seconds: float = 5.0,
         mig: MigIdentities | None = None,
+        node: str | None = None,
     ) -> None:
         self.url = url
+        self.node = node  # this agent's node, to notice an exporter of another node
+        self._warned_node: str | None = None
         self.client = client or httpx.Client(timeout=timeout_seconds)
         self.mig = mig or MigIdentities()
         self._devices: list[Device] = []
@@ -207,7 +212,29 @@ class DcgmExporterBackend:
             exp.devices.append(old)
         self._devices = exp.devices
         self.hostname = exp.hostname
+        self._check_node(exp.hostname)
         return Snapshot(ts=now, readings=exp.readings, processes=exp.jobs)
+
+    def _check_node(self, hostname: str | None) -> None:
+        """Warn (once per name) when the exporter names another node than this agent's.
+
+        With NODE_NAME set (the GPU Operator sets it) dcgm-exporter's Hostname is the node; a
+        different one means the agent reads another node's exporter, typically through a Service
+        without ``internalTrafficPolicy: Local``. Exporters without NODE_NAME report their pod's
+        name, which says nothing, so this only warns.
+        """
+        if self.node is None or hostname is None or "dcgm-exporter" in hostname:
+            return
+        if hostname.split(".")[0] == self.node.split(".")[0] or hostname == self._warned_node:
+            return
+        self._warned_node = hostname
+        log.warning(
+            "dcgm-exporter at %s reports node %r, but this agent is node %r: it may be reading "
+            "another node's GPUs (give the exporter's Service internalTrafficPolicy: Local)",
+            self.url,
+            hostname,
+            self.node,
+        )
 
     def close(self) -> None:
         """Keep the client: it is reused after a failure."""

@@ -118,7 +118,9 @@ def make_backend(
     if choice == "dcgm-exporter":
         from service.collectors.dcgm_exporter import DcgmExporterBackend
 
-        return DcgmExporterBackend(url=settings.dcgm_exporter_url, mig=_mig_identities(state))
+        return DcgmExporterBackend(
+            url=settings.dcgm_exporter_url, mig=_mig_identities(state), node=hostname
+        )
     from service.collectors.simulated import SimulatedBackend
 
     return SimulatedBackend(hostname=hostname, gpus=5, start=datetime.now(UTC))

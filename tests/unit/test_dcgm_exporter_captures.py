@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,30 @@ def test_not_supported_sentinels_are_absent_never_values():
     for sentinel in ("9223372036854775792", "9223372036854775794", "140737488355330", "2147483634"):
         line = f'DCGM_FI_PROF_SM_ACTIVE{{gpu="0",UUID="GPU-x"}} {sentinel}\n'
         assert metrics(parse_exposition(line)) == {}, sentinel
+
+
+def test_an_exporter_of_another_node_is_named_in_a_warning(caplog: pytest.LogCaptureFixture):
+    import httpx
+
+    from service.collectors.dcgm_exporter import DcgmExporterBackend
+
+    def backend(capture_name: str, node: str) -> DcgmExporterBackend:
+        text = capture(capture_name)
+        client = httpx.Client(
+            transport=httpx.MockTransport(lambda r: httpx.Response(200, text=text))
+        )
+        return DcgmExporterBackend(url="http://exporter:9400/metrics", client=client, node=node)
+
+    now = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    with caplog.at_level("WARNING"):
+        backend("l40s-k8s.prom", "l40s").sample(now)  # its own node (short name)
+        backend("a30-mig-pod.prom", "gpu-node-9").sample(now)  # Hostname is the pod: says nothing
+        assert caplog.records == []
+        b = backend("l40s-k8s.prom", "gpu-node-9")
+        b.sample(now)
+        b.sample(now)
+    (warning,) = caplog.records
+    assert (
+        "'l40s.example.com'" in warning.getMessage()
+        and "internalTrafficPolicy" in warning.getMessage()
+    )
