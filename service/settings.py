@@ -93,6 +93,17 @@ class Settings(BaseSettings):
     tag_underfed_sm_active: float = Field(0.15, ge=0, le=1)  # underfed: mean sm_active below
     tag_memory_bound_dram_active: float = Field(0.5, ge=0, le=1)  # memory-bound: dram at least
     tag_no_tensor_tensor_active: float = Field(0.01, ge=0, le=1)  # no-tensor: tensor below
+    # Recommendations (service.costs.recommend; docs/diagnosis.md gives the sources): how many
+    # times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer bytes.
+    fix_tensor_speedup: float = Field(4.0, ge=1)
+    fix_memory_speedup: float = Field(2.0, ge=1)
+    # A GPU of a multi-GPU job idle this share of its time is one the job could give back.
+    rightsize_idle_gpu_fraction: float = Field(0.8, gt=0, le=1)
+    # A MIG slice fits when the job's peak memory is at most this share of the slice's memory.
+    rightsize_mig_memory_headroom: float = Field(0.9, gt=0, le=1)
+    # Electricity: USD per kWh the GPUs' energy is priced at (0.12: a typical US industrial
+    # rate plus cooling overhead; set your own).
+    energy_usd_per_kwh: float = Field(0.12, ge=0)
     api_token: str | None = None  # reader token the `gpuwarden report` CLI sends to central_url
 
     # --- agent -----------------------------------------------------------------------

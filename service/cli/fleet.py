@@ -246,13 +246,26 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
     tags = job.get("tags") or []
     if tags:
         lines += ["", "Tags: " + ", ".join(t["tag"] for t in tags)]
-    advice = []
-    dominant = job.get("dominant_waste_cause") or s.get("dominant_waste_cause")
-    if dominant in CAUSE_BY_NAME:
-        advice.append(f"most waste is {dominant}: {CAUSE_MEANING[CAUSE_BY_NAME[dominant]]}")
-    advice += [f"{t['tag']}: {t['hint']}" for t in tags]
-    if advice:
-        lines += ["", "Recommendations:"] + [f"  - {a}" for a in advice]
+    fixes = job.get("recommendations")
+    if fixes:
+        saved = job.get("savings_usd")
+        lines += ["", f"Recommendations (together they save {money(saved)}):"]
+        for f in fixes:
+            what = f["cause"] or f["kind"].replace("_", " ")
+            lines.append(f"  - {money(f['saving_usd'])} {what}: {f['action']}")
+            lines.append(f"      assuming {f['assumption']}")
+    else:  # a central from before recommendations: the dominant cause's fix and the hints
+        advice = []
+        dominant = job.get("dominant_waste_cause") or s.get("dominant_waste_cause")
+        if dominant in CAUSE_BY_NAME:
+            advice.append(f"most waste is {dominant}: {CAUSE_MEANING[CAUSE_BY_NAME[dominant]]}")
+        advice += [f"{t['tag']}: {t['hint']}" for t in tags]
+        if advice:
+            lines += ["", "Recommendations:"] + [f"  - {a}" for a in advice]
+    if "energy_kwh" in s:
+        lines.append(
+            f"Energy: {s['energy_kwh']:.3f} kWh, {money(s.get('energy_usd'))} of electricity"
+        )
     for w in job.get("warnings") or []:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

@@ -92,6 +92,7 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         Column("no data", "right", drop=1),
     ]
     columns.append(Column("top waste cause", wrap=True))
+    columns.append(Column("top fix saves", wrap=True, drop=8))
     if group_by == "job":
         columns += [Column("user", drop=6), Column("tags", wrap=True, drop=7)]
     rows = data["rows"]
@@ -109,6 +110,7 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
             _pct(r["idle_seconds"], r["allocated_seconds"]),
             _pct(r["nodata_seconds"], r["held_seconds"]),
             top_cause(r),
+            top_fix(r),
         ]
         if group_by == "job":
             row += [r.get("user") or "", ", ".join(r.get("tags") or [])]
@@ -134,6 +136,12 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     breakdown = cause_breakdown(data["totals"])
     if breakdown:
         console.print(f"time by cause: {breakdown}")
+    fixes = data["totals"].get("fixes") or []
+    if fixes:
+        console.print(
+            f"fixes of the totals save {money(data['totals'].get('fixes_saving_usd'))}: "
+            + "; ".join(f"{f['cause']} {money(f['saving_usd'])} ({f['action']})" for f in fixes)
+        )
 
 
 def top_cause(row: dict[str, Any]) -> str:
@@ -144,6 +152,15 @@ def top_cause(row: dict[str, Any]) -> str:
         return ""
     share = _pct(figures["seconds"], row["allocated_seconds"])
     return f"{name} {share} {money(figures['usd'])}"
+
+
+def top_fix(row: dict[str, Any]) -> str:
+    """The row's fix that saves the most: its cause and the USD it saves."""
+    fixes = row.get("fixes") or []
+    if not fixes:
+        return ""
+    f = fixes[0]
+    return f"{money(f['saving_usd'])} ({f['cause'] or f['kind']})"
 
 
 def cause_breakdown(row: dict[str, Any]) -> str:

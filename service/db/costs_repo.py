@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, or_, select, type_coerce
 
 from service.costs.waste import Allocation
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1m, rollup_dirty
+from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1m, rollup_dirty, samples
 from service.db.types import UTCDateTime
 
 
@@ -95,3 +95,56 @@ def load_allocations(
         if job_id not in job_info:
             job_info[job_id] = {"id": job_id, "user": user, "team": team, "project": project}
     return allocations, job_info
+
+
+def gpu_memory_totals(conn: Connection, *, gpu_ids: Sequence[int]) -> dict[int, int | None]:
+    """Each GPU's total framebuffer (bytes, None where unknown) by internal id."""
+    query = select(gpus.c.id, gpus.c.fb_total_bytes).where(gpus.c.id.in_(list(gpu_ids)))
+    return {gpu_id: total for gpu_id, total in conn.execute(query).all()}
+
+
+def _minute(ts: datetime, *, up: bool) -> datetime:
+    floor = ts - timedelta(seconds=ts.timestamp() % 60)
+    return floor + timedelta(minutes=1) if up and floor < ts else floor
+
+
+def peak_fb_used(conn: Connection, *, gpu_id: int, start: datetime, end: datetime) -> float | None:
+    """The most framebuffer (bytes) in use on a GPU during [start, end), None without samples.
+
+    Whole minutes are read from the 1m rollups' maxima; the seconds at the edges, and every
+    minute after the last one rolled up, from raw samples (a job seconds old has no rollup).
+    """
+    lo, hi = _minute(start, up=True), _minute(end, up=False)
+    peaks: list[float] = []
+    last_rolled = lo
+    if lo < hi:
+        b = rollup_1m.c
+        row = conn.execute(
+            select(func.max(b.fb_used_bytes_max), func.max(b.bucket_start)).where(
+                b.gpu_id == gpu_id, b.bucket_start >= lo, b.bucket_start < hi
+            )
+        ).one()
+        if row[0] is not None:
+            peaks.append(float(row[0]))
+        if row[1] is not None:
+            last_rolled = _as_utc(row[1]) + timedelta(minutes=1)
+    s = samples.c
+    ranges = [(start, min(lo, end))]
+    ranges.append((max(last_rolled, start), end) if lo < hi else (start, end))
+    for a, z in ranges:
+        if a >= z:
+            continue
+        value = conn.execute(
+            select(func.max(s.fb_used_bytes)).where(s.gpu_id == gpu_id, s.ts >= a, s.ts < z)
+        ).scalar()
+        if value is not None:
+            peaks.append(float(value))
+    return max(peaks) if peaks else None
+
+
+def _as_utc(value: Any) -> datetime:
+    """A max() over a timestamp column (SQLite hands back text there, not a datetime)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

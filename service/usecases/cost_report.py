@@ -21,6 +21,13 @@ from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.prices import parse_price_rows as parse_price_list
+from service.costs.recommend import (
+    FixAssumptions,
+    GpuUse,
+    cause_fixes,
+    recommend_job,
+    total_saving_usd,
+)
 from service.costs.waste import (
     GROUP_BYS,
     HARDWARE_GROUP_BYS,
@@ -60,6 +67,40 @@ def tag_thresholds_of(settings: Settings) -> TagThresholds:
         memory_bound_dram_active=settings.tag_memory_bound_dram_active,
         no_tensor_tensor_active=settings.tag_no_tensor_tensor_active,
     )
+
+
+def fix_assumptions_of(settings: Settings) -> FixAssumptions:
+    """The figures recommendations estimate savings with, from settings."""
+    return FixAssumptions(
+        tensor_speedup=settings.fix_tensor_speedup,
+        memory_speedup=settings.fix_memory_speedup,
+        starved_util=settings.cause_starved_util,
+        launch_fill=settings.cause_launch_fill,
+        busy=settings.cause_busy,
+        idle_gpu_fraction=settings.rightsize_idle_gpu_fraction,
+        mig_memory_headroom=settings.rightsize_mig_memory_headroom,
+    )
+
+
+JOULES_PER_KWH = 3.6e6
+TOP_FIXES = 3  # fixes a report row names
+
+
+def with_energy(row: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The row with its energy in kWh and that energy's cost at ``energy_usd_per_kwh``."""
+    kwh = float(row["energy_used_joules"]) / JOULES_PER_KWH
+    row["energy_kwh"] = kwh
+    row["energy_usd"] = kwh * settings.energy_usd_per_kwh
+    return row
+
+
+def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[str, Any]:
+    """A report row: the summary's figures, its energy and its top fixes by USD saved."""
+    row = with_energy(summary.as_dict(), settings)
+    fixes = cause_fixes(summary, a)
+    row["fixes"] = [f.as_dict() for f in fixes[:TOP_FIXES]]
+    row["fixes_saving_usd"] = total_saving_usd(fixes) if summary.priced else None
+    return row
 
 
 def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
@@ -281,12 +322,13 @@ def cost_report(
     total = Summary("__total__")
     for summary in groups.values():
         total.merge(summary)
+    assumptions = fix_assumptions_of(settings)
     rows = []
     for summary in sorted(
         groups.values(),
         key=lambda group: (-(group.unused_cost_usd if group.priced else 0.0), group.key),
     ):
-        row = summary.as_dict()
+        row = report_row(summary, settings, assumptions)
         if group_by == "job" and summary.key != UNALLOCATED:
             job = att.jobs.get(summary.key, {})
             row.update(
@@ -301,7 +343,7 @@ def cost_report(
         "end": end,
         "group_by": group_by,
         "rows": rows,
-        "totals": total.as_dict(),
+        "totals": report_row(total, settings, assumptions),
         "price_source": att.price_source,
         "warnings": att.warnings + _explanations(conn, settings, att, total, start, end),
     }
@@ -342,7 +384,8 @@ def _explanations(
 def job_summary(
     conn: Connection, *, settings: Settings, job: dict[str, Any], now: datetime
 ) -> dict[str, Any]:
-    """The waste summary of one job over its lifetime: totals, per GPU, tags with hints."""
+    """The waste summary of one job over its lifetime: totals, per GPU, recommendations with
+    their savings, energy, and tags with hints."""
     intervals = job["intervals"]
     gpu_ids = sorted({iv["gpu_id"] for iv in intervals})
     start = min([iv["started_at"] for iv in intervals], default=job["started_at"])
@@ -351,23 +394,59 @@ def job_summary(
     per_gpu: dict[str, Summary] = {}
     total = Summary(job["id"])
     warnings: list[str] = []
+    uses: list[GpuUse] = []
+    prices: list[PriceRow] = []
     if gpu_ids and start < end:
         att = attribute(conn, settings=settings, start=start, end=end, now=now, gpu_ids=gpu_ids)
         warnings = att.warnings
+        prices = effective_prices(conn, settings).rows
         mine = [ln for ln in att.lines if ln.job_id == job["id"]]
         per_gpu = summarize(mine, lambda ln: att.gpus[ln.gpu_id].uuid)
         for summary in per_gpu.values():
             total.merge(summary)
+        uses = _gpu_uses(conn, att, per_gpu, intervals, end=end)
+    assumptions = fix_assumptions_of(settings)
+    fixes = recommend_job(total, uses, assumptions, prices=prices, when=end)
     tags = job_tags(total, tag_thresholds_of(settings))
     return {
-        "summary": total.as_dict(),
+        "summary": report_row(total, settings, assumptions),
         "per_gpu": [
-            {**summary.as_dict(), "gpu_uuid": uuid} for uuid, summary in sorted(per_gpu.items())
+            {**report_row(summary, settings, assumptions), "gpu_uuid": uuid}
+            for uuid, summary in sorted(per_gpu.items())
         ],
         "dominant_waste_cause": total.dominant_waste_cause,
+        "recommendations": [f.as_dict() for f in fixes],
+        "savings_usd": total_saving_usd(fixes) if total.priced else None,
         "tags": [{"tag": tag, "hint": TAG_HINTS[tag]} for tag in tags],
         "warnings": warnings,
     }
+
+
+def _gpu_uses(
+    conn: Connection,
+    att: Attribution,
+    per_gpu: dict[str, Summary],
+    intervals: list[dict[str, Any]],
+    *,
+    end: datetime,
+) -> list[GpuUse]:
+    """Each GPU of the job with its model, memory size and the job's peak memory on it."""
+    by_uuid = {info.uuid: info for info in att.gpus.values()}
+    totals = costs_repo.gpu_memory_totals(conn, gpu_ids=[info.id for info in by_uuid.values()])
+    out = []
+    for uuid, summary in sorted(per_gpu.items()):
+        info = by_uuid[uuid]
+        peak: float | None = None
+        for iv in intervals:
+            if iv["gpu_id"] != info.id:
+                continue
+            stop = min(iv["ended_at"] or end, end)
+            value = costs_repo.peak_fb_used(conn, gpu_id=info.id, start=iv["started_at"], end=stop)
+            if value is not None:
+                peak = value if peak is None else max(peak, value)
+        total = totals.get(info.id)
+        out.append(GpuUse(uuid, info.model, None if total is None else float(total), peak, summary))
+    return out
 
 
 def job_wasted_usd(
@@ -379,3 +458,25 @@ def job_wasted_usd(
         return None
     value = job_summary(conn, settings=settings, job=job, now=now)["summary"]["unused_cost_usd"]
     return None if value is None else float(value)
+
+
+def job_verdict(
+    conn: Connection, *, job_id: str, now: datetime, settings: Settings
+) -> dict[str, Any] | None:
+    """What a job alert says about the job so far: its wasted USD, the dominant waste cause
+    with its USD, that cause's fix and what it saves; None for an unknown job."""
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None:
+        return None
+    summary = job_summary(conn, settings=settings, job=job, now=now)
+    cause = summary["dominant_waste_cause"]
+    figures = summary["summary"]["causes"].get(cause) if cause else None
+    fixes = summary["recommendations"]
+    fix = next((f for f in fixes if cause and f["cause"] == cause), fixes[0] if fixes else None)
+    return {
+        "wasted_usd": summary["summary"]["unused_cost_usd"],
+        "dominant_cause": cause,
+        "dominant_cause_usd": figures["usd"] if figures else None,
+        "fix": fix["action"] if fix else None,
+        "fix_saving_usd": fix["saving_usd"] if fix else None,
+    }

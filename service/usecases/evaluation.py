@@ -35,7 +35,7 @@ from service.thresholds.urlsafety import (
     parse_allow_nets,
     system_resolver,
 )
-from service.usecases.cost_report import job_wasted_usd
+from service.usecases.cost_report import job_verdict
 
 log = logging.getLogger(__name__)
 
@@ -102,21 +102,27 @@ def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
     return state.labels.get("job_id") if policy.scope == "job" else None
 
 
-def wasted_by_job(ctx: ServiceContext, jobs: set[str], now: datetime) -> dict[str, float | None]:
-    """Each job's wasted dollars so far, for its notifications; None where it is unknown.
+VERDICT_KEYS = ("wasted_usd", "dominant_cause", "dominant_cause_usd", "fix", "fix_saving_usd")
+
+
+def verdict_by_job(
+    ctx: ServiceContext, jobs: set[str], now: datetime
+) -> dict[str, dict[str, Any] | None]:
+    """Each job's verdict so far (wasted USD, dominant cause and its USD, its fix and what it
+    saves), for its notifications; None where it is unknown or could not be computed.
 
     Runs the cost model on a connection of its own, before the round's write transaction: a
     slow or failing cost query then neither holds that transaction open nor aborts it.
     """
-    out: dict[str, float | None] = dict.fromkeys(jobs)
+    out: dict[str, dict[str, Any] | None] = dict.fromkeys(jobs)
     if not jobs:
         return out
     with ctx.engine.connect() as conn:
         for job in sorted(jobs):
             try:
-                out[job] = job_wasted_usd(conn, job_id=job, now=now, settings=ctx.settings)
+                out[job] = job_verdict(conn, job_id=job, now=now, settings=ctx.settings)
             except Exception:  # dollars are a nice-to-have; the alert must still go out
-                log.exception("wasted dollars for job %s could not be computed", job)
+                log.exception("the verdict on job %s could not be computed", job)
                 conn.rollback()  # a failed statement must not spoil the next job's reads
     return out
 
@@ -128,7 +134,7 @@ def notification(
     kind: str,
     alert_id: int | None,
     now: datetime,
-    wasted_usd: float | None = None,
+    verdict: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The outbox payload of one notification about ``state`` (without the delivery id)."""
     base = ctx.settings.public_url.rstrip("/")
@@ -157,7 +163,7 @@ def notification(
             now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds))
         ).isoformat(),
         "stale": state.stale,
-        "wasted_usd": wasted_usd,
+        **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
         "report_url": f"{base}/api/v1/jobs/{job}" if job else None,
         "alert_url": f"{base}/api/v1/alerts/{alert_id}" if alert_id is not None else None,
         "alert_id": alert_id,
@@ -266,7 +272,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         and route(ch.notify, p, channel_types)
         and (job := _job_of(p, ch.after))
     }
-    wasted_usd = wasted_by_job(ctx, notified_jobs, now)
+    verdicts = verdict_by_job(ctx, notified_jobs, now)
     with ctx.engine.begin() as conn:
         ids = alert_state_repo.apply_changes(conn, changes, now=now)
         still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
@@ -283,8 +289,8 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             if not targets:
                 continue
             job = _job_of(p, ch.after)
-            wasted = wasted_usd.get(job) if job else None
-            payload = notification(ctx, p, ch.after, ch.notify, alert_id, now, wasted)
+            verdict = verdicts.get(job) if job else None
+            payload = notification(ctx, p, ch.after, ch.notify, alert_id, now, verdict)
             for channel in targets:
                 delivery_id = f"msg_{uuid.uuid4().hex}"
                 rows.append(

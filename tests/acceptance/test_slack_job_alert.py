@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from service.db.schema import rollup_1m
@@ -45,7 +46,8 @@ def test_low_sm_job_alert_reaches_slack_and_resolves(engine) -> None:
                 agent,
                 start=start,
                 count=54,
-                metrics={"sm_active": 0.1, "fb_used_bytes": 20 * 2**30},
+                # Kernels run 12% of the time and fill the SMs when they do: input-starved.
+                metrics={"sm_active": 0.1, "gr_engine_active": 0.12, "fb_used_bytes": 20 * 2**30},
                 gpu_uuids=("GPU-a0", "GPU-a1"),
             )
             add_price(engine, "*H100*", 4.0, start)
@@ -103,6 +105,13 @@ def test_low_sm_job_alert_reaches_slack_and_resolves(engine) -> None:
             dollars = float(section.split("wasted so far: $")[1].split()[0].replace(",", ""))
             # ~9 min x 2 GPUs x 0.9 unused at $4/h, minus the minute not yet rolled up
             assert 0.6 < dollars < 1.3, section
+            # The verdict: the dominant cause with its dollars, and its fix with the saving.
+            assert "most waste: input_starved ($" in section, section
+            assert "fix: feed the GPU faster: more DataLoader workers" in section, section
+            cause_usd = float(section.split("most waste: input_starved ($")[1].split(")")[0])
+            saving = float(section.split("(saves about $")[1].split(")")[0])
+            assert saving == pytest.approx(cause_usd / 2, abs=0.01)  # kernels ran under 50%
+            assert "most waste: input_starved" in body["text"]
 
             # The job gets busy: a resolved message follows, and nothing else.
             ingest(

@@ -149,6 +149,8 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         assert payload["value"] == pytest.approx(0.1) and payload["threshold"] == 0.3
         # 2 GPUs x ~4 min at sm_active 0.1 -> ~7 unused GPU-minutes at $4/h ~ $0.47
         assert 0.3 < payload["wasted_usd"] < 0.6
+        # The verdict: sm_active 0.1 with no engine or duty figure is unclassified; holding
+        # 16 GiB it is not idle either, so no waste cause dominates.
         assert payload["report_url"] == "https://warden.example/api/v1/jobs/slurm:42"
 
         # Another round within repeat_interval: nothing new.
@@ -390,12 +392,12 @@ def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
     add_job(engine, "slurm:43", ("GPU-a0", "GPU-a1"), started_at=start)
     asked: list[str] = []
 
-    def broken_dollars(conn: Connection, *, job_id: str, **_: object) -> float:
+    def broken_dollars(conn: Connection, *, job_id: str, **_: object) -> dict[str, object]:
         asked.append(job_id)
         conn.exec_driver_sql("SELECT no_such_column FROM no_such_table")
         raise AssertionError("unreachable")
 
-    monkeypatch.setattr(evaluation, "job_wasted_usd", broken_dollars)
+    monkeypatch.setattr(evaluation, "job_verdict", broken_dollars)
     result = evaluate_once(ctx)
     assert asked == ["slurm:43"]
     assert result.by_kind == {"firing": 1} and result.notifications == 1

@@ -67,7 +67,8 @@ def test_job_prints_a_plain_report(capsys, server, tokens, fleet_data):
     assert out.startswith("Job slurm:1 (user alice, team vision)")
     assert "GPU-a0 on node-a" in out and "Efficiency" in out
     assert "Time and dollars by cause:" in out and "idle_held" in out
-    assert "Recommendations:" in out
+    assert "Recommendations (together they save $" in out
+    assert "idle_held: end the idle process" in out and "assuming nothing ran" in out
     assert main(["job", "slurm:404", "--url", server, "--token", tokens["reader"]]) == 1
     err = capsys.readouterr().err
     assert "(404)" in err and "slurm:404" in err and "{" not in err

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from service.api.routers.reports import CSV_COLUMNS
 from service.api.schemas.costs import CostRowPublic
+from service.costs.recommend import FixAssumptions
 from service.costs.waste import Summary
 from service.diagnosis import CAUSE_NAMES
+from service.settings import Settings
+from service.usecases.cost_report import report_row
 
 JOB_METADATA = {"user", "team", "project", "tags"}
 
 
 def test_summary_row_has_exactly_the_response_models_figures():
-    assert set(Summary("k").as_dict()) == set(CostRowPublic.model_fields) - JOB_METADATA
+    row = report_row(Summary("k"), Settings(), FixAssumptions())
+    assert set(row) == set(CostRowPublic.model_fields) - JOB_METADATA
 
 
 def test_csv_has_every_figure_and_cause_once():
     assert len(CSV_COLUMNS) == len(set(CSV_COLUMNS))
-    figures = set(CostRowPublic.model_fields) - {"causes"}
+    figures = set(CostRowPublic.model_fields) - {"causes", "fixes"}
     per_cause = {f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd")}
-    assert set(CSV_COLUMNS) == figures | per_cause
+    assert set(CSV_COLUMNS) == figures | per_cause | {"top_fix", "top_fix_saving_usd"}
     assert CSV_COLUMNS[0] == "key"

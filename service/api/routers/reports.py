@@ -24,8 +24,10 @@ router = APIRouter(prefix="/reports", tags=["reports"])
 CSV_COLUMNS: tuple[str, ...] = tuple(
     dict.fromkeys(
         [
-            *(name for name in CostRowPublic.model_fields if name != "causes"),
+            *(name for name in CostRowPublic.model_fields if name not in ("causes", "fixes")),
             *(f"{cause}_{unit}" for cause in CAUSE_NAMES for unit in ("seconds", "usd")),
+            "top_fix",
+            "top_fix_saving_usd",
         ]
     )
 )
@@ -49,6 +51,10 @@ def to_csv(data: dict[str, Any]) -> str:
         for name, figures in (row.get("causes") or {}).items():
             flat[f"{name}_seconds"] = figures["seconds"]
             flat[f"{name}_usd"] = figures["usd"]
+        fixes = row.get("fixes") or []
+        if fixes:
+            flat["top_fix"] = fixes[0]["cause"] or fixes[0]["kind"]
+            flat["top_fix_saving_usd"] = fixes[0]["saving_usd"]
         cells = []
         for c in columns:
             v = flat.get(c)

@@ -17,6 +17,23 @@ class CauseFiguresPublic(BaseModel):
     usd: float | None
 
 
+class RecommendationPublic(BaseModel):
+    """A fix: what to do, the GPU-seconds and USD it acts on, what it saves and the assumption
+    behind the saving. ``kind`` is ``cause`` (the fix of one cause), ``fewer_gpus`` or ``mig``
+    (a smaller allocation); no two fixes of a job claim the same second's dollars."""
+
+    kind: Literal["cause", "fewer_gpus", "mig"]
+    cause: str | None
+    action: str
+    seconds: float
+    usd: float | None
+    saving_fraction: float
+    saving_usd: float | None
+    assumption: str
+    profile: str | None = None
+    gpus: int | None = None
+
+
 class CostRowPublic(BaseModel):
     """The waste model's fields for one group (seconds, joules, USD; costs null when
     unpriced), with seconds and USD per cause."""
@@ -41,6 +58,8 @@ class CostRowPublic(BaseModel):
     unused_seconds: float
     fallback_seconds: float
     energy_used_joules: float
+    energy_kwh: float = Field(0.0, description="energy_used_joules in kWh")
+    energy_usd: float = Field(0.0, description="energy_kwh at the energy_usd_per_kwh setting (USD)")
     efficiency: float | None
     cost_usd: float | None
     idle_cost_usd: float | None
@@ -49,10 +68,16 @@ class CostRowPublic(BaseModel):
     dominant_waste_cause: str | None = Field(
         None, description="the waste cause with the most seconds, null if none"
     )
+    fixes_saving_usd: float | None = Field(
+        None, description="USD the fixes of every waste cause would save together"
+    )
     causes: dict[str, CauseFiguresPublic] = Field(
         default_factory=dict,
         description="seconds and USD per cause (idle_empty, idle_held, launch_bound, ...); "
         "the seconds add up to allocated_seconds",
+    )
+    fixes: list[RecommendationPublic] = Field(
+        default_factory=list, description="the top fixes by USD saved, one per waste cause"
     )
 
 
@@ -147,6 +172,14 @@ class JobDetailPublic(JobPublic):
     summary: CostRowPublic
     per_gpu: list[PerGpuPublic]
     dominant_waste_cause: str | None = None
+    recommendations: list[RecommendationPublic] = Field(
+        default_factory=list,
+        description="every fix with its saving, largest first: one per waste cause, fewer "
+        "GPUs, a MIG slice; their savings add up to at most the job's cost",
+    )
+    savings_usd: float | None = Field(
+        None, description="what all the recommendations save together (USD)"
+    )
     tags: list[TagPublic] = Field(
         description="deprecated: the old job tags, kept for one release; use summary.causes",
         json_schema_extra={"deprecated": True},

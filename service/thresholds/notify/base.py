@@ -37,6 +37,12 @@ class Notification(BaseModel):
     ends_at: datetime | None = None  # for Alertmanager: when to consider it gone unless re-sent
     stale: bool = False
     wasted_usd: float | None = None
+    # The job's verdict (job alerts): its dominant waste cause, that cause's USD, its fix and
+    # what the fix would save (USD).
+    dominant_cause: str | None = None
+    dominant_cause_usd: float | None = None
+    fix: str | None = None
+    fix_saving_usd: float | None = None
     report_url: str | None = None
     alert_url: str | None = None
     alert_id: int | None = None
@@ -57,6 +63,19 @@ class Notification(BaseModel):
         """The alert's non-empty labels in the one vocabulary, with ``policy`` and ``severity``."""
         labels = self.labels | {"policy": self.policy, "severity": self.severity}
         return {k: v for k, v in labels.items() if v}
+
+    def verdict(self) -> str | None:
+        """The job's verdict in one line, e.g. "most waste: launch_bound ($1.33); fix: CUDA
+        graphs, ... (saves about $0.67)", or None without a dominant cause."""
+        if not self.dominant_cause:
+            return None
+        usd = "" if self.dominant_cause_usd is None else f" (${self.dominant_cause_usd:,.2f})"
+        text = f"most waste: {self.dominant_cause}{usd}"
+        if self.fix:
+            text += f"; fix: {self.fix}"
+            if self.fix_saving_usd is not None:
+                text += f" (saves about ${self.fix_saving_usd:,.2f})"
+        return text
 
     def condition(self) -> str:
         """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)"."""

@@ -57,6 +57,9 @@ def render(note: Notification) -> dict[str, Any]:
         lines.append(f"resolved at {iso(note.resolved_at)}")
     if note.wasted_usd is not None:
         lines.append(f"wasted so far: ${note.wasted_usd:,.2f}")
+    verdict = note.verdict()
+    if verdict:
+        lines.append(verdict)
     if note.stale:
         lines.append("(no fresh data: showing the last value)")
     if note.description:
@@ -87,6 +90,8 @@ def render(note: Notification) -> dict[str, Any]:
     text = f"{note.headline()}: {note.condition()}"
     if note.wasted_usd is not None:
         text += f", ${note.wasted_usd:,.2f} wasted so far"
+    if note.dominant_cause:
+        text += f"; most waste: {note.dominant_cause}"
     return {"text": f"{icon} {_cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
 
 

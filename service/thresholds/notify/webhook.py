@@ -36,9 +36,14 @@ def render(note: Notification) -> dict[str, Any]:
         "fired_at": iso(note.fired_at),
         "resolved_at": iso(note.resolved_at),
         "wasted_usd": note.wasted_usd,
+        "dominant_cause": note.dominant_cause,
+        "dominant_cause_usd": note.dominant_cause_usd,
+        "fix": note.fix,
+        "fix_saving_usd": note.fix_saving_usd,
         "report_url": note.report_url,
         "alert_url": note.alert_url,
-        "summary": f"{note.headline()}: {note.condition()}",
+        "summary": f"{note.headline()}: {note.condition()}"
+        + (f"; {note.verdict()}" if note.verdict() else ""),
     }
 
 

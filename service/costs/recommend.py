@@ -1,0 +1,406 @@
+"""What to do about a job's waste and what it would save (USD), with the assumption behind each.
+
+Pure: a job's (or a report group's) summary in, recommendations out. Every covered second has
+one cause and each cause one fix, so a cause's dollars go to its fix only; asking for fewer GPUs
+takes the idle seconds of the GPUs it gives back away from the idle fixes, and a smaller MIG
+slice is priced on what the other fixes leave. The savings of a job therefore add up to at most
+its cost, whichever of them it acts on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from service.costs.prices import PriceRow, mig_share, price_at
+from service.costs.waste import Summary
+from service.diagnosis import CAUSE_NAMES, Cause
+
+FixKind = Literal["cause", "fewer_gpus", "mig"]
+
+# Where the tensor-core speed-up's default comes from (docs/diagnosis.md repeats it).
+TENSOR_SPEEDUP_SOURCE = (
+    "NVIDIA datasheets: A100 FP32 19.5 TFLOPS vs TF32 tensor 156 (8x), bf16 312 (16x); "
+    "H100 SXM FP32 67 vs TF32 495 (7.4x), bf16 989 (14.8x); the default takes the low end "
+    "of the 4-8x that whole matrix ops see, since they also read memory"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FixAssumptions:
+    """The figures a saving is estimated with (ratios; speed-ups are how many times faster).
+
+    ``starved_util``, ``launch_fill`` and ``busy`` are the thresholds that named the causes:
+    an input-starved second ran kernels under ``starved_util`` of the time, a launch-bound
+    one filled under ``launch_fill`` of the SMs, a transfer-bound one kept the SMs busy under
+    ``busy``; fixed, the same work needs at most that share of the time.
+    """
+
+    tensor_speedup: float = 4.0
+    memory_speedup: float = 2.0
+    starved_util: float = 0.5
+    launch_fill: float = 0.5
+    busy: float = 0.5
+    idle_gpu_fraction: float = 0.8  # a GPU idle this share of its time counts as not needed
+    mig_memory_headroom: float = 0.9  # the job's peak memory at most this share of the slice's
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """One fix: what to do, the GPU-seconds and USD it acts on, what it saves and why so."""
+
+    kind: FixKind
+    cause: str | None
+    action: str
+    seconds: float
+    usd: float | None
+    saving_fraction: float
+    saving_usd: float | None
+    assumption: str
+    profile: str | None = None  # the MIG profile, for kind "mig"
+    gpus: int | None = None  # the GPUs to ask for, for kind "fewer_gpus"
+
+    def as_dict(self) -> dict[str, object]:
+        """The API's form of the recommendation."""
+        return {
+            "kind": self.kind,
+            "cause": self.cause,
+            "action": self.action,
+            "seconds": self.seconds,
+            "usd": self.usd,
+            "saving_fraction": self.saving_fraction,
+            "saving_usd": self.saving_usd,
+            "assumption": self.assumption,
+            "profile": self.profile,
+            "gpus": self.gpus,
+        }
+
+
+FIX_ACTIONS: dict[Cause, str] = {
+    Cause.IDLE_EMPTY: "release the GPU when nothing runs (shorter allocations, end the job "
+    "when its work is done)",
+    Cause.IDLE_HELD: "end the idle process or add an idle timeout, so the GPU is released",
+    Cause.LAUNCH_BOUND: "launch fewer, larger kernels: CUDA graphs, torch.compile, operator "
+    "fusion, larger batches",
+    Cause.INPUT_STARVED: "feed the GPU faster: more DataLoader workers, pin_memory, "
+    "prefetching, decode on the GPU",
+    Cause.TRANSFER_BOUND: "pinned buffers, async copies on their own stream overlapping "
+    "compute, keep the data on the GPU",
+    Cause.MEMORY_BOUND: "move fewer bytes: fuse kernels, FlashAttention-style kernels, bf16 "
+    "instead of fp32",
+    Cause.COMPUTE_NO_TENSOR: "run the matrix maths on tensor cores: bf16/fp16 autocast, or "
+    "TF32 (torch.backends.cuda.matmul.allow_tf32 = True)",
+}
+
+
+def fix_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
+    """The share of a cause's time its fix saves, and the assumption that says so."""
+    if cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+        return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
+    if cause is Cause.COMPUTE_NO_TENSOR:
+        s = a.tensor_speedup
+        return 1.0 - 1.0 / s, (
+            f"tensor cores run this maths {s:g}x faster (setting fix_tensor_speedup; "
+            f"{TENSOR_SPEEDUP_SOURCE})"
+        )
+    if cause is Cause.MEMORY_BOUND:
+        s = a.memory_speedup
+        return 1.0 - 1.0 / s, (
+            f"a DRAM-bound kernel's time follows the bytes it moves; fusion or bf16 instead of "
+            f"fp32 moves 1/{s:g} of them (setting fix_memory_speedup)"
+        )
+    if cause is Cause.INPUT_STARVED:
+        return 1.0 - a.starved_util, (
+            f"kernels ran under {a.starved_util:.0%} of this time (the rule that named it); fed "
+            f"fully, the same kernels need at most that share"
+        )
+    if cause is Cause.LAUNCH_BOUND:
+        return 1.0 - a.launch_fill, (
+            f"the SMs were under {a.launch_fill:.0%} full while kernels ran (the rule that "
+            f"named it); in fewer, larger launches the same work needs at most that share"
+        )
+    if cause is Cause.TRANSFER_BOUND:
+        return 1.0 - a.busy, (
+            f"the SMs were busy under {a.busy:.0%} of this time while copies ran (the rule "
+            f"that named it); with copies overlapped or the data kept on the GPU the time "
+            f"shrinks to at most that share"
+        )
+    return 0.0, "healthy or not diagnosable: no fix"
+
+
+def _per_second(summary: Summary) -> float | None:
+    """The summary's mean USD per covered GPU-second, None if unpriced or empty."""
+    cov = summary.usage.covered_seconds
+    if not summary.priced or cov <= 0:
+        return None
+    return summary.cost_usd / cov
+
+
+def cause_fixes(
+    summary: Summary,
+    a: FixAssumptions,
+    *,
+    taken_seconds: dict[Cause, float] | None = None,
+    taken_usd: dict[Cause, float] | None = None,
+) -> list[Recommendation]:
+    """One recommendation per waste cause with time, on that cause's seconds and dollars less
+    what another fix took (``taken_*``); largest saving first."""
+    taken_seconds = taken_seconds or {}
+    taken_usd = taken_usd or {}
+    priced = summary.priced
+    out: list[Recommendation] = []
+    for cause, action in FIX_ACTIONS.items():
+        i = int(cause) - 1
+        seconds = getattr(summary.usage, f"{CAUSE_NAMES[i]}_seconds") - taken_seconds.get(
+            cause, 0.0
+        )
+        if seconds <= 1e-9:
+            continue
+        usd = max(summary.cause_cost_usd[i] - taken_usd.get(cause, 0.0), 0.0) if priced else None
+        fraction, why = fix_fraction(cause, a)
+        out.append(
+            Recommendation(
+                kind="cause",
+                cause=cause.label,
+                action=action,
+                seconds=seconds,
+                usd=usd,
+                saving_fraction=fraction,
+                saving_usd=None if usd is None else usd * fraction,
+                assumption=why,
+            )
+        )
+    return sort_fixes(out)
+
+
+def sort_fixes(fixes: list[Recommendation]) -> list[Recommendation]:
+    """Largest saving in USD first (unpriced by saved seconds, after the priced ones)."""
+    return sorted(
+        fixes,
+        key=lambda r: (
+            r.saving_usd is None,
+            -(r.saving_usd or 0.0),
+            -r.seconds * r.saving_fraction,
+        ),
+    )
+
+
+# --- right-sizing -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A MIG GPU-instance profile: its compute slices (of 7) and memory in eighths."""
+
+    name: str
+    compute_slices: int
+    memory_eighths: int
+
+
+def _profiles(*spec: tuple[str, int, int]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(n, c, m) for n, c, m in spec)
+
+
+# NVIDIA MIG User Guide, "Supported MIG Profiles" (docs.nvidia.com/datacenter/tesla/
+# mig-user-guide): each profile's fraction of SMs (n/7) and of memory (n/8). Whole GPUs
+# (7g) are left out: they are no smaller allocation. Keyed by (family, memory class in GB).
+MIG_PROFILES: dict[tuple[str, int], tuple[MigProfile, ...]] = {
+    ("A100", 40): _profiles(
+        ("1g.5gb", 1, 1), ("1g.10gb", 1, 2), ("2g.10gb", 2, 2), ("3g.20gb", 3, 4), ("4g.20gb", 4, 4)
+    ),
+    ("A100", 80): _profiles(
+        ("1g.10gb", 1, 1),
+        ("1g.20gb", 1, 2),
+        ("2g.20gb", 2, 2),
+        ("3g.40gb", 3, 4),
+        ("4g.40gb", 4, 4),
+    ),
+    ("H100", 80): _profiles(
+        ("1g.10gb", 1, 1),
+        ("1g.20gb", 1, 2),
+        ("2g.20gb", 2, 2),
+        ("3g.40gb", 3, 4),
+        ("4g.40gb", 4, 4),
+    ),
+    ("H100", 94): _profiles(
+        ("1g.12gb", 1, 1),
+        ("1g.24gb", 1, 2),
+        ("2g.24gb", 2, 2),
+        ("3g.47gb", 3, 4),
+        ("4g.47gb", 4, 4),
+    ),
+    ("H200", 141): _profiles(
+        ("1g.18gb", 1, 1),
+        ("1g.35gb", 1, 2),
+        ("2g.35gb", 2, 2),
+        ("3g.71gb", 3, 4),
+        ("4g.71gb", 4, 4),
+    ),
+}
+_FAMILY = re.compile(r"\b(A100|H100|H200)\b", re.IGNORECASE)
+_GB_IN_NAME = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+
+
+def mig_family(model: str, fb_total_bytes: float | None) -> tuple[str, int] | None:
+    """The MIG_PROFILES key of a whole GPU's model (memory class from its size or its name)."""
+    m = _FAMILY.search(model)
+    if m is None or mig_share(model) is not None:
+        return None
+    family = m.group(1).upper()
+    classes = sorted(gb for fam, gb in MIG_PROFILES if fam == family)
+    if fb_total_bytes:
+        gb = fb_total_bytes / 1e9
+    else:
+        named = _GB_IN_NAME.search(model)
+        gb = float(named.group(1)) if named else float(classes[0])
+    # The class nearest the size (an 80 GB H100 reports 85.5e9 bytes, the 94 GB one 100.5e9).
+    best = min(classes, key=lambda c: abs(c - gb))
+    return family, best
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    """One GPU of a job: its summary, model, memory size and the job's peak memory on it."""
+
+    uuid: str
+    model: str
+    fb_total_bytes: float | None
+    peak_fb_used_bytes: float | None
+    summary: Summary
+
+
+def busy_activity(summary: Summary) -> float:
+    """The mean activity (ratio) over the time something ran: the SM work per second that a
+    smaller allocation must hold."""
+    u = summary.usage
+    running = u.covered_seconds - u.idle_seconds
+    if running <= 0:
+        return 0.0
+    return max(0.0, min(1.0, (u.covered_seconds - u.unused_seconds) / running))
+
+
+def fit_mig(gpu: GpuUse, activity: float, a: FixAssumptions) -> MigProfile | None:
+    """The smallest MIG profile of the GPU's model holding the job's peak memory (with
+    headroom) and its SM work while running, or None."""
+    key = mig_family(gpu.model, gpu.fb_total_bytes)
+    if key is None or gpu.peak_fb_used_bytes is None:
+        return None
+    total = gpu.fb_total_bytes or key[1] * 1e9
+    for profile in sorted(MIG_PROFILES[key], key=lambda p: (p.compute_slices, p.memory_eighths)):
+        memory = total * profile.memory_eighths / 8
+        if gpu.peak_fb_used_bytes <= a.mig_memory_headroom * memory and activity <= (
+            profile.compute_slices / 7
+        ):
+            return profile
+    return None
+
+
+def _slice_ratio(
+    prices: Sequence[PriceRow], model: str, profile: MigProfile, when: datetime
+) -> float:
+    """The slice's price as a share of the whole GPU's (a price naming the profile, else its
+    compute share)."""
+    whole = price_at(prices, model, when)
+    part = price_at(prices, f"{model} MIG {profile.name}", when)
+    if whole is None or part is None or whole.usd_per_gpu_hour <= 0:
+        return profile.compute_slices / 7
+    return min(part.usd_per_gpu_hour / whole.usd_per_gpu_hour, 1.0)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB"
+
+
+def recommend_job(
+    total: Summary,
+    gpus: Sequence[GpuUse],
+    a: FixAssumptions,
+    *,
+    prices: Sequence[PriceRow] = (),
+    when: datetime | None = None,
+) -> list[Recommendation]:
+    """A job's fixes: fewer GPUs when some sat idle while others worked, a fix per waste cause,
+    and a MIG slice that holds it; largest saving first, each second's dollars counted once."""
+    out: list[Recommendation] = []
+    taken_seconds: dict[Cause, float] = {}
+    taken_usd: dict[Cause, float] = {}
+    priced = total.priced
+    spare = [
+        g
+        for g in gpus
+        if g.summary.usage.covered_seconds > 0
+        and g.summary.usage.idle_seconds >= a.idle_gpu_fraction * g.summary.usage.covered_seconds
+    ]
+    if len(gpus) >= 2 and spare and len(spare) < len(gpus):
+        seconds = usd = 0.0
+        for g in spare:
+            for cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+                s = getattr(g.summary.usage, f"{cause.label}_seconds")
+                d = g.summary.cause_cost_usd[int(cause) - 1] if g.summary.priced else 0.0
+                taken_seconds[cause] = taken_seconds.get(cause, 0.0) + s
+                taken_usd[cause] = taken_usd.get(cause, 0.0) + d
+                seconds += s
+                usd += d
+        keep = len(gpus) - len(spare)
+        least = min(g.summary.usage.idle_seconds / g.summary.usage.covered_seconds for g in spare)
+        out.append(
+            Recommendation(
+                kind="fewer_gpus",
+                cause=None,
+                action=f"{len(spare)} of {len(gpus)} GPUs idle {least:.0%} of the time or more "
+                f"while the others worked: ask for {keep}",
+                seconds=seconds,
+                usd=usd if priced else None,
+                saving_fraction=1.0,
+                saving_usd=usd if priced else None,
+                assumption="the idle time of the GPUs given back is saved; their little "
+                "work moves to the GPUs kept (no saving counted on it)",
+                gpus=keep,
+            )
+        )
+    out += cause_fixes(total, a, taken_seconds=taken_seconds, taken_usd=taken_usd)
+    if not spare and gpus:
+        activity = busy_activity(total)
+        fits = [fit_mig(g, activity, a) for g in gpus]
+        first = fits[0]
+        if first is not None and all(f is not None and f.name == first.name for f in fits):
+            model = gpus[0].model
+            ratio = _slice_ratio(prices, model, first, when) if when is not None else (
+                first.compute_slices / 7
+            )  # fmt: skip
+            saved = sum(r.saving_usd or 0.0 for r in out)
+            left = max(total.cost_usd - saved, 0.0) if priced else None
+            peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
+            per_gpu_total = gpus[0].fb_total_bytes
+            out.append(
+                Recommendation(
+                    kind="mig",
+                    cause=None,
+                    action=f"run on a MIG {first.name} slice instead of a whole {model}: peak "
+                    f"memory {_gib(peak)}"
+                    + (f" of {_gib(per_gpu_total)}" if per_gpu_total else "")
+                    + f", activity while running {activity:.2f}",
+                    seconds=total.usage.covered_seconds,
+                    usd=left,
+                    saving_fraction=1.0 - ratio,
+                    saving_usd=None if left is None else left * (1.0 - ratio),
+                    assumption=f"the slice costs {ratio:.3g} of the GPU (its compute share unless "
+                    f"a price names the profile); its {first.compute_slices}/7 of the SMs hold the "
+                    f"job's SM work while running ({activity:.2f}) and its "
+                    f"{first.memory_eighths}/8 of the memory the peak with "
+                    f"{1 - a.mig_memory_headroom:.0%} spare; priced on the dollars the other "
+                    f"fixes leave",
+                    profile=first.name,
+                )
+            )
+    return sort_fixes(out)
+
+
+def total_saving_usd(fixes: Sequence[Recommendation]) -> float | None:
+    """The USD all the fixes save together (they never share a second), None if unpriced."""
+    if any(f.saving_usd is None for f in fixes):
+        return None
+    return sum(f.saving_usd or 0.0 for f in fixes)

@@ -1,0 +1,58 @@
+"""Job alerts carry the verdict: the dominant cause, its dollars, the fix and its saving."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from service.thresholds.notify import slack, webhook
+from service.thresholds.notify.base import Notification
+
+
+def note(**verdict: object) -> Notification:
+    return Notification.model_validate(
+        {
+            "delivery_id": "msg_1",
+            "kind": "firing",
+            "status": "firing",
+            "policy": "launch-bound-job",
+            "severity": "warning",
+            "metric": "cause:launch_bound",
+            "aggregate": "avg",
+            "window": "30m",
+            "op": ">",
+            "threshold": 0.5,
+            "value": 0.8,
+            "scope": "job",
+            "scope_key": "slurm:7",
+            "labels": {"job_id": "slurm:7"},
+            "active_since": datetime(2026, 12, 3, 8, tzinfo=UTC),
+            "wasted_usd": 2.4,
+            **verdict,
+        }
+    )
+
+
+VERDICT = {
+    "dominant_cause": "launch_bound",
+    "dominant_cause_usd": 1.33,
+    "fix": "launch fewer, larger kernels: CUDA graphs",
+    "fix_saving_usd": 0.67,
+}
+
+
+def test_slack_and_webhook_name_the_cause_its_dollars_and_the_fix() -> None:
+    line = "most waste: launch_bound ($1.33); fix: launch fewer, larger kernels: CUDA graphs "
+    line += "(saves about $0.67)"
+    assert note(**VERDICT).verdict() == line
+    section = slack.render(note(**VERDICT))["blocks"][1]["text"]["text"]
+    assert line in section
+    body = webhook.render(note(**VERDICT))
+    assert body["dominant_cause"] == "launch_bound" and body["fix_saving_usd"] == 0.67
+    assert body["summary"].endswith(line)
+
+
+def test_without_a_verdict_nothing_is_said() -> None:
+    plain = note()
+    assert plain.verdict() is None
+    assert "most waste" not in str(slack.render(plain))
+    assert webhook.render(plain)["dominant_cause"] is None
