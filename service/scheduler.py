@@ -12,9 +12,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from service.context import ServiceContext
 from service.db import observed_jobs_repo, partitions, rollup_repo
+from service.db.outages import OutageLog, is_outage
 from service.db.retention import enforce_retention
 
 log = logging.getLogger(__name__)
+_OUTAGES = OutageLog(log, "background jobs retry on their next tick")
 
 
 class _SkippedRunFilter(logging.Filter):
@@ -37,8 +39,11 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     started = time.perf_counter()
     try:
         result = fn()
-    except Exception:
-        log.exception("background job %s failed", name)
+    except Exception as exc:
+        if is_outage(exc):
+            _OUTAGES.failed(exc, f"background job {name}")  # one line, not one per tick
+        else:
+            log.exception("background job %s failed", name)
         ctx.telemetry.job_runs.labels(name, "error").inc()
         ctx.telemetry.db_errors.labels(name).inc()
         return None

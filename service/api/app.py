@@ -16,7 +16,8 @@ from sqlalchemy import Engine
 from service import __version__
 from service.api.gate import Admission, TokenGate
 from service.api.input_guard import RejectNul
-from service.api.outage import OUTAGE_ERRORS, OutageLog, database_unavailable
+from service.api.openapi import install_openapi
+from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
 from service.api.query import reject_unknown_query
 from service.api.routers import alerts, channels, gpus, health, ingest, policies, silences
 from service.api.routers import jobs as jobs_router
@@ -134,7 +135,7 @@ def create_app(
         dependencies=[Depends(reject_unknown_query)],
     )
     app.state.ctx = ctx
-    app.state.outage_log = OutageLog()
+    app.state.outage_log = request_outage_log()
     app.state.gate = TokenGate(settings)
     app.state.admission = Admission(settings)
     app.add_exception_handler(WardenError, _warden_error)
@@ -150,4 +151,5 @@ def create_app(
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")
     app.include_router(reports_router.router, prefix="/api/v1")
+    install_openapi(app)
     return app

@@ -7,6 +7,8 @@ import threading
 
 from sqlalchemy import Connection, Engine, text
 
+from service.db.outages import OutageLog, is_outage
+
 log = logging.getLogger(__name__)
 
 # Any fixed 64-bit key shared by every replica: "gpuwarden-evaluator".
@@ -25,6 +27,7 @@ class LeaderLock:
         self._conn: Connection | None = None
         self._mutex = threading.Lock()
         self.acquisitions = 0  # bumped each time the lock is taken (anew)
+        self._outages = OutageLog(log, "the evaluator waits for the database")
 
     def check(self) -> bool:
         """Take the lock if free, or confirm the session holding it is alive; True if leader."""
@@ -48,8 +51,11 @@ class LeaderLock:
                     return True
                 conn.close()
                 return False
-            except Exception:
-                log.warning("leader lock session lost; will try to take it again", exc_info=True)
+            except Exception as exc:
+                if is_outage(exc):
+                    self._outages.failed(exc, "the evaluator's leader lock")
+                else:
+                    log.warning("leader lock session lost; will try again", exc_info=True)
                 self._drop()
                 return False
 

@@ -1,0 +1,136 @@
+"""The OpenAPI document: every status the API really answers, its bearer scheme, ingest's body.
+
+FastAPI derives operations from the routes but cannot see what dependencies and handlers answer
+(401/403/429 from the token check, 503 from admission control or a database outage, 404/409
+from the error hierarchy, 413/415 from ingest's own body reading), nor ingest's body, which the
+route reads itself because it may be gzipped. This fills those in once, for every operation, so
+clients and the schema-driven tests see the real contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from service.wire import IngestBatch
+
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
+_ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "description": "What was wrong: a message, or a list of {loc, msg, type} naming each field.",
+    "properties": {"detail": {"title": "Detail"}},
+    "required": ["detail"],
+}
+_RETRY_AFTER = {
+    "Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}
+}
+_API_ERRORS: dict[str, tuple[str, bool]] = {
+    "401": ("missing or invalid bearer token", False),
+    "403": ("the token's role (or node) may not do this", False),
+    "422": ("a parameter or body field is not acceptable; detail names it", False),
+    "429": ("too many failed authentication attempts from this client", True),
+    "503": ("too busy (bounded concurrent reads) or the database is unavailable", True),
+}
+
+
+def _error(description: str, retry_after: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": ERROR_REF}},
+    }
+    if retry_after:
+        out["headers"] = _RETRY_AFTER
+    return out
+
+
+def _declare(op: dict[str, Any], code: str, description: str, retry_after: bool = False) -> None:
+    op.setdefault("responses", {}).setdefault(code, _error(description, retry_after))
+
+
+def _ingest_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """The request body of POST /ingest, its models added to the components."""
+    body = IngestBatch.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, sub in body.pop("$defs", {}).items():
+        schema["components"]["schemas"].setdefault(name, sub)
+    schema["components"]["schemas"].setdefault("IngestBatch", body)
+    return {
+        "required": True,
+        "description": "One batch of an agent; `Content-Encoding: gzip` accepted (only gzip).",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/IngestBatch"}}},
+    }
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document with the statuses, security scheme and bodies filled in."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        summary=app.summary,
+        routes=app.routes,
+    )
+    components = schema.setdefault("components", {})
+    components.setdefault("schemas", {})["Error"] = _ERROR_SCHEMA
+    components["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "an API token (gpuwarden token create); roles agent, reader, admin",
+        }
+    }
+    for path, ops in schema.get("paths", {}).items():
+        for method, op in ops.items():
+            api = path.startswith("/api/")
+            if api:
+                op["security"] = [{"bearer": []}]
+                for code, (description, retry_after) in _API_ERRORS.items():
+                    _declare(op, code, description, retry_after)
+                # Our 422s name fields in several shapes, not only FastAPI's validation list.
+                op["responses"]["422"] = _error(_API_ERRORS["422"][0], False)
+            if "{" in path:
+                _declare(op, "404", "no such object")
+            if method in ("post", "put", "patch", "delete") and api:
+                _declare(op, "409", "clashes with stored state")
+                _declare(op, "400", "the request cannot be carried out as asked")
+            if path.endswith("/ingest"):
+                op["requestBody"] = _ingest_body(schema)
+                _declare(op, "413", "body larger than GPUWARDEN_INGEST_MAX_BODY_BYTES")
+                _declare(op, "415", "a Content-Encoding other than gzip")
+            if path == "/api/v1/jobs" and method == "post":
+                # 201 when the job is new, 200 when the request merged into an existing one.
+                op["responses"].setdefault(
+                    "200", {**op["responses"]["201"], "description": "merged"}
+                )
+            if path.endswith("/test") and path.startswith("/api/v1/channels"):
+                op["responses"]["502"] = {
+                    "description": "the test notification could not be delivered",
+                    "content": {"application/json": {"schema": {}}},
+                }
+    _health(schema)
+    app.openapi_schema = schema
+    return schema
+
+
+def _health(schema: dict[str, Any]) -> None:
+    paths = schema.get("paths", {})
+    if "/readyz" in paths:
+        _declare(paths["/readyz"]["get"], "503", "database unreachable or schema not at head")
+    if "/metrics" in paths:
+        op = paths["/metrics"]["get"]
+        op["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+        for code in ("401", "403", "429", "503"):
+            _declare(
+                op, code, "/metrics protected by a reader token (a setting)", code in "429 503"
+            )
+    report = paths.get("/api/v1/reports/cost", {}).get("get")
+    if report is not None:
+        report["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve the completed document at /openapi.json (and in /docs)."""
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
