@@ -1,8 +1,10 @@
-"""The agent's import contract forbids every top-level module of the service but the few it may use."""
+"""The import contracts cover every module: each sits in a layer, and the agent's contract forbids
+every top-level module of the service but the few it may use."""
 
 from __future__ import annotations
 
 import pkgutil
+import re
 import tomllib
 from pathlib import Path
 
@@ -28,3 +30,19 @@ def test_agent_contract_forbids_every_other_module() -> None:
     missing = sorted(expected - set(agent["forbidden_modules"]))
     assert not missing, f"add {missing} to the agent contract's forbidden_modules in pyproject.toml"
     assert set(agent["forbidden_modules"]) == expected
+
+
+def test_every_module_sits_in_a_layer():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    listed = {name.strip() for layer in layers for name in re.split(r"[:|]", layer)}
+    modules = [
+        m.name
+        for m in pkgutil.walk_packages(service.__path__, "service.")
+        if not m.ispkg or m.name.count(".") > 1  # top-level packages are placed by their parts
+    ]
+    unplaced = sorted(
+        m for m in modules if not any(m == p or m.startswith(p + ".") for p in listed)
+    )
+    assert not unplaced, f"place {unplaced} in a layer of the layers contract in pyproject.toml"
