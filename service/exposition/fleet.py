@@ -122,6 +122,7 @@ def fleet_families(
         cause_sets,
     )
     by_cause = dict.fromkeys(CAUSE_NAMES, 0)
+    usd_by_cause = dict.fromkeys(CAUSE_NAMES, 0.0)
     info_sets: list[dict[str, str]] = []
     info_fam = GpuFamily(
         "gpuwarden_gpu_info",
@@ -185,6 +186,7 @@ def fleet_families(
             if d.cause is Cause.IDLE_HELD:
                 n_idle_held += 1
         if price is not None:
+            usd_by_cause[d.cause.label] += price
             wasted = price * (1.0 - activity)
             wasted_fam.rows.append((i, wasted))
             wasted_usd_per_hour += wasted
@@ -205,9 +207,16 @@ def fleet_families(
         "Reporting GPUs whose latest sample has each cause (GPUs).",
         labels=["cause"],
     )
+    cause_usd = GaugeMetricFamily(
+        "gpuwarden_fleet_cause_usd_per_hour",
+        "Price of the priced GPUs whose latest sample has each cause: what each cause costs "
+        "per hour now (USD per hour).",
+        labels=["cause"],
+    )
     for name, n in by_cause.items():
         cause_count.add_metric([name], n)
-    families.append(cause_count)
+        cause_usd.add_metric([name], usd_by_cause[name])
+    families += [cause_count, cause_usd]
     families += _fleet_figures(
         reporting=len(snapshot.readings),
         idle=n_idle,

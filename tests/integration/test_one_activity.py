@@ -152,6 +152,8 @@ def test_cost_model_metrics_and_alert_windows_agree(
     assert fams[("gpuwarden_gpu_activity_ratio", (("rung", rung),))] == 0.0
     assert fams[("gpuwarden_gpu_cause", (("cause", "idle_held"),))] == 1.0
     assert fams[("gpuwarden_fleet_gpus_by_cause", (("cause", "idle_held"),))] == 1.0
+    # No price for this model in the test database: nothing is counted in dollars.
+    assert fams[("gpuwarden_fleet_cause_usd_per_hour", (("cause", "idle_held"),))] == 0.0
 
 
 @pytest.mark.parametrize("source", ["dcgm", "nvml"])
