@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ class Receiver:
     script: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     default_status: int = 200
     delay_seconds: float = 0.0  # how long each answer takes
+    tls: ssl.SSLContext | None = None  # serve https with this server context
     received: list[Received] = field(default_factory=list)
     host: str = "127.0.0.1"  # any 127.x.y.z: Linux answers the whole loopback net
     port: int = 0
@@ -66,12 +70,15 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer((self.host, self.port), Handler)
+        if self.tls is not None:
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.server.server_address[1]}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.server.server_address[1]}"
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
         deadline = time.monotonic() + timeout
@@ -88,9 +95,10 @@ class Receiver:
 class ForwardProxy:
     """A real HTTP forward proxy on loopback that records each request's target URL.
 
-    It forwards absolute-form requests (``POST http://host:port/path``) as a site's egress proxy
-    does, except that it connects every host name to 127.0.0.1 (its own view of DNS, so tests
-    can name public-looking hosts whose receiver runs here).
+    It forwards absolute-form requests (``POST http://host:port/path``) and tunnels ``CONNECT
+    host:port`` (https) as a site's egress proxy does, except that it connects every host name to
+    127.0.0.1 (its own view of DNS, so tests can name public-looking hosts whose receiver runs
+    here). ``seen`` holds ``POST <url>`` or ``CONNECT <host:port>`` per request.
     """
 
     seen: list[str] = field(default_factory=list)
@@ -99,8 +107,31 @@ class ForwardProxy:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_CONNECT(self) -> None:
+                outer.seen.append(f"CONNECT {self.path}")
+                port = int(self.path.rsplit(":", 1)[1])
+                try:
+                    upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+                except OSError:
+                    self.send_error(502)
+                    return
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                client = self.connection
+                with upstream:
+                    pipes = [client, upstream]
+                    while True:
+                        ready, _, _ = select.select(pipes, [], [], 10)
+                        if not ready:
+                            return
+                        for src in ready:
+                            data = src.recv(65536)
+                            if not data:
+                                return
+                            (upstream if src is client else client).sendall(data)
+
             def do_POST(self) -> None:
-                outer.seen.append(self.path)
+                outer.seen.append(f"POST {self.path}")
                 target = urlsplit(self.path)
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)

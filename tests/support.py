@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -100,3 +102,16 @@ def make_batch(
             for u in gpu_uuids
         ],
     }
+
+
+def self_signed_cert(tmp: Path, host: str) -> tuple[Path, Path]:
+    """A throw-away certificate and key for ``host`` (openssl); returns (cert.pem, key.pem)."""
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", f"/CN={host}", "-addext", f"subjectAltName=DNS:{host}",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key

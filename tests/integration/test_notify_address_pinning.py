@@ -12,7 +12,6 @@ import http.server
 import logging
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from service.thresholds.policy import ChannelSpec
 from service.thresholds.urlsafety import parse_allow_nets
 from service.usecases.evaluation import load_config
 from tests.receivers import Receiver
+from tests.support import self_signed_cert
 
 NOTE = Notification.model_validate(
     {
@@ -118,20 +118,8 @@ def test_an_address_that_fails_to_connect_falls_back_to_the_next_checked_one(
     assert r.status_code == 200 and len(allowed.received) == 1
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=hooks.test", "-addext", "subjectAltName=DNS:hooks.test",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 def test_https_keeps_the_host_name_for_sni_and_the_certificate(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path, "hooks.test")
     seen: list[str | None] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,12 +16,15 @@ from sqlalchemy import select
 
 from service.db import outbox_repo, policies_repo
 from service.db.schema import outbox
+from service.errors import ValidationFailed
 from service.thresholds.notify import Notification
+from service.thresholds.notify.egress import egress_from
 from service.thresholds.notify.outbox import Dispatcher
+from service.thresholds.notify.pinned import PinnedTransport
 from service.thresholds.policy import ChannelSpec
 from tests.alerting_support import running_service
 from tests.receivers import ForwardProxy, Receiver
-from tests.support import FakeClock
+from tests.support import FakeClock, self_signed_cert
 
 PAYLOAD = {
     "kind": "firing",
@@ -310,7 +314,7 @@ def test_notifications_go_through_the_environments_egress_proxy(
     setup_channel(ctx, f"http://hooks.example.test:{port}/hook")
     queue(ctx, 2)
     assert Dispatcher(ctx, resolver=public_dns).drain() == 2
-    assert proxy.seen == [f"http://hooks.example.test:{port}/hook"] * 2
+    assert proxy.seen == [f"POST http://hooks.example.test:{port}/hook"] * 2
     assert [r.path for r in receiver.received] == ["/hook", "/hook"]
 
 
@@ -341,3 +345,32 @@ def test_no_proxy_and_direct_connect_without_the_proxy(
     queue(ctx, 1)
     assert Dispatcher(ctx, resolver=lambda host, port: ["127.0.0.1"]).drain() == 1
     assert proxy.seen == [] and len(receiver.received) == 1
+
+
+def test_https_goes_through_the_proxy_by_connect_with_tls_to_the_channel_host(
+    tmp_path, proxy: ForwardProxy
+) -> None:
+    # Slack and most webhooks are https: the proxy tunnels, TLS and its certificate check are
+    # with the channel's host (hooks.test), not with the proxy.
+    cert, key = self_signed_cert(tmp_path, "hooks.test")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    hook = Receiver(tls=server_tls)
+    trust = ssl.create_default_context(cafile=str(cert))
+    port = hook.url.rsplit(":", 1)[1]
+    try:
+        transport = PinnedTransport(
+            lambda: [],
+            resolver=public_dns,
+            egress=egress_from(None, {"HTTPS_PROXY": proxy.url}),
+            make_proxied=lambda p: httpx.HTTPTransport(proxy=httpx.Proxy(p), verify=trust),
+        )
+        with httpx.Client(transport=transport) as client:
+            r = client.post(f"https://hooks.test:{port}/hook", content=b"{}")
+            assert r.status_code == 200
+            with pytest.raises(ValidationFailed):  # the channel host is still judged
+                client.post("https://metadata.test/latest", content=b"{}")
+    finally:
+        hook.close()
+    assert proxy.seen == [f"CONNECT hooks.test:{port}"]
+    assert [m.headers["host"] for m in hook.received] == [f"hooks.test:{port}"]

@@ -43,6 +43,7 @@ class PinnedTransport(httpx.BaseTransport):
         *,
         resolver: Resolver = system_resolver,
         make_inner: Callable[[], httpx.BaseTransport] | None = None,
+        make_proxied: Callable[[str], httpx.BaseTransport] | None = None,
         admit_url: str | None = None,
         egress: Egress | None = None,
     ) -> None:
@@ -50,12 +51,19 @@ class PinnedTransport(httpx.BaseTransport):
         self.egress = egress or Egress()
         self.admit_url = admit_url  # the local notification log's URL, admitted on loopback
         self.resolver = resolver
-        if make_inner is None:
+        if make_inner is None or make_proxied is None:
             # Built once, now: loading the CA bundle takes tens of ms, too long to pay on the
             # first send to each host (it would also skew the per-channel rate limit).
             tls = httpx.create_ssl_context()  # what HTTPTransport() would build, the CA bundle
-            make_inner = lambda: httpx.HTTPTransport(verify=tls)  # noqa: E731
+            if make_inner is None:
+                make_inner = lambda: httpx.HTTPTransport(verify=tls)  # noqa: E731
+            if make_proxied is None:
+                # Through the proxy: https:// by CONNECT, TLS (and its check) with the URL's host.
+                make_proxied = lambda proxy: httpx.HTTPTransport(  # noqa: E731
+                    proxy=httpx.Proxy(proxy), verify=tls
+                )
         self.make_inner = make_inner
+        self.make_proxied = make_proxied
         # Separate pools per (scheme, host, port): a connection made and verified for one host
         # name must never carry a request for another name that resolved to the same address.
         self._pools: dict[tuple[str, str, int | None], httpx.BaseTransport] = {}
@@ -68,9 +76,7 @@ class PinnedTransport(httpx.BaseTransport):
             if pool is None:
                 if len(self._pools) >= MAX_POOLS:
                     self._pools.pop(next(iter(self._pools))).close()  # the oldest
-                pool = self._pools[key] = (
-                    httpx.HTTPTransport(proxy=httpx.Proxy(proxy)) if proxy else self.make_inner()
-                )
+                pool = self._pools[key] = self.make_proxied(proxy) if proxy else self.make_inner()
             return pool
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
