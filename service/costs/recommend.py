@@ -314,6 +314,9 @@ def _gib(n: float) -> str:
     return f"{n / 1024**3:.1f} GiB"
 
 
+MIG_MIN_LEFT = 0.05  # a slice is offered when the other fixes leave this share of the cost
+
+
 def recommend_job(
     total: Summary,
     gpus: Sequence[GpuUse],
@@ -373,6 +376,9 @@ def recommend_job(
             )  # fmt: skip
             saved = sum(r.saving_usd or 0.0 for r in out)
             left = max(total.cost_usd - saved, 0.0) if priced else None
+            # A job all idle is told to release the GPU; a slice of the few cents left is noise.
+            if left is not None and left < MIG_MIN_LEFT * total.cost_usd:
+                return sort_fixes(out)
             peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
             per_gpu_total = gpus[0].fb_total_bytes
             out.append(

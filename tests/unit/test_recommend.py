@@ -188,3 +188,11 @@ def test_a_job_using_a_fifth_of_an_h200_at_low_activity_is_offered_a_mig_slice()
     fixes = recommend_job(s, [gpu], A, prices=named, when=datetime(2026, 12, 3, tzinfo=UTC))
     mig = [f for f in fixes if f.kind == "mig"]
     assert mig[0].saving_usd == pytest.approx(1.8 * 0.75)
+
+
+def test_an_all_idle_job_is_told_to_release_not_to_take_a_slice() -> None:
+    s = summary(idle_held=3600.0)
+    gpu = GpuUse("GPU-0", "NVIDIA H200", H200_BYTES, 23.2 * GIB, s)
+    fixes = recommend_job(s, [gpu], A)
+    assert [f.kind for f in fixes] == ["cause"] and fixes[0].cause == "idle_held"
+    assert fixes[0].saving_usd == pytest.approx(s.cost_usd)

@@ -1,0 +1,138 @@
+"""The agent output recorded on a real H200 (docs/gpu-check/causes_agent_output_*.jsonl) replayed
+through a real central service: each single-cause job's top recommendation is its cause's fix
+with a stated saving, and the mixed job (a sixth of the H200's memory at low activity) and the
+input-starved loop are offered MIG slices; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.scheduler import rollup_once
+from tests.conftest import make_token
+
+CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
+PARTS = ("a", "b")
+LEAD, TRAIL = 3.0, 0.5  # as causes_check.py: a sample describes the second before it
+NODE = "h200-check"
+WASTE = {
+    "idle_empty",
+    "idle_held",
+    "launch_bound",
+    "input_starved",
+    "transfer_bound",
+    "memory_bound",
+    "compute_no_tensor",
+}
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _batches() -> list[bytes]:
+    return [
+        line.encode()
+        for part in PARTS
+        for line in (CHECK / f"causes_agent_output_{part}.jsonl").read_text().splitlines()
+    ]
+
+
+def _phases() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for part in PARTS:
+        out += json.loads((CHECK / f"causes_result_{part}.json").read_text())["phases"]
+    return out
+
+
+@pytest.fixture
+def replayed(app, http: httpx.Client, engine, clock) -> dict[str, dict[str, Any]]:
+    """Every recorded batch posted, a job per phase (and one over the mixed phases) posted,
+    rolled up; returns GET /jobs/{id} by phase."""
+    batches = _batches()
+    phases = _phases()
+    last = max(ph["end"] for ph in phases)
+    agent = {"Authorization": f"Bearer {make_token(engine, 'agent', NODE)}"}
+    reader = {"Authorization": f"Bearer {make_token(engine, 'reader')}"}
+    for body in batches:
+        # As live: the service's clock a second after the batch's last sample.
+        stamps = [s["ts"] for s in json.loads(body)["samples"]]
+        clock.set(datetime.fromisoformat(max(stamps).replace("Z", "+00:00")) + timedelta(seconds=1))
+        r = http.post(
+            "/api/v1/ingest",
+            content=gzip.compress(body),
+            headers={**agent, "Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+        assert r.status_code == 200, r.text
+    clock.set(datetime.fromtimestamp(last + 120, UTC))
+    uuid = json.loads(batches[0])["gpus"][0]["uuid"]
+    jobs: dict[str, tuple[float, float]] = {}
+    for ph in phases:
+        if not ph["phase"].startswith("mixed:"):
+            jobs[ph["phase"]] = (ph["start"] + LEAD, ph["end"] - TRAIL)
+    mixed = [ph for ph in phases if ph["phase"].startswith("mixed:")]
+    jobs["mixed"] = (mixed[0]["start"] + LEAD, mixed[-1]["end"] - TRAIL)
+    for name, (start, end) in jobs.items():
+        job = {"id": f"check:{name}", "gpus": [uuid], "started_at": _utc(start)}
+        job["ended_at"] = _utc(end)
+        r = http.post("/api/v1/jobs", json=job, headers=agent)
+        assert r.status_code == 201, r.text
+    rollup_once(app.state.ctx)
+    out = {}
+    for name in jobs:
+        r = http.get(f"/api/v1/jobs/check:{name}", headers=reader)
+        assert r.status_code == 200, r.text
+        out[name] = r.json()
+    return out
+
+
+def test_each_single_cause_job_gets_its_fix_first_with_a_stated_saving(
+    replayed: dict[str, dict[str, Any]],
+) -> None:
+    for name, job in replayed.items():
+        if name == "mixed":
+            continue
+        fixes = job["recommendations"]
+        cost = job["summary"]["cost_usd"]
+        assert cost and cost > 0, name  # the shipped default prices price an H200
+        if name not in WASTE:  # compute_tensor: healthy, nothing to fix
+            assert not [f for f in fixes if f["kind"] == "cause"], (name, fixes)
+            continue
+        top = fixes[0]
+        assert (top["kind"], top["cause"]) == ("cause", name), (name, fixes)
+        assert top["saving_usd"] > 0 and top["assumption"], top
+        # At least 90% of the job's seconds are its cause's, so the fix acts on most of it.
+        assert top["usd"] >= 0.9 * cost, (name, top, cost)
+        want = {"idle_empty": 1.0, "idle_held": 1.0, "compute_no_tensor": 0.75}.get(name, 0.5)
+        assert top["saving_fraction"] == pytest.approx(want)
+        assert job["savings_usd"] <= cost + 1e-9
+
+
+def test_low_activity_jobs_are_offered_a_mig_slice(replayed: dict[str, dict[str, Any]]) -> None:
+    mixed = replayed["mixed"]
+    mig = [f for f in mixed["recommendations"] if f["kind"] == "mig"]
+    # 23 GiB held at the end (about a sixth of 140 GiB), tensor GEMMs a quarter of the time.
+    assert len(mig) == 1, mixed["recommendations"]
+    assert mig[0]["profile"] == "3g.71gb" and mig[0]["saving_usd"] > 0
+    assert "peak memory 23." in mig[0]["action"] and "of 140.4 GiB" in mig[0]["action"]
+    assert mixed["savings_usd"] <= mixed["summary"]["cost_usd"] + 1e-9
+    # The input-starved loop: 1.8 GiB and SMs busy 11% of the time fit the smallest slice.
+    starved = [f for f in replayed["input_starved"]["recommendations"] if f["kind"] == "mig"]
+    assert [f["profile"] for f in starved] == ["1g.18gb"]
+    # A job that only held memory is told to release the GPU, not to take a slice.
+    held = replayed["idle_held"]["recommendations"]
+    assert [f["cause"] for f in held] == ["idle_held"]
+
+
+def test_energy_of_each_job(replayed: dict[str, dict[str, Any]]) -> None:
+    for name, job in replayed.items():
+        s = job["summary"]
+        # The H200 drew 79-700 W; a ~60 s job burns a few watt-hours.
+        assert 0.0005 < s["energy_kwh"] < 0.02, (name, s["energy_kwh"])
+        assert s["energy_usd"] == pytest.approx(s["energy_kwh"] * 0.12)
