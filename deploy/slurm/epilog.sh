@@ -14,6 +14,7 @@ ENV_FILE="${GPUWARDEN_ENV_FILE:-/etc/gpuwarden/agent.env}"
 URL="${GPUWARDEN_CENTRAL_URL:-http://127.0.0.1:8000}"
 TOKEN="${GPUWARDEN_AGENT_TOKEN:-}"
 BUDGET="${GPUWARDEN_SLURM_TIMEOUT_SECONDS:-4}"
+[[ $BUDGET =~ ^[1-9][0-9]?$ ]] || BUDGET=4 # whole seconds, 1-99
 JOB="slurm:${SLURM_JOB_ID:-?}"
 
 log() { # syslog where there is one, else stderr

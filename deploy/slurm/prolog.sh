@@ -7,9 +7,10 @@
 #   Epilog=/etc/slurm/gpuwarden-epilog.sh
 #   PrologFlags=Alloc    # run at allocation: an salloc that holds GPUs and runs nothing is seen
 #
-# Settings come from /etc/gpuwarden/agent.env (GPUWARDEN_ENV_FILE) unless already set:
+# Settings: the environment, then /etc/gpuwarden/agent.env (GPUWARDEN_ENV_FILE), which wins:
 #   GPUWARDEN_CENTRAL_URL, GPUWARDEN_AGENT_TOKEN   the node's agent token
 #   GPUWARDEN_SLURM_TIMEOUT_SECONDS (default 4)    the most this script adds to a job's start
+#                                                  (whole seconds, 1-99)
 #   GPUWARDEN_SLURM_ACCOUNTS (/etc/gpuwarden/slurm-accounts)  lines "account team [project]"
 #   GPUWARDEN_SLURM_SCONTROL=yes                   ask scontrol for the comment when Slurm does
 #                                                  not pass SLURM_JOB_COMMENT (costs one RPC)
@@ -33,6 +34,7 @@ NVIDIA_SMI="${GPUWARDEN_NVIDIA_SMI:-nvidia-smi}"
 NVIDIA_PROC="${GPUWARDEN_NVIDIA_PROC:-/proc/driver/nvidia/gpus}"
 ACCOUNTS="${GPUWARDEN_SLURM_ACCOUNTS:-/etc/gpuwarden/slurm-accounts}"
 BUDGET="${GPUWARDEN_SLURM_TIMEOUT_SECONDS:-4}"
+[[ $BUDGET =~ ^[1-9][0-9]?$ ]] || BUDGET=4 # whole seconds, 1-99
 JOB="slurm:${SLURM_JOB_ID:-?}"
 deadline=$((SECONDS + BUDGET))
 

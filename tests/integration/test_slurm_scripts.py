@@ -308,6 +308,7 @@ def test_scripts_never_fail_the_job(tmp_path: Path):
         "GPUWARDEN_CENTRAL_URL": "http://127.0.0.1:9",  # nothing listens there
         "GPUWARDEN_AGENT_TOKEN": "gw_x",
         "GPUWARDEN_NVIDIA_SMI": "true",
+        "GPUWARDEN_SLURM_TIMEOUT_SECONDS": "2.5",  # not whole seconds: the default is used
         "SLURM_JOB_ID": "1",
         "SLURM_JOB_GPUS": "0",
     }
