@@ -262,9 +262,12 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
         advice += [f"{t['tag']}: {t['hint']}" for t in tags]
         if advice:
             lines += ["", "Recommendations:"] + [f"  - {a}" for a in advice]
-    if "energy_kwh" in s:
+    energy = job.get("energy")
+    if energy:
         lines.append(
-            f"Energy: {s['energy_kwh']:.3f} kWh, {money(s.get('energy_usd'))} of electricity"
+            f"Energy: {energy['kwh']:.3f} kWh, {money(energy['usd'])} at "
+            f"${energy['usd_per_kwh']:g}/kWh ({energy['source'].replace('_', ' ')}); "
+            f"{energy['idle_kwh']:.3f} kWh ({money(energy['idle_usd'])}) while nothing ran"
         )
     for w in job.get("warnings") or []:
         lines.append(f"warning: {w}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, decide
 
 __all__ = [
+    "CAUSE_ENERGY_FIELDS",
     "CAUSE_FIELDS",
     "INTEGRAL_FIELDS",
     "ActivityPoint",
@@ -25,6 +26,8 @@ __all__ = [
 
 # The per-cause integral fields, in Cause order: ``<cause>_seconds``.
 CAUSE_FIELDS: tuple[str, ...] = tuple(f"{name}_seconds" for name in CAUSE_NAMES)
+# The energy (joules, power integrated) burned in each cause, in Cause order.
+CAUSE_ENERGY_FIELDS: tuple[str, ...] = tuple(f"{name}_energy_joules" for name in CAUSE_NAMES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,15 @@ class Integrals:
     compute_no_tensor_seconds: float = 0.0
     compute_tensor_seconds: float = 0.0
     unclassified_seconds: float = 0.0
+    idle_empty_energy_joules: float = 0.0
+    idle_held_energy_joules: float = 0.0
+    launch_bound_energy_joules: float = 0.0
+    input_starved_energy_joules: float = 0.0
+    transfer_bound_energy_joules: float = 0.0
+    memory_bound_energy_joules: float = 0.0
+    compute_no_tensor_energy_joules: float = 0.0
+    compute_tensor_energy_joules: float = 0.0
+    unclassified_energy_joules: float = 0.0
 
     def add(self, other: Integrals, factor: float = 1.0) -> None:
         """Add ``factor`` times each field of ``other`` into the same field of this one."""
@@ -96,15 +108,33 @@ class Integrals:
         self.compute_no_tensor_seconds += factor * other.compute_no_tensor_seconds
         self.compute_tensor_seconds += factor * other.compute_tensor_seconds
         self.unclassified_seconds += factor * other.unclassified_seconds
+        self.idle_empty_energy_joules += factor * other.idle_empty_energy_joules
+        self.idle_held_energy_joules += factor * other.idle_held_energy_joules
+        self.launch_bound_energy_joules += factor * other.launch_bound_energy_joules
+        self.input_starved_energy_joules += factor * other.input_starved_energy_joules
+        self.transfer_bound_energy_joules += factor * other.transfer_bound_energy_joules
+        self.memory_bound_energy_joules += factor * other.memory_bound_energy_joules
+        self.compute_no_tensor_energy_joules += factor * other.compute_no_tensor_energy_joules
+        self.compute_tensor_energy_joules += factor * other.compute_tensor_energy_joules
+        self.unclassified_energy_joules += factor * other.unclassified_energy_joules
 
     def cause_seconds(self) -> dict[str, float]:
         """Covered seconds per cause name, in Cause order."""
         return {name: getattr(self, f) for name, f in zip(CAUSE_NAMES, CAUSE_FIELDS, strict=True)}
 
+    def cause_energy_joules(self) -> dict[str, float]:
+        """Energy (joules) per cause name, in Cause order."""
+        return {
+            name: getattr(self, f) for name, f in zip(CAUSE_NAMES, CAUSE_ENERGY_FIELDS, strict=True)
+        }
+
 
 # Every field of Integrals, in order: the rollup columns and the report columns follow it.
 INTEGRAL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Integrals))
 _CAUSE_FIELD_BY_CODE: dict[int, str] = {int(c): f for c, f in zip(Cause, CAUSE_FIELDS, strict=True)}
+_CAUSE_ENERGY_BY_CODE: dict[int, str] = {
+    int(c): f for c, f in zip(Cause, CAUSE_ENERGY_FIELDS, strict=True)
+}
 _GPU_UTIL = int(Rung.GPU_UTIL)
 
 
@@ -133,6 +163,9 @@ def integrate(
         field = _CAUSE_FIELD_BY_CODE[p.cause]
         setattr(out, field, getattr(out, field) + dt)
         if p.power_watts is not None:
-            out.energy_used_joules += dt * p.power_watts
+            joules = dt * p.power_watts
+            out.energy_used_joules += joules
+            energy = _CAUSE_ENERGY_BY_CODE[p.cause]
+            setattr(out, energy, getattr(out, energy) + joules)
     out.idle_seconds = out.idle_empty_seconds + out.idle_held_seconds
     return out

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, and_, func, select
 
 from service.costs.integrals import (
+    CAUSE_ENERGY_FIELDS,
     CAUSE_FIELDS,
     INTEGRAL_FIELDS,
     ActivityPoint,
@@ -27,12 +28,14 @@ from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
 _CAUSE_ONLY = frozenset(CAUSE_FIELDS) - {"idle_held_seconds"}
 
 
-def summed_fields(*, causes: bool) -> tuple[str, ...]:
-    """The Usage fields a report sums: all of them, or (``causes`` False) all but the seconds
-    per cause, which a report without causes leaves at 0."""
-    if causes:
-        return CUMULATIVE_FIELDS
-    return tuple(name for name in CUMULATIVE_FIELDS if name not in _CAUSE_ONLY)
+def summed_fields(*, causes: bool, cause_energy: bool = False) -> tuple[str, ...]:
+    """The Usage fields a report sums: all of them but the energy per cause (with
+    ``cause_energy``: those too), and (``causes`` False) without the seconds per cause; what
+    is not summed reads 0."""
+    left_out = (set() if causes else _CAUSE_ONLY) | (
+        set() if cause_energy else set(CAUSE_ENERGY_FIELDS)
+    )
+    return tuple(name for name in CUMULATIVE_FIELDS if name not in left_out)
 
 
 def _usage_of(fields: Sequence[str], values: Sequence[Any]) -> Usage:
@@ -445,14 +448,16 @@ def sum_usage(
     raw_cutoff: datetime,
     minute_cutoff: datetime,
     causes: bool = True,
+    cause_energy: bool = False,
 ) -> list[Usage]:
     """Per group, the sum of factor x Usage over its spans.
 
     Spans inside 1m retention (from ``minute_cutoff``) are read from the 1m running totals,
     older ones bucket by bucket from the 1h and 1m rollups. Without ``causes`` the seconds
-    per cause are not summed (the benchmark compares the two).
+    per cause are not summed (the benchmark compares the two); the energy per cause only with
+    ``cause_energy`` (job summaries: a fleet report does not show it).
     """
-    fields = summed_fields(causes=causes)
+    fields = summed_fields(causes=causes, cause_energy=cause_energy)
     out = [Usage() for _ in range(n_groups)]
     recent = [span for span in spans if span.start >= minute_cutoff]
     old = [span for span in spans if span.start < minute_cutoff]

@@ -148,3 +148,27 @@ def _as_utc(value: Any) -> datetime:
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     parsed = datetime.fromisoformat(str(value))
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def energy_counter(
+    conn: Connection, *, gpu_id: int, start: datetime, end: datetime
+) -> tuple[float, float] | None:
+    """The GPU's energy counter over [start, end) from raw samples: (joules between its first
+    and last reading, seconds between them), None with fewer than two readings or a reset."""
+    s = samples.c
+    readings = []
+    for order in (s.ts.asc(), s.ts.desc()):
+        row = conn.execute(
+            select(s.ts, s.energy_joules)
+            .where(s.gpu_id == gpu_id, s.ts >= start, s.ts < end, s.energy_joules.is_not(None))
+            .order_by(order)
+            .limit(1)
+        ).first()
+        if row is None:
+            return None
+        readings.append(row)
+    (t0, e0), (t1, e1) = readings
+    seconds = (t1 - t0).total_seconds()
+    if seconds <= 0 or e1 < e0:  # one reading, or the counter restarted (driver reload)
+        return None
+    return float(e1 - e0), seconds

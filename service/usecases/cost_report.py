@@ -174,6 +174,7 @@ def attribute(
     gpu_ids: Sequence[int] | None = None,
     raw_edges: bool = True,
     causes: bool = True,
+    cause_energy: bool = False,
 ) -> Attribution:
     """Split every GPU's [start, end) into job shares and unallocated time, with usage and price.
 
@@ -220,6 +221,7 @@ def attribute(
         raw_cutoff=now - timedelta(days=settings.retention_raw_days) if raw_edges else _NEVER,
         minute_cutoff=now - timedelta(days=settings.retention_1m_days),
         causes=causes,
+        cause_energy=cause_energy,
     )
     lines = [
         Line(job_id, gpu_id, seconds, usage, price)
@@ -397,7 +399,10 @@ def job_summary(
     uses: list[GpuUse] = []
     prices: list[PriceRow] = []
     if gpu_ids and start < end:
-        att = attribute(conn, settings=settings, start=start, end=end, now=now, gpu_ids=gpu_ids)
+        att = attribute(
+            conn, settings=settings, start=start, end=end, now=now, gpu_ids=gpu_ids,
+            cause_energy=True,
+        )  # fmt: skip
         warnings = att.warnings
         prices = effective_prices(conn, settings).rows
         mine = [ln for ln in att.lines if ln.job_id == job["id"]]
@@ -405,6 +410,9 @@ def job_summary(
         for summary in per_gpu.values():
             total.merge(summary)
         uses = _gpu_uses(conn, att, per_gpu, intervals, end=end)
+        energy = _job_energy(conn, att, per_gpu, start=start, end=end, settings=settings)
+    else:
+        energy = _energy_dict(0.0, dict.fromkeys(diagnosis.CAUSE_NAMES, 0.0), "none", settings)
     assumptions = fix_assumptions_of(settings)
     fixes = recommend_job(total, uses, assumptions, prices=prices, when=end)
     tags = job_tags(total, tag_thresholds_of(settings))
@@ -415,10 +423,69 @@ def job_summary(
             for uuid, summary in sorted(per_gpu.items())
         ],
         "dominant_waste_cause": total.dominant_waste_cause,
+        "energy": energy,
         "recommendations": [f.as_dict() for f in fixes],
         "savings_usd": total_saving_usd(fixes) if total.priced else None,
         "tags": [{"tag": tag, "hint": TAG_HINTS[tag]} for tag in tags],
         "warnings": warnings,
+    }
+
+
+# A counter reading whose mean power differs from the integrated power by more than this
+# factor is not believed (a counter of another GPU, a reset missed): the power integral stays.
+_COUNTER_PLAUSIBLE = 2.0
+_COUNTER_MIN_SECONDS = 30.0  # readings closer than this say little about the mean power
+
+
+def _job_energy(
+    conn: Connection,
+    att: Attribution,
+    per_gpu: dict[str, Summary],
+    *,
+    start: datetime,
+    end: datetime,
+    settings: Settings,
+) -> dict[str, Any]:
+    """The job's energy: kWh, its cost, the part burned while nothing ran, and kWh per cause.
+
+    Per GPU the power integrated over each cause's seconds, scaled to the GPU's energy counter
+    where it has one: the counter's mean power between its first and last reading in the job
+    over the integrated mean power (a counter misses no spike between two samples).
+    """
+    by_uuid = {info.uuid: info for info in att.gpus.values()}
+    total = 0.0
+    by_cause = dict.fromkeys(diagnosis.CAUSE_NAMES, 0.0)
+    sources = set()
+    for uuid, summary in per_gpu.items():
+        u = summary.usage
+        scale = 1.0
+        source = "power"
+        counter = costs_repo.energy_counter(conn, gpu_id=by_uuid[uuid].id, start=start, end=end)
+        if counter and counter[1] >= _COUNTER_MIN_SECONDS and u.energy_used_joules > 0:
+            ratio = (counter[0] / counter[1]) / (u.energy_used_joules / u.covered_seconds)
+            if 1 / _COUNTER_PLAUSIBLE <= ratio <= _COUNTER_PLAUSIBLE:
+                scale, source = ratio, "energy_counter"
+        sources.add(source)
+        total += scale * u.energy_used_joules
+        for name, joules in u.cause_energy_joules().items():
+            by_cause[name] += scale * joules
+    source = sources.pop() if len(sources) == 1 else "mixed" if sources else "none"
+    return _energy_dict(total, by_cause, source, settings)
+
+
+def _energy_dict(
+    joules: float, by_cause: dict[str, float], source: str, settings: Settings
+) -> dict[str, Any]:
+    rate = settings.energy_usd_per_kwh
+    idle = (by_cause["idle_empty"] + by_cause["idle_held"]) / JOULES_PER_KWH
+    return {
+        "kwh": joules / JOULES_PER_KWH,
+        "usd": joules / JOULES_PER_KWH * rate,
+        "idle_kwh": idle,
+        "idle_usd": idle * rate,
+        "usd_per_kwh": rate,
+        "source": source,
+        "by_cause_kwh": {name: j / JOULES_PER_KWH for name, j in by_cause.items()},
     }
 
 

@@ -132,7 +132,20 @@ def test_low_activity_jobs_are_offered_a_mig_slice(replayed: dict[str, dict[str,
 
 def test_energy_of_each_job(replayed: dict[str, dict[str, Any]]) -> None:
     for name, job in replayed.items():
-        s = job["summary"]
-        # The H200 drew 79-700 W; a ~60 s job burns a few watt-hours.
+        s, e = job["summary"], job["energy"]
+        # The H200 drew 79-700 W; a job of about a minute burns a few watt-hours.
         assert 0.0005 < s["energy_kwh"] < 0.02, (name, s["energy_kwh"])
         assert s["energy_usd"] == pytest.approx(s["energy_kwh"] * 0.12)
+        # The counter (read every 6th poll) scaled the power integral by a few percent at most.
+        assert e["source"] == "energy_counter", (name, e)
+        assert e["kwh"] == pytest.approx(s["energy_kwh"], rel=0.1)
+        assert sum(e["by_cause_kwh"].values()) == pytest.approx(e["kwh"], rel=1e-6)
+        if name in ("idle_empty", "idle_held"):
+            assert e["idle_kwh"] == pytest.approx(e["kwh"], rel=0.01), (name, e)
+        elif name != "mixed":
+            assert e["by_cause_kwh"][name] >= 0.9 * e["kwh"], (name, e)
+    # Idle in memory-holding sleep drew ~121 W, the fp32 GEMM several times more.
+    per_second = {
+        n: j["energy"]["kwh"] / j["summary"]["allocated_seconds"] for n, j in replayed.items()
+    }
+    assert per_second["compute_no_tensor"] > 2 * per_second["idle_held"]

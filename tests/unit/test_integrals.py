@@ -116,3 +116,18 @@ def test_the_worked_example_of_docs_diagnosis():
     assert row["unused_seconds"] == pytest.approx(2159.64)
     assert row["unused_cost_usd"] == pytest.approx(2.40, abs=0.005)
     assert row["dominant_waste_cause"] == "launch_bound"
+
+
+def test_energy_is_split_by_cause() -> None:
+    """Power integrated over each cause's seconds; the causes' energy adds up to the total."""
+    from service.diagnosis import Cause
+
+    points = [
+        ActivityPoint(0.0, 0.0, 1, int(Cause.IDLE_HELD), 100.0),
+        ActivityPoint(10.0, 0.96, 1, int(Cause.COMPUTE_TENSOR), 600.0),
+        ActivityPoint(20.0, None, None, None, 80.0),  # no activity figure: nodata, no energy
+    ]
+    got = integrate(points, 0.0, 30.0, Thresholds())
+    assert got.idle_held_energy_joules == 1000.0
+    assert got.compute_tensor_energy_joules == 6000.0
+    assert got.energy_used_joules == sum(got.cause_energy_joules().values()) == 7000.0

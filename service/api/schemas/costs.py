@@ -34,6 +34,20 @@ class RecommendationPublic(BaseModel):
     gpus: int | None = None
 
 
+class EnergyPublic(BaseModel):
+    """A job's energy: kWh, its cost at ``usd_per_kwh``, the part burned while nothing ran
+    (idle_empty + idle_held), and kWh per cause; ``source`` says whether the GPUs' energy
+    counters scaled the power integral (``energy_counter``) or not (``power``)."""
+
+    kwh: float
+    usd: float
+    idle_kwh: float
+    idle_usd: float
+    usd_per_kwh: float
+    source: Literal["energy_counter", "power", "mixed", "none"]
+    by_cause_kwh: dict[str, float]
+
+
 class CostRowPublic(BaseModel):
     """The waste model's fields for one group (seconds, joules, USD; costs null when
     unpriced), with seconds and USD per cause."""
@@ -172,6 +186,7 @@ class JobDetailPublic(JobPublic):
     summary: CostRowPublic
     per_gpu: list[PerGpuPublic]
     dominant_waste_cause: str | None = None
+    energy: EnergyPublic | None = None
     recommendations: list[RecommendationPublic] = Field(
         default_factory=list,
         description="every fix with its saving, largest first: one per waste cause, fewer "
