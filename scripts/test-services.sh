@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the real services the tests talk to are here: PostgreSQL running on 127.0.0.1:5432,
-# the Prometheus and Alertmanager binaries, systemd-analyze, and Slurm with munged running (Debian
-# packages). Idempotent; needs root for apt. No systemd runs in CI: daemons are started directly.
+# the Prometheus and Alertmanager binaries, systemd-analyze, Chromium, and Slurm with munged running
+# (Debian packages). Idempotent; needs root for apt. No systemd runs in CI: daemons are started directly.
 set -euo pipefail
 
 if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
@@ -39,6 +39,15 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   for _ in $(seq 1 20); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.5; done
 fi
 munge -n | unmunge >/dev/null
+
+# Debian's Chromium drives the console's browser test (tests/integration/test_console_browser.py)
+# through Playwright from PyPI; no browser is downloaded. Fonts so screenshots show text.
+if ! command -v chromium >/dev/null || [ "$(fc-list 2>/dev/null | grep -ci dejavu)" = 0 ]; then
+  echo "installing chromium and fonts (Debian packages)..."
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    chromium fonts-dejavu-core fonts-liberation fontconfig
+fi
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   echo "starting PostgreSQL..."

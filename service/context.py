@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from service.clock import Clock, utc_now
 from service.costs.integrals import Thresholds
 from service.db.ingest_repo import IngestCache
+from service.db.tokens_repo import TokenInfo
 from service.diagnosis import thresholds_of
 from service.settings import Settings
 from service.telemetry import Telemetry
@@ -26,6 +27,10 @@ class ServiceContext:
     telemetry: Telemetry = field(default_factory=Telemetry)
     known_partitions: set[date] = field(default_factory=set)
     ingest_cache: IngestCache = field(default_factory=IngestCache)
+    # Console sessions: the token each names (None once revoked) with its stored hash, as last
+    # read, and when (monotonic seconds).
+    session_tokens: dict[int, tuple[TokenInfo | None, str, float]] = field(default_factory=dict)
+    session_key: str | None = None  # the console's signing key, read from the database once
     # Agents' ingest (and token lookups) on a pool of their own that reads cannot exhaust;
     # None: the one engine serves everything (tools and tests that build a context by hand).
     ingest_engine: Engine | None = None

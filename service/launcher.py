@@ -253,6 +253,7 @@ def _banner(settings: Settings, reader: str, notifications: Path) -> None:
     base = f"http://{settings.host}:{settings.port}"
     print(
         f"\nGPU Warden is up at {base}  (API docs: {base}/docs)\n"
+        f"console: {base}/  (log in with the reader token below)\n"
         f"reader token: {reader}\n"
         f'  curl -s -H "Authorization: Bearer {reader}" {base}/api/v1/gpus\n'
         "  .venv/bin/gpuwarden gpus            (this service and token are found by themselves)\n"

@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     metrics_token_required: bool = False  # protect /metrics with a reader token
     metrics_dcgm_compat: bool = False  # also export dcgm-exporter names and labels
     run_scheduler: bool = True  # background rollups, retention and evaluation
+    # How long a console login lasts (its session cookie); revoking the token ends it sooner.
+    console_session_seconds: float = Field(12 * 3600.0, gt=0)
 
     # --- alerting ----------------------------------------------------------------------
     public_url: str = "http://127.0.0.1:8000"  # base of links in notifications

@@ -11,15 +11,27 @@ from datetime import UTC, datetime
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 
 from service import __version__
+from service.api.deps import session_key
 from service.api.gate import Admission, TokenGate
 from service.api.input_guard import RejectNul
 from service.api.openapi import install_openapi
 from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
 from service.api.query import reject_unknown_query
-from service.api.routers import alerts, channels, gpus, health, ingest, policies, silences
+from service.api.routers import (
+    alerts,
+    channels,
+    console,
+    gpus,
+    health,
+    ingest,
+    policies,
+    session,
+    silences,
+)
 from service.api.routers import jobs as jobs_router
 from service.api.routers import prices as prices_router
 from service.api.routers import reports as reports_router
@@ -109,6 +121,7 @@ def create_app(
         check_at_head(ctx.engine)
         partitions_once(ctx)
         load_alerting_config(ctx)  # policies and channels of the YAML file
+        session_key(ctx)  # made at the first start, so every replica reads the same one
         scheduler = None
         if settings.run_scheduler:
             scheduler = build_scheduler(ctx)
@@ -133,6 +146,9 @@ def create_app(
         summary="GPU telemetry, idle-GPU alerting and wasted-spend reports",
         lifespan=lifespan,
         dependencies=[Depends(reject_unknown_query)],
+        # Served by the console router from the package's own copies, never from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.ctx = ctx
     app.state.outage_log = request_outage_log()
@@ -151,5 +167,8 @@ def create_app(
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")
     app.include_router(reports_router.router, prefix="/api/v1")
+    app.include_router(session.router, prefix="/api/v1")
+    app.include_router(console.router)
+    app.mount(console.STATIC_PREFIX, StaticFiles(directory=console.STATIC_DIR), name="static")
     install_openapi(app)
     return app

@@ -15,9 +15,10 @@ import anyio
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import Connection
 
-from service.api.gate import Admission, Throttled, TokenGate, monotonic
+from service.api import sessions
+from service.api.gate import TOKEN_CACHE_SECONDS, Admission, Throttled, TokenGate, monotonic
 from service.context import ServiceContext
-from service.db import tokens_repo
+from service.db import secrets_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
 
 
@@ -60,8 +61,79 @@ def _refused(gate: TokenGate, client: str, digest: str | None, *, looked_up: boo
     return _unauthorized()
 
 
+def session_key(ctx: ServiceContext) -> str:
+    """The console's session-signing key, made in the database at first need and then kept."""
+    if ctx.session_key is None:
+        with ctx.engine.begin() as conn:
+            ctx.session_key = secrets_repo.get_or_create(
+                conn, name=sessions.SECRET_NAME, now=ctx.clock()
+            )
+    return ctx.session_key
+
+
+async def signing_key(ctx: ServiceContext) -> str:
+    """session_key without blocking the event loop (the key is read once, then kept)."""
+    if ctx.session_key is not None:
+        return ctx.session_key
+    key: str = await anyio.to_thread.run_sync(session_key, ctx)
+    return key
+
+
+def _session_ended(gate: TokenGate, client: str) -> HTTPException:
+    """401 for a bad session cookie, counted against the client like a bad token."""
+    refused = _refused(gate, client, None, looked_up=False)
+    if refused.status_code != status.HTTP_401_UNAUTHORIZED:
+        return refused
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        detail="the console session is missing, expired or ended; log in again",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+async def session_authenticated(
+    request: Request, ctx: ServiceContext, cookie: str, gate: TokenGate, client: str
+) -> TokenInfo:
+    """The token a console session cookie names, checked like a bearer token; 401 if none.
+
+    A write (any method but GET, HEAD, OPTIONS) also needs the session's CSRF token in the
+    X-CSRF-Token header: a cookie alone is sent by the browser on any page's behalf.
+    """
+    key = await signing_key(ctx)
+    session = sessions.decode(cookie, key=key, now=ctx.clock().timestamp())
+    if session is None:
+        raise _session_ended(gate, client)
+    cached = ctx.session_tokens.get(session.token_id)
+    if cached is None or monotonic() - cached[2] >= TOKEN_CACHE_SECONDS:
+        engine = ctx.ingest_engine or ctx.engine
+
+        def look_up() -> tuple[TokenInfo, str] | None:
+            with engine.connect() as conn:
+                return tokens_repo.live_token_by_id(conn, token_id=session.token_id)
+
+        admission: Admission = request.app.state.admission
+        found = await anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
+        # A revoked token is remembered as such for the cache time too: no lookup per request.
+        cached = (None, "", monotonic()) if found is None else (*found, monotonic())
+        ctx.session_tokens[session.token_id] = cached
+    info, token_hash, _ = cached
+    if info is None or info.role is Role.AGENT or not sessions.matches_token(session, token_hash):
+        raise _session_ended(gate, client)
+    if request.method not in sessions.SAFE_METHODS and not sessions.csrf_ok(
+        session, request.headers.get(sessions.CSRF_HEADER), key=key
+    ):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"{sessions.CSRF_HEADER}: a write made with the console's session cookie "
+            "needs the CSRF token that GET /api/v1/session returns",
+        )
+    request.state.session = session
+    return info
+
+
 async def authenticated(request: Request, ctx: Ctx) -> TokenInfo:
-    """The caller's token, or 401 (429 after too many failures from the same client).
+    """The caller's token (bearer, else the console's session cookie), or 401 (429 after too
+    many failures from the same client).
 
     Known tokens come from the cache; a token looked up and refused within the cache time is
     refused without a lookup; other lookups run a few at a time on the ingest pool.
@@ -70,7 +142,17 @@ async def authenticated(request: Request, ctx: Ctx) -> TokenInfo:
     client = gate.client_of(request)
     token = bearer_token(request)
     if token is None:
+        cookie = request.cookies.get(sessions.COOKIE_NAME)
+        if cookie:
+            return await session_authenticated(request, ctx, cookie, gate, client)
         raise _refused(gate, client, None, looked_up=False)
+    return await check_token(request, ctx, token)
+
+
+async def check_token(request: Request, ctx: ServiceContext, token: str) -> TokenInfo:
+    """The live token ``token``, from the cache or the database; 401 (or 429) if none."""
+    gate: TokenGate = request.app.state.gate
+    client = gate.client_of(request)
     digest = tokens_repo.hash_token(token)
     now = monotonic()
     info = gate.cached(digest, now)

@@ -98,6 +98,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 _declare(op, "400", "the request cannot be carried out as asked")
             if path.endswith("/ingest"):
                 op["requestBody"] = _ingest_body(schema)
+            if path == "/api/v1/session" and method == "post":
+                op["security"] = []  # the console's login: the token is in the body
                 _declare(op, "413", "body larger than GPUWARDEN_INGEST_MAX_BODY_BYTES")
                 _declare(op, "415", "a Content-Encoding other than gzip")
             if path == "/api/v1/jobs" and method == "post":

@@ -337,3 +337,13 @@ outbox = Table(
     Column("sent_at", UTCDateTime, nullable=True),
     Index(None, "status", "next_attempt_at"),
 )
+
+# Secrets the service makes for itself at first start (the console's session-signing key), kept
+# in the database so every replica on it signs and checks alike.
+service_secrets = Table(
+    "service_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)

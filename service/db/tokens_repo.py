@@ -97,6 +97,14 @@ def authenticate(conn: Connection, *, token: str) -> TokenInfo | None:
     return _info(row)
 
 
+def live_token_by_id(conn: Connection, *, token_id: int) -> tuple[TokenInfo, str] | None:
+    """The live (unrevoked) token with ``token_id`` and its stored hash, or None."""
+    row = conn.execute(
+        select(api_tokens).where(api_tokens.c.id == token_id, api_tokens.c.revoked_at.is_(None))
+    ).first()
+    return None if row is None else (_info(row), str(row.token_hash))
+
+
 def list_tokens(conn: Connection) -> list[TokenInfo]:
     """Every token, revoked ones included, oldest first."""
     return [_info(r) for r in conn.execute(select(api_tokens).order_by(api_tokens.c.id))]

@@ -224,6 +224,17 @@ CASES = [
         ],
     ),
     Case("cost-report", "GET", "/api/v1/reports/cost", "/api/v1/reports/cost", reads()),
+    # The console's login reads the token of the body, whatever the header says.
+    Case(
+        "session-login",
+        "POST",
+        "/api/v1/session",
+        "/api/v1/session",
+        dict.fromkeys(CALLERS, 401),
+        body=lambda _, __: {"token": "gw_not-a-token"},
+    ),
+    Case("session-whoami", "GET", "/api/v1/session", "/api/v1/session", reads()),
+    Case("session-logout", "DELETE", "/api/v1/session", "/api/v1/session", reads(204)),
 ]
 
 

@@ -1,0 +1,191 @@
+"""The console's pages for a fleet of 1,000 GPUs: server time of every request each page makes.
+
+A served central process (one uvicorn worker) on a fresh database gets 1,000 GPUs (125 nodes x
+8) with two hours of samples a minute apart and 500 jobs of two GPUs each, rolled up. Then each
+console page's requests (the HTML shell, the session, the causes, and the API reads its script
+makes) are timed over loopback with a logged-in session cookie, as the browser sends them. The
+page's server time is the sum of its requests (the script runs the data reads in parallel, so the
+sum is an upper bound); the target is under 200 ms for the fleet page.
+
+    .venv/bin/python -m bench.console                 # SQLite
+    .venv/bin/python -m bench.console --backend postgresql
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+
+import httpx
+
+from bench.common import fresh_database, gpuwarden, machine, percentile, served
+
+NODES = 125
+GPUS_PER_NODE = 8
+HISTORY_MINUTES = 120
+JOBS = 500
+MODEL = "NVIDIA H100 80GB HBM3"
+GIB = 1024**3
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _uuid(node: int, index: int) -> str:
+    return f"GPU-bench-{node:03d}-{index}"
+
+
+def seed(api: httpx.Client, now: datetime, rng: random.Random) -> None:
+    """1,000 GPUs with two hours of minute samples, 500 jobs of two GPUs each, and prices."""
+    start = now - timedelta(minutes=HISTORY_MINUTES)
+    r = api.put(
+        "/prices",
+        json=[{"model_pattern": "*H100*", "usd_per_gpu_hour": 4.0,
+               "effective_from": "2020-01-01T00:00:00Z"}],
+    )  # fmt: skip
+    r.raise_for_status()
+    for node in range(NODES):
+        uuids = [_uuid(node, i) for i in range(GPUS_PER_NODE)]
+        kinds = [rng.random() for _ in uuids]
+        samples = []
+        for minute in range(HISTORY_MINUTES):
+            ts = _iso(start + timedelta(minutes=minute, seconds=30))
+            for u, kind in zip(uuids, kinds, strict=True):
+                busy = kind > 0.3
+                samples.append(
+                    {
+                        "gpu_uuid": u,
+                        "ts": ts,
+                        "metrics": {
+                            "sm_active": rng.uniform(0.6, 0.95) if busy else 0.0,
+                            "tensor_active": rng.uniform(0.3, 0.8) if kind > 0.6 else 0.0,
+                            "dram_active": rng.uniform(0.1, 0.4) if busy else 0.0,
+                            "gpu_util": 1.0 if busy else 0.0,
+                            "fb_used_bytes": int(
+                                (40 if busy else 20 if kind > 0.15 else 0.5) * GIB
+                            ),
+                            "power_watts": 500.0 if busy else 90.0,
+                        },
+                    }
+                )
+        batch = {
+            "node": {"hostname": f"bench-node-{node:03d}", "labels": {"rack": f"r{node % 8}"}},
+            "gpus": [{"uuid": u, "index": i, "model": MODEL, "fb_total_bytes": 80 * GIB}
+                     for i, u in enumerate(uuids)],
+            "samples": samples,
+        }  # fmt: skip
+        api.post("/ingest", json=batch).raise_for_status()
+    for job in range(JOBS):
+        node, pair = divmod(job, GPUS_PER_NODE // 2)
+        api.post(
+            "/jobs",
+            json={
+                "id": f"slurm:{10000 + job}",
+                "user": f"user{job % 40}",
+                "team": f"team{job % 12}",
+                "project": f"proj{job % 30}",
+                "gpus": [_uuid(node, 2 * pair), _uuid(node, 2 * pair + 1)],
+                "started_at": _iso(start + timedelta(minutes=rng.randint(0, 30))),
+            },
+        ).raise_for_status()
+
+
+def wait_for_rollups(api: httpx.Client, timeout: float = 300) -> None:
+    """Until the cost report sees today's data for every GPU (the rollup job has caught up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = api.get(
+            "/reports/cost", params={"group_by": "gpu", "start": "-3h", "end": "now"}
+        ).json()["rows"]
+        covered = sum(r["allocated_seconds"] for r in rows)
+        if len(rows) >= NODES * GPUS_PER_NODE and covered > 0.95 * NODES * GPUS_PER_NODE * 7000:
+            return
+        time.sleep(2)
+    raise RuntimeError("rollups did not catch up")
+
+
+PAGES: dict[str, list[tuple[str, dict[str, str] | None]]] = {
+    "fleet": [
+        ("/", None),
+        ("/api/v1/session", None),
+        ("/console/causes.json", None),
+        ("/api/v1/gpus", None),
+        ("/api/v1/reports/cost", {"group_by": "gpu", "start": "today", "end": "now"}),
+    ],
+    "jobs": [
+        ("/jobs", None),
+        ("/api/v1/session", None),
+        ("/api/v1/jobs", {"since": "7d"}),
+    ],
+    "costs": [
+        ("/costs", None),
+        ("/api/v1/session", None),
+        ("/api/v1/reports/cost", {"group_by": "team", "start": "-7d", "end": "now"}),
+    ],
+    "alerts": [
+        ("/alerts", None),
+        ("/api/v1/session", None),
+        ("/api/v1/alerts", {"limit": "500"}),
+        ("/api/v1/silences", None),
+    ],
+}
+
+
+def time_pages(client: httpx.Client, runs: int) -> dict[str, dict[str, list[float]]]:
+    """Per page, per request: the wall time (ms) of each of ``runs`` rounds."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for page, requests in PAGES.items():
+        per: dict[str, list[float]] = {path: [] for path, _ in requests}
+        per["page"] = []
+        for _ in range(runs + 1):  # the first round warms caches and is dropped
+            total = 0.0
+            for path, params in requests:
+                t0 = time.perf_counter()
+                r = client.get(path, params=params)
+                ms = (time.perf_counter() - t0) * 1000
+                r.raise_for_status()
+                per[path].append(ms)
+                total += ms
+            per["page"].append(total)
+        out[page] = {k: v[1:] for k, v in per.items()}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    rng = random.Random(19)
+    with fresh_database(args.backend) as url:
+        gpuwarden(url, "migrate")
+        admin = gpuwarden(url, "token", "create", "--role", "admin").strip().splitlines()[-1]
+        reader = gpuwarden(url, "token", "create", "--role", "reader").strip().splitlines()[-1]
+        with served(url, GPUWARDEN_EVAL_INTERVAL_SECONDS="3600") as (base, _):
+            bearer = {"Authorization": f"Bearer {admin}"}
+            with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
+                t0 = time.perf_counter()
+                seed(api, datetime.now(UTC), rng)
+                wait_for_rollups(api)
+                print(f"seeded {NODES * GPUS_PER_NODE} GPUs, {JOBS} jobs, "
+                      f"{HISTORY_MINUTES} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+            with httpx.Client(base_url=base, timeout=120) as browser:
+                browser.post("/api/v1/session", json={"token": reader}).raise_for_status()
+                results = time_pages(browser, args.runs)
+    print(f"console page server time, {args.backend}, {args.runs} runs, {machine()}")
+    print(f"{'page / request':<48} {'median ms':>10} {'p95 ms':>8}")
+    for page, per in results.items():
+        for path, values in per.items():
+            name = f"{page}: {path}" if path != "page" else f"{page} PAGE TOTAL"
+            print(f"{name:<48} {statistics.median(values):>10.1f} {percentile(values, 95):>8.1f}")
+    fleet = statistics.median(results["fleet"]["page"])
+    verdict = "under" if fleet < 200 else "OVER"
+    print(f"fleet page for {NODES * GPUS_PER_NODE} GPUs: {fleet:.1f} ms median, {verdict} 200 ms")
+
+
+if __name__ == "__main__":
+    main()

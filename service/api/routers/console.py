@@ -1,0 +1,133 @@
+"""The web console's pages, /docs and /redoc: HTML shells whose scripts are files of the package.
+
+Every script and style comes from ``service/api/static`` (no CDN), so the console and the API
+docs work offline. Console pages get a CSP without inline scripts; /docs and /redoc need one
+inline bootstrap script each, allowed by its hash and by nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from functools import cache
+from pathlib import Path
+
+from fastapi import APIRouter, Query
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from service.diagnosis import CAUSE_MEANING, CAUSES, WASTE_CAUSES
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_PREFIX = "/static"
+
+router = APIRouter(include_in_schema=False)
+
+_COMMON_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+    "Cache-Control": "no-store",
+}
+CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
+)
+
+
+def _docs_csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    # Swagger UI and ReDoc set style attributes and inject <style> elements at run time;
+    # scripts stay limited to our files and the one bootstrap script below.
+    return (
+        f"default-src 'none'; script-src 'self' 'sha256-{digest}'; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+        "connect-src 'self'; worker-src 'self' blob:; frame-ancestors 'none'; base-uri 'none'"
+    )
+
+
+def _page(html: str, csp: str) -> HTMLResponse:
+    return HTMLResponse(html, headers={**_COMMON_HEADERS, "Content-Security-Policy": csp})
+
+
+@cache
+def _shell() -> str:
+    return (STATIC_DIR / "console" / "index.html").read_text()
+
+
+def console_page() -> HTMLResponse:
+    """The console's one HTML shell; console.js draws the page the path names."""
+    return _page(_shell(), CONSOLE_CSP)
+
+
+for _path in ("/", "/jobs", "/costs", "/alerts"):
+    router.add_api_route(_path, console_page, methods=["GET"], response_class=HTMLResponse)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(
+    next: str | None = Query(None, description="the console path to open after logging in"),
+) -> HTMLResponse:
+    """The login page (the shell; the script draws the form and follows ``next``)."""
+    return console_page()
+
+
+@router.get("/jobs/{job_id:path}", response_class=HTMLResponse)
+def job_page(job_id: str) -> HTMLResponse:
+    """A job's page (the shell; the script reads the id from the path)."""
+    return console_page()
+
+
+@router.get("/console/causes.json")
+def causes() -> JSONResponse:
+    """The causes in their canonical order, with what each means and whether it is waste."""
+    waste = set(WASTE_CAUSES)
+    return JSONResponse(
+        [{"name": c.label, "meaning": CAUSE_MEANING[c], "waste": c in waste} for c in CAUSES],
+        headers={"Cache-Control": "max-age=3600"},
+    )
+
+
+_SWAGGER_BOOT = (
+    "window.ui = SwaggerUIBundle({url: '/openapi.json', dom_id: '#swagger-ui', "
+    "deepLinking: true, presets: [SwaggerUIBundle.presets.apis], layout: 'BaseLayout'});"
+)
+_REDOC_BOOT = "Redoc.init('/openapi.json', {}, document.getElementById('redoc'));"
+
+
+def _docs_html(title: str, head: str, body: str, script: str) -> str:
+    return (
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{title}</title>"
+        f"<link rel='icon' href='{STATIC_PREFIX}/console/favicon.svg'>{head}</head>"
+        f"<body>{body}<script>{script}</script></body></html>\n"
+    )
+
+
+@router.get("/docs", response_class=HTMLResponse)
+def swagger_ui() -> HTMLResponse:
+    """Swagger UI on the service's own copy of swagger-ui-dist."""
+    html = _docs_html(
+        "GPU Warden API (Swagger UI)",
+        f"<link rel='stylesheet' href='{STATIC_PREFIX}/vendor/swagger-ui/swagger-ui.css'>",
+        "<div id='swagger-ui'></div>"
+        f"<script src='{STATIC_PREFIX}/vendor/swagger-ui/swagger-ui-bundle.js'></script>",
+        _SWAGGER_BOOT,
+    )
+    return _page(html, _docs_csp(_SWAGGER_BOOT))
+
+
+@router.get("/redoc", response_class=HTMLResponse)
+def redoc() -> HTMLResponse:
+    """ReDoc on the service's own copy of the redoc standalone bundle."""
+    html = _docs_html(
+        "GPU Warden API (ReDoc)",
+        "",
+        "<div id='redoc'></div>"
+        f"<script src='{STATIC_PREFIX}/vendor/redoc/redoc.standalone.js'></script>",
+        _REDOC_BOOT,
+    )
+    return _page(html, _docs_csp(_REDOC_BOOT))

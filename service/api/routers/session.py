@@ -1,0 +1,108 @@
+"""``/api/v1/session``: the console's login (a token for a session cookie), who is in, logout."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api import sessions
+from service.api.deps import Ctx, Reader, check_token, session_key, signing_key
+from service.db import tokens_repo
+from service.db.tokens_repo import Role, TokenInfo
+
+router = APIRouter(prefix="/session", tags=["session"])
+
+
+class SessionCreate(BaseModel):
+    """``POST /session``: the reader or admin token to log in with (sent once, never stored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1, max_length=512)
+
+
+class SessionPublic(BaseModel):
+    """Who the caller is; with a session cookie also when it ends and its CSRF token."""
+
+    role: str
+    token_id: int
+    token_name: str | None
+    token_prefix: str
+    expires_at: datetime | None = None
+    # Send it as the X-CSRF-Token header on every write made with the session cookie.
+    csrf_token: str | None = None
+
+
+def _public(info: TokenInfo, session: sessions.Session | None, key: str) -> SessionPublic:
+    return SessionPublic(
+        role=info.role.value,
+        token_id=info.id,
+        token_name=info.name,
+        token_prefix=info.prefix,
+        expires_at=None if session is None else datetime.fromtimestamp(session.expires_at, tz=UTC),
+        csrf_token=None if session is None else sessions.csrf_token(session, key=key),
+    )
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+@router.post("", response_model=SessionPublic)
+async def login(
+    body: SessionCreate, request: Request, response: Response, ctx: Ctx
+) -> SessionPublic:
+    """Exchange a reader or admin token for an HttpOnly, SameSite=Strict session cookie.
+
+    The token is checked like a bearer token, failures counted against the client alike.
+    """
+    if not _same_origin(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="origin: log in from this site")
+    try:
+        info = await check_token(request, ctx, body.token.strip())
+    except HTTPException as exc:
+        if exc.status_code == status.HTTP_401_UNAUTHORIZED:
+            exc.detail = "token: unknown or revoked"
+        raise
+    if info.role is Role.AGENT:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, detail="token: agent tokens may not log in to the console"
+        )
+    key = await signing_key(ctx)
+    lifetime = ctx.settings.console_session_seconds
+    session = sessions.new_session(
+        token_id=info.id,
+        token_hash=tokens_repo.hash_token(body.token.strip()),
+        now=ctx.clock().timestamp(),
+        lifetime_seconds=lifetime,
+    )
+    response.set_cookie(
+        sessions.COOKIE_NAME,
+        sessions.encode(session, key=key),
+        max_age=int(lifetime),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    response.headers["Cache-Control"] = "no-store"
+    return _public(info, session, key)
+
+
+@router.get("", response_model=SessionPublic)
+def whoami(request: Request, response: Response, ctx: Ctx, info: Reader) -> SessionPublic:
+    """The caller's role and token; with the session cookie also its expiry and CSRF token."""
+    response.headers["Cache-Control"] = "no-store"
+    return _public(info, getattr(request.state, "session", None), session_key(ctx))
+
+
+@router.delete("", status_code=status.HTTP_204_NO_CONTENT)
+def logout(response: Response, _: Reader) -> None:
+    """Drop the session cookie (the token itself stays valid; revoke it to end every session)."""
+    response.delete_cookie(sessions.COOKIE_NAME, path="/", httponly=True, samesite="strict")

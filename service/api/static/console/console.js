@@ -1,0 +1,510 @@
+// GPU Warden console: plain modern JavaScript, no build step, no framework.
+// Every value that comes from the API reaches the page through textContent or an attribute set
+// by setAttribute on an element we created: never innerHTML, so a job label holding markup
+// shows as text. The session cookie is HttpOnly; writes send the CSRF token from /api/v1/session.
+"use strict";
+
+(() => {
+  const app = document.getElementById("app");
+  const STALE_SECONDS = 120; // no sample for this long: the GPU's figures are not current
+  const GIB = 1024 ** 3;
+  let session = null;
+  let causes = [];
+
+  // --- small helpers ---------------------------------------------------------------------
+
+  function el(tag, attrs, ...kids) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = String(value);
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const kid of kids.flat()) {
+      if (kid === undefined || kid === null || kid === false) continue;
+      node.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+    return node;
+  }
+
+  function clear(node) {
+    node.replaceChildren();
+    return node;
+  }
+
+  const usdFormat = new Intl.NumberFormat("en-US", {
+    style: "currency", currency: "USD", minimumFractionDigits: 2, maximumFractionDigits: 2,
+  });
+  const usd = (v) => (v === null || v === undefined ? "–" : usdFormat.format(v));
+  const pct = (v) => (v === null || v === undefined ? "–" : `${Math.round(v * 100)}%`);
+  const hours = (s) => (s === null || s === undefined ? "–" : (s / 3600).toFixed(s < 36000 ? 2 : 1));
+  const gib = (b) => (b === null || b === undefined ? "–" : (b / GIB).toFixed(b < 10 * GIB ? 1 : 0));
+
+  function when(iso) {
+    if (!iso) return "–";
+    const d = new Date(iso);
+    return `${d.toISOString().slice(0, 10)} ${d.toISOString().slice(11, 16)}Z`;
+  }
+
+  function causeColor(name) {
+    const v = getComputedStyle(document.documentElement).getPropertyValue(`--c-${name}`);
+    return v.trim() || "#98a2b3";
+  }
+
+  function causeChip(name) {
+    if (!name) return el("span", { class: "muted", text: "–" });
+    return el("span", { class: "chip", title: causeMeaning(name) },
+      el("span", { class: `dot c-${name}` }), name.replaceAll("_", " "));
+  }
+
+  function causeMeaning(name) {
+    const c = causes.find((x) => x.name === name);
+    return c ? c.meaning : "";
+  }
+
+  function meter(value, kind, label) {
+    if (value === null || value === undefined) return el("span", { class: "muted", text: "–" });
+    const bar = el("span");
+    bar.style.width = `${Math.max(0, Math.min(1, value)) * 100}%`;
+    return el("span", {}, el("span", { class: `meter ${kind || ""}` }, bar), label ?? pct(value));
+  }
+
+  function jobLink(id) {
+    return el("a", { href: `/jobs/${encodeURIComponent(id)}`, text: id });
+  }
+
+  function labelsText(labels) {
+    return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+  }
+
+  function card(key, value, cls) {
+    return el("div", { class: "card" }, el("div", { class: "k", text: key }),
+      el("div", { class: `v ${cls || ""}`, text: value }));
+  }
+
+  function table(headers, rows, attrs) {
+    const head = el("tr", {}, headers.map((h) => {
+      const [text, cls] = Array.isArray(h) ? h : [h, ""];
+      return el("th", { class: cls, text });
+    }));
+    return el("div", { class: "tablewrap" },
+      el("table", attrs || {}, el("thead", {}, head), el("tbody", {}, rows)));
+  }
+
+  function td(content, cls, attrs) {
+    return el("td", { class: cls, ...(attrs || {}) }, content);
+  }
+
+  function page(title, sub, ...kids) {
+    clear(app).append(el("h1", { text: title }), sub ? el("p", { class: "sub" }, sub) : "", ...kids);
+  }
+
+  function showError(err) {
+    app.append(el("p", { class: "err", text: `Could not load: ${err.message || err}` }));
+  }
+
+  // --- the API ---------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, detail) {
+      super(typeof detail === "string" ? detail : JSON.stringify(detail));
+      this.status = status;
+    }
+  }
+
+  async function api(path, { method = "GET", body } = {}) {
+    const headers = { Accept: "application/json" };
+    if (method !== "GET") {
+      headers["Content-Type"] = "application/json";
+      if (session && session.csrf_token) headers["X-CSRF-Token"] = session.csrf_token;
+    }
+    const response = await fetch(`/api/v1${path}`, {
+      method, headers, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 401 && location.pathname !== "/login") {
+      location.assign(`/login?next=${encodeURIComponent(location.pathname)}`);
+      throw new ApiError(401, "not logged in");
+    }
+    if (!response.ok) {
+      let detail = response.statusText;
+      try { detail = (await response.json()).detail; } catch { /* not JSON */ }
+      if (Array.isArray(detail)) detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
+      throw new ApiError(response.status, detail);
+    }
+    return response.status === 204 ? null : response.json();
+  }
+
+  const q = (params) => new URLSearchParams(Object.entries(params).filter(([, v]) => v)).toString();
+
+  // --- login -----------------------------------------------------------------------------
+
+  function loginPage() {
+    const input = el("input", { type: "password", id: "token", autocomplete: "off", placeholder: "gw_…", required: true });
+    const error = el("p", { class: "err", role: "alert" });
+    const form = el("form", { class: "panel login", id: "login-form" },
+      el("h1", { text: "Log in" }),
+      el("p", { class: "muted", text: "Paste a reader or admin token (gpuwarden token create --role reader). It is exchanged for a session cookie and not kept by the page." }),
+      el("label", { for: "token", text: "Token" }), input,
+      el("button", { type: "submit", text: "Log in" }), error);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      error.textContent = "";
+      try {
+        await api("/session", { method: "POST", body: { token: input.value } });
+        input.value = "";
+        const next = new URLSearchParams(location.search).get("next") || "/";
+        location.assign(next.startsWith("/") && !next.startsWith("//") ? next : "/");
+      } catch (err) {
+        error.textContent = err.status === 401 ? "Unknown or revoked token." : err.message;
+      }
+    });
+    clear(app).append(form);
+    input.focus();
+  }
+
+  // --- fleet -----------------------------------------------------------------------------
+
+  function gpuState(g, now) {
+    if (g.lost) return "lost";
+    if (!g.last_seen_at || g.cause === null || g.cause === undefined) return "no-data";
+    if ((now - new Date(g.last_seen_at).getTime()) / 1000 > STALE_SECONDS) return "no-data";
+    return { idle_empty: "idle", idle_held: "idle-held" }[g.cause] || "busy";
+  }
+
+  async function fleetPage() {
+    page("Fleet now", "Every GPU with its state, the cause of its latest sample, and what it wasted today (UTC).");
+    const [gpus, report] = await Promise.all([
+      api("/gpus"), api(`/reports/cost?${q({ group_by: "gpu", start: "today", end: "now" })}`),
+    ]);
+    const wasted = new Map(report.rows.map((r) => [r.key, r.unused_cost_usd]));
+    const now = Date.now();
+    const rank = { lost: 0, "idle-held": 1, idle: 2, "no-data": 3, busy: 4 };
+    const rows = gpus.map((g) => ({ g, state: gpuState(g, now), wasted: wasted.get(g.uuid) ?? null }));
+    rows.sort((a, b) => (b.wasted || 0) - (a.wasted || 0) || rank[a.state] - rank[b.state]
+      || a.g.node.localeCompare(b.g.node) || a.g.index - b.g.index);
+    const count = (s) => rows.filter((r) => r.state === s).length;
+    const total = report.rows.reduce((sum, r) => sum + (r.unused_cost_usd || 0), 0);
+    app.append(el("div", { class: "cards" },
+      card("GPUs", rows.length), card("busy", count("busy")), card("idle-held", count("idle-held"), count("idle-held") ? "bad" : ""),
+      card("idle", count("idle")), card("lost / no data", count("lost") + count("no-data")),
+      el("div", { class: "card", id: "wasted-today" }, el("div", { class: "k", text: "wasted today" }),
+        el("div", { class: "v bad", "data-usd": total.toFixed(2), text: usd(total) }))));
+
+    const options = (key) => [...new Set(rows.map(key).filter(Boolean))].sort();
+    const filters = {};
+    const select = (name, values) => {
+      const s = el("select", { id: `filter-${name}` }, el("option", { value: "", text: "all" }),
+        values.map((v) => el("option", { value: v, text: v })));
+      s.addEventListener("change", () => { filters[name] = s.value; draw(); });
+      return el("label", {}, name, s);
+    };
+    app.append(el("div", { class: "filters" },
+      select("node", options((r) => r.g.node)), select("model", options((r) => r.g.model)),
+      select("team", options((r) => r.g.team)), select("state", Object.keys(rank))));
+    const holder = el("div");
+    app.append(holder);
+
+    function draw() {
+      const shown = rows.filter((r) => (!filters.node || r.g.node === filters.node)
+        && (!filters.model || r.g.model === filters.model) && (!filters.team || r.g.team === filters.team)
+        && (!filters.state || r.state === filters.state));
+      const trs = shown.map(({ g, state, wasted: w }) => {
+        const used = g.latest ? g.latest.fb_used_bytes : undefined;
+        const totalBytes = g.fb_total_bytes || (g.latest ? g.latest.fb_total_bytes : undefined);
+        const current = state !== "lost" && state !== "no-data";
+        return el("tr", { "data-uuid": g.uuid },
+          td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
+          td(el("span", { class: `chip state-${state}`, text: state })),
+          td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
+          td(current ? meter(g.activity, "") : "–"),
+          td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
+          td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
+          td(g.job ? jobLink(g.job) : ""), td(g.user || ""), td(g.team || ""),
+          td(w === null ? "–" : usd(w), "num", { "data-usd": w === null ? "" : w.toFixed(2) }));
+      });
+      clear(holder).append(
+        el("p", { class: "muted", text: `${shown.length} of ${rows.length} GPUs, worst first` }),
+        table(["node", ["gpu", "num"], "model", "state", "cause", "activity", "tensor", "memory", "job", "user", "team", ["$ wasted today", "num"]],
+          trs, { id: "fleet" }));
+    }
+    draw();
+  }
+
+  // --- jobs ------------------------------------------------------------------------------
+
+  function rangeSelect(current, onChange) {
+    const s = el("select", { id: "range" }, [["24h", "last 24 hours"], ["7d", "last 7 days"], ["30d", "last 30 days"]]
+      .map(([v, t]) => el("option", { value: v, text: t, selected: v === current })));
+    s.addEventListener("change", () => onChange(s.value));
+    return el("label", {}, "range", s);
+  }
+
+  async function jobsPage(since = "7d") {
+    page("Jobs", "Jobs that ran in the range, ranked by wasted (unused) spend, with the cause of most of the waste.");
+    app.append(el("div", { class: "filters" }, rangeSelect(since, (v) => jobsPage(v).catch(showError))));
+    const jobs = await api(`/jobs?${q({ since })}`);
+    jobs.sort((a, b) => (b.unused_cost_usd ?? -1) - (a.unused_cost_usd ?? -1));
+    const trs = jobs.map((j) => el("tr", { "data-job": j.id },
+      td(jobLink(j.id)), td(j.user || "", "clip", { title: j.user || "" }), td(j.team || "", "clip"), td(j.project || "", "clip"),
+      td(when(j.started_at)), td(j.ended_at ? when(j.ended_at) : "running"),
+      td(usd(j.cost_usd), "num"), td(usd(j.unused_cost_usd), "num", { "data-usd": j.unused_cost_usd?.toFixed(2) ?? "" }),
+      td(pct(j.efficiency), "num"), td(causeChip(j.dominant_waste_cause)),
+      td(labelsText(j.labels), "mono clip", { title: labelsText(j.labels) })));
+    app.append(jobs.length
+      ? table(["job", "user", "team", "project", "started", "ended", ["cost", "num"], ["wasted", "num"], ["efficiency", "num"], "dominant waste cause", "labels"], trs, { id: "jobs" })
+      : el("p", { class: "muted", text: "No jobs in this range." }));
+  }
+
+  // --- one job ---------------------------------------------------------------------------
+
+  function causeBar(causesOf, id) {
+    const entries = Object.entries(causesOf || {}).filter(([, c]) => c.seconds > 0)
+      .sort((a, b) => b[1].seconds - a[1].seconds);
+    const total = entries.reduce((s, [, c]) => s + c.seconds, 0) || 1;
+    const bar = el("div", { class: "causebar", id });
+    for (const [name, c] of entries) {
+      const seg = el("span", { class: `c-${name}`, title: `${name}: ${hours(c.seconds)} GPU-h, ${usd(c.usd)}` });
+      seg.style.width = `${(c.seconds / total) * 100}%`;
+      bar.append(seg);
+    }
+    const legend = el("div", { class: "legend" }, entries.map(([name, c]) => el("span", { class: "item", "data-cause": name },
+      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · ${pct(c.seconds / total)}`)));
+    return [bar, entries.length ? legend : el("p", { class: "muted", text: "No covered time yet." })];
+  }
+
+  function alignSeries(seriesList) {
+    const xs = [...new Set(seriesList.flatMap((s) => s.points.map((p) => Date.parse(p.ts) / 1000)))].sort((a, b) => a - b);
+    const ys = seriesList.map((s) => {
+      const byTs = new Map(s.points.map((p) => [Date.parse(p.ts) / 1000, p.avg]));
+      return xs.map((x) => (byTs.has(x) ? byTs.get(x) : null));
+    });
+    return [xs, ...ys];
+  }
+
+  function chart(target, title, data, series, axes) {
+    const width = Math.max(320, target.clientWidth - 8);
+    // eslint-disable-next-line no-undef
+    const fromZero = (u, min, max) => [0, max > 0 ? max * 1.1 : 1];
+    const scales = { x: { time: true }, y: { range: fromZero }, bps: { range: fromZero }, gib: { range: fromZero } };
+    return new uPlot({ title, width, height: 200, series: [{}, ...series], axes, scales, legend: { live: true } }, data, target);
+  }
+
+  async function gpuCharts(holder, uuid, start, end) {
+    const metrics = ["activity", "tensor_active", "dram_active", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "fb_used_bytes"];
+    const got = await Promise.all(metrics.map((m) => api(`/gpus/${encodeURIComponent(uuid)}/series?${q({ metric: m, start, end })}`)
+      .catch(() => ({ points: [] }))));
+    const left = el("div", { class: "panel chart" });
+    const right = el("div", { class: "panel chart" });
+    holder.append(el("div", { class: "grid2" }, left, right));
+    const ratio = alignSeries(got.slice(0, 3));
+    const fmtPct = (u, vals) => vals.map((v) => `${Math.round(v * 100)}%`);
+    chart(left, "activity, tensor, DRAM", ratio, [
+      { label: "activity", stroke: causeColor("compute_no_tensor"), width: 2, value: (u, v) => (v == null ? "–" : pct(v)) },
+      { label: "tensor", stroke: causeColor("compute_tensor"), width: 2, value: (u, v) => (v == null ? "–" : pct(v)) },
+      { label: "DRAM", stroke: causeColor("memory_bound"), width: 1.5, value: (u, v) => (v == null ? "–" : pct(v)) },
+    ], [{}, { values: fmtPct, size: 48 }]);
+    const io = alignSeries(got.slice(3));
+    const gbs = (v) => (v == null ? "–" : `${(v / 1e9).toFixed(2)} GB/s`);
+    chart(right, "PCIe and memory", [io[0], io[1].map((v) => (v == null ? null : v)), io[2], io[3].map((v) => (v == null ? null : v / GIB))], [
+      { label: "PCIe tx", stroke: causeColor("transfer_bound"), width: 1.5, scale: "bps", value: (u, v) => gbs(v) },
+      { label: "PCIe rx", stroke: causeColor("launch_bound"), width: 1.5, scale: "bps", value: (u, v) => gbs(v) },
+      { label: "memory", stroke: causeColor("idle_held"), width: 2, scale: "gib", value: (u, v) => (v == null ? "–" : `${v.toFixed(1)} GiB`) },
+    ], [{}, { scale: "bps", values: (u, vals) => vals.map((v) => `${(v / 1e9).toFixed(1)} GB/s`), size: 84 },
+      { scale: "gib", side: 1, values: (u, vals) => vals.map((v) => `${v.toFixed(1)} GiB`), grid: { show: false }, size: 64 }]);
+  }
+
+  async function jobPage(id) {
+    const job = await api(`/jobs/${encodeURIComponent(id)}`);
+    const s = job.summary;
+    const who = ["user", "team", "project"].filter((k) => job[k]).map((k) => `${k} ${job[k]}`).join(" · ");
+    page(`Job ${job.id}`, `${who || "no owner recorded"} · from ${job.source} · ${when(job.started_at)} to ${job.ended_at ? when(job.ended_at) : "now (running)"}`);
+    const labels = Object.entries(job.labels || {});
+    if (labels.length) {
+      app.append(el("p", { id: "job-labels" }, "labels: ", labels.map(([k, v]) => el("span", { class: "chip mono", text: `${k}=${v}` })), ""));
+    }
+    app.append(el("div", { class: "cards", id: "job-cards" },
+      card("cost", usd(s.cost_usd)), el("div", { class: "card" }, el("div", { class: "k", text: "wasted (unused)" }),
+        el("div", { class: "v bad", id: "job-wasted", "data-usd": s.unused_cost_usd?.toFixed(2) ?? "", text: usd(s.unused_cost_usd) })),
+      card("idle cost", usd(s.idle_cost_usd)), card("efficiency", pct(s.efficiency)),
+      card("GPU-hours", hours(s.allocated_seconds)), card("GPUs", new Set(job.gpus.map((g) => g.gpu_uuid)).size)));
+
+    app.append(el("h2", { text: "Time by cause" }), el("div", { class: "panel" }, causeBar(s.causes, "job-causes")));
+
+    const recs = [];
+    const dominant = job.dominant_waste_cause || s.dominant_waste_cause;
+    if (dominant) recs.push(el("li", {}, el("strong", { text: `Most waste is ${dominant.replaceAll("_", " ")}: ` }), causeMeaning(dominant)));
+    for (const t of job.tags || []) recs.push(el("li", {}, el("strong", { text: `${t.tag}: ` }), t.hint));
+    app.append(el("h2", { text: "Recommendations" }), el("div", { class: "panel", id: "job-recs" },
+      recs.length ? el("ul", { class: "recs" }, recs) : el("p", { class: "muted", text: "Nothing to recommend: no waste cause dominates." })));
+    for (const w of job.warnings || []) app.append(el("p", { class: "note", text: w }));
+
+    const alerts = await api(`/alerts?${q({ job: job.id })}`);
+    app.append(el("h2", { text: "Alerts" }), alerts.length ? alertsTable(alerts) : el("p", { class: "muted", text: "No alerts for this job." }));
+
+    app.append(el("h2", { text: "Per GPU" }));
+    const start = job.started_at;
+    const end = job.ended_at || new Date().toISOString();
+    const perGpu = new Map((job.per_gpu || []).map((g) => [g.gpu_uuid, g]));
+    const uuids = [...new Set(job.gpus.map((g) => g.gpu_uuid))];
+    for (const uuid of uuids.slice(0, 16)) {
+      const g = perGpu.get(uuid);
+      const node = job.gpus.find((x) => x.gpu_uuid === uuid).node;
+      const holder = el("div", { class: "gpu", "data-uuid": uuid });
+      app.append(el("div", { class: "gpuhead" }, el("strong", { text: node }), el("span", { class: "mono muted", text: uuid }),
+        g ? el("span", { class: "muted", text: `cost ${usd(g.cost_usd)} · wasted ${usd(g.unused_cost_usd)} · efficiency ${pct(g.efficiency)}` }) : ""), holder);
+      if (g) holder.append(el("div", {}, causeBar(g.causes)[0]));
+      await gpuCharts(holder, uuid, start, end);
+    }
+    if (uuids.length > 16) app.append(el("p", { class: "muted", text: `${uuids.length - 16} more GPUs not drawn.` }));
+  }
+
+  // --- costs -----------------------------------------------------------------------------
+
+  async function costsPage(state = { group_by: "team", start: "-7d", end: "now" }) {
+    page("Costs", "Cost and wasted (unused) spend per group over a range; idle cost is the part with nothing running.");
+    const groupSel = el("select", { id: "group-by" }, ["team", "user", "node", "gpu_model", "job"]
+      .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === state.group_by })));
+    const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now or -7d" });
+    const endIn = el("input", { id: "end", value: state.end, size: 22 });
+    const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim() }).catch(showError);
+    const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
+    const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel), el("label", {}, "start", startIn),
+      el("label", {}, "end", endIn), el("button", { type: "submit", text: "Show" }), preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d"));
+    form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
+    groupSel.addEventListener("change", apply);
+    app.append(form);
+    const params = { group_by: state.group_by, start: state.start, end: state.end };
+    const report = await api(`/reports/cost?${q(params)}`);
+    const t = report.totals;
+    app.append(el("p", { class: "muted", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
+    for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
+    app.append(el("div", { class: "cards", id: "cost-totals" }, card("cost", usd(t.cost_usd)),
+      el("div", { class: "card" }, el("div", { class: "k", text: "wasted (unused)" }),
+        el("div", { class: "v bad", id: "total-wasted", "data-usd": t.unused_cost_usd?.toFixed(2) ?? "", text: usd(t.unused_cost_usd) })),
+      card("idle cost", usd(t.idle_cost_usd)), card("efficiency", pct(t.efficiency)), card("GPU-hours", hours(t.allocated_seconds)),
+      el("div", { class: "card" }, el("div", { class: "k", text: "download" }),
+        el("a", { class: "button", id: "csv", href: `/api/v1/reports/cost?${q({ ...params, format: "csv" })}`, download: `gpuwarden-cost-${state.group_by}.csv`, text: "CSV" }))));
+
+    const top = report.rows.slice(0, 20);
+    const max = Math.max(...top.map((r) => r.cost_usd || 0), 0.01);
+    const chartRows = top.flatMap((r) => {
+      const cost = el("span", { class: "cost" });
+      cost.style.width = `${((r.cost_usd || 0) / max) * 100}%`;
+      const waste = el("span", { class: "waste" });
+      waste.style.width = `${((r.unused_cost_usd || 0) / max) * 100}%`;
+      return [el("span", { class: "label", title: r.key, text: r.key }), el("span", { class: "track" }, cost, waste),
+        el("span", { class: "num", text: `${usd(r.unused_cost_usd)} of ${usd(r.cost_usd)}` })];
+    });
+    app.append(el("h2", { text: `Wasted of total cost per ${state.group_by.replace("_", " ")}` }),
+      el("div", { class: "panel" }, top.length ? el("div", { class: "hbar", id: "cost-chart" }, chartRows) : el("p", { class: "muted", text: "No data in this range." }),
+        el("p", { class: "legend muted" }, el("span", { class: "item" }, el("span", { class: "dot c-idle_held" }), "wasted (unused)"),
+          el("span", { class: "item" }, el("span", { class: "dot c-nodata" }), "total cost"))));
+    const trs = report.rows.map((r) => el("tr", { "data-key": r.key },
+      td(state.group_by === "job" && r.key !== "__unallocated__" ? jobLink(r.key) : r.key), td(String(r.gpus), "num"), td(String(r.jobs), "num"),
+      td(hours(r.allocated_seconds), "num"), td(usd(r.cost_usd), "num"), td(usd(r.idle_cost_usd), "num"),
+      td(usd(r.unused_cost_usd), "num", { "data-usd": r.unused_cost_usd?.toFixed(2) ?? "" }), td(pct(r.efficiency), "num"), td(causeChip(r.dominant_waste_cause))));
+    app.append(el("h2", { text: "Rows" }), table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["idle cost", "num"], ["wasted", "num"], ["efficiency", "num"], "dominant waste cause"], trs, { id: "costs" }));
+  }
+
+  // --- alerts and silences ---------------------------------------------------------------
+
+  function alertScope(labels) {
+    const l = labels || {};
+    const parts = [];
+    if (l.node) parts.push(l.gpu_index !== undefined && l.gpu_index !== "" ? `${l.node} GPU ${l.gpu_index}` : l.node);
+    if (l.user) parts.push(l.user);
+    if (l.team) parts.push(l.team);
+    return el("span", { title: labelsText(l) }, l.job_id ? [jobLink(l.job_id), parts.length ? " · " : ""] : "", parts.join(" · "));
+  }
+
+  const STATE_ORDER = { firing: 0, pending: 1, inactive: 2, resolved: 3 };
+
+  function alertsTable(alerts) {
+    const sorted = [...alerts].sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9)
+      || b.active_since.localeCompare(a.active_since));
+    const trs = sorted.map((a) => el("tr", { "data-alert": a.id },
+      td(el("span", { class: `chip st-${a.state}`, text: a.state })), td(a.policy), td(el("span", { class: `chip sev-${a.severity}`, text: a.severity })),
+      td(alertScope(a.labels)), td(`${a.value === null ? "–" : a.value.toFixed(3)} / ${a.threshold}`, "num"),
+      td(when(a.active_since)), td(when(a.fired_at)), td(when(a.resolved_at)),
+      td([a.silenced ? "silenced" : "", a.suppressed ? "suppressed" : "", a.stale ? "stale" : ""].filter(Boolean).join(", ")),
+      td(el("details", {}, el("summary", { text: `${a.history.length} change${a.history.length === 1 ? "" : "s"}` }),
+        el("ul", { class: "recs mono" }, a.history.map((h) => el("li", { text: `${when(h.ts)} ${h.from_state} → ${h.to_state}${h.value === null ? "" : ` (${h.value.toFixed(3)})`}` })),
+          el("li", { class: "muted", text: labelsText(a.labels) }))))));
+    return table(["state", "policy", "severity", "scope", ["value / threshold", "num"], "since", "fired", "resolved", "flags", "history"], trs, { id: "alerts" });
+  }
+
+  async function alertsPage() {
+    page("Alerts", "Alerts of the policies, firing first, with their history; silences mute notifications of matching alerts.");
+    const [alerts, silences] = await Promise.all([api("/alerts?limit=500"), api("/silences")]);
+    const firing = alerts.filter((a) => a.state === "firing").length;
+    app.append(el("div", { class: "cards" }, card("firing", firing, firing ? "bad" : ""), card("pending", alerts.filter((a) => a.state === "pending").length),
+      card("resolved", alerts.filter((a) => a.state === "resolved").length), card("active silences", silences.filter((s) => s.status === "active").length)));
+    app.append(alerts.length ? alertsTable(alerts) : el("p", { class: "muted", text: "No alerts yet." }));
+
+    app.append(el("h2", { text: "Silences" }));
+    const admin = session && session.role === "admin";
+    if (admin) app.append(silenceForm());
+    else app.append(el("p", { class: "muted", text: "Admins can create and expire silences." }));
+    const trs = silences.map((s) => el("tr", { "data-silence": s.id },
+      td(el("span", { class: `chip st-${s.status}`, text: s.status })), td(labelsText(s.matchers), "mono wrap"), td(when(s.starts_at)), td(when(s.ends_at)),
+      td(s.comment, "wrap"), td(s.created_by || ""),
+      td(admin && s.status !== "expired" ? el("button", { type: "button", class: "small danger", text: "Expire", onclick: async () => {
+        try { await api(`/silences/${s.id}`, { method: "DELETE" }); await alertsPage(); } catch (err) { showError(err); }
+      } }) : "")));
+    app.append(silences.length ? table(["status", "matchers", "starts", "ends", "comment", "by", ""], trs, { id: "silences" })
+      : el("p", { class: "muted", text: "No silences." }));
+  }
+
+  function silenceForm() {
+    const matchers = el("input", { id: "silence-matchers", size: 36, placeholder: "node=gpu-node-1, policy=gpu-idle*", required: true });
+    const duration = el("select", { id: "silence-hours" }, [["1", "1 hour"], ["4", "4 hours"], ["24", "1 day"], ["168", "7 days"]]
+      .map(([v, t]) => el("option", { value: v, text: t })));
+    const comment = el("input", { id: "silence-comment", size: 30, placeholder: "why", required: true });
+    const error = el("span", { class: "err" });
+    const form = el("form", { class: "inline panel", id: "silence-form" }, el("label", {}, "matchers (label=pattern, …)", matchers),
+      el("label", {}, "for", duration), el("label", {}, "comment", comment), el("button", { type: "submit", text: "Create silence" }), error);
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const pairs = matchers.value.split(",").map((p) => p.trim()).filter(Boolean).map((p) => p.split("=").map((x) => x.trim()));
+      if (!pairs.length || pairs.some((p) => p.length !== 2 || !p[0] || !p[1])) { error.textContent = "matchers: write label=pattern, separated by commas"; return; }
+      try {
+        await api("/silences", { method: "POST", body: {
+          matchers: Object.fromEntries(pairs), comment: comment.value,
+          ends_at: new Date(Date.now() + Number(duration.value) * 3600e3).toISOString(),
+          created_by: session.token_name || `token ${session.token_prefix}`,
+        } });
+        await alertsPage();
+      } catch (err) { error.textContent = err.message; }
+    });
+    return form;
+  }
+
+  // --- start -----------------------------------------------------------------------------
+
+  async function start() {
+    const path = location.pathname;
+    const name = path === "/" ? "fleet" : path.split("/")[1];
+    for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === name);
+    if (path === "/login") { loginPage(); return; }
+    session = await api("/session");
+    causes = await fetch("/console/causes.json").then((r) => r.json());
+    document.getElementById("who").textContent = `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
+    const logout = document.getElementById("logout");
+    logout.hidden = false;
+    logout.addEventListener("click", async () => { await api("/session", { method: "DELETE" }); location.assign("/login"); });
+    if (path === "/") await fleetPage();
+    else if (path === "/jobs") await jobsPage();
+    else if (path.startsWith("/jobs/")) await jobPage(decodeURIComponent(path.slice("/jobs/".length)));
+    else if (path === "/costs") await costsPage();
+    else if (path === "/alerts") await alertsPage();
+    document.body.dataset.ready = "1";
+  }
+
+  start().then(() => { document.body.dataset.ready = "1"; }).catch((err) => {
+    if (err.status !== 401) showError(err);
+    document.body.dataset.ready = "error";
+  });
+})();
