@@ -130,11 +130,6 @@ def decode_list_response(data: bytes) -> list[PodDevice]:
     return out
 
 
-def device_jobs(devices: list[PodDevice]) -> dict[str, PodDevice]:
-    """Device id (GPU or MIG UUID) -> the container it is allocated to."""
-    return {d.device_id: d for d in devices}
-
-
 class PodResourcesClient:
     """Calls ``List`` on the kubelet's pod-resources socket (grpcio, loaded on first use)."""
 
