@@ -49,7 +49,7 @@ _READS = (
     "nvlink_tx_bytes_per_second",
     "nvlink_rx_bytes_per_second",
 )
-_CHUNK = 10_000
+_CHUNK = 50_000
 
 
 def _backfill(conn: sa.Connection) -> None:
@@ -81,9 +81,29 @@ def _backfill(conn: sa.Connection) -> None:
                 updates.append(
                     {"a": d.activity, "r": int(d.rung), "c": int(d.cause), "g": r[0], "t": r[1]}
                 )
-        if updates:
+        if updates and conn.dialect.name == "postgresql":
+            _update_by_copy(conn, updates)
+        elif updates:
             conn.execute(update, updates)
         after = (rows[-1][0], rows[-1][1])
+
+
+def _update_by_copy(conn: sa.Connection, updates: list[dict[str, Any]]) -> None:
+    """On PostgreSQL: COPY the decisions into a scratch table and join it in one UPDATE
+    (several times faster than an UPDATE per row on a big samples table)."""
+    conn.exec_driver_sql(
+        "CREATE TEMPORARY TABLE IF NOT EXISTS gw_decisions "
+        "(gpu_id integer, ts timestamptz, a double precision, r smallint, c smallint)"
+    )
+    conn.exec_driver_sql("TRUNCATE gw_decisions")
+    raw: Any = conn.connection.dbapi_connection
+    with raw.cursor() as cur, cur.copy("COPY gw_decisions (gpu_id, ts, a, r, c) FROM STDIN") as cp:
+        for u in updates:
+            cp.write_row((u["g"], u["t"], u["a"], u["r"], u["c"]))
+    conn.exec_driver_sql(
+        "UPDATE samples s SET activity = d.a, activity_rung = d.r, cause = d.c "
+        "FROM gw_decisions d WHERE s.gpu_id = d.gpu_id AND s.ts = d.ts"
+    )
 
 
 def upgrade() -> None:
