@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -439,6 +439,25 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
+def _split_unrolled(
+    spans: Sequence[Span], rolled_until: Mapping[int, datetime | None], raw_cutoff: datetime
+) -> tuple[list[Span], list[Span]]:
+    """Spans cut where their GPU's rollups stop being complete: the parts before (for the
+    rollups) and after (for raw samples; never before raw retention, which holds nothing)."""
+    rolled: list[Span] = []
+    raw: list[Span] = []
+    for span in spans:
+        until = rolled_until.get(span.gpu_id, span.end)
+        cut = max(until or span.start, raw_cutoff, span.start)
+        if cut >= span.end:
+            rolled.append(span)
+            continue
+        if span.start < cut:
+            rolled.append(span._replace(end=cut))
+        raw.append(span._replace(start=cut))
+    return rolled, raw
+
+
 def sum_usage(
     conn: Connection,
     *,
@@ -449,16 +468,25 @@ def sum_usage(
     minute_cutoff: datetime,
     causes: bool = True,
     cause_energy: bool = False,
+    rolled_until: Mapping[int, datetime | None] | None = None,
+    raw_kept_from: datetime | None = None,
 ) -> list[Usage]:
     """Per group, the sum of factor x Usage over its spans.
 
     Spans inside 1m retention (from ``minute_cutoff``) are read from the 1m running totals,
     older ones bucket by bucket from the 1h and 1m rollups. Without ``causes`` the seconds
     per cause are not summed (the benchmark compares the two); the energy per cause only with
-    ``cause_energy`` (job summaries: a fleet report does not show it).
+    ``cause_energy`` (job summaries: a fleet report does not show it). With ``rolled_until``
+    (per GPU, up to when its rollups are complete) the rest of each span is read from raw
+    samples kept since ``raw_kept_from``, so data stored seconds ago, or replayed late, counts
+    at once.
     """
     fields = summed_fields(causes=causes, cause_energy=cause_energy)
     out = [Usage() for _ in range(n_groups)]
+    if rolled_until is not None:
+        spans, unrolled = _split_unrolled(spans, rolled_until, raw_kept_from or raw_cutoff)
+        if unrolled:
+            _raw(conn, unrolled, out, thresholds)
     recent = [span for span in spans if span.start >= minute_cutoff]
     old = [span for span in spans if span.start < minute_cutoff]
     if recent:

@@ -33,6 +33,10 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
         .where(rollup_1m.c.gpu_id == gpus.c.id)
         .scalar_subquery()
     )
+    # And its first raw sample: a replayed spool not rolled up yet is backfill too.
+    first_sample = (
+        select(func.min(samples.c.ts)).where(samples.c.gpu_id == gpus.c.id).scalar_subquery()
+    )
     query = select(
         gpus.c.id,
         gpus.c.uuid,
@@ -40,22 +44,33 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
         nodes.c.hostname,
         gpus.c.first_seen_at,
         type_coerce(first_minute, UTCDateTime()),
+        type_coerce(first_sample, UTCDateTime()),
     ).join(nodes, nodes.c.id == gpus.c.node_id)
     if gpu_ids is not None:
         query = query.where(gpus.c.id.in_(list(gpu_ids)))
     return {
-        gpu_id: GpuInfo(gpu_id, uuid, model, node, min(seen, minute or seen))
-        for gpu_id, uuid, model, node, seen, minute in conn.execute(query).all()
+        gpu_id: GpuInfo(gpu_id, uuid, model, node, min(seen, minute or seen, sample or seen))
+        for gpu_id, uuid, model, node, seen, minute, sample in conn.execute(query).all()
     }
 
 
-def pending_minutes(conn: Connection, *, start: datetime, end: datetime) -> int:
-    """GPU-minutes in [start, end) with samples not rolled up yet (reports read rollups)."""
-    query = select(func.count()).where(
-        rollup_dirty.c.bucket_start >= start - timedelta(minutes=1),
-        rollup_dirty.c.bucket_start < end,
+def rolled_until(conn: Connection, *, gpu_ids: Sequence[int]) -> dict[int, datetime | None]:
+    """Per GPU, up to when its 1m rollups are complete: its first minute with samples not
+    rolled up yet, else the end of its last bucket; None for a GPU with no bucket at all."""
+    last = select(func.max(rollup_1m.c.bucket_start)).where(rollup_1m.c.gpu_id == gpus.c.id)
+    first_dirty = select(func.min(rollup_dirty.c.bucket_start)).where(
+        rollup_dirty.c.gpu_id == gpus.c.id
     )
-    return int(conn.execute(query).scalar_one())
+    query = select(
+        gpus.c.id,
+        type_coerce(last.scalar_subquery(), UTCDateTime()),
+        type_coerce(first_dirty.scalar_subquery(), UTCDateTime()),
+    ).where(gpus.c.id.in_(list(gpu_ids)))
+    out: dict[int, datetime | None] = {}
+    for gpu_id, last_bucket, dirty in conn.execute(query).all():
+        ends = [t for t in (last_bucket and last_bucket + timedelta(minutes=1), dirty) if t]
+        out[gpu_id] = min(ends) if ends else None
+    return out
 
 
 def load_allocations(

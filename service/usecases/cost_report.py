@@ -222,6 +222,8 @@ def attribute(
         minute_cutoff=now - timedelta(days=settings.retention_1m_days),
         causes=causes,
         cause_energy=cause_energy,
+        rolled_until=costs_repo.rolled_until(conn, gpu_ids=list(gpu_info)),
+        raw_kept_from=now - timedelta(days=settings.retention_raw_days),
     )
     lines = [
         Line(job_id, gpu_id, seconds, usage, price)
@@ -347,7 +349,7 @@ def cost_report(
         "rows": rows,
         "totals": report_row(total, settings, assumptions),
         "price_source": att.price_source,
-        "warnings": att.warnings + _explanations(conn, settings, att, total, start, end),
+        "warnings": att.warnings + _explanations(att, total),
     }
 
 
@@ -357,26 +359,14 @@ DEFAULT_PRICES_NOTE = (
 )
 
 
-def _explanations(
-    conn: Connection,
-    settings: Settings,
-    att: Attribution,
-    total: Summary,
-    start: datetime,
-    end: datetime,
-) -> list[str]:
-    """What a first report needs said: why it may be empty, and whose prices it uses."""
+def _explanations(att: Attribution, total: Summary) -> list[str]:
+    """What a first report needs said: why it may be empty, and whose prices it uses (samples
+    not rolled up yet are read raw, so they need no word)."""
     out = []
     if not att.gpus:
         out.append(
             "no GPU has reported yet: start an agent on a GPU node (gpuwarden agent) "
             "or try gpuwarden demo"
-        )
-    pending = costs_repo.pending_minutes(conn, start=start, end=end)
-    if pending:
-        out.append(
-            f"{pending} GPU-minutes of recent samples are not rolled up yet (rollups run "
-            f"every {settings.rollup_interval_seconds:g} s) and are left out: ask again in a minute"
         )
     if att.price_source == "default" and total.held_seconds > 0:
         out.append(DEFAULT_PRICES_NOTE)

@@ -1,0 +1,73 @@
+"""Exact figures: samples stored seconds ago, or replayed late into minutes already rolled up,
+count in a job summary and the cost report at once (read from raw samples until the rollup job
+has run); on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from service.scheduler import rollup_once
+from tests.alerting_support import add_job, auth
+from tests.support import FakeClock, make_batch
+
+METRICS = {"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 20 * 2**30}  # idle, held
+
+
+def post(http: httpx.Client, token: str, start: Any, count: int) -> None:
+    batch = make_batch(start=start, count=count, metrics=METRICS)
+    http.post("/api/v1/ingest", json=batch, headers=auth(token)).raise_for_status()
+
+
+def summary(http: httpx.Client, token: str, job_id: str) -> dict[str, Any]:
+    r = http.get(f"/api/v1/jobs/{job_id}", headers=auth(token))
+    assert r.status_code == 200, r.text
+    return r.json()["summary"]  # type: ignore[no-any-return]
+
+
+def test_a_summary_read_seconds_after_ingest_counts_every_sample(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    """A 12-minute job whose 72 samples were just stored: 720 s with data, not 720 s of none."""
+    start = clock() - timedelta(minutes=12)
+    post(http, tokens["agent"], start, 72)
+    add_job(engine, "j12", ("GPU-a0",), started_at=start)
+    s = summary(http, tokens["reader"], "j12")  # the rollup job has not run
+    assert s["allocated_seconds"] == pytest.approx(720, abs=0.5)
+    assert s["nodata_seconds"] == pytest.approx(0, abs=0.5)
+    assert s["causes"]["idle_held"]["seconds"] == pytest.approx(720, abs=0.5)
+    report = http.get(
+        "/api/v1/reports/cost", params={"since": "1h"}, headers=auth(tokens["reader"])
+    ).json()
+    (row,) = [r for r in report["rows"] if r["key"] == "j12"]
+    assert row["allocated_seconds"] == pytest.approx(720, abs=0.5)
+    # Once rolled up, the same figures.
+    rollup_once(app.state.ctx)
+    after = summary(http, tokens["reader"], "j12")
+    assert after["allocated_seconds"] == pytest.approx(s["allocated_seconds"], abs=1e-6)
+    assert after["unused_seconds"] == pytest.approx(s["unused_seconds"], abs=1e-6)
+
+
+def test_a_spool_replayed_into_rolled_up_minutes_counts_at_once(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    """The middle 4 minutes of a 12-minute job arrive after the rest was rolled up."""
+    start = clock() - timedelta(minutes=12)
+    post(http, tokens["agent"], start, 24)  # minutes 0-4
+    add_job(engine, "jspool", ("GPU-a0",), started_at=start)
+    post(http, tokens["agent"], start + timedelta(minutes=8), 24)  # minutes 8-12
+    rollup_once(app.state.ctx)
+    gap = summary(http, tokens["reader"], "jspool")
+    # The last sample (at 230 s) covers 60 s (max_gap); 290 s to 480 s has no data.
+    assert gap["nodata_seconds"] == pytest.approx(190, abs=0.5)
+    post(http, tokens["agent"], start + timedelta(minutes=4), 24)  # the replayed spool
+    s = summary(http, tokens["reader"], "jspool")
+    assert s["allocated_seconds"] == pytest.approx(720, abs=0.5)
+    assert s["nodata_seconds"] == pytest.approx(0, abs=0.5)
+    rollup_once(app.state.ctx)
+    assert summary(http, tokens["reader"], "jspool")["allocated_seconds"] == pytest.approx(
+        720, abs=0.5
+    )
