@@ -172,7 +172,7 @@ def attribute(
     end: datetime,
     now: datetime,
     gpu_ids: Sequence[int] | None = None,
-    raw_edges: bool = True,
+    raw_edges: bool | None = True,
     causes: bool = True,
     cause_energy: bool = False,
 ) -> Attribution:
@@ -183,7 +183,8 @@ def attribute(
 
     With ``raw_edges`` the seconds at each share's edges come from raw samples (while raw
     retention holds them), else pro rata from their 1m bucket: at most a minute's error per
-    edge, for reports over thousands of jobs where reading raw samples would dominate.
+    edge, for reports over thousands of jobs where reading raw samples would dominate; None
+    decides by the number of such spans (``report_raw_edge_spans``).
     """
     end = min(end, now)
     table = effective_prices(conn, settings)
@@ -213,12 +214,13 @@ def attribute(
         return row.usd_per_gpu_hour
 
     keys, held, spans = group_segments(segments, price_of)
+    raw_from = now - timedelta(days=settings.retention_raw_days)
     usages = cost_sums.sum_usage(
         conn,
         spans=spans,
         n_groups=len(keys),
         thresholds=thresholds_of(settings),
-        raw_cutoff=now - timedelta(days=settings.retention_raw_days) if raw_edges else _NEVER,
+        raw_cutoff=raw_from if _raw_edges(raw_edges, spans, raw_from, settings) else _NEVER,
         minute_cutoff=now - timedelta(days=settings.retention_1m_days),
         causes=causes,
         cause_energy=cause_energy,
@@ -237,6 +239,23 @@ def attribute(
     for warning in warnings:
         log.warning(warning)
     return Attribution(lines, gpu_info, job_info, warnings, table.source)
+
+
+def _raw_edges(
+    wanted: bool | None, spans: Sequence[Any], raw_from: datetime, settings: Settings
+) -> bool:
+    """Whether to read the spans' edges from raw samples: as ``wanted``, or (None) when at most
+    ``report_raw_edge_spans`` spans have an edge raw retention holds."""
+    if wanted is not None:
+        return wanted
+    limit = settings.report_raw_edge_spans
+    recent = 0
+    for span in spans:
+        if span.end >= raw_from:
+            recent += 1
+            if recent > limit:
+                return False
+    return True
 
 
 def _key_fn(att: Attribution, group_by: str) -> Any:
@@ -304,7 +323,7 @@ def cost_report(
         raise ValidationFailed("tag", f"unknown tag {tag!r}; one of {TAGS}")
     check_range(settings, start=start, end=end, now=now)
     att = attribute(
-        conn, settings=settings, start=start, end=end, now=now, raw_edges=False, causes=causes
+        conn, settings=settings, start=start, end=end, now=now, raw_edges=None, causes=causes
     )
     lines = att.lines
     tags = job_tag_map(att, settings) if group_by == "job" or tag is not None else {}

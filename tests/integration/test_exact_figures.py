@@ -71,3 +71,54 @@ def test_a_spool_replayed_into_rolled_up_minutes_counts_at_once(
     assert summary(http, tokens["reader"], "jspool")["allocated_seconds"] == pytest.approx(
         720, abs=0.5
     )
+
+
+# Jobs of a minute to days on one GPU, starting and ending at odd seconds, sampled every 30 s
+# with an activity that changes every sample (so pro rata edges would be off).
+JOBS = [
+    ("one-minute", timedelta(minutes=3, seconds=7), timedelta(minutes=1)),
+    ("seven-minutes", timedelta(minutes=9, seconds=41), timedelta(minutes=7, seconds=13)),
+    ("three-hours", timedelta(minutes=20, seconds=19), timedelta(hours=3, minutes=17, seconds=4)),
+    ("two-days", timedelta(hours=4, seconds=53), timedelta(days=2, hours=5, seconds=17)),
+]
+
+
+def test_report_rows_equal_job_summaries_for_jobs_of_a_minute_to_days(
+    engine, clock: FakeClock
+) -> None:
+    from service.db import jobs_repo
+    from service.settings import Settings
+    from service.usecases.cost_report import cost_report, job_summary
+    from tests.integration.cost_data import roll_up, store_series
+
+    t0 = clock() - timedelta(days=3)
+    count = int(timedelta(days=3).total_seconds() // 30)
+    metrics = [
+        {"sm_active": (k * 37 % 100) / 100, "gpu_util": 0.5, "fb_used_bytes": 2**33}
+        for k in range(count)
+    ]
+    store_series(engine, clock, uuid="GPU-x", start=t0, metrics=metrics, interval_seconds=30)
+    roll_up(engine)
+    for job_id, offset, length in JOBS:
+        add_job(engine, job_id, ("GPU-x",), started_at=t0 + offset)
+        with engine.begin() as conn:
+            jobs_repo.end_job(conn, job_id=job_id, ended_at=t0 + offset + length, now=clock())
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False), run_scheduler=False
+    )
+    with engine.connect() as conn:
+        report = cost_report(
+            conn, settings=settings, start=t0, end=clock(), now=clock(), group_by="job"
+        )
+        rows = {r["key"]: r for r in report["rows"]}
+        for job_id, _, length in JOBS:
+            job = jobs_repo.get_job(conn, job_id=job_id)
+            assert job is not None
+            s = job_summary(conn, settings=settings, job=job, now=clock())["summary"]
+            row = rows[job_id]
+            # Overlapping jobs share the GPU, so compare the report with the summary, not with
+            # the job's length.
+            for field in ("allocated_seconds", "unused_seconds", "idle_seconds", "cost_usd"):
+                assert row[field] == pytest.approx(s[field], rel=0.005), (job_id, field)
+            assert row["nodata_seconds"] == pytest.approx(s["nodata_seconds"], abs=0.5)
+            assert s["held_seconds"] <= length.total_seconds() + 1e-6
