@@ -25,6 +25,7 @@ from service.api.routers import (
     alerts,
     channels,
     console,
+    fleet,
     gpus,
     health,
     ingest,
@@ -162,6 +163,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
+    app.include_router(fleet.router, prefix="/api/v1")
     for module in (policies, channels, silences, alerts):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(jobs_router.router, prefix="/api/v1")

@@ -233,6 +233,7 @@ CASES = [
         dict.fromkeys(CALLERS, 401),
         body=lambda _, __: {"token": "gw_not-a-token"},
     ),
+    Case("fleet", "GET", "/api/v1/fleet", "/api/v1/fleet", reads()),
     Case("session-whoami", "GET", "/api/v1/session", "/api/v1/session", reads()),
     Case("session-logout", "DELETE", "/api/v1/session", "/api/v1/session", reads(204)),
 ]

@@ -35,6 +35,23 @@ class GpuPublic(BaseModel):
     team: str | None = None
 
 
+class FleetGpuPublic(GpuPublic):
+    """A GPU with the wasted (unused) USD of its time since midnight UTC (null if unpriced)."""
+
+    wasted_today_usd: float | None = None
+
+
+class FleetPublic(BaseModel):
+    """The fleet now: every GPU with what it wasted today, the day's total, the price source."""
+
+    start: datetime  # midnight UTC: "today" as the service's clock has it
+    now: datetime
+    gpus: list[FleetGpuPublic]
+    wasted_today_usd: float
+    price_source: Literal["api", "config", "default"]
+    warnings: list[str]
+
+
 class SeriesPointPublic(BaseModel):
     """One step of a series; ``ts`` is the start of the step."""
 

@@ -176,17 +176,14 @@
 
   async function fleetPage() {
     page("Fleet now", "Every GPU with its state, the cause of its latest sample, and what it wasted today (UTC).");
-    const [gpus, report] = await Promise.all([
-      api("/gpus"), api(`/reports/cost?${q({ group_by: "gpu", start: "today", end: "now" })}`),
-    ]);
-    const wasted = new Map(report.rows.map((r) => [r.key, r.unused_cost_usd]));
-    const now = Date.now();
+    const fleet = await api("/fleet");
+    const now = Date.parse(fleet.now);
     const rank = { lost: 0, "idle-held": 1, idle: 2, "no-data": 3, busy: 4 };
-    const rows = gpus.map((g) => ({ g, state: gpuState(g, now), wasted: wasted.get(g.uuid) ?? null }));
+    const rows = fleet.gpus.map((g) => ({ g, state: gpuState(g, now), wasted: g.wasted_today_usd }));
     rows.sort((a, b) => (b.wasted || 0) - (a.wasted || 0) || rank[a.state] - rank[b.state]
       || a.g.node.localeCompare(b.g.node) || a.g.index - b.g.index);
     const count = (s) => rows.filter((r) => r.state === s).length;
-    const total = report.rows.reduce((sum, r) => sum + (r.unused_cost_usd || 0), 0);
+    const total = fleet.wasted_today_usd;
     app.append(el("div", { class: "cards" },
       card("GPUs", rows.length), card("busy", count("busy")), card("idle-held", count("idle-held"), count("idle-held") ? "bad" : ""),
       card("idle", count("idle")), card("lost / no data", count("lost") + count("no-data")),
