@@ -6,7 +6,7 @@ of history and some jobs. Then, for --seconds: --agents agents each post one gzi
 their timings are not skewed by the flood's client; in a second process --readers closed-loop
 readers cycle through the read routes (GPU list, alerts, 1 h and 7 d series, job list, cost
 report) and --flooders closed-loop clients send bad tokens (half fresh random ones, half one
-fixed token). Prints the agents' errors and ingest p50/p99 beside the readers' and the flood's
+fixed token). The seed's rollups finish first (the steady state). Prints the agents' errors and ingest p50/p99 beside the readers' and the flood's
 outcomes. Target: agents 0 errors and ingest p99 < 1 s; readers answered (200, or 503/429) within
 1 s, never a 500 or a hang (client timeout 10 s). Usage:
 python -m bench.overload [--db sqlite|postgresql|both] [--seconds 30]
@@ -269,6 +269,7 @@ def run(kind: str, args: argparse.Namespace) -> None:
         admin = gpuwarden(url, "token", "create", "--role", "admin").strip().splitlines()[-1]
         with served(url) as (base, _proc):
             seed(base, tokens, admin, args.seed_minutes)
+            _settle(base)
             ctx = mp.get_context("spawn")
             q_agents, q_load = ctx.Queue(), ctx.Queue()
             p_agents = ctx.Process(
@@ -293,10 +294,44 @@ def run(kind: str, args: argparse.Namespace) -> None:
             load = q_load.get(timeout=args.seconds + 120)
             p_agents.join(30)
             p_load.join(30)
+            server_side = _ingest_histogram(base)
             healthz0 = time.perf_counter()
             httpx.get(base + "/healthz", timeout=30).raise_for_status()
             healthz = time.perf_counter() - healthz0
     report(kind, args, shipped, load, healthz)
+    print(f"server-side ingest handler time (from its histogram): {server_side}")
+
+
+def _settle(base: str, timeout: float = 90.0) -> None:
+    """Wait (bounded) until the seed's rollups are done (the count of recomputed buckets stops
+    moving for a rollup interval): measure the steady state, not the seed's backlog."""
+    deadline = time.monotonic() + timeout
+    last, still = -1.0, 0
+    while time.monotonic() < deadline:
+        text = httpx.get(base + "/metrics", timeout=30).text
+        done = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("gpuwarden_rollup_buckets_recomputed_total ")
+        )
+        still = still + 1 if done == last and done > 0 else 0
+        if still >= 16:
+            return
+        last = done
+        time.sleep(1)
+
+
+def _ingest_histogram(base: str) -> str:
+    """How many batches the handler itself took over 0.25 / 1 / 2.5 s (decode, validate, store)."""
+    text = httpx.get(base + "/metrics", timeout=30).text
+    buckets: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("gpuwarden_ingest_batch_duration_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets[le] = float(line.rsplit(" ", 1)[1])
+    total = buckets.get("+Inf", 0.0)
+    over = {le: total - buckets.get(le, total) for le in ("0.25", "1.0", "2.5")}
+    return f"{total:.0f} batches, over 0.25 s: {over['0.25']:.0f}, over 1 s: {over['1.0']:.0f}"
 
 
 def report(

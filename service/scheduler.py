@@ -53,11 +53,20 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
+# SQLite has one writer: a rollup transaction holds it from agents' batches, so there the
+# transactions are shorter and a pause between them lets a waiting batch in.
+SQLITE_ROLLUP_LIMIT = 250
+SQLITE_WRITER_PAUSE_SECONDS = 0.02
+
+
 def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
     """Recompute dirty rollup buckets until none are left, ``limit`` per transaction.
 
     Small transactions keep memory flat when a replayed spool leaves a large backlog.
     """
+    sqlite = ctx.engine.dialect.name == "sqlite"
+    if sqlite:
+        limit = min(limit, SQLITE_ROLLUP_LIMIT)
     total = 0
     while True:
         with ctx.engine.begin() as conn:
@@ -66,6 +75,8 @@ def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
         ctx.telemetry.rollup_buckets.inc(n)
         if n < limit:
             break
+        if sqlite:
+            time.sleep(SQLITE_WRITER_PAUSE_SECONDS)
     return total
 
 

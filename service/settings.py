@@ -58,9 +58,9 @@ class Settings(BaseSettings):
     ingest_max_concurrent: int = Field(4, ge=1)  # batches stored at once, on their own pool
     ingest_statement_timeout_seconds: float = Field(10.0, gt=0)
     auth_max_concurrent_lookups: int = Field(2, ge=1)  # token lookups at once (ingest pool)
-    max_concurrent_reads: int = Field(8, ge=1)  # API reads at once; more wait, then 503
+    max_concurrent_reads: int = Field(4, ge=1)  # API reads at once; more wait, then 503
     max_expensive_reads: int = Field(2, ge=1)  # cost reports, job summaries, long series
-    admission_wait_seconds: float = Field(0.5, ge=0)  # how long a read waits for a slot
+    admission_wait_seconds: float = Field(0.1, ge=0)  # how long a read waits for a slot
     auth_failure_burst: int = Field(20, ge=1)  # failed attempts a client may make at once
     auth_failure_refill_per_second: float = Field(1.0, gt=0)  # then this many a second
     trusted_proxies: str = ""  # comma-separated CIDRs whose X-Forwarded-For is believed

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from service import __version__
 from service.api.deps import session_key
-from service.api.gate import Admission, TokenGate
+from service.api.gate import Admission, FailFast, TokenGate
 from service.api.input_guard import RejectNul
 from service.api.openapi import install_openapi
 from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
@@ -160,6 +160,8 @@ def create_app(
     for error in OUTAGE_ERRORS:
         app.add_exception_handler(error, database_unavailable)
     app.add_middleware(RejectNul, skip_body_paths=("/api/v1/ingest",))
+    # Added last, so it runs first: a throttled client's refusal costs no parsing or routing.
+    app.add_middleware(FailFast, gate=app.state.gate)
     app.include_router(health.router)
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")

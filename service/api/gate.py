@@ -13,6 +13,7 @@ Three rules keep agents' ingest working while readers or attackers overload the 
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import threading
 import time
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 
 import anyio
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.db.tokens_repo import TokenInfo
+from service.db.tokens_repo import TokenInfo, hash_token
 from service.errors import Unavailable
 from service.settings import Settings
 
@@ -94,13 +96,27 @@ class TokenGate:
         """The client's address: the peer, or the last untrusted X-Forwarded-For hop behind a
         trusted proxy (a client cannot choose its own address by sending the header itself)."""
         peer = request.client.host if request.client else "unknown"
+        return self.client_from(peer, request.headers.get("x-forwarded-for", ""))
+
+    def client_from(self, peer: str, forwarded_for: str) -> str:
+        """client_of for a peer address and an X-Forwarded-For header value."""
         if not self.trusted_proxies or not _in(peer, self.trusted_proxies):
             return peer
-        hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
+        hops = [h.strip() for h in forwarded_for.split(",")]
         for hop in reversed([h for h in hops if h]):
             if not _in(hop, self.trusted_proxies):
                 return hop
         return peer
+
+    def throttled(self, client: str, digest: str | None, now: float) -> bool:
+        """Whether this attempt is refused before any work: the client has spent its failure
+        budget and the token is neither cached valid nor ever seen valid."""
+        if digest is not None and (
+            self.cached(digest, now) is not None or digest in self._known_good
+        ):
+            return False
+        with self._lock:
+            return self._refilled(client, now).tokens < 1
 
     def cached(self, digest: str, now: float) -> TokenInfo | None:
         """The token's record if it was looked up valid within TOKEN_CACHE_SECONDS."""
@@ -225,3 +241,49 @@ class Admission:
 def monotonic() -> float:
     """Seconds on the monotonic clock (the caches' and the throttle's time)."""
     return time.monotonic()
+
+
+class FailFast:
+    """ASGI middleware answering 429 to a throttled client's unknown token before any routing.
+
+    Under a flood the cheapest refusal keeps the event loop's turns short, which is what agents'
+    batches wait on; the full check (FastAPI's dependency) still runs for everyone else.
+    """
+
+    def __init__(self, app: ASGIApp, *, gate: TokenGate) -> None:
+        self.app = app
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        token = token.strip()
+        digest = hash_token(token) if scheme.lower() == "bearer" and token else None
+        client = scope.get("client")
+        peer = client[0] if client else "unknown"
+        who = self.gate.client_from(peer, headers.get(b"x-forwarded-for", b"").decode("latin-1"))
+        now = monotonic()
+        if not self.gate.throttled(who, digest, now):
+            await self.app(scope, receive, send)
+            return
+        try:
+            self.gate.refuse(who, digest, now, looked_up=False)
+        except Throttled as exc:
+            body = json.dumps({"detail": str(exc)}).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"retry-after", str(exc.retry_after_seconds).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
