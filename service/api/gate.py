@@ -266,7 +266,9 @@ class FailFast:
         peer = client[0] if client else "unknown"
         who = self.gate.client_from(peer, headers.get(b"x-forwarded-for", b"").decode("latin-1"))
         now = monotonic()
-        if not self.gate.throttled(who, digest, now):
+        # A console session (a cookie, no bearer) is judged by the full check, never refused here.
+        session = digest is None and b"cookie" in headers
+        if session or not self.gate.throttled(who, digest, now):
             await self.app(scope, receive, send)
             return
         try:
