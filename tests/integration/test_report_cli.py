@@ -85,6 +85,9 @@ def test_table_shows_the_most_wasteful_job_first(capsys, server: str, tokens, jo
     # The dominant waste cause per job, and the time by cause of the totals.
     assert "idle_held 50% $2.00" in out
     assert "time by cause: compute_tensor 75% ($6.00), idle_held 25% ($2.00)" in out
+    # The fix that saves the most per row, and the totals' fixes: release the idle-held half.
+    assert "$2.00 (idle_held)" in out
+    assert "fixes of the totals save $2.00: idle_held $2.00 (end the idle process" in out
 
 
 def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
@@ -96,6 +99,8 @@ def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
     assert float(rows[0]["idle_held_seconds"]) == pytest.approx(1800)
     assert float(rows[0]["idle_held_usd"]) == pytest.approx(2.0)
     assert rows[0]["dominant_waste_cause"] == "idle_held"
+    assert rows[0]["top_fix"] == "idle_held"
+    assert float(rows[0]["top_fix_saving_usd"]) == pytest.approx(2.0)
     code, out, _ = run(capsys, server, tokens["reader"], "--group-by", "team", "--json")
     data = json.loads(out)
     assert data["totals"]["unused_cost_usd"] == pytest.approx(2.4 + 0.4)
