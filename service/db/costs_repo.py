@@ -7,10 +7,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select, type_coerce
+from sqlalchemy import Connection, and_, func, or_, select, type_coerce
 
 from service.costs.waste import Allocation
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1m, rollup_dirty, samples
+from service.db.schema import (
+    gpus,
+    job_gpus,
+    jobs,
+    nodes,
+    rollup_1h,
+    rollup_1m,
+    rollup_dirty,
+    samples,
+)
 from service.db.types import UTCDateTime
 
 
@@ -118,43 +127,72 @@ def gpu_memory_totals(conn: Connection, *, gpu_ids: Sequence[int]) -> dict[int, 
     return {gpu_id: total for gpu_id, total in conn.execute(query).all()}
 
 
-def _minute(ts: datetime, *, up: bool) -> datetime:
-    floor = ts - timedelta(seconds=ts.timestamp() % 60)
-    return floor + timedelta(minutes=1) if up and floor < ts else floor
+def _floor(ts: datetime, seconds: int) -> datetime:
+    return ts - timedelta(seconds=ts.timestamp() % seconds)
 
 
-def peak_fb_used(conn: Connection, *, gpu_id: int, start: datetime, end: datetime) -> float | None:
-    """The most framebuffer (bytes) in use on a GPU during [start, end), None without samples.
+def _ceil(ts: datetime, seconds: int) -> datetime:
+    floor = _floor(ts, seconds)
+    return floor if floor == ts else floor + timedelta(seconds=seconds)
 
-    Whole minutes are read from the 1m rollups' maxima; the seconds at the edges, and every
-    minute after the last one rolled up, from raw samples (a job seconds old has no rollup).
+
+def peak_fb_used(
+    conn: Connection, *, gpu_ids: Sequence[int], start: datetime, end: datetime
+) -> dict[int, float]:
+    """The most framebuffer (bytes) in use on each GPU during [start, end) (GPUs without
+    samples left out), in a few statements whatever the number of GPUs.
+
+    Whole hours are read from the 1h rollups' maxima and whole minutes at their edges from the
+    1m rollups'; the seconds at the edges, and every minute after the last one rolled up on all
+    of the GPUs, from raw samples (a job seconds old has no rollup).
     """
-    lo, hi = _minute(start, up=True), _minute(end, up=False)
-    peaks: list[float] = []
-    last_rolled = lo
+    ids = list(gpu_ids)
+    peaks: dict[int, float] = {}
+
+    def add(rows: Any) -> None:
+        for gpu_id, value in rows:
+            if value is not None:
+                peaks[gpu_id] = max(peaks.get(gpu_id, 0.0), float(value))
+
+    lo, hi = _ceil(start, 60), _floor(end, 60)
+    done = lo
     if lo < hi:
-        b = rollup_1m.c
-        row = conn.execute(
-            select(func.max(b.fb_used_bytes_max), func.max(b.bucket_start)).where(
-                b.gpu_id == gpu_id, b.bucket_start >= lo, b.bucket_start < hi
-            )
-        ).one()
-        if row[0] is not None:
-            peaks.append(float(row[0]))
-        if row[1] is not None:
-            last_rolled = _as_utc(row[1]) + timedelta(minutes=1)
+        m = rollup_1m.c
+        last = (
+            select(func.max(m.bucket_start))
+            .where(m.gpu_id == gpus.c.id, m.bucket_start >= lo, m.bucket_start < hi)
+            .scalar_subquery()
+        )
+        lasts = [v for (v,) in conn.execute(select(last).where(gpus.c.id.in_(ids))).all()]
+        if lasts and all(v is not None for v in lasts):
+            done = min(hi, min(_as_utc(v) for v in lasts) + timedelta(minutes=1))
+        h0, h1 = _ceil(lo, 3600), _floor(done, 3600)
+        parts = [(rollup_1m, [(lo, done)])]
+        if h0 < h1:
+            parts = [(rollup_1h, [(h0, h1)]), (rollup_1m, [(lo, h0), (h1, done)])]
+        for table, ranges in parts:
+            c = table.c
+            within = [and_(c.bucket_start >= a, c.bucket_start < z) for a, z in ranges if a < z]
+            if within:
+                add(
+                    conn.execute(
+                        select(c.gpu_id, func.max(c.fb_used_bytes_max))
+                        .where(c.gpu_id.in_(ids), or_(*within))
+                        .group_by(c.gpu_id)
+                    ).all()
+                )
     s = samples.c
-    ranges = [(start, min(lo, end))]
-    ranges.append((max(last_rolled, start), end) if lo < hi else (start, end))
-    for a, z in ranges:
-        if a >= z:
-            continue
-        value = conn.execute(
-            select(func.max(s.fb_used_bytes)).where(s.gpu_id == gpu_id, s.ts >= a, s.ts < z)
-        ).scalar()
-        if value is not None:
-            peaks.append(float(value))
-    return max(peaks) if peaks else None
+    within = [
+        and_(s.ts >= a, s.ts < z) for a, z in ((start, min(lo, end)), (max(done, start), end))
+    ]
+    add(
+        conn.execute(
+            select(s.gpu_id, func.max(s.fb_used_bytes))
+            .where(s.gpu_id.in_(ids), or_(*within))
+            .group_by(s.gpu_id)
+        ).all()
+    )
+    return peaks
 
 
 def _as_utc(value: Any) -> datetime:
@@ -165,25 +203,37 @@ def _as_utc(value: Any) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def energy_counter(
-    conn: Connection, *, gpu_id: int, start: datetime, end: datetime
-) -> tuple[float, float] | None:
-    """The GPU's energy counter over [start, end) from raw samples: (joules between its first
-    and last reading, seconds between them), None with fewer than two readings or a reset."""
+def energy_counters(
+    conn: Connection, *, gpu_ids: Sequence[int], start: datetime, end: datetime
+) -> dict[int, tuple[float, float]]:
+    """Each GPU's energy counter over [start, end) from raw samples: (joules between its first
+    and last reading, seconds between them); GPUs with fewer than two readings or a reset
+    (driver reload) are left out. One statement, two index probes each way per GPU."""
     s = samples.c
-    readings = []
+    cols = []
     for order in (s.ts.asc(), s.ts.desc()):
-        row = conn.execute(
-            select(s.ts, s.energy_joules)
-            .where(s.gpu_id == gpu_id, s.ts >= start, s.ts < end, s.energy_joules.is_not(None))
-            .order_by(order)
-            .limit(1)
-        ).first()
-        if row is None:
-            return None
-        readings.append(row)
-    (t0, e0), (t1, e1) = readings
-    seconds = (t1 - t0).total_seconds()
-    if seconds <= 0 or e1 < e0:  # one reading, or the counter restarted (driver reload)
-        return None
-    return float(e1 - e0), seconds
+        for col in (s.ts, s.energy_joules):
+            cols.append(
+                type_coerce(
+                    select(col)
+                    .where(
+                        s.gpu_id == gpus.c.id,
+                        s.ts >= start,
+                        s.ts < end,
+                        s.energy_joules.is_not(None),
+                    )
+                    .order_by(order)
+                    .limit(1)
+                    .scalar_subquery(),
+                    UTCDateTime() if col is s.ts else col.type,
+                )
+            )
+    out: dict[int, tuple[float, float]] = {}
+    rows = conn.execute(select(gpus.c.id, *cols).where(gpus.c.id.in_(list(gpu_ids)))).all()
+    for gpu_id, t0, e0, t1, e1 in rows:
+        if t0 is None or t1 is None or e0 is None or e1 is None:
+            continue
+        seconds = (t1 - t0).total_seconds()
+        if seconds > 0 and e1 >= e0:
+            out[gpu_id] = (float(e1 - e0), seconds)
+    return out

@@ -465,11 +465,14 @@ def _job_energy(
     total = 0.0
     by_cause = dict.fromkeys(diagnosis.CAUSE_NAMES, 0.0)
     sources = set()
+    counters = costs_repo.energy_counters(
+        conn, gpu_ids=[by_uuid[uuid].id for uuid in per_gpu], start=start, end=end
+    )
     for uuid, summary in per_gpu.items():
         u = summary.usage
         scale = 1.0
         source = "power"
-        counter = costs_repo.energy_counter(conn, gpu_id=by_uuid[uuid].id, start=start, end=end)
+        counter = counters.get(by_uuid[uuid].id)
         if counter and counter[1] >= _COUNTER_MIN_SECONDS and u.energy_used_joules > 0:
             ratio = (counter[0] / counter[1]) / (u.energy_used_joules / u.covered_seconds)
             if 1 / _COUNTER_PLAUSIBLE <= ratio <= _COUNTER_PLAUSIBLE:
@@ -506,22 +509,32 @@ def _gpu_uses(
     *,
     end: datetime,
 ) -> list[GpuUse]:
-    """Each GPU of the job with its model, memory size and the job's peak memory on it."""
+    """Each GPU of the job with its model, memory size and the job's peak memory on it (GPUs
+    held over the same stretch are read together)."""
     by_uuid = {info.uuid: info for info in att.gpus.values()}
     totals = costs_repo.gpu_memory_totals(conn, gpu_ids=[info.id for info in by_uuid.values()])
+    windows: dict[int, tuple[datetime, datetime]] = {}
+    for iv in intervals:
+        a, z = iv["started_at"], min(iv["ended_at"] or end, end)
+        old = windows.get(iv["gpu_id"])
+        windows[iv["gpu_id"]] = (min(a, old[0]), max(z, old[1])) if old else (a, z)
+    by_window: dict[tuple[datetime, datetime], list[int]] = defaultdict(list)
+    for gpu_id, window in windows.items():
+        by_window[window].append(gpu_id)
+    peaks: dict[int, float] = {}
+    for (a, z), ids in by_window.items():
+        if a < z:
+            peaks.update(costs_repo.peak_fb_used(conn, gpu_ids=ids, start=a, end=z))
     out = []
     for uuid, summary in sorted(per_gpu.items()):
         info = by_uuid[uuid]
-        peak: float | None = None
-        for iv in intervals:
-            if iv["gpu_id"] != info.id:
-                continue
-            stop = min(iv["ended_at"] or end, end)
-            value = costs_repo.peak_fb_used(conn, gpu_id=info.id, start=iv["started_at"], end=stop)
-            if value is not None:
-                peak = value if peak is None else max(peak, value)
         total = totals.get(info.id)
-        out.append(GpuUse(uuid, info.model, None if total is None else float(total), peak, summary))
+        out.append(
+            GpuUse(
+                uuid, info.model, None if total is None else float(total), peaks.get(info.id),
+                summary,
+            )
+        )  # fmt: skip
     return out
 
 
