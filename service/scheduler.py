@@ -11,6 +11,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from service.context import ServiceContext
+from service.costs.tenants import SplitRule
 from service.db import observed_jobs_repo, partitions, rollup_repo
 from service.db.outages import OutageLog, is_outage
 from service.db.retention import enforce_retention
@@ -70,7 +71,12 @@ def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
     total = 0
     while True:
         with ctx.engine.begin() as conn:
-            n = rollup_repo.process_dirty(conn, thresholds=ctx.thresholds, limit=limit)
+            n = rollup_repo.process_dirty(
+                conn,
+                thresholds=ctx.thresholds,
+                limit=limit,
+                split_rule=SplitRule(ctx.settings.cost_split_rule),
+            )
         total += n
         ctx.telemetry.rollup_buckets.inc(n)
         if n < limit:

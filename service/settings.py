@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     cause_memory_dram: float = Field(0.5, ge=0, le=1)
     cause_tensor: float = Field(0.05, ge=0, le=1)
 
+    # How a GPU shared by several jobs splits its time and cost between them (docs/costs.md):
+    # equal, memory (by memory held) or activity (busy time by SM share, idle time by memory).
+    # Applies to minutes rolled up from then on.
+    cost_split_rule: Literal["equal", "memory", "activity"] = "equal"
+
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     ingest_max_future_seconds: float = Field(300.0, ge=0)
     # How far back an agent token may date the start of a job it registers (or joins).

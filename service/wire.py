@@ -101,6 +101,10 @@ class ProcessIn(BaseModel):
     fb_used_bytes: int | None = Field(None, ge=0, le=MAX_INT64)
     job_id: Text | None = Field(None, max_length=255)
     user: Text | None = Field(None, max_length=255)
+    # NVML's per-process samples over the agent's last poll: the share of time this process's
+    # kernels ran on the SMs, and its memory-controller share (ratios; absent if not reported).
+    sm_util: float | None = Field(None, ge=0, le=1)
+    mem_util: float | None = Field(None, ge=0, le=1)
 
 
 class IngestBatch(BaseModel):

@@ -8,6 +8,7 @@ from typing import Any
 
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_TEMPERATURE_GPU = 0
@@ -56,6 +57,8 @@ class FakeGpu:
     pci_bus_id: str = "00000000:1A:00.0"
     remap_failed: bool = False
     pcie_replays: int = 0
+    # Per-process utilisation samples NVML keeps: (pid, timestamp in us, SM %, memory %).
+    proc_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 class _Metric:
@@ -216,6 +219,17 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
         g = self._gpu(h, "procs")
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.pids]
+
+    def nvmlDeviceGetProcessUtilization(self, h: Any, since_us: int) -> list[Any]:
+        g = self._gpu(h, "putil")
+        rows = [
+            SimpleNamespace(pid=p, timeStamp=ts, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
+            for p, ts, sm, mem in g.proc_samples
+            if ts > since_us
+        ]
+        if not rows:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)  # what the driver answers with no new sample
+        return rows
 
     def nvmlEventSetCreate(self) -> str:
         return "evset"

@@ -39,7 +39,9 @@ class GpuReading:
 
 @dataclass(slots=True)
 class ProcessReading:
-    """A process seen on a GPU, with its memory in bytes and the job it belongs to if known."""
+    """A process seen on a GPU, with its memory in bytes, its SM and memory-controller
+    utilisation (ratios over the last poll; None where the GPU does not say) and the job it
+    belongs to if known."""
 
     gpu_uuid: str
     pid: int
@@ -47,6 +49,8 @@ class ProcessReading:
     job_id: str | None = None
     user: str | None = None
     gpu_index: int | None = None
+    sm_util: float | None = None
+    mem_util: float | None = None
 
 
 @dataclass(slots=True)

@@ -56,6 +56,8 @@ def build_batch(
                     "ts": ts,
                     "pid": p.pid,
                     "fb_used_bytes": p.fb_used_bytes,
+                    "sm_util": p.sm_util,
+                    "mem_util": p.mem_util,
                     "job_id": p.job_id,
                     "user": p.user,
                 }

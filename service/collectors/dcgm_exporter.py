@@ -43,6 +43,27 @@ class Exposition:
     readings: list[GpuReading] = field(default_factory=list)
     jobs: list[ProcessReading] = field(default_factory=list)
     hostname: str | None = None
+    # GPUs whose pods all carry the GPU's own value (time-slicing, --kubernetes-virtual-gpus):
+    # the pods' activity cannot be told apart there.
+    repeated: list[str] = field(default_factory=list)
+
+
+# The activity rungs a pod's own series can carry, in ladder order.
+_POD_RUNGS = ("sm_active", "gr_engine_active", "gpu_util")
+
+
+def pod_shares(
+    values: dict[str, dict[str, float]],
+) -> tuple[dict[str, float] | None, bool]:
+    """Each pod's activity on one GPU from its own series ({job: {metric: value}}), and whether
+    every pod carries the same value (then None: dcgm-exporter repeated the GPU's value)."""
+    for rung in _POD_RUNGS:
+        got = {job: v[rung] for job, v in values.items() if rung in v}
+        if len(got) == len(values) and got:
+            if len(got) > 1 and max(got.values()) - min(got.values()) < 1e-9:
+                return None, True
+            return {job: min(max(v, 0.0), 1.0) for job, v in got.items()}, False
+    return None, False
 
 
 def _label(labels: dict[str, str], *names: str) -> str | None:
@@ -76,6 +97,7 @@ def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
     fb: dict[str, dict[str, float]] = {}
     meta: dict[str, Device] = {}
     jobs: dict[tuple[str, str], ProcessReading] = {}
+    pod_values: dict[str, dict[str, dict[str, float]]] = {}  # uuid -> job -> metric -> value
     profiling: set[str] = set()
     hostname: str | None = None
     for family in text_string_to_metric_families(text):
@@ -129,6 +151,8 @@ def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
             if canonical == "xid_last" and value == 0:
                 continue  # dcgm-exporter reports 0 for "no XID"; absent is the honest value
             per_gpu.setdefault(dev.uuid, {})[canonical] = value
+            if job is not None and canonical in _POD_RUNGS:
+                pod_values.setdefault(dev.uuid, {}).setdefault(job, {})[canonical] = value
             if name.startswith("DCGM_FI_PROF_"):
                 profiling.add(dev.uuid)
     out = Exposition(hostname=hostname)
@@ -142,6 +166,17 @@ def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
         if metrics:
             source = ActivitySource.DCGM if dev.uuid in profiling else ActivitySource.NVML
             out.readings.append(GpuReading(dev.uuid, metrics, source))
+    for uuid, by_job in pod_values.items():
+        if len(by_job) < 2:
+            continue  # one pod: the GPU's activity is its activity
+        shares, repeated = pod_shares(by_job)
+        if repeated:
+            out.repeated.append(uuid)
+        for job, share in (shares or {}).items():
+            jobs[(uuid, job)].sm_util = share
+        if shares:  # each pod's own share: the GPU did the sum of them
+            rung = next(r for r in _POD_RUNGS if all(r in v for v in by_job.values()))
+            per_gpu.setdefault(uuid, {})[rung] = min(sum(shares.values()), 1.0)
     out.jobs = list(jobs.values())
     return out
 
@@ -168,6 +203,7 @@ class DcgmExporterBackend:
         self._devices: list[Device] = []
         self._retired: dict[str, int] = {}  # identity -> scrapes it is still listed for
         self.hostname: str | None = None
+        self._warned_repeated: set[str] = set()
 
     def _scrape(self) -> Exposition:
         try:
@@ -213,6 +249,15 @@ class DcgmExporterBackend:
         self._devices = exp.devices
         self.hostname = exp.hostname
         self._check_node(exp.hostname)
+        for uuid in exp.repeated:
+            if uuid not in self._warned_repeated:
+                self._warned_repeated.add(uuid)
+                log.warning(
+                    "dcgm-exporter gives every pod on GPU %s the GPU's own value (time-slicing, "
+                    "--kubernetes-virtual-gpus): the pods' activity cannot be told apart, so "
+                    "their busy time is split by the cost split rule's fallback",
+                    uuid,
+                )
         return Snapshot(ts=now, readings=exp.readings, processes=exp.jobs)
 
     def _check_node(self, hostname: str | None) -> None:

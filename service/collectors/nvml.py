@@ -27,6 +27,7 @@ _DRIVER_ERRORS = {1, 9, 12, 18, 19, 999}  # UNINITIALIZED, DRIVER_NOT_LOADED, LI
 # LIB_RM_VERSION_MISMATCH, IN_USE... and UNKNOWN
 _GPU_IS_LOST = 15
 _NOT_SUPPORTED = 3
+_NOT_FOUND = 6  # per-process utilisation: no sample since the timestamp asked for
 _TIMEOUT = 10
 _MAX_EVENTS_PER_POLL = 64
 GPM_MIN_INTERVAL_SECONDS = 0.1  # NVML needs this much between two GPM samples
@@ -150,6 +151,7 @@ class _Gpu:
     parent_model: str = ""  # MIG: the physical GPU's model name
     unsupported: set[str] = field(default_factory=set)
     cycle: int = 0
+    util_since_us: int = 0  # NVML's timestamp of the newest per-process sample already read
 
 
 class NvmlBackend:
@@ -511,16 +513,53 @@ class NvmlBackend:
         except lib.NVMLError as exc:
             self._field_failed(g, "procs", exc)
             return
+        # Per-process figures only tell something when processes share the GPU; the call costs
+        # ~2 ms of CPU on an H200 (against 0.1 ms for a GPM sample), so a GPU with one process
+        # is not asked.
+        util = self._process_util(g) if len(procs) >= 2 else None
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
+            sm, mem = (None, None) if util is None else util.get(int(p.pid), (0.0, 0.0))
             out.append(
                 ProcessReading(
                     gpu_uuid=g.device.uuid,
                     pid=int(p.pid),
                     fb_used_bytes=int(used) if used is not None else None,
                     gpu_index=g.device.index,
+                    sm_util=sm,
+                    mem_util=mem,
                 )
             )
+
+    def _process_util(self, g: _Gpu) -> dict[int, tuple[float, float]] | None:
+        """Mean SM and memory utilisation (ratios) per pid over the samples NVML took since the
+        last poll, in one call; a listed pid absent from them ran no kernels. None when the GPU
+        (or a MIG instance) does not report them."""
+        lib = self.lib
+        if "putil" in g.unsupported:
+            return None
+        try:
+            samples = lib.nvmlDeviceGetProcessUtilization(g.handle, g.util_since_us)
+        except lib.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (_NOT_FOUND, 0):  # no sample since the last poll: nothing ran
+                return {}
+            self._field_failed(g, "putil", exc)
+            return None
+        except AttributeError:  # an nvidia-ml-py without the call
+            g.unsupported.add("putil")
+            return None
+        sums: dict[int, list[float]] = {}
+        for s in samples:
+            acc = sums.setdefault(int(s.pid), [0.0, 0.0, 0.0])
+            acc[0] += float(s.smUtil)
+            acc[1] += float(s.memUtil)
+            acc[2] += 1.0
+            g.util_since_us = max(g.util_since_us, int(s.timeStamp))
+        return {
+            pid: (min(sm / n / 100.0, 1.0), min(mem / n / 100.0, 1.0))
+            for pid, (sm, mem, n) in sums.items()
+        }
 
     def _poll_xids(self) -> dict[str, float]:
         """The last XID per GPU uuid since the previous poll (event set, timeout 0)."""

@@ -311,6 +311,8 @@ def store_batch(
                 "fb_used_bytes": p.fb_used_bytes,
                 "job_id": p.job_id,
                 "user": p.user,
+                "sm_util": p.sm_util,
+                "mem_util": p.mem_util,
             }
     if procs:
         bulk_insert_ignore(conn, gpu_processes, ["gpu_id", "ts", "pid"], list(procs.values()))

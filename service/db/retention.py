@@ -8,7 +8,7 @@ from sqlalchemy import Connection, delete
 
 from service.db import partitions
 from service.db.rollup_repo import delete_rollups_before
-from service.db.schema import gpu_processes, rollup_1h, rollup_1m, samples
+from service.db.schema import gpu_processes, rollup_1h, rollup_1m, samples, tenant_1m
 
 
 def enforce_retention(
@@ -29,5 +29,9 @@ def enforce_retention(
     )
     out["rollup_1h_deleted"] = delete_rollups_before(
         conn, table=rollup_1h, cutoff=now - timedelta(days=hour_days)
+    )
+    # Shared minutes are few and reports over 1h rollups still read them: kept as long.
+    out["tenant_1m_deleted"] = delete_rollups_before(
+        conn, table=tenant_1m, cutoff=now - timedelta(days=hour_days)
     )
     return out

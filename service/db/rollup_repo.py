@@ -25,6 +25,8 @@ from sqlalchemy import (
 )
 
 from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, integrate
+from service.costs.tenants import SplitRule
+from service.db import tenants_repo
 from service.db.dialect import bulk_insert_ignore
 from service.db.schema import (
     CUMULATIVE_FIELDS,
@@ -164,8 +166,15 @@ def _add_running_totals(
     return {gpu_id for gpu_id, acc in running.items() if acc is None}
 
 
-def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_000) -> int:
-    """Recompute up to ``limit`` dirty minute buckets and their hours; returns how many."""
+def process_dirty(
+    conn: Connection,
+    *,
+    thresholds: Thresholds,
+    limit: int = 20_000,
+    split_rule: SplitRule = SplitRule.EQUAL,
+) -> int:
+    """Recompute up to ``limit`` dirty minute buckets, their hours and, where jobs shared the
+    GPU, each job's part of the minute (split by ``split_rule``); returns how many buckets."""
     dirty = conn.execute(
         select(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
         .order_by(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
@@ -183,6 +192,7 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
             )
         )
 
+    tenants_repo.delete_minutes(conn, keys)
     by_gpu: dict[int, list[datetime]] = defaultdict(list)
     for gpu_id, bucket in keys:
         by_gpu[gpu_id].append(bucket)
@@ -201,6 +211,14 @@ def process_dirty(conn: Connection, *, thresholds: Thresholds, limit: int = 20_0
             )
         ]
         stamps = [ts for ts, _ in rows]
+        tenants_repo.rollup_tenants(
+            conn,
+            gpu_id=gpu_id,
+            buckets=buckets,
+            points=[ActivityPoint(ts, v[_ACT], v[_RUNG], v[_CAUSE], v[_POWER]) for ts, v in rows],
+            thresholds=thresholds,
+            rule=split_rule,
+        )
         for bucket in buckets:
             b = bucket.timestamp()
             near = rows[bisect_left(stamps, b - gap_s) : bisect_left(stamps, b + 60.0)]

@@ -183,6 +183,26 @@ gpu_processes = Table(
     Column("fb_used_bytes", BigInteger, nullable=True),
     Column("job_id", String(255), nullable=True),
     Column("user", String(255), nullable=True),
+    Column("sm_util", Float, nullable=True),  # ratio over the agent's last poll (NVML)
+    Column("mem_util", Float, nullable=True),
+)
+
+# Each job's part of a shared GPU, per minute: only minutes in which two or more jobs held the
+# GPU have rows (one per job, and one under tenant "" for time no job held), so a report reads
+# those minutes from here and the rest from the GPU's rollups. The job is a key of a relational
+# row, never a label on a series; interval_id names the job_gpus interval the row belongs to.
+tenant_1m = Table(
+    "tenant_1m",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),
+    Column("tenant", String(255), primary_key=True),  # the job id, "" for no job
+    Column("interval_id", Integer, nullable=True),
+    Column("split_rule", String(16), nullable=False),
+    Column("held_seconds", Float, nullable=False, server_default="0"),
+    *integral_columns(),
+    Index(None, "bucket_start"),
+    Index(None, "interval_id"),
 )
 
 api_tokens = Table(

@@ -28,6 +28,7 @@ from service.costs.recommend import (
     recommend_job,
     total_saving_usd,
 )
+from service.costs.tenants import tenant_line, without_minutes
 from service.costs.waste import (
     GROUP_BYS,
     HARDWARE_GROUP_BYS,
@@ -43,12 +44,13 @@ from service.costs.waste import (
     segment_gpu,
     summarize,
 )
-from service.db import cost_sums, costs_repo, jobs_repo, prices_repo
+from service.db import cost_sums, costs_repo, jobs_repo, prices_repo, tenants_repo
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
 
 log = logging.getLogger(__name__)
 
+MINUTE = timedelta(minutes=1)
 _NEVER = datetime.max.replace(tzinfo=UTC)  # a raw-retention cutoff no edge is after
 UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 
@@ -162,6 +164,7 @@ class Attribution:
     jobs: dict[str, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     price_source: Literal["api", "config", "default"] = "default"
+    split_rules: set[str] = field(default_factory=set)  # rules the shared minutes were split by
 
 
 def attribute(
@@ -197,12 +200,21 @@ def attribute(
     for allocation in allocations:
         by_gpu[allocation.gpu_id].append(allocation)
     segments: list[Segment] = []
+    shared = tenants_repo.load_minutes(conn, start=start, end=end, gpu_ids=gpu_ids)
+    shared_minutes: dict[int, list[datetime]] = defaultdict(list)
+    for row in shared:
+        minutes = shared_minutes[row["gpu_id"]]
+        if not minutes or minutes[-1] != row["bucket_start"]:
+            minutes.append(row["bucket_start"])
+    held_from_of: dict[int, datetime] = {}
     for gpu_id, info in gpu_info.items():
         # A GPU is held from when it is known: one first seen a minute ago is not held all week.
-        held_from = max(start, info.known_from)
+        held_from = held_from_of[gpu_id] = max(start, info.known_from)
         if held_from < end:
             cuts = change_points(prices, info.model, held_from, end)
-            segments += segment_gpu(gpu_id, by_gpu.get(gpu_id, []), held_from, end, cuts)
+            segs = segment_gpu(gpu_id, by_gpu.get(gpu_id, []), held_from, end, cuts)
+            # Minutes a shared GPU's jobs were split for are read from their own rows below.
+            segments += without_minutes(segs, shared_minutes.get(gpu_id, []))
     unpriced: set[str] = set()
     lookup = price_lookup(prices)
 
@@ -231,6 +243,18 @@ def attribute(
         Line(job_id, gpu_id, seconds, usage, price)
         for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
     ]
+    rules: set[str] = set()
+    for row in shared:
+        if row["gpu_id"] not in gpu_info:
+            continue
+        bucket = row["bucket_start"]
+        lo, hi = max(bucket, held_from_of[row["gpu_id"]]), min(bucket + MINUTE, end)
+        if lo >= hi:
+            continue
+        rules.add(row["split_rule"])
+        line = tenant_line(row, (hi - lo) / MINUTE)
+        line.usd_per_gpu_hour = price_of(Segment(row["gpu_id"], bucket, bucket + MINUTE, ()))
+        lines.append(line)
     warnings = [
         f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
         "/api/v1/prices"
@@ -238,7 +262,7 @@ def attribute(
     ]
     for warning in warnings:
         log.warning(warning)
-    return Attribution(lines, gpu_info, job_info, warnings, table.source)
+    return Attribution(lines, gpu_info, job_info, warnings, table.source, rules)
 
 
 def _raw_edges(
@@ -368,7 +392,10 @@ def cost_report(
         "rows": rows,
         "totals": report_row(total, settings, assumptions),
         "price_source": att.price_source,
-        "warnings": att.warnings + _explanations(att, total),
+        "split_rule": settings.cost_split_rule,
+        "warnings": att.warnings
+        + _explanations(att, total)
+        + split_rule_notes(att.split_rules, settings.cost_split_rule),
     }
 
 
@@ -390,6 +417,17 @@ def _explanations(att: Attribution, total: Summary) -> list[str]:
     if att.price_source == "default" and total.held_seconds > 0:
         out.append(DEFAULT_PRICES_NOTE)
     return out
+
+
+def split_rule_notes(stored: set[str], current: str) -> list[str]:
+    """What a report says when some shared minutes were split by another rule than today's."""
+    other = sorted(stored - {current})
+    if not other:
+        return []
+    return [
+        f"some minutes of shared GPUs were split by the rule {', '.join(other)} (the rule in "
+        f"force when they were rolled up); the rule now is {current}"
+    ]
 
 
 def job_summary(

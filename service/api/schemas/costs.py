@@ -104,6 +104,11 @@ class CostReportPublic(BaseModel):
     rows: list[CostRowPublic]
     totals: CostRowPublic
     price_source: Literal["api", "config", "default"]  # default: the shipped list prices
+    split_rule: Literal["equal", "memory", "activity"] = Field(
+        "equal",
+        description="how the time and cost of a GPU shared by several jobs is split between "
+        "them (docs/costs.md#shared-gpus)",
+    )
     warnings: list[str]
 
 

@@ -1,0 +1,123 @@
+"""Each job's integrals per minute of a shared GPU (``tenant_1m``): written by the rollup job,
+read by the cost report."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, or_, select, tuple_
+
+from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds
+from service.costs.tenants import SplitRule, TenantProcess, split_stretch
+from service.db.dialect import bulk_insert_ignore
+from service.db.schema import gpu_processes, job_gpus, tenant_1m
+
+MINUTE = timedelta(minutes=1)
+
+
+def _intervals(
+    conn: Connection, gpu_id: int, lo: datetime, hi: datetime
+) -> list[tuple[int, str, float, float]]:
+    """(interval id, job, start, end in Unix seconds) of the intervals on ``gpu_id`` that
+    overlap [lo, hi); an open interval ends at infinity."""
+    c = job_gpus.c
+    rows = conn.execute(
+        select(c.id, c.job_id, c.started_at, c.ended_at).where(
+            c.gpu_id == gpu_id,
+            c.started_at < hi,
+            or_(c.ended_at.is_(None), c.ended_at > lo),
+        )
+    ).all()
+    return [
+        (int(i), str(j), s.timestamp(), e.timestamp() if e is not None else float("inf"))
+        for i, j, s, e in rows
+    ]
+
+
+def _shared(intervals: Sequence[tuple[int, str, float, float]], lo: float, hi: float) -> bool:
+    """Whether two different jobs hold the GPU at one moment of [lo, hi)."""
+    spans = [(max(s, lo), min(e, hi), j) for _, j, s, e in intervals if s < hi and e > lo]
+    for a in spans:
+        for b in spans:
+            if a[2] != b[2] and a[0] < b[1] and b[0] < a[1]:
+                return True
+    return False
+
+
+def delete_minutes(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> None:
+    """Drop the tenant rows of these (GPU, minute) keys."""
+    for i in range(0, len(keys), 500):
+        chunk = list(keys[i : i + 500])
+        conn.execute(
+            delete(tenant_1m).where(tuple_(tenant_1m.c.gpu_id, tenant_1m.c.bucket_start).in_(chunk))
+        )
+
+
+def rollup_tenants(
+    conn: Connection,
+    *,
+    gpu_id: int,
+    buckets: Sequence[datetime],
+    points: Sequence[ActivityPoint],
+    thresholds: Thresholds,
+    rule: SplitRule,
+) -> int:
+    """Write the tenant rows of the minutes of ``buckets`` in which jobs shared ``gpu_id``,
+    from the GPU's ``points`` (sorted, from max_gap before the first bucket); returns how many
+    minutes were shared. Rows of these minutes must be deleted first."""
+    if not buckets:
+        return 0
+    lo, hi = min(buckets), max(buckets) + MINUTE
+    intervals = _intervals(conn, gpu_id, lo, hi)
+    if len({j for _, j, _, _ in intervals}) < 2:
+        return 0
+    shared = [b for b in buckets if _shared(intervals, b.timestamp(), b.timestamp() + 60.0)]
+    if not shared:
+        return 0
+    procs: dict[float, list[TenantProcess]] = defaultdict(list)
+    p = gpu_processes.c
+    gap = timedelta(seconds=thresholds.max_gap_seconds)
+    for ts, job, fb, sm in conn.execute(
+        select(p.ts, p.job_id, p.fb_used_bytes, p.sm_util).where(
+            and_(p.gpu_id == gpu_id, p.ts >= min(shared) - gap, p.ts < max(shared) + MINUTE)
+        )
+    ):
+        procs[ts.timestamp()].append(
+            TenantProcess(job, None if fb is None else float(fb), None if sm is None else sm)
+        )
+    holding: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    first_interval: dict[str, int] = {}
+    for iv, job, s, e in sorted(intervals):
+        holding[job].append((s, e))
+        first_interval.setdefault(job, iv)
+    rows: list[dict[str, Any]] = []
+    for bucket in shared:
+        b = bucket.timestamp()
+        shares = split_stretch(points, procs, holding, b, b + 60.0, thresholds, rule)
+        for tenant, sh in shares.items():
+            row: dict[str, Any] = {
+                "gpu_id": gpu_id,
+                "bucket_start": bucket,
+                "tenant": tenant,
+                "interval_id": first_interval.get(tenant),
+                "split_rule": rule.value,
+                "held_seconds": sh.held_seconds,
+            }
+            row.update({f: getattr(sh.integrals, f) for f in INTEGRAL_FIELDS})
+            rows.append(row)
+    bulk_insert_ignore(conn, tenant_1m, ["gpu_id", "bucket_start", "tenant"], rows)
+    return len(shared)
+
+
+def load_minutes(
+    conn: Connection, *, start: datetime, end: datetime, gpu_ids: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """The tenant rows of the minutes starting in [start - 1 min, end), oldest first."""
+    t = tenant_1m.c
+    q = select(tenant_1m).where(t.bucket_start > start - MINUTE, t.bucket_start < end)
+    if gpu_ids is not None:
+        q = q.where(t.gpu_id.in_(list(gpu_ids)))
+    return [dict(r._mapping) for r in conn.execute(q.order_by(t.gpu_id, t.bucket_start))]

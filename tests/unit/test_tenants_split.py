@@ -1,0 +1,145 @@
+"""Split rules of a shared GPU, table-driven: shares, causes, and sums that reconcile."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.tenants import (
+    UNALLOCATED_TENANT,
+    SplitRule,
+    TenantProcess,
+    TenantState,
+    busy_shares,
+    split_cents,
+    split_stretch,
+    tenant_cause,
+    time_shares,
+)
+from service.diagnosis import Cause, Rung
+
+GIB = 1024**3
+BUSY = TenantState(fb_used_bytes=2 * GIB, sm_util=0.9, has_process=True)
+STARVED = TenantState(fb_used_bytes=2 * GIB, sm_util=0.1, has_process=True)
+IDLE = TenantState(fb_used_bytes=8 * GIB, sm_util=0.0, has_process=True)
+EMPTY = TenantState()
+NO_PER_PROCESS = TenantState(fb_used_bytes=4 * GIB, sm_util=None, has_process=True)
+
+
+@pytest.mark.parametrize(
+    ("rule", "states", "busy", "expected"),
+    [
+        (SplitRule.EQUAL, {"a": BUSY, "b": IDLE}, True, {"a": 0.5, "b": 0.5}),
+        (
+            SplitRule.EQUAL,
+            {"a": BUSY, "b": IDLE, "c": EMPTY},
+            True,
+            {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3},
+        ),
+        (SplitRule.MEMORY, {"a": BUSY, "b": IDLE}, True, {"a": 0.2, "b": 0.8}),
+        (
+            SplitRule.MEMORY,
+            {"a": BUSY, "b": IDLE, "c": EMPTY},
+            False,
+            {"a": 0.2, "b": 0.8, "c": 0.0},
+        ),
+        (SplitRule.MEMORY, {"a": EMPTY, "b": EMPTY}, False, {"a": 0.5, "b": 0.5}),  # nobody holds
+        (
+            SplitRule.ACTIVITY,
+            {"a": BUSY, "b": STARVED, "c": IDLE},
+            True,
+            {"a": 0.9, "b": 0.1, "c": 0.0},
+        ),
+        (SplitRule.ACTIVITY, {"a": BUSY, "b": IDLE}, False, {"a": 0.2, "b": 0.8}),  # idle: memory
+        (SplitRule.ACTIVITY, {"a": NO_PER_PROCESS, "b": IDLE}, True, {"a": 1 / 3, "b": 2 / 3}),
+    ],
+)
+def test_time_shares(
+    rule: SplitRule, states: dict[str, TenantState], busy: bool, expected: dict[str, float]
+) -> None:
+    got = time_shares(rule, states, busy=busy)
+    assert got == pytest.approx(expected)
+    assert sum(got.values()) == pytest.approx(1.0)
+
+
+def test_busy_shares_leave_out_unknown_and_zero() -> None:
+    assert busy_shares({"a": NO_PER_PROCESS, "b": NO_PER_PROCESS}) is None
+    assert busy_shares({"a": IDLE, "b": EMPTY}) is None  # nobody ran kernels: does not tell
+    assert busy_shares({"a": STARVED, "b": EMPTY}) == {"a": 1.0, "b": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "state", "share", "expected"),
+    [
+        (Cause.COMPUTE_TENSOR, BUSY, 0.9, Cause.COMPUTE_TENSOR),
+        (Cause.COMPUTE_TENSOR, IDLE, 0.0, Cause.IDLE_HELD),  # no kernels while the other is busy
+        (Cause.COMPUTE_TENSOR, EMPTY, 0.0, Cause.IDLE_EMPTY),  # allocated, nothing running
+        (Cause.COMPUTE_TENSOR, NO_PER_PROCESS, None, Cause.COMPUTE_TENSOR),  # cannot tell
+        (Cause.COMPUTE_TENSOR, EMPTY, None, Cause.IDLE_EMPTY),
+        (Cause.IDLE_HELD, BUSY, None, Cause.IDLE_HELD),
+        (Cause.IDLE_HELD, EMPTY, None, Cause.IDLE_EMPTY),
+        (Cause.INPUT_STARVED, STARVED, 0.1, Cause.INPUT_STARVED),
+    ],
+)
+def test_tenant_cause(gpu: Cause, state: TenantState, share: float | None, expected: Cause) -> None:
+    assert tenant_cause(gpu, state, share) is expected
+
+
+def _point(ts: float, activity: float, cause: Cause) -> ActivityPoint:
+    return ActivityPoint(ts, activity, int(Rung.SM_ACTIVE), int(cause), 400.0)
+
+
+@pytest.mark.parametrize("rule", list(SplitRule))
+def test_stretch_adds_up_to_the_gpu(rule: SplitRule) -> None:
+    """Three jobs, one leaving mid-minute, a gap and an unheld tail: every figure adds up."""
+    t = Thresholds(max_gap_seconds=5.0)
+    points = [_point(float(s), 0.9 if s < 40 else 0.0, Cause.COMPUTE_TENSOR if s < 40 else Cause.IDLE_HELD)
+              for s in range(0, 60) if not 20 <= s < 30]  # fmt: skip
+    procs = {
+        float(s): [
+            TenantProcess("a", 2 * GIB, 0.6 if s < 40 else 0.0),
+            TenantProcess("b", 2 * GIB, 0.3 if s < 40 else 0.0),
+            TenantProcess("c", 8 * GIB, None),
+        ]
+        for s in range(60)
+    }
+    holding = {"a": [(0.0, 55.0)], "b": [(0.0, 55.0)], "c": [(0.0, 35.0)]}
+    out = split_stretch(points, procs, holding, 0.0, 60.0, t, rule)
+    gpu = integrate(points, 0.0, 60.0, t)
+    for field in ("covered_seconds", "unused_seconds", "energy_used_joules", "idle_seconds"):
+        total = sum(getattr(s.integrals, field) for s in out.values())
+        if field == "idle_seconds":
+            continue  # tenants idle while the GPU is busy: more idle than the GPU, on purpose
+        assert total == pytest.approx(getattr(gpu, field)), field
+    assert sum(s.held_seconds for s in out.values()) == pytest.approx(60.0)
+    assert out[UNALLOCATED_TENANT].integrals.covered_seconds == pytest.approx(5.0)
+    c = out["c"].integrals
+    assert c.compute_tensor_seconds == 0.0  # c listed no per-process samples but others did
+    if rule is SplitRule.ACTIVITY:
+        assert c.covered_seconds == 0.0  # busy time by SM share: c had none; c left before idle
+    else:
+        assert c.covered_seconds > 0
+        assert c.idle_held_seconds == pytest.approx(c.covered_seconds)
+    a, b = out["a"].integrals, out["b"].integrals
+    assert a.compute_tensor_seconds > 0 and b.compute_tensor_seconds > 0
+    if rule is SplitRule.ACTIVITY:
+        # a ran twice b's SM share: twice the busy seconds and twice the activity
+        assert a.compute_tensor_seconds == pytest.approx(2 * b.compute_tensor_seconds)
+
+
+@pytest.mark.parametrize(
+    ("cents", "weights", "expected"),
+    [
+        (100, {"a": 1, "b": 1, "c": 1}, {"a": 34, "b": 33, "c": 33}),
+        (1, {"a": 1, "b": 1}, {"a": 1, "b": 0}),
+        (1000, {"a": 0.2, "b": 0.8}, {"a": 200, "b": 800}),
+        (7, {"a": 0.0, "b": 0.0}, {"a": 4, "b": 3}),
+        (0, {"a": 1.0}, {"a": 0}),
+    ],
+)
+def test_split_cents_adds_up(
+    cents: int, weights: dict[str, float], expected: dict[str, int]
+) -> None:
+    got = split_cents(cents, weights)
+    assert got == expected
+    assert sum(got.values()) == cents
