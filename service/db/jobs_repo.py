@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, insert, or_, select, update
 
+from service.db import tenants_repo
 from service.db.dialect import insert_ignore
 from service.db.schema import gpus, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
@@ -112,6 +113,11 @@ def upsert_job(
     ]
     if new_rows:
         conn.execute(insert(job_gpus), new_rows)
+        for u in dict.fromkeys(gpu_uuids):  # minutes shared with other jobs get tenant rows
+            if known[u][0] not in open_gpus:
+                tenants_repo.mark_shared(
+                    conn, gpu_id=known[u][0], job_id=job_id, start=started_at, end=ended_at
+                )
     return created
 
 
@@ -138,7 +144,9 @@ def end_job(
             nodes.c.hostname == only_node
         )
         cond = and_(cond, job_gpus.c.gpu_id.in_(node_gpus))
+    closing = list(conn.execute(select(job_gpus.c.gpu_id).where(cond)).scalars())
     closed = conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at)).rowcount
+    tenants_repo.mark_after(conn, gpu_ids=closing, since=ended_at)
     if only_node is not None and not closed:
         return  # this node's part had ended already; the job's own end is not its to move
     still_open = conn.execute(

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
+from service.db import tenants_repo
 from service.db.dialect import insert_ignore
 from service.db.schema import gpu_processes, gpus, job_gpus, jobs
 
@@ -121,6 +122,9 @@ def observe(conn: Connection, *, seen: list[Seen], now: datetime) -> dict[str, i
                 conn.execute(
                     update(job_gpus).where(job_gpus.c.id == latest.id).values(ended_at=None)
                 )
+                tenants_repo.mark_shared(
+                    conn, gpu_id=gpu_id, job_id=s.job_id, start=latest.ended_at, end=None
+                )
                 reopened += 1
                 touched_jobs.add(s.job_id)
                 continue
@@ -129,6 +133,7 @@ def observe(conn: Connection, *, seen: list[Seen], now: datetime) -> dict[str, i
                 job_id=s.job_id, gpu_id=gpu_id, started_at=s.first, ended_at=None, source=OBSERVED
             )
         )
+        tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=s.job_id, start=s.first, end=None)
         opened += 1
         touched_jobs.add(s.job_id)
     if touched_jobs:
@@ -165,6 +170,7 @@ def close_unseen(conn: Connection, *, now: datetime, grace_seconds: float) -> in
         conn.execute(
             update(job_gpus).where(job_gpus.c.id == r.id).values(ended_at=last or r.started_at)
         )
+        tenants_repo.mark_after(conn, gpu_ids=[r.gpu_id], since=last or r.started_at)
         closed_jobs.add(r.job_id)
         closed += 1
     if closed_jobs:

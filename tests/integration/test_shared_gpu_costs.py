@@ -13,7 +13,7 @@ from service import ingest as ingest_service
 from service.context import ServiceContext
 from service.costs.integrals import Thresholds
 from service.costs.tenants import SplitRule
-from service.db import rollup_repo
+from service.db import jobs_repo, rollup_repo
 from service.db.schema import gpus, job_gpus, jobs, prices, tenant_1m
 from service.settings import Settings
 from service.usecases.cost_report import cost_report
@@ -172,3 +172,66 @@ def test_three_jobs_two_gpus_reconcile_to_the_cent(
         assert a["cost_usd"] > b["cost_usd"]
     if rule is SplitRule.MEMORY:
         assert c["cost_usd"] > b["cost_usd"]  # 8 GiB against 2 GiB
+
+
+def test_jobs_registered_after_the_rollup_still_get_their_tenant_rows(
+    engine: Engine, clock: FakeClock, settings: Settings
+) -> None:
+    """Slurm's prolog can be late: registering (and ending) a job marks the minutes it shared
+    for the rollup job again."""
+    t0 = clock() - timedelta(minutes=40)
+    _store(engine, clock, t0)
+    with engine.begin() as conn:  # ingest's observed jobs are replaced by the registered ones
+        conn.execute(delete(job_gpus))
+        conn.execute(delete(jobs))
+        conn.execute(
+            insert(prices).values(
+                model_pattern="*", usd_per_gpu_hour=PRICE, effective_from=t0 - timedelta(days=1)
+            )
+        )
+    _roll_up(engine, SplitRule.MEMORY)
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(tenant_1m)).scalar() == 0
+    with engine.begin() as conn:
+        for job, uuid, s, _e, _sm, _fb in HOLDS:
+            jobs_repo.upsert_job(
+                conn,
+                job_id=job,
+                fields={},
+                gpu_uuids=[uuid],
+                now=clock(),
+                started_at=t0 + timedelta(minutes=s),
+                ended_at=None,
+            )
+    _roll_up(engine, SplitRule.MEMORY)
+    with engine.connect() as conn:
+        open_minutes = conn.execute(
+            select(func.count(func.distinct(tenant_1m.c.bucket_start)))
+        ).scalar()
+    assert open_minutes and open_minutes >= 25  # open intervals overlap to the last sample
+    with engine.begin() as conn:  # job-c ends at minute 15: minutes after it are re-split
+        jobs_repo.end_job(conn, job_id="job-c", ended_at=t0 + timedelta(minutes=15), now=clock())
+    _roll_up(engine, SplitRule.MEMORY)
+    settings.cost_split_rule = "memory"
+    with engine.connect() as conn:
+        later = conn.execute(
+            select(func.count())
+            .select_from(tenant_1m)
+            .where(
+                tenant_1m.c.tenant == "job-c",
+                tenant_1m.c.bucket_start >= t0 + timedelta(minutes=15),
+            )
+        ).scalar()
+        report = cost_report(
+            conn,
+            settings=settings,
+            start=t0,
+            end=t0 + timedelta(minutes=MINUTES),
+            now=clock(),
+            group_by="job",
+        )
+    assert later == 0
+    total = sum(r["cost_usd"] for r in report["rows"])
+    assert round(total, 2) == round(2 * PRICE * MINUTES / 60, 2)
+    rows = {r["key"]: r for r in report["rows"]}
+    assert rows["job-c"]["idle_held_seconds"] == pytest.approx(rows["job-c"]["allocated_seconds"])

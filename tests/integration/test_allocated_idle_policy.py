@@ -1,0 +1,81 @@
+"""The shipped allocated-idle-gpu policy fires on a job whose GPU runs nothing and holds
+nothing, and not on one whose GPU holds a process's memory."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from service.scheduler import rollup_once
+from service.usecases.evaluation import evaluate_once
+from tests.alerting_support import add_job, auth, ingest
+from tests.support import FakeClock
+
+EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "gpuwarden.yaml"
+
+
+def _shipped(name: str) -> dict[str, Any]:
+    docs: list[dict[str, Any]] = yaml.safe_load(EXAMPLE.read_text())["policies"]
+    doc = next(p for p in docs if p["name"] == name)
+    return doc | {"channels": ["log"]}
+
+
+def test_allocated_idle_gpu_fires_on_an_empty_allocation(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    ctx = app.state.ctx
+    admin, agent = auth(tokens["admin"]), tokens["agent"]
+    ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    channel = {"name": "log", "type": "webhook", "url": "http://127.0.0.1:9/in"}
+    assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+    policy = _shipped("allocated-idle-gpu")
+    assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    start = clock() - timedelta(minutes=70)
+    # GPU-a0: nothing running, only the driver's 0.5 GiB; GPU-a1: 20 GiB held, nothing running.
+    ingest(
+        http,
+        agent,
+        start=start,
+        count=420,
+        gpu_uuids=("GPU-a0",),
+        metrics={"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 2**29},
+    )
+    ingest(
+        http,
+        agent,
+        start=start,
+        count=420,
+        gpu_uuids=("GPU-a1",),
+        metrics={"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 20 * 2**30},
+    )
+    add_job(engine, "slurm:empty", ("GPU-a0",), started_at=start)
+    add_job(engine, "slurm:held", ("GPU-a1",), started_at=start)
+    rollup_once(ctx)
+    evaluate_once(ctx)
+    clock.advance(31 * 60)
+    ingest(
+        http,
+        agent,
+        start=clock() - timedelta(minutes=31),
+        count=186,
+        gpu_uuids=("GPU-a0",),
+        metrics={"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 2**29},
+    )
+    ingest(
+        http,
+        agent,
+        start=clock() - timedelta(minutes=31),
+        count=186,
+        gpu_uuids=("GPU-a1",),
+        metrics={"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 20 * 2**30},
+    )
+    rollup_once(ctx)
+    evaluate_once(ctx)
+    firing = http.get("/api/v1/alerts?state=firing", headers=auth(tokens["reader"])).json()
+    keys = {(a["policy"], a["scope_key"]) for a in firing}
+    assert ("allocated-idle-gpu", "job:slurm:empty") in keys
+    assert ("allocated-idle-gpu", "job:slurm:held") not in keys
