@@ -121,7 +121,8 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         cells,
         width=console.width,
         title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
-        caption=f"wasted = price x (1 - activity) x time; idle = nothing running; {prices}",
+        caption=f"wasted = price x (1 - activity) x time; idle = nothing running; {prices}"
+        + (f"; shared GPUs split by {rule}" if (rule := data.get("split_rule")) else ""),
         section_before_last=True,
     )
     console.print(table)
