@@ -22,8 +22,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+from sqlalchemy import func, select
 
 from bench.common import fresh_database, gpuwarden, machine, percentile, served
+from service.db.engine import make_engine
+from service.db.schema import rollup_dirty
 
 NODES = 125
 GPUS_PER_NODE = 8
@@ -96,17 +99,21 @@ def seed(api: httpx.Client, now: datetime, rng: random.Random) -> None:
         ).raise_for_status()
 
 
-def wait_for_rollups(api: httpx.Client, timeout: float = 300) -> None:
-    """Until the cost report sees today's data for every GPU (the rollup job has caught up)."""
+def wait_for_rollups(url: str, timeout: float = 600) -> None:
+    """Until the rollup job has rolled up every minute ingest touched (reports would otherwise
+    read the raw samples of the minutes not yet rolled up, and the job would compete with the
+    timed requests)."""
+    engine = make_engine(url)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = api.get(
-            "/reports/cost", params={"group_by": "gpu", "start": "-3h", "end": "now"}
-        ).json()["rows"]
-        covered = sum(r["allocated_seconds"] for r in rows)
-        if len(rows) >= NODES * GPUS_PER_NODE and covered > 0.95 * NODES * GPUS_PER_NODE * 7000:
-            return
-        time.sleep(2)
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                dirty = conn.execute(select(func.count()).select_from(rollup_dirty)).scalar_one()
+            if dirty == 0:
+                return
+            time.sleep(2)
+    finally:
+        engine.dispose()
     raise RuntimeError("rollups did not catch up")
 
 
@@ -189,7 +196,7 @@ def main() -> None:
             with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
                 t0 = time.perf_counter()
                 seed(api, datetime.now(UTC), rng)
-                wait_for_rollups(api)
+                wait_for_rollups(url)
                 print(f"seeded {NODES * GPUS_PER_NODE} GPUs, {JOBS} jobs, "
                       f"{HISTORY_MINUTES} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
             with httpx.Client(base_url=base, timeout=120) as browser:

@@ -56,6 +56,7 @@ from service.settings import Settings
 from service.telemetry import Telemetry
 from service.usecases.evaluation import load_config as load_alerting_config
 from service.usecases.exposition import FleetCollector
+from service.usecases.fleet import WastedTodayCache
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ def create_app(
     app.state.ctx = ctx
     app.state.outage_log = request_outage_log()
     app.state.gate = TokenGate(settings)
+    # The fleet page's dollars move only as rollups run: reuse them for one rollup interval.
+    app.state.fleet_cache = WastedTodayCache(max_age_seconds=settings.rollup_interval_seconds)
     app.state.admission = Admission(settings)
     app.add_exception_handler(WardenError, _warden_error)
     app.add_exception_handler(RequestValidationError, request_validation_error)
