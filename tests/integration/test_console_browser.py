@@ -218,7 +218,7 @@ def test_fleet_page_matches_the_api(admin: Console, demo: dict[str, Any]) -> Non
         sum(v or 0 for v in wasted.values()), abs=USD_TOLERANCE * 4
     )
     for gpu in gpus[:5]:
-        cell = f'#fleet tr[data-uuid="{gpu["uuid"]}"] td:last-child'
+        cell = f'#fleet tr[data-uuid="{gpu["uuid"]}"] td[data-usd]'
         if wasted.get(gpu["uuid"]) is not None:
             assert admin.usd(cell) == pytest.approx(wasted[gpu["uuid"]], abs=USD_TOLERANCE)
     idle_held = [g for g in gpus if g.get("cause") == "idle_held" and not g["lost"]]

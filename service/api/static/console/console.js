@@ -216,15 +216,16 @@
           td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
           td(el("span", { class: `chip state-${state}`, text: state })),
           td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
+          td(w === null ? "–" : usd(w), "num", { "data-usd": w === null ? "" : w.toFixed(2) }),
           td(current ? meter(g.activity, "") : "–"),
           td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
           td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
-          td(g.job ? jobLink(g.job) : ""), td(g.user || ""), td(g.team || ""),
-          td(w === null ? "–" : usd(w), "num", { "data-usd": w === null ? "" : w.toFixed(2) }));
+          td(g.job ? jobLink(g.job) : "", "clip"), td(g.user || "", "clip", { title: g.user || "" }),
+          td(g.team || "", "clip", { title: g.team || "" }));
       });
       clear(holder).append(
         el("p", { class: "muted", text: `${shown.length} of ${rows.length} GPUs, worst first` }),
-        table(["node", ["gpu", "num"], "model", "state", "cause", "activity", "tensor", "memory", "job", "user", "team", ["$ wasted today", "num"]],
+        table(["node", ["gpu", "num"], "model", "state", "cause", ["$ wasted today", "num"], "activity", "tensor", "memory", "job", "user", "team"],
           trs, { id: "fleet" }));
     }
     draw();
