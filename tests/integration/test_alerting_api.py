@@ -298,7 +298,13 @@ def test_config_file_policies_load_at_start_and_resync(engine, tmp_path, monkeyp
         httpx.Client(base_url=url) as http,
     ):
         names = [p["name"] for p in http.get("/api/v1/policies", headers=reader).json()]
-        assert names == ["gpu-hardware-fault", "hot-gpu", "idle-held-gpu", "low-sm-activity"]
+        assert names == [
+            "allocated-idle-gpu",
+            "gpu-hardware-fault",
+            "hot-gpu",
+            "idle-held-gpu",
+            "low-sm-activity",
+        ]
         channels = http.get("/api/v1/channels", headers=reader)
         assert "secretpart" not in channels.text and SECRET not in channels.text
         mine = low_sm_policy([], name="api-made")
