@@ -332,10 +332,18 @@
     app.append(el("h2", { text: "Time by cause" }), el("div", { class: "panel" }, causeBar(s.causes, "job-causes")));
 
     const recs = [];
+    const fixes = job.recommendations || [];
+    for (const r of fixes) {
+      const what = r.kind === "cause" && r.cause ? `${r.cause.replaceAll("_", " ")}: ` : r.kind === "mig" ? "MIG slice: " : r.kind === "fewer_gpus" ? "fewer GPUs: " : "";
+      recs.push(el("li", { "data-kind": r.kind },
+        el("strong", { text: what }), r.action,
+        el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${hours(r.seconds)} GPU-h; ${r.assumption})` })));
+    }
     const dominant = job.dominant_waste_cause || s.dominant_waste_cause;
-    if (dominant) recs.push(el("li", {}, el("strong", { text: `Most waste is ${dominant.replaceAll("_", " ")}: ` }), causeMeaning(dominant)));
-    for (const t of job.tags || []) recs.push(el("li", {}, el("strong", { text: `${t.tag}: ` }), t.hint));
-    app.append(el("h2", { text: "Recommendations" }), el("div", { class: "panel", id: "job-recs" },
+    if (!fixes.length && dominant) recs.push(el("li", {}, el("strong", { text: `Most waste is ${dominant.replaceAll("_", " ")}: ` }), causeMeaning(dominant)));
+    if (!fixes.length) for (const t of job.tags || []) recs.push(el("li", {}, el("strong", { text: `${t.tag}: ` }), t.hint));
+    const savings = job.savings_usd === null || job.savings_usd === undefined ? "" : ` · together they save ${usd(job.savings_usd)}`;
+    app.append(el("h2", { text: `Recommendations${savings}` }), el("div", { class: "panel", id: "job-recs" },
       recs.length ? el("ul", { class: "recs" }, recs) : el("p", { class: "muted", text: "Nothing to recommend: no waste cause dominates." })));
     for (const w of job.warnings || []) app.append(el("p", { class: "note", text: w }));
 
