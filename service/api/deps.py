@@ -7,6 +7,7 @@ never holds connections that agents need.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import datetime
 from typing import Annotated, Any
@@ -167,7 +168,15 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
             return tokens_repo.authenticate(conn, token=token)
 
     admission: Admission = request.app.state.admission
-    info = await anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
+    pending = gate.lookups.get(digest)
+    if pending is None:
+        pending = asyncio.ensure_future(
+            anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
+        )
+        gate.lookups[digest] = pending
+        pending.add_done_callback(lambda _: gate.lookups.pop(digest, None))
+    # Shielded: one waiter that goes away must not cancel the lookup the others await.
+    info = await asyncio.shield(pending)
     if info is None:
         raise _refused(gate, client, digest, looked_up=True)
     gate.accept(digest, info, monotonic())

@@ -12,6 +12,7 @@ Three rules keep agents' ingest working while readers or attackers overload the 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import math
@@ -90,6 +91,9 @@ class TokenGate:
         self._good: dict[str, tuple[TokenInfo, float]] = {}
         self._bad = _Bounded()
         self._known_good = _Bounded()
+        # Token lookups under way, by digest: when a cached token expires, the requests that
+        # carry it share one lookup instead of queueing one each behind the few auth slots.
+        self.lookups: dict[str, asyncio.Future[TokenInfo | None]] = {}
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
 
     def client_of(self, request: Request) -> str:
