@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -28,12 +26,11 @@ from service.api.app import create_app
 from service.clock import utc_now
 from service.settings import Settings
 from tests.conftest import make_token
-from tests.support import free_port, iso, live_server
+from tests.support import iso, live_server, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "tests" / "data" / "grafana" / "dcgm-exporter-dashboard.json"
 SCRAPE = REPO / "deploy" / "prometheus" / "prometheus.yml"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NODES = ("gpu-node-a", "gpu-node-b")
 GIB = 1024**3
 
@@ -53,7 +50,6 @@ def central(engine: Engine) -> Iterator[str]:
 @pytest.fixture
 def prometheus(central: str, engine: Engine, tmp_path: Path) -> Iterator[str]:
     """A real Prometheus with the shipped scrape jobs, aimed at the test's central."""
-    assert Path(PROMETHEUS).exists(), "prometheus is needed (Debian package prometheus)"
     jobs = yaml.safe_load(SCRAPE.read_text())["scrape_configs"]
     for job in jobs:
         job["static_configs"] = [{"targets": [central.removeprefix("http://")]}]
@@ -64,40 +60,8 @@ def prometheus(central: str, engine: Engine, tmp_path: Path) -> Iterator[str]:
         token_file = tmp_path / job["authorization"]["credentials_file"]
         token_file.parent.mkdir(exist_ok=True)
         token_file.write_text(make_token(engine, "reader"))
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((tmp_path / "prometheus.log").read_text())
-            time.sleep(0.2)
+    with prometheus_server(tmp_path, config) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def report_two_nodes(central: str, engine: Engine) -> None:

@@ -6,7 +6,6 @@ It also loads deploy/prometheus/rules/, so the shipped rules must load in a real
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,17 +14,15 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from sqlalchemy import Engine
 
 from service.api.app import create_app
 from service.clock import utc_now
 from service.settings import Settings
-from tests.support import free_port, live_server, make_batch
+from tests.support import live_server, make_batch, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuwarden-alerts.yml"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
 @pytest.fixture
@@ -38,7 +35,6 @@ def central(settings: Settings, engine: Engine) -> Iterator[str]:
 @pytest.fixture
 def prometheus(central: str, tmp_path: Path) -> Iterator[str]:
     """A real Prometheus on loopback scraping ``central`` every second; yields its base URL."""
-    assert Path(PROMETHEUS).exists(), "prometheus is needed (Debian package prometheus)"
     rules = tmp_path / "rules.yml"
     shutil.copy(RULES, rules)
     config = {
@@ -51,40 +47,8 @@ def prometheus(central: str, tmp_path: Path) -> Iterator[str]:
             }
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((tmp_path / "prometheus.log").read_text())
-            time.sleep(0.2)
+    with prometheus_server(tmp_path, config) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def query(prom: str, promql: str, *, timeout_s: float = 60) -> list[dict[str, Any]]:
