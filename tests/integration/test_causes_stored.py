@@ -4,25 +4,22 @@ migration that brings causes decides the samples already stored; policies on cau
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from service.costs.integrals import CAUSE_FIELDS, ActivityPoint, Thresholds, integrate
 from service.db import jobs_repo, windows_repo
-from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, rollup_dirty, samples
 from service.diagnosis import CAUSE_NAMES, Cause
 from service.settings import Settings
 from service.usecases.cost_report import cost_report, job_summary
 from tests.alerting_support import add_job
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import empty_engine
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.integration.test_running_totals import assert_totals_are_running_sums
 from tests.support import FakeClock
@@ -117,15 +114,7 @@ def test_policies_read_the_share_of_time_in_a_cause(engine: Engine, stored: Sett
 def test_migration_0006_decides_stored_samples_and_recomputes_their_rollups(
     backend: str, tmp_path: Path
 ) -> None:
-    if backend == "sqlite":
-        url, name = f"sqlite:///{tmp_path / 'old.db'}", None
-    else:
-        name = f"gpuwarden_mig_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
-        url = _pg_url(name)
-    engine = make_engine(url)
-    try:
+    with empty_engine(backend, tmp_path) as engine:
         upgrade(engine, "0005")
         ts = [T0 + timedelta(seconds=10 * k) for k in range(12)]
         with engine.begin() as conn:  # data written by a version without causes
@@ -167,8 +156,3 @@ def test_migration_0006_decides_stored_samples_and_recomputes_their_rollups(
         # The tiny-kernel minute is launch-bound now, no longer idle.
         assert first.idle_seconds == 0.0 and first.launch_bound_seconds == pytest.approx(60.0)
         assert_totals_are_running_sums(engine)
-    finally:
-        engine.dispose()
-        if name:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

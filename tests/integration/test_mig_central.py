@@ -3,22 +3,19 @@ migration 0008 rewrites the MIG ids the dcgm-exporter backend used to store."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert, select
 
 from service.db import windows_repo
-from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import gpus, nodes
 from service.db.types import UTCDateTime
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import empty_engine
 from tests.support import FakeClock, iso
 
 # The gpus table as revision 0007 left it (no retired_at yet).
@@ -91,16 +88,8 @@ def test_a_destroyed_instance_is_retired_not_lost(
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_migration_0008_rewrites_dcgm_exporter_mig_ids(backend: str, tmp_path: Path) -> None:
-    if backend == "sqlite":
-        url, name = f"sqlite:///{tmp_path / 'old.db'}", None
-    else:
-        name = f"gpuwarden_mig_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
-        url = _pg_url(name)
-    engine = make_engine(url)
     seen = datetime(2026, 11, 30, 9, 15, 7, tzinfo=UTC)
-    try:
+    with empty_engine(backend, tmp_path) as engine:
         upgrade(engine, "0007")
         with engine.begin() as conn:
             conn.execute(
@@ -128,8 +117,3 @@ def test_migration_0008_rewrites_dcgm_exporter_mig_ids(backend: str, tmp_path: P
             "MIG-6c5b0007-aaaa-bbbb-cccc-000000000000",
             PARENT,
         }
-    finally:
-        engine.dispose()
-        if name:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import itertools
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import Engine, delete, func, insert, select
 
 from service.db import rollup_repo
-from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.rollup_repo import fill_cumulative
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1m
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import empty_engine
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock
 
@@ -118,15 +115,7 @@ def test_fill_computes_totals_left_pending_by_any_writer(engine: Engine, clock: 
 def test_migration_0005_fills_the_totals_of_rollups_already_stored(
     backend: str, tmp_path: Path
 ) -> None:
-    if backend == "sqlite":
-        url, name = f"sqlite:///{tmp_path / 'old.db'}", None
-    else:
-        name = f"gpuwarden_mig_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
-        url = _pg_url(name)
-    engine = make_engine(url)
-    try:
+    with empty_engine(backend, tmp_path) as engine:
         upgrade(engine, "0004")
         with engine.begin() as conn:  # rollups written by a version without running totals
             conn.execute(
@@ -142,11 +131,6 @@ def test_migration_0005_fills_the_totals_of_rollups_already_stored(
             )  # fmt: skip
         upgrade(engine)
         assert assert_totals_are_running_sums(engine) == 60
-    finally:
-        engine.dispose()
-        if name:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_in_order_buckets_get_their_totals_on_insert_late_ones_from_the_fill(
