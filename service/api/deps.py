@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, HTTPException, Request, status
@@ -21,6 +21,8 @@ from service.api.gate import TOKEN_CACHE_SECONDS, Admission, Throttled, TokenGat
 from service.context import ServiceContext
 from service.db import secrets_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
+
+T = TypeVar("T")
 
 
 def get_ctx(request: Request) -> ServiceContext:
@@ -92,6 +94,26 @@ def _session_ended(gate: TokenGate, client: str) -> HTTPException:
     )
 
 
+async def _shared_lookup(request: Request, key: str, look_up: Callable[[], T]) -> T:
+    """``look_up()`` on the auth slots, run once for all the requests awaiting ``key`` at once.
+
+    When a cached token expires, every request carrying it would otherwise queue a lookup of its
+    own on the few auth slots, and agents' lookups would wait behind them.
+    """
+    gate: TokenGate = request.app.state.gate
+    pending = gate.lookups.get(key)
+    if pending is None:
+        admission: Admission = request.app.state.admission
+        pending = asyncio.ensure_future(
+            anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
+        )
+        gate.lookups[key] = pending
+        pending.add_done_callback(lambda _: gate.lookups.pop(key, None))
+    # Shielded: one waiter that goes away must not cancel the lookup the others await.
+    result: T = await asyncio.shield(pending)
+    return result
+
+
 async def session_authenticated(
     request: Request, ctx: ServiceContext, cookie: str, gate: TokenGate, client: str
 ) -> TokenInfo:
@@ -112,8 +134,7 @@ async def session_authenticated(
             with engine.connect() as conn:
                 return tokens_repo.live_token_by_id(conn, token_id=session.token_id)
 
-        admission: Admission = request.app.state.admission
-        found = await anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
+        found = await _shared_lookup(request, f"session:{session.token_id}", look_up)
         # A revoked token is remembered as such for the cache time too: no lookup per request.
         cached = (None, "", monotonic()) if found is None else (*found, monotonic())
         ctx.session_tokens[session.token_id] = cached
@@ -167,16 +188,7 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
         with engine.connect() as conn:
             return tokens_repo.authenticate(conn, token=token)
 
-    admission: Admission = request.app.state.admission
-    pending = gate.lookups.get(digest)
-    if pending is None:
-        pending = asyncio.ensure_future(
-            anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
-        )
-        gate.lookups[digest] = pending
-        pending.add_done_callback(lambda _: gate.lookups.pop(digest, None))
-    # Shielded: one waiter that goes away must not cancel the lookup the others await.
-    info = await asyncio.shield(pending)
+    info = await _shared_lookup(request, digest, look_up)
     if info is None:
         raise _refused(gate, client, digest, looked_up=True)
     gate.accept(digest, info, monotonic())

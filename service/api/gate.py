@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -91,9 +92,10 @@ class TokenGate:
         self._good: dict[str, tuple[TokenInfo, float]] = {}
         self._bad = _Bounded()
         self._known_good = _Bounded()
-        # Token lookups under way, by digest: when a cached token expires, the requests that
-        # carry it share one lookup instead of queueing one each behind the few auth slots.
-        self.lookups: dict[str, asyncio.Future[TokenInfo | None]] = {}
+        # Token lookups under way (by digest, or session:<token id>): when a cached token expires,
+        # the requests that carry it share one lookup instead of queueing one each behind the few
+        # auth slots.
+        self.lookups: dict[str, asyncio.Future[Any]] = {}
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
 
     def client_of(self, request: Request) -> str:
