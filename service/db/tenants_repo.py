@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, func, or_, select, tuple_
 
 from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds
-from service.costs.tenants import SplitRule, TenantProcess, split_stretch
+from service.costs.tenants import SplitRule, TenantProcess, TenantShare, split_stretch
 from service.db.dialect import bulk_insert_ignore
 from service.db.schema import gpu_processes, job_gpus, rollup_dirty, samples, tenant_1m
 
@@ -77,12 +77,31 @@ def rollup_tenants(
     shared = [b for b in buckets if _shared(intervals, b.timestamp(), b.timestamp() + 60.0)]
     if not shared:
         return 0
+    procs, holding, first_interval = _tenancy(conn, gpu_id, intervals, shared, thresholds)
+    rows: list[dict[str, Any]] = []
+    for bucket in shared:
+        b = bucket.timestamp()
+        shares = split_stretch(points, procs, holding, b, b + 60.0, thresholds, rule)
+        rows += _rows(gpu_id, bucket, shares, first_interval, rule)
+    bulk_insert_ignore(conn, tenant_1m, ["gpu_id", "bucket_start", "tenant"], rows)
+    return len(shared)
+
+
+def _tenancy(
+    conn: Connection,
+    gpu_id: int,
+    intervals: Sequence[tuple[int, str, float, float]],
+    buckets: Sequence[datetime],
+    thresholds: Thresholds,
+) -> tuple[dict[float, list[TenantProcess]], dict[str, list[tuple[float, float]]], dict[str, int]]:
+    """The processes listed per sample ts around ``buckets``, each job's held spans (Unix
+    seconds) and its first interval id."""
     procs: dict[float, list[TenantProcess]] = defaultdict(list)
     p = gpu_processes.c
     gap = timedelta(seconds=thresholds.max_gap_seconds)
     for ts, job, fb, sm in conn.execute(
         select(p.ts, p.job_id, p.fb_used_bytes, p.sm_util).where(
-            and_(p.gpu_id == gpu_id, p.ts >= min(shared) - gap, p.ts < max(shared) + MINUTE)
+            and_(p.gpu_id == gpu_id, p.ts >= min(buckets) - gap, p.ts < max(buckets) + MINUTE)
         )
     ):
         procs[ts.timestamp()].append(
@@ -93,23 +112,60 @@ def rollup_tenants(
     for iv, job, s, e in sorted(intervals):
         holding[job].append((s, e))
         first_interval.setdefault(job, iv)
-    rows: list[dict[str, Any]] = []
-    for bucket in shared:
-        b = bucket.timestamp()
-        shares = split_stretch(points, procs, holding, b, b + 60.0, thresholds, rule)
-        for tenant, sh in shares.items():
-            row: dict[str, Any] = {
-                "gpu_id": gpu_id,
-                "bucket_start": bucket,
-                "tenant": tenant,
-                "interval_id": first_interval.get(tenant),
-                "split_rule": rule.value,
-                "held_seconds": sh.held_seconds,
-            }
-            row.update({f: getattr(sh.integrals, f) for f in INTEGRAL_FIELDS})
-            rows.append(row)
-    bulk_insert_ignore(conn, tenant_1m, ["gpu_id", "bucket_start", "tenant"], rows)
-    return len(shared)
+    return procs, holding, first_interval
+
+
+def _rows(
+    gpu_id: int,
+    bucket: datetime,
+    shares: dict[str, TenantShare],
+    first_interval: dict[str, int],
+    rule: SplitRule,
+) -> list[dict[str, Any]]:
+    """Tenant rows (the columns of ``tenant_1m``) of one minute's shares."""
+    rows = []
+    for tenant, sh in shares.items():
+        row: dict[str, Any] = {
+            "gpu_id": gpu_id,
+            "bucket_start": bucket,
+            "tenant": tenant,
+            "interval_id": first_interval.get(tenant),
+            "split_rule": rule.value,
+            "held_seconds": sh.held_seconds,
+        }
+        row.update({f: getattr(sh.integrals, f) for f in INTEGRAL_FIELDS})
+        rows.append(row)
+    return rows
+
+
+def split_part(
+    conn: Connection,
+    *,
+    gpu_id: int,
+    start: datetime,
+    end: datetime,
+    thresholds: Thresholds,
+    rule: SplitRule,
+) -> list[dict[str, Any]]:
+    """Tenant rows for the part [start, end) of one shared minute of ``gpu_id``, split from its
+    raw samples as the rollup splits whole minutes (for a report window that cuts a minute)."""
+    bucket = start.replace(second=0, microsecond=0)
+    intervals = _intervals(conn, gpu_id, start, end)
+    procs, holding, first_interval = _tenancy(conn, gpu_id, intervals, [bucket], thresholds)
+    gap = timedelta(seconds=thresholds.max_gap_seconds)
+    s = samples.c
+    points = [
+        ActivityPoint(ts.timestamp(), act, rung, cause, power)
+        for ts, act, rung, cause, power in conn.execute(
+            select(s.ts, s.activity, s.activity_rung, s.cause, s.power_watts)
+            .where(s.gpu_id == gpu_id, s.ts >= start - gap, s.ts < end)
+            .order_by(s.ts)
+        )
+    ]
+    shares = split_stretch(
+        points, procs, holding, start.timestamp(), end.timestamp(), thresholds, rule
+    )
+    return _rows(gpu_id, bucket, shares, first_interval, rule)
 
 
 def load_minutes(

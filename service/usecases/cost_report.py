@@ -28,7 +28,7 @@ from service.costs.recommend import (
     recommend_job,
     total_saving_usd,
 )
-from service.costs.tenants import tenant_line, without_minutes
+from service.costs.tenants import SplitRule, tenant_line, without_minutes
 from service.costs.waste import (
     GROUP_BYS,
     HARDWARE_GROUP_BYS,
@@ -244,6 +244,7 @@ def attribute(
         for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
     ]
     rules: set[str] = set()
+    cut_minutes: dict[tuple[int, datetime], tuple[datetime, datetime, str]] = {}
     for row in shared:
         if row["gpu_id"] not in gpu_info:
             continue
@@ -252,9 +253,23 @@ def attribute(
         if lo >= hi:
             continue
         rules.add(row["split_rule"])
+        if hi - lo < MINUTE and lo >= raw_from:
+            # The window cuts this minute: its part is split again from the raw samples,
+            # since a job's share of the whole minute says nothing of where in it it fell.
+            cut_minutes[(row["gpu_id"], bucket)] = (lo, hi, row["split_rule"])
+            continue
         line = tenant_line(row, (hi - lo) / MINUTE)
         line.usd_per_gpu_hour = price_of(Segment(row["gpu_id"], bucket, bucket + MINUTE, ()))
         lines.append(line)
+    for (gpu_id, bucket), (lo, hi, rule) in cut_minutes.items():
+        price = price_of(Segment(gpu_id, bucket, bucket + MINUTE, ()))
+        for part in tenants_repo.split_part(
+            conn, gpu_id=gpu_id, start=lo, end=hi, thresholds=thresholds_of(settings),
+            rule=SplitRule(rule),
+        ):  # fmt: skip
+            line = tenant_line(part, 1.0)
+            line.usd_per_gpu_hour = price
+            lines.append(line)
     warnings = [
         f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
         "/api/v1/prices"

@@ -235,3 +235,39 @@ def test_jobs_registered_after_the_rollup_still_get_their_tenant_rows(
     assert round(total, 2) == round(2 * PRICE * MINUTES / 60, 2)
     rows = {r["key"]: r for r in report["rows"]}
     assert rows["job-c"]["idle_held_seconds"] == pytest.approx(rows["job-c"]["allocated_seconds"])
+
+
+@pytest.mark.parametrize("rule", list(SplitRule))
+def test_a_window_that_cuts_shared_minutes_splits_their_parts_exactly(
+    engine: Engine, clock: FakeClock, settings: Settings, rule: SplitRule
+) -> None:
+    """A report from minute 12.5 to 20.25: the parts of the two cut minutes are split from
+    their raw samples, not as a share of the whole minute (which would halve job-c's first
+    half minute, which it held alone with job-a and job-b)."""
+    t0 = clock() - timedelta(minutes=40)
+    _store(engine, clock, t0)
+    _jobs(engine, t0)
+    _roll_up(engine, rule)
+    settings.cost_split_rule = rule.value
+    start, end = t0 + timedelta(minutes=12.5), t0 + timedelta(minutes=20.25)
+    with engine.connect() as conn:
+        by_job = cost_report(conn, settings=settings, start=start, end=end, now=clock(),
+                             group_by="job")  # fmt: skip
+        by_gpu = cost_report(conn, settings=settings, start=start, end=end, now=clock(),
+                             group_by="gpu")  # fmt: skip
+    rows = {r["key"]: r for r in by_job["rows"]}
+    gpu_cost = sum(r["cost_usd"] for r in by_gpu["rows"])
+    assert gpu_cost == pytest.approx(2 * PRICE * 7.75 / 60, abs=1e-6)
+    assert sum(r["cost_usd"] for r in rows.values()) == pytest.approx(gpu_cost, abs=1e-6)
+    c = rows["job-c"]
+    assert c["idle_held_seconds"] == pytest.approx(c["allocated_seconds"])
+    if rule is SplitRule.EQUAL:
+        # GPU-t0: with a and b to minute 20 (450 s / 3), then with b (15 s / 2); GPU-t1: with
+        # a from 12.5 to 15 (150 s / 2).
+        assert c["allocated_seconds"] == pytest.approx(450 / 3 + 15 / 2 + 150 / 2, abs=1e-6)
+    if rule is SplitRule.ACTIVITY:
+        assert c["allocated_seconds"] == pytest.approx(0.0, abs=1e-6)  # never ran a kernel
+    if rule is SplitRule.MEMORY:
+        # 8 GiB against 2 GiB each: 8/12 of GPU-t0 to minute 20, 8/10 after; 8/10 of GPU-t1.
+        want = 450 * 8 / 12 + 15 * 8 / 10 + 150 * 8 / 10
+        assert c["allocated_seconds"] == pytest.approx(want, abs=1e-6)
