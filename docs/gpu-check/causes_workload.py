@@ -114,6 +114,21 @@ def compute_tensor(seconds: float) -> None:
     del c
 
 
+def mig_fit(seconds: float) -> None:
+    """A fifth of an H200's memory (28 GiB) held, bf16 matmuls about a fifth of the time:
+    a job a MIG slice would hold."""
+    x = torch.empty(27 * GIB, dtype=torch.uint8, device=dev)
+    x.fill_(1)
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    end = time.time() + seconds
+    while until(end):
+        for _ in range(10):
+            c = a @ a
+        torch.cuda.synchronize()
+        time.sleep(0.08)
+    del c, x
+
+
 PHASES = {
     "idle_held": idle_held,
     "launch_bound": launch_bound,
@@ -122,6 +137,7 @@ PHASES = {
     "memory_bound": memory_bound,
     "compute_no_tensor": compute_no_tensor,
     "compute_tensor": compute_tensor,
+    "mig_fit": mig_fit,
 }
 MIXED = ("launch_bound", "compute_tensor", "transfer_bound", "idle_held")
 
