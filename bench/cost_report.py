@@ -5,7 +5,10 @@ Targets: the report grouped by team in at most 1 s, one job's summary in at most
 report without them (timed side by side, interleaved, in the same run).
 
 Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [--gpus 1000]
-      [--days 30] [--jobs 5000] [--reuse]
+      [--days 30] [--jobs 5000] [--reuse] [--shared-gpus 0.1 [--shared-runs 2]]
+
+With ``--shared-gpus F`` the reports are timed again after a fraction F of the GPUs is shared
+(see ``load_shared``): tenant rows for every shared minute, as the rollup job writes them.
 
 Data: 1h rollup rows are generated in Python (executemany on SQLite, COPY on PostgreSQL);
 the 1m rows (43 M at full size) are expanded inside the database with one INSERT ... SELECT
@@ -31,11 +34,21 @@ from sqlalchemy import Engine, func, insert, select, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.api.app import freeze_start_up_objects
+from service.costs.integrals import INTEGRAL_FIELDS
 from service.costs.prices import PriceRow
 from service.db import cost_scratch, jobs_repo, prices_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
-from service.db.schema import CUMULATIVE_FIELDS, gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m
+from service.db.schema import (
+    CUMULATIVE_FIELDS,
+    gpus,
+    job_gpus,
+    jobs,
+    nodes,
+    rollup_1h,
+    rollup_1m,
+    tenant_1m,
+)
 from service.settings import Settings
 from service.usecases import cost_report
 
@@ -283,6 +296,107 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
         )
 
 
+SHARED_JOB_PREFIX = "shared:"
+
+
+def shared_jobs(
+    n_gpus: int, days: int, fraction: float, rng: random.Random
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Jobs that share a fraction of the GPUs: on each, a training job and a notebook hold it
+    the whole window, and a third job holds it from a mid-hour, mid-minute moment of day 6 to
+    one of day 21 (so 2-3 tenants, more where generated jobs also hold the GPU)."""
+    start = END - timedelta(days=days)
+    n_shared = round(n_gpus * fraction)
+    chosen = sorted(rng.sample(range(1, n_gpus + 1), n_shared))
+    job_rows: list[dict[str, Any]] = []
+    interval_rows: list[dict[str, Any]] = []
+    third = (
+        start + timedelta(days=min(6, days / 5), minutes=20, seconds=17),
+        start + timedelta(days=min(21, days * 0.7), minutes=40, seconds=5),
+    )
+    for gpu_id in chosen:
+        for name, (begin, end) in (
+            ("train", (start, END)),
+            ("notebook", (start, END)),
+            ("eval", third),
+        ):
+            jid = f"{SHARED_JOB_PREFIX}{name}-{gpu_id}"
+            job_rows.append(
+                {"id": jid, "user": f"user{rng.randrange(200)}", "team": f"team{rng.randrange(20)}",
+                 "project": None, "labels": {}, "source": "api", "started_at": begin,
+                 "ended_at": end, "created_at": begin, "updated_at": end}
+            )  # fmt: skip
+            interval_rows.append(
+                {"job_id": jid, "gpu_id": gpu_id, "started_at": begin, "ended_at": end,
+                 "source": "api"}
+            )  # fmt: skip
+    return job_rows, interval_rows
+
+
+def load_shared(engine: Engine, n_gpus: int, days: int, fraction: float) -> None:
+    """Share ``fraction`` of the GPUs (``shared_jobs``) and write tenant_1m rows for every
+    minute two or more jobs hold one of them, as the rollup job would: each holder gets an
+    equal share of the GPU's 1m rollup row (the ``equal`` rule; an edge minute is split as if
+    every holder held all of it)."""
+    rng = random.Random(4242)
+    t = time.perf_counter()
+    job_rows, interval_rows = shared_jobs(n_gpus, days, fraction, rng)
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), job_rows)
+        conn.execute(insert(job_gpus), interval_rows)
+        shared_ids = sorted({row["gpu_id"] for row in interval_rows})
+        ids = ", ".join(str(g) for g in shared_ids)
+        # The minute an interval starts in is held (in part) by it: compare with that minute.
+        if engine.dialect.name == "postgresql":
+            first_minute = "date_trunc('minute', iv.started_at)"
+        else:
+            first_minute = "strftime('%Y-%m-%d %H:%M:00.000000', iv.started_at)"
+        f_cols = ", ".join(INTEGRAL_FIELDS)
+        shares = ", ".join(f"x.{f} / x.k" for f in INTEGRAL_FIELDS)
+        conn.execute(
+            text(
+                f"INSERT INTO tenant_1m (gpu_id, bucket_start, tenant, interval_id, split_rule, "
+                f"held_seconds, {f_cols}) "
+                f"SELECT x.gpu_id, x.bucket_start, x.job_id, x.iv_id, 'equal', 60.0 / x.k, "
+                f"{shares} FROM (SELECT m.*, iv.job_id, iv.id AS iv_id, "
+                "  COUNT(*) OVER (PARTITION BY m.gpu_id, m.bucket_start) AS k "
+                "  FROM rollup_1m m JOIN job_gpus iv ON iv.gpu_id = m.gpu_id "
+                f"  AND {first_minute} <= m.bucket_start AND iv.ended_at > m.bucket_start "
+                f"  WHERE m.gpu_id IN ({ids})) x WHERE x.k >= 2"
+            )
+        )
+        n_rows = conn.execute(select(func.count()).select_from(tenant_1m)).scalar_one()
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    print(
+        f"  shared: {len(shared_ids)} GPUs, {len(job_rows)} jobs, {n_rows:,} tenant_1m rows "
+        f"in {time.perf_counter() - t:.0f} s",
+        flush=True,
+    )
+
+
+def bench_shared(engine: Engine, days: int, runs: int) -> None:
+    """Time the team and job reports as they are (the shared minutes loaded or not)."""
+    settings = Settings()
+    start = END - timedelta(days=days)
+    with engine.connect() as conn:
+        n_tenant = conn.execute(select(func.count()).select_from(tenant_1m)).scalar_one()
+        for group_by in ("team", "job"):
+            best, median, data = timed(
+                lambda g=group_by: cost_report.cost_report(
+                    conn, settings=settings, start=start, end=END, now=END, group_by=g
+                ),
+                runs,
+            )
+            print(
+                f"  [{n_tenant:,} tenant_1m rows] report {days} d grouped by {group_by}: best "
+                f"{best * 1000:.0f} ms, median {median * 1000:.0f} ms ({len(data['rows'])} rows, "
+                f"total ${data['totals']['cost_usd']:,.2f})",
+                flush=True,
+            )
+
+
 def engine_for(backend: str, args: argparse.Namespace) -> tuple[Engine, bool]:
     """The bench database of ``backend`` and whether it already holds data."""
     if backend == "sqlite":
@@ -297,15 +411,15 @@ def engine_for(backend: str, args: argparse.Namespace) -> tuple[Engine, bool]:
         fresh = True
         with psycopg.connect(admin, autocommit=True) as c:
             exists = c.execute(
-                "SELECT 1 FROM pg_database WHERE datname = 'gpuwarden_bench'"
+                "SELECT 1 FROM pg_database WHERE datname = %s", (args.pg_database,)
             ).fetchone()
             if exists and args.reuse:
                 fresh = False
             else:
-                c.execute('DROP DATABASE IF EXISTS "gpuwarden_bench" WITH (FORCE)')
-                c.execute('CREATE DATABASE "gpuwarden_bench"')
+                c.execute(f'DROP DATABASE IF EXISTS "{args.pg_database}" WITH (FORCE)')
+                c.execute(f'CREATE DATABASE "{args.pg_database}"')
         base = admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-        engine = make_engine(base + "/gpuwarden_bench")
+        engine = make_engine(f"{base}/{args.pg_database}")
     return engine, fresh
 
 
@@ -317,10 +431,16 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--sqlite-path", default="/tmp/gpuwarden-bench.db")
     p.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    p.add_argument("--pg-database", default="gpuwarden_bench", help="dropped and created anew")
     p.add_argument("--reuse", action="store_true", help="keep data loaded by an earlier run")
     p.add_argument(
         "--compare", action="store_true", help="also time the bucket-by-bucket reading and diff"
     )
+    p.add_argument(
+        "--shared-gpus", type=float, default=0.0,
+        help="then share this fraction of the GPUs among 2-3 jobs and time the reports again",
+    )  # fmt: skip
+    p.add_argument("--shared-runs", type=int, default=2, help="timed runs per shared report")
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
@@ -332,7 +452,16 @@ def main() -> None:
             upgrade(engine)
             load(engine, args.gpus, args.days, args.jobs)
             print(f"  loaded in {time.perf_counter() - t:.0f} s", flush=True)
+        elif args.shared_gpus:
+            upgrade(engine)  # data loaded by older code: migrations fill what they add
         bench(engine, args.days, args.compare)
+        if args.shared_gpus:
+            with engine.connect() as conn:
+                loaded = conn.execute(select(func.count()).select_from(tenant_1m)).scalar_one()
+            if not loaded:
+                bench_shared(engine, args.days, args.shared_runs)  # before: none shared
+                load_shared(engine, args.gpus, args.days, args.shared_gpus)
+            bench_shared(engine, args.days, args.shared_runs)
         engine.dispose()
 
 
