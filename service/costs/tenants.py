@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from itertools import pairwise
 
@@ -260,24 +260,26 @@ def split_cents(total_cents: int, weights: Mapping[str, float]) -> dict[str, int
     return out
 
 
-_MINUTE = timedelta(minutes=1)
-
-
-def without_minutes(segments: Sequence[Segment], minutes: Sequence[datetime]) -> list[Segment]:
-    """``segments`` of one GPU with the sorted whole ``minutes`` cut out (the shared minutes a
-    report reads from tenant rows instead)."""
-    if not minutes:
+def without_stretches(
+    segments: Sequence[Segment], stretches: Sequence[tuple[datetime, datetime]]
+) -> list[Segment]:
+    """``segments`` of one GPU, in time order, with the sorted, disjoint ``stretches`` [a, b)
+    cut out (the shared minutes a report reads from tenant rows instead)."""
+    if not stretches:
         return list(segments)
     out: list[Segment] = []
+    i, n = 0, len(stretches)
     for seg in segments:
+        while i < n and stretches[i][1] <= seg.start:
+            i += 1
         t = seg.start
-        for m in minutes:
-            m_end = m + _MINUTE
-            if m_end <= t or m >= seg.end:
-                continue
-            if t < m:
-                out.append(Segment(seg.gpu_id, t, m, seg.job_ids))
-            t = max(t, m_end)
+        j = i
+        while j < n and stretches[j][0] < seg.end:
+            a, b = stretches[j]
+            if t < a:
+                out.append(Segment(seg.gpu_id, t, a, seg.job_ids))
+            t = max(t, b)
+            j += 1
         if t < seg.end:
             out.append(Segment(seg.gpu_id, t, seg.end, seg.job_ids))
     return out

@@ -8,7 +8,15 @@ from sqlalchemy import Connection, delete
 
 from service.db import partitions
 from service.db.rollup_repo import delete_rollups_before
-from service.db.schema import gpu_processes, rollup_1h, rollup_1m, samples, tenant_1m
+from service.db.schema import (
+    gpu_processes,
+    rollup_1h,
+    rollup_1m,
+    samples,
+    shared_1h,
+    tenant_1h,
+    tenant_1m,
+)
 
 
 def enforce_retention(
@@ -31,7 +39,10 @@ def enforce_retention(
         conn, table=rollup_1h, cutoff=now - timedelta(days=hour_days)
     )
     # Shared minutes are few and reports over 1h rollups still read them: kept as long.
-    out["tenant_1m_deleted"] = delete_rollups_before(
-        conn, table=tenant_1m, cutoff=now - timedelta(days=hour_days)
-    )
+    hour_cutoff = now - timedelta(days=hour_days)
+    out["tenant_1m_deleted"] = delete_rollups_before(conn, table=tenant_1m, cutoff=hour_cutoff)
+    # Their hourly sums go once the whole hour is past (a report reads a cut hour by minutes).
+    whole_hours = hour_cutoff.replace(minute=0, second=0, microsecond=0)
+    for table in (tenant_1h, shared_1h):
+        out[f"{table.name}_deleted"] = delete_rollups_before(conn, table=table, cutoff=whole_hours)
     return out

@@ -247,6 +247,7 @@ def process_dirty(
             _hour_from_minutes(),
             [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in hour_keys],
         )
+    tenants_repo.rollup_hours(conn, hour_keys)
     return len(keys)
 
 

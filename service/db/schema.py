@@ -205,6 +205,30 @@ tenant_1m = Table(
     Index(None, "interval_id"),
 )
 
+# tenant_1m summed per hour: a report reads the whole hours of a shared stretch from here (one
+# row per job, hour and split rule) and only the minutes at its ends from tenant_1m. The rollup
+# job rewrites an hour's rows whenever it rewrites one of its minutes.
+tenant_1h = Table(
+    "tenant_1h",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),  # the hour
+    Column("tenant", String(255), primary_key=True),  # the job id, "" for no job
+    Column("split_rule", String(16), primary_key=True),
+    Column("held_seconds", Float, nullable=False, server_default="0"),
+    *integral_columns(),
+)
+
+# Which minutes of each GPU-hour have tenant rows (bit m for minute m of the hour), so a report
+# finds the shared stretches of a GPU from one row per hour.
+shared_1h = Table(
+    "shared_1h",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),  # the hour
+    Column("minute_mask", BigInteger, nullable=False),
+)
+
 api_tokens = Table(
     "api_tokens",
     metadata,

@@ -1,19 +1,44 @@
-"""Each job's integrals per minute of a shared GPU (``tenant_1m``): written by the rollup job,
-read by the cost report."""
+"""Each job's integrals per minute of a shared GPU (``tenant_1m``) and per hour (``tenant_1h``,
+with the shared minutes of each hour in ``shared_1h``): written by the rollup job, read by the
+cost report."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, or_, select, tuple_
+from sqlalchemy import (
+    Connection,
+    Integer,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 
 from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds
 from service.costs.tenants import SplitRule, TenantProcess, TenantShare, split_stretch
+from service.db.cost_scratch import fill, scratch_table
 from service.db.dialect import bulk_insert_ignore
-from service.db.schema import gpu_processes, job_gpus, rollup_dirty, samples, tenant_1m
+from service.db.schema import (
+    gpu_processes,
+    job_gpus,
+    rollup_dirty,
+    samples,
+    shared_1h,
+    tenant_1h,
+    tenant_1m,
+)
+from service.db.types import UTCDateTime
 
 MINUTE = timedelta(minutes=1)
 
@@ -168,15 +193,229 @@ def split_part(
     return _rows(gpu_id, bucket, shares, first_interval, rule)
 
 
-def load_minutes(
-    conn: Connection, *, start: datetime, end: datetime, gpu_ids: Sequence[int] | None = None
-) -> list[dict[str, Any]]:
-    """The tenant rows of the minutes starting in [start - 1 min, end), oldest first."""
+# --- hours: tenant_1h and shared_1h, kept by the rollup job, read by reports ---------------
+
+HOUR = timedelta(hours=1)
+FULL_HOUR = (1 << 60) - 1  # a shared_1h mask with every minute of the hour shared
+
+
+@cache
+def _hour_sums() -> Any:
+    """INSERT ... SELECT of one GPU-hour's tenant_1h rows from its tenant_1m rows."""
     t = tenant_1m.c
-    q = select(tenant_1m).where(t.bucket_start > start - MINUTE, t.bucket_start < end)
+    hour = bindparam("hour", type_=UTCDateTime)
+    fields = ["held_seconds", *INTEGRAL_FIELDS]
+    query = (
+        select(t.gpu_id, hour, t.tenant, t.split_rule, *(func.sum(t[f]) for f in fields))
+        .where(
+            t.gpu_id == bindparam("gpu_id", type_=Integer),
+            t.bucket_start >= hour,
+            t.bucket_start < bindparam("hour_end", type_=UTCDateTime),
+        )
+        .group_by(t.gpu_id, t.tenant, t.split_rule)
+    )
+    return insert(tenant_1h).from_select(
+        ["gpu_id", "bucket_start", "tenant", "split_rule", *fields], query
+    )
+
+
+@cache
+def _hour_mask(pg: bool) -> Any:
+    """INSERT ... SELECT of one GPU-hour's shared_1h row: the minutes it has tenant rows of,
+    one bit each (the minutes are distinct, so their sum is the bitwise or)."""
+    if pg:
+        bit = "CAST(1 AS BIGINT) << CAST(EXTRACT(MINUTE FROM bucket_start) AS INTEGER)"
+    else:
+        bit = "1 << CAST(strftime('%M', bucket_start) AS INTEGER)"
+    return text(
+        "INSERT INTO shared_1h (gpu_id, bucket_start, minute_mask) "
+        f"SELECT :gpu_id, :hour, CAST(SUM({bit}) AS BIGINT) FROM (SELECT DISTINCT bucket_start "
+        "  FROM tenant_1m WHERE gpu_id = :gpu_id AND bucket_start >= :hour "
+        "  AND bucket_start < :hour_end) m HAVING COUNT(*) > 0"
+    ).bindparams(
+        bindparam("gpu_id", type_=Integer),
+        bindparam("hour", type_=UTCDateTime),
+        bindparam("hour_end", type_=UTCDateTime),
+    )
+
+
+def rollup_hours(conn: Connection, hours: Sequence[tuple[int, datetime]]) -> int:
+    """Rewrite the tenant_1h and shared_1h rows of these (GPU, hour) keys from tenant_1m, after
+    the rollup job rewrote some of their minutes; returns how many hours are shared."""
+    if not hours:
+        return 0
+    keys = sorted(set(hours))
+    had = set()
+    s = shared_1h.c
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        had |= set(
+            conn.execute(
+                select(s.gpu_id, s.bucket_start).where(tuple_(s.gpu_id, s.bucket_start).in_(chunk))
+            ).all()
+        )
+        for table in (tenant_1h, shared_1h):
+            conn.execute(
+                delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(chunk))
+            )
+    # Only GPUs with tenant rows in these hours, before or now, have anything to write.
+    t = tenant_1m.c
+    gpus_now = {g for g, _ in keys}
+    shared_now: set[tuple[int, datetime]] = set()
+    for gpu_id in gpus_now:
+        lo, hi = min(h for g, h in keys if g == gpu_id), max(h for g, h in keys if g == gpu_id)
+        shared_now |= {
+            (gpu_id, b.replace(minute=0))
+            for (b,) in conn.execute(
+                select(t.bucket_start)
+                .where(t.gpu_id == gpu_id, t.bucket_start >= lo, t.bucket_start < hi + HOUR)
+                .distinct()
+            )
+        }
+    todo = sorted((set(keys) & shared_now) | (had & set(keys)))
+    if todo:
+        params = [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in todo]
+        conn.execute(_hour_sums(), params)
+        conn.execute(_hour_mask(conn.dialect.name == "postgresql"), params)
+    return len(set(keys) & shared_now)
+
+
+def _hour_number(pg: bool) -> Any:
+    """Hours since the epoch of shared_1h.bucket_start, as an SQL integer."""
+    if pg:
+        return literal_column("CAST(EXTRACT(EPOCH FROM shared_1h.bucket_start) AS BIGINT) / 3600")
+    return literal_column("CAST(strftime('%s', shared_1h.bucket_start) AS INTEGER) / 3600")
+
+
+def shared_stretches(
+    conn: Connection, *, start: datetime, end: datetime, gpu_ids: Sequence[int] | None = None
+) -> dict[int, list[tuple[datetime, datetime]]]:
+    """Per GPU, the stretches [a, b) of consecutive minutes with tenant rows among the minutes
+    starting in (start - 1 min, end), sorted; read from shared_1h (runs of fully shared hours
+    come back as one row each)."""
+    s = shared_1h.c
+    pg = conn.dialect.name == "postgresql"
+    in_window = [s.bucket_start > start - MINUTE - HOUR, s.bucket_start < end]
     if gpu_ids is not None:
-        q = q.where(t.gpu_id.in_(list(gpu_ids)))
-    return [dict(r._mapping) for r in conn.execute(q.order_by(t.gpu_id, t.bucket_start))]
+        in_window.append(s.gpu_id.in_(list(gpu_ids)))
+    island = (
+        _hour_number(pg) - func.row_number().over(partition_by=s.gpu_id, order_by=s.bucket_start)
+    ).label("island")
+    full = (
+        select(s.gpu_id, s.bucket_start, island)
+        .where(s.minute_mask == FULL_HOUR, *in_window)
+        .subquery()
+    )
+    f = full.c
+    runs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # Unix minutes [a, b)
+    for gpu_id, first, n_hours in conn.execute(
+        select(f.gpu_id, func.min(f.bucket_start), func.count()).group_by(f.gpu_id, f.island)
+    ):
+        a = int(first.timestamp()) // 60
+        runs[gpu_id].append((a, a + 60 * int(n_hours)))
+    for gpu_id, hour, mask in conn.execute(
+        select(s.gpu_id, s.bucket_start, s.minute_mask).where(
+            s.minute_mask != FULL_HOUR, *in_window
+        )
+    ):
+        h = int(hour.timestamp()) // 60
+        m = 0
+        mask = int(mask)
+        while mask:
+            if mask & 1:
+                run_start = m
+                while mask & 1:
+                    mask >>= 1
+                    m += 1
+                runs[gpu_id].append((h + run_start, h + m))
+            else:
+                mask >>= 1
+                m += 1
+    lo = int(start.timestamp() // 60)  # the first minute that ends after start
+    end_s = end.timestamp()
+    hi = int(-(-end_s // 60))  # minutes starting before end
+    out: dict[int, list[tuple[datetime, datetime]]] = {}
+    for gpu_id, spans in runs.items():
+        merged: list[list[int]] = []
+        for a, b in sorted(spans):
+            a, b = max(a, lo), min(b, hi)
+            if a >= b:
+                continue
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        if merged:
+            out[gpu_id] = [(_minute(a), _minute(b)) for a, b in merged]
+    return out
+
+
+def _minute(unix_minute: int) -> datetime:
+    return datetime.fromtimestamp(unix_minute * 60, UTC)
+
+
+def minutes_at(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> list[dict[str, Any]]:
+    """The tenant_1m rows of these (GPU, minute) keys."""
+    t = tenant_1m.c
+    out: list[dict[str, Any]] = []
+    ordered = sorted(set(keys))
+    for i in range(0, len(ordered), 500):
+        chunk = ordered[i : i + 500]
+        q = select(tenant_1m).where(tuple_(t.gpu_id, t.bucket_start).in_(chunk))
+        out += [dict(r._mapping) for r in conn.execute(q.order_by(t.gpu_id, t.bucket_start))]
+    return out
+
+
+_RANGES = scratch_table(
+    "gw_tenant_ranges",
+    ("k", "gpu_id", "lo", "hi", "hourly"),
+    timestamps={"lo", "hi"},
+    integers={"k", "gpu_id", "hourly"},
+)
+SUM_FIELDS = ("held_seconds", *INTEGRAL_FIELDS)  # what sum_ranges returns per tenant
+
+
+def sum_ranges(
+    conn: Connection, ranges: Sequence[tuple[int, datetime, datetime]]
+) -> list[tuple[int, str, str, tuple[float, ...]]]:
+    """For each range k = (gpu_id, lo, hi) of whole minutes, the tenant rows in it summed per
+    tenant and split rule: (k, tenant, rule, sums in SUM_FIELDS order). Whole hours are read
+    from tenant_1h, the minutes around them from tenant_1m."""
+    rows: list[tuple[Any, ...]] = []
+    for k, (gpu_id, lo, hi) in enumerate(ranges):
+        h_lo = lo if lo == lo.replace(minute=0) else lo.replace(minute=0) + HOUR
+        h_hi = hi.replace(minute=0)
+        if h_lo < h_hi:
+            if lo < h_lo:
+                rows.append((k, gpu_id, lo, h_lo, 0))
+            rows.append((k, gpu_id, h_lo, h_hi, 1))
+            if h_hi < hi:
+                rows.append((k, gpu_id, h_hi, hi, 0))
+        else:
+            rows.append((k, gpu_id, lo, hi, 0))
+    if not rows:
+        return []
+    fill(conn, _RANGES, rows)
+    r = _RANGES.c
+    out: list[tuple[int, str, str, tuple[float, ...]]] = []
+    for table, hourly in ((tenant_1m, 0), (tenant_1h, 1)):
+        t = table.c
+        query = (
+            select(r.k, t.tenant, t.split_rule, *(func.sum(t[f]) for f in SUM_FIELDS))
+            .select_from(
+                _RANGES.join(
+                    table,
+                    and_(t.gpu_id == r.gpu_id, t.bucket_start >= r.lo, t.bucket_start < r.hi),
+                )
+            )
+            .where(r.hourly == hourly)
+            .group_by(r.k, t.tenant, t.split_rule)
+        )
+        out += [
+            (int(k), str(tenant), str(rule), tuple(float(v or 0.0) for v in sums))
+            for k, tenant, rule, *sums in conn.execute(query)
+        ]
+    return out
 
 
 def _floor_minute(ts: datetime) -> datetime:

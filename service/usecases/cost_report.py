@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 
 from service import diagnosis
 from service.costs.default_prices import DEFAULT_PRICES
-from service.costs.integrals import Thresholds
+from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.prices import parse_price_rows as parse_price_list
 from service.costs.recommend import (
@@ -28,7 +28,7 @@ from service.costs.recommend import (
     recommend_job,
     total_saving_usd,
 )
-from service.costs.tenants import SplitRule, tenant_line, without_minutes
+from service.costs.tenants import SplitRule, tenant_line, without_stretches
 from service.costs.waste import (
     GROUP_BYS,
     HARDWARE_GROUP_BYS,
@@ -39,6 +39,7 @@ from service.costs.waste import (
     Segment,
     Summary,
     TagThresholds,
+    Usage,
     group_segments,
     job_tags,
     segment_gpu,
@@ -200,12 +201,7 @@ def attribute(
     for allocation in allocations:
         by_gpu[allocation.gpu_id].append(allocation)
     segments: list[Segment] = []
-    shared = tenants_repo.load_minutes(conn, start=start, end=end, gpu_ids=gpu_ids)
-    shared_minutes: dict[int, list[datetime]] = defaultdict(list)
-    for row in shared:
-        minutes = shared_minutes[row["gpu_id"]]
-        if not minutes or minutes[-1] != row["bucket_start"]:
-            minutes.append(row["bucket_start"])
+    stretches = tenants_repo.shared_stretches(conn, start=start, end=end, gpu_ids=gpu_ids)
     held_from_of: dict[int, datetime] = {}
     for gpu_id, info in gpu_info.items():
         # A GPU is held from when it is known: one first seen a minute ago is not held all week.
@@ -214,7 +210,7 @@ def attribute(
             cuts = change_points(prices, info.model, held_from, end)
             segs = segment_gpu(gpu_id, by_gpu.get(gpu_id, []), held_from, end, cuts)
             # Minutes a shared GPU's jobs were split for are read from their own rows below.
-            segments += without_minutes(segs, shared_minutes.get(gpu_id, []))
+            segments += without_stretches(segs, stretches.get(gpu_id, []))
     unpriced: set[str] = set()
     lookup = price_lookup(prices)
 
@@ -243,11 +239,85 @@ def attribute(
         Line(job_id, gpu_id, seconds, usage, price)
         for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
     ]
-    rules: set[str] = set()
-    cut_minutes: dict[tuple[int, datetime], tuple[datetime, datetime, str]] = {}
-    for row in shared:
-        if row["gpu_id"] not in gpu_info:
+    tenant_lines, rules = _tenant_lines(
+        conn, stretches=stretches, gpu_info=gpu_info, held_from_of=held_from_of, end=end,
+        prices=prices, price_of=price_of, raw_from=raw_from, settings=settings,
+    )  # fmt: skip
+    lines += tenant_lines
+    warnings = [
+        f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
+        "/api/v1/prices"
+        for model in sorted(unpriced)
+    ]
+    for warning in warnings:
+        log.warning(warning)
+    return Attribution(lines, gpu_info, job_info, warnings, table.source, rules)
+
+
+def _ceil_minute(ts: datetime) -> datetime:
+    floor = ts.replace(second=0, microsecond=0)
+    return floor if floor == ts else floor + MINUTE
+
+
+def _tenant_lines(
+    conn: Connection,
+    *,
+    stretches: dict[int, list[tuple[datetime, datetime]]],
+    gpu_info: dict[int, costs_repo.GpuInfo],
+    held_from_of: dict[int, datetime],
+    end: datetime,
+    prices: Sequence[PriceRow],
+    price_of: Callable[[Segment], float | None],
+    raw_from: datetime,
+    settings: Settings,
+) -> tuple[list[Line], set[str]]:
+    """The lines of the shared minutes of [held_from, end) of each GPU, from their tenant rows,
+    and the split rules those rows were written under.
+
+    Whole minutes are summed in the database per stretch and price (one line per job, GPU and
+    price); a minute the window cuts is read row by row and counts in part: the part raw
+    samples still hold is split again from them, an older part pro rata.
+    """
+    ranges: list[tuple[int, datetime, datetime]] = []
+    range_prices: list[float | None] = []
+    edges: set[tuple[int, datetime]] = set()
+    for gpu_id, runs in stretches.items():
+        info = gpu_info.get(gpu_id)
+        held_from = held_from_of.get(gpu_id)
+        if info is None or held_from is None or held_from >= end:
             continue
+        first, last = _ceil_minute(held_from), end.replace(second=0, microsecond=0)
+        cut = {
+            m for m in (held_from.replace(second=0, microsecond=0), last) if m < first or m >= last
+        }
+        # A minute's price is the one in force at its start.
+        bounds = sorted(
+            {_ceil_minute(c) for c in change_points(prices, info.model, held_from, end)}
+        )
+        for a, b in runs:
+            edges |= {(gpu_id, m) for m in cut if a <= m < b and m < end}
+            lo, hi = max(a, first), min(b, last)
+            for cut_at in [*(c for c in bounds if lo < c < hi), hi]:
+                if lo < cut_at:
+                    ranges.append((gpu_id, lo, cut_at))
+                    range_prices.append(price_of(Segment(gpu_id, lo, cut_at, ())))
+                lo = cut_at
+    rules: set[str] = set()
+    by_key: dict[tuple[str, int, float | None], Line] = {}
+    for k, tenant, rule, sums in tenants_repo.sum_ranges(conn, ranges):
+        rules.add(rule)
+        gpu_id = ranges[k][0]
+        key = (tenant, gpu_id, range_prices[k])
+        line = by_key.get(key)
+        if line is None:
+            line = by_key[key] = Line(tenant or None, gpu_id, 0.0, Usage(), range_prices[k])
+        line.held_seconds += sums[0]
+        usage = line.usage
+        for name, value in zip(INTEGRAL_FIELDS, sums[1:], strict=True):
+            setattr(usage, name, getattr(usage, name) + value)
+    lines = list(by_key.values())
+    cut_minutes: dict[tuple[int, datetime], tuple[datetime, datetime, str]] = {}
+    for row in tenants_repo.minutes_at(conn, sorted(edges)):
         bucket = row["bucket_start"]
         lo, hi = max(bucket, held_from_of[row["gpu_id"]]), min(bucket + MINUTE, end)
         if lo >= hi:
@@ -270,14 +340,7 @@ def attribute(
             line = tenant_line(part, 1.0)
             line.usd_per_gpu_hour = price
             lines.append(line)
-    warnings = [
-        f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
-        "/api/v1/prices"
-        for model in sorted(unpriced)
-    ]
-    for warning in warnings:
-        log.warning(warning)
-    return Attribution(lines, gpu_info, job_info, warnings, table.source, rules)
+    return lines, rules
 
 
 def _raw_edges(
