@@ -239,7 +239,7 @@ def attribute(
         Line(job_id, gpu_id, seconds, usage, price)
         for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
     ]
-    tenant_lines, rules = _tenant_lines(
+    tenant_lines, rules = shared_lines(
         conn, stretches=stretches, gpu_info=gpu_info, held_from_of=held_from_of, end=end,
         prices=prices, price_of=price_of, raw_from=raw_from, settings=settings,
     )  # fmt: skip
@@ -259,7 +259,7 @@ def _ceil_minute(ts: datetime) -> datetime:
     return floor if floor == ts else floor + MINUTE
 
 
-def _tenant_lines(
+def shared_lines(
     conn: Connection,
     *,
     stretches: dict[int, list[tuple[datetime, datetime]]],
