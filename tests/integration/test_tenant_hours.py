@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from service import ingest as ingest_service
 from service.context import ServiceContext
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
-from service.costs.prices import price_lookup
+from service.costs.prices import PriceRow, price_lookup
 from service.costs.tenants import SplitRule, tenant_line
 from service.db import costs_repo, rollup_repo, tenants_repo
 from service.db.migrate import upgrade
@@ -122,6 +122,10 @@ def shared(engine: Engine, clock: FakeClock) -> Engine:
     return engine
 
 
+def _usd(row: PriceRow | None) -> float | None:
+    return None if row is None else row.usd_per_gpu_hour
+
+
 def _per_row(
     conn: Connection, settings: Settings, start: datetime, end: datetime, now: datetime,
     gpu_ids: list[int] | None,
@@ -150,14 +154,14 @@ def _per_row(
             cut[(gpu_id, bucket)] = (lo, hi, row["split_rule"])
             continue
         line = tenant_line(row, (hi - lo) / MINUTE)
-        line.usd_per_gpu_hour = lookup(info[gpu_id].model, bucket).usd_per_gpu_hour
+        line.usd_per_gpu_hour = _usd(lookup(info[gpu_id].model, bucket))
         lines.append(line)
     for (gpu_id, bucket), (lo, hi, rule) in cut.items():
         for part in tenants_repo.split_part(
             conn, gpu_id=gpu_id, start=lo, end=hi, thresholds=Thresholds(), rule=SplitRule(rule)
         ):
             line = tenant_line(part, 1.0)
-            line.usd_per_gpu_hour = lookup(info[gpu_id].model, bucket).usd_per_gpu_hour
+            line.usd_per_gpu_hour = _usd(lookup(info[gpu_id].model, bucket))
             lines.append(line)
     return _summed(lines), rules
 
@@ -189,7 +193,7 @@ def _by_hours(
         conn, stretches=stretches, gpu_info=info,
         held_from_of={g: max(start, i.known_from) for g, i in info.items()}, end=end,
         prices=table.rows,
-        price_of=lambda seg: lookup(info[seg.gpu_id].model, seg.start).usd_per_gpu_hour,
+        price_of=lambda seg: _usd(lookup(info[seg.gpu_id].model, seg.start)),
         raw_from=now - timedelta(days=settings.retention_raw_days), settings=settings,
     )  # fmt: skip
     return _summed(lines), rules
