@@ -200,6 +200,7 @@ def process_dirty(
     gap_s = thresholds.max_gap_seconds
     minute_rows: list[dict[str, Any]] = []
     hours: set[tuple[int, datetime]] = set()
+    shared: list[tuple[int, datetime]] = []  # (GPU, minute) keys given tenant rows
     for gpu_id, buckets in by_gpu.items():
         lo, hi = min(buckets) - gap, max(buckets) + MINUTE
         rows = [
@@ -211,7 +212,7 @@ def process_dirty(
             )
         ]
         stamps = [ts for ts, _ in rows]
-        tenants_repo.rollup_tenants(
+        shared_minutes = tenants_repo.rollup_tenants(
             conn,
             gpu_id=gpu_id,
             buckets=buckets,
@@ -219,6 +220,7 @@ def process_dirty(
             thresholds=thresholds,
             rule=split_rule,
         )
+        shared += [(gpu_id, bucket) for bucket in shared_minutes]
         for bucket in buckets:
             b = bucket.timestamp()
             near = rows[bisect_left(stamps, b - gap_s) : bisect_left(stamps, b + 60.0)]
@@ -247,7 +249,7 @@ def process_dirty(
             _hour_from_minutes(),
             [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in hour_keys],
         )
-    tenants_repo.rollup_hours(conn, hour_keys)
+    tenants_repo.rollup_hours(conn, hour_keys, shared)
     return len(keys)
 
 

@@ -89,19 +89,19 @@ def rollup_tenants(
     points: Sequence[ActivityPoint],
     thresholds: Thresholds,
     rule: SplitRule,
-) -> int:
+) -> list[datetime]:
     """Write the tenant rows of the minutes of ``buckets`` in which jobs shared ``gpu_id``,
-    from the GPU's ``points`` (sorted, from max_gap before the first bucket); returns how many
-    minutes were shared. Rows of these minutes must be deleted first."""
+    from the GPU's ``points`` (sorted, from max_gap before the first bucket); returns those
+    minutes. Rows of these minutes must be deleted first."""
     if not buckets:
-        return 0
+        return []
     lo, hi = min(buckets), max(buckets) + MINUTE
     intervals = _intervals(conn, gpu_id, lo, hi)
     if len({j for _, j, _, _ in intervals}) < 2:
-        return 0
+        return []
     shared = [b for b in buckets if _shared(intervals, b.timestamp(), b.timestamp() + 60.0)]
     if not shared:
-        return 0
+        return []
     procs, holding, first_interval = _tenancy(conn, gpu_id, intervals, shared, thresholds)
     rows: list[dict[str, Any]] = []
     for bucket in shared:
@@ -109,7 +109,7 @@ def rollup_tenants(
         shares = split_stretch(points, procs, holding, b, b + 60.0, thresholds, rule)
         rows += _rows(gpu_id, bucket, shares, first_interval, rule)
     bulk_insert_ignore(conn, tenant_1m, ["gpu_id", "bucket_start", "tenant"], rows)
-    return len(shared)
+    return shared
 
 
 def _tenancy(
@@ -239,45 +239,38 @@ def _hour_mask(pg: bool) -> Any:
     )
 
 
-def rollup_hours(conn: Connection, hours: Sequence[tuple[int, datetime]]) -> int:
-    """Rewrite the tenant_1h and shared_1h rows of these (GPU, hour) keys from tenant_1m, after
-    the rollup job rewrote some of their minutes; returns how many hours are shared."""
+def rollup_hours(
+    conn: Connection,
+    hours: Sequence[tuple[int, datetime]],
+    shared: Sequence[tuple[int, datetime]],
+) -> int:
+    """Rewrite the tenant_1h and shared_1h rows of the (GPU, hour) keys ``hours`` whose minutes
+    the rollup job just rewrote, ``shared`` the (GPU, minute) keys it wrote tenant rows for;
+    returns how many hours were rewritten."""
     if not hours:
         return 0
     keys = sorted(set(hours))
-    had = set()
+    # Only hours that had tenant rows, or got some now, change; a fleet without shared GPUs
+    # pays one lookup per 500 hours.
+    todo = {(g, b.replace(minute=0)) for g, b in shared}
     s = shared_1h.c
     for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
-        had |= set(
-            conn.execute(
-                select(s.gpu_id, s.bucket_start).where(tuple_(s.gpu_id, s.bucket_start).in_(chunk))
-            ).all()
-        )
-        for table in (tenant_1h, shared_1h):
-            conn.execute(
-                delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(chunk))
+        had = conn.execute(
+            select(s.gpu_id, s.bucket_start).where(
+                tuple_(s.gpu_id, s.bucket_start).in_(keys[i : i + 500])
             )
-    # Only GPUs with tenant rows in these hours, before or now, have anything to write.
-    t = tenant_1m.c
-    gpus_now = {g for g, _ in keys}
-    shared_now: set[tuple[int, datetime]] = set()
-    for gpu_id in gpus_now:
-        lo, hi = min(h for g, h in keys if g == gpu_id), max(h for g, h in keys if g == gpu_id)
-        shared_now |= {
-            (gpu_id, b.replace(minute=0))
-            for (b,) in conn.execute(
-                select(t.bucket_start)
-                .where(t.gpu_id == gpu_id, t.bucket_start >= lo, t.bucket_start < hi + HOUR)
-                .distinct()
-            )
-        }
-    todo = sorted((set(keys) & shared_now) | (had & set(keys)))
+        ).all()
+        if had:
+            for table in (tenant_1h, shared_1h):
+                conn.execute(
+                    delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(had))
+                )
+            todo |= {(g, h) for g, h in had}
     if todo:
-        params = [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in todo]
+        params = [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in sorted(todo)]
         conn.execute(_hour_sums(), params)
         conn.execute(_hour_mask(conn.dialect.name == "postgresql"), params)
-    return len(set(keys) & shared_now)
+    return len(todo)
 
 
 def _hour_number(pg: bool) -> Any:
