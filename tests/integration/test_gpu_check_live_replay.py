@@ -1,0 +1,175 @@
+"""The batches the real agent shipped on a real H200 (docs/gpu-check/advice_check.py and
+docs/gpu-check/shared/tenants_check.py) replayed through a real central service, with the jobs
+registered as the Slurm prolog registered them there; on SQLite and PostgreSQL.
+
+One job per workload: each single-cause job's top fix is its cause's, with a saving stated and
+never more than the job cost, and the job holding a fifth of the H200 at low activity is offered
+a MIG slice. Three jobs on one GPU: under every split rule the jobs' dollars add up to the GPU's
+to the cent, the bf16 loop takes the GPU's compute_tensor time, and the notebook that ran
+nothing is idle_held (equal and memory) or pays almost nothing (activity).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.costs.tenants import SplitRule
+from service.scheduler import observed_jobs_once, rollup_once
+from service.settings import Settings
+from tests.conftest import make_token
+from tests.support import FakeClock
+
+CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
+NODE = "h200-check"
+SINGLE_CAUSE = (
+    "idle_empty",
+    "idle_held",
+    "launch_bound",
+    "input_starved",
+    "transfer_bound",
+    "memory_bound",
+    "compute_no_tensor",
+)
+
+
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _replay(
+    app: Any,
+    http: httpx.Client,
+    engine: Any,
+    clock: FakeClock,
+    record: Path,
+    jobs: dict[str, dict[str, Any]],
+) -> dict[str, str]:
+    """Post every recorded batch as it arrived, registering and ending ``jobs`` (id -> the
+    recorded job) at their recorded times as the prolog and epilog did, then roll up; returns
+    the reader's headers."""
+    agent = {"Authorization": f"Bearer {make_token(engine, 'agent', NODE)}"}
+    starts = sorted((_at(j["gpus"][0]["started_at"]), job_id) for job_id, j in jobs.items())
+    ends = sorted((_at(j["gpus"][0]["ended_at"]), job_id) for job_id, j in jobs.items())
+    last = None
+    for line in record.read_text().splitlines():
+        batch = json.loads(line)
+        last = max(_at(s["ts"]) for s in batch["samples"])
+        while starts and starts[0][0] <= last:
+            at, job_id = starts.pop(0)
+            clock.set(at)
+            (interval,) = jobs[job_id]["gpus"]
+            body = {
+                "id": job_id,
+                "user": jobs[job_id]["user"],
+                "team": jobs[job_id]["team"],
+                "gpus": [interval["gpu_uuid"]],
+                "started_at": interval["started_at"],
+            }
+            r = http.post("/api/v1/jobs", json=body, headers=agent)
+            assert r.status_code == 201, r.text
+        clock.set(last + timedelta(seconds=1))  # the service's clock as the batch arrived
+        r = http.post(
+            "/api/v1/ingest",
+            content=gzip.compress(line.encode()),
+            headers={**agent, "Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+        assert r.status_code == 200, r.text
+        while ends and ends[0][0] <= last:
+            at, job_id = ends.pop(0)
+            r = http.patch(
+                f"/api/v1/jobs/{job_id}", json={"ended_at": at.isoformat()}, headers=agent
+            )
+            assert r.status_code == 200, r.text
+    assert last is not None and not starts and not ends
+    clock.set(last + timedelta(minutes=10))
+    observed_jobs_once(app.state.ctx)
+    rollup_once(app.state.ctx)
+    return {"Authorization": f"Bearer {make_token(engine, 'reader')}"}
+
+
+def test_each_live_job_gets_its_fix_and_the_mig_sized_job_a_slice(
+    app: Any, http: httpx.Client, engine: Any, clock: FakeClock
+) -> None:
+    result = json.loads((CHECK / "advice_result.json").read_text())
+    by_phase = {ph["phase"]: ph["job"] for ph in result["phases"]}
+    recorded = {ph["job"]: result["jobs"][ph["phase"]] for ph in result["phases"]}
+    reader = _replay(app, http, engine, clock, CHECK / "advice_agent_output.jsonl", recorded)
+    jobs = {}
+    for phase, job_id in by_phase.items():
+        r = http.get(f"/api/v1/jobs/{job_id}", headers=reader)
+        assert r.status_code == 200, r.text
+        jobs[phase] = r.json()
+    for phase in SINGLE_CAUSE:
+        job = jobs[phase]
+        cost = job["summary"]["cost_usd"]
+        top = job["recommendations"][0]
+        assert (top["kind"], top["cause"]) == ("cause", phase), (phase, job["recommendations"])
+        assert top["saving_usd"] > 0 and top["assumption"], top
+        # The workload's own cause holds most of the job; the first seconds, before its
+        # process had a CUDA context, were the job holding an empty GPU.
+        assert top["usd"] >= 0.8 * cost, (phase, top, cost)
+        assert job["savings_usd"] <= cost + 1e-9
+    healthy = jobs["compute_tensor"]
+    assert healthy["summary"]["causes"]["compute_tensor"]["seconds"] >= (
+        0.8 * healthy["summary"]["allocated_seconds"]
+    )
+    assert not [f for f in healthy["recommendations"] if f.get("cause") == "compute_tensor"]
+    mig = [f for f in jobs["mig_fit"]["recommendations"] if f["kind"] == "mig"]
+    assert [f["profile"] for f in mig] == ["1g.35gb"], jobs["mig_fit"]["recommendations"]
+    assert mig[0]["saving_usd"] > 0
+    assert jobs["mig_fit"]["savings_usd"] <= jobs["mig_fit"]["summary"]["cost_usd"] + 1e-9
+    # The jobs that filled the GPU (memory-bound, fp32 and bf16 GEMMs) are not sent to a slice.
+    for phase in ("memory_bound", "compute_no_tensor", "compute_tensor"):
+        assert not [f for f in jobs[phase]["recommendations"] if f["kind"] == "mig"], phase
+
+
+@pytest.mark.parametrize("rule", list(SplitRule))
+def test_three_live_tenants_reconcile_under_every_rule(
+    app: Any, http: httpx.Client, engine: Any, clock: FakeClock, settings: Settings,
+    rule: SplitRule,
+) -> None:  # fmt: skip
+    settings.cost_split_rule = rule.value
+    result = json.loads((CHECK / "shared" / "tenants_result.json").read_text())
+    reader = _replay(
+        app, http, engine, clock, CHECK / "shared" / "tenants_agent_output.jsonl", result["jobs"]
+    )
+    t0, t1 = result["window"]
+    params = {
+        "start": datetime.fromtimestamp(t0 - 10, clock().tzinfo).isoformat(),
+        "end": datetime.fromtimestamp(t1 + 10, clock().tzinfo).isoformat(),
+    }
+    by_job = http.get(
+        "/api/v1/reports/cost", params={**params, "group_by": "job"}, headers=reader
+    ).json()
+    by_gpu = http.get(
+        "/api/v1/reports/cost", params={**params, "group_by": "gpu"}, headers=reader
+    ).json()
+    assert by_job["split_rule"] == rule.value
+    rows = {r["key"]: r for r in by_job["rows"]}
+    gpu_cost = by_gpu["totals"]["cost_usd"]
+    assert round(sum(r["cost_usd"] for r in rows.values()), 2) == round(gpu_cost, 2)
+    assert abs(sum(r["cost_usd"] for r in rows.values()) - gpu_cost) < 1e-6
+    busy, starved, notebook = rows["slurm:9101"], rows["slurm:9102"], rows["slurm:9103"]
+    # Its first seconds, before the processes had CUDA contexts, the GPU held nothing.
+    running = busy["allocated_seconds"] - busy["causes"]["idle_empty"]["seconds"]
+    assert busy["causes"]["compute_tensor"]["seconds"] >= 0.9 * running > 0
+    assert starved["causes"]["compute_tensor"]["seconds"] > 0
+    if rule is SplitRule.ACTIVITY:
+        assert notebook["cost_usd"] <= 0.03 * gpu_cost
+        assert busy["cost_usd"] > starved["cost_usd"] > notebook["cost_usd"]
+    else:
+        # Before the three processes had CUDA contexts the GPU held nothing (idle_empty);
+        # from then on the notebook never ran a kernel.
+        held = notebook["causes"]["idle_held"]["seconds"]
+        empty = notebook["causes"]["idle_empty"]["seconds"]
+        assert held + empty >= 0.97 * notebook["allocated_seconds"]
+        assert held >= 0.85 * notebook["allocated_seconds"]
+        if rule is SplitRule.MEMORY:  # 22 GiB against about 1 GiB each
+            assert notebook["cost_usd"] > busy["cost_usd"] + starved["cost_usd"]
