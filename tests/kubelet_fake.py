@@ -1,4 +1,5 @@
-"""A stand-in for the kubelet's pod-resources gRPC socket (the one Kubernetes part we fake).
+"""A stand-in for the kubelet's pod-resources gRPC socket (the one Kubernetes part we fake), and
+an NVML agent on a node served by it.
 
 It serves ``/v1.PodResourcesLister/List`` on a unix socket with real grpcio, answering with a
 ListPodResourcesResponse encoded here field by field (podresources.proto's numbers), so the
@@ -7,6 +8,7 @@ agent's client and decoder run exactly as against a kubelet.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -14,6 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+
+from service.collectors.agent import Agent, AgentConfig
+from service.collectors.attribution import JobAttributor
+from service.collectors.kubelet.podresources import PodResourcesClient
+from service.collectors.mig import MigIdentities
+from service.collectors.nvml import NvmlBackend
+from service.collectors.shipper import Shipper
+from service.collectors.spool import Spool
+from tests.fake_nvml import FakeGpu, FakeNvml
 
 
 def _varint(n: int) -> bytes:
@@ -94,3 +105,45 @@ def fake_kubelet(socket_path: Path, pods: list[FakePod]) -> Iterator[FakeKubelet
         yield kubelet
     finally:
         server.stop(grace=None).wait(5)
+
+
+def pod(name: str, resource: str, *device_ids: str, namespace: str = "ml") -> FakePod:
+    """A pod of one container holding ``device_ids`` of ``resource``."""
+    return FakePod(namespace, name, [FakeContainer("main", {resource: list(device_ids)})])
+
+
+def write_proc(root: Path, pid: int, hostname: str) -> None:
+    """A host /proc entry as the agent sees it with hostPID: the process's environment."""
+    (root / str(pid)).mkdir(parents=True)
+    env = [b"PATH=/usr/bin", f"HOSTNAME={hostname}".encode(), b"NVIDIA_VISIBLE_DEVICES=all"]
+    (root / str(pid) / "environ").write_bytes(b"\0".join(env) + b"\0")
+
+
+@contextmanager
+def node_agent(
+    state: Path,
+    gpus: list[FakeGpu],
+    pods: list[FakePod],
+    *,
+    proc: Path | None = None,
+    hostname: str = "n",
+) -> Iterator[tuple[Agent, FakeKubelet]]:
+    """An NVML agent (the fake NVML's ``gpus``) on a node whose kubelet lists ``pods`` (change
+    them on the kubelet); ``proc`` is the host's /proc it reads, none by default (no hostPID)."""
+    # A unix socket path must stay under ~100 bytes; pytest's tmp_path can be longer.
+    with tempfile.TemporaryDirectory(prefix="kl") as short:
+        sock = Path(short) / "kubelet.sock"
+        with fake_kubelet(sock, pods) as kubelet:
+            agent = Agent(
+                config=AgentConfig(hostname=hostname, labels={}, dead_letter_path=state / "dl"),
+                backend=NvmlBackend(lib=FakeNvml(gpus), mig=MigIdentities()),
+                shipper=Shipper(central_url="http://127.0.0.1:9", token="t"),
+                spool=Spool(state / "spool.sqlite"),
+                attributor=JobAttributor(
+                    proc_root=proc or state / "no-host-proc", pods=PodResourcesClient(sock)
+                ),
+            )
+            try:
+                yield agent, kubelet
+            finally:
+                agent.close()

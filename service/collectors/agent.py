@@ -189,13 +189,13 @@ class Agent:
             return
         # A job can hold a GPU without running anything on it: that is the waste we look for,
         # so a pod's allocation or the mapping directory's assignment is reported even with no
-        # process (pid 0).
+        # process (pid 0), for every pod of a GPU several pods share: each is a tenant.
         for d in devices:
             if d.lost or d.retired:
                 continue
-            job = a.device_job(d.alias or d.uuid, d.index)
-            if job is not None and job not in seen_jobs.get(d.uuid, ()):
-                snap.processes.append(ProcessReading(gpu_uuid=d.uuid, pid=0, job_id=job))
+            for job in a.device_jobs(d.alias or d.uuid, d.index):
+                if job not in seen_jobs.get(d.uuid, ()):
+                    snap.processes.append(ProcessReading(gpu_uuid=d.uuid, pid=0, job_id=job))
 
     # --- delivery ---------------------------------------------------------------------
     def ship(self, budget_seconds: float, *, whole: bool = False) -> int:

@@ -1,12 +1,14 @@
 """Which job a GPU process belongs to: the kubelet's pod resources, cgroup path, SLURM_JOB_ID in
 its environment, or a job map.
 
-On a Kubernetes node the kubelet's pod-resources socket says which pod each GPU is allocated to
-(``k8s:<namespace>/<pod>``), read once per cycle; /proc is not consulted for those GPUs, so the
-agent needs no ``hostPID``. Elsewhere it reads a /proc tree (``proc_root``, a fake one in tests)
-and an optional dcgm-exporter-style job mapping directory (one file per GPU index, each holding job
-ids one per line). /proc results are cached per pid for as long as the pid keeps showing up, so a
-steady process costs no file reads per cycle.
+On a Kubernetes node the kubelet's pod-resources socket says which pods each GPU is allocated to
+(``k8s:<namespace>/<pod>``), read once per cycle. A GPU held by one pod needs no /proc, so the
+agent needs no ``hostPID``; on a GPU several pods share (time-slicing, MPS) a process is matched
+to its pod by the ``HOSTNAME`` in its environment where the agent can read it (``hostPID``), and
+is left without a job otherwise. Elsewhere it reads a /proc tree (``proc_root``, a fake one in
+tests) and an optional dcgm-exporter-style job mapping directory (one file per GPU index, each
+holding job ids one per line). /proc results are cached per pid for as long as the pid keeps
+showing up, so a steady process costs no file reads per cycle.
 """
 
 from __future__ import annotations
@@ -68,6 +70,20 @@ def job_from_environ(raw: bytes) -> tuple[str | None, str | None]:
     return job, user
 
 
+def hostname_from_environ(raw: bytes) -> str | None:
+    """HOSTNAME from the NUL-separated bytes of /proc/<pid>/environ (a pod's name, by default)."""
+    for item in raw.split(b"\0"):
+        if item.startswith(b"HOSTNAME="):
+            return item[9:].decode(errors="replace") or None
+    return None
+
+
+def pod_hostname(pod: str) -> str:
+    """The hostname the kubelet gives a pod without ``spec.hostname``: its name, cut to 63
+    characters without a trailing ``-`` or ``.``."""
+    return pod[:63].rstrip("-.") if len(pod) > 63 else pod
+
+
 def _user_of_uid(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -89,8 +105,9 @@ class JobAttributor:
         self.job_map_dir = job_map_dir
         self.pods = pods
         self._cache: dict[int, Attribution] = {}
-        self._pod_by_uuid: dict[str, PodDevice] = {}
-        self._pod_by_index: dict[int, PodDevice] = {}
+        self._pods_by_uuid: dict[str, list[PodDevice]] = {}
+        self._pods_by_index: dict[int, list[PodDevice]] = {}
+        self._hostnames: dict[int, str | None] = {}  # pid -> HOSTNAME, read once per pid
         self._pods_active = False  # the socket answered at least once
         self._pods_failing = False
 
@@ -113,44 +130,71 @@ class JobAttributor:
             log.info("kubelet pod-resources socket answers again")
         self._pods_failing = False
         self._pods_active = True
-        by_uuid: dict[str, PodDevice] = {}
-        by_index: dict[int, PodDevice] = {}
+        by_uuid: dict[str, list[PodDevice]] = {}
+        by_index: dict[int, list[PodDevice]] = {}
         for d in devices:
-            # Time-slicing replicas are "GPU-<uuid>::<n>"; the index strategy names GPUs "0".."7".
+            # Time-slicing and MPS replicas are "GPU-<uuid>::<n>" (or "MIG-<uuid>::<n>"), one
+            # or more per pod: every pod holding one is a tenant of the GPU. The index strategy
+            # names GPUs "0".."7".
             base = d.device_id.split("::", 1)[0]
             if base.isdigit():
-                by_index[int(base)] = d
+                by_index.setdefault(int(base), []).append(d)
             else:
-                by_uuid[base] = d
-        self._pod_by_uuid, self._pod_by_index = by_uuid, by_index
+                by_uuid.setdefault(base, []).append(d)
+        self._pods_by_uuid, self._pods_by_index = by_uuid, by_index
+
+    def _pods_on(self, gpu_uuid: str | None, gpu_index: int | None) -> list[PodDevice]:
+        """The kubelet's allocations of this GPU, one per pod (a pod's first listed)."""
+        found = self._pods_by_uuid.get(gpu_uuid, []) if gpu_uuid is not None else []
+        if not found and gpu_index is not None:
+            found = self._pods_by_index.get(gpu_index, [])
+        one: dict[str, PodDevice] = {}
+        for d in found:  # a pod with several containers or replicas of the GPU is one tenant
+            one.setdefault(d.job_id, d)
+        return list(one.values())
+
+    def pod_jobs(self, gpu_uuid: str, gpu_index: int | None = None) -> list[str]:
+        """``k8s:<namespace>/<pod>`` of every pod the kubelet allocated this GPU to, in the
+        kubelet's order (several under time-slicing or MPS)."""
+        return [d.job_id for d in self._pods_on(gpu_uuid, gpu_index)]
 
     def pod_job(self, gpu_uuid: str, gpu_index: int | None = None) -> str | None:
-        """``k8s:<namespace>/<pod>`` of the pod the kubelet allocated this GPU to, if any."""
-        pod = self._pod_by_uuid.get(gpu_uuid)
-        if pod is None and gpu_index is not None:
-            pod = self._pod_by_index.get(gpu_index)
-        return None if pod is None else pod.job_id
+        """The pod's job if the kubelet allocated this GPU to exactly one pod, else None."""
+        jobs = self.pod_jobs(gpu_uuid, gpu_index)
+        return jobs[0] if len(jobs) == 1 else None
 
     @property
     def reports_held_gpus(self) -> bool:
         """Whether a GPU can have a job with no process on it (pod allocations, job map)."""
         return self._pods_active or self.job_map_dir is not None
 
-    def device_job(self, gpu_uuid: str, gpu_index: int) -> str | None:
-        """The job holding a GPU whether or not a process runs on it: its pod, else the job map."""
-        return self.pod_job(gpu_uuid, gpu_index) or self.mapped_job(gpu_index)
+    def device_jobs(self, gpu_uuid: str, gpu_index: int) -> list[str]:
+        """The jobs holding a GPU whether or not a process runs on it: its pods, else the job
+        map's."""
+        pods = self.pod_jobs(gpu_uuid, gpu_index)
+        if pods:
+            return pods
+        mapped = self.mapped_job(gpu_index)
+        return [] if mapped is None else [mapped]
 
     def attribute(
         self, pid: int, gpu_index: int | None = None, gpu_uuid: str | None = None
     ) -> Attribution:
         """The job and user of ``pid`` on a GPU (cached while the pid stays alive).
 
-        On Kubernetes the pod the GPU is allocated to wins, and /proc is not read at all: without
-        ``hostPID`` the agent's /proc is its own pid namespace, where a host pid means nothing.
+        On Kubernetes the pod the GPU is allocated to wins and /proc is not read. On a GPU
+        several pods hold, the process's pod is the one named by its ``HOSTNAME``; without
+        ``hostPID`` the agent's /proc is its own pid namespace, where a host pid names none of
+        those pods (or no process at all), so the process is left without a job rather than
+        given to a pod it may not belong to.
         """
         if self._pods_active:
-            job = self.pod_job(gpu_uuid, gpu_index) if gpu_uuid is not None else None
-            return Attribution(job or self._mapped(gpu_index), None)
+            pods = self._pods_on(gpu_uuid, gpu_index) if gpu_uuid is not None else []
+            if len(pods) == 1:
+                return Attribution(pods[0].job_id, None)
+            if pods:
+                return Attribution(self._pod_of(pid, pods), None)
+            return Attribution(self._mapped(gpu_index), None)
         hit = self._cache.get(pid)
         if hit is not None:
             return hit
@@ -162,6 +206,22 @@ class JobAttributor:
         """Drop cached pids that were not seen this cycle (a reused pid is looked up afresh)."""
         if len(self._cache) != len(alive) or any(p not in alive for p in self._cache):
             self._cache = {p: a for p, a in self._cache.items() if p in alive}
+        if any(p not in alive for p in self._hostnames):
+            self._hostnames = {p: h for p, h in self._hostnames.items() if p in alive}
+
+    def _pod_of(self, pid: int, pods: list[PodDevice]) -> str | None:
+        """The job of the one pod among ``pods`` whose hostname is the process's HOSTNAME."""
+        if pid not in self._hostnames:
+            try:
+                raw = (self.proc_root / str(pid) / "environ").read_bytes()
+                self._hostnames[pid] = hostname_from_environ(raw)
+            except OSError:  # not in our pid namespace, ended, or not ours to read
+                self._hostnames[pid] = None
+        host = self._hostnames[pid]
+        if host is None:
+            return None
+        match = {d.job_id for d in pods if pod_hostname(d.pod) == host}
+        return match.pop() if len(match) == 1 else None  # same name in two namespaces: unknown
 
     def _lookup(self, pid: int, gpu_index: int | None) -> Attribution:
         base = self.proc_root / str(pid)

@@ -167,10 +167,10 @@ def test_pods_win_over_proc_and_unallocated_gpus_get_no_job(tmp_path: Path):
     assert a.attribute(42, 1, "GPU-b").job_id == "k8s:ml/shared"
     assert a.attribute(42, 2, "GPU-c").job_id == "k8s:ml/by-index"
     assert a.attribute(42, 5, "GPU-z").job_id is None
-    assert a.reports_held_gpus and a.device_job("GPU-a", 0) == "k8s:ml/trainer-0"
+    assert a.reports_held_gpus and a.device_jobs("GPU-a", 0) == ["k8s:ml/trainer-0"]
     pods.fail = True  # the kubelet restarts: the last allocations stay
     a.refresh()
-    assert a.device_job("GPU-a", 0) == "k8s:ml/trainer-0"
+    assert a.device_jobs("GPU-a", 0) == ["k8s:ml/trainer-0"]
 
 
 def test_mig_instances_are_attributed_by_the_kubelets_mig_uuid(tmp_path: Path):
