@@ -42,34 +42,54 @@ SPLIT_RULES: tuple[str, ...] = tuple(r.value for r in SplitRule)
 
 @dataclass(frozen=True, slots=True)
 class TenantProcess:
-    """A process listed at one sample: its job, memory held (bytes) and SM utilisation (ratio,
-    None where NVML gave none)."""
+    """A row listed at one sample: its job, memory held (bytes), SM utilisation (ratio, None
+    where none was given) and whether it is a process (False: a holder row, a job holding the
+    GPU with no process of it listed, which may carry the job's own SM figure)."""
 
     job_id: str | None
     fb_used_bytes: float | None = None
     sm_util: float | None = None
+    is_process: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class TenantState:
     """What one job shows at one sample: memory its processes hold (bytes), their SM
-    utilisation summed (None if unknown), and whether it has a process at all."""
+    utilisation summed (None if unknown), and whether it has a process at all (None: unknown,
+    a process nobody could attribute may be its)."""
 
     fb_used_bytes: float = 0.0
     sm_util: float | None = None
-    has_process: bool = False
+    has_process: bool | None = False
 
 
-def tenant_states(holders: Sequence[str], procs: Sequence[TenantProcess]) -> dict[str, TenantState]:
-    """Each holder's state at one sample from the processes listed then (others' are ignored)."""
+def tenant_states(
+    holders: Sequence[str], procs: Sequence[TenantProcess], *, unseen: bool = False
+) -> dict[str, TenantState]:
+    """Each holder's state at one sample from the rows listed then (other jobs' are ignored).
+
+    A process without a job (several pods share the GPU and the agent cannot tell whose it
+    is) may be any holder's: its memory and SM utilisation go to the holders in equal parts,
+    and a holder with no process of its own is not known to have none. ``unseen`` (something
+    runs that no listed process shows, as on a backend that lists none) makes it unknown too.
+    """
     out: dict[str, TenantState] = {}
+    if not holders:
+        return out
+    nobodys = [p for p in procs if p.job_id is None and p.is_process]
+    part_fb = sum(p.fb_used_bytes or 0.0 for p in nobodys) / len(holders)
+    nobodys_sm = [p.sm_util for p in nobodys if p.sm_util is not None]
+    part_sm = sum(nobodys_sm) / len(holders) if nobodys_sm else None
     for job in holders:
         mine = [p for p in procs if p.job_id == job]
         utils = [p.sm_util for p in mine if p.sm_util is not None]
+        if part_sm is not None:
+            utils.append(part_sm)
+        own = any(p.is_process for p in mine)
         out[job] = TenantState(
-            fb_used_bytes=float(sum(p.fb_used_bytes or 0.0 for p in mine)),
+            fb_used_bytes=float(sum(p.fb_used_bytes or 0.0 for p in mine)) + part_fb,
             sm_util=float(sum(utils)) if utils else None,
-            has_process=bool(mine),
+            has_process=True if own else (None if nobodys or unseen else False),
         )
     return out
 
@@ -112,10 +132,15 @@ def time_shares(
 def tenant_cause(gpu_cause: Cause, state: TenantState, busy_share: float | None) -> Cause:
     """A tenant's cause at one sample: the GPU's busy cause if the tenant ran kernels (or
     per-process figures do not tell), else ``idle_held`` with a process, ``idle_empty``
-    without one."""
-    if gpu_cause in IDLE_CAUSES or (busy_share is not None and busy_share <= 0.0):
+    without one; a tenant not known to have none (``has_process`` None) is never called
+    empty while the GPU holds something."""
+    if gpu_cause in IDLE_CAUSES:
+        if state.has_process is None:
+            return gpu_cause
         return Cause.IDLE_HELD if state.has_process else Cause.IDLE_EMPTY
-    if busy_share is None and not state.has_process:
+    if busy_share is not None and busy_share <= 0.0:
+        return Cause.IDLE_EMPTY if state.has_process is False else Cause.IDLE_HELD
+    if busy_share is None and state.has_process is False:
         return Cause.IDLE_EMPTY  # nothing of this job is on the GPU: allocated but empty
     return gpu_cause
 
@@ -214,7 +239,10 @@ def _add_sample(
         bshares: dict[str, float] | None = None
         causes = {UNALLOCATED_TENANT: gpu_cause}
     else:
-        states = tenant_states(holders, listed)
+        # The GPU holds or runs something no listed process shows (a backend that lists no
+        # processes, dcgm-exporter): no tenant can be called empty.
+        unseen = gpu_cause is not Cause.IDLE_EMPTY and not any(q.is_process for q in listed)
+        states = tenant_states(holders, listed, unseen=unseen)
         weights = time_shares(rule, states, busy=busy)
         bshares = busy_shares(states) if busy else None
         causes = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +15,7 @@ from service.db.schema import gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.diagnosis import Thresholds, decide
 from service.errors import Forbidden, ValidationFailed
 from service.vocabulary import METRIC_NAMES, ActivitySource
-from service.wire import GpuIn, IngestBatch
+from service.wire import GpuIn, IngestBatch, ProcessIn
 
 MINUTE = timedelta(minutes=1)
 NODE_TOUCH_INTERVAL = timedelta(seconds=30)  # how stale nodes.last_seen_at may get
@@ -239,6 +239,35 @@ def _advance_last_sample(conn: Connection, latest: dict[int, datetime]) -> None:
     )
 
 
+def _holders_numbered(processes: Sequence[ProcessIn]) -> list[ProcessIn]:
+    """The batch's processes with the holder rows (pid 0: a job holds the GPU, no process of it
+    is listed) of each (GPU, ts) stored as pids 0, -1, -2, ... in job order, so every job of a
+    GPU several jobs share keeps its row; the wire never carries a negative pid."""
+    holders: dict[tuple[str, datetime], set[str]] = {}
+    out: list[ProcessIn] = []
+    for p in processes:
+        if p.pid == 0 and p.job_id is not None:
+            holders.setdefault((p.gpu_uuid, p.ts), set())
+            if p.job_id not in holders[(p.gpu_uuid, p.ts)]:
+                holders[(p.gpu_uuid, p.ts)].add(p.job_id)
+                out.append(p)
+        else:
+            out.append(p)
+    if not any(len(jobs) > 1 for jobs in holders.values()):
+        return out
+    rank = {
+        (uuid, ts, job): -i
+        for (uuid, ts), jobs in holders.items()
+        for i, job in enumerate(sorted(jobs))
+    }
+    return [
+        p.model_copy(update={"pid": rank[(p.gpu_uuid, p.ts, p.job_id)]})
+        if p.pid == 0 and p.job_id is not None
+        else p
+        for p in out
+    ]
+
+
 def store_batch(
     conn: Connection,
     *,
@@ -264,8 +293,9 @@ def store_batch(
     if batch.samples:
         rows: list[dict[str, Any]] = []
         span: dict[int, tuple[datetime, datetime]] = {}
-        # A process listed at a sample's time holds the GPU even below the held threshold.
-        listed = {(p.gpu_uuid, p.ts) for p in batch.processes}
+        # A process listed at a sample's time holds the GPU even below the held threshold; a
+        # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
+        listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
         for s in batch.samples:
             gpu_id = ids[s.gpu_uuid]
             ts = s.ts.astimezone(UTC)
@@ -301,7 +331,7 @@ def store_batch(
         _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})
 
     procs: dict[tuple[int, datetime, int], dict[str, Any]] = {}
-    for p in batch.processes:
+    for p in _holders_numbered(batch.processes):
         key = (ids[p.gpu_uuid], p.ts.astimezone(UTC), p.pid)
         if key not in procs:
             procs[key] = {

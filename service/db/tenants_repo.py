@@ -124,13 +124,16 @@ def _tenancy(
     procs: dict[float, list[TenantProcess]] = defaultdict(list)
     p = gpu_processes.c
     gap = timedelta(seconds=thresholds.max_gap_seconds)
-    for ts, job, fb, sm in conn.execute(
-        select(p.ts, p.job_id, p.fb_used_bytes, p.sm_util).where(
+    for ts, pid, job, fb, sm in conn.execute(
+        select(p.ts, p.pid, p.job_id, p.fb_used_bytes, p.sm_util).where(
             and_(p.gpu_id == gpu_id, p.ts >= min(buckets) - gap, p.ts < max(buckets) + MINUTE)
         )
     ):
+        # pid 0 and below: a job's holder row (ingest numbers several on one GPU 0, -1, ...).
         procs[ts.timestamp()].append(
-            TenantProcess(job, None if fb is None else float(fb), None if sm is None else sm)
+            TenantProcess(
+                job, None if fb is None else float(fb), None if sm is None else sm, pid > 0
+            )
         )
     holding: dict[str, list[tuple[float, float]]] = defaultdict(list)
     first_interval: dict[str, int] = {}

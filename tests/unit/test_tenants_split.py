@@ -14,6 +14,7 @@ from service.costs.tenants import (
     split_cents,
     split_stretch,
     tenant_cause,
+    tenant_states,
     time_shares,
 )
 from service.diagnosis import Cause, Rung
@@ -24,6 +25,7 @@ STARVED = TenantState(fb_used_bytes=2 * GIB, sm_util=0.1, has_process=True)
 IDLE = TenantState(fb_used_bytes=8 * GIB, sm_util=0.0, has_process=True)
 EMPTY = TenantState()
 NO_PER_PROCESS = TenantState(fb_used_bytes=4 * GIB, sm_util=None, has_process=True)
+MAYBE = TenantState(fb_used_bytes=2 * GIB, sm_util=None, has_process=None)  # not known empty
 
 
 @pytest.mark.parametrize(
@@ -79,10 +81,40 @@ def test_busy_shares_leave_out_unknown_and_zero() -> None:
         (Cause.IDLE_HELD, BUSY, None, Cause.IDLE_HELD),
         (Cause.IDLE_HELD, EMPTY, None, Cause.IDLE_EMPTY),
         (Cause.INPUT_STARVED, STARVED, 0.1, Cause.INPUT_STARVED),
+        (Cause.COMPUTE_TENSOR, MAYBE, None, Cause.COMPUTE_TENSOR),  # may run the GPU's kernels
+        (Cause.COMPUTE_TENSOR, MAYBE, 0.0, Cause.IDLE_HELD),  # its own figure: none; held, maybe
+        (Cause.IDLE_HELD, MAYBE, None, Cause.IDLE_HELD),
+        (Cause.IDLE_EMPTY, MAYBE, None, Cause.IDLE_EMPTY),
     ],
 )
 def test_tenant_cause(gpu: Cause, state: TenantState, share: float | None, expected: Cause) -> None:
     assert tenant_cause(gpu, state, share) is expected
+
+
+def test_a_process_nobody_could_attribute_is_every_holders_in_equal_parts() -> None:
+    """Pods time-slicing a GPU, the agent unable to tell whose process is whose: each pod gets
+    an equal part of it and none is called empty."""
+    procs = [
+        TenantProcess(None, 6 * GIB, 0.4),
+        TenantProcess("pod-a", None, None, is_process=False),  # holder rows
+        TenantProcess("pod-b", None, None, is_process=False),
+    ]
+    states = tenant_states(["pod-a", "pod-b"], procs)
+    assert states == {
+        "pod-a": TenantState(3 * GIB, 0.2, None),
+        "pod-b": TenantState(3 * GIB, 0.2, None),
+    }
+    for rule in SplitRule:
+        assert time_shares(rule, states, busy=True) == pytest.approx({"pod-a": 0.5, "pod-b": 0.5})
+    # One process known: the other pod has none of its own, but may run the unknown one.
+    known = [TenantProcess("pod-a", 2 * GIB, 0.3), TenantProcess(None, 2 * GIB, None)]
+    states = tenant_states(["pod-a", "pod-b"], known)
+    assert states["pod-a"] == TenantState(3 * GIB, 0.3, True)
+    assert states["pod-b"] == TenantState(1 * GIB, None, None)
+    # Every process known: a pod without one is empty.
+    assert tenant_states(["pod-a", "pod-b"], known[:1])["pod-b"] == TenantState(0.0, None, False)
+    # Nothing listed although the GPU holds or runs something (dcgm-exporter lists no process).
+    assert tenant_states(["pod-a"], procs[1:2], unseen=True)["pod-a"].has_process is None
 
 
 def _point(ts: float, activity: float, cause: Cause) -> ActivityPoint:
