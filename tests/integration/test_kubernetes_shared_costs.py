@@ -14,11 +14,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from service import ingest as ingest_service
+from service.collectors.agent import Agent, AgentConfig
 from service.collectors.batch import build_batch
+from service.collectors.dcgm_exporter import DcgmExporterBackend
+from service.collectors.shipper import Shipper
+from service.collectors.spool import Spool
 from service.context import ServiceContext
 from service.costs.integrals import Thresholds
 from service.costs.tenants import SplitRule
@@ -65,39 +70,45 @@ PODS = [
 POD_JOBS = {f"k8s:ml/{p.name}" for p in PODS}
 
 
+def ship(engine: Engine, clock: FakeClock, agent: Agent, node: str) -> None:
+    """Thirty minutes of ``agent``'s polls, through central's ingest as the agent ships them."""
+    ctx = ServiceContext(
+        settings=Settings(database_url="sqlite://", run_scheduler=False), engine=engine, clock=clock
+    )
+    t0 = clock() - timedelta(minutes=MINUTES + 5)
+    snaps = []
+    for k in range(MINUTES * 60 // STEP_SECONDS):
+        snap = agent.poll(t0 + timedelta(seconds=k * STEP_SECONDS))
+        assert snap is not None
+        snaps.append(snap)
+    for i in range(0, len(snaps), 30):
+        batch = build_batch(
+            hostname=node, labels={}, devices=agent.backend.devices(), snapshots=snaps[i : i + 30]
+        )
+        ingest_service.ingest(ctx, IngestBatch.model_validate(batch), token_node=node)
+
+
+def price(engine: Engine, clock: FakeClock, pattern: str, usd_per_hour: float) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            insert(prices).values(
+                model_pattern=pattern,
+                usd_per_gpu_hour=usd_per_hour,
+                effective_from=clock() - timedelta(days=1),
+            )
+        )
+
+
 def ship_node(engine: Engine, clock: FakeClock, state: Path, *, host_proc: bool) -> None:
-    """Thirty minutes of the node's polls, from its agent through central's ingest."""
+    """The NVML node's thirty minutes, from its agent through central's ingest."""
     proc = None
     if host_proc:  # hostPID: the agent reads each process's environment
         proc = state / "proc"
         for pid, name in [(4001, "trainer"), (4002, "notebook"), (5002, "slice-d")]:
             write_proc(proc, pid, name)
-    ctx = ServiceContext(
-        settings=Settings(database_url="sqlite://", run_scheduler=False), engine=engine, clock=clock
-    )
-    t0 = clock() - timedelta(minutes=MINUTES + 5)
     with node_agent(state, node_gpus(), PODS, proc=proc, hostname=NODE) as (agent, _):
-        snaps = []
-        for k in range(MINUTES * 60 // STEP_SECONDS):
-            snap = agent.poll(t0 + timedelta(seconds=k * STEP_SECONDS))
-            assert snap is not None
-            snaps.append(snap)
-        for i in range(0, len(snaps), 30):
-            batch = build_batch(
-                hostname=NODE,
-                labels={},
-                devices=agent.backend.devices(),
-                snapshots=snaps[i : i + 30],
-            )
-            ingest_service.ingest(ctx, IngestBatch.model_validate(batch), token_node=NODE)
-    with engine.begin() as conn:
-        conn.execute(
-            insert(prices).values(
-                model_pattern="NVIDIA H100*",
-                usd_per_gpu_hour=USD_PER_HOUR,
-                effective_from=t0 - timedelta(days=1),
-            )
-        )
+        ship(engine, clock, agent, NODE)
+    price(engine, clock, "NVIDIA H100*", USD_PER_HOUR)
 
 
 def roll_up(engine: Engine, rule: SplitRule) -> None:
@@ -189,3 +200,71 @@ def test_pods_sharing_gpus_each_pay_their_share_and_add_up_to_the_cent(
         assert usd["notebook"] == pytest.approx(3.5 * 2 / 8, abs=0.01)
         assert usd["idle"] == pytest.approx(0.0, abs=0.01)
         assert usd["slice-d"] == pytest.approx(1.5, abs=0.01)
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm-exporter"
+L40S = "GPU-585834da-79ca-0599-5140-4ffdb131ae93"
+
+
+def time_sliced_l40s(value: float) -> str:
+    """What dcgm-exporter with ``--kubernetes-virtual-gpus`` writes for two pods time-slicing
+    one GPU: one series per pod, each with its replica (``vgpu``) and the GPU's own value. The
+    label set is that of the real capture l40s-k8s.prom; no capture of this mode was found, so
+    the repeated series follow dcgm-exporter's transformation/kubernetes.go (d5e5f51)."""
+    lines = ["# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge"]
+    for vgpu, name in enumerate(("tensorflow-0", "notebook-0")):
+        lines.append(
+            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="{L40S}",pci_bus_id="00000000:4E:00.0",'
+            f'device="nvidia0",modelName="NVIDIA L40S",Hostname="l40s.example.com",'
+            f'container="main",namespace="redacted",pod="{name}",vgpu="{vgpu}"}} {value:.6f}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def exporter_agent(state: Path, text: str, node: str) -> Agent:
+    """An agent on the dcgm-exporter backend, scraping an exporter that answers ``text``."""
+    client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, text=text)))
+    return Agent(
+        config=AgentConfig(hostname=node, labels={}, dead_letter_path=state / "dl"),
+        backend=DcgmExporterBackend(url="http://dcgm.test/metrics", client=client),
+        shipper=Shipper(central_url="http://127.0.0.1:9", token="t"),
+        spool=Spool(state / "spool.sqlite"),
+    )
+
+
+@pytest.mark.parametrize("rule", list(SplitRule))
+def test_dcgm_exporter_pods_of_a_time_sliced_gpu_and_of_mig_instances(
+    engine: Engine, clock: FakeClock, settings: Settings, tmp_path: Path, rule: SplitRule
+) -> None:
+    """The time-sliced pods' repeated values say nothing of who ran what: they split the GPU
+    equally whatever the rule, and neither is called idle while it is busy. The MIG capture's
+    pods each pay their 1g.10gb instance, 1/7 of the H100."""
+    for node, text in [
+        ("l40s", time_sliced_l40s(0.41)),
+        ("gsrh100-074", (DATA / "h100-mig-kserve.prom").read_text()),
+    ]:
+        (tmp_path / node).mkdir()
+        agent = exporter_agent(tmp_path / node, text, node)
+        try:
+            ship(engine, clock, agent, node)
+        finally:
+            agent.close()
+    price(engine, clock, "NVIDIA L40S", 2.0)
+    price(engine, clock, "NVIDIA H100*", USD_PER_HOUR)
+    with engine.begin() as conn:
+        assert observed_jobs_repo.close_unseen(conn, now=clock(), grace_seconds=600) == 0
+    roll_up(engine, rule)
+    settings.cost_split_rule = rule.value
+    by_job, by_gpu = reports(engine, settings, clock)
+    rows = {r["key"]: r for r in by_job["rows"]}
+    tf, nb = rows["k8s:redacted/tensorflow-0"], rows["k8s:redacted/notebook-0"]
+    assert tf["cost_usd"] == pytest.approx(0.5, abs=0.01)  # $2/h, half an hour, halved
+    assert nb["cost_usd"] == pytest.approx(0.5, abs=0.01)
+    for r in (tf, nb):
+        assert r["causes"]["idle_empty"]["seconds"] == 0
+        assert r["causes"]["idle_held"]["seconds"] == 0
+    kserve = [r for k, r in rows.items() if k and k.startswith("k8s:model-playground-stg/")]
+    assert [r["cost_usd"] for r in kserve] == pytest.approx([0.5, 0.5], abs=0.01)  # $7/h / 7
+    total = sum(r["cost_usd"] for r in by_gpu["rows"])
+    assert total == pytest.approx(1.0 + 3 * 0.5, abs=0.01)  # instance 8 is held by no pod
+    assert round(sum(r["cost_usd"] for r in rows.values()), 2) == round(total, 2)
