@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -12,17 +11,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
 
-from service.costs.integrals import (
-    CAUSE_ENERGY_FIELDS,
-    CAUSE_FIELDS,
-    INTEGRAL_FIELDS,
-    ActivityPoint,
-    Thresholds,
-    integrate,
-)
+from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS, Thresholds
 from service.costs.waste import Span, Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
+from service.diagnosis import Cause, Rung
 
 # The seconds per cause beside the waste integrals (idle_held_seconds is both).
 _CAUSE_ONLY = frozenset(CAUSE_FIELDS) - {"idle_held_seconds"}
@@ -58,11 +51,11 @@ _SEGMENTS = scratch_table(
     timestamps={"ha0", "ha1", "hb0", "hb1", "hc0", "hc1", "ma0", "ma1", "mb0", "mb1", "pl", "pr"},
     integers={"grp", "gpu_id", "ma_sign", "mb_sign"},
 )
-_RAW = scratch_table(
-    "gw_cost_raw",
-    ("grp", "gpu_id", "lo", "hi"),
-    timestamps={"lo", "hi"},
-    integers={"grp", "gpu_id"},
+_READS = scratch_table(
+    "gw_cost_reads",
+    ("k", "grp", "gpu_id", "since", "until", "lo", "hi", "factor"),
+    timestamps={"since", "until"},
+    integers={"k", "grp", "gpu_id"},
 )
 
 
@@ -108,49 +101,92 @@ def _bucket_sums(
         out[row[0]].add(_usage_of(fields, row[1:]))
 
 
-def _raw(
+# Per-cause fields by cause code, and the codes the idle seconds add up (as ``integrate`` does).
+_CAUSE_CODES = {**dict(zip(CAUSE_FIELDS, map(int, Cause), strict=True)),
+                **dict(zip(CAUSE_ENERGY_FIELDS, map(int, Cause), strict=True))}  # fmt: skip
+_IDLE_CODES = f"{int(Cause.IDLE_EMPTY)}, {int(Cause.IDLE_HELD)}"
+
+
+def _raw_sum(name: str) -> str:
+    """The SQL sum of field ``name`` over the covered pieces of ``_raw_sql`` (columns f: the
+    read's factor, dt: the seconds the sample covers inside its read, NULL for nodata)."""
+    if name in CAUSE_FIELDS:
+        return f"SUM(CASE WHEN cause = {_CAUSE_CODES[name]} THEN f * dt END)"
+    if name in CAUSE_ENERGY_FIELDS:
+        return f"SUM(CASE WHEN cause = {_CAUSE_CODES[name]} THEN f * dt * power END)"
+    if name.endswith("_active_sum"):  # a metric's sum over the samples inside the read
+        return f"SUM(CASE WHEN inside THEN f * {name[: -len('_sum')]} END)"
+    if name.endswith("_active_count"):
+        return f"SUM(CASE WHEN inside AND {name[: -len('_count')]} IS NOT NULL THEN f END)"
+    return {
+        "covered_seconds": "SUM(f * dt)",
+        "idle_seconds": f"SUM(CASE WHEN cause IN ({_IDLE_CODES}) THEN f * dt END)",
+        "unused_seconds": "SUM(f * dt * (1 - activity))",
+        "fallback_seconds": f"SUM(CASE WHEN rung = {int(Rung.GPU_UTIL)} THEN f * dt END)",
+        "energy_used_joules": "SUM(f * dt * power)",
+    }[name]
+
+
+@cache
+def _raw_sql(pg: bool, fields: tuple[str, ...], max_gap_seconds: float) -> str:
+    """Per group, the sums of ``fields`` over its reads integrated from raw samples, as
+    ``integrate`` does: each sample covers [ts, min(next ts, ts + max_gap)) clipped to its
+    read's [lo, hi), nodata (activity or cause NULL) counts nothing.
+
+    Reads are rows of ``_READS``: (k, grp, gpu_id, since, until, lo, hi, factor) with lo and hi
+    in Unix seconds and [since, until) = [lo - max_gap, hi) in stored form, so the sample
+    before lo that covers its first seconds is read too.
+    """
+    if pg:
+        ts = "EXTRACT(EPOCH FROM s.ts)::float8"
+        least, greatest = "LEAST", "GREATEST"
+    else:
+        # Stored text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds plus the fraction (julianday
+        # would round to the millisecond).
+        ts = "(CAST(strftime('%s', substr(s.ts, 1, 19)) AS REAL) + CAST(substr(s.ts, 20) AS REAL))"
+        least, greatest = "MIN", "MAX"
+    gap = repr(float(max_gap_seconds))
+    sums = ", ".join(_raw_sum(name) for name in fields)
+    return (
+        "WITH x AS (SELECT r.k, r.grp, r.factor AS f, r.lo, r.hi, "
+        f"  {ts} AS t, s.activity, s.activity_rung AS rung, s.cause, s.power_watts AS power, "
+        "  s.tensor_active, s.dram_active "
+        f"  FROM {_READS.name} r JOIN {samples.name} s ON s.gpu_id = r.gpu_id "
+        "  AND s.ts >= r.since AND s.ts < r.until), "
+        "y AS (SELECT x.*, LEAD(t) OVER (PARTITION BY k ORDER BY t) AS nt FROM x), "
+        "z AS (SELECT grp, f, activity, rung, cause, power, tensor_active, dram_active, "
+        "  t >= lo AS inside, CASE WHEN activity IS NOT NULL AND cause IS NOT NULL THEN "
+        f"  {greatest}({least}(COALESCE(nt, t + {gap}), t + {gap}, hi) - {greatest}(t, lo), 0) "
+        "  END AS dt FROM y) "
+        f"SELECT grp, {sums} FROM z GROUP BY grp"
+    )
+
+
+def sum_raw(
     conn: Connection,
-    reads: list[Span],
+    reads: Sequence[Span],
     out: list[Usage],
     thresholds: Thresholds,
+    fields: Sequence[str],
 ) -> None:
-    """Integrate raw samples over each read span into ``out[read.group]``."""
+    """Add to ``out[read.group]`` factor x each read's ``fields`` integrated from raw samples,
+    in one statement inside the database."""
     gap = timedelta(seconds=thresholds.max_gap_seconds)
-    sample = samples.c
-    # Each read's scratch row is keyed by its index in ``reads``; the sample before the read
-    # (up to max_gap earlier) covers its first seconds.
-    fill(conn, _RAW, [(i, span.gpu_id, span.start - gap, span.end) for i, span in enumerate(reads)])
-    read = _RAW.c
-    query = (
-        select(read.grp, sample.ts, sample.activity, sample.activity_rung, sample.cause,
-               sample.power_watts, sample.tensor_active, sample.dram_active)
-        .select_from(_RAW.join(samples, and_(
-            sample.gpu_id == read.gpu_id, sample.ts >= read.lo, sample.ts < read.hi)))
-        .order_by(read.grp, sample.ts)
+    fill(
+        conn,
+        _READS,
+        [
+            (k, read.group, read.gpu_id, read.start - gap, read.end, read.start.timestamp(),
+             read.end.timestamp(), read.factor)
+            for k, read in enumerate(reads)
+        ],
     )  # fmt: skip
-    by_read: dict[int, list[Any]] = defaultdict(list)
-    for row in conn.execute(query):
-        by_read[row.grp].append(row)
-    for i, rows in by_read.items():
-        span = reads[i]
-        lo, hi = span.start, span.end
-        points = [
-            ActivityPoint(
-                row.ts.timestamp(), row.activity, row.activity_rung, row.cause, row.power_watts
-            )
-            for row in rows
-        ]
-        integrals = integrate(points, lo.timestamp(), hi.timestamp(), thresholds)
-        part = Usage(**{name: getattr(integrals, name) for name in INTEGRAL_FIELDS})
-        for row in rows:
-            if lo <= row.ts < hi:
-                if row.tensor_active is not None:
-                    part.tensor_active_sum += row.tensor_active
-                    part.tensor_active_count += 1
-                if row.dram_active is not None:
-                    part.dram_active_sum += row.dram_active
-                    part.dram_active_count += 1
-        out[span.group].add(part, span.factor)
+    sql = _raw_sql(conn.dialect.name == "postgresql", tuple(fields), thresholds.max_gap_seconds)
+    # The planner cannot estimate the range join and would hash-join a full scan of samples
+    # instead of probing its key once per read.
+    with _pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
+        for row in conn.exec_driver_sql(sql):
+            out[row[0]].add(_usage_of(fields, row[1:]))
 
 
 def _sum_by_buckets(
@@ -202,7 +238,7 @@ def _sum_by_buckets(
             _bucket_sums(conn, rollup_1m, "pl", None, seg.factor * seg.pl_frac, out, fields)
             _bucket_sums(conn, rollup_1m, "pr", None, seg.factor * seg.pr_frac, out, fields)
     if raw:
-        _raw(conn, raw, out, thresholds)
+        sum_raw(conn, raw, out, thresholds, fields)
 
 
 _SQLITE_TS = "strftime('%Y-%m-%d %H:%M:%S', {}, 'unixepoch') || '.000000'"
@@ -384,7 +420,7 @@ def _sum_by_totals(
     for row in _run_parts(conn, parts, fields):
         out[row[0]].add(_usage_of(fields, row[1:]))
     if raw_reads:
-        _raw(conn, raw_reads, out, thresholds)
+        sum_raw(conn, raw_reads, out, thresholds, fields)
 
 
 def _run_totals(
@@ -486,7 +522,7 @@ def sum_usage(
     if rolled_until is not None:
         spans, unrolled = _split_unrolled(spans, rolled_until, raw_kept_from or raw_cutoff)
         if unrolled:
-            _raw(conn, unrolled, out, thresholds)
+            sum_raw(conn, unrolled, out, thresholds, fields)
     recent = [span for span in spans if span.start >= minute_cutoff]
     old = [span for span in spans if span.start < minute_cutoff]
     if recent:
