@@ -124,9 +124,25 @@ def test_dcgm_exporter_component_switches_the_backend_only():
     assert len(c["env"]) == len(before["env"]) + 1  # merged by name, nothing else lost
 
 
+def test_host_pid_component_lets_the_agent_read_other_pods_environments_only():
+    ds = by_kind()[("DaemonSet", "gpuwarden-agent")]
+    assert "hostPID" not in ds["spec"]["template"]["spec"]  # off unless a site asks
+    patched = apply_component(ds, component("host-pid"))
+    validate(patched)
+    spec = patched["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    (c,) = spec["containers"]
+    assert c["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["SYS_PTRACE", "DAC_READ_SEARCH"],
+    }
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+
+
 def test_components_are_documented_where_they_are_switched_on():
     kust = (K8S / "kustomization.yaml").read_text()
-    for name in ("nvidia-runtime-class", "dcgm-exporter-backend"):
+    for name in ("nvidia-runtime-class", "dcgm-exporter-backend", "host-pid"):
         assert f"#   - components/{name}" in kust
 
 
@@ -149,7 +165,7 @@ def test_kustomize_builds_with_the_components(tmp_path: Path):
     # kustomize's own strategic merge agrees with the one the tests apply by hand (env order
     # aside: kustomize puts patched entries first).
     by_hand = daemonset()
-    for name in ("nvidia-runtime-class", "dcgm-exporter-backend"):
+    for name in ("nvidia-runtime-class", "dcgm-exporter-backend", "host-pid"):
         by_hand = apply_component(by_hand, component(name))
 
     def keyed(containers: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -28,13 +28,14 @@ from service.context import ServiceContext
 from service.costs.integrals import Thresholds
 from service.costs.tenants import SplitRule
 from service.db import observed_jobs_repo, rollup_repo
-from service.db.schema import gpu_processes, job_gpus, prices, tenant_1m
+from service.db.schema import gpu_processes, job_gpus, prices, samples, tenant_1m
+from service.diagnosis import Cause
 from service.settings import Settings
 from service.usecases.cost_report import cost_report
 from service.wire import IngestBatch
 from tests.fake_nvml import FakeGpu
 from tests.kubelet_fake import node_agent, pod, write_proc
-from tests.support import FakeClock
+from tests.support import FakeClock, iso
 
 GIB = 2**30
 WHOLE = "GPU-5d3f6a2c-7b1e-4c9a-9e0f-1a2b3c4d5e6f"
@@ -268,3 +269,34 @@ def test_dcgm_exporter_pods_of_a_time_sliced_gpu_and_of_mig_instances(
     total = sum(r["cost_usd"] for r in by_gpu["rows"])
     assert total == pytest.approx(1.0 + 3 * 0.5, abs=0.01)  # instance 8 is held by no pod
     assert round(sum(r["cost_usd"] for r in rows.values()), 2) == round(total, 2)
+
+
+def test_a_pods_holder_row_is_no_process_so_an_unused_allocation_is_idle_empty(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """A pod holds a GPU and runs nothing: the agent's ``pid: 0`` row names the pod, and the
+    GPU's sample stays ``idle_empty`` (the waste the allocated-idle-gpu policy looks for), not
+    ``idle_held`` as if a process sat on it."""
+    ctx = ServiceContext(
+        settings=Settings(database_url="sqlite://", run_scheduler=False), engine=engine, clock=clock
+    )
+    ts = iso(clock() - timedelta(minutes=1))
+    batch = {
+        "node": {"hostname": NODE, "labels": {}},
+        "gpus": [{"uuid": WHOLE, "index": 0, "model": "NVIDIA H100 80GB HBM3"}],
+        "samples": [
+            {"gpu_uuid": WHOLE, "ts": ts, "metrics": {"sm_active": 0.0, "fb_used_bytes": 2**29}}
+        ],
+        "processes": [
+            {"gpu_uuid": WHOLE, "ts": ts, "pid": 0, "job_id": "k8s:ml/a"},
+            {"gpu_uuid": WHOLE, "ts": ts, "pid": 0, "job_id": "k8s:ml/b"},
+        ],
+    }
+    got = ingest_service.ingest(ctx, IngestBatch.model_validate(batch), token_node=NODE)
+    assert got.processes_received == 2  # both pods' rows kept
+    with engine.connect() as conn:
+        assert conn.execute(select(samples.c.cause)).scalar() == int(Cause.IDLE_EMPTY)
+        held = conn.execute(
+            select(gpu_processes.c.pid, gpu_processes.c.job_id).order_by(gpu_processes.c.pid)
+        ).all()
+    assert [tuple(r) for r in held] == [(-1, "k8s:ml/b"), (0, "k8s:ml/a")]
