@@ -1,4 +1,5 @@
-"""INSERT that skips rows already present, on PostgreSQL and SQLite.
+"""INSERT that skips rows already present, and a match on many (GPU, bucket) keys, on
+PostgreSQL and SQLite.
 
 Other statements that differ by dialect (partitions, advisory locks, COPY, planner settings)
 keep their branch beside the query they serve.
@@ -12,8 +13,20 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table
+from sqlalchemy import ColumnElement, Connection, Insert, Table, and_, or_, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
+
+
+def keys_in(
+    conn: Connection, table: Table, keys: Sequence[tuple[int, datetime]]
+) -> ColumnElement[bool]:
+    """Whether a row's (gpu_id, bucket_start) is one of ``keys`` (at most 500), written so each
+    planner probes the primary key: SQLite scans the whole table for a row-value IN, so there
+    it is an OR of equalities."""
+    c = table.c
+    if conn.dialect.name == "postgresql":
+        return tuple_(c.gpu_id, c.bucket_start).in_(list(keys))
+    return or_(*(and_(c.gpu_id == g, c.bucket_start == b) for g, b in keys))
 
 
 def insert_ignore(conn: Connection, table: Table, index_elements: Sequence[str]) -> Insert:

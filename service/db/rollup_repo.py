@@ -20,14 +20,13 @@ from sqlalchemy import (
     insert,
     select,
     text,
-    tuple_,
     update,
 )
 
 from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, integrate
 from service.costs.tenants import SplitRule
 from service.db import tenants_repo
-from service.db.dialect import bulk_insert_ignore
+from service.db.dialect import bulk_insert_ignore, keys_in
 from service.db.schema import (
     CUMULATIVE_FIELDS,
     ROLLED_UP_DERIVED,
@@ -113,7 +112,7 @@ def _hour_from_minutes() -> Any:
 def _delete_keys(conn: Connection, table: Table, keys: list[tuple[int, datetime]]) -> None:
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
-        conn.execute(delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(chunk)))
+        conn.execute(delete(table).where(keys_in(conn, table, chunk)))
 
 
 def _replace(
@@ -186,11 +185,7 @@ def process_dirty(
     # Delete first: an ingest that commits after this re-marks its buckets for the next round.
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
-        conn.execute(
-            delete(rollup_dirty).where(
-                tuple_(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start).in_(chunk)
-            )
-        )
+        conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, chunk)))
 
     tenants_repo.delete_minutes(conn, keys)
     by_gpu: dict[int, list[datetime]] = defaultdict(list)

@@ -22,13 +22,12 @@ from sqlalchemy import (
     or_,
     select,
     text,
-    tuple_,
 )
 
 from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds
 from service.costs.tenants import SplitRule, TenantProcess, TenantShare, split_stretch
 from service.db.cost_scratch import fill, scratch_table
-from service.db.dialect import bulk_insert_ignore
+from service.db.dialect import bulk_insert_ignore, keys_in
 from service.db.schema import (
     gpu_processes,
     job_gpus,
@@ -76,9 +75,7 @@ def delete_minutes(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> No
     """Drop the tenant rows of these (GPU, minute) keys."""
     for i in range(0, len(keys), 500):
         chunk = list(keys[i : i + 500])
-        conn.execute(
-            delete(tenant_1m).where(tuple_(tenant_1m.c.gpu_id, tenant_1m.c.bucket_start).in_(chunk))
-        )
+        conn.execute(delete(tenant_1m).where(keys_in(conn, tenant_1m, chunk)))
 
 
 def rollup_tenants(
@@ -259,15 +256,11 @@ def rollup_hours(
     s = shared_1h.c
     for i in range(0, len(keys), 500):
         had = conn.execute(
-            select(s.gpu_id, s.bucket_start).where(
-                tuple_(s.gpu_id, s.bucket_start).in_(keys[i : i + 500])
-            )
+            select(s.gpu_id, s.bucket_start).where(keys_in(conn, shared_1h, keys[i : i + 500]))
         ).all()
         if had:
             for table in (tenant_1h, shared_1h):
-                conn.execute(
-                    delete(table).where(tuple_(table.c.gpu_id, table.c.bucket_start).in_(had))
-                )
+                conn.execute(delete(table).where(keys_in(conn, table, [(g, h) for g, h in had])))
             todo |= {(g, h) for g, h in had}
     if todo:
         params = [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in sorted(todo)]
@@ -357,7 +350,7 @@ def minutes_at(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> list[d
     ordered = sorted(set(keys))
     for i in range(0, len(ordered), 500):
         chunk = ordered[i : i + 500]
-        q = select(tenant_1m).where(tuple_(t.gpu_id, t.bucket_start).in_(chunk))
+        q = select(tenant_1m).where(keys_in(conn, tenant_1m, chunk))
         out += [dict(r._mapping) for r in conn.execute(q.order_by(t.gpu_id, t.bucket_start))]
     return out
 
