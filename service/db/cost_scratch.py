@@ -30,8 +30,9 @@ def scratch_table(
 
 
 def _sqlite_ts(ts: datetime | None) -> str | None:
-    # The text form UTCDateTime stores on SQLite, so comparisons with bucket_start hold.
-    return None if ts is None else ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    # The text form UTCDateTime stores on SQLite, so comparisons with bucket_start hold:
+    # 'YYYY-MM-DD HH:MM:SS.ffffff' (isoformat, less its zone, is twice as fast as strftime).
+    return None if ts is None else ts.astimezone(UTC).isoformat(" ", "microseconds")[:26]
 
 
 def _sql_type(col: Column[Any], pg: bool) -> str:

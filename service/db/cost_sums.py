@@ -53,9 +53,9 @@ _SEGMENTS = scratch_table(
 )
 _READS = scratch_table(
     "gw_cost_reads",
-    ("k", "grp", "gpu_id", "since", "until", "lo", "hi", "factor"),
-    timestamps={"since", "until"},
-    integers={"k", "grp", "gpu_id"},
+    ("k", "gpu_id", "since", "lo_at", "hi_at", "lo", "hi"),
+    timestamps={"since", "lo_at", "hi_at"},
+    integers={"k", "gpu_id"},
 )
 
 
@@ -101,65 +101,93 @@ def _bucket_sums(
         out[row[0]].add(_usage_of(fields, row[1:]))
 
 
-# Per-cause fields by cause code, and the codes the idle seconds add up (as ``integrate`` does).
-_CAUSE_CODES = {**dict(zip(CAUSE_FIELDS, map(int, Cause), strict=True)),
-                **dict(zip(CAUSE_ENERGY_FIELDS, map(int, Cause), strict=True))}  # fmt: skip
-_IDLE_CODES = f"{int(Cause.IDLE_EMPTY)}, {int(Cause.IDLE_HELD)}"
-
-
-def _raw_sum(name: str) -> str:
-    """The SQL sum of field ``name`` over the covered pieces of ``_raw_sql`` (columns f: the
-    read's factor, dt: the seconds the sample covers inside its read, NULL for nodata)."""
-    if name in CAUSE_FIELDS:
-        return f"SUM(CASE WHEN cause = {_CAUSE_CODES[name]} THEN f * dt END)"
-    if name in CAUSE_ENERGY_FIELDS:
-        return f"SUM(CASE WHEN cause = {_CAUSE_CODES[name]} THEN f * dt * power END)"
-    if name.endswith("_active_sum"):  # a metric's sum over the samples inside the read
-        return f"SUM(CASE WHEN inside THEN f * {name[: -len('_sum')]} END)"
-    if name.endswith("_active_count"):
-        return f"SUM(CASE WHEN inside AND {name[: -len('_count')]} IS NOT NULL THEN f END)"
-    return {
-        "covered_seconds": "SUM(f * dt)",
-        "idle_seconds": f"SUM(CASE WHEN cause IN ({_IDLE_CODES}) THEN f * dt END)",
-        "unused_seconds": "SUM(f * dt * (1 - activity))",
-        "fallback_seconds": f"SUM(CASE WHEN rung = {int(Rung.GPU_UTIL)} THEN f * dt END)",
-        "energy_used_joules": "SUM(f * dt * power)",
-    }[name]
+# What one (group, cause, rung) row of ``_raw_sql`` adds to: its cause's seconds and energy,
+# the idle seconds (idle_empty + idle_held, as ``integrate`` adds them) and the fallback seconds.
+_CAUSE_SECONDS = dict(zip(map(int, Cause), CAUSE_FIELDS, strict=True))
+_CAUSE_JOULES = dict(zip(map(int, Cause), CAUSE_ENERGY_FIELDS, strict=True))
+_IDLE_CAUSES = frozenset((int(Cause.IDLE_EMPTY), int(Cause.IDLE_HELD)))
+_GPU_UTIL = int(Rung.GPU_UTIL)
+# The metrics whose sum and count over the samples inside a read the integrals carry.
+_RAW_METRICS = ("tensor_active", "dram_active")
 
 
 @cache
-def _raw_sql(pg: bool, fields: tuple[str, ...], max_gap_seconds: float) -> str:
-    """Per group, the sums of ``fields`` over its reads integrated from raw samples, as
-    ``integrate`` does: each sample covers [ts, min(next ts, ts + max_gap)) clipped to its
-    read's [lo, hi), nodata (activity or cause NULL) counts nothing.
+def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
+    """Per read, cause and rung: the seconds, activity x seconds and joules the read's raw
+    samples cover, and per metric of ``_RAW_METRICS`` the sum and count of the samples inside.
 
-    Reads are rows of ``_READS``: (k, grp, gpu_id, since, until, lo, hi, factor) with lo and hi
-    in Unix seconds and [since, until) = [lo - max_gap, hi) in stored form, so the sample
-    before lo that covers its first seconds is read too.
+    Integrated as ``integrate`` does: each sample covers [ts, min(next ts, ts + max_gap))
+    clipped to its read's [lo, hi); nodata (activity or cause NULL) covers nothing but ends the
+    cover of the sample before it. Reads are rows of ``_READS`` (k, gpu_id, since, lo_at, hi_at,
+    lo, hi): [lo_at, hi_at) in stored form and [lo, hi) in Unix seconds; the last sample in
+    [since, lo_at), since = lo - max_gap, covers lo's first seconds.
     """
+    metrics = ", ".join(f"s.{m}" for m in _RAW_METRICS)
+    cols = (
+        "r.k, r.lo, r.hi, {ts} AS t, s.activity, s.activity_rung AS rung, s.cause, "
+        f"s.power_watts AS power, {metrics}"
+    )
     if pg:
-        ts = "EXTRACT(EPOCH FROM s.ts)::float8"
+        cols = cols.format(ts="EXTRACT(EPOCH FROM s.ts)::float8")
         least, greatest = "LEAST", "GREATEST"
+        # The samples inside each read, and the one before it, found once per read.
+        x = (
+            f"SELECT {cols}, 1 AS inside FROM {_READS.name} r JOIN {samples.name} s "
+            "  ON s.gpu_id = r.gpu_id AND s.ts >= r.lo_at AND s.ts < r.hi_at "
+            f"UNION ALL SELECT {cols}, 0 FROM {_READS.name} r CROSS JOIN LATERAL "
+            f"  (SELECT * FROM {samples.name} p WHERE p.gpu_id = r.gpu_id AND p.ts >= r.since "
+            "   AND p.ts < r.lo_at ORDER BY p.ts DESC LIMIT 1) s"
+        )
     else:
         # Stored text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds plus the fraction (julianday
         # would round to the millisecond).
-        ts = "(CAST(strftime('%s', substr(s.ts, 1, 19)) AS REAL) + CAST(substr(s.ts, 20) AS REAL))"
+        seconds = "CAST(strftime('%s', substr(s.ts, 1, 19)) AS REAL)"
+        cols = cols.format(ts=f"({seconds} + CAST(substr(s.ts, 20) AS REAL))")
         least, greatest = "MIN", "MAX"
+        # One range per read, from the sample before it on (one scan: SQLite sorts each arm
+        # of a UNION on its own).
+        x = (
+            f"SELECT {cols}, CASE WHEN s.ts >= r.lo_at THEN 1 ELSE 0 END AS inside "
+            f"FROM {_READS.name} r JOIN {samples.name} s ON s.gpu_id = r.gpu_id AND s.ts >= "
+            f"  COALESCE((SELECT MAX(p.ts) FROM {samples.name} p WHERE p.gpu_id = r.gpu_id "
+            "   AND p.ts >= r.since AND p.ts < r.lo_at), r.lo_at) AND s.ts < r.hi_at"
+        )
     gap = repr(float(max_gap_seconds))
-    sums = ", ".join(_raw_sum(name) for name in fields)
+    metric_sums = ", ".join(
+        f"SUM(inside * {m}), SUM(CASE WHEN {m} IS NOT NULL THEN inside END)" for m in _RAW_METRICS
+    )
     return (
-        "WITH x AS (SELECT r.k, r.grp, r.factor AS f, r.lo, r.hi, "
-        f"  {ts} AS t, s.activity, s.activity_rung AS rung, s.cause, s.power_watts AS power, "
-        "  s.tensor_active, s.dram_active "
-        f"  FROM {_READS.name} r JOIN {samples.name} s ON s.gpu_id = r.gpu_id "
-        "  AND s.ts >= r.since AND s.ts < r.until), "
+        f"WITH x AS ({x}), "
         "y AS (SELECT x.*, LEAD(t) OVER (PARTITION BY k ORDER BY t) AS nt FROM x), "
-        "z AS (SELECT grp, f, activity, rung, cause, power, tensor_active, dram_active, "
-        "  t >= lo AS inside, CASE WHEN activity IS NOT NULL AND cause IS NOT NULL THEN "
+        f"z AS (SELECT k, cause, rung, activity, power, inside, {', '.join(_RAW_METRICS)}, "
+        "  CASE WHEN activity IS NOT NULL AND cause IS NOT NULL THEN "
         f"  {greatest}({least}(COALESCE(nt, t + {gap}), t + {gap}, hi) - {greatest}(t, lo), 0) "
         "  END AS dt FROM y) "
-        f"SELECT grp, {sums} FROM z GROUP BY grp"
+        "SELECT k, cause, rung, SUM(dt), SUM(dt * activity), SUM(dt * power), "
+        f"{metric_sums} FROM z GROUP BY k, cause, rung"
     )
+
+
+def _raw_part(cause: int | None, rung: int | None, sums: Sequence[float]) -> dict[str, float]:
+    """The Usage fields one row of ``_raw_sql`` adds to, with what it adds."""
+    seconds, active, joules, *metric_sums = sums
+    part: dict[str, float] = {}
+    for i, metric in enumerate(_RAW_METRICS):
+        part[f"{metric}_sum"], part[f"{metric}_count"] = metric_sums[2 * i : 2 * i + 2]
+    if cause is None or not seconds:
+        return part
+    part |= {
+        "covered_seconds": seconds,
+        "unused_seconds": seconds - active,
+        "energy_used_joules": joules,
+        _CAUSE_SECONDS[cause]: seconds,
+        _CAUSE_JOULES[cause]: joules,
+    }
+    if cause in _IDLE_CAUSES:
+        part["idle_seconds"] = seconds
+    if rung == _GPU_UTIL:
+        part["fallback_seconds"] = seconds
+    return part
 
 
 def sum_raw(
@@ -169,24 +197,49 @@ def sum_raw(
     thresholds: Thresholds,
     fields: Sequence[str],
 ) -> None:
-    """Add to ``out[read.group]`` factor x each read's ``fields`` integrated from raw samples,
-    in one statement inside the database."""
+    """Add to ``out[read.group]`` factor x each read's ``fields`` integrated from raw samples
+    (the others untouched), in one statement inside the database.
+
+    Each distinct stretch of a GPU is integrated once: the jobs sharing a GPU, and the spans
+    of one job cut by a price change, read the same edges.
+    """
     gap = timedelta(seconds=thresholds.max_gap_seconds)
-    fill(
-        conn,
-        _READS,
-        [
-            (k, read.group, read.gpu_id, read.start - gap, read.end, read.start.timestamp(),
-             read.end.timestamp(), read.factor)
-            for k, read in enumerate(reads)
-        ],
-    )  # fmt: skip
-    sql = _raw_sql(conn.dialect.name == "postgresql", tuple(fields), thresholds.max_gap_seconds)
+    key_of: dict[tuple[int, datetime, datetime], int] = {}
+    shares: list[list[tuple[int, float]]] = []  # by k: (group, factor)
+    rows = []
+    for read in reads:
+        key = (read.gpu_id, read.start, read.end)
+        k = key_of.get(key)
+        if k is None:
+            k = key_of[key] = len(shares)
+            shares.append([])
+            rows.append((k, read.gpu_id, read.start - gap, read.start, read.end,
+                         read.start.timestamp(), read.end.timestamp()))  # fmt: skip
+        shares[k].append((read.group, read.factor))
+    fill(conn, _READS, rows)
     # The planner cannot estimate the range join and would hash-join a full scan of samples
     # instead of probing its key once per read.
     with _pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
-        for row in conn.exec_driver_sql(sql):
-            out[row[0]].add(_usage_of(fields, row[1:]))
+        result = conn.exec_driver_sql(
+            _raw_sql(conn.dialect.name == "postgresql", thresholds.max_gap_seconds)
+        ).all()
+    # Summed per group first (few keys), then spread over the fields.
+    by_key: dict[tuple[int, Any, Any], list[float]] = {}
+    for k, cause, rung, *sums in result:
+        values = [float(v or 0.0) for v in sums]
+        for group, factor in shares[k]:
+            acc = by_key.get((group, cause, rung))
+            if acc is None:
+                by_key[(group, cause, rung)] = [factor * v for v in values]
+            else:
+                for i, v in enumerate(values):
+                    acc[i] += factor * v
+    wanted = frozenset(fields)
+    for (group, cause, rung), values in by_key.items():
+        usage = out[group]
+        for name, value in _raw_part(cause, rung, values).items():
+            if value and name in wanted:
+                setattr(usage, name, getattr(usage, name) + value)
 
 
 def _sum_by_buckets(
