@@ -22,7 +22,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from service.db.schema import ROLLED_UP_DERIVED, gpus, job_gpus, jobs, nodes, rollup_1m, samples
+from service.costs.tenants import UNALLOCATED_TENANT
+from service.db.schema import (
+    ROLLED_UP_DERIVED,
+    gpus,
+    job_gpus,
+    jobs,
+    nodes,
+    rollup_1m,
+    samples,
+    tenant_1m,
+)
 from service.diagnosis import Cause
 from service.thresholds.evaluator import ScopeMember, WindowStats
 from service.thresholds.policy import POLICY_METRICS, cause_of_metric
@@ -318,4 +328,88 @@ def _rollup_stats(
     if "hardware_fault" in wanted:
         for gid in lost_gpu_ids:
             out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
+    return out
+
+
+OwnStats = dict[tuple[str, int], dict[str, WindowStats]]
+
+
+def tenant_cause_stats(
+    conn: Connection,
+    *,
+    windows: Mapping[float, Iterable[str]],
+    now: datetime,
+    gpu_stats: Mapping[float, WindowStatsByGpu],
+) -> dict[float, OwnStats]:
+    """Per window, each job's own share of covered time in each cause metric on the GPUs it
+    shared in that window, keyed by (``job:<id>``, GPU id).
+
+    A shared GPU's cause is not its jobs' (one job's kernels keep it busy while another runs
+    nothing), so these read the job's tenant rows for the shared minutes and the GPU's 1-minute
+    rollups for its other minutes; both are written by the rollup job, so the last minute or
+    two are not in yet. Each figure keeps the GPU's sample count (``gpu_stats``), so it weighs
+    as much as the GPU's own figure would among the job's GPUs.
+    """
+    out: dict[float, OwnStats] = {}
+    for w, ms in windows.items():
+        causes = {
+            m: c
+            for m in set(ms)
+            if (c := Cause.IDLE_HELD if m == "idle_held" else cause_of_metric(m))
+        }
+        if not causes:
+            continue
+        since = now - timedelta(seconds=w)
+        fields = {m: f"{c.label}_seconds" for m, c in causes.items()}
+        t = tenant_1m.c
+        tenant_rows = conn.execute(
+            select(
+                t.tenant,
+                t.gpu_id,
+                func.sum(t.covered_seconds),
+                *(func.sum(t[f]) for f in fields.values()),
+            )
+            .where(t.bucket_start >= since, t.bucket_start < now, t.tenant != UNALLOCATED_TENANT)
+            .group_by(t.tenant, t.gpu_id)
+        ).all()
+        if not tenant_rows:
+            continue
+        r = rollup_1m.c
+        shared_minute = (
+            select(tenant_1m.c.gpu_id)
+            .where(tenant_1m.c.gpu_id == r.gpu_id, tenant_1m.c.bucket_start == r.bucket_start)
+            .exists()
+        )
+        alone = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                select(
+                    r.gpu_id,
+                    func.sum(r.covered_seconds),
+                    *(func.sum(r[f]) for f in fields.values()),
+                )
+                .where(
+                    r.gpu_id.in_(sorted({int(row[1]) for row in tenant_rows})),
+                    r.bucket_start >= since,
+                    r.bucket_start < now,
+                    ~shared_minute,
+                )
+                .group_by(r.gpu_id)
+            )
+        }
+        own: OwnStats = {}
+        for tenant, gpu_id, covered, *seconds in tenant_rows:
+            rest = alone.get(gpu_id)
+            cov = float(covered or 0.0) + float((rest[0] if rest else 0.0) or 0.0)
+            if cov <= 0:
+                continue
+            per: dict[str, WindowStats] = {}
+            for k, m in enumerate(fields):
+                e = float(seconds[k] or 0.0) + float((rest[k + 1] if rest else 0.0) or 0.0)
+                ratio = e / cov
+                gpu_stat = gpu_stats.get(w, {}).get(gpu_id, {}).get(m)
+                n = gpu_stat.count if gpu_stat is not None and gpu_stat.count else 1
+                per[m] = WindowStats(ratio * n, n, ratio, ratio)
+            own[(f"job:{tenant}", int(gpu_id))] = per
+        out[w] = own
     return out

@@ -130,8 +130,11 @@ def observe(
     members: Iterable[ScopeMember],
     stats: Mapping[int, Mapping[str, WindowStats]],
     faults: Mapping[int, bool],
+    own: Mapping[tuple[str, int], Mapping[str, WindowStats]] | None = None,
 ) -> dict[str, Observation]:
-    """Aggregate per-GPU window stats into one observation per scope key the policy matches."""
+    """Aggregate per-GPU window stats into one observation per scope key the policy matches;
+    ``own`` holds a member's own stats on a GPU it shared (a job's tenant share), used there
+    instead of the GPU's."""
     out: dict[str, Observation] = {}
     metric, aggregate = policy.metric, policy.aggregate
     check_match, want_faults = bool(policy.match), policy.low_utilization and bool(faults)
@@ -142,6 +145,9 @@ def observe(
         acc: WindowStats | None = None
         for gpu_id in ids:
             per = stats.get(gpu_id)
+            mine = own.get((member.key, gpu_id)) if own else None
+            if mine is not None and metric in mine:
+                per = mine
             s = per.get(metric) if per is not None else None
             if s is not None and s.count:
                 acc = s if acc is None else acc.merge(s)

@@ -27,7 +27,7 @@ from service.thresholds.evaluator import (
     route,
 )
 from service.thresholds.notify.outbox import Dispatcher
-from service.thresholds.policy import PolicySpec, parse_config
+from service.thresholds.policy import PolicySpec, cause_of_metric, parse_config
 from service.thresholds.urlsafety import (
     HostDoesNotResolve,
     Resolver,
@@ -216,6 +216,12 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             gpu_ids=scopes.gpu_ids,
             lost_gpu_ids=scopes.lost_gpu_ids,
         )
+        # A job's cause on a GPU it shares is its own, from its tenant rows.
+        job_causes: dict[float, set[str]] = defaultdict(set)
+        for p in policy_list:
+            if p.scope == "job" and cause_of_metric(p.metric) is not None:
+                job_causes[p.window_seconds].add(p.metric)
+        own = windows_repo.tenant_cause_stats(conn, windows=job_causes, now=now, gpu_stats=stats)
         faults = {
             gid: per["hardware_fault"].max > 0
             for gid, per in stats.get(FRESH_FAULT_SECONDS, {}).items()
@@ -244,7 +250,13 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         try:
             obs = seen.get(obs_key)
             if obs is None:
-                obs = observe(p, scopes.of(p.scope), stats[p.window_seconds], faults)
+                obs = observe(
+                    p,
+                    scopes.of(p.scope),
+                    stats[p.window_seconds],
+                    faults,
+                    own.get(p.window_seconds) if p.scope == "job" else None,
+                )
                 seen[obs_key] = obs
             policy_changes = evaluate(
                 p, obs, before, silences, now, resend_seconds=s.alertmanager_resend_seconds

@@ -224,6 +224,20 @@ def test_job_scope_aggregates_over_the_jobs_gpus() -> None:
     assert sorted(matched) == ["job:j1", "job:j3"]
 
 
+def test_a_jobs_own_stats_on_a_gpu_it_shares_replace_the_gpus() -> None:
+    idle = PolicySpec(name="idle", metric="cause:idle_empty", op=">=", threshold=0.9, scope="job")
+    busy_gpu = {7: {"cause:idle_empty": WindowStats(sum=0.0, count=180, min=0.0, max=0.0)}}
+    own = {("job:j2", 7): {"cause:idle_empty": WindowStats(180.0, 180, 1.0, 1.0)}}
+    members = [
+        ScopeMember("job:j1", {"job": "j1"}, (7,)),  # the busy tenant: the GPU's figure
+        ScopeMember("job:j2", {"job": "j2"}, (7,)),  # the idle one: its own
+    ]
+    obs = observe(idle, members, busy_gpu, {}, own)
+    assert obs["job:j1"].value == 0.0
+    assert obs["job:j2"].value == 1.0
+    assert observe(idle, members, busy_gpu, {})["job:j2"].value == 0.0  # without: the GPU's
+
+
 def test_route_resends_only_to_alertmanager_and_resolves_per_send_resolved() -> None:
     types = {"slack": "slack", "am": "alertmanager"}
     p = low_sm()
