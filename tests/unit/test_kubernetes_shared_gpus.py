@@ -81,6 +81,17 @@ def test_a_pod_name_in_two_namespaces_on_one_gpu_names_neither(tmp_path: Path):
         }
 
 
+def test_replicas_renamed_shared_are_tenants_too(tmp_path: Path):
+    # The device plugin's renameByDefault advertises time-sliced GPUs as nvidia.com/gpu.shared.
+    gpu = FakeGpu(GPU, pids=[(4001, GIB)])
+    pods = [
+        pod("a", "nvidia.com/gpu.shared", f"{GPU}::0"),
+        pod("b", "nvidia.com/gpu.shared", f"{GPU}::1"),
+    ]
+    with node_agent(tmp_path, [gpu], pods) as (agent, _):
+        assert rows(agent) == {(GPU, 4001, None), (GPU, 0, "k8s:ml/a"), (GPU, 0, "k8s:ml/b")}
+
+
 def test_one_pod_with_two_replicas_is_one_tenant_and_owns_every_process(tmp_path: Path):
     gpu = FakeGpu(GPU, pids=[(4001, GIB)])
     pods = [pod("big", "nvidia.com/gpu", f"{GPU}::0", f"{GPU}::1")]
@@ -153,3 +164,17 @@ def test_hostname_reading_and_the_kubelets_63_character_cut():
     assert pod_hostname(long) == "x" * 60 + "-ab"
     assert pod_hostname("x" * 62 + "-y") == "x" * 62  # no trailing dash
     assert pod_hostname("short") == "short"
+
+
+def test_a_reused_pid_is_read_afresh(tmp_path: Path):
+    proc = tmp_path / "proc"
+    write_proc(proc, 4001, "trainer")
+    gpu = FakeGpu(GPU, pids=[(4001, GIB)])
+    pods = [pod("trainer", "nvidia.com/gpu", f"{GPU}::0"), pod("nb", "nvidia.com/gpu", f"{GPU}::1")]
+    with node_agent(tmp_path, [gpu], pods, proc=proc) as (agent, _):
+        assert (GPU, 4001, "k8s:ml/trainer") in rows(agent)
+        gpu.pids = []  # the trainer's process ends; the pid comes back in the notebook's pod
+        assert rows(agent) == {(GPU, 0, "k8s:ml/trainer"), (GPU, 0, "k8s:ml/nb")}
+        (proc / "4001" / "environ").write_bytes(b"HOSTNAME=nb\0")
+        gpu.pids = [(4001, GIB)]
+        assert rows(agent) == {(GPU, 4001, "k8s:ml/nb"), (GPU, 0, "k8s:ml/trainer")}
