@@ -71,3 +71,23 @@ def test_one_pod_keeps_the_gpu_value() -> None:
 )
 def test_pod_shares(values, shares, repeated) -> None:
     assert pod_shares(values) == (shares, repeated)
+
+
+def test_pods_time_slicing_one_mig_instance_are_each_its_tenant() -> None:
+    # The label set of tests/data/dcgm-exporter/h100-mig-kserve.prom (instance 7), one series
+    # per pod as --kubernetes-virtual-gpus writes it for MIG-<uuid>::<n> replicas.
+    parent = "GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77"
+    lines = [
+        f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="{parent}",pci_bus_id="00000000:1A:00.0",'
+        f'device="nvidia0",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="1g.10gb",GPU_I_ID="7",'
+        f'Hostname="gsrh100-074",container="c",namespace="ml",pod="{pod}",vgpu="{n}"}} 0.250000'
+        for n, pod in enumerate(("embed-0", "tts-0"))
+    ]
+    exp = parse_exposition(_text(*lines))
+    (instance,) = exp.devices
+    assert instance.mig_parent_uuid == parent
+    assert {(p.gpu_uuid, p.pid, p.job_id) for p in exp.jobs} == {
+        (instance.uuid, 0, "k8s:ml/embed-0"),
+        (instance.uuid, 0, "k8s:ml/tts-0"),
+    }
+    assert exp.repeated == [instance.uuid]  # the instance's value, twice: not told apart
