@@ -14,6 +14,7 @@ from service.db.schema import (
     rollup_1m,
     samples,
     shared_1h,
+    tenant_1d,
     tenant_1h,
     tenant_1m,
 )
@@ -41,8 +42,14 @@ def enforce_retention(
     # Shared minutes are few and reports over 1h rollups still read them: kept as long.
     hour_cutoff = now - timedelta(days=hour_days)
     out["tenant_1m_deleted"] = delete_rollups_before(conn, table=tenant_1m, cutoff=hour_cutoff)
-    # Their hourly sums go once the whole hour is past (a report reads a cut hour by minutes).
+    # Their hourly and daily sums go once the whole hour (day) is past: a report reads a cut
+    # hour by minutes, a cut day by hours.
     whole_hours = hour_cutoff.replace(minute=0, second=0, microsecond=0)
-    for table in (tenant_1h, shared_1h):
-        out[f"{table.name}_deleted"] = delete_rollups_before(conn, table=table, cutoff=whole_hours)
+    whole_days = whole_hours.replace(hour=0)
+    for table, cutoff in (
+        (tenant_1h, whole_hours),
+        (shared_1h, whole_hours),
+        (tenant_1d, whole_days),
+    ):
+        out[f"{table.name}_deleted"] = delete_rollups_before(conn, table=table, cutoff=cutoff)
     return out

@@ -219,6 +219,18 @@ tenant_1h = Table(
     *integral_columns(),
 )
 
+# tenant_1h summed per day (UTC), read for the whole days of a report; rewritten with its hours.
+tenant_1d = Table(
+    "tenant_1d",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("bucket_start", UTCDateTime, primary_key=True),  # the day's midnight, UTC
+    Column("tenant", String(255), primary_key=True),  # the job id, "" for no job
+    Column("split_rule", String(16), primary_key=True),
+    Column("held_seconds", Float, nullable=False, server_default="0"),
+    *integral_columns(),
+)
+
 # Which minutes of each GPU-hour have tenant rows (bit m for minute m of the hour), so a report
 # finds the shared stretches of a GPU from one row per hour.
 shared_1h = Table(

@@ -1,6 +1,6 @@
-"""Each job's integrals per minute of a shared GPU (``tenant_1m``) and per hour (``tenant_1h``,
-with the shared minutes of each hour in ``shared_1h``): written by the rollup job, read by the
-cost report."""
+"""Each job's integrals per minute of a shared GPU (``tenant_1m``), per hour (``tenant_1h``,
+with the shared minutes of each hour in ``shared_1h``) and per day (``tenant_1d``): written by
+the rollup job, read by the cost report."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from service.db.schema import (
     rollup_dirty,
     samples,
     shared_1h,
+    tenant_1d,
     tenant_1h,
     tenant_1m,
 )
@@ -196,25 +197,28 @@ def split_part(
 # --- hours: tenant_1h and shared_1h, kept by the rollup job, read by reports ---------------
 
 HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 FULL_HOUR = (1 << 60) - 1  # a shared_1h mask with every minute of the hour shared
 
 
 @cache
-def _hour_sums() -> Any:
-    """INSERT ... SELECT of one GPU-hour's tenant_1h rows from its tenant_1m rows."""
-    t = tenant_1m.c
-    hour = bindparam("hour", type_=UTCDateTime)
+def _level_sums(day: bool) -> Any:
+    """INSERT ... SELECT of one GPU-hour's tenant_1h rows from its tenant_1m rows (``day``:
+    one GPU-day's tenant_1d rows from its tenant_1h rows)."""
+    source, target = (tenant_1h, tenant_1d) if day else (tenant_1m, tenant_1h)
+    t = source.c
+    start = bindparam("start", type_=UTCDateTime)
     fields = ["held_seconds", *INTEGRAL_FIELDS]
     query = (
-        select(t.gpu_id, hour, t.tenant, t.split_rule, *(func.sum(t[f]) for f in fields))
+        select(t.gpu_id, start, t.tenant, t.split_rule, *(func.sum(t[f]) for f in fields))
         .where(
             t.gpu_id == bindparam("gpu_id", type_=Integer),
-            t.bucket_start >= hour,
-            t.bucket_start < bindparam("hour_end", type_=UTCDateTime),
+            t.bucket_start >= start,
+            t.bucket_start < bindparam("end", type_=UTCDateTime),
         )
         .group_by(t.gpu_id, t.tenant, t.split_rule)
     )
-    return insert(tenant_1h).from_select(
+    return insert(target).from_select(
         ["gpu_id", "bucket_start", "tenant", "split_rule", *fields], query
     )
 
@@ -229,13 +233,13 @@ def _hour_mask(pg: bool) -> Any:
         bit = "1 << CAST(strftime('%M', bucket_start) AS INTEGER)"
     return text(
         "INSERT INTO shared_1h (gpu_id, bucket_start, minute_mask) "
-        f"SELECT :gpu_id, :hour, CAST(SUM({bit}) AS BIGINT) FROM (SELECT DISTINCT bucket_start "
-        "  FROM tenant_1m WHERE gpu_id = :gpu_id AND bucket_start >= :hour "
-        "  AND bucket_start < :hour_end) m HAVING COUNT(*) > 0"
+        f"SELECT :gpu_id, :start, CAST(SUM({bit}) AS BIGINT) FROM (SELECT DISTINCT bucket_start "
+        "  FROM tenant_1m WHERE gpu_id = :gpu_id AND bucket_start >= :start "
+        "  AND bucket_start < :end) m HAVING COUNT(*) > 0"
     ).bindparams(
         bindparam("gpu_id", type_=Integer),
-        bindparam("hour", type_=UTCDateTime),
-        bindparam("hour_end", type_=UTCDateTime),
+        bindparam("start", type_=UTCDateTime),
+        bindparam("end", type_=UTCDateTime),
     )
 
 
@@ -244,9 +248,9 @@ def rollup_hours(
     hours: Sequence[tuple[int, datetime]],
     shared: Sequence[tuple[int, datetime]],
 ) -> int:
-    """Rewrite the tenant_1h and shared_1h rows of the (GPU, hour) keys ``hours`` whose minutes
-    the rollup job just rewrote, ``shared`` the (GPU, minute) keys it wrote tenant rows for;
-    returns how many hours were rewritten."""
+    """Rewrite the tenant_1h, shared_1h and tenant_1d rows of the (GPU, hour) keys ``hours``
+    whose minutes the rollup job just rewrote, ``shared`` the (GPU, minute) keys it wrote
+    tenant rows for; returns how many hours were rewritten."""
     if not hours:
         return 0
     keys = sorted(set(hours))
@@ -255,17 +259,25 @@ def rollup_hours(
     todo = {(g, b.replace(minute=0)) for g, b in shared}
     s = shared_1h.c
     for i in range(0, len(keys), 500):
-        had = conn.execute(
-            select(s.gpu_id, s.bucket_start).where(keys_in(conn, shared_1h, keys[i : i + 500]))
-        ).all()
+        had = [
+            (g, h)
+            for g, h in conn.execute(
+                select(s.gpu_id, s.bucket_start).where(keys_in(conn, shared_1h, keys[i : i + 500]))
+            )
+        ]
         if had:
             for table in (tenant_1h, shared_1h):
-                conn.execute(delete(table).where(keys_in(conn, table, [(g, h) for g, h in had])))
-            todo |= {(g, h) for g, h in had}
-    if todo:
-        params = [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in sorted(todo)]
-        conn.execute(_hour_sums(), params)
-        conn.execute(_hour_mask(conn.dialect.name == "postgresql"), params)
+                conn.execute(delete(table).where(keys_in(conn, table, had)))
+            todo |= set(had)
+    if not todo:
+        return 0
+    params = [{"gpu_id": g, "start": h, "end": h + HOUR} for g, h in sorted(todo)]
+    conn.execute(_level_sums(False), params)
+    conn.execute(_hour_mask(conn.dialect.name == "postgresql"), params)
+    days = sorted({(g, h.replace(hour=0)) for g, h in todo})
+    for i in range(0, len(days), 500):
+        conn.execute(delete(tenant_1d).where(keys_in(conn, tenant_1d, days[i : i + 500])))
+    conn.execute(_level_sums(True), [{"gpu_id": g, "start": d, "end": d + DAY} for g, d in days])
     return len(todo)
 
 
@@ -357,37 +369,61 @@ def minutes_at(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> list[d
 
 _RANGES = scratch_table(
     "gw_tenant_ranges",
-    ("k", "gpu_id", "lo", "hi", "hourly"),
+    ("k", "gpu_id", "lo", "hi", "level"),
     timestamps={"lo", "hi"},
-    integers={"k", "gpu_id", "hourly"},
+    integers={"k", "gpu_id", "level"},
 )
 SUM_FIELDS = ("held_seconds", *INTEGRAL_FIELDS)  # what sum_ranges returns per tenant
+_LEVELS = (tenant_1m, tenant_1h, tenant_1d)
+
+
+def _ceil(ts: datetime, unit: timedelta) -> datetime:
+    floor = _floor(ts, unit)
+    return floor if floor == ts else floor + unit
+
+
+def _floor(ts: datetime, unit: timedelta) -> datetime:
+    if unit == DAY:
+        return ts.replace(hour=0, minute=0, second=0, microsecond=0)
+    return ts.replace(minute=0, second=0, microsecond=0)
+
+
+def _levels(lo: datetime, hi: datetime) -> list[tuple[datetime, datetime, int]]:
+    """[lo, hi) (whole minutes) as parts read from tenant_1m (0), tenant_1h (1) and
+    tenant_1d (2): minutes up to the first whole hour, hours up to the first whole day, days,
+    then back down."""
+    h_lo, h_hi = _ceil(lo, HOUR), _floor(hi, HOUR)
+    if h_lo >= h_hi:
+        return [(lo, hi, 0)]
+    d_lo, d_hi = _ceil(h_lo, DAY), _floor(h_hi, DAY)
+    if d_lo >= d_hi:
+        middle = [(h_lo, h_hi, 1)]
+    else:
+        middle = [(h_lo, d_lo, 1), (d_lo, d_hi, 2), (d_hi, h_hi, 1)]
+    parts = [(lo, h_lo, 0), *middle, (h_hi, hi, 0)]
+    return [(a, b, level) for a, b, level in parts if a < b]
 
 
 def sum_ranges(
     conn: Connection, ranges: Sequence[tuple[int, datetime, datetime]]
 ) -> list[tuple[int, str, str, tuple[float, ...]]]:
     """For each range k = (gpu_id, lo, hi) of whole minutes, the tenant rows in it summed per
-    tenant and split rule: (k, tenant, rule, sums in SUM_FIELDS order). Whole hours are read
-    from tenant_1h, the minutes around them from tenant_1m."""
-    rows: list[tuple[Any, ...]] = []
-    for k, (gpu_id, lo, hi) in enumerate(ranges):
-        h_lo = lo if lo == lo.replace(minute=0) else lo.replace(minute=0) + HOUR
-        h_hi = hi.replace(minute=0)
-        if h_lo < h_hi:
-            if lo < h_lo:
-                rows.append((k, gpu_id, lo, h_lo, 0))
-            rows.append((k, gpu_id, h_lo, h_hi, 1))
-            if h_hi < hi:
-                rows.append((k, gpu_id, h_hi, hi, 0))
-        else:
-            rows.append((k, gpu_id, lo, hi, 0))
+    tenant and split rule: (k, tenant, rule, sums in SUM_FIELDS order). Whole days are read
+    from tenant_1d, whole hours around them from tenant_1h, the minutes around those from
+    tenant_1m."""
+    rows = [
+        (k, gpu_id, a, b, level)
+        for k, (gpu_id, lo, hi) in enumerate(ranges)
+        for a, b, level in _levels(lo, hi)
+    ]
     if not rows:
         return []
     fill(conn, _RANGES, rows)
     r = _RANGES.c
     out: list[tuple[int, str, str, tuple[float, ...]]] = []
-    for table, hourly in ((tenant_1m, 0), (tenant_1h, 1)):
+    for level, table in enumerate(_LEVELS):
+        if not any(row[4] == level for row in rows):
+            continue
         t = table.c
         query = (
             select(r.k, t.tenant, t.split_rule, *(func.sum(t[f]) for f in SUM_FIELDS))
@@ -397,7 +433,7 @@ def sum_ranges(
                     and_(t.gpu_id == r.gpu_id, t.bucket_start >= r.lo, t.bucket_start < r.hi),
                 )
             )
-            .where(r.hourly == hourly)
+            .where(r.level == level)
             .group_by(r.k, t.tenant, t.split_rule)
         )
         out += [

@@ -274,7 +274,7 @@ def shared_lines(
     """The lines of the shared minutes of [held_from, end) of each GPU, from their tenant rows,
     and the split rules those rows were written under.
 
-    Whole minutes are summed in the database per stretch and price (one line per job, GPU and
+    Whole minutes are summed in the database per GPU and price (one line per job, GPU and
     price); a minute the window cuts is read row by row and counts in part: the part raw
     samples still hold is split again from them, an older part pro rata.
     """
@@ -296,12 +296,14 @@ def shared_lines(
         )
         for a, b in runs:
             edges |= {(gpu_id, m) for m in cut if a <= m < b and m < end}
-            lo, hi = max(a, first), min(b, last)
-            for cut_at in [*(c for c in bounds if lo < c < hi), hi]:
-                if lo < cut_at:
-                    ranges.append((gpu_id, lo, cut_at))
-                    range_prices.append(price_of(Segment(gpu_id, lo, cut_at, ())))
-                lo = cut_at
+        # No minute outside the stretches has rows: one range from the first to the last,
+        # cut where the price changes, sums them all.
+        lo, hi = max(runs[0][0], first), min(runs[-1][1], last)
+        for cut_at in [*(c for c in bounds if lo < c < hi), hi]:
+            if lo < cut_at:
+                ranges.append((gpu_id, lo, cut_at))
+                range_prices.append(price_of(Segment(gpu_id, lo, cut_at, ())))
+            lo = cut_at
     rules: set[str] = set()
     by_key: dict[tuple[str, int, float | None], Line] = {}
     for k, tenant, rule, sums in tenants_repo.sum_ranges(conn, ranges):

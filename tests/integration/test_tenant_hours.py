@@ -20,7 +20,17 @@ from service.costs.tenants import SplitRule, tenant_line
 from service.db import costs_repo, rollup_repo, tenants_repo
 from service.db.migrate import upgrade
 from service.db.retention import enforce_retention
-from service.db.schema import gpus, job_gpus, jobs, prices, shared_1h, tenant_1h, tenant_1m
+from service.db.schema import (
+    gpus,
+    job_gpus,
+    jobs,
+    nodes,
+    prices,
+    shared_1h,
+    tenant_1d,
+    tenant_1h,
+    tenant_1m,
+)
 from service.settings import Settings
 from service.usecases import cost_report
 from service.wire import IngestBatch
@@ -272,7 +282,8 @@ def _hours_from_minutes(conn: Connection) -> tuple[dict[Any, list[float]], dict[
 
 
 def assert_hours_match_minutes(engine: Engine) -> None:
-    """tenant_1h and shared_1h hold exactly tenant_1m's sums and minutes per hour."""
+    """tenant_1h and shared_1h hold exactly tenant_1m's sums and minutes per hour, tenant_1d
+    its sums per day."""
     with engine.connect() as conn:
         sums, masks = _hours_from_minutes(conn)
         stored = {
@@ -289,6 +300,22 @@ def assert_hours_match_minutes(engine: Engine) -> None:
     assert set(stored) == set(sums)
     for key, values in sums.items():
         assert stored[key] == pytest.approx(values, rel=1e-12, abs=1e-9)
+    days: dict[Any, list[float]] = defaultdict(lambda: [0.0] * (1 + len(INTEGRAL_FIELDS)))
+    for (gpu_id, hour, tenant, rule), values in sums.items():
+        acc = days[(gpu_id, hour.replace(hour=0), tenant, rule)]
+        for i, v in enumerate(values):
+            acc[i] += v
+    with engine.connect() as conn:
+        stored_days = {
+            (r.gpu_id, r.bucket_start, r.tenant, r.split_rule): [
+                r.held_seconds,
+                *(getattr(r, f) for f in INTEGRAL_FIELDS),
+            ]
+            for r in conn.execute(select(tenant_1d))
+        }
+    assert set(stored_days) == set(days)
+    for key, values in days.items():
+        assert stored_days[key] == pytest.approx(values, rel=1e-12, abs=1e-9)
 
 
 def test_the_rollup_job_keeps_the_hours_when_minutes_are_split_again(
@@ -325,10 +352,19 @@ def test_retention_prunes_the_hours_with_the_minutes(shared: Engine, clock: Fake
         }
     assert first_minute == T0 + timedelta(minutes=90)
     assert first_hours == {T0 + HOUR}  # the hour 03:00 still has minutes; 02:00 went
+    assert out["tenant_1d_deleted"] == 0  # the day still has hours
+    with shared.begin() as conn:  # a day later: the whole day is past
+        out = enforce_retention(conn, now=clock() + timedelta(days=1), raw_days=days,
+                                minute_days=days, hour_days=days)  # fmt: skip
+        left = [conn.execute(select(func.count()).select_from(t)).scalar_one()
+                for t in (tenant_1m, tenant_1h, shared_1h, tenant_1d)]  # fmt: skip
+    assert out["tenant_1d_deleted"] > 0 and left == [0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_migration_0013_sums_the_tenant_rows_already_stored(backend: str, tmp_path: Path) -> None:
+def test_migrations_0013_and_0014_sum_the_tenant_rows_already_stored(
+    backend: str, tmp_path: Path
+) -> None:
     with empty_engine(backend, tmp_path) as engine:
         upgrade(engine, "0012")
         rows = []
@@ -349,3 +385,82 @@ def test_migration_0013_sums_the_tenant_rows_already_stored(backend: str, tmp_pa
             )
         assert masks[T0 + HOUR] == tenants_repo.FULL_HOUR
         assert masks[T0 + 3 * HOUR] == (1 << 20) | (1 << 22) | (1 << 23)
+
+
+D0 = datetime(2026, 11, 28, 0, 0, tzinfo=UTC)
+DAY_PRICE_CHANGE = D0 + timedelta(days=2, hours=1, minutes=30, seconds=30)
+
+
+def _days_of_rows(engine: Engine) -> None:
+    """Three days of tenant rows on two GPUs, as the rollup job writes them: stretches that
+    start mid-hour and cross midnight, gaps of minutes and of hours, a third job for a while,
+    the split rule changed on the second day; then their hours and days."""
+    rows = []
+    minutes = [
+        *range(3 * 60 + 17, 20 * 60),  # GPU 1: 03:17 on day 0 ...
+        *range(20 * 60 + 3, 22 * 60),  # ... a three-minute gap ...
+        *range(24 * 60 + 2 * 60, 2 * 24 * 60 + 5 * 60 + 41),  # ... two hours off, to day 2
+    ]
+    for gpu_id, offsets in ((1, minutes), (2, [*range(50, 200), *range(1430, 1500)])):
+        for m in offsets:
+            bucket = D0 + timedelta(minutes=m)
+            tenants = ["job-x", "job-y"] + (["job-z"] if 600 <= m < 2000 else [])
+            if m % 97 == 0:
+                tenants.append("")  # a moment of the minute nobody held
+            for n, tenant in enumerate(tenants):
+                row: dict[str, Any] = {
+                    f: (m % 13 + n + i) * 0.37 for i, f in enumerate(INTEGRAL_FIELDS)
+                }
+                row.update(gpu_id=gpu_id, bucket_start=bucket, tenant=tenant, interval_id=n,
+                           split_rule="equal" if m < 1800 else "memory",
+                           held_seconds=60.0 / len(tenants))  # fmt: skip
+                rows.append(row)
+    with engine.begin() as conn:
+        conn.execute(insert(nodes).values(id=1, hostname="n", labels={}, first_seen_at=D0,
+                                          last_seen_at=D0))  # fmt: skip
+        conn.execute(insert(gpus), [
+            {"id": g, "uuid": f"GPU-d{g}", "node_id": 1, "gpu_index": g, "model": "NVIDIA H200",
+             "first_seen_at": D0 - timedelta(days=1)} for g in (1, 2)
+        ])  # fmt: skip
+        conn.execute(insert(prices), [
+            {"model_pattern": "*", "usd_per_gpu_hour": 9.0, "effective_from": D0 - timedelta(days=9)},
+            {"model_pattern": "*H200*", "usd_per_gpu_hour": 7.25, "effective_from": DAY_PRICE_CHANGE},
+        ])  # fmt: skip
+        conn.execute(insert(tenant_1m), rows)
+        keys = sorted({(r["gpu_id"], r["bucket_start"]) for r in rows})
+        hours = sorted({(g, b.replace(minute=0)) for g, b in keys})
+        tenants_repo.rollup_hours(conn, hours, keys)
+
+
+def test_whole_days_give_what_every_row_gives(
+    engine: Engine, clock: FakeClock, settings: Settings
+) -> None:
+    _days_of_rows(engine)
+    assert_hours_match_minutes(engine)
+    settings.retention_raw_days = 0.01  # no raw samples: cut minutes count pro rata
+    windows = [
+        (D0, D0 + timedelta(days=3)),
+        (D0 + timedelta(days=1), D0 + timedelta(days=2)),  # one whole day
+        (
+            D0 + timedelta(hours=5, minutes=30, seconds=20),
+            D0 + timedelta(days=2, hours=1, seconds=40),
+        ),
+        (
+            D0 + timedelta(hours=23, minutes=59, seconds=30),
+            D0 + timedelta(days=1, hours=23, minutes=1),
+        ),
+    ]
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(tenant_1d)).scalar_one() > 0
+        for start, end in windows:
+            for gpu_ids in (None, [2]):
+                want, want_rules = _per_row(conn, settings, start, end, clock(), gpu_ids)
+                got, got_rules = _by_hours(conn, settings, start, end, clock(), gpu_ids)
+                assert got_rules == want_rules
+                assert set(got) == set(want), (start, end)
+                for key, values in want.items():
+                    assert got[key] == pytest.approx(values, rel=1e-9, abs=1e-9), (key, start, end)
+        everything = _per_row(conn, settings, *windows[0], clock(), None)
+    assert {key[2] for key in everything[0]} == {9.0, 7.25}
+    assert everything[1] == {"equal", "memory"}
+    assert {key[0] for key in everything[0]} == {"job-x", "job-y", "job-z", None}
