@@ -418,16 +418,18 @@ def cost_report(
     user: str | None = None,
     team: str | None = None,
     causes: bool = True,
+    raw_edges: bool | None = None,
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, with totals
-    (seconds per cause left at 0 without ``causes``, which only the benchmark asks for)."""
+    (seconds per cause left at 0 without ``causes``, which only the benchmark asks for; edges
+    read as ``attribute``'s ``raw_edges`` says, by default up to ``report_raw_edge_spans``)."""
     if group_by not in GROUP_BYS:
         raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
     if tag is not None and tag not in TAGS:
         raise ValidationFailed("tag", f"unknown tag {tag!r}; one of {TAGS}")
     check_range(settings, start=start, end=end, now=now)
     att = attribute(
-        conn, settings=settings, start=start, end=end, now=now, raw_edges=None, causes=causes
+        conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges, causes=causes
     )
     lines = att.lines
     tags = job_tag_map(att, settings) if group_by == "job" or tag is not None else {}

@@ -122,3 +122,63 @@ def test_report_rows_equal_job_summaries_for_jobs_of_a_minute_to_days(
                 assert row[field] == pytest.approx(s[field], rel=0.005), (job_id, field)
             assert row["nodata_seconds"] == pytest.approx(s["nodata_seconds"], abs=0.5)
             assert s["held_seconds"] <= length.total_seconds() + 1e-6
+
+
+def test_report_rows_equal_job_summaries_when_hundreds_of_jobs_have_recent_edges(
+    engine, clock: FakeClock
+) -> None:
+    """A report over 600 jobs of a minute to 45 minutes on two GPUs (so more than 1,000 spans
+    have an edge inside raw retention) beside jobs of hours and days on a third: each row equals
+    its job's summary, edges read from raw samples in both."""
+    import random
+
+    from service.db import jobs_repo
+    from service.settings import Settings
+    from service.usecases.cost_report import cost_report, job_summary
+    from tests.integration.cost_data import roll_up, store_series
+
+    t0 = clock() - timedelta(days=3)
+    count = int(timedelta(days=3).total_seconds() // 30)
+    metrics = [
+        {"sm_active": (k * 37 % 100) / 100, "gpu_util": 0.5, "fb_used_bytes": 2**33}
+        for k in range(count)
+    ]
+    for index, uuid in enumerate(("GPU-x", "GPU-y", "GPU-z")):
+        store_series(engine, clock, uuid=uuid, start=t0, metrics=metrics, interval_seconds=30,
+                     index=index)  # fmt: skip
+    roll_up(engine)
+    ended: dict[str, Any] = {}
+    for job_id, offset, length in JOBS:
+        add_job(engine, job_id, ("GPU-x",), started_at=t0 + offset)
+        ended[job_id] = t0 + offset + length
+    rng = random.Random(7)
+    for uuid in ("GPU-y", "GPU-z"):
+        at = t0 + timedelta(seconds=rng.uniform(60, 600))
+        for k in range(300):
+            job_id = f"{uuid}-{k}"
+            add_job(engine, job_id, (uuid,), started_at=at)
+            ended[job_id] = at + timedelta(seconds=rng.choice((60, 61.5, 97, 431, 2700)))
+            at = ended[job_id] + timedelta(seconds=rng.uniform(0, 300))
+    assert at < clock()
+    with engine.begin() as conn:
+        for job_id, end in ended.items():
+            jobs_repo.end_job(conn, job_id=job_id, ended_at=end, now=clock())
+    settings = Settings(
+        database_url=engine.url.render_as_string(hide_password=False), run_scheduler=False
+    )
+    with engine.connect() as conn:
+        report = cost_report(
+            conn, settings=settings, start=t0, end=clock(), now=clock(), group_by="job"
+        )
+        rows = {r["key"]: r for r in report["rows"]}
+        for job_id in ended:
+            job = jobs_repo.get_job(conn, job_id=job_id)
+            assert job is not None
+            s = job_summary(conn, settings=settings, job=job, now=clock())["summary"]
+            row = rows[job_id]
+            for field in ("allocated_seconds", "unused_seconds", "idle_seconds", "cost_usd"):
+                assert row[field] == pytest.approx(s[field], rel=0.005), (job_id, field)
+            assert row["nodata_seconds"] == pytest.approx(s["nodata_seconds"], abs=0.5)
+            if job_id.startswith(("GPU-y", "GPU-z")):  # alone on its GPU: held all its length
+                length = (ended[job_id] - job["started_at"]).total_seconds()
+                assert s["held_seconds"] == pytest.approx(length, abs=1e-3)
