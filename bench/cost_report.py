@@ -6,9 +6,14 @@ report without them (timed side by side, interleaved, in the same run).
 
 Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [--gpus 1000]
       [--days 30] [--jobs 5000] [--reuse] [--shared-gpus 0.1 [--shared-runs 2]]
+      [--edge-samples [--edge-runs 3]]
 
 With ``--shared-gpus F`` the reports are timed again after a fraction F of the GPUs is shared
 (see ``load_shared``): tenant rows for every shared minute, as the rollup job writes them.
+
+With ``--edge-samples`` raw samples are stored around every job edge inside raw retention
+(see ``load_edge_samples``), so the reports read those edges from raw samples as in
+production, and the team and job reports are timed with edges raw and pro rata side by side.
 
 Data: 1h rollup rows are generated in Python (executemany on SQLite, COPY on PostgreSQL);
 the 1m rows (43 M at full size) are expanded inside the database with one INSERT ... SELECT
@@ -36,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.api.app import freeze_start_up_objects
 from service.costs.integrals import INTEGRAL_FIELDS
 from service.costs.prices import PriceRow
-from service.db import cost_scratch, jobs_repo, prices_repo, tenants_repo
+from service.db import cost_scratch, jobs_repo, partitions, prices_repo, tenants_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import (
@@ -47,9 +52,11 @@ from service.db.schema import (
     nodes,
     rollup_1h,
     rollup_1m,
+    samples,
     shared_1h,
     tenant_1m,
 )
+from service.diagnosis import Cause, Rung
 from service.settings import Settings
 from service.usecases import cost_report
 
@@ -418,6 +425,112 @@ def bench_shared(engine: Engine, days: int, runs: int) -> None:
             )
 
 
+EDGE_SAMPLE_SECONDS = 10.0  # an agent's default interval
+# Minutes stored around each edge's minute m: m - 2 to m + 1 (the read, the minute before it
+# whose last sample covers its first seconds, and a margin either side).
+EDGE_MINUTES = range(-2, 2)
+_EDGE_FIELDS = ("covered_seconds", "unused_seconds", "energy_used_joules", "idle_empty_seconds",
+                "idle_held_seconds", "compute_tensor_seconds")  # fmt: skip
+
+
+def load_edge_samples(engine: Engine, days: int) -> None:
+    """Store raw samples every 10 s over the minutes around each job edge inside raw retention,
+    each with the activity, cause and power of its 1m bucket (so edges read raw agree with
+    edges read pro rata); each GPU's samples at its own sub-second phase."""
+    t = time.perf_counter()
+    raw_from = END - timedelta(days=Settings().retention_raw_days)
+    rng = random.Random(77)
+    with engine.begin() as conn:
+        edges = conn.execute(
+            select(job_gpus.c.gpu_id, job_gpus.c.started_at, job_gpus.c.ended_at)
+        ).all()
+        minutes: set[tuple[int, datetime]] = set()
+        for gpu_id, *ends in edges:
+            for edge in ends:
+                if edge is None or not raw_from <= edge < END:
+                    continue
+                floor = edge.replace(second=0, microsecond=0)
+                minutes |= {(gpu_id, floor + timedelta(minutes=k)) for k in EDGE_MINUTES}
+        table = cost_scratch.scratch_table(
+            "bench_edge_minutes", ("gpu_id", "minute"), timestamps={"minute"}, integers={"gpu_id"}
+        )
+        cost_scratch.fill(conn, table, sorted(minutes))
+        m = rollup_1m.c
+        buckets = conn.execute(
+            select(m.gpu_id, m.bucket_start, *(m[f] for f in _EDGE_FIELDS)).select_from(
+                table.join(rollup_1m, (m.gpu_id == table.c.gpu_id)
+                           & (m.bucket_start == table.c.minute))
+            )
+        ).all()  # fmt: skip
+        phase = {gpu_id: rng.uniform(0, EDGE_SAMPLE_SECONDS) for gpu_id, _ in minutes}
+        rows = []
+        for gpu_id, minute, covered, unused, joules, empty, held, tensor in buckets:
+            if not covered:
+                continue
+            cause = (
+                Cause.IDLE_EMPTY if empty else Cause.IDLE_HELD if held
+                else Cause.COMPUTE_TENSOR if tensor else Cause.COMPUTE_NO_TENSOR
+            )  # fmt: skip
+            for k in range(round(60 / EDGE_SAMPLE_SECONDS)):
+                ts = minute + timedelta(seconds=phase[gpu_id] + k * EDGE_SAMPLE_SECONDS)
+                rows.append(
+                    (gpu_id, ts, "agent", 1 - unused / covered, int(Rung.SM_ACTIVE), int(cause),
+                     joules / covered, 0.5 if tensor else 0.0)
+                )  # fmt: skip
+        if engine.dialect.name == "postgresql":
+            partitions.ensure_partitions(conn, {row[1].date() for row in rows})
+        cols = ("gpu_id", "ts", "source", "activity", "activity_rung", "cause", "power_watts",
+                "tensor_active")  # fmt: skip
+        cost_scratch.load_rows(conn, samples, cols, rows)
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    print(
+        f"  edge samples: {len(rows):,} around the edges of {len(minutes) // len(EDGE_MINUTES):,} "
+        f"GPU-minutes (every {EDGE_SAMPLE_SECONDS:g} s) in {time.perf_counter() - t:.0f} s",
+        flush=True,
+    )
+
+
+def bench_edges(engine: Engine, days: int, runs: int) -> None:
+    """Time the team and job reports with every edge inside raw retention read from raw
+    samples and with edges pro rata from their 1m bucket, interleaved, and compare totals."""
+    settings = Settings()
+    start = END - timedelta(days=days)
+    with engine.connect() as conn:
+        n_samples = conn.execute(select(func.count()).select_from(samples)).scalar_one()
+        for group_by in ("team", "job"):
+            times: dict[bool, list[float]] = {True: [], False: []}
+            totals: dict[bool, dict[str, Any]] = {}
+            for raw in (True, False):  # warm the caches
+                cost_report.cost_report(
+                    conn, settings=settings, start=start, end=END, now=END, group_by=group_by,
+                    raw_edges=raw,
+                )  # fmt: skip
+            for _ in range(runs):
+                for raw in (True, False):
+                    t = time.perf_counter()
+                    data = cost_report.cost_report(
+                        conn, settings=settings, start=start, end=END, now=END,
+                        group_by=group_by, raw_edges=raw,
+                    )  # fmt: skip
+                    times[raw].append(time.perf_counter() - t)
+                    totals[raw] = data["totals"]
+            diff = max(
+                abs(totals[True][f] - totals[False][f]) / abs(totals[False][f])
+                for f in ("allocated_seconds", "unused_seconds", "cost_usd")
+                if totals[False][f]
+            )
+            print(
+                f"  [{n_samples:,} raw samples] report {days} d grouped by {group_by}: edges raw "
+                f"best {min(times[True]) * 1000:.0f} ms, median "
+                f"{statistics.median(times[True]) * 1000:.0f} ms; pro rata best "
+                f"{min(times[False]) * 1000:.0f} ms, median "
+                f"{statistics.median(times[False]) * 1000:.0f} ms; totals differ by {diff:.1e}",
+                flush=True,
+            )
+
+
 def engine_for(backend: str, args: argparse.Namespace) -> tuple[Engine, bool]:
     """The bench database of ``backend`` and whether it already holds data."""
     if backend == "sqlite":
@@ -462,6 +575,11 @@ def main() -> None:
         help="then share this fraction of the GPUs among 2-3 jobs and time the reports again",
     )  # fmt: skip
     p.add_argument("--shared-runs", type=int, default=2, help="timed runs per shared report")
+    p.add_argument(
+        "--edge-samples", action="store_true",
+        help="store raw samples around the job edges in raw retention; time edges raw vs pro rata",
+    )  # fmt: skip
+    p.add_argument("--edge-runs", type=int, default=3, help="timed runs per edge reading")
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
@@ -473,10 +591,17 @@ def main() -> None:
             upgrade(engine)
             load(engine, args.gpus, args.days, args.jobs)
             print(f"  loaded in {time.perf_counter() - t:.0f} s", flush=True)
-        elif args.shared_gpus:
+        elif args.shared_gpus or args.edge_samples:
             upgrade(engine)  # data loaded by older code: migrations fill what they add
             fill_tenant_hours(engine)
+        if args.edge_samples:
+            with engine.connect() as conn:
+                stored = conn.execute(select(func.count()).select_from(samples)).scalar_one()
+            if not stored:
+                load_edge_samples(engine, args.days)
         bench(engine, args.days, args.compare)
+        if args.edge_samples:
+            bench_edges(engine, args.days, args.edge_runs)
         if args.shared_gpus:
             with engine.connect() as conn:
                 loaded = conn.execute(select(func.count()).select_from(tenant_1m)).scalar_one()
