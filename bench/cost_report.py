@@ -17,9 +17,9 @@ production, and the team and job reports are timed with edges raw and pro rata s
 
 Data: 1h rollup rows are generated in Python (executemany on SQLite, COPY on PostgreSQL);
 the 1m rows (43 M at full size) are expanded inside the database with one INSERT ... SELECT
-(60 minutes per hour, each 1/60 of its hour) so the two resolutions agree. No raw samples
-are stored: at this range they would be past raw retention, so job edges inside the last
-minutes of raw retention read an empty samples table and older edges read 1m buckets.
+(60 minutes per hour, each 1/60 of its hour) so the two resolutions agree. Raw samples are
+stored only with ``--edge-samples`` (around the job edges raw retention holds); without them
+those edges read an empty samples table and older edges read 1m buckets.
 """
 
 from __future__ import annotations
