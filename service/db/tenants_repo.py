@@ -392,6 +392,7 @@ def _levels(lo: datetime, hi: datetime) -> list[tuple[datetime, datetime, int]]:
     """[lo, hi) (whole minutes) as parts read from tenant_1m (0), tenant_1h (1) and
     tenant_1d (2): minutes up to the first whole hour, hours up to the first whole day, days,
     then back down."""
+    lo, hi = lo.astimezone(UTC), hi.astimezone(UTC)  # hours and days are UTC's
     h_lo, h_hi = _ceil(lo, HOUR), _floor(hi, HOUR)
     if h_lo >= h_hi:
         return [(lo, hi, 0)]

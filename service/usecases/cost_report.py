@@ -286,7 +286,8 @@ def shared_lines(
         held_from = held_from_of.get(gpu_id)
         if info is None or held_from is None or held_from >= end:
             continue
-        first, last = _ceil_minute(held_from), end.replace(second=0, microsecond=0)
+        held_from = held_from.astimezone(UTC)  # a window may come in any time zone
+        first, last = _ceil_minute(held_from), end.astimezone(UTC).replace(second=0, microsecond=0)
         cut = {
             m for m in (held_from.replace(second=0, microsecond=0), last) if m < first or m >= last
         }

@@ -5,7 +5,7 @@ prunes them and migration 0013 fills them from rows already stored."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +388,7 @@ def test_migrations_0013_and_0014_sum_the_tenant_rows_already_stored(
 
 
 D0 = datetime(2026, 11, 28, 0, 0, tzinfo=UTC)
+IST, CET = timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=1))
 DAY_PRICE_CHANGE = D0 + timedelta(days=2, hours=1, minutes=30, seconds=30)
 
 
@@ -449,6 +450,9 @@ def test_whole_days_give_what_every_row_gives(
             D0 + timedelta(hours=23, minutes=59, seconds=30),
             D0 + timedelta(days=1, hours=23, minutes=1),
         ),
+        # Windows given in India's and Central Europe's time: hours and days stay UTC's.
+        (datetime(2026, 11, 28, 9, 30, tzinfo=IST), datetime(2026, 11, 30, 5, 30, 17, tzinfo=IST)),
+        (datetime(2026, 11, 28, 1, 0, tzinfo=CET), datetime(2026, 11, 30, 1, 0, tzinfo=CET)),
     ]
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(tenant_1d)).scalar_one() > 0
