@@ -1,7 +1,7 @@
 """The raw-sample integration inside the database (one statement per report) gives the numbers
 ``integrate`` gives in Python, on SQLite and PostgreSQL: random sample sequences with gaps
 longer than max_gap, nodata samples, the gpu_util rung, no power, sub-second timestamps, reads
-inside one minute and reads sharing a GPU."""
+inside one minute, reads sharing a GPU and one stretch read for several groups."""
 
 from __future__ import annotations
 
@@ -82,6 +82,9 @@ def random_reads(rng: random.Random, n_groups: int, rows: list[dict[str, object]
     # A minute read as two edge pieces (a split inside it) and a read exactly at a sample.
     reads.append(Span(0, 1, T0 + timedelta(seconds=120), T0 + timedelta(seconds=143.5), 1.0))
     reads.append(Span(0, 1, T0 + timedelta(seconds=143.5), T0 + timedelta(seconds=180), 1.0))
+    # The same stretch read for three groups (jobs sharing a GPU): integrated once, each gets
+    # its factor's share.
+    reads += [reads[0]._replace(group=g, factor=f) for g, f in ((2, 0.25), (3, 0.5), (2, 1.0))]
     # Reads from one sample to another: the first counts, the last does not.
     tensor = [r for r in rows if r["tensor_active"] is not None]
     for a, b in zip(tensor[10:20], tensor[12:22], strict=True):
