@@ -69,6 +69,13 @@ COLS_1H = ("gpu_id", "bucket_start", "sample_count", *CUMULATIVE_FIELDS, "sm_act
            "sm_active_count")  # fmt: skip
 
 
+def analyze(engine: Engine) -> None:
+    """Refresh the planner's statistics after a bulk load."""
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+
+
 def hour_rows(n_gpus: int, days: int, rng: random.Random) -> list[tuple[Any, ...]]:
     """One 1h rollup row per GPU-hour with plausible integrals (some hours have no data)."""
     start = END - timedelta(days=days)
@@ -199,12 +206,7 @@ def load(engine: Engine, n_gpus: int, days: int, n_jobs: int) -> None:
             ],
         )
         print(f"  {len(job_rows):,} jobs, {len(interval_rows):,} intervals", flush=True)
-    with engine.connect() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(text("ANALYZE"))
-        else:
-            conn.execute(text("ANALYZE"))
-        conn.commit()
+    analyze(engine)
 
 
 def timed(fn: Any, runs: int) -> tuple[float, float, Any]:
@@ -374,9 +376,7 @@ def load_shared(engine: Engine, n_gpus: int, days: int, fraction: float) -> None
             )
         )
         n_rows = conn.execute(select(func.count()).select_from(tenant_1m)).scalar_one()
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))
-        conn.commit()
+    analyze(engine)
     print(
         f"  shared: {len(shared_ids)} GPUs, {len(job_rows)} jobs, {n_rows:,} tenant_1m rows "
         f"in {time.perf_counter() - t:.0f} s",
@@ -398,9 +398,7 @@ def fill_tenant_hours(engine: Engine) -> None:
             }
         )
         tenants_repo.rollup_hours(conn, hours, hours)
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))
-        conn.commit()
+    analyze(engine)
     print(f"  tenant hours and days: {len(hours):,} GPU-hours in {time.perf_counter() - t:.0f} s")
 
 
@@ -482,9 +480,7 @@ def load_edge_samples(engine: Engine, days: int) -> None:
         cols = ("gpu_id", "ts", "source", "activity", "activity_rung", "cause", "power_watts",
                 "tensor_active")  # fmt: skip
         cost_scratch.load_rows(conn, samples, cols, rows)
-    with engine.connect() as conn:
-        conn.execute(text("ANALYZE"))
-        conn.commit()
+    analyze(engine)
     print(
         f"  edge samples: {len(rows):,} around the edges of {len(minutes) // len(EDGE_MINUTES):,} "
         f"GPU-minutes (every {EDGE_SAMPLE_SECONDS:g} s) in {time.perf_counter() - t:.0f} s",

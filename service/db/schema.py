@@ -205,31 +205,29 @@ tenant_1m = Table(
     Index(None, "interval_id"),
 )
 
-# tenant_1m summed per hour: a report reads the whole hours of a shared stretch from here (one
-# row per job, hour and split rule) and only the minutes at its ends from tenant_1m. The rollup
-# job rewrites an hour's rows whenever it rewrites one of its minutes.
-tenant_1h = Table(
-    "tenant_1h",
-    metadata,
-    Column("gpu_id", Integer, primary_key=True),
-    Column("bucket_start", UTCDateTime, primary_key=True),  # the hour
-    Column("tenant", String(255), primary_key=True),  # the job id, "" for no job
-    Column("split_rule", String(16), primary_key=True),
-    Column("held_seconds", Float, nullable=False, server_default="0"),
-    *integral_columns(),
-)
 
-# tenant_1h summed per day (UTC), read for the whole days of a report; rewritten with its hours.
-tenant_1d = Table(
-    "tenant_1d",
-    metadata,
-    Column("gpu_id", Integer, primary_key=True),
-    Column("bucket_start", UTCDateTime, primary_key=True),  # the day's midnight, UTC
-    Column("tenant", String(255), primary_key=True),  # the job id, "" for no job
-    Column("split_rule", String(16), primary_key=True),
-    Column("held_seconds", Float, nullable=False, server_default="0"),
-    *integral_columns(),
-)
+def _tenant_sums(name: str) -> Table:
+    """A table of tenant rows summed over a longer bucket: one row per GPU, bucket, job and
+    split rule."""
+    return Table(
+        name,
+        metadata,
+        Column("gpu_id", Integer, primary_key=True),
+        Column("bucket_start", UTCDateTime, primary_key=True),
+        Column("tenant", String(255), primary_key=True),  # the job id, "" for no job
+        Column("split_rule", String(16), primary_key=True),
+        Column("held_seconds", Float, nullable=False, server_default="0"),
+        *integral_columns(),
+    )
+
+
+# tenant_1m summed per hour: a report reads the whole hours of a shared stretch from here and
+# only the minutes at its ends from tenant_1m. The rollup job rewrites an hour's rows whenever
+# it rewrites one of its minutes.
+tenant_1h = _tenant_sums("tenant_1h")
+# tenant_1h summed per day (bucket_start the day's midnight, UTC), read for the whole days of
+# a report; rewritten with its hours.
+tenant_1d = _tenant_sums("tenant_1d")
 
 # Which minutes of each GPU-hour have tenant rows (bit m for minute m of the hour), so a report
 # finds the shared stretches of a GPU from one row per hour.

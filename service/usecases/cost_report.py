@@ -233,7 +233,7 @@ def attribute(
         causes=causes,
         cause_energy=cause_energy,
         rolled_until=costs_repo.rolled_until(conn, gpu_ids=list(gpu_info)),
-        raw_kept_from=now - timedelta(days=settings.retention_raw_days),
+        raw_kept_from=raw_from,
     )
     lines = [
         Line(job_id, gpu_id, seconds, usage, price)

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from service.costs.tenants import SplitRule
+from service.diagnosis import WASTE_CAUSES
 from service.scheduler import observed_jobs_once, rollup_once
 from service.settings import Settings
 from tests.conftest import make_token
@@ -28,15 +29,8 @@ from tests.support import FakeClock
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 NODE = "h200-check"
-SINGLE_CAUSE = (
-    "idle_empty",
-    "idle_held",
-    "launch_bound",
-    "input_starved",
-    "transfer_bound",
-    "memory_bound",
-    "compute_no_tensor",
-)
+# One workload per cause of waste: its job's top fix must be that cause's.
+SINGLE_CAUSE = tuple(c.label for c in WASTE_CAUSES)
 
 
 def _at(text: str) -> datetime:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from service.diagnosis import WASTE_CAUSES
 from service.scheduler import rollup_once
 from tests.conftest import make_token
 
@@ -21,15 +22,7 @@ CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 PARTS = ("a", "b")
 LEAD, TRAIL = 3.0, 0.5  # as causes_check.py: a sample describes the second before it
 NODE = "h200-check"
-WASTE = {
-    "idle_empty",
-    "idle_held",
-    "launch_bound",
-    "input_starved",
-    "transfer_bound",
-    "memory_bound",
-    "compute_no_tensor",
-}
+WASTE = {c.label for c in WASTE_CAUSES}
 
 
 def _utc(ts: float) -> str:
