@@ -140,7 +140,7 @@ class Console:
         self.context = browser.new_context(viewport={"width": 1360, "height": 820})
         self.page = self.context.new_page()
         self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("console", self._console)
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
 
     def login(self, token: str) -> None:
@@ -156,6 +156,12 @@ class Console:
     def open(self, path: str) -> None:
         self.page.goto(self.base + path)
         self.ready()
+
+    def _console(self, message: Any) -> None:
+        # A read the service turned away as busy (503 with Retry-After) is asked again by the
+        # console; the browser still logs the first answer. Every page must end ready anyway.
+        if message.type == "error" and "status of 503" not in message.text:
+            self.errors.append(message.text)
 
     def ready(self) -> None:
         self.page.wait_for_selector("body[data-ready]", timeout=60_000)

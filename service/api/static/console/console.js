@@ -114,16 +114,25 @@
     }
   }
 
+  const BUSY_RETRIES = 3; // a read the service turned away as busy (503) is asked again
+
   async function api(path, { method = "GET", body } = {}) {
     const headers = { Accept: "application/json" };
     if (method !== "GET") {
       headers["Content-Type"] = "application/json";
       if (session && session.csrf_token) headers["X-CSRF-Token"] = session.csrf_token;
     }
-    const response = await fetch(`/api/v1${path}`, {
-      method, headers, credentials: "same-origin",
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    let response;
+    for (let attempt = 0; ; attempt += 1) {
+      response = await fetch(`/api/v1${path}`, {
+        method, headers, credentials: "same-origin",
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      if (response.status !== 503 || method !== "GET" || attempt >= BUSY_RETRIES) break;
+      // The service bounds concurrent reads and says when to come back.
+      const seconds = Math.min(Number(response.headers.get("Retry-After")) || 1, 5);
+      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    }
     if (response.status === 401 && location.pathname !== "/login") {
       location.assign(`/login?next=${encodeURIComponent(location.pathname)}`);
       throw new ApiError(401, "not logged in");
