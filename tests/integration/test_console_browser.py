@@ -264,6 +264,27 @@ def test_jobs_page_ranks_by_waste_and_shows_markup_as_text(
     assert not admin.errors, admin.errors
 
 
+def test_a_read_turned_away_as_busy_is_asked_again(browser: Any, demo: dict[str, Any]) -> None:
+    """The service answers a read past its bound 503 with Retry-After: the jobs page asks
+    again after it and shows the jobs, rather than an error."""
+    console = Console(browser, demo["base"])
+    console.login(demo["admin"])
+    asked: list[str] = []
+
+    def busy_once(route: Any) -> None:
+        asked.append(route.request.url)
+        if len(asked) == 1:
+            route.fulfill(status=503, headers={"Retry-After": "1"}, body='{"detail": "busy"}')
+        else:
+            route.continue_()
+
+    console.page.route("**/api/v1/jobs?*", busy_once)
+    console.open("/jobs")
+    assert len(asked) == 2
+    assert console.page.locator("#jobs tbody tr").count() > 0
+    console.context.close()
+
+
 def test_job_page_shows_causes_timelines_advice_and_alerts(
     admin: Console, demo: dict[str, Any]
 ) -> None:
