@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import string
 from typing import Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Response
 
@@ -35,10 +37,33 @@ CSV_COLUMNS: tuple[str, ...] = tuple(
 _JOB_COLUMNS = frozenset({"user", "team", "project", "tags"})
 
 
+# OWASP's CSV injection guidance: a text cell starting with one of these is read as a formula
+# by spreadsheets; a leading apostrophe makes it text. Numbers are written as they are.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Header values are ASCII: everything else (and %) is percent-encoded UTF-8, as RFC 8187.
+_HEADER_SAFE = "".join(c for c in string.printable[:95] if c != "%")
+
+
+def csv_cell(value: Any) -> Any:
+    """One CSV cell: lists joined by ';', None empty, text that could start a formula quoted."""
+    if isinstance(value, list):
+        value = ";".join(map(str, value))
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def header_text(text: str) -> str:
+    """``text`` as an HTTP header value: ASCII, with other characters percent-encoded UTF-8."""
+    return quote(text, safe=_HEADER_SAFE)
+
+
 def to_csv(data: dict[str, Any]) -> str:
     """The report as CSV: one line per group, then a ``__total__`` line; empty cell = null."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = csv.writer(buf, lineterminator="\r\n")  # RFC 4180: a bare CR in a cell is quoted too
     # Job metadata columns only make sense when each row is a job.
     columns = (
         CSV_COLUMNS
@@ -55,11 +80,7 @@ def to_csv(data: dict[str, Any]) -> str:
         if fixes:
             flat["top_fix"] = fixes[0]["cause"] or fixes[0]["kind"]
             flat["top_fix_saving_usd"] = fixes[0]["saving_usd"]
-        cells = []
-        for c in columns:
-            v = flat.get(c)
-            cells.append(";".join(v) if isinstance(v, list) else "" if v is None else v)
-        w.writerow(cells)
+        w.writerow([csv_cell(flat.get(c)) for c in columns])
     return buf.getvalue()
 
 
@@ -104,6 +125,6 @@ def cost_report(
     if format == "csv":
         headers = {"Content-Disposition": f'attachment; filename="gpuwarden-cost-{group_by}.csv"'}
         if data["warnings"]:
-            headers["X-GPUWarden-Warnings"] = " | ".join(data["warnings"])
+            headers["X-GPUWarden-Warnings"] = header_text(" | ".join(data["warnings"]))
         return Response(to_csv(data), media_type="text/csv; charset=utf-8", headers=headers)
     return data
