@@ -25,6 +25,15 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
+def within_range(moment: datetime) -> datetime:
+    """``moment`` when it lies within EARLIEST..LATEST (naive read as UTC), else ValueError."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if not EARLIEST <= aware <= LATEST:
+        first, last = EARLIEST.date().isoformat(), LATEST.date().isoformat()
+        raise ValueError(f"must be between {first} and {last}")
+    return moment
+
+
 def parse_instant(text: str, *, now: datetime) -> datetime:
     """The moment ``text`` names, in UTC (see INSTANT_FORMS); ValueError says what is accepted."""
     try:

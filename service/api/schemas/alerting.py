@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
+from service.api.schemas.times import StoredTimeAnyZone
 from service.thresholds.policy import MATCH_LABELS, ChannelSpec
 
 
@@ -69,8 +70,8 @@ class SilenceCreate(BaseModel):
         min_length=1,
         description=f"label -> pattern; labels: policy, severity, {', '.join(MATCH_LABELS)}",
     )
-    starts_at: datetime | None = None
-    ends_at: datetime
+    starts_at: StoredTimeAnyZone | None = None
+    ends_at: StoredTimeAnyZone
     comment: str = Field(min_length=1)
     created_by: str | None = None
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.api.schemas.times import StoredTime
 from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue
 
 
@@ -123,8 +124,8 @@ class JobCreate(BaseModel):
     project: str | None = Field(None, max_length=255)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_LABELS)
     gpus: list[str] = Field(default_factory=list, max_length=1024)
-    started_at: AwareDatetime
-    ended_at: AwareDatetime | None = None
+    started_at: StoredTime
+    ended_at: StoredTime | None = None
 
     @model_validator(mode="after")
     def _end_after_start(self) -> JobCreate:
@@ -142,7 +143,7 @@ class JobUpdate(BaseModel):
     team: str | None = Field(None, max_length=255)
     project: str | None = Field(None, max_length=255)
     labels: dict[LabelKey, LabelValue] | None = Field(None, max_length=MAX_NODE_LABELS)
-    ended_at: AwareDatetime | None = None
+    ended_at: StoredTime | None = None
 
 
 class JobGpuPublic(BaseModel):
@@ -235,7 +236,7 @@ class PriceIn(BaseModel):
 
     model_pattern: str = Field(min_length=1, max_length=255)
     usd_per_gpu_hour: float = Field(ge=0, allow_inf_nan=False)
-    effective_from: AwareDatetime
+    effective_from: StoredTime
     note: str | None = Field(None, max_length=1000)
 
 
