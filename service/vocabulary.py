@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
+from urllib.parse import quote
 
 
 class ActivitySource(StrEnum):
@@ -266,3 +267,18 @@ LABEL_ALIASES: dict[str, str] = {"job": "job_id", "gpu": "gpu_uuid", "uuid": "gp
 def canonical_labels(labels: dict[str, str]) -> dict[str, str]:
     """``labels`` with earlier names (``job``, ``gpu``, ``uuid``) read as their canonical ones."""
     return {LABEL_ALIASES.get(k, k): v for k, v in labels.items()}
+
+
+def job_path(job_id: str) -> str:
+    """The path of job ``job_id`` under the console (``/jobs/...``) and the API (``/api/v1``).
+
+    The id is one percent-encoded segment: Kubernetes ids hold ``/`` and any id may hold ``?``,
+    ``#``, ``%``, ``|`` or spaces, which a raw id would turn into another path, a query or a
+    fragment (and ``|`` ends a Slack link).
+    """
+    return "/jobs/" + quote(job_id, safe="")
+
+
+def alert_page_path(alert_id: int) -> str:
+    """The console's alerts page, scrolled to alert ``alert_id`` (its row's element id)."""
+    return f"/alerts#alert-{alert_id}"

@@ -17,6 +17,7 @@ from service.clock import utc_now
 from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING
 from service.localrun import resolve_service
 from service.settings import Settings
+from service.vocabulary import job_path
 
 GIB = 1024**3
 STALE_SECONDS = 120.0  # no sample for this long: the GPU's figures are not current
@@ -278,9 +279,7 @@ def cmd_job(
     args: argparse.Namespace, settings: Settings, transport: httpx.BaseTransport | None = None
 ) -> int:
     """Print one job's report (GET /api/v1/jobs/{id}) as plain text."""
-    from urllib.parse import quote
-
     settings = resolve_service(settings)
-    job = api_get(settings, f"/jobs/{quote(args.job_id, safe='')}", transport=transport).json()
+    job = api_get(settings, job_path(args.job_id), transport=transport).json()
     print(job_report(job, now=utc_now()))
     return 0

@@ -207,6 +207,10 @@ def evaluate(
                 changes.append(_end(policy, replace(prev, value=value, stale=False), now))
             continue
         suppressed, silenced = _muted(policy, obs, silences, now)
+        # A firing alert keeps the labels it fired with until it resolves: Alertmanager knows an
+        # alert by its label set, and a changed set (the job ended, a label dropped out) would
+        # let the fired one expire there as resolved while it still fires here.
+        labels = prev.labels if prev is not None and prev.state == "firing" else obs.labels
         if prev is None:
             state = AlertState(
                 policy=policy.name,
@@ -223,13 +227,13 @@ def evaluate(
             and not prev.stale
             and prev.suppressed == suppressed
             and prev.silenced == silenced
-            and prev.labels == obs.labels
+            and prev.labels == labels
         ):
             state = prev  # nothing changed: the common case for a long-firing alert
         else:
             state = replace(
                 prev,
-                labels=obs.labels,
+                labels=labels,
                 value=value,
                 stale=False,
                 suppressed=suppressed,

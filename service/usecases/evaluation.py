@@ -36,6 +36,7 @@ from service.thresholds.urlsafety import (
     system_resolver,
 )
 from service.usecases.cost_report import job_verdict
+from service.vocabulary import alert_page_path, job_path
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,9 @@ def notification(
         ).isoformat(),
         "stale": state.stale,
         **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
-        "report_url": f"{base}/api/v1/jobs/{job}" if job else None,
-        "alert_url": f"{base}/api/v1/alerts/{alert_id}" if alert_id is not None else None,
+        # Links for people: the console's pages, not the JSON API.
+        "report_url": base + job_path(job) if job else None,
+        "alert_url": base + alert_page_path(alert_id) if alert_id is not None else None,
         "alert_id": alert_id,
     }
 

@@ -269,3 +269,53 @@ def test_shipped_config_groups_per_job_and_inhibits_idle_on_a_faulty_gpu(
         idle = wait_until(inhibited, timeout=20, every=0.5)
         assert idle["status"]["state"] == "suppressed"
         assert all(a["status"]["state"] == "active" for a in alerts("low-sm-activity"))
+
+
+def test_a_firing_alert_keeps_its_labels_in_alertmanager_after_its_job_ends(
+    engine, alertmanager: str
+) -> None:
+    """A GPU alert fired while job slurm:7 held the GPU; the job ends, the GPU stays hot.
+    Alertmanager must keep seeing the label set it fired with: a new label set would let the
+    old one expire into "resolved" while the service still says firing."""
+    with (
+        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
+        httpx.Client(base_url=url) as http,
+    ):
+        admin = auth(make_token(engine, "admin"))
+        agent = make_token(engine, "agent", "node-a")
+        channel = {"name": "am", "type": "alertmanager", "url": alertmanager}
+        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+        policy = {
+            "name": "hot-gpu", "metric": "temperature_celsius", "aggregate": "avg",
+            "window": "5s", "op": ">", "threshold": 85, "for": "0s", "scope": "gpu",
+            "severity": "critical", "channels": ["am"],
+        }  # fmt: skip
+        assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+
+        def hot() -> None:
+            now = datetime.now(UTC) - timedelta(seconds=1)
+            ingest(http, agent, start=now, count=1, metrics={"temperature_celsius": 91.0})
+
+        hot()
+        add_job(engine, "slurm:7", ("GPU-a0",), started_at=datetime.now(UTC) - timedelta(minutes=1))
+        hot()
+        (fired,) = wait_until(lambda: am_alerts(alertmanager), timeout=20)
+        assert fired["labels"]["job_id"] == "slurm:7"
+        ended = {"ended_at": datetime.now(UTC).isoformat()}
+        assert http.patch("/api/v1/jobs/slurm:7", json=ended, headers=admin).status_code == 200
+
+        # Keep it hot past the endsAt that Alertmanager held for the fired label set: had the
+        # service sent another label set since, that one would have expired by then.
+        first_ends = datetime.fromisoformat(fired["endsAt"])
+
+        def past_first_ends() -> bool:
+            hot()
+            return datetime.now(UTC) > first_ends + timedelta(seconds=1)
+
+        wait_until(past_first_ends, timeout=60, every=1.0)
+        current = am_alerts(alertmanager)
+        assert [a["labels"].get("job_id") for a in current] == ["slurm:7"], current
+        assert current[0]["fingerprint"] == fired["fingerprint"]
+        assert current[0]["status"]["state"] == "active"
+        (ours,) = http.get("/api/v1/alerts", params={"policy": "hot-gpu"}, headers=admin).json()
+        assert ours["state"] == "firing" and ours["labels"]["job_id"] == "slurm:7"

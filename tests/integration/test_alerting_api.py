@@ -151,7 +151,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         assert 0.3 < payload["wasted_usd"] < 0.6
         # The verdict: sm_active 0.1 with no engine or duty figure is unclassified; holding
         # 16 GiB it is not idle either, so no waste cause dominates.
-        assert payload["report_url"] == "https://warden.example/api/v1/jobs/slurm:42"
+        assert payload["report_url"] == "https://warden.example/jobs/slurm%3A42"
 
         # Another round within repeat_interval: nothing new.
         clock.advance(30)

@@ -270,3 +270,28 @@ def test_no_data_keeps_firing_alert_and_its_resends_going() -> None:
         p, {"k": Observation(None, LABELS)}, {"k": c.after}, [], later, resend_seconds=60
     )
     assert c2.after.state == "firing" and c2.after.stale and c2.notify == "resend"
+
+
+def test_an_alert_takes_new_labels_while_pending_and_keeps_its_fired_labels_until_resolved() -> (
+    None
+):
+    policy = low_sm(**{"for": "1m"})
+    with_job = LABELS | {"job_id": "slurm:7", "user": "alice"}
+    states: dict[str, AlertState] = {}
+
+    def round_(at_s: float, labels: dict[str, str], value: float) -> AlertState:
+        obs = {"k": Observation(value=value, labels=labels)}
+        (change,) = evaluate(policy, obs, states, [], T0 + timedelta(seconds=at_s))
+        states["k"] = change.after
+        return change.after
+
+    assert round_(0, LABELS, 0.1).labels == LABELS
+    pending = round_(30, with_job, 0.1)
+    assert pending.state == "pending" and pending.labels == with_job
+    fired = round_(60, with_job, 0.1)
+    assert fired.state == "firing" and fired.labels == with_job
+    # The job ends: the scope's labels lose it, the alert does not.
+    still = round_(90, LABELS, 0.05)
+    assert still.state == "firing" and still.labels == with_job and still.value == 0.05
+    resolved = round_(120, LABELS, 0.9)
+    assert resolved.state == "resolved" and resolved.labels == with_job

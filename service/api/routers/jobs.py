@@ -85,7 +85,7 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
     return _public(job)
 
 
-@router.patch("/{job_id}", response_model=JobPublic)
+@router.patch("/{job_id:path}", response_model=JobPublic)
 def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
     now = ctx.clock()
@@ -111,7 +111,7 @@ def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str
     return _public(job)
 
 
-@router.get("/{job_id}", response_model=JobDetailPublic, dependencies=[Expensive])
+@router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
 def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
     """A job with its waste summary (total and per GPU) and tags with hints."""
     job = jobs_repo.get_job(conn, job_id=job_id)

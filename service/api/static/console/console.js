@@ -440,7 +440,7 @@
   function alertsTable(alerts) {
     const sorted = [...alerts].sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9)
       || b.active_since.localeCompare(a.active_since));
-    const trs = sorted.map((a) => el("tr", { "data-alert": a.id },
+    const trs = sorted.map((a) => el("tr", { "data-alert": a.id, id: `alert-${a.id}` },
       td(el("span", { class: `chip st-${a.state}`, text: a.state })), td(a.policy), td(el("span", { class: `chip sev-${a.severity}`, text: a.severity })),
       td(alertScope(a.labels)), td(`${a.value === null ? "–" : a.value.toFixed(3)} / ${a.threshold}`, "num"),
       td(when(a.active_since)), td(when(a.fired_at)), td(when(a.resolved_at)),
@@ -458,6 +458,9 @@
     app.append(el("div", { class: "cards" }, card("firing", firing, firing ? "bad" : ""), card("pending", alerts.filter((a) => a.state === "pending").length),
       card("resolved", alerts.filter((a) => a.state === "resolved").length), card("active silences", silences.filter((s) => s.status === "active").length)));
     app.append(alerts.length ? alertsTable(alerts) : el("p", { class: "muted", text: "No alerts yet." }));
+    // An alert's link (/alerts#alert-N, as notifications send it) marks and shows its row.
+    const target = location.hash.startsWith("#alert-") && document.getElementById(location.hash.slice(1));
+    if (target) { target.classList.add("target"); target.scrollIntoView({ block: "center" }); }
 
     app.append(el("h2", { text: "Silences" }));
     const admin = session && session.role === "admin";
