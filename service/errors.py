@@ -11,6 +11,10 @@ class ConfigError(WardenError):
     """A setting or config file is wrong; the message names what and why."""
 
 
+class DatabaseUnavailable(WardenError):
+    """The database cannot be opened or must not be used; the message names the fix."""
+
+
 class SchemaOutOfDate(WardenError):
     """The database schema is not at the newest migration."""
 

@@ -26,7 +26,7 @@ from service.collectors.backend import Backend
 from service.collectors.runner import agent_state, build_agent, make_backend, node_name
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
 from service.db import policies_repo, tokens_repo
-from service.db.engine import service_engine
+from service.db.engine import check_database, service_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
 from service.delivery import quiet_http_logs
@@ -283,6 +283,7 @@ def _prepare(settings: Settings, command: str) -> tuple[Settings, Engine, Path, 
     state = state_dir(settings)
     state.mkdir(parents=True, exist_ok=True)
     engine = service_engine(settings)
+    check_database(engine, allow_maintenance=settings.database_allow_maintenance)
     upgrade(engine)
     sink = start_local_sink(state / NOTIFICATIONS_LOG)
     # Loopback is refused for channels; this one URL, the sink's own, is admitted.

@@ -13,10 +13,13 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from service.clientsettings import ClientSettings
 from service.collectors.state_dir import state_directory
-from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 RUNNING_FILE = "running.json"
 DATABASE_FILES = {"up": "gpuwarden.db", "demo": "demo.db"}
@@ -33,7 +36,15 @@ class LocalRun:
     reader_token: str
 
 
-def state_dir(settings: Settings) -> Path:
+class HasStateDir(Protocol):
+    """Settings that name a state directory: ``Settings`` or the CLI's ``ClientSettings``."""
+
+    @property
+    def state_dir(self) -> Path | None:
+        """GPUWARDEN_STATE_DIR, if given."""
+
+
+def state_dir(settings: HasStateDir) -> Path:
     """The state directory of this machine's ``up``/``demo`` (the agent's state directory rule)."""
     return state_directory(settings.state_dir, os.environ)[0]
 
@@ -88,7 +99,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def find_running(settings: Settings) -> LocalRun | None:
+def find_running(settings: HasStateDir) -> LocalRun | None:
     """The ``up`` or ``demo`` running from this state directory, if any."""
     doc = read_json(state_dir(settings) / RUNNING_FILE)
     if doc is None:
@@ -119,14 +130,14 @@ def resolve_database(settings: Settings) -> tuple[Settings, str]:
     return settings, f"database {settings.database_url} (the default)"
 
 
-def resolve_service(settings: Settings) -> Settings:
+def resolve_service(settings: ClientSettings) -> ClientSettings:
     """Settings whose service URL and token are the running ``up``/``demo``'s unless given."""
     run = find_running(settings)
     if run is None:
         return settings
     update: dict[str, str] = {}
-    if "central_url" not in settings.model_fields_set:
+    if "central_url" not in settings.given:
         update["central_url"] = run.url
         if not settings.api_token:
             update["api_token"] = run.reader_token
-    return settings.model_copy(update=update)
+    return settings.replace(**update)

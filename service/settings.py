@@ -11,6 +11,7 @@ import yaml
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.clientsettings import ENV_PREFIX, ClientSettings
 from service.errors import ConfigError
 
 GIB = 1024**3
@@ -19,16 +20,17 @@ GIB = 1024**3
 class Settings(BaseSettings):
     """Every setting of GPU Warden; built once by the entry point and passed down."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="GPUWARDEN_", extra="ignore", populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True)
 
     # --- central service -------------------------------------------------------------
     database_url: str = "sqlite:///./gpuwarden.db"
+    # PostgreSQL's own databases (postgres, template0/1) are refused unless this is set: a
+    # URL that names the server's maintenance database would put GPU Warden's tables there.
+    database_allow_maintenance: bool = False
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     config: Path | None = None  # optional YAML file with policies, channels and prices
-    log_level: str = "INFO"
+    log_level: str = ClientSettings.log_level
 
     max_gap_seconds: float = Field(60.0, gt=0)
     idle_threshold: float = Field(0.05, ge=0, le=1)
@@ -116,10 +118,11 @@ class Settings(BaseSettings):
     # Electricity: USD per kWh the GPUs' energy is priced at (0.12: a typical US industrial
     # rate plus cooling overhead; set your own).
     energy_usd_per_kwh: float = Field(0.12, ge=0)
-    api_token: str | None = None  # reader token the `gpuwarden report` CLI sends to central_url
+    # The reader token the CLI sends to central_url (the CLI reads it as ClientSettings).
+    api_token: str | None = ClientSettings.api_token
 
     # --- agent -----------------------------------------------------------------------
-    central_url: str = "http://127.0.0.1:8000"
+    central_url: str = ClientSettings.central_url
     agent_token: str | None = None
     interval_seconds: float = Field(10.0, ge=0.1)
     backend: Literal["auto", "nvml", "dcgm-exporter", "simulated"] = "auto"
@@ -140,7 +143,7 @@ class Settings(BaseSettings):
     dead_letter_path: Path | None = None  # default: dead-letter.jsonl in the state directory
     # Every agent state file lives here: this, else $STATE_DIRECTORY (systemd), else
     # $XDG_STATE_HOME/gpuwarden, else ./gpuwarden-data (service/collectors/state_dir.py).
-    state_dir: Path | None = None
+    state_dir: Path | None = ClientSettings.state_dir
     proc_root: Path = Path("/proc")  # the host's /proc (mount it into an agent container)
     # The kubelet's pod-resources socket: GPU -> pod on Kubernetes (used when it exists).
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")

@@ -8,15 +8,13 @@ from datetime import datetime
 from time import sleep
 from typing import Any
 
-import httpx
-
 from service.cli.http import api_get
 from service.cli.report import gpu_hours, money, terminal_console
 from service.cli.tables import Column, fit_table
+from service.clientsettings import ClientSettings
 from service.clock import utc_now
 from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING
 from service.localrun import resolve_service
-from service.settings import Settings
 from service.vocabulary import job_path
 
 GIB = 1024**3
@@ -139,7 +137,7 @@ FLEET_COLUMNS = [
 ]
 
 
-def _fleet_table(args: argparse.Namespace, settings: Settings, width: int) -> Any:
+def _fleet_table(args: argparse.Namespace, settings: ClientSettings, width: int) -> Any:
     params = {"node": args.node} if args.node else None
     gpus: list[dict[str, Any]] = api_get(settings, "/gpus", params).json()
     now = utc_now()
@@ -166,7 +164,7 @@ def _fleet_table(args: argparse.Namespace, settings: Settings, width: int) -> An
     return table
 
 
-def cmd_gpus(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_gpus(args: argparse.Namespace, settings: ClientSettings) -> int:
     """Print the fleet, one line per GPU, worst first; with --watch, refresh in place."""
     settings = resolve_service(settings)
     console = terminal_console()
@@ -275,11 +273,9 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
     return "\n".join(lines)
 
 
-def cmd_job(
-    args: argparse.Namespace, settings: Settings, transport: httpx.BaseTransport | None = None
-) -> int:
+def cmd_job(args: argparse.Namespace, settings: ClientSettings) -> int:
     """Print one job's report (GET /api/v1/jobs/{id}) as plain text."""
     settings = resolve_service(settings)
-    job = api_get(settings, job_path(args.job_id), transport=transport).json()
+    job = api_get(settings, job_path(args.job_id)).json()
     print(job_report(job, now=utc_now()))
     return 0

@@ -4,36 +4,50 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-
-from rich.table import Table
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any
 
 from service.cli.fleet import add_fleet_parsers
-from service.cli.report import add_report_parser, terminal_console
-from service.clock import utc_now
-from service.db import tokens_repo
-from service.db.engine import make_engine, service_engine
-from service.db.migrate import check_at_head, upgrade
+from service.cli.report import add_report_parser
+from service.clientsettings import ClientSettings
 from service.errors import WardenError
-from service.localrun import resolve_database
-from service.settings import Settings
+from service.roles import Role
 
-Handler = Callable[[argparse.Namespace, Settings], int]
+# Only what building the parser and the HTTP commands need is imported above: the database,
+# pydantic and the web framework cost a second of CPU, so commands import them when they run.
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from service.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Any], int]
+# Commands that make HTTP calls only: they get ClientSettings, not the full Settings.
+HTTP_COMMANDS = frozenset({"gpus", "job", "report"})
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from service.settings import Settings
+
     overrides = {
         k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None
     }
     return Settings(**overrides)
 
 
+def _client_settings(args: argparse.Namespace) -> ClientSettings:
+    return ClientSettings.load(vars(args), os.environ)
+
+
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     """Upgrade the database schema to the newest migration."""
+    from service.db.engine import check_database, make_engine
+    from service.db.migrate import upgrade
+
     engine = make_engine(settings.database_url)
+    check_database(engine, allow_maintenance=settings.database_allow_maintenance)
     upgrade(engine)
     print(f"database at head: {settings.database_url.split('@')[-1]}")
     return 0
@@ -44,6 +58,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from service.api.app import create_app, freeze_start_up_objects
+    from service.db.engine import check_database, service_engine
+    from service.db.migrate import check_at_head, upgrade
 
     if settings.config is not None:
         from service.usecases.config_check import check_config_file
@@ -56,6 +72,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             checked.channels, settings.webhook_allow_nets, source=f"config file {settings.config}"
         )
     engine = service_engine(settings)
+    check_database(engine, allow_maintenance=settings.database_allow_maintenance)
     if args.migrate:
         upgrade(engine)
     check_at_head(engine)  # fail here, with the fix in the message, not inside uvicorn
@@ -77,19 +94,27 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def _token_engine(settings: Settings) -> Engine:
     """The engine of the database token commands mean, said on stderr: a running up's or demo's
     when nothing else is given (see service.localrun)."""
+    from service.db.engine import check_database, make_engine
+    from service.db.migrate import check_at_head
+    from service.localrun import resolve_database
+
     settings, which = resolve_database(settings)
     print(f"gpuwarden: {which}", file=sys.stderr)
     engine = make_engine(settings.database_url)
+    check_database(engine, allow_maintenance=settings.database_allow_maintenance)
     check_at_head(engine)
     return engine
 
 
 def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
     """Create an API token: ``id=N`` on the first line, the secret alone on the last."""
+    from service.clock import utc_now
+    from service.db import tokens_repo
+
     engine = _token_engine(settings)
     with engine.begin() as conn:
         secret, info = tokens_repo.create_token(
-            conn, role=tokens_repo.Role(args.role), node=args.node, name=args.name, now=utc_now()
+            conn, role=Role(args.role), node=args.node, name=args.name, now=utc_now()
         )
     print(
         f"created {info.role.value} token id={info.id}"
@@ -105,6 +130,11 @@ def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
     """List tokens (never their secrets)."""
+    from rich.table import Table
+
+    from service.cli.report import terminal_console
+    from service.db import tokens_repo
+
     engine = _token_engine(settings)
     with engine.connect() as conn:
         tokens = tokens_repo.list_tokens(conn)
@@ -125,6 +155,9 @@ def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
     """Revoke a token by id."""
+    from service.clock import utc_now
+    from service.db import tokens_repo
+
     engine = _token_engine(settings)
     with engine.begin() as conn:
         info = tokens_repo.revoke_token(conn, token_id=args.id, now=utc_now())
@@ -246,6 +279,15 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--log-level", dest="log_level", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
+    common.add_argument(
+        "--allow-maintenance-database",
+        dest="database_allow_maintenance",
+        action="store_const",
+        const=True,
+        default=argparse.SUPPRESS,
+        help="use PostgreSQL's own `postgres` database if the URL names it "
+        "(GPUWARDEN_DATABASE_ALLOW_MAINTENANCE)",
+    )
 
     p = sub.add_parser("migrate", help="upgrade the database schema", parents=[common])
     p.set_defaults(handler=cmd_migrate)
@@ -265,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="create a token: id=N, then the secret alone on the last line",
         parents=[common],
     )
-    c.add_argument("--role", required=True, choices=[r.value for r in tokens_repo.Role])
+    c.add_argument("--role", required=True, choices=[r.value for r in Role])
     c.add_argument("--node", help="the node an agent token writes for")
     c.add_argument("--name", help="a note to recognise the token by")
     c.set_defaults(handler=cmd_token_create)
@@ -337,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpuwarden`` command."""
     args = build_parser().parse_args(join_relative_times(sys.argv[1:] if argv is None else argv))
     try:
-        settings = _settings(args)
+        settings = _client_settings(args) if args.command in HTTP_COMMANDS else _settings(args)
     except Exception as exc:  # pydantic's message names the setting
         print(f"gpuwarden: bad setting: {exc}", file=sys.stderr)
         return 2
@@ -360,8 +402,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `gpuwarden report cost --json | head`: the reader left; say nothing more.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 

@@ -8,17 +8,16 @@ import os
 import sys
 from typing import Any
 
-import httpx
 from rich.console import Console
 
 from service.cli.http import api_get
 from service.cli.tables import Column, fit_table
+from service.clientsettings import ClientSettings
 from service.clock import utc_now
 from service.costs.waste import GROUP_BYS, TAGS
 from service.errors import ValidationFailed
 from service.localrun import resolve_service
 from service.querytime import INSTANT_FORMS, time_range
-from service.settings import Settings
 
 
 def add_report_parser(sub: Any) -> None:
@@ -176,9 +175,7 @@ def cause_breakdown(row: dict[str, Any]) -> str:
     )
 
 
-def cmd_report_cost(
-    args: argparse.Namespace, settings: Settings, transport: httpx.BaseTransport | None = None
-) -> int:
+def cmd_report_cost(args: argparse.Namespace, settings: ClientSettings) -> int:
     """Fetch the cost report over HTTP and print it as a table, CSV or JSON."""
     settings = resolve_service(settings)
     since = None if args.start else args.since
@@ -204,7 +201,7 @@ def cmd_report_cost(
     ):
         if value:
             params[key] = value
-    r = api_get(settings, "/reports/cost", params, transport=transport)
+    r = api_get(settings, "/reports/cost", params)
     if args.csv:
         sys.stdout.write(r.text)
         return 0

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import URL, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 
+from service.errors import DatabaseUnavailable
 from service.settings import Settings
 
 
@@ -72,3 +76,73 @@ def ingest_engine(settings: Settings, url: str) -> Engine:
         max_overflow=0,
         pool_timeout=settings.db_pool_timeout_seconds,
     )
+
+
+# The databases every PostgreSQL server has for its own use.
+MAINTENANCE_DATABASES = frozenset({"postgres", "template0", "template1"})
+
+
+def _where(url: URL) -> str:
+    return f"{url.host or 'localhost'}:{url.port or 5432}"
+
+
+def _createdb(url: URL, name: str) -> str:
+    user = f" -U {url.username}" if url.username else ""
+    return f"createdb -h {url.host or 'localhost'} -p {url.port or 5432}{user} {name}"
+
+
+def describe_connect_error(url: URL, message: str) -> str:
+    """One line naming what is wrong with opening ``url`` and the fix, from the driver's message."""
+    first = message.strip().splitlines()[0] if message.strip() else message
+    if url.get_backend_name() == "sqlite":
+        return f"cannot open the SQLite database {url.database}: {first}"
+    where, name = _where(url), url.database or ""
+    if re.search(r'database ".*" does not exist', message):
+        return (
+            f"PostgreSQL database {name!r} does not exist on {where}: create it with "
+            f"`{_createdb(url, name)}`"
+        )
+    if "Connection refused" in message:
+        return (
+            f"nothing accepts connections on {where} (connection refused): start PostgreSQL "
+            "there, or fix the host and port in GPUWARDEN_DATABASE_URL"
+        )
+    if "password authentication failed" in message or re.search(
+        r'role ".*" does not exist', message
+    ):
+        return f"PostgreSQL on {where} refused user {url.username!r}: {_fatal(message)}"
+    return f"cannot connect to PostgreSQL database {name!r} on {where}: {_fatal(message)}"
+
+
+def _fatal(message: str) -> str:
+    found = re.search(r"FATAL:\s*(.+)", message)
+    line = found.group(1) if found else message.strip().splitlines()[0]
+    return line.strip()
+
+
+def check_database(engine: Engine, *, allow_maintenance: bool = False) -> None:
+    """Open one connection to ``engine``'s database; DatabaseUnavailable, one line naming the
+    fix, when it cannot be opened, is a SQLite file in a missing folder, or is one of
+    PostgreSQL's own databases (unless ``allow_maintenance``)."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        path = url.database or ""
+        if path and path != ":memory:" and not path.startswith("file:"):
+            folder = Path(path).parent
+            if not folder.is_dir():
+                raise DatabaseUnavailable(
+                    f"the folder of the SQLite database {path} does not exist: "
+                    f"`mkdir -p {folder}`, or give another GPUWARDEN_DATABASE_URL"
+                )
+    elif url.database in MAINTENANCE_DATABASES and not allow_maintenance:
+        raise DatabaseUnavailable(
+            f"{url.database!r} on {_where(url)} is PostgreSQL's own maintenance database; "
+            f"create one for GPU Warden with `{_createdb(url, 'gpuwarden')}` and name it in "
+            "GPUWARDEN_DATABASE_URL (or set GPUWARDEN_DATABASE_ALLOW_MAINTENANCE=true to use "
+            f"{url.database!r} anyway)"
+        )
+    try:
+        with engine.connect():
+            pass
+    except DBAPIError as exc:
+        raise DatabaseUnavailable(describe_connect_error(url, str(exc.orig))) from None

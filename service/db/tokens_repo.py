@@ -7,22 +7,14 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import Connection, insert, select, update
 
 from service.db.schema import api_tokens
 from service.errors import NotFound, ValidationFailed
+from service.roles import Role as Role  # where callers have always found it
 
 TOKEN_PREFIX = "gw_"
-
-
-class Role(StrEnum):
-    """What a token may do: agent ingests for its node, reader reads, admin does everything."""
-
-    AGENT = "agent"
-    READER = "reader"
-    ADMIN = "admin"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@ with its local notification log admitted by the URL-safety check (that URL only)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -110,3 +112,29 @@ def test_token_commands_find_the_running_database(tmp_path: Path, monkeypatch) -
     assert "running gpuwarden demo" in why
     given, why = resolve_database(Settings(state_dir=tmp_path, database_url="sqlite:///y.db"))
     assert given.database_url == "sqlite:///y.db" and "(given)" in why
+
+
+def _gpus_in(folder: Path) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "gpus"],
+        cwd=folder, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+    )  # fmt: skip
+
+
+def test_gpus_with_nothing_running_says_so_and_where(tmp_path: Path) -> None:
+    r = _gpus_in(tmp_path)
+    assert r.returncode == 1
+    assert "nothing is running in ./gpuwarden-data" in r.stderr, r.stderr
+    assert "reader token is needed" not in r.stderr
+
+
+def test_gpus_after_a_run_that_ended_says_nothing_is_running(tmp_path: Path) -> None:
+    # A run killed without cleaning up leaves running.json naming a process that is gone.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    run = LocalRun("up", gone.pid, "http://127.0.0.1:1", "sqlite:////x/up.db", "gw_r")
+    record_running(Settings(state_dir=tmp_path / "gpuwarden-data"), run)
+    r = _gpus_in(tmp_path)
+    assert r.returncode == 1 and "nothing is running in ./gpuwarden-data" in r.stderr, r.stderr

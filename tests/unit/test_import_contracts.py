@@ -13,6 +13,7 @@ import service
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_MAY_IMPORT = {
     "service.settings",
+    "service.clientsettings",  # the CLI's part of the settings, which settings derives from
     "service.vocabulary",
     "service.errors",
     "service.clock",

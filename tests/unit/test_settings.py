@@ -42,3 +42,23 @@ def test_config_file_expands_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ConfigError, match="does not exist"):
         load_config_file(tmp_path / "missing.yaml")
     assert load_config_file(None) == {}
+
+
+def test_the_cli_client_settings_read_what_settings_reads(monkeypatch, tmp_path) -> None:
+    from service.clientsettings import ClientSettings
+
+    fields = ("central_url", "api_token", "state_dir", "log_level")
+    for name in fields:
+        monkeypatch.delenv(f"GPUWARDEN_{name.upper()}", raising=False)
+    import os
+
+    plain, client = Settings(), ClientSettings.load({}, os.environ)
+    assert {f: getattr(plain, f) for f in fields} == {f: getattr(client, f) for f in fields}
+    assert client.given == frozenset()
+    monkeypatch.setenv("GPUWARDEN_CENTRAL_URL", "http://central:9000")
+    monkeypatch.setenv("gpuwarden_api_token", "gw_lower")  # pydantic-settings ignores case
+    monkeypatch.setenv("GPUWARDEN_STATE_DIR", str(tmp_path))
+    full = Settings()
+    client = ClientSettings.load({"log_level": "DEBUG"}, os.environ)
+    assert {f: getattr(full, f) for f in fields[:3]} == {f: getattr(client, f) for f in fields[:3]}
+    assert client.log_level == "DEBUG" and client.given == frozenset(fields)
