@@ -410,3 +410,56 @@ def test_screenshots_are_small_pngs() -> None:
             data = (folder / f"{name}.png").read_bytes()
             assert data[:8] == b"\x89PNG\r\n\x1a\n"
             assert len(data) < 600_000, (name, len(data))
+
+
+# `next` values that would leave the console: backslashes (browsers read `/\host` as `//host`),
+# protocol-relative, encoded, tab-split, dot-segment and scheme forms.
+OFFSITE_NEXT = [
+    "/\\evil.example/",
+    "\\\\evil.example/",
+    "//evil.example/",
+    "/%2Fevil.example/",
+    "%2F%2Fevil.example/",
+    "/\t/evil.example/",
+    "/.//evil.example/",
+    "https://evil.example/",
+    "http:evil.example",
+    "javascript:window.__xss=1",
+    "/static/../../evil.example",
+    "/openapi.json",
+]
+
+
+def test_login_follows_next_only_to_console_paths(browser: Any, demo: dict[str, Any]) -> None:
+    from urllib.parse import quote
+
+    targets: list[tuple[str, str]] = [(quote(n, safe=""), "/") for n in OFFSITE_NEXT]
+    # The issue's own form, sent as typed: %5C is a backslash.
+    targets.append(("/%5Cevil.example/", "/"))
+    targets.append((quote("/costs#top", safe=""), "/costs#top"))
+    for query, landing in targets:
+        context = browser.new_context()
+        offsite: list[str] = []
+
+        def watch(route: Any, request: Any, offsite: list[str] = offsite) -> None:
+            if request.url.startswith(demo["base"]):
+                route.continue_()
+            else:
+                offsite.append(request.url)
+                route.abort()
+
+        context.route("**/*", watch)
+        page = context.new_page()
+        page.goto(f"{demo['base']}/login?next={query}")
+        page.fill("#token", demo["reader"])
+        page.click("#login-form button[type=submit]")
+        try:
+            page.wait_for_url(demo["base"] + landing, timeout=30_000)
+        except Exception:
+            # A navigation the route handler aborted: say where it went.
+            assert offsite == [], (query, offsite)
+            raise
+        page.wait_for_load_state("load")
+        assert offsite == [], (query, offsite)
+        assert page.evaluate("window.__xss") is None, query
+        context.close()

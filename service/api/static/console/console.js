@@ -150,6 +150,20 @@
 
   // --- login -----------------------------------------------------------------------------
 
+  // Where to go after logging in: `next` only when the browser itself resolves it to one of the
+  // console's own pages on this origin (a backslash, `//`, a scheme or dot segments can make a
+  // path that looks local lead elsewhere), else the fleet page.
+  const CONSOLE_PATHS = ["/", "/jobs", "/costs", "/alerts"];
+
+  function consoleTarget(next) {
+    if (!next) return "/";
+    let url;
+    try { url = new URL(next, location.origin); } catch { return "/"; }
+    const page = CONSOLE_PATHS.includes(url.pathname) || /^\/jobs\/[^/]/.test(url.pathname);
+    if (url.origin !== location.origin || !page) return "/";
+    return url.pathname + url.search + url.hash;
+  }
+
   function loginPage() {
     const input = el("input", { type: "password", id: "token", autocomplete: "off", placeholder: "gw_…", required: true });
     const error = el("p", { class: "err", role: "alert" });
@@ -164,8 +178,7 @@
       try {
         await api("/session", { method: "POST", body: { token: input.value } });
         input.value = "";
-        const next = new URLSearchParams(location.search).get("next") || "/";
-        location.assign(next.startsWith("/") && !next.startsWith("//") ? next : "/");
+        location.assign(consoleTarget(new URLSearchParams(location.search).get("next")));
       } catch (err) {
         error.textContent = err.status === 401 ? "Unknown or revoked token." : err.message;
       }
