@@ -39,10 +39,17 @@ LabelValue = Annotated[Text, Field(max_length=MAX_LABEL_VALUE_CHARS)]
 
 
 def _metric_field(spec: Any) -> tuple[Any, Any]:
+    # Strict: a number is a JSON number; "0.5", true and 1.0 for an integer are refused by name.
     if spec.kind == "int":
         top = MAX_INT64 if spec.maximum is None else min(spec.maximum, MAX_INT64)
-        return (int | None, Field(None, ge=spec.minimum, le=top, description=spec.help))
-    return (float | None, Field(None, ge=spec.minimum, le=spec.maximum, description=spec.help))
+        return (
+            int | None,
+            Field(None, ge=spec.minimum, le=top, strict=True, description=spec.help),
+        )
+    return (
+        float | None,
+        Field(None, ge=spec.minimum, le=spec.maximum, strict=True, description=spec.help),
+    )
 
 
 # Unknown names are rejected (extra="forbid"), so a typo never silently drops a metric.
@@ -68,9 +75,9 @@ class GpuIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     uuid: Text = Field(min_length=1, max_length=96)
-    index: int = Field(ge=0, le=MAX_INT32)
+    index: int = Field(ge=0, le=MAX_INT32, strict=True)
     model: Text = Field(min_length=1, max_length=255)
-    fb_total_bytes: int | None = Field(None, ge=0, le=MAX_INT64)
+    fb_total_bytes: int | None = Field(None, ge=0, le=MAX_INT64, strict=True)
     mig_parent_uuid: Text | None = Field(None, max_length=96)
     lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
     # A MIG instance destroyed while its parent is healthy (a reconfiguration): never lost.
@@ -97,14 +104,14 @@ class ProcessIn(BaseModel):
 
     gpu_uuid: Text = Field(min_length=1, max_length=96)
     ts: AwareDatetime
-    pid: int = Field(ge=0, le=MAX_INT32)
-    fb_used_bytes: int | None = Field(None, ge=0, le=MAX_INT64)
+    pid: int = Field(ge=0, le=MAX_INT32, strict=True)
+    fb_used_bytes: int | None = Field(None, ge=0, le=MAX_INT64, strict=True)
     job_id: Text | None = Field(None, max_length=255)
     user: Text | None = Field(None, max_length=255)
     # NVML's per-process samples over the agent's last poll: the share of time this process's
     # kernels ran on the SMs, and its memory-controller share (ratios; absent if not reported).
-    sm_util: float | None = Field(None, ge=0, le=1)
-    mem_util: float | None = Field(None, ge=0, le=1)
+    sm_util: float | None = Field(None, ge=0, le=1, strict=True)
+    mem_util: float | None = Field(None, ge=0, le=1, strict=True)
 
 
 class IngestBatch(BaseModel):

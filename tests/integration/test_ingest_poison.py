@@ -53,6 +53,14 @@ POISON: list[tuple[str, str, str, list[Any]]] = [
     ("int-2^63-gpu", "FBTOTAL", str(2**63), ["gpus", 0, "fb_total_bytes"]),
     ("int-huge", "FBTOTAL", "9" * 400, ["gpus", 0, "fb_total_bytes"]),
     ("pid-2^31", "PID", str(2**31), ["processes", 0, "pid"]),
+    # Strict types: a number written as text, or a boolean, is not read as a number.
+    ("float-as-text", "POWER", '"0.5"', ["samples", 0, "metrics", "power_watts"]),
+    ("float-as-bool", "POWER", "true", ["samples", 0, "metrics", "power_watts"]),
+    ("int-as-text", "FB", f'"{2**30}"', ["samples", 0, "metrics", "fb_used_bytes"]),
+    ("int-as-bool", "FB", "false", ["samples", 0, "metrics", "fb_used_bytes"]),
+    ("int-as-fraction", "FB", "1.5", ["samples", 0, "metrics", "fb_used_bytes"]),
+    ("gpu-int-as-text", "FBTOTAL", '"1"', ["gpus", 0, "fb_total_bytes"]),
+    ("pid-as-bool", "PID", "true", ["processes", 0, "pid"]),
     ("nul-job-id", "JOB", '"slurm:\\u00001"', ["processes", 0, "job_id"]),
 ]
 
