@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import HTTPException, Request, status
 from fastapi.routing import APIRoute
+from starlette.datastructures import QueryParams
 
 from service.errors import ValidationFailed
 from service.querytime import parse_instant, parse_seconds, time_range
 
 TIME_HELP = "RFC 3339 with a zone, a date (midnight UTC), now, -1h (before now) or Unix seconds"
 SINCE_HELP = "instead of start: the last DURATION before end (1h, 7d)"
-_ACCEPTED: dict[int, frozenset[str]] = {}
+_ACCEPTED: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
 
 
 def query_error(field: str, message: str) -> HTTPException:
@@ -61,25 +63,37 @@ def window(
         raise query_error(exc.field, exc.message) from None
 
 
-def _accepted(route: APIRoute) -> frozenset[str]:
+def _accepted(route: APIRoute) -> tuple[frozenset[str], frozenset[str]]:
+    """The query parameters ``route`` reads, and those of them it may go without."""
     names: set[str] = set()
+    optional: set[str] = set()
     todo: list[Any] = [route.dependant]
     while todo:
         dependant = todo.pop()
         names.update(p.alias for p in dependant.query_params)
+        optional.update(p.alias for p in dependant.query_params if not p.field_info.is_required())
         todo.extend(dependant.dependencies)
-    return frozenset(names)
+    return frozenset(names), frozenset(optional)
 
 
 def reject_unknown_query(request: Request) -> None:
-    """Answer 422 to a query parameter the route does not read (``group-by`` for ``group_by``)."""
+    """Answer 422 to a query parameter the route does not read (``group-by`` for ``group_by``),
+    and read an optional one left empty (``?end=``) as not given."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute) or not request.query_params:
         return
-    accepted = _ACCEPTED.get(id(route))
-    if accepted is None:
-        accepted = _ACCEPTED[id(route)] = _accepted(route)
+    known = _ACCEPTED.get(id(route))
+    if known is None:
+        known = _ACCEPTED[id(route)] = _accepted(route)
+    accepted, optional = known
     for name in request.query_params:
         if name not in accepted:
-            known = ", ".join(sorted(accepted)) or "none"
-            raise query_error(name, f"unknown query parameter {name!r}; this route reads: {known}")
+            names = ", ".join(sorted(accepted)) or "none"
+            raise query_error(name, f"unknown query parameter {name!r}; this route reads: {names}")
+    pairs = request.query_params.multi_items()
+    kept = [(k, v) for k, v in pairs if v or k not in optional]
+    if len(kept) < len(pairs):
+        # This guard runs before the route's own parameters are read, from these very params.
+        query = urlencode(kept).encode()
+        request.scope["query_string"] = query
+        request._query_params = QueryParams(query)

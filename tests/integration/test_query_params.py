@@ -37,6 +37,29 @@ def test_every_route_refuses_an_unknown_query_parameter(app, http, tokens):
     assert checked > 20
 
 
+def test_every_optional_parameter_left_empty_reads_as_absent(app, http, tokens):
+    """``?end=`` is what a form or a script sends for "not given": it means the default."""
+    h = auth(tokens["admin"])
+    http.post("/api/v1/ingest", json=make_batch(start=app.state.ctx.clock()),
+              headers=auth(tokens["agent"])).raise_for_status()  # fmt: skip
+    checked = 0
+    for template, methods in app.openapi()["paths"].items():
+        path = re.sub(r"\{uuid\}", "GPU-a0", template)
+        for method, op in methods.items():
+            optional = [p["name"] for p in op.get("parameters", [])
+                        if p["in"] == "query" and not p.get("required")]  # fmt: skip
+            if method != "get" or not optional or "{" in path:
+                continue
+            required = {"metric": "sm_active"} if path.endswith("/series") else {}
+            plain = http.get(path, params=required, headers=h)
+            assert plain.status_code == 200, (path, plain.text)
+            for name in optional:
+                r = http.get(path, params={**required, name: ""}, headers=h)
+                assert r.status_code == 200, (path, name, r.text)
+                checked += 1
+    assert checked >= 20
+
+
 def test_a_misspelt_report_parameter_is_refused_not_ignored(http, tokens):
     h = auth(tokens["reader"])
     r = http.get("/api/v1/reports/cost", params={"group-by": "team"}, headers=h)
