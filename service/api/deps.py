@@ -17,7 +17,14 @@ from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import Connection
 
 from service.api import sessions
-from service.api.gate import TOKEN_CACHE_SECONDS, Admission, Throttled, TokenGate, monotonic
+from service.api.gate import (
+    MAX_SUSPECT_WAITING,
+    TOKEN_CACHE_SECONDS,
+    Admission,
+    Throttled,
+    TokenGate,
+    monotonic,
+)
 from service.context import ServiceContext
 from service.db import secrets_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
@@ -94,7 +101,9 @@ def _session_ended(gate: TokenGate, client: str) -> HTTPException:
     )
 
 
-async def _shared_lookup(request: Request, key: str, look_up: Callable[[], T]) -> T:
+async def _shared_lookup(
+    request: Request, key: str, look_up: Callable[[], T], lane: str = "auth"
+) -> T:
     """``look_up()`` on the auth slots, run once for all the requests awaiting ``key`` at once.
 
     When a cached token expires, every request carrying it would otherwise queue a lookup of its
@@ -105,7 +114,7 @@ async def _shared_lookup(request: Request, key: str, look_up: Callable[[], T]) -
     if pending is None:
         admission: Admission = request.app.state.admission
         pending = asyncio.ensure_future(
-            anyio.to_thread.run_sync(look_up, limiter=admission.limiter("auth"))
+            anyio.to_thread.run_sync(look_up, limiter=admission.limiter(lane))
         )
         gate.lookups[key] = pending
         pending.add_done_callback(lambda _: gate.lookups.pop(key, None))
@@ -180,7 +189,12 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
     info = gate.cached(digest, now)
     if info is not None:
         return info
-    if gate.known_bad(digest, now) or not gate.may_look_up(client, digest, now):
+    if gate.known_bad(digest, now):
+        raise _refused(gate, client, digest, looked_up=False)
+    # A token never tried may be valid whatever its client did before: looked up, on a lane of
+    # its own when the client is throttled (and refused only past a flood's worth waiting).
+    lane = gate.lane(client, digest, now)
+    if lane == "suspect" and gate.suspect_waiting >= MAX_SUSPECT_WAITING:
         raise _refused(gate, client, digest, looked_up=False)
     engine = ctx.ingest_engine or ctx.engine
 
@@ -188,7 +202,11 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
         with engine.connect() as conn:
             return tokens_repo.authenticate(conn, token=token)
 
-    info = await _shared_lookup(request, digest, look_up)
+    gate.suspect_waiting += lane == "suspect"
+    try:
+        info = await _shared_lookup(request, digest, look_up, lane)
+    finally:
+        gate.suspect_waiting -= lane == "suspect"
     if info is None:
         raise _refused(gate, client, digest, looked_up=True)
     gate.accept(digest, info, monotonic())

@@ -5,7 +5,10 @@ Three rules keep agents' ingest working while readers or attackers overload the 
   cost no database round trip (positive and negative caches), lookups of new tokens run a few at
   a time on the ingest pool;
 - each client (the peer address, or the forwarded one behind a trusted proxy) may fail a limited
-  number of times before its failures are answered 429; a token seen valid is never throttled;
+  number of times before its failures are answered 429; the throttle keys on the token tried as
+  well: a token seen valid is never throttled, and a token never tried before is still looked
+  up (on a lane of its own, one lookup at a time, so a failing client cannot take the lookups of
+  others), so a valid token's first request passes even when its address keeps failing;
 - reads are admitted a bounded number at a time, expensive ones (cost reports, job summaries, long
   series) fewer still, answered 503 with Retry-After past the bound instead of queueing.
 """
@@ -38,6 +41,10 @@ TOKEN_CACHE_SECONDS = 5.0
 KNOWN_GOOD_SECONDS = 7 * 86400.0
 # Entries kept per cache: attackers choose tokens and addresses, memory stays bounded.
 MAX_ENTRIES = 100_000
+# Lookups of new tokens from throttled clients waiting at once; past it a flood is answered 429.
+MAX_SUSPECT_WAITING = 64
+# The console's login, whose token comes in the body rather than a header.
+LOGIN_PATH = "/api/v1/session"
 
 
 class Throttled(Exception):
@@ -96,6 +103,7 @@ class TokenGate:
         # the requests that carry it share one lookup instead of queueing one each behind the few
         # auth slots.
         self.lookups: dict[str, asyncio.Future[Any]] = {}
+        self.suspect_waiting = 0
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
 
     def client_of(self, request: Request) -> str:
@@ -116,10 +124,9 @@ class TokenGate:
 
     def throttled(self, client: str, digest: str | None, now: float) -> bool:
         """Whether this attempt is refused before any work: the client has spent its failure
-        budget and the token is neither cached valid nor ever seen valid."""
-        if digest is not None and (
-            self.cached(digest, now) is not None or digest in self._known_good
-        ):
+        budget and it brings no token, or one refused within TOKEN_CACHE_SECONDS (a token not
+        tried before may be valid, so it is looked up: see ``lane``)."""
+        if digest is not None and not self.known_bad(digest, now):
             return False
         with self._lock:
             return self._refilled(client, now).tokens < 1
@@ -138,14 +145,14 @@ class TokenGate:
             at = self._bad.get(digest)
         return at is not None and now - at < TOKEN_CACHE_SECONDS
 
-    def may_look_up(self, client: str, digest: str, now: float) -> bool:
-        """Whether a token not in the caches may cost a database lookup for this client:
-        yes while the client has failure budget left, and always for a token seen valid."""
+    def lane(self, client: str, digest: str, now: float) -> str:
+        """Where the lookup of a token not in the caches runs: ``auth`` (the shared auth slots)
+        for a token seen valid or a client with failure budget left, else ``suspect`` (one
+        lookup at a time, apart from everyone else's)."""
         with self._lock:
             if digest in self._known_good:
-                return True
-            bucket = self._refilled(client, now)
-            return bucket.tokens >= 1
+                return "auth"
+            return "auth" if self._refilled(client, now).tokens >= 1 else "suspect"
 
     def accept(self, digest: str, info: TokenInfo, now: float) -> None:
         """Remember a valid token."""
@@ -204,10 +211,11 @@ class Admission:
         return sem
 
     def limiter(self, kind: str) -> anyio.CapacityLimiter:
-        """Worker threads of their own for ``ingest`` or ``auth``, apart from the reads' pool."""
+        """Worker threads of their own for ``ingest``, ``auth`` or ``suspect`` (new tokens of
+        throttled clients: one at a time), apart from the reads' pool."""
         lim = self._limiters.get(kind)
         if lim is None:
-            slots = self.ingest_slots if kind == "ingest" else self.auth_slots
+            slots = {"ingest": self.ingest_slots, "suspect": 1}.get(kind, self.auth_slots)
             lim = self._limiters[kind] = anyio.CapacityLimiter(slots)
         return lim
 
@@ -250,7 +258,8 @@ def monotonic() -> float:
 
 
 class FailFast:
-    """ASGI middleware answering 429 to a throttled client's unknown token before any routing.
+    """ASGI middleware answering 429 to a throttled client's missing or known-bad token before
+    any routing.
 
     Under a flood the cheapest refusal keeps the event loop's turns short, which is what agents'
     batches wait on; the full check (FastAPI's dependency) still runs for everyone else.
@@ -272,8 +281,11 @@ class FailFast:
         peer = client[0] if client else "unknown"
         who = self.gate.client_from(peer, headers.get(b"x-forwarded-for", b"").decode("latin-1"))
         now = monotonic()
-        # A console session (a cookie, no bearer) is judged by the full check, never refused here.
-        session = digest is None and b"cookie" in headers
+        # A console session (a cookie, no bearer) is judged by the full check, never refused
+        # here, and so is a login (its token is in the body).
+        session = digest is None and (
+            b"cookie" in headers or (scope["path"] == LOGIN_PATH and scope["method"] == "POST")
+        )
         if session or not self.gate.throttled(who, digest, now):
             await self.app(scope, receive, send)
             return

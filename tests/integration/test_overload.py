@@ -15,6 +15,7 @@ from sqlalchemy import event
 
 from service.api.app import create_app
 from tests.alerting_support import auth
+from tests.conftest import make_token
 from tests.support import live_server, make_batch
 
 
@@ -58,7 +59,11 @@ def test_failures_are_throttled_per_client_but_valid_tokens_never(
             for _ in range(12)
         ]
         assert codes == [401] * 5 + [429] * 7
-        assert _token_lookups(statements) == 5  # throttled attempts cost no lookup
+        # The same bad token again costs no lookup, from a throttled client or not.
+        looked_up = _token_lookups(statements)
+        again = auth("gw_the-same-bad-token")
+        assert [http.get("/api/v1/gpus", headers=again).status_code for _ in range(4)] == [429] * 4
+        assert _token_lookups(statements) == looked_up + 1
         r = http.get("/api/v1/gpus")
         assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
         # Tokens seen valid pass, also once their cache entry has expired (a later lookup).
@@ -68,6 +73,41 @@ def test_failures_are_throttled_per_client_but_valid_tokens_never(
         # X-Forwarded-For is not believed from a peer that is not a trusted proxy.
         spoofed = auth("nope") | {"X-Forwarded-For": "203.0.113.9"}
         assert http.get("/api/v1/gpus", headers=spoofed).status_code == 429
+
+
+def test_a_failing_client_never_blocks_a_valid_tokens_first_request(
+    settings, engine, clock
+) -> None:
+    """Clients behind one address (a NAT, a proxy, a node): one fails, the others get in."""
+    settings = settings.model_copy(
+        update={"auth_failure_burst": 3, "auth_failure_refill_per_second": 0.001}
+    )
+    app = create_app(settings, engine=engine, clock=clock)
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+
+        def fail() -> int:
+            return http.get("/api/v1/gpus", headers=auth(secrets.token_urlsafe(16))).status_code
+
+        assert [fail() for _ in range(5)] == [401] * 3 + [429] * 2
+        for _ in range(10):
+            # Each new valid token's first request passes while the address keeps failing.
+            assert fail() == 429
+            reader = make_token(engine, "reader")
+            assert http.get("/api/v1/gpus", headers=auth(reader)).status_code == 200
+            assert fail() == 429
+            admin = make_token(engine, "admin")
+            login = http.post("/api/v1/session", json={"token": admin})
+            assert login.status_code == 200, login.text
+            http.cookies.clear()
+            assert fail() == 429
+            node = f"node-{secrets.token_hex(4)}"
+            agent = make_token(engine, "agent", node)
+            batch = make_batch(start=clock(), hostname=node, gpu_uuids=(f"GPU-{node}",))
+            r = http.post("/api/v1/ingest", json=batch, headers=auth(agent))
+            assert r.status_code == 200, r.text
+        # The failing client stays throttled, with or without a token.
+        assert fail() == 429
+        assert http.get("/api/v1/gpus").status_code == 429
 
 
 def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
