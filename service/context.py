@@ -31,6 +31,8 @@ class ServiceContext:
     # read, and when (monotonic seconds).
     session_tokens: dict[int, tuple[TokenInfo | None, str, float]] = field(default_factory=dict)
     session_key: str | None = None  # the console's signing key, read from the database once
+    # Console sessions (by nonce): whether logged out, as last read, and when (monotonic seconds).
+    session_ended: dict[str, tuple[bool, float]] = field(default_factory=dict)
     # Agents' ingest (and token lookups) on a pool of their own that reads cannot exhaust;
     # None: the one engine serves everything (tools and tests that build a context by hand).
     ingest_engine: Engine | None = None

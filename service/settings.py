@@ -70,7 +70,9 @@ class Settings(BaseSettings):
     admission_wait_seconds: float = Field(0.1, ge=0)  # how long a read waits for a slot
     auth_failure_burst: int = Field(20, ge=1)  # failed attempts a client may make at once
     auth_failure_refill_per_second: float = Field(1.0, gt=0)  # then this many a second
-    trusted_proxies: str = ""  # comma-separated CIDRs whose X-Forwarded-For is believed
+    # Comma-separated CIDRs whose X-Forwarded-For (client address) and X-Forwarded-Proto (https:
+    # the console cookie is Secure) are believed.
+    trusted_proxies: str = ""
 
     rollup_interval_seconds: float = Field(15.0, gt=0)
     retention_raw_days: float = Field(7.0, gt=0)

@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from service.api import sessions
 from service.api.gate import (
+    MAX_ENTRIES,
     MAX_SUSPECT_WAITING,
     TOKEN_CACHE_SECONDS,
     Admission,
@@ -26,7 +27,7 @@ from service.api.gate import (
     monotonic,
 )
 from service.context import ServiceContext
-from service.db import secrets_repo, tokens_repo
+from service.db import secrets_repo, sessions_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
 
 T = TypeVar("T")
@@ -123,6 +124,25 @@ async def _shared_lookup(
     return result
 
 
+async def session_ended(request: Request, ctx: ServiceContext, session: sessions.Session) -> bool:
+    """Whether ``session`` was ended by logging out (on any replica: read at most every
+    TOKEN_CACHE_SECONDS; an ended one is remembered as such)."""
+    hit = ctx.session_ended.get(session.nonce)
+    if hit is not None and (hit[0] or monotonic() - hit[1] < TOKEN_CACHE_SECONDS):
+        return hit[0]
+    engine = ctx.ingest_engine or ctx.engine
+
+    def look_up() -> bool:
+        with engine.connect() as conn:
+            return sessions_repo.is_ended(conn, nonce=session.nonce)
+
+    ended = await _shared_lookup(request, f"ended:{session.nonce}", look_up)
+    if len(ctx.session_ended) > MAX_ENTRIES:
+        ctx.session_ended.clear()
+    ctx.session_ended[session.nonce] = (ended, monotonic())
+    return ended
+
+
 async def session_authenticated(
     request: Request, ctx: ServiceContext, cookie: str, gate: TokenGate, client: str
 ) -> TokenInfo:
@@ -133,7 +153,7 @@ async def session_authenticated(
     """
     key = await signing_key(ctx)
     session = sessions.decode(cookie, key=key, now=ctx.clock().timestamp())
-    if session is None:
+    if session is None or await session_ended(request, ctx, session):
         raise _session_ended(gate, client)
     cached = ctx.session_tokens.get(session.token_id)
     if cached is None or monotonic() - cached[2] >= TOKEN_CACHE_SECONDS:

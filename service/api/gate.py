@@ -122,6 +122,17 @@ class TokenGate:
                 return hop
         return peer
 
+    def https(self, request: Request) -> bool:
+        """Whether the client reached us over HTTPS: directly, or through a trusted proxy that
+        says so in X-Forwarded-Proto (its first value, the client's side)."""
+        if request.url.scheme == "https":
+            return True
+        peer = request.client.host if request.client else "unknown"
+        if not self.trusted_proxies or not _in(peer, self.trusted_proxies):
+            return False
+        proto = request.headers.get("x-forwarded-proto", "").split(",")[0]
+        return proto.strip().lower() == "https"
+
     def throttled(self, client: str, digest: str | None, now: float) -> bool:
         """Whether this attempt is refused before any work: the client has spent its failure
         budget and it brings no token, or one refused within TOKEN_CACHE_SECONDS (a token not

@@ -401,3 +401,13 @@ service_secrets = Table(
     Column("value", String(128), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+# Console sessions ended by logging out (the cookie's nonce), until the cookie would expire: a
+# copied cookie stops working on every replica.
+ended_sessions = Table(
+    "ended_sessions",
+    metadata,
+    Column("nonce", String(64), primary_key=True),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index(None, "expires_at"),
+)

@@ -209,3 +209,65 @@ def test_api_docs_load_only_local_files_and_allow_their_bootstrap_by_hash(
     for src in re.findall(r"(?:src|href)='([^']+)'", r.text):
         asset = http.get(src)
         assert asset.status_code == 200 and asset.content, src
+
+
+def test_logout_ends_the_session_on_every_replica(
+    engine: Engine, settings: Settings, tokens: dict[str, str]
+) -> None:
+    with (
+        live_server(create_app(settings, engine=engine)) as first,
+        live_server(create_app(settings, engine=engine)) as second,
+    ):
+        with _login(first, tokens["reader"]) as (client, who):
+            copied = client.cookies["gw_session"]
+            with httpx.Client(base_url=second, cookies={"gw_session": copied}) as thief:
+                assert thief.get("/api/v1/gpus").status_code == 200
+            r = client.delete("/api/v1/session", headers={"X-CSRF-Token": str(who["csrf_token"])})
+            assert r.status_code == 204
+        # The copied cookie stops working at once on the replica that logged out, and on the
+        # other once its cache time has passed.
+        with httpx.Client(base_url=first, cookies={"gw_session": copied}) as thief:
+            r = thief.get("/api/v1/gpus")
+            assert r.status_code == 401 and "log in again" in r.text
+        with httpx.Client(base_url=second, cookies={"gw_session": copied}) as thief:
+            deadline = time.monotonic() + 30
+            while thief.get("/api/v1/gpus").status_code == 200:
+                assert time.monotonic() < deadline, "the other replica still accepts the cookie"
+                time.sleep(0.5)
+        # Another session of the same token goes on.
+        with _login(first, tokens["reader"]) as (client, _):
+            assert client.get("/api/v1/gpus").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("trusted", "proto", "secure"),
+    [("127.0.0.1/32", "https", True), ("127.0.0.1/32", None, False), ("", "https", False)],
+)
+def test_the_cookie_is_secure_behind_a_trusted_tls_proxy(
+    engine: Engine,
+    settings: Settings,
+    tokens: dict[str, str],
+    trusted: str,
+    proto: str | None,
+    secure: bool,
+) -> None:
+    settings = settings.model_copy(update={"trusted_proxies": trusted})
+    headers = {"X-Forwarded-Proto": proto} if proto else {}
+    with (
+        live_server(create_app(settings, engine=engine)) as base,
+        httpx.Client(base_url=base, headers=headers) as client,
+    ):
+        r = client.post("/api/v1/session", json={"token": tokens["reader"]})
+        assert r.status_code == 200
+        attributes = [a.strip().lower() for a in r.headers["set-cookie"].split(";")]
+        assert ("secure" in attributes) is secure, attributes
+        # Logging out clears the cookie with the same attributes.
+        csrf = {"X-CSRF-Token": r.json()["csrf_token"]}
+        cookie = r.headers["set-cookie"].split(";")[0].partition("=")[2]
+        with httpx.Client(
+            base_url=base, headers=headers, cookies={"gw_session": cookie}
+        ) as browser:
+            out = browser.delete("/api/v1/session", headers=csrf)
+        assert out.status_code == 204
+        cleared = [a.strip().lower() for a in out.headers["set-cookie"].split(";")]
+        assert ("secure" in cleared) is secure, cleared

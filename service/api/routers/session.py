@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
+import anyio
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api import sessions
 from service.api.deps import Ctx, Reader, check_token, session_key, signing_key
-from service.db import tokens_repo
+from service.api.gate import monotonic
+from service.db import sessions_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
 
 router = APIRouter(prefix="/session", tags=["session"])
@@ -89,7 +91,7 @@ async def login(
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=request.app.state.gate.https(request),
     )
     response.headers["Cache-Control"] = "no-store"
     return _public(info, session, key)
@@ -103,6 +105,26 @@ def whoami(request: Request, response: Response, ctx: Ctx, info: Reader) -> Sess
 
 
 @router.delete("", status_code=status.HTTP_204_NO_CONTENT)
-def logout(response: Response, _: Reader) -> None:
-    """Drop the session cookie (the token itself stays valid; revoke it to end every session)."""
-    response.delete_cookie(sessions.COOKIE_NAME, path="/", httponly=True, samesite="strict")
+async def logout(request: Request, response: Response, ctx: Ctx, _: Reader) -> None:
+    """End the session server-side (a copy of its cookie stops working on every replica) and
+    drop the cookie; the token itself stays valid (revoke it to end every session)."""
+    key = await signing_key(ctx)
+    session = getattr(request.state, "session", None) or sessions.decode(
+        request.cookies.get(sessions.COOKIE_NAME, ""), key=key, now=ctx.clock().timestamp()
+    )
+    if session is not None:
+        nonce, expires_at = session.nonce, datetime.fromtimestamp(session.expires_at, tz=UTC)
+
+        def end() -> None:
+            with ctx.engine.begin() as conn:
+                sessions_repo.end_session(conn, nonce=nonce, expires_at=expires_at, now=ctx.clock())
+
+        await anyio.to_thread.run_sync(end)
+        ctx.session_ended[nonce] = (True, monotonic())
+    response.delete_cookie(
+        sessions.COOKIE_NAME,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.app.state.gate.https(request),
+    )
