@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy import Connection, and_, func, or_, select
 
 from service.db.schema import gpus, job_gpus, jobs, nodes, samples
 from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
@@ -94,3 +94,20 @@ def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> Fl
         )
     ]
     return FleetSnapshot(readings=readings, lost=lost)
+
+
+def node_last_seen(conn: Connection, *, since: datetime) -> dict[str, datetime]:
+    """When each node seen since ``since`` last reported: its latest batch or GPU sample.
+
+    ``nodes.last_seen_at`` is touched at most every 30 s (ingest_repo), a GPU's latest sample
+    every batch; the later of the two is the node's last sign of life.
+    """
+    latest_sample = func.max(gpus.c.last_sample_at)
+    rows = conn.execute(
+        select(nodes.c.hostname, nodes.c.last_seen_at, latest_sample)
+        .select_from(nodes)
+        .outerjoin(gpus, and_(gpus.c.node_id == nodes.c.id, gpus.c.retired_at.is_(None)))
+        .where(nodes.c.last_seen_at >= since)
+        .group_by(nodes.c.id, nodes.c.hostname, nodes.c.last_seen_at)
+    )
+    return {host: max(seen, sample or seen) for host, seen, sample in rows}

@@ -35,7 +35,7 @@ from service.db.schema import (
 )
 from service.diagnosis import Cause
 from service.thresholds.evaluator import ScopeMember, WindowStats
-from service.thresholds.policy import POLICY_METRICS, cause_of_metric
+from service.thresholds.policy import SAMPLE_METRICS, cause_of_metric
 from service.vocabulary import HARDWARE_XIDS, METRICS_BY_NAME
 
 # Windows longer than this read 1-minute rollups instead of raw samples.
@@ -221,7 +221,7 @@ def window_stats(
         if w > RAW_WINDOW_MAX_SECONDS:
             out[w] = _rollup_stats(conn, sorted(set(ms)), w, now, ids, lost_gpu_ids)
         else:
-            raw[w] = sorted(set(ms) & set(POLICY_METRICS))
+            raw[w] = sorted(set(ms) & set(SAMPLE_METRICS))
             out[w] = {}
     if raw:
         widest = max(raw)

@@ -159,6 +159,27 @@ def observe(
     return out
 
 
+def observe_silence(
+    policy: PolicySpec,
+    last_seen: Mapping[str, datetime],
+    node_labels: Mapping[str, Mapping[str, str]],
+    now: datetime,
+) -> dict[str, Observation]:
+    """One observation per node of how many seconds ago it last reported (``silent_seconds``).
+
+    A node silent longer than the policy's window has left its scope (taken as gone for good),
+    so an alert on it resolves; ``node_labels`` holds the node scope's labels by host.
+    """
+    out: dict[str, Observation] = {}
+    for host, seen in last_seen.items():
+        silent = (now - seen).total_seconds()
+        labels = node_labels.get(host) or {"node": host}
+        if silent > policy.window_seconds or not policy.matches(labels):
+            continue
+        out[f"node:{host}"] = Observation(value=max(silent, 0.0), labels=labels)
+    return out
+
+
 def alert_labels(policy: PolicySpec, labels: Mapping[str, str]) -> dict[str, str]:
     """An alert's labels: the scope's plus ``policy``, ``severity`` and, for a cause, ``cause``."""
     out = {**labels, "policy": policy.name, "severity": policy.severity}

@@ -38,11 +38,23 @@ DERIVED_METRICS: dict[str, str] = {
     **{f"{CAUSE_PREFIX}{c.label}": f"share of covered time that is {c.label}: {CAUSE_MEANING[c]}"
        for c in Cause},
 }  # fmt: skip
-POLICY_METRICS: tuple[str, ...] = (*METRICS_BY_NAME, *DERIVED_METRICS)
+# Metrics of a node rather than of its samples: silent_seconds is how long ago the node last
+# reported (its latest batch or GPU sample), read from the node's last sign of life, not from
+# a window of samples, so it has a value exactly when the samples stop.
+SILENT_SECONDS = "silent_seconds"
+NODE_METRICS: dict[str, str] = {
+    SILENT_SECONDS: "seconds since the node last reported (scope node; window: how long a "
+    "silent node stays watched before it counts as gone)",
+}
+POLICY_METRICS: tuple[str, ...] = (*METRICS_BY_NAME, *DERIVED_METRICS, *NODE_METRICS)
+# The metrics read from windows of samples.
+SAMPLE_METRICS: tuple[str, ...] = (*METRICS_BY_NAME, *DERIVED_METRICS)
 
 
 def metric_range(metric: str) -> tuple[float, float | None, str]:
     """The (lowest, highest or None, unit) values ``metric`` can take; derived metrics are 0..1."""
+    if metric in NODE_METRICS:
+        return 0.0, None, "seconds"
     spec = METRICS_BY_NAME.get(metric)
     if spec is None:
         return 0.0, 1.0, "ratio"
@@ -142,6 +154,12 @@ class PolicySpec(BaseModel):
     @classmethod
     def _repeat(cls, value: Any) -> str:
         return _duration("repeat_interval", value, allow_zero=False)
+
+    @model_validator(mode="after")
+    def _node_metric_on_nodes(self) -> PolicySpec:
+        if self.metric in NODE_METRICS and self.scope != "node":
+            raise ValueError(f"scope: {self.metric} is a node's metric; write scope: node")
+        return self
 
     @model_validator(mode="after")
     def _threshold_in_range(self) -> PolicySpec:

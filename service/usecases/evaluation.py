@@ -15,6 +15,7 @@ from sqlalchemy import text
 from service.context import ServiceContext
 from service.db import alert_state_repo, outbox_repo, policies_repo, silences_repo, windows_repo
 from service.db.leader import LeaderLock
+from service.db.metrics_repo import node_last_seen
 from service.errors import ConfigError, ValidationFailed
 from service.settings import load_config_file
 from service.thresholds.evaluator import (
@@ -24,10 +25,11 @@ from service.thresholds.evaluator import (
     alert_labels,
     evaluate,
     observe,
+    observe_silence,
     route,
 )
 from service.thresholds.notify.outbox import Dispatcher
-from service.thresholds.policy import PolicySpec, cause_of_metric, parse_config
+from service.thresholds.policy import SILENT_SECONDS, PolicySpec, cause_of_metric, parse_config
 from service.thresholds.urlsafety import (
     HostDoesNotResolve,
     Resolver,
@@ -208,7 +210,14 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         scopes = windows_repo.scope_members(conn, now=now)
         by_window: dict[float, set[str]] = defaultdict(set)
         for p in policy_list:
-            by_window[p.window_seconds].add(p.metric)
+            if p.metric != SILENT_SECONDS:
+                by_window[p.window_seconds].add(p.metric)
+        silent_horizons = [p.window_seconds for p in policy_list if p.metric == SILENT_SECONDS]
+        last_seen = (
+            node_last_seen(conn, since=now - timedelta(seconds=max(silent_horizons)))
+            if silent_horizons
+            else {}
+        )
         # The fault window rides along in the same scan; it feeds inhibition.
         by_window[FRESH_FAULT_SECONDS].add("hardware_fault")
         stats = windows_repo.window_stats(
@@ -251,7 +260,11 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         before = previous.pop(p.name, {})
         try:
             obs = seen.get(obs_key)
-            if obs is None:
+            if obs is None and p.metric == SILENT_SECONDS:
+                node_labels = {m.labels["node"]: m.labels for m in scopes.of("node")}
+                obs = observe_silence(p, last_seen, node_labels, now)
+                seen[obs_key] = obs
+            elif obs is None:
                 obs = observe(
                     p,
                     scopes.of(p.scope),

@@ -6,12 +6,13 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.context import ServiceContext
-from service.db.metrics_repo import read_fleet
+from service.db.metrics_repo import node_last_seen, read_fleet
 from service.exposition.fleet import fleet_families
 from service.usecases.cost_report import effective_prices
 
@@ -38,6 +39,9 @@ class FleetCollector(Collector):
                 snapshot = read_fleet(conn, now=now, max_gap_seconds=ctx.settings.max_gap_seconds)
                 # the same table in force as the cost reports: stored, else config, else default
                 prices = effective_prices(conn, ctx.settings).rows
+                # Nodes silent longer than raw retention are taken as gone for good.
+                horizon = now - timedelta(days=ctx.settings.retention_raw_days)
+                last_seen = node_last_seen(conn, since=horizon)
             snapshot = replace(snapshot, prices=prices)
             families = fleet_families(
                 snapshot,
@@ -45,6 +49,7 @@ class FleetCollector(Collector):
                 now=now,
                 dcgm_compat=ctx.settings.metrics_dcgm_compat,
             )
+            families.append(node_last_seen_family(last_seen))
             up = 1.0
         except Exception:
             log.exception("reading the fleet for /metrics failed")
@@ -61,3 +66,19 @@ class FleetCollector(Collector):
             "Time to read and build the fleet families of this scrape (seconds).",
             value=time.perf_counter() - started,
         )
+
+
+NODE_LAST_SEEN = "gpuwarden_node_last_seen_timestamp_seconds"
+
+
+def node_last_seen_family(last_seen: dict[str, datetime]) -> GaugeMetricFamily:
+    """One series per node: when it last reported (Unix seconds), kept while it is silent."""
+    family = GaugeMetricFamily(
+        NODE_LAST_SEEN,
+        "When the node last reported (its latest batch or GPU sample), in Unix seconds; the "
+        "series stays while the node is silent, so time() minus it is how long it has been.",
+        labels=["node"],
+    )
+    for host, seen in sorted(last_seen.items()):
+        family.add_metric([host], seen.timestamp())
+    return family

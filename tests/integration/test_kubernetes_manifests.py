@@ -236,3 +236,23 @@ def test_servicemonitor_and_rule_carry_the_same_release_label():
     mon = docs[("ServiceMonitor", "gpuwarden-central")]["metadata"]["labels"]
     rule = docs[("PrometheusRule", "gpuwarden")]["metadata"]["labels"]
     assert mon["release"] == rule["release"] == "kube-prometheus-stack"
+
+
+def test_podmonitor_scrapes_the_agents_metrics_port():
+    docs = by_kind()
+    mon = docs[("PodMonitor", "gpuwarden-agent")]
+    ds = docs[("DaemonSet", "gpuwarden-agent")]
+    pod = ds["spec"]["template"]
+    assert mon["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert mon["spec"]["namespaceSelector"]["matchNames"] == [ds["metadata"]["namespace"]]
+    (agent,) = [c for c in pod["spec"]["containers"] if c["name"] == "agent"]
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    (endpoint,) = mon["spec"]["podMetricsEndpoints"]
+    assert endpoint["path"] == "/metrics"
+    # The port the agent's own /metrics listens on, on every address of the pod.
+    assert str(ports[endpoint["port"]]) == env["GPUWARDEN_AGENT_METRICS_PORT"]
+    assert env["GPUWARDEN_AGENT_METRICS_HOST"] == "0.0.0.0"
+    assert pod["metadata"]["labels"][mon["spec"]["jobLabel"]] == "gpuwarden-agent"
+    rule = docs[("PrometheusRule", "gpuwarden")]["metadata"]["labels"]
+    assert mon["metadata"]["labels"]["release"] == rule["release"]

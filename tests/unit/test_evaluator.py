@@ -295,3 +295,38 @@ def test_an_alert_takes_new_labels_while_pending_and_keeps_its_fired_labels_unti
     assert still.state == "firing" and still.labels == with_job and still.value == 0.05
     resolved = round_(120, LABELS, 0.9)
     assert resolved.state == "resolved" and resolved.labels == with_job
+
+
+def test_silence_is_observed_per_node_until_the_window_calls_it_gone() -> None:
+    from service.thresholds.evaluator import observe_silence
+
+    policy = PolicySpec.model_validate(
+        {"name": "node-silent", "metric": "silent_seconds", "window": "1h", "op": ">",
+         "threshold": 60, "scope": "node", "match": {"node": "gpu-*"}}
+    )  # fmt: skip
+    last_seen = {
+        "gpu-1": T0 - timedelta(seconds=30),
+        "gpu-2": T0 - timedelta(minutes=10),
+        "gpu-3": T0 - timedelta(hours=2),  # past the window: gone for good
+        "login-1": T0 - timedelta(minutes=10),  # not matched
+    }
+    labels = {"gpu-2": {"node": "gpu-2", "model": "H100"}}
+    obs = observe_silence(policy, last_seen, labels, T0)
+    assert {k: o.value for k, o in obs.items()} == {"node:gpu-1": 30.0, "node:gpu-2": 600.0}
+    assert obs["node:gpu-2"].labels == {"node": "gpu-2", "model": "H100"}
+    assert obs["node:gpu-1"].labels == {"node": "gpu-1"}
+    changes = evaluate(policy, obs, {}, [], T0)
+    assert {c.after.key: c.after.state for c in changes} == {"node:gpu-2": "firing"}  # for: 0s
+
+
+def test_silent_seconds_is_a_node_metric_in_seconds() -> None:
+    with pytest.raises(ValueError, match="scope: silent_seconds is a node's metric"):
+        PolicySpec.model_validate(
+            {"name": "x", "metric": "silent_seconds", "op": ">", "threshold": 60}
+        )
+    assert (
+        PolicySpec.model_validate(
+            {"name": "x", "metric": "silent_seconds", "op": ">", "threshold": 600, "scope": "node"}
+        ).threshold
+        == 600
+    )

@@ -85,7 +85,7 @@ def test_example_config_is_valid_and_has_the_default_policies(monkeypatch, capsy
     monkeypatch.setenv("GPUWARDEN_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
     path = Path(__file__).parents[2] / "deploy" / "examples" / "gpuwarden.yaml"
     assert main(["policies", "check", str(path)]) == 0
-    assert "5 policies, 3 channels and 0 prices are valid" in capsys.readouterr().out
+    assert "6 policies, 3 channels and 0 prices are valid" in capsys.readouterr().out
     import yaml
 
     from service.settings import expand_env
@@ -103,6 +103,10 @@ def test_example_config_is_valid_and_has_the_default_policies(monkeypatch, capsy
     )
     assert (low.for_seconds, low.scope) == (900, "job")
     assert by_name["idle-held-gpu"].for_seconds == 1800
+    silent = by_name["node-silent"]
+    assert (silent.metric, silent.scope, silent.op, silent.threshold) == (
+        "silent_seconds", "node", ">", 60
+    )  # fmt: skip
     empty = by_name["allocated-idle-gpu"]  # a job's GPU with no process and nothing running
     assert (empty.metric, empty.scope, empty.op, empty.threshold) == (
         "cause:idle_empty",

@@ -10,6 +10,7 @@ from pydantic import BaseModel, field_validator
 
 from service.delivery import rfc3339
 from service.errors import DeliveryError
+from service.thresholds.policy import SILENT_SECONDS
 from service.vocabulary import SCOPE_LABEL, canonical_labels
 
 
@@ -80,6 +81,8 @@ class Notification(BaseModel):
     def condition(self) -> str:
         """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)"."""
         value = "no data" if self.value is None else f"{self.value:.4g}"
+        if self.metric == SILENT_SECONDS:  # a node's silence is no aggregate over a window
+            return f"no report for {value} s ({self.op} {self.threshold:g})"
         return (
             f"{self.aggregate} {self.metric} over {self.window} = {value} "
             f"({self.op} {self.threshold:g})"
