@@ -256,3 +256,47 @@ def test_podmonitor_scrapes_the_agents_metrics_port():
     assert pod["metadata"]["labels"][mon["spec"]["jobLabel"]] == "gpuwarden-agent"
     rule = docs[("PrometheusRule", "gpuwarden")]["metadata"]["labels"]
     assert mon["metadata"]["labels"]["release"] == rule["release"]
+
+
+def pod_templates() -> dict[str, dict[str, Any]]:
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
+        for _, d in manifests()
+        if d["kind"] in {"DaemonSet", "Deployment"}
+    }
+
+
+def test_every_pod_runs_under_the_runtime_default_seccomp_profile():
+    pods = pod_templates()
+    assert {"DaemonSet/gpuwarden-agent", "Deployment/gpuwarden-central"} <= set(pods)
+    for name, pod in pods.items():
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            # A container's own profile would override the pod's: none does.
+            assert "seccompProfile" not in c.get("securityContext", {}), (name, c["name"])
+
+
+def test_namespace_carries_pod_security_labels_that_admit_the_agent():
+    labels = by_kind()[("Namespace", "gpuwarden")]["metadata"]["labels"]
+    levels = ("privileged", "baseline", "restricted")
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] in levels, mode
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest", mode
+    # The agent reads the kubelet's socket through a hostPath volume as root, which the
+    # baseline level refuses: enforcing baseline or restricted would keep it off every node.
+    pods = pod_templates()
+    assert any("hostPath" in v for v in pods["DaemonSet/gpuwarden-agent"]["volumes"])
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    # ... while the audit log and kubectl's warnings still measure against restricted.
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_central_meets_the_restricted_pod_security_level():
+    pod = pod_templates()["Deployment/gpuwarden-central"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert not any("hostPath" in v for v in pod.get("volumes", []))
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False, c["name"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}, c["name"]
