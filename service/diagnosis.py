@@ -43,7 +43,8 @@ class Cause(IntEnum):
     MEMORY_BOUND = 6  # SMs busy, DRAM bandwidth near its limit
     COMPUTE_NO_TENSOR = 7  # SMs busy, tensor pipes idle on a GPU that has them
     COMPUTE_TENSOR = 8  # SMs busy on tensor cores (healthy)
-    # Something ran, but the GPU does not report the metrics that tell which of the above.
+    # Something ran, but the GPU does not report the metrics that tell which of the above; or
+    # only the video engines (NVENC/NVDEC) ran, which none of the above describes.
     UNCLASSIFIED = 9
 
     @property
@@ -68,7 +69,8 @@ WASTE_CAUSES: tuple[Cause, ...] = (
 )
 CAUSE_MEANING: dict[Cause, str] = {
     Cause.IDLE_EMPTY: "nothing running, nothing held: release the allocation",
-    Cause.IDLE_HELD: "nothing running, memory held: end the process or add an idle timeout",
+    Cause.IDLE_HELD: "nothing running, memory held (or not reported): end the process or add "
+    "an idle timeout",
     Cause.LAUNCH_BOUND: "kernels too small to fill the SMs: CUDA graphs, torch.compile, "
     "fusion, larger batches",
     Cause.INPUT_STARVED: "kernels run only a small part of the time: more DataLoader "
@@ -79,7 +81,8 @@ CAUSE_MEANING: dict[Cause, str] = {
     "lower precision",
     Cause.COMPUTE_NO_TENSOR: "busy without tensor cores: bf16/fp16 autocast or TF32",
     Cause.COMPUTE_TENSOR: "busy on tensor cores (healthy)",
-    Cause.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why",
+    Cause.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why (or only "
+    "its video engines are busy)",
 }
 
 
@@ -206,6 +209,9 @@ def _traffic(values: Mapping[str, float | None]) -> float | None:
     return total
 
 
+_VIDEO = ("enc_util", "dec_util")
+
+
 def nothing_running(values: Mapping[str, float | None], act: float, t: Thresholds) -> bool:
     """No kernel ran: the duty cycle (where reported) at or below ``no_kernel_util`` and the
     activity below ``idle``."""
@@ -213,10 +219,21 @@ def nothing_running(values: Mapping[str, float | None], act: float, t: Threshold
     return act < t.idle and (util is None or util <= t.no_kernel_util)
 
 
+def video_busy(values: Mapping[str, float | None], t: Thresholds) -> bool:
+    """The video encoder or decoder (where reported) was busy at least ``idle`` of the time.
+
+    Neither the SM figures nor NVML's duty cycle count NVENC/NVDEC work, so a GPU that only
+    decodes reads 0 on every rung; this keeps it out of the idle causes.
+    """
+    return any((v := values.get(name)) is not None and v >= t.idle for name in _VIDEO)
+
+
 def held(values: Mapping[str, float | None], has_process: bool, t: Thresholds) -> bool:
-    """Memory is held: a process is listed on the GPU, or more than ``held_bytes`` is in use."""
+    """Memory is held, or not known to be free: a process is listed on the GPU, more than
+    ``held_bytes`` is in use, or the GPU does not report its memory use (an unreported figure
+    never decides that nothing is held)."""
     fb = values.get("fb_used_bytes")
-    return has_process or (fb is not None and fb > t.held_bytes)
+    return has_process or fb is None or fb > t.held_bytes
 
 
 def classify(
@@ -224,6 +241,9 @@ def classify(
 ) -> Cause:
     """The cause of a sample whose activity is ``act`` from ``rung``, trying each in order."""
     if nothing_running(values, act, t):
+        if video_busy(values, t):
+            # Busy on the video engines, which no SM cause describes: busy, not waste.
+            return Cause.UNCLASSIFIED
         return Cause.IDLE_HELD if held(values, has_process, t) else Cause.IDLE_EMPTY
     traffic = _traffic(values)
     if traffic is not None and traffic >= t.transfer_bytes_per_second and act < t.busy:
@@ -265,7 +285,10 @@ def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
     if found is None:
         return ()
     rung = found[1]
-    out = [Cause.IDLE_EMPTY, Cause.IDLE_HELD]
+    # Empty needs the memory figure; held is also known from a listed process.
+    out = [Cause.IDLE_HELD] if values.get("fb_used_bytes") is None else [
+        Cause.IDLE_EMPTY, Cause.IDLE_HELD,
+    ]  # fmt: skip
     if _traffic(values) is not None:
         out.append(Cause.TRANSFER_BOUND)
     if rung is Rung.SM_ACTIVE and _duty(values, rung) is not None:

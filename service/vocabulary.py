@@ -65,8 +65,18 @@ METRICS: tuple[MetricSpec, ...] = (
         "NVML fraction of time memory was being read or written",
         maximum=1.0,
     ),
+    # Video engines: NVML's duty cycle and the SM figures count kernels only, so a GPU that
+    # only decodes or encodes reads 0 there; these keep it from being called idle.
+    MetricSpec(
+        "enc_util", "ratio", "Fraction of time the video encoder (NVENC) was busy", maximum=1.0
+    ),
+    MetricSpec(
+        "dec_util", "ratio", "Fraction of time the video decoder (NVDEC) was busy", maximum=1.0
+    ),
     MetricSpec("fb_used_bytes", "bytes", "Frame buffer memory in use", kind="int"),
     MetricSpec("fb_total_bytes", "bytes", "Frame buffer memory in total", kind="int"),
+    # Free as the driver reports it: total less used less what the driver reserves for itself.
+    MetricSpec("fb_free_bytes", "bytes", "Frame buffer memory free", kind="int"),
     MetricSpec("power_watts", "watts", "Board power draw", maximum=5000.0),
     MetricSpec("energy_joules", "joules", "Energy used since the driver loaded", counter=True),
     MetricSpec("temperature_celsius", "celsius", "GPU core temperature", -50.0, 200.0),
@@ -148,6 +158,11 @@ class DcgmField:
     scale: float
     help: str
 
+    @property
+    def prom_type(self) -> str:
+        """The Prometheus type dcgm-exporter gives the field: a counter for counter metrics."""
+        return "counter" if METRICS_BY_NAME[self.metric].counter else "gauge"
+
 
 # The one DCGM table: the dcgm-exporter backend scrapes by it and the compat exposition writes
 # by it (with the inverse scale). Units as dcgm-exporter's default-counters.csv and
@@ -155,7 +170,10 @@ class DcgmField:
 DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "gpu_util", 0.01, "GPU utilization (in %)."),
     DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_copy_util", 0.01, "Memory utilization (in %)."),
+    DcgmField("DCGM_FI_DEV_ENC_UTIL", "enc_util", 0.01, "Encoder utilization (in %)."),
+    DcgmField("DCGM_FI_DEV_DEC_UTIL", "dec_util", 0.01, "Decoder utilization (in %)."),
     DcgmField("DCGM_FI_DEV_FB_USED", "fb_used_bytes", MIB, "Framebuffer memory used (in MiB)."),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "fb_free_bytes", MIB, "Framebuffer memory free (in MiB)."),
     DcgmField("DCGM_FI_DEV_POWER_USAGE", "power_watts", 1.0, "Power draw (in W)."),
     DcgmField(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",

@@ -59,6 +59,9 @@ class FakeGpu:
     pcie_replays: int = 0
     # Per-process utilisation samples NVML keeps: (pid, timestamp in us, SM %, memory %).
     proc_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
+    util: int = 100  # NVML duty cycle, percent
+    enc_util: int = 0  # video encoder (NVENC) utilisation, percent
+    dec_util: int = 0  # video decoder (NVDEC) utilisation, percent
 
 
 class _Metric:
@@ -185,8 +188,15 @@ class FakeNvml:
         return mg
 
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
-        self._gpu(h, "util")
-        return SimpleNamespace(gpu=100, memory=30)
+        g = self._gpu(h, "util")
+        return SimpleNamespace(gpu=g.util, memory=30)
+
+    def nvmlDeviceGetEncoderUtilization(self, h: Any) -> list[int]:
+        # pynvml returns [utilization %, sampling period in us].
+        return [self._gpu(h, "enc").enc_util, 167_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: Any) -> list[int]:
+        return [self._gpu(h, "dec").dec_util, 167_000]
 
     def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
         return self._gpu(h, "power").power_mw

@@ -65,7 +65,21 @@ def _utilization(lib: Any, h: Any) -> dict[str, float]:
 
 def _memory(lib: Any, h: Any) -> dict[str, float]:
     mem = lib.nvmlDeviceGetMemoryInfo(h)
-    return {"fb_used_bytes": int(mem.used), "fb_total_bytes": int(mem.total)}
+    return {
+        "fb_used_bytes": int(mem.used),
+        "fb_total_bytes": int(mem.total),
+        "fb_free_bytes": int(mem.free),
+    }
+
+
+def _encoder(lib: Any, h: Any) -> dict[str, float]:
+    util, _period_us = lib.nvmlDeviceGetEncoderUtilization(h)
+    return {"enc_util": util / 100.0}
+
+
+def _decoder(lib: Any, h: Any) -> dict[str, float]:
+    util, _period_us = lib.nvmlDeviceGetDecoderUtilization(h)
+    return {"dec_util": util / 100.0}
 
 
 def _power(lib: Any, h: Any) -> dict[str, float]:
@@ -110,7 +124,10 @@ class Getter:
 
 GETTERS: tuple[Getter, ...] = (
     Getter("util", ("gpu_util", "mem_copy_util"), _utilization),
-    Getter("mem", ("fb_used_bytes", "fb_total_bytes"), _memory, ask_again=True),
+    Getter("mem", ("fb_used_bytes", "fb_total_bytes", "fb_free_bytes"), _memory, ask_again=True),
+    # The video engines: nvmlDeviceGetUtilizationRates counts kernels only.
+    Getter("enc", ("enc_util",), _encoder),
+    Getter("dec", ("dec_util",), _decoder),
     Getter("power", ("power_watts",), _power),
     Getter("temp", ("temperature_celsius",), _temperature),
     Getter("clock", ("sm_clock_hz",), _sm_clock),

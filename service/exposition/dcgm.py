@@ -54,15 +54,18 @@ def dcgm_labels(r: GpuReading) -> dict[str, str]:
 
 
 def dcgm_families(readings: Sequence[GpuReading]) -> list[Metric]:
-    """One gauge family per dcgm-exporter field, plus DCGM_FI_DEV_FB_FREE, over ``readings``.
+    """One family per dcgm-exporter field over ``readings``, typed as dcgm-exporter types it.
 
-    TOTAL_ENERGY_CONSUMPTION is a counter in dcgm-exporter, but its name has no ``_total``;
-    it is exposed as a gauge so the name stays exactly the same (rate() works on either).
+    Counters (TOTAL_ENERGY_CONSUMPTION, PCIE_REPLAY_COUNTER, UNCORRECTABLE_REMAPPED_ROWS) keep
+    dcgm-exporter's sample names, without ``_total``, as its own output has them.
     """
     label_sets: list[dict[str, str]] = []
-    fams = [(f, GpuFamily(f.name, f.help, "gauge", label_sets)) for f in DCGM_FIELDS]
-    fb_free = GpuFamily(
-        "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "gauge", label_sets
+    fams = [
+        (f, GpuFamily(f.name, f.help, f.prom_type, label_sets, sample_name=f.name))
+        for f in DCGM_FIELDS
+    ]
+    reserved = GpuFamily(
+        "DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "gauge", label_sets
     )
     slots = [(f.metric, 1.0 / f.scale, fam.rows) for f, fam in fams]
     for i, r in enumerate(readings):
@@ -72,10 +75,10 @@ def dcgm_families(readings: Sequence[GpuReading]) -> list[Metric]:
             v = values.get(metric)
             if v is not None:
                 rows.append((i, v * factor))
+        # What the driver keeps for itself, where the three figures that tell it are reported
+        # (DCGM: total = used + free + reserved), so a reader gets the total back.
         total = values.get("fb_total_bytes", r.fb_total_bytes)
-        used = values.get("fb_used_bytes")
-        if total is not None and used is not None:
-            fb_free.rows.append((i, max(total - used, 0) / MIB))
-    out: list[Metric] = [fam for _, fam in fams]
-    out.append(fb_free)
-    return out
+        used, free = values.get("fb_used_bytes"), values.get("fb_free_bytes")
+        if total is not None and used is not None and free is not None:
+            reserved.rows.append((i, max(total - used - free, 0) / MIB))
+    return [*(fam for _, fam in fams), reserved]

@@ -16,10 +16,18 @@ class GpuFamily(Metric):
     """A gauge or counter family whose samples share ``label_sets`` by index."""
 
     def __init__(
-        self, name: str, documentation: str, typ: str, label_sets: list[dict[str, str]]
+        self,
+        name: str,
+        documentation: str,
+        typ: str,
+        label_sets: list[dict[str, str]],
+        *,
+        sample_name: str | None = None,
     ) -> None:
         super().__init__(name, documentation, typ)
-        self.sample_name = name + "_total" if typ == "counter" else name
+        if sample_name is None:
+            sample_name = name + "_total" if typ == "counter" else name
+        self.sample_name = sample_name
         self.label_sets = label_sets  # shared by every GpuFamily of one scrape
         self.rows: list[tuple[int, float]] = []
 

@@ -148,7 +148,9 @@ def encode_text(collector: Collector) -> bytes:
     for metric in collector.collect():
         mname, mtype = metric.name, metric.type
         if mtype == "counter":
-            mname += "_total"
+            # A GpuFamily counter may keep a name without _total (dcgm-exporter's counters do):
+            # its TYPE line names the samples it types.
+            mname = metric.sample_name if isinstance(metric, GpuFamily) else mname + "_total"
         elif mtype == "info":
             mname += "_info"
         mtype = _TYPE_IN_TEXT.get(mtype, mtype)

@@ -306,7 +306,7 @@ def test_dcgm_exporter_glitches_reach_the_agent_check_and_never_break_a_scrape()
         ("fb_used_bytes", "not finite"),
         ("temperature_celsius", "not finite"),
     }
-    assert reading.metrics == {"sm_clock_hz": 1.98e9}
+    assert reading.metrics == {"sm_clock_hz": 1.98e9, "fb_free_bytes": 1000 * 2**20}
 
 
 def test_batches_spooled_gzipped_by_an_older_agent_are_shipped_too(tmp_path: Path) -> None:

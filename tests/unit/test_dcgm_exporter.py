@@ -6,12 +6,13 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
 from service.collectors.backend import BackendError
 from service.collectors.dcgm_exporter import DcgmExporterBackend, parse_exposition
 from service.exposition.dcgm import dcgm_families
+from service.exposition.render import render
 from service.exposition.types import GpuReading as FleetReading
 from service.vocabulary import DCGM_FIELDS, METRICS_BY_NAME, ActivitySource
 
@@ -119,6 +120,9 @@ def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
         "mem_copy_util": 0.12,
         "fb_used_bytes": 20 * gib,
         "fb_total_bytes": 80 * gib,
+        "fb_free_bytes": 59 * gib,  # 1 GiB reserved by the driver
+        "enc_util": 0.09,
+        "dec_util": 0.46,
         "power_watts": 312.5,
         "energy_joules": 123456.789,
         "temperature_celsius": 61.0,
@@ -154,7 +158,7 @@ def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
 
     registry = CollectorRegistry()
     registry.register(Families())
-    exp = parse_exposition(generate_latest(registry).decode())
+    exp = parse_exposition(render(registry)[0].decode())
 
     (dev,) = exp.devices
     assert (dev.uuid, dev.index, dev.model) == ("GPU-rt", 3, "NVIDIA H100 80GB HBM3")

@@ -176,3 +176,12 @@ def test_an_exporter_of_another_node_is_named_in_a_warning(caplog: pytest.LogCap
         "'l40s.example.com'" in warning.getMessage()
         and "internalTrafficPolicy" in warning.getMessage()
     )
+
+
+def test_encoder_and_decoder_utilisation_are_read_as_ratios():
+    # The RTX 2000 Ada of this capture decodes at 46% and encodes at 9%: video work that a
+    # GPU Warden reading only the SM figures would call idle.
+    got = metrics(parsed("mixed-node-lowercase-hostname.prom"))
+    ada = got["GPU-fc60126e-514d-3522-2828-c5daa8e99d85"]
+    assert ada["dec_util"] == pytest.approx(0.46)
+    assert ada["enc_util"] == pytest.approx(0.09)

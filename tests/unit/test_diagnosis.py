@@ -8,6 +8,7 @@ import pytest
 
 from service.diagnosis import (
     CAUSE_NAMES,
+    IDLE_CAUSES,
     Cause,
     Rung,
     Thresholds,
@@ -70,17 +71,24 @@ def test_the_ladder_and_its_rung() -> None:
 EDGES: list[tuple[str, dict[str, Any], Cause, dict[str, Any], Cause]] = [
     (
         "idle threshold (activity below idle, no kernel)",
-        {"sm_active": T.idle - EPS, "gpu_util": 0.0},
+        {"sm_active": T.idle - EPS, "gpu_util": 0.0, "fb_used_bytes": 0},
         Cause.IDLE_EMPTY,
         {"sm_active": T.idle, "gpu_util": 0.0, "tensor_active": 0.0},
         Cause.INPUT_STARVED,  # running, duty 0 < starved_util
     ),
     (
         "no-kernel duty cycle (at or below it nothing ran)",
-        {"sm_active": 0.0, "gpu_util": T.no_kernel_util},
+        {"sm_active": 0.0, "gpu_util": T.no_kernel_util, "fb_used_bytes": 0},
         Cause.IDLE_EMPTY,
         {"sm_active": 0.0, "gpu_util": T.no_kernel_util + EPS},
         Cause.INPUT_STARVED,
+    ),
+    (
+        "video engines (busy from the idle threshold on)",
+        {"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 0, "dec_util": T.idle - EPS},
+        Cause.IDLE_EMPTY,
+        {"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 0, "enc_util": T.idle},
+        Cause.UNCLASSIFIED,
     ),
     (
         "held bytes (strictly above holds)",
@@ -169,7 +177,9 @@ def test_an_absent_metric_never_picks_a_cause(values: dict[str, Any]) -> None:
         Cause.COMPUTE_TENSOR: ("tensor_active",),
         Cause.LAUNCH_BOUND: ("sm_active",),
         Cause.INPUT_STARVED: ("sm_active",),
-        Cause.IDLE_HELD: ("fb_used_bytes",),
+        # "Nothing held" needs the memory figure: a GPU that does not report it is never
+        # called empty (held is also known from a listed process, which these have none of).
+        Cause.IDLE_EMPTY: ("fb_used_bytes",),
     }
     for dropped in values:
         rest = {k: v for k, v in values.items() if k != dropped}
@@ -207,3 +217,35 @@ def test_sm_fill_is_compared_with_the_engine_activity_of_the_same_interval() -> 
     assert cause(second) is Cause.INPUT_STARVED
     # Without the engine figure the duty cycle is NVML's, and that second looks launch-bound.
     assert cause({"sm_active": 0.097, "gpu_util": 0.23}) is Cause.LAUNCH_BOUND
+
+
+# An L40S on a stock dcgm-exporter decoding video: the SMs idle, NVDEC at 46% (the figure of
+# tests/data/dcgm-exporter/mixed-node-lowercase-hostname.prom), memory held by the decoder.
+DECODING = {"gr_engine_active": 0.0, "gpu_util": 0.0, "dec_util": 0.46, "enc_util": 0.0,
+            "fb_used_bytes": 3 * GIB}  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["dec_util", "enc_util"])
+def test_a_gpu_doing_video_work_is_not_idle(engine: str) -> None:
+    values = {**DECODING, "dec_util": 0.0, engine: 0.46}
+    got = cause(values)
+    assert got is not None and got not in IDLE_CAUSES
+    # Busy on the video engines, which no SM cause describes: not a waste cause either.
+    assert got is Cause.UNCLASSIFIED
+    # With GPM too (SM figures at zero), the video engines still keep it out of idle.
+    assert cause({**values, "sm_active": 0.0, "tensor_active": 0.0}) is Cause.UNCLASSIFIED
+    # Below the idle threshold the video engines are as idle as the SMs.
+    assert cause({**values, engine: T.idle - EPS}) is Cause.IDLE_HELD
+
+
+def test_video_work_beside_kernels_leaves_the_kernel_cause() -> None:
+    assert cause({**BF16, "dec_util": 0.3}) is Cause.COMPUTE_TENSOR
+
+
+def test_idle_gpu_without_memory_figures_is_never_called_empty() -> None:
+    # A stock exporter trimmed of its FB fields: an idle GPU a serving pod holds.
+    no_fb = {"gr_engine_active": 0.0, "gpu_util": 0.0}
+    assert cause(no_fb) is Cause.IDLE_HELD
+    assert Cause.IDLE_EMPTY not in supported_causes(no_fb)
+    # Reported memory still decides: below the held threshold and no process is empty.
+    assert cause({**no_fb, "fb_used_bytes": 0}) is Cause.IDLE_EMPTY

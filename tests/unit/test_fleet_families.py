@@ -172,6 +172,7 @@ def test_dcgm_compat_names_labels_and_units():
         sm_active=0.97,
         gpu_util=0.5,
         fb_used_bytes=2048 * 1024 * 1024,
+        fb_free_bytes=(80 * 1024 - 2048 - 512) * 1024 * 1024,
         energy_joules=10.0,
         sm_clock_hz=1.98e9,
         temperature_celsius=61.0,
@@ -193,7 +194,8 @@ def test_dcgm_compat_names_labels_and_units():
     }
     assert fams["DCGM_FI_DEV_GPU_UTIL"].samples[0].value == 50.0  # percent
     assert fams["DCGM_FI_DEV_FB_USED"].samples[0].value == 2048.0  # MiB
-    assert fams["DCGM_FI_DEV_FB_FREE"].samples[0].value == 80 * 1024 - 2048.0
+    assert fams["DCGM_FI_DEV_FB_FREE"].samples[0].value == 80 * 1024 - 2048.0 - 512.0
+    assert fams["DCGM_FI_DEV_FB_RESERVED"].samples[0].value == 512.0
     assert fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].samples[0].value == 10_000.0  # mJ
     assert abs(fams["DCGM_FI_DEV_SM_CLOCK"].samples[0].value - 1980.0) < 1e-9  # MHz
     assert fams["DCGM_FI_DEV_GPU_TEMP"].samples[0].value == 61.0

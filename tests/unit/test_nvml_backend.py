@@ -156,3 +156,18 @@ def test_health_counters_are_read_with_energy_and_absent_where_unsupported():
     assert m["GPU-1"]["remapped_rows_uncorrectable"] == 3 and m["GPU-1"]["pcie_replays"] == 17
     assert "row_remap_failure" not in m["GPU-2"] and "pcie_replays" in m["GPU-2"]
     assert "pcie_replays" not in poll(b, 1).readings[0].metrics  # not every cycle
+
+
+def test_encoder_and_decoder_utilisation_are_read_and_absent_where_unsupported():
+    # NVML's duty cycle counts kernels only: a GPU decoding video reads gpu_util 0.
+    video = FakeGpu("GPU-v", gpm=False, util=0, enc_util=9, dec_util=46)
+    old = FakeGpu("GPU-o", gpm=False, unsupported={"enc", "dec"})
+    lib = FakeNvml([video, old])
+    b = NvmlBackend(lib=lib)
+    for k in range(3):
+        got = {r.uuid: r.metrics for r in poll(b, k).readings}
+    assert got["GPU-v"]["gpu_util"] == 0.0
+    assert got["GPU-v"]["enc_util"] == pytest.approx(0.09)
+    assert got["GPU-v"]["dec_util"] == pytest.approx(0.46)
+    assert "enc_util" not in got["GPU-o"] and "dec_util" not in got["GPU-o"]
+    assert lib.calls["enc"] == 4 and lib.calls["dec"] == 4  # unsupported: asked once
