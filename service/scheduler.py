@@ -145,6 +145,7 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
 
     sched.add_listener(count_skip, EVENT_JOB_MAX_INSTANCES)
     for name, fn, every in jobs:
+        ctx.telemetry.task(name)
         sched.add_job(
             run_job,
             "interval",

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# The label values each labelled counter starts with, at 0. A series that first appears at 1
+# has no earlier sample to rise from, so increase() - and every rule built on it - would miss
+# the first event; one that exists at 0 from the start shows it.
+INGEST_OUTCOMES: tuple[str, ...] = ("stored", "rejected", "error")
+# Database operations counted by the API (background tasks add their own names, see ``task``).
+DB_OPERATIONS: tuple[str, ...] = ("ingest", "metrics", "readyz", "statement_timeout", "unavailable")
+TASK_OUTCOMES: tuple[str, ...] = ("ok", "error", "skipped")
+
 
 class Telemetry:
     """Counters and histograms the service updates as it works; exposed on /metrics."""
@@ -82,6 +90,16 @@ class Telemetry:
             "1 while this replica holds the evaluator lock (evaluates and sends), else 0.",
             registry=r,
         )
+        for outcome in INGEST_OUTCOMES:
+            self.ingest_batches.labels(outcome)
+        for operation in DB_OPERATIONS:
+            self.db_errors.labels(operation)
         self.alerts_firing = Gauge(
             "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"], registry=r
         )
+
+    def task(self, name: str) -> None:
+        """Start background task ``name``'s run and database-error counters at 0."""
+        for outcome in TASK_OUTCOMES:
+            self.job_runs.labels(name, outcome)
+        self.db_errors.labels(name)

@@ -6,6 +6,18 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from service.delivery import Refusal
+
+# Every kind of agent error, each series started at 0 so increase() sees the first one.
+ERROR_KINDS: tuple[str, ...] = (
+    "backend",
+    "cycle",
+    "ship_network",
+    *(f"ship_{r}" for r in Refusal),
+    "dead_letter",
+    "dead_letter_write",
+)
+
 
 class AgentTelemetry:
     """Counters and gauges the agent updates as it works; served on its optional /metrics port."""
@@ -21,11 +33,12 @@ class AgentTelemetry:
         )
         self.errors = Counter(
             "gpuwarden_agent_errors",
-            "Errors by kind (backend, cycle, ship_network, ship_busy, ship_credentials,"
-            " ship_content, ship_server, dead_letter, dead_letter_write).",
+            f"Errors by kind ({', '.join(ERROR_KINDS)}).",
             ["kind"],
             registry=r,
         )
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind)
         self.spool_batches = Gauge(
             "gpuwarden_agent_spool_batches", "Polls waiting in the on-disk spool.", registry=r
         )

@@ -16,6 +16,7 @@ from service.db.engine import make_engine
 from service.db.schema import gpus, job_gpus, jobs, prices
 from service.settings import Settings
 from service.usecases.exposition import FleetCollector
+from service.vocabulary import DCGM_FIELDS
 from tests.support import FakeClock, make_batch
 
 GIB = 1024**3
@@ -107,7 +108,12 @@ def test_latest_sample_per_gpu_with_job_and_price(
     assert m["gpuwarden_fleet_gpus_idle_held"] == [({}, 2.0)]
     assert m["gpuwarden_fleet_wasted_usd_per_hour"][0][1] == pytest.approx(2 * 4.0 * 0.98)
     # The service's own health is on the same page, without _created noise.
-    assert m["gpuwarden_ingest_batches_total"] == [({"outcome": "stored"}, 2.0)]
+    # Every outcome has a series from the start, at 0 until it happens.
+    assert sorted(m["gpuwarden_ingest_batches_total"], key=lambda s: s[0]["outcome"]) == [
+        ({"outcome": "error"}, 0.0),
+        ({"outcome": "rejected"}, 0.0),
+        ({"outcome": "stored"}, 2.0),
+    ]
     assert not [name for name in m if name.endswith("_created")]
     assert m["gpuwarden_fleet_metrics_up"] == [({}, 1.0)]
 
@@ -227,9 +233,14 @@ def test_promtool_finds_no_problem_in_the_exposition(
     if not dcgm_compat:
         assert rc == 0 and problems == [], problems
     else:
-        # dcgm-exporter's own label names (UUID, modelName, Hostname) are camelCase; keeping them
-        # is the point of the compat mode, and it is the only thing promtool may object to.
+        # dcgm-exporter's own label names (UUID, modelName, Hostname) are camelCase, and its
+        # counters (TOTAL_ENERGY_CONSUMPTION ...) have no _total; keeping both is the point of
+        # the compat mode, and they are the only things promtool may object to.
         assert "DCGM_FI_PROF_SM_ACTIVE" in text
         assert problems, "promtool should notice dcgm-exporter's camelCase labels"
+        counters = {f.name for f in DCGM_FIELDS if f.prom_type == "counter"}
         for line in problems:
-            assert line.startswith("DCGM_FI_") and "camelCase" in line, line
+            name = line.split(" ", 1)[0]
+            camel = "camelCase" in line
+            total = name in counters and 'should have "_total" suffix' in line
+            assert line.startswith("DCGM_FI_") and (camel or total), line

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from service.api.app import create_app
 from service.clock import utc_now
@@ -101,3 +101,23 @@ def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, token
     rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
     names = {rule["name"] for g in rules for rule in g["rules"]}
     assert {"GpuIdleHeld", "GpuJobLowSmActivity", "GpuLost", "GpuXidError"} <= names
+
+
+def test_the_first_database_error_fires_the_rule(engine: Engine, central: str, prometheus: str):
+    # A healthy service exposes its labelled counters at 0, so the first failure is a rise
+    # increase() sees; a series that first appears at 1 has nothing to rise from.
+    before = query(prometheus, 'gpuwarden_database_errors_total{operation="metrics"}')
+    assert [float(s["value"][1]) for s in before] == [0.0], before
+    assert query(prometheus, 'gpuwarden_ingest_batches_total{outcome="error"}')
+    # A real database failure of the /metrics read: the table it reads is gone.
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE gpus RENAME TO gpus_away"))
+    try:
+        firing = query(
+            prometheus,
+            'ALERTS{alertname="GpuWardenDatabaseErrors",operation="metrics",alertstate="firing"}',
+        )
+        assert len(firing) == 1, firing
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE gpus_away RENAME TO gpus"))
