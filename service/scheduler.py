@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.costs.tenants import SplitRule
 from service.db import observed_jobs_repo, partitions, rollup_repo
 from service.db.outages import OutageLog, is_outage
 from service.db.retention import enforce_retention
+from service.db.set_aside import SetAside
 
 log = logging.getLogger(__name__)
 _OUTAGES = OutageLog(log, "background jobs retry on their next tick")
@@ -54,6 +56,20 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
+# At most this many set-aside rows are logged one by one per round; the rest as a count.
+SET_ASIDE_LOG_LINES = 20
+
+
+def report_set_aside(ctx: ServiceContext, rows: list[SetAside]) -> None:
+    """Log and count the rows a round left out, so an admin can find and fix them."""
+    for row in rows[:SET_ASIDE_LOG_LINES]:
+        log.warning("%s set aside %s: %s", row.round, row.row, row.reason)
+    if len(rows) > SET_ASIDE_LOG_LINES:
+        log.warning("... and %d more rows set aside", len(rows) - SET_ASIDE_LOG_LINES)
+    for row in rows:
+        ctx.telemetry.set_aside_rows.labels(row.round).inc()
+
+
 # SQLite has one writer: a rollup transaction holds it from agents' batches, so there the
 # transactions are shorter and a pause between them lets a waiting batch in.
 SQLITE_ROLLUP_LIMIT = 250
@@ -70,13 +86,16 @@ def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
         limit = min(limit, SQLITE_ROLLUP_LIMIT)
     total = 0
     while True:
-        with ctx.engine.begin() as conn:
-            n = rollup_repo.process_dirty(
-                conn,
-                thresholds=ctx.thresholds,
-                limit=limit,
-                split_rule=SplitRule(ctx.settings.cost_split_rule),
-            )
+        found: list[SetAside] = []
+        try:
+            with ctx.engine.begin() as conn:
+                n = _rollup_keys(ctx, conn, None, limit, found)
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            found.clear()  # that transaction was rolled back: the one-by-one pass says them
+            n = _rollup_one_by_one(ctx, limit, found)
+        report_set_aside(ctx, found)
         total += n
         ctx.telemetry.rollup_buckets.inc(n)
         if n < limit:
@@ -84,6 +103,42 @@ def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
         if sqlite:
             time.sleep(SQLITE_WRITER_PAUSE_SECONDS)
     return total
+
+
+def _rollup_keys(
+    ctx: ServiceContext,
+    conn: Connection,
+    keys: list[tuple[int, datetime]] | None,
+    limit: int,
+    found: list[SetAside],
+) -> int:
+    return rollup_repo.process_dirty(
+        conn,
+        thresholds=ctx.thresholds,
+        limit=limit,
+        split_rule=SplitRule(ctx.settings.cost_split_rule),
+        keys=keys,
+        set_aside=found,
+    )
+
+
+def _rollup_one_by_one(ctx: ServiceContext, limit: int, found: list[SetAside]) -> int:
+    """The next ``limit`` dirty buckets each in a transaction of its own (a batch of them
+    failed): one that still fails is set aside, so it cannot hold back the others."""
+    with ctx.engine.connect() as conn:
+        keys = rollup_repo.dirty_keys(conn, limit=limit)
+    for gpu_id, bucket in keys:
+        try:
+            with ctx.engine.begin() as conn:
+                _rollup_keys(ctx, conn, [(gpu_id, bucket)], limit, found)
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            with ctx.engine.begin() as conn:
+                rollup_repo.discard_dirty(conn, [(gpu_id, bucket)])
+            what = f"minute {bucket.isoformat()} of GPU {gpu_id}"
+            found.append(SetAside("rollup", what, f"{type(exc).__name__}: {exc}"[:300]))
+    return len(keys)
 
 
 def retention_once(ctx: ServiceContext) -> dict[str, int]:

@@ -58,6 +58,13 @@ class Telemetry:
             ["task"],
             registry=r,
         )
+        self.set_aside_rows = Counter(
+            "gpuwarden_set_aside_rows",
+            "Stored rows a background round could not use and left out, by round (rollup,"
+            " evaluate, deliver); each is logged with which row and why.",
+            ["round"],
+            registry=r,
+        )
         self.rollup_buckets = Counter(
             "gpuwarden_rollup_buckets_recomputed",
             "One-minute rollup buckets recomputed from raw samples.",

@@ -29,10 +29,22 @@ class MetricSpec:
     unit: str
     help: str
     minimum: float = 0.0
-    maximum: float | None = None
+    maximum: float | None = None  # every metric has one (what hardware can report)
     kind: Literal["float", "int"] = "float"
     counter: bool = False
 
+
+# What hardware can report, so no stored value is beyond it (ingest refuses more with a 422, the
+# agent drops it as implausible, and every later sum of a day's samples stays finite). Generous:
+# each is several times the largest part shipping today.
+POWER_MAX_WATTS = 5000.0  # a GB200 superchip board draws 2.7 kW
+FB_MAX_BYTES = 2**42  # 4 TiB of frame buffer; a B300 has 288 GB
+# PCIe 6.0 x16 moves 128 GB/s each way and NVLink 5 1.8 TB/s in all per GPU: 10 TB/s is past any.
+LINK_MAX_BYTES_PER_SECOND = 1e13
+# A board at the power bound for 100 years since its driver loaded.
+ENERGY_MAX_JOULES = POWER_MAX_WATTS * 100 * 365.25 * 86400
+# NVML reports XIDs, remapped rows and PCIe replays as unsigned 32-bit numbers.
+COUNT_MAX = float(2**32 - 1)
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
@@ -73,19 +85,42 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "dec_util", "ratio", "Fraction of time the video decoder (NVDEC) was busy", maximum=1.0
     ),
-    MetricSpec("fb_used_bytes", "bytes", "Frame buffer memory in use", kind="int"),
-    MetricSpec("fb_total_bytes", "bytes", "Frame buffer memory in total", kind="int"),
+    MetricSpec(
+        "fb_used_bytes", "bytes", "Frame buffer memory in use", maximum=FB_MAX_BYTES, kind="int"
+    ),
+    MetricSpec(
+        "fb_total_bytes", "bytes", "Frame buffer memory in total", maximum=FB_MAX_BYTES, kind="int"
+    ),
     # Free as the driver reports it: total less used less what the driver reserves for itself.
-    MetricSpec("fb_free_bytes", "bytes", "Frame buffer memory free", kind="int"),
-    MetricSpec("power_watts", "watts", "Board power draw", maximum=5000.0),
-    MetricSpec("energy_joules", "joules", "Energy used since the driver loaded", counter=True),
+    MetricSpec(
+        "fb_free_bytes", "bytes", "Frame buffer memory free", maximum=FB_MAX_BYTES, kind="int"
+    ),
+    MetricSpec("power_watts", "watts", "Board power draw", maximum=POWER_MAX_WATTS),
+    MetricSpec(
+        "energy_joules",
+        "joules",
+        "Energy used since the driver loaded",
+        maximum=ENERGY_MAX_JOULES,
+        counter=True,
+    ),
     MetricSpec("temperature_celsius", "celsius", "GPU core temperature", -50.0, 200.0),
     MetricSpec("sm_clock_hz", "hertz", "SM clock frequency", maximum=1e10),
-    MetricSpec("pcie_tx_bytes_per_second", "bytes_per_second", "PCIe transmit throughput"),
-    MetricSpec("pcie_rx_bytes_per_second", "bytes_per_second", "PCIe receive throughput"),
-    MetricSpec("nvlink_tx_bytes_per_second", "bytes_per_second", "NVLink transmit throughput"),
-    MetricSpec("nvlink_rx_bytes_per_second", "bytes_per_second", "NVLink receive throughput"),
-    MetricSpec("xid_last", "code", "Most recent XID error code seen in the interval", kind="int"),
+    *(
+        MetricSpec(name, "bytes_per_second", text, maximum=LINK_MAX_BYTES_PER_SECOND)
+        for name, text in (
+            ("pcie_tx_bytes_per_second", "PCIe transmit throughput"),
+            ("pcie_rx_bytes_per_second", "PCIe receive throughput"),
+            ("nvlink_tx_bytes_per_second", "NVLink transmit throughput"),
+            ("nvlink_rx_bytes_per_second", "NVLink receive throughput"),
+        )
+    ),
+    MetricSpec(
+        "xid_last",
+        "code",
+        "Most recent XID error code seen in the interval",
+        maximum=COUNT_MAX,
+        kind="int",
+    ),
     # GPU health. A row-remap failure is a state; remapped rows and PCIe replays are counters
     # since the driver loaded, so a fault is their rise within a window, never their level.
     MetricSpec(
@@ -99,6 +134,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "remapped_rows_uncorrectable",
         "rows",
         "Memory rows remapped after uncorrectable errors since the driver loaded",
+        maximum=COUNT_MAX,
         kind="int",
         counter=True,
     ),
@@ -106,6 +142,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "pcie_replays",
         "replays",
         "PCIe replays (link-level retries) since the driver loaded",
+        maximum=COUNT_MAX,
         kind="int",
         counter=True,
     ),
@@ -142,6 +179,21 @@ def is_hardware_xid(code: float | None) -> bool:
 
 
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
+
+
+# (lowest, highest) value each metric may take, and the derived activity ratio stored beside
+# them: the one table both ingest checks (central's 422, the agent's drop) and every read that
+# sets an impossible stored row aside are derived from.
+def _bounds(spec: MetricSpec) -> tuple[float, float]:
+    if spec.maximum is None:
+        raise ValueError(f"metric {spec.name} needs a maximum: what hardware can report")
+    return spec.minimum, spec.maximum
+
+
+METRIC_BOUNDS: dict[str, tuple[float, float]] = {
+    **{m.name: _bounds(m) for m in METRICS},
+    "activity": (0.0, 1.0),
+}
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
 INT_METRICS: frozenset[str] = frozenset(m.name for m in METRICS if m.kind == "int")
 

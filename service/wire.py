@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, create_model
 
-from service.vocabulary import METRICS, ActivitySource
+from service.vocabulary import FB_MAX_BYTES, METRICS, ActivitySource
 
 # Limits of one batch: central refuses more, and the agent splits its batches to fit.
 MAX_BATCH_SAMPLES = 10_000
@@ -77,7 +77,7 @@ class GpuIn(BaseModel):
     uuid: Text = Field(min_length=1, max_length=96)
     index: int = Field(ge=0, le=MAX_INT32, strict=True)
     model: Text = Field(min_length=1, max_length=255)
-    fb_total_bytes: int | None = Field(None, ge=0, le=MAX_INT64, strict=True)
+    fb_total_bytes: int | None = Field(None, ge=0, le=FB_MAX_BYTES, strict=True)
     mig_parent_uuid: Text | None = Field(None, max_length=96)
     lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
     # A MIG instance destroyed while its parent is healthy (a reconfiguration): never lost.
@@ -105,7 +105,7 @@ class ProcessIn(BaseModel):
     gpu_uuid: Text = Field(min_length=1, max_length=96)
     ts: AwareDatetime
     pid: int = Field(ge=0, le=MAX_INT32, strict=True)
-    fb_used_bytes: int | None = Field(None, ge=0, le=MAX_INT64, strict=True)
+    fb_used_bytes: int | None = Field(None, ge=0, le=FB_MAX_BYTES, strict=True)
     job_id: Text | None = Field(None, max_length=255)
     user: Text | None = Field(None, max_length=255)
     # NVML's per-process samples over the agent's last poll: the share of time this process's

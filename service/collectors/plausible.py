@@ -1,7 +1,8 @@
 """Which metric values are impossible readings rather than measurements (pure).
 
-A value that is not finite, outside its metric's range in the vocabulary, an integer central
-cannot store, or one of DCGM's "blank" sentinels is a glitch of the source. The agent drops such
+A value that is not finite, outside its metric's range in the vocabulary (``METRIC_BOUNDS``: what
+hardware can report, the bounds central's ingest refuses past), or one of DCGM's "blank"
+sentinels is a glitch of the source. The agent drops such
 a field from its one sample and ships the rest, so one bad value never costs a batch.
 """
 
@@ -11,9 +12,8 @@ import math
 from dataclasses import dataclass
 
 from service.collectors.backend import GpuReading, ProcessReading
-from service.vocabulary import METRICS_BY_NAME
+from service.vocabulary import FB_MAX_BYTES, METRIC_BOUNDS, METRICS_BY_NAME
 
-_INT64_LIMIT = 2.0**63
 _PID_LIMIT = 2**31  # central keeps PIDs in 32-bit columns; Linux's pid_max is at most 2^22
 
 # DCGM's blank / not-found / not-supported / no-permission markers (dcgm_fields.h) for 32- and
@@ -26,16 +26,8 @@ DCGM_SENTINELS: frozenset[float] = frozenset(
 )
 
 
-def _bounds(name: str) -> tuple[float, float]:
-    spec = METRICS_BY_NAME[name]
-    top = spec.maximum if spec.maximum is not None else 1.7e308  # any finite float
-    if spec.kind == "int":
-        top = min(top, math.nextafter(_INT64_LIMIT, 0.0))
-    return spec.minimum, top
-
-
 # (lowest, highest) accepted per metric: NaN fails both comparisons, infinities one of them.
-_BOUNDS: dict[str, tuple[float, float]] = {name: _bounds(name) for name in METRICS_BY_NAME}
+_BOUNDS: dict[str, tuple[float, float]] = {name: METRIC_BOUNDS[name] for name in METRICS_BY_NAME}
 
 
 def implausible(name: str, value: float) -> str | None:
@@ -47,9 +39,8 @@ def implausible(name: str, value: float) -> str | None:
         return "not finite"
     if value in DCGM_SENTINELS:
         return "DCGM sentinel"
-    if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
-        return "out of range"
-    if spec.kind == "int" and value >= _INT64_LIMIT:
+    low, high = _BOUNDS[name]
+    if not low <= value <= high:
         return "out of range"
     return None
 
@@ -82,7 +73,7 @@ def drop_implausible(readings: list[GpuReading]) -> list[Dropped]:
 
 def drop_implausible_processes(processes: list[ProcessReading]) -> list[Dropped]:
     """Remove impossible process readings in place: a PID outside 0..2^31-1 drops the process,
-    a memory figure outside 0..2^63-1 just that figure; returns what was removed."""
+    a memory figure outside 0..FB_MAX_BYTES just that figure; returns what was removed."""
     out: list[Dropped] = []
     keep: list[ProcessReading] = []
     for p in processes:
@@ -90,7 +81,7 @@ def drop_implausible_processes(processes: list[ProcessReading]) -> list[Dropped]
             out.append(Dropped(p.gpu_uuid, "process.pid", float(p.pid), "out of range"))
             continue
         used = p.fb_used_bytes
-        if used is not None and not 0 <= used < _INT64_LIMIT:
+        if used is not None and not 0 <= used <= FB_MAX_BYTES:
             out.append(Dropped(p.gpu_uuid, "process.fb_used_bytes", float(used), "out of range"))
             p.fb_used_bytes = None
         keep.append(p)

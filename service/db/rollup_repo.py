@@ -36,6 +36,7 @@ from service.db.schema import (
     rollup_dirty,
     samples,
 )
+from service.db.set_aside import SetAside, impossible
 from service.db.types import UTCDateTime
 from service.vocabulary import METRIC_NAMES
 
@@ -165,27 +166,67 @@ def _add_running_totals(
     return {gpu_id for gpu_id, acc in running.items() if acc is None}
 
 
+def dirty_keys(conn: Connection, *, limit: int) -> list[tuple[int, datetime]]:
+    """The first ``limit`` (GPU id, minute) buckets waiting to be recomputed."""
+    dirty = conn.execute(
+        select(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
+        .order_by(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
+        .limit(limit)
+    ).all()
+    return [(g, b) for g, b in dirty]
+
+
+def discard_dirty(conn: Connection, keys: list[tuple[int, datetime]]) -> None:
+    """Forget that buckets ``keys`` wait to be recomputed."""
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, chunk)))
+
+
+def _usable_samples(
+    conn: Connection,
+    *,
+    gpu_id: int,
+    lo: datetime,
+    hi: datetime,
+    buckets: set[datetime],
+    set_aside: list[SetAside] | None,
+) -> list[tuple[float, Any]]:
+    """(Unix ts, values) of GPU ``gpu_id``'s samples in [lo, hi); a sample holding a value past
+    what hardware can report is left out (and listed once, by the minute it lies in)."""
+    rows = []
+    for r in conn.execute(
+        select(samples.c.ts, *(samples.c[m] for m in _SAMPLE_COLUMNS))
+        .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
+        .order_by(samples.c.ts)
+    ):
+        bad = impossible(_ROLLED, r[1 : 1 + len(_ROLLED)])
+        if not bad:
+            rows.append((r[0].timestamp(), r[1:]))
+        elif set_aside is not None and r[0].replace(second=0, microsecond=0) in buckets:
+            what = f"sample of GPU {gpu_id} at {r[0].isoformat()}"
+            set_aside.append(SetAside("rollup", what, f"impossible {', '.join(bad)}"))
+    return rows
+
+
 def process_dirty(
     conn: Connection,
     *,
     thresholds: Thresholds,
     limit: int = 20_000,
     split_rule: SplitRule = SplitRule.EQUAL,
+    keys: list[tuple[int, datetime]] | None = None,
+    set_aside: list[SetAside] | None = None,
 ) -> int:
-    """Recompute up to ``limit`` dirty minute buckets, their hours and, where jobs shared the
-    GPU, each job's part of the minute (split by ``split_rule``); returns how many buckets."""
-    dirty = conn.execute(
-        select(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
-        .order_by(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
-        .limit(limit)
-    ).all()
-    if not dirty:
+    """Recompute up to ``limit`` dirty minute buckets (or just ``keys``), their hours and, where
+    jobs shared the GPU, each job's part of the minute (split by ``split_rule``); returns how
+    many buckets. Samples it cannot use are left out and appended to ``set_aside``."""
+    if keys is None:
+        keys = dirty_keys(conn, limit=limit)
+    if not keys:
         return 0
-    keys = [(g, b) for g, b in dirty]
     # Delete first: an ingest that commits after this re-marks its buckets for the next round.
-    for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
-        conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, chunk)))
+    discard_dirty(conn, keys)
 
     tenants_repo.delete_minutes(conn, keys)
     by_gpu: dict[int, list[datetime]] = defaultdict(list)
@@ -198,14 +239,9 @@ def process_dirty(
     shared: list[tuple[int, datetime]] = []  # (GPU, minute) keys given tenant rows
     for gpu_id, buckets in by_gpu.items():
         lo, hi = min(buckets) - gap, max(buckets) + MINUTE
-        rows = [
-            (r[0].timestamp(), r[1:])
-            for r in conn.execute(
-                select(samples.c.ts, *(samples.c[m] for m in _SAMPLE_COLUMNS))
-                .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
-                .order_by(samples.c.ts)
-            )
-        ]
+        rows = _usable_samples(
+            conn, gpu_id=gpu_id, lo=lo, hi=hi, buckets=set(buckets), set_aside=set_aside
+        )
         stamps = [ts for ts, _ in rows]
         shared_minutes = tenants_repo.rollup_tenants(
             conn,

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from service.db.schema import gpu_processes, samples
+from service.vocabulary import METRIC_BOUNDS, METRICS_BY_NAME
 from tests.support import FakeClock, iso, make_batch
 
 
@@ -139,3 +140,29 @@ def test_nul_in_any_string_names_it(
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body", *path]
     assert stored(engine) == (0, 0)
+
+
+# Finite values past what hardware can report (the probes), and a step past each bound.
+BEYOND: list[tuple[str, float]] = [
+    ("pcie_tx_bytes_per_second", 1.797e308),
+    ("nvlink_rx_bytes_per_second", 1.797e308),
+    ("energy_joules", 1.797e308),
+    *((name, high * 1.5 + 1) for name, (_, high) in METRIC_BOUNDS.items() if name != "activity"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BEYOND, ids=[f"{n}={v:g}" for n, v in BEYOND])
+def test_a_value_past_what_hardware_reports_is_a_422_naming_it(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock, name: str, value: float
+) -> None:
+    spec = METRICS_BY_NAME[name]
+    high = METRIC_BOUNDS[name][1]
+    kind = int if spec.kind == "int" else float
+    b = make_batch(start=clock() - timedelta(seconds=30), metrics={name: kind(value)})
+    r = http.post("/api/v1/ingest", json=b, headers=auth(tokens["agent"]))
+    assert r.status_code == 422, r.text
+    assert [d["loc"] for d in r.json()["detail"]] == [["body", "samples", 0, "metrics", name]]
+    assert stored(engine) == (0, 0)
+    b = make_batch(start=clock() - timedelta(seconds=30), metrics={name: kind(high)})
+    r = http.post("/api/v1/ingest", json=b, headers=auth(tokens["agent"]))
+    assert r.status_code == 200, r.text  # the bound itself is a reading

@@ -236,6 +236,9 @@ def test_implausible_values_are_dropped_from_their_sample_and_the_rest_ships(
             "energy_joules": 9223372036854775794.0 if glitch else 1e6,  # INT64 not-supported
             "fb_used_bytes": 2.0**64 if glitch else 2.0**30,
             "sm_clock_hz": 1.5e9,
+            # Finite but past what hardware can report (vocabulary.METRIC_BOUNDS).
+            "pcie_tx_bytes_per_second": 1.797e308 if glitch else 1e9,
+            "nvlink_rx_bytes_per_second": 2e13 if glitch else 1e11,
         }
 
     seen: list[dict[str, Any]] = []
@@ -261,11 +264,13 @@ def test_implausible_values_are_dropped_from_their_sample_and_the_rest_ships(
         ("gpu_util", "out of range"),
         ("energy_joules", "DCGM sentinel"),
         ("fb_used_bytes", "out of range"),
+        ("pcie_tx_bytes_per_second", "out of range"),
+        ("nvlink_rx_bytes_per_second", "out of range"),
     ]:
         labels = {"field": name, "reason": reason}
         assert metric(agent, "gpuwarden_agent_dropped_fields_total", labels) == 6  # 3 polls x 2
     said = [r.getMessage() for r in caplog.records if "dropped from its sample" in r.getMessage()]
-    assert len(said) == 10  # once per GPU and field, not once per poll
+    assert len(said) == 14  # once per GPU and field, not once per poll
 
 
 def test_a_poll_beyond_central_limits_travels_in_several_batches(tmp_path: Path) -> None:
