@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.costs.tenants import SplitRule
-from service.db import observed_jobs_repo, partitions, rollup_repo
+from service.db import observed_jobs_repo, partitions, rollup_repo, set_aside
 from service.db.outages import OutageLog, is_outage
 from service.db.retention import enforce_retention
 from service.db.set_aside import SetAside
@@ -56,18 +56,9 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
-# At most this many set-aside rows are logged one by one per round; the rest as a count.
-SET_ASIDE_LOG_LINES = 20
-
-
 def report_set_aside(ctx: ServiceContext, rows: list[SetAside]) -> None:
     """Log and count the rows a round left out, so an admin can find and fix them."""
-    for row in rows[:SET_ASIDE_LOG_LINES]:
-        log.warning("%s set aside %s: %s", row.round, row.row, row.reason)
-    if len(rows) > SET_ASIDE_LOG_LINES:
-        log.warning("... and %d more rows set aside", len(rows) - SET_ASIDE_LOG_LINES)
-    for row in rows:
-        ctx.telemetry.set_aside_rows.labels(row.round).inc()
+    set_aside.report(rows, counter=ctx.telemetry.set_aside_rows, log=log)
 
 
 # SQLite has one writer: a rollup transaction holds it from agents' batches, so there the

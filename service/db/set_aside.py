@@ -7,6 +7,7 @@ no single row can stop rollups, evaluation, retention or the outbox.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +21,10 @@ from service.vocabulary import METRIC_BOUNDS
 class SetAside:
     """One row a round left out: the round, which row, and why."""
 
-    round: str  # rollup, evaluate, retention, deliver
+    round: str  # rollup, evaluate, deliver
     row: str  # e.g. "sample of GPU 3 at 2026-12-02T08:00:00+00:00"
     reason: str
+    count: int = 1  # rows this line stands for ("12 samples of GPU 3 in the last 300 s")
 
 
 def impossible(names: Sequence[str], values: Sequence[Any]) -> list[str]:
@@ -51,3 +53,17 @@ def any_impossible(columns: Sequence[tuple[Any, str]]) -> Any:
         for col, n in columns
     ]
     return case((or_(*tests), 1), else_=0)
+
+
+# At most this many set-aside rows are logged one by one per round; the rest as a count.
+LOG_LINES = 20
+
+
+def report(rows: Sequence[SetAside], *, counter: Any, log: logging.Logger) -> None:
+    """Log the rows a round left out (which and why) and count them in ``counter`` by round."""
+    for row in rows[:LOG_LINES]:
+        log.warning("%s set aside %s: %s", row.round, row.row, row.reason)
+    if len(rows) > LOG_LINES:
+        log.warning("... and %d more rows set aside", len(rows) - LOG_LINES)
+    for row in rows:
+        counter.labels(row.round).inc(row.count)

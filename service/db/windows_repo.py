@@ -12,11 +12,13 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
+    and_,
     any_,
     bindparam,
     case,
     cast,
     func,
+    not_,
     or_,
     select,
 )
@@ -33,10 +35,11 @@ from service.db.schema import (
     samples,
     tenant_1m,
 )
+from service.db.set_aside import SetAside, any_impossible, possible
 from service.diagnosis import Cause
 from service.thresholds.evaluator import ScopeMember, WindowStats
 from service.thresholds.policy import SAMPLE_METRICS, cause_of_metric
-from service.vocabulary import HARDWARE_XIDS, METRICS_BY_NAME
+from service.vocabulary import HARDWARE_XIDS, METRIC_BOUNDS, METRICS_BY_NAME
 
 # Windows longer than this read 1-minute rollups instead of raw samples.
 RAW_WINDOW_MAX_SECONDS = 3600.0
@@ -166,7 +169,8 @@ def _sample_expr(metric: str) -> Any:
             (samples.c.cause == int(cause), 1.0),
             else_=0.0,
         )
-    return cast(samples.c[metric], Float)
+    # A stored value past what hardware can report is left out (counted by the caller).
+    return cast(possible(samples.c[metric], metric), Float)
 
 
 def _fault_aggregates(table: Any, *, rollup: bool, recent: Any = None) -> list[Any]:
@@ -183,15 +187,19 @@ def _fault_aggregates(table: Any, *, rollup: bool, recent: Any = None) -> list[A
         return fn if recent is None else fn.filter(recent)
 
     c = table.c
-    xid = c.xid_last_max if rollup else c.xid_last
-    remap = c.row_remap_failure_max if rollup else c.row_remap_failure
+
+    def col(name: str, end: str) -> Any:
+        return possible(c[f"{name}_{end}"] if rollup else c[name], name)
+
+    xid, remap = col("xid_last", "max"), col("row_remap_failure", "max")
     faults = case((xid.in_(sorted(HARDWARE_XIDS)), 1.0), (remap > 0, 1.0), else_=0.0)
     aggs: list[Any] = [agg(func.max(faults))]
     for counter in ("remapped_rows_uncorrectable", "pcie_replays"):
-        hi = c[f"{counter}_max"] if rollup else c[counter]
-        lo = c[f"{counter}_min"] if rollup else c[counter]
-        aggs.append(agg(func.max(hi)) - agg(func.min(lo)))
+        aggs.append(agg(func.max(col(counter, "max"))) - agg(func.min(col(counter, "min"))))
     return aggs
+
+
+_FAULT_METRICS = ("xid_last", "row_remap_failure", "remapped_rows_uncorrectable", "pcie_replays")
 
 
 def _faulted(values: Iterable[Any]) -> bool:
@@ -208,18 +216,20 @@ def window_stats(
     now: datetime,
     gpu_ids: Iterable[int],
     lost_gpu_ids: frozenset[int] = frozenset(),
+    set_aside: list[SetAside] | None = None,
 ) -> dict[float, WindowStatsByGpu]:
     """Per window and GPU, sum/count/min/max of each metric over (now - window, now].
 
     Every raw-sample window is read in one scan of the widest one (narrower windows are
-    aggregate FILTERs); windows longer than an hour read 1-minute rollups.
+    aggregate FILTERs); windows longer than an hour read 1-minute rollups. Samples and minutes
+    holding a value past what hardware can report are left out and listed in ``set_aside``.
     """
     ids = sorted(gpu_ids)
     out: dict[float, WindowStatsByGpu] = {}
     raw: dict[float, list[str]] = {}
     for w, ms in windows.items():
         if w > RAW_WINDOW_MAX_SECONDS:
-            out[w] = _rollup_stats(conn, sorted(set(ms)), w, now, ids, lost_gpu_ids)
+            out[w] = _rollup_stats(conn, sorted(set(ms)), w, now, ids, lost_gpu_ids, set_aside)
         else:
             raw[w] = sorted(set(ms) & set(SAMPLE_METRICS))
             out[w] = {}
@@ -237,6 +247,11 @@ def window_stats(
                 e = _sample_expr(m)
                 aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
                 cols += [a if recent is None else a.filter(recent) for a in aggs]
+        read = {m for ms in raw.values() for m in ms if m in METRICS_BY_NAME}
+        if any(m == "hardware_fault" for _, m, _ in plan):
+            read |= set(_FAULT_METRICS)
+        if read:  # last column: how many samples hold a value past its bounds
+            cols.append(func.sum(any_impossible([(samples.c[n], n) for n in sorted(read)])))
         # Naming the GPUs lets PostgreSQL walk the (gpu_id, ts) primary key per GPU instead
         # of scanning the whole day's partition for the time range.
         q = (
@@ -250,6 +265,11 @@ def window_stats(
         )
         for r in conn.execute(q):
             gid = r[0]
+            bad = int(r[-1] or 0) if read else 0
+            if bad and set_aside is not None:
+                what = f"{bad} samples of GPU {gid} in the last {widest:g} s"
+                why = f"a value past its bounds in {', '.join(sorted(read))}"
+                set_aside.append(SetAside("evaluate", what, why, bad))
             for w, m, i in plan:
                 if m == "hardware_fault":
                     v = 1.0 if _faulted(r[i : i + 3]) else 0.0
@@ -274,6 +294,7 @@ def _rollup_stats(
     now: datetime,
     gpu_ids: list[int],
     lost_gpu_ids: frozenset[int],
+    set_aside: list[SetAside] | None = None,
 ) -> dict[int, dict[str, WindowStats]]:
     """Like window_stats from whole 1-minute buckets (long windows)."""
     since = now - timedelta(seconds=window_seconds)
@@ -282,13 +303,17 @@ def _rollup_stats(
     rolled = [m for m in wanted if m in METRICS_BY_NAME or m in ROLLED_UP_DERIVED]
     causes = {m: Cause.IDLE_HELD if m == "idle_held" else cause_of_metric(m) for m in wanted}
     cause_fields = {m: f"{c.label}_seconds" for m, c in causes.items() if c is not None}
+    sane = {m: _sane_minute(m) for m in rolled}
     for m in rolled:
         cols += [
-            func.sum(c[f"{m}_sum"]).label(f"{m}__sum"),
-            func.sum(c[f"{m}_count"]).label(f"{m}__count"),
-            func.min(c[f"{m}_min"]).label(f"{m}__min"),
-            func.max(c[f"{m}_max"]).label(f"{m}__max"),
+            func.sum(case((sane[m], c[f"{m}_sum"]))).label(f"{m}__sum"),
+            func.sum(case((sane[m], c[f"{m}_count"]))).label(f"{m}__count"),
+            func.min(case((sane[m], c[f"{m}_min"]))).label(f"{m}__min"),
+            func.max(case((sane[m], c[f"{m}_max"]))).label(f"{m}__max"),
         ]
+    if rolled:
+        insane = or_(*(and_(c[f"{m}_count"] > 0, not_(sane[m])) for m in rolled))
+        cols.append(func.sum(case((insane, 1), else_=0)).label("set_aside"))
     cols += [func.sum(c[f]).label(f"{m}__seconds") for m, f in cause_fields.items()]
     cols += [
         func.sum(c.covered_seconds).label("cov"),
@@ -306,6 +331,10 @@ def _rollup_stats(
     for r in conn.execute(q):
         m_ = r._mapping
         per: dict[str, WindowStats] = {}
+        if rolled and m_["set_aside"] and set_aside is not None:
+            what = f"{m_['set_aside']} minutes of GPU {r.gpu_id} in the last {window_seconds:g} s"
+            why = f"a figure past its bounds in {', '.join(rolled)}"
+            set_aside.append(SetAside("evaluate", what, why, int(m_["set_aside"])))
         for m in rolled:
             if m_[f"{m}__count"]:
                 per[m] = WindowStats(
@@ -329,6 +358,15 @@ def _rollup_stats(
         for gid in lost_gpu_ids:
             out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
     return out
+
+
+def _sane_minute(metric: str) -> Any:
+    """SQL: whether a 1-minute rollup's figures of ``metric`` lie within what hardware reports
+    (its min and max within the bounds, its sum within count times them)."""
+    c = rollup_1m.c
+    low, high = METRIC_BOUNDS[metric]
+    lo, hi, total, n = (c[f"{metric}_{k}"] for k in ("min", "max", "sum", "count"))
+    return and_(lo >= low, hi <= high, total >= n * low, total <= n * high)
 
 
 OwnStats = dict[tuple[str, int], dict[str, WindowStats]]

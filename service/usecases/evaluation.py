@@ -13,9 +13,17 @@ from typing import Any
 from sqlalchemy import text
 
 from service.context import ServiceContext
-from service.db import alert_state_repo, outbox_repo, policies_repo, silences_repo, windows_repo
+from service.db import (
+    alert_state_repo,
+    outbox_repo,
+    policies_repo,
+    set_aside,
+    silences_repo,
+    windows_repo,
+)
 from service.db.leader import LeaderLock
 from service.db.metrics_repo import node_last_seen
+from service.db.set_aside import SetAside
 from service.errors import ConfigError, ValidationFailed
 from service.settings import load_config_file
 from service.thresholds.evaluator import (
@@ -204,6 +212,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     s = ctx.settings
     now = ctx.clock()
     result = RoundResult()
+    left_out: list[SetAside] = []
     with ctx.engine.connect() as conn:
         policy_list = policies_repo.list_policies(conn)
         channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
@@ -226,6 +235,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             now=now,
             gpu_ids=scopes.gpu_ids,
             lost_gpu_ids=scopes.lost_gpu_ids,
+            set_aside=left_out,
         )
         # A job's cause on a GPU it shares is its own, from its tenant rows.
         job_causes: dict[float, set[str]] = defaultdict(set)
@@ -243,6 +253,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
             previous = {name: dict(states) for name, states in cache.open.items()}
         else:
             previous = alert_state_repo.open_alerts(conn)
+    set_aside.report(left_out, counter=ctx.telemetry.set_aside_rows, log=log)
     t_read = time.perf_counter()
     changes: list[tuple[PolicySpec, Change]] = []
     # Policies that differ only in threshold, for or channels see the same observations.

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, func, select, update
 
 from service.db.schema import gpus, rollup_1m, rollup_dirty, samples
 from service.scheduler import retention_once, rollup_once
+from service.usecases.evaluation import evaluate_once
 from tests.support import FakeClock, make_batch
 
 HUGE = 1.797e308  # finite, and two of them overflow any sum
@@ -137,3 +138,53 @@ def test_retention_drops_old_poisoned_rows_and_keeps_recent_ones(
     assert left == 36  # the new batch, its poisoned row too (it is not old)
     rollup_once(app.state.ctx)
     assert dirty(engine) == 0
+
+
+def policy(name: str, metric: str, op: str, threshold: float, window: str) -> dict[str, Any]:
+    return {"name": name, "metric": metric, "aggregate": "avg", "window": window, "op": op,
+            "threshold": threshold, "for": "0s", "scope": "gpu", "severity": "warning",
+            "channels": []}  # fmt: skip
+
+
+def test_evaluation_sets_poisoned_samples_and_minutes_aside_and_every_policy_fires(
+    app: Any, http: httpx.Client, tokens, engine: Engine, clock: FakeClock, caplog
+) -> None:
+    admin = auth(tokens["admin"])
+    for p in (
+        policy("busy-pcie", "pcie_tx_bytes_per_second", ">", 1e8, "5m"),
+        policy("busy-pcie-2h", "pcie_tx_bytes_per_second", ">", 1e8, "2h"),
+        policy("low-sm", "sm_active", "<", 0.9, "5m"),
+    ):
+        r = http.post("/api/v1/policies", json=p, headers=admin)
+        assert r.status_code == 201, r.text
+    store(http, tokens, clock)
+    rollup_once(app.state.ctx)
+    # Raw samples (windows up to an hour) and minutes (longer ones), each poisoned twice.
+    poison(engine, "GPU-a0", 7, pcie_tx_bytes_per_second=HUGE, energy_joules=HUGE)
+    poison(engine, "GPU-a0", 8, pcie_tx_bytes_per_second=HUGE, energy_joules=HUGE)
+    with engine.begin() as conn:
+        gpu_id = conn.execute(select(gpus.c.id).where(gpus.c.uuid == "GPU-a0")).scalar_one()
+        first, second = conn.execute(
+            select(rollup_1m.c.bucket_start)
+            .where(rollup_1m.c.gpu_id == gpu_id, rollup_1m.c.sample_count > 0)
+            .order_by(rollup_1m.c.bucket_start)
+        ).all()[:2]
+        for (bucket,) in (first, second):
+            conn.execute(
+                update(rollup_1m)
+                .where(rollup_1m.c.gpu_id == gpu_id, rollup_1m.c.bucket_start == bucket)
+                .values(pcie_tx_bytes_per_second_sum=HUGE, pcie_tx_bytes_per_second_max=HUGE)
+            )
+    with caplog.at_level(logging.WARNING):
+        result = evaluate_once(app.state.ctx)
+    assert result.failed_policies == []
+    alerts = http.get("/api/v1/alerts", params={"state": "firing"},
+                      headers=auth(tokens["reader"])).json()  # fmt: skip
+    fired = sorted((a["policy"], a["labels"]["gpu_uuid"]) for a in alerts)
+    policies = ("busy-pcie", "busy-pcie-2h", "low-sm")
+    assert fired == sorted((p, g) for p in policies for g in ("GPU-a0", "GPU-a1")), fired
+    for a in alerts:
+        assert math.isfinite(a["value"]), a
+    assert set_aside(app, "evaluate") == 4  # two samples and two minutes
+    said = [r.getMessage() for r in caplog.records if "evaluate set aside" in r.getMessage()]
+    assert any("2 samples of GPU" in s for s in said) and any("2 minutes of GPU" in s for s in said)
