@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import NamedTuple, Protocol
 
 GIB = 1024**3
@@ -298,3 +298,71 @@ def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
     if values.get("tensor_active") is not None:
         out += [Cause.COMPUTE_NO_TENSOR, Cause.COMPUTE_TENSOR]
     return tuple(sorted(out))
+
+
+# --- GPU states ----------------------------------------------------------------------------
+
+
+class GpuState(StrEnum):
+    """What a GPU is doing now, as every surface names it (fleet API, CLI, console).
+
+    It follows the cause of the GPU's latest sample (see the mapping below): ``working`` only
+    where the SMs are busy on real work, ``underused`` where kernels run but leave most of the
+    GPU waiting (tiny kernels, starved input, copies), the two idle states, and three states
+    that are not a cause: the GPU fell off the bus, sent nothing for a while, or cannot tell.
+    Declared worst first: lists sort GPUs of equal waste in this order.
+    """
+
+    LOST = "lost"
+    IDLE_HELD = "idle-held"
+    IDLE = "idle"
+    UNDERUSED = "underused"
+    NO_DATA = "no-data"
+    UNCLASSIFIED = "unclassified"
+    WORKING = "working"
+
+
+STATE_OF_CAUSE: dict[Cause, GpuState] = {
+    Cause.COMPUTE_TENSOR: GpuState.WORKING,
+    Cause.MEMORY_BOUND: GpuState.WORKING,
+    Cause.COMPUTE_NO_TENSOR: GpuState.WORKING,
+    Cause.LAUNCH_BOUND: GpuState.UNDERUSED,
+    Cause.INPUT_STARVED: GpuState.UNDERUSED,
+    Cause.TRANSFER_BOUND: GpuState.UNDERUSED,
+    Cause.IDLE_HELD: GpuState.IDLE_HELD,
+    Cause.IDLE_EMPTY: GpuState.IDLE,
+    Cause.UNCLASSIFIED: GpuState.UNCLASSIFIED,
+}
+STATES: tuple[GpuState, ...] = tuple(GpuState)
+STATE_NAMES: tuple[str, ...] = tuple(s.value for s in STATES)
+STATE_MEANING: dict[GpuState, str] = {
+    GpuState.LOST: "the GPU fell off the bus",
+    GpuState.IDLE_HELD: "nothing running, memory held",
+    GpuState.IDLE: "nothing running, nothing held",
+    GpuState.UNDERUSED: "kernels run but most of the GPU waits: tiny kernels, starved input "
+    "or host-device copies",
+    GpuState.NO_DATA: "no sample for 2 minutes: the figures are not current",
+    GpuState.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why",
+    GpuState.WORKING: "SMs busy on real work",
+}
+# States whose GPUs waste what they cost: nothing runs, or most of the GPU waits.
+WASTE_STATES: frozenset[GpuState] = frozenset(
+    {GpuState.IDLE_HELD, GpuState.IDLE, GpuState.UNDERUSED}
+)
+# No sample for this long: a GPU's latest cause no longer says what it is doing now.
+STALE_SECONDS = 120.0
+
+
+def gpu_state(*, cause: Cause | None, lost: bool, age_seconds: float | None) -> GpuState:
+    """A GPU's state from its latest sample's cause and that sample's age in seconds (None:
+    never sampled); a lost GPU is lost whatever it sent last."""
+    if lost:
+        return GpuState.LOST
+    if cause is None or age_seconds is None or age_seconds > STALE_SECONDS:
+        return GpuState.NO_DATA
+    return STATE_OF_CAUSE[cause]
+
+
+def causes_of_state(state: GpuState) -> tuple[Cause, ...]:
+    """The causes whose GPUs are in ``state`` (none for lost and no-data)."""
+    return tuple(c for c in CAUSES if STATE_OF_CAUSE.get(c) is state)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from datetime import datetime
 from time import sleep
 from typing import Any
@@ -13,13 +12,19 @@ from service.cli.report import gpu_hours, money, terminal_console
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
 from service.clock import utc_now
-from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING
+from service.diagnosis import (
+    CAUSE_BY_NAME,
+    CAUSE_MEANING,
+    CAUSE_NAMES,
+    STATE_MEANING,
+    STATE_NAMES,
+    GpuState,
+    causes_of_state,
+)
 from service.localrun import resolve_service
 from service.vocabulary import job_path
 
 GIB = 1024**3
-STALE_SECONDS = 120.0  # no sample for this long: the GPU's figures are not current
-STATES = ("lost", "no-data", "idle", "idle-held", "busy")
 
 
 def _service_flags(p: argparse.ArgumentParser) -> None:
@@ -27,18 +32,33 @@ def _service_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", dest="api_token", help="reader token (GPUWARDEN_API_TOKEN)")
 
 
+def states_help() -> str:
+    """The states, what each means and the causes in each, one a line (for --help)."""
+    lines = ["states (from the cause of each GPU's latest sample):"]
+    for state in GpuState:
+        causes = ", ".join(c.label for c in causes_of_state(state))
+        also = f" ({causes})" if causes else ""
+        lines.append(f"  {state.value:<13} {STATE_MEANING[state]}{also}")
+    return "\n".join(lines)
+
+
 def add_fleet_parsers(sub: Any) -> None:
     """Add ``gpus`` and ``job`` to the ``gpuwarden`` sub-commands."""
     p = sub.add_parser(
         "gpus",
         help="every GPU on one screen, worst first: state, activity, memory, job, $ wasted today",
+        epilog=states_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Next to a running `gpuwarden up` or `demo` the service and token are found "
         "by themselves; else give --url and --token.",
     )
     _service_flags(p)
     p.add_argument("--node", help="only this node")
-    p.add_argument("--team", help="only GPUs held by this team's jobs")
-    p.add_argument("--state", choices=STATES, help="only GPUs in this state")
+    p.add_argument("--team", help="only GPUs this team's jobs held today or hold now")
+    p.add_argument("--state", choices=STATE_NAMES, help="only GPUs in this state")
+    p.add_argument(
+        "--cause", choices=CAUSE_NAMES, help="only GPUs whose latest sample has this cause"
+    )
     p.add_argument(
         "--watch",
         nargs="?",
@@ -61,19 +81,6 @@ def add_fleet_parsers(sub: Any) -> None:
 # --- gpus ------------------------------------------------------------------------------
 
 
-def gpu_state(gpu: dict[str, Any], now: datetime) -> str:
-    """lost, no-data (no sample for 2 minutes), idle, idle-held or busy."""
-    if gpu.get("lost"):
-        return "lost"
-    seen = gpu.get("last_seen_at")
-    if seen is None:
-        return "no-data"
-    last = datetime.fromisoformat(str(seen).replace("Z", "+00:00"))
-    if (now - last).total_seconds() > STALE_SECONDS or gpu.get("cause") is None:
-        return "no-data"
-    return {"idle_empty": "idle", "idle_held": "idle-held"}.get(gpu["cause"], "busy")
-
-
 def _memory(gpu: dict[str, Any]) -> str:
     used = gpu.get("latest", {}).get("fb_used_bytes")
     total = gpu.get("fb_total_bytes") or gpu.get("latest", {}).get("fb_total_bytes")
@@ -82,45 +89,43 @@ def _memory(gpu: dict[str, Any]) -> str:
     return f"{used / GIB:.0f}/{total / GIB:.0f} GiB" if total else f"{used / GIB:.0f} GiB"
 
 
-def _activity(gpu: dict[str, Any], state: str) -> str:
+def _activity(gpu: dict[str, Any]) -> str:
     value = gpu.get("activity")
-    if value is None or state in ("lost", "no-data"):
+    state = gpu.get("state")
+    if value is None or state in (GpuState.LOST, GpuState.NO_DATA):
         return ""
     cause = gpu.get("cause") or ""
-    why = "" if state != "busy" else f" {cause.replace('_', '-')}"
+    # The idle states say their cause themselves; the others name it.
+    why = "" if state in (GpuState.IDLE, GpuState.IDLE_HELD) else f" {cause.replace('_', '-')}"
     return f"{value:.0%}{why}"
 
 
-def fleet_rows(
-    gpus: list[dict[str, Any]],
-    wasted_by_uuid: Mapping[str, float | None],
-    *,
-    now: datetime,
-    state: str | None = None,
-) -> list[list[str]]:
-    """One row per GPU, worst first (most dollars wasted today, then lost, idle-held, idle)."""
-    rank = {"lost": 0, "idle-held": 1, "idle": 2, "no-data": 3, "busy": 4}
-    keyed = []
-    for g in gpus:
-        s = gpu_state(g, now)
-        if state is not None and s != state:
-            continue
-        wasted = wasted_by_uuid.get(g["uuid"])
-        keyed.append((-(wasted or 0.0), rank[s], g["node"], g["index"], g, s, wasted))
-    keyed.sort(key=lambda k: k[:4])
+def fleet_rows(gpus: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per GPU (as ``GET /fleet`` has them), worst first: most dollars wasted today,
+    then by state (lost, idle-held, idle, underused, ..., working)."""
+    rank = {name: i for i, name in enumerate(STATE_NAMES)}
+    keyed = sorted(
+        gpus,
+        key=lambda g: (
+            -(g.get("wasted_today_usd") or 0.0),
+            rank.get(g["state"], len(rank)),
+            g["node"],
+            g["index"],
+        ),
+    )
     return [
         [
             g["node"],
             str(g["index"]),
             g["model"].removeprefix("NVIDIA "),
-            s,
-            _activity(g, s),
+            g["state"],
+            _activity(g),
             _memory(g),
             g.get("job") or "",
             g.get("user") or "",
-            money(wasted) if g["uuid"] in wasted_by_uuid else "",
+            money(g.get("wasted_today_usd")),
         ]
-        for *_, g, s, wasted in keyed
+        for g in keyed
     ]
 
 
@@ -137,28 +142,29 @@ FLEET_COLUMNS = [
 ]
 
 
-def _fleet_table(args: argparse.Namespace, settings: ClientSettings, width: int) -> Any:
-    params = {"node": args.node} if args.node else None
-    gpus: list[dict[str, Any]] = api_get(settings, "/gpus", params).json()
-    now = utc_now()
-    # "today" as the service's clock has it: a client clock a little off near midnight
-    # must not ask for a day that has not started there.
-    query = {"group_by": "gpu", "start": "today", "end": "now"}
-    if args.team:
-        query["team"] = args.team
-    report = api_get(settings, "/reports/cost", query).json()
-    wasted = {r["key"]: r["unused_cost_usd"] for r in report["rows"]}
-    if args.team:  # only GPUs the team's jobs held today, or hold now
-        gpus = [g for g in gpus if g["uuid"] in wasted or g.get("team") == args.team]
-    rows = fleet_rows(gpus, wasted, now=now, state=args.state)
-    total = sum(v or 0.0 for v in wasted.values())
-    table, dropped = fit_table(
-        FLEET_COLUMNS,
-        rows,
-        width=width,
-        title=f"{len(rows)} GPUs at {now:%Y-%m-%d %H:%M:%S}Z; {money(total)} wasted since "
-        f"{str(report['start'])[:10]} 00:00Z",
+def fleet_title(fleet: dict[str, Any], args: argparse.Namespace) -> str:
+    """The table's headline: the GPUs shown, what they wasted today and the filters."""
+    now = datetime.fromisoformat(str(fleet["now"]).replace("Z", "+00:00"))
+    filters = [
+        f"{name} {value}"
+        for name in ("node", "team", "state", "cause")
+        if (value := getattr(args, name, None))
+    ]
+    return (
+        f"{len(fleet['gpus'])} GPU{'' if len(fleet['gpus']) == 1 else 's'}"
+        + (f" ({', '.join(filters)})" if filters else "")
+        + f" at {now:%Y-%m-%d %H:%M:%S}Z; {money(fleet['wasted_today_usd'])} wasted since "
+        f"{str(fleet['start'])[:10]} 00:00Z"
     )
+
+
+def _fleet_table(args: argparse.Namespace, settings: ClientSettings, width: int) -> Any:
+    # One read: the service filters, so the headline's dollars are those of the GPUs shown
+    # and an unknown node or team is refused with the nearest known name.
+    params = {k: v for k in ("node", "team", "state", "cause") if (v := getattr(args, k))}
+    fleet: dict[str, Any] = api_get(settings, "/fleet", params).json()
+    rows = fleet_rows(fleet["gpus"])
+    table, dropped = fit_table(FLEET_COLUMNS, rows, width=width, title=fleet_title(fleet, args))
     if dropped:
         table.caption = f"left out to fit {width} columns: {', '.join(dropped)}"
     return table

@@ -216,3 +216,9 @@ def list_jobs(
     if team is not None:
         q = q.where(jobs.c.team == team)
     return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def team_names(conn: Connection) -> list[str]:
+    """Every team a stored job names, sorted (read from the team index)."""
+    query = select(jobs.c.team).where(jobs.c.team.is_not(None)).distinct().order_by(jobs.c.team)
+    return [team for (team,) in conn.execute(query).all()]

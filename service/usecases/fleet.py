@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,19 +13,23 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.costs.waste import summarize
-from service.db import gpus_repo
+from service.db import gpus_repo, jobs_repo
+from service.diagnosis import CAUSE_BY_NAME, CAUSE_NAMES, STATE_NAMES, GpuState, gpu_state
+from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases.cost_report import attribute
 
 
 @dataclass(frozen=True, slots=True)
 class WastedToday:
-    """Each GPU's wasted (unused) USD since ``day_start`` (None: unpriced), and how priced."""
+    """Each GPU's wasted (unused) USD since ``day_start`` (None: unpriced), and how priced;
+    ``by_team`` the same per team, of the team's jobs' time only."""
 
     day_start: datetime
     by_uuid: dict[str, float | None]
     price_source: str
     warnings: list[str]
+    by_team: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,11 +71,88 @@ def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> Wast
         causes=False,
     )
     by_gpu = summarize(att.lines, lambda line: att.gpus[line.gpu_id].uuid, jobs_only=False)
+    team_of = {job_id: job.get("team") for job_id, job in att.jobs.items()}
+    teams_lines = [ln for ln in att.lines if ln.job_id is not None and team_of.get(ln.job_id)]
+    by_team: dict[str, dict[str, float | None]] = {}
+    for key, s in summarize(
+        teams_lines, lambda ln: f"{team_of[ln.job_id or '']}\0{att.gpus[ln.gpu_id].uuid}"
+    ).items():
+        team, uuid = key.split("\0", 1)
+        by_team.setdefault(team, {})[uuid] = s.unused_cost_usd if s.priced else None
     return WastedToday(
         day_start,
         {uuid: s.unused_cost_usd if s.priced else None for uuid, s in by_gpu.items()},
         att.price_source,
         att.warnings,
+        by_team,
+    )
+
+
+def with_states(gpus: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """The GPUs (as ``gpus_repo.list_gpus`` has them), each with its ``state`` now."""
+    for gpu in gpus:
+        seen = gpu["last_seen_at"]
+        cause = gpu["cause"]
+        gpu["state"] = gpu_state(
+            cause=None if cause is None else CAUSE_BY_NAME[cause],
+            lost=gpu["lost"],
+            age_seconds=None if seen is None else (now - seen).total_seconds(),
+        ).value
+    return gpus
+
+
+def nearest(value: str, known: Sequence[str]) -> str:
+    """What an unknown name's error adds: the closest known name, or the known names."""
+    close = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    if not known:
+        return "; none is known yet"
+    shown = ", ".join(sorted(known)[:8])
+    return f"; known: {shown}" + (", ..." if len(known) > 8 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetFilter:
+    """Which GPUs a fleet view shows: a node's, a model's, a team's (held today or now), those
+    in a state, those whose latest sample has a cause."""
+
+    node: str | None = None
+    model: str | None = None
+    team: str | None = None
+    state: str | None = None
+    cause: str | None = None
+
+
+def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) -> None:
+    """ValidationFailed naming the filter and the nearest known value, for a name not known."""
+    if f.state is not None and f.state not in STATE_NAMES:
+        raise ValidationFailed(
+            "state", f"unknown state {f.state!r}" + nearest(f.state, STATE_NAMES)
+        )
+    if f.cause is not None and f.cause not in CAUSE_NAMES:
+        raise ValidationFailed(
+            "cause", f"unknown cause {f.cause!r}" + nearest(f.cause, CAUSE_NAMES)
+        )
+    nodes = sorted({g["node"] for g in gpus})
+    if f.node is not None and f.node not in nodes:
+        raise ValidationFailed("node", f"no GPU on node {f.node!r}" + nearest(f.node, nodes))
+    models = sorted({g["model"] for g in gpus})
+    if f.model is not None and f.model not in models:
+        raise ValidationFailed("model", f"no GPU of model {f.model!r}" + nearest(f.model, models))
+    if f.team is not None:
+        teams = jobs_repo.team_names(conn)
+        if f.team not in teams:
+            raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
+
+
+def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, float | None]) -> bool:
+    return (
+        (f.node is None or gpu["node"] == f.node)
+        and (f.model is None or gpu["model"] == f.model)
+        and (f.team is None or gpu["uuid"] in team_usd or gpu["team"] == f.team)
+        and (f.state is None or gpu["state"] == f.state)
+        and (f.cause is None or (gpu["cause"] == f.cause and gpu["state"] != GpuState.NO_DATA))
     )
 
 
@@ -79,22 +162,29 @@ def fleet_now(
     settings: Settings,
     now: datetime,
     cache: WastedTodayCache | None = None,
+    only: FleetFilter | None = None,
 ) -> dict[str, Any]:
-    """Every GPU (as ``GET /gpus`` has it) with its wasted (unused) USD since midnight UTC."""
+    """Every GPU (as ``GET /gpus`` has it) with its state and wasted (unused) USD since midnight
+    UTC, or those ``only`` lets through (a team's dollars then only its jobs'); the total is
+    of the GPUs shown. ValidationFailed for a node, team, state or cause not known."""
+    f = only or FleetFilter()
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     wasted = cache.get(day_start) if cache is not None else None
     if wasted is None:
         wasted = wasted_today(conn, settings=settings, now=now)
         if cache is not None:
             cache.put(wasted)
-    gpus = gpus_repo.list_gpus(conn)
+    every = with_states(gpus_repo.list_gpus(conn), now=now)
+    _check_filter(conn, f, every)
+    usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
+    gpus = [g for g in every if _shown(g, f, usd)]
     for gpu in gpus:
-        gpu["wasted_today_usd"] = wasted.by_uuid.get(gpu["uuid"])
+        gpu["wasted_today_usd"] = usd.get(gpu["uuid"], None if f.team is None else 0.0)
     return {
         "start": day_start,
         "now": now,
         "gpus": gpus,
-        "wasted_today_usd": sum(v for v in wasted.by_uuid.values() if v is not None),
+        "wasted_today_usd": sum(g["wasted_today_usd"] or 0.0 for g in gpus),
         "price_source": wasted.price_source,
         "warnings": wasted.warnings,
     }

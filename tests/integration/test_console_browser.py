@@ -53,6 +53,14 @@ K8S_JOB = "k8s:ml team/train-7f9c|run?1#a%b ü"
 USD_TOLERANCE = 0.25
 
 
+def expect(locator: Any) -> Any:
+    """Playwright's waiting assertions on ``locator`` (imported late: the module must load, and
+    skip, without Playwright)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
 def _need_browser() -> None:
     missing = []
     try:
@@ -239,11 +247,71 @@ def test_fleet_page_matches_the_api(admin: Console, demo: dict[str, Any]) -> Non
         cell = f'#fleet tr[data-uuid="{gpu["uuid"]}"] td[data-usd]'
         if wasted.get(gpu["uuid"]) is not None:
             assert admin.usd(cell) == pytest.approx(wasted[gpu["uuid"]], abs=USD_TOLERANCE)
-    idle_held = [g for g in gpus if g.get("cause") == "idle_held" and not g["lost"]]
-    assert admin.page.locator("#fleet .state-idle-held").count() == len(idle_held)
+    idle_held = [g for g in gpus if g["state"] == "idle-held"]
+    assert admin.page.locator("#fleet .state-idle-held").count() == len(idle_held) > 0
     admin.shot("fleet")
     admin.page.select_option("#filter-node", "demo-node-1")
-    assert rows.count() == sum(g["node"] == "demo-node-1" for g in gpus)
+    expect(rows).to_have_count(sum(g["node"] == "demo-node-1" for g in gpus))
+    assert not admin.errors, admin.errors
+
+
+def _green(page: Any, selector: str) -> bool:
+    """Whether the element is drawn in the console's "ok" green (text or background)."""
+    return bool(
+        page.eval_on_selector(
+            selector,
+            """e => { const ok = getComputedStyle(document.documentElement)
+                        .getPropertyValue("--ok").trim();
+                      const probe = document.createElement("span");
+                      probe.style.color = ok; document.body.append(probe);
+                      const green = getComputedStyle(probe).color; probe.remove();
+                      const s = getComputedStyle(e);
+                      return s.color === green || s.backgroundColor === green; }""",
+        )
+    )
+
+
+def test_fleet_shows_no_green_working_state_on_a_transfer_bound_gpu(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    gpus = demo["api"].get("/fleet").json()["gpus"]
+    copy = next(g for g in gpus if g["cause"] == "transfer_bound" and g["state"] != "no-data")
+    working = next(g for g in gpus if g["cause"] == "compute_tensor" and g["state"] == "working")
+    admin.open("/")
+    chip = f'#fleet tr[data-uuid="{copy["uuid"]}"] .chip[class*="state-"]'
+    assert admin.page.inner_text(chip) == "underused"
+    assert not _green(admin.page, chip)
+    # The healthy GPU's chip is the green one: the check above can tell them apart.
+    assert _green(admin.page, f'#fleet tr[data-uuid="{working["uuid"]}"] .chip[class*="state-"]')
+    assert admin.page.locator('#fleet tr[data-state="working"] .c-transfer_bound').count() == 0
+    assert not admin.errors, admin.errors
+
+
+def test_fleet_filters_by_state_and_cause_and_the_cards_follow(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    api = demo["api"]
+    admin.open("/?state=underused")
+    want = api.get("/fleet", params={"state": "underused"}).json()
+    rows = admin.page.locator("#fleet tbody tr")
+    expect(rows).to_have_count(len(want["gpus"]))
+    assert len(want["gpus"]) >= 3  # the demo's launch-bound, input-starved and copy GPUs
+    assert admin.page.locator('#fleet tbody tr:not([data-state="underused"])').count() == 0
+    # The cards count and add up the filtered GPUs, not the fleet.
+    assert admin.page.inner_text('#fleet-cards [data-state="underused"] .v') == str(
+        len(want["gpus"])
+    )
+    assert admin.page.inner_text('#fleet-cards [data-state="working"] .v') == "0"
+    assert admin.usd("#wasted-today .v") == pytest.approx(
+        want["wasted_today_usd"], abs=USD_TOLERANCE * 2
+    )
+    fleet_usd = api.get("/fleet").json()["wasted_today_usd"]
+    assert admin.usd("#wasted-today .v") < fleet_usd - 1.0
+    admin.page.select_option("#filter-state", "")
+    admin.page.select_option("#filter-cause", "transfer_bound")
+    expect(rows).to_have_count(1)
+    assert admin.page.url.endswith("/?cause=transfer_bound")
+    assert admin.page.inner_text("#fleet-cards .card .v") == "1"
     assert not admin.errors, admin.errors
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import insert
 from service.db.schema import prices
 from service.scheduler import rollup_once
 from tests.alerting_support import add_job, auth, ingest
+from tests.conftest import make_token
 from tests.support import FakeClock
 
 
@@ -54,3 +55,93 @@ def test_fleet_wasted_today_matches_the_cost_report(
     assert body["start"].startswith("2026-12-02T00:00:00")
     assert body["price_source"] == "api"
     assert http.get("/api/v1/fleet", headers=auth(tokens["agent"])).status_code == 403
+
+
+# Each GPU's latest samples, from the H200 figures of docs/diagnosis.md for its cause.
+STATE_CASES: dict[str, tuple[dict[str, float], str, str]] = {
+    "GPU-s0": ({"sm_active": 0.95, "tensor_active": 0.9, "dram_active": 0.3,
+                "gr_engine_active": 0.99}, "compute_tensor", "working"),
+    "GPU-s1": ({"sm_active": 0.0, "gr_engine_active": 0.99, "gpu_util": 0.99,
+                "pcie_tx_bytes_per_second": 29e9, "pcie_rx_bytes_per_second": 29e9},
+               "transfer_bound", "underused"),
+    "GPU-s2": ({"sm_active": 0.03, "gr_engine_active": 0.33, "gpu_util": 0.33},
+               "launch_bound", "underused"),
+    "GPU-s3": ({"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 20 * 2**30}, "idle_held",
+               "idle-held"),
+}  # fmt: skip
+
+
+def _fleet_of_states(http: httpx.Client, tokens: dict[str, str], engine, clock) -> None:
+    start = clock() - timedelta(minutes=5)
+    node_b = make_token(engine, "agent", "node-b")
+    for uuid, (metrics, _, _) in STATE_CASES.items():
+        token, host = (node_b, "node-b") if uuid == "GPU-s3" else (tokens["agent"], "node-a")
+        ingest(http, token, start=start, count=30, metrics=metrics, gpu_uuids=(uuid,),
+               hostname=host)  # fmt: skip
+    add_job(engine, "j-copy", ("GPU-s1",), started_at=start, team="vision")
+    add_job(engine, "j-held", ("GPU-s3",), started_at=start, team="nlp")
+    with engine.begin() as conn:
+        conn.execute(
+            insert(prices).values(
+                model_pattern="*H100*", usd_per_gpu_hour=4.0,
+                effective_from=start - timedelta(days=1),
+            )
+        )  # fmt: skip
+
+
+def test_fleet_states_follow_the_cause_and_filters_pick_them(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    _fleet_of_states(http, tokens, engine, clock)
+    clock.advance(10)
+    rollup_once(app.state.ctx)
+    reader = auth(tokens["reader"])
+    body = http.get("/api/v1/fleet", headers=reader).json()
+    got = {g["uuid"]: (g["cause"], g["state"]) for g in body["gpus"]}
+    assert got == {u: (cause, state) for u, (_, cause, state) in STATE_CASES.items()}
+    by_gpus = {g["uuid"]: g["state"] for g in http.get("/api/v1/gpus", headers=reader).json()}
+    assert by_gpus == {u: state for u, (_, _, state) in STATE_CASES.items()}
+
+    def shown(**params: str) -> tuple[set[str], float]:
+        r = http.get("/api/v1/fleet", params=params, headers=reader)
+        assert r.status_code == 200, r.text
+        b = r.json()
+        assert b["wasted_today_usd"] == pytest.approx(
+            sum(g["wasted_today_usd"] or 0 for g in b["gpus"])
+        )
+        return {g["uuid"] for g in b["gpus"]}, b["wasted_today_usd"]
+
+    _, total = shown()
+    assert shown(state="underused")[0] == {"GPU-s1", "GPU-s2"}
+    assert shown(cause="transfer_bound")[0] == {"GPU-s1"}
+    assert shown(node="node-b")[0] == {"GPU-s3"}
+    assert shown(team="vision")[0] == {"GPU-s1"}
+    held, held_usd = shown(state="idle-held")
+    # The headline follows the filter: the idle-held GPU's dollars, not the fleet's.
+    assert held == {"GPU-s3"} and 0 < held_usd < total
+
+    # Clock past the stale limit: every GPU's latest cause is no longer current.
+    clock.advance(600)
+    stale = http.get("/api/v1/fleet", headers=reader).json()
+    assert {g["state"] for g in stale["gpus"]} == {"no-data"}
+    assert shown(cause="idle_held")[0] == set()
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "hint"),
+    [
+        ("node", "nod-a", "did you mean 'node-a'?"),
+        ("team", "visoin", "did you mean 'vision'?"),
+        ("state", "busy", "unknown state 'busy'"),
+        ("cause", "transfer-bound", "did you mean 'transfer_bound'?"),
+        ("model", "H100", "no GPU of model 'H100'"),
+    ],
+)
+def test_an_unknown_filter_value_is_a_422_naming_the_nearest(
+    http: httpx.Client, tokens, engine, clock: FakeClock, param: str, value: str, hint: str
+) -> None:
+    _fleet_of_states(http, tokens, engine, clock)
+    r = http.get("/api/v1/fleet", params={param: value}, headers=auth(tokens["reader"]))
+    assert r.status_code == 422, r.text
+    [detail] = r.json()["detail"]
+    assert detail["loc"] == ["query", param] and hint in detail["msg"]

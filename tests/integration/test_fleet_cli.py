@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,7 +17,7 @@ from tests.support import FakeClock, iso, make_batch
 def fleet_data(app, http, tokens, clock: FakeClock) -> None:
     start = clock() - timedelta(minutes=10)
     held = {"sm_active": 0.0, "fb_used_bytes": 20 * 2**30}
-    busy = {"sm_active": 0.9, "fb_used_bytes": 40 * 2**30}
+    busy = {"sm_active": 0.9, "tensor_active": 0.8, "fb_used_bytes": 40 * 2**30}
     agent = {"Authorization": f"Bearer {tokens['agent']}"}
     for uuid, metrics in (("GPU-a0", held), ("GPU-a1", busy)):
         batch = make_batch(start=start, count=60, gpu_uuids=(uuid,), metrics=metrics)
@@ -45,6 +46,38 @@ def test_gpus_lists_every_gpu_worst_first_and_filters(
     assert main([*base, "--state", "idle-held"]) == 0
     out = capsys.readouterr().out
     assert "slurm:1" in out and "slurm:2" not in out
+    assert main([*base, "--cause", "compute_tensor"]) == 0
+    out = capsys.readouterr().out
+    assert "slurm:2" in out and "slurm:1" not in out and "working" in out
+
+
+def _headline_usd(out: str) -> float:
+    return float(re.search(r"\$([0-9.,]+) wasted since", out).group(1).replace(",", ""))  # type: ignore[union-attr]
+
+
+def test_gpus_headline_follows_its_filters(capsys, server, tokens, fleet_data, monkeypatch):
+    base = ["gpus", "--url", server, "--token", tokens["reader"]]
+    assert main(base) == 0
+    fleet_usd = _headline_usd(capsys.readouterr().out)
+    assert main([*base, "--state", "idle-held"]) == 0
+    out = capsys.readouterr().out
+    held_row = next(line for line in out.splitlines() if "slurm:1" in line)
+    held_usd = float(held_row.rsplit("$", 1)[1].strip(" │|").replace(",", ""))
+    assert out.lstrip().startswith("1 GPU (state idle-held)")
+    # The two GPUs both wasted money today; the headline is the shown GPU's only.
+    assert _headline_usd(out) == pytest.approx(held_usd, abs=0.01) and held_usd < fleet_usd
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "nearest"), [("--node", "node-b", "node-a"), ("--team", "visoin", "vision")]
+)
+def test_gpus_names_the_nearest_of_an_unknown_node_or_team(
+    capsys, server, tokens, fleet_data, flag: str, value: str, nearest: str
+):
+    assert main(["gpus", "--url", server, "--token", tokens["reader"], flag, value]) != 0
+    captured = capsys.readouterr()
+    assert f"did you mean '{nearest}'?" in captured.err and value in captured.err
+    assert captured.out == ""
 
 
 def test_gpus_watch_refreshes_until_ctrl_c(capsys, server, tokens, fleet_data, monkeypatch):

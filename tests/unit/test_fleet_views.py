@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
 from datetime import UTC, datetime, timedelta
 
-from service.cli.fleet import fleet_rows, gpu_state, job_report
+from service.cli.fleet import fleet_rows, fleet_title, job_report
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 GIB = 1024**3
 
 
-def gpu(uuid: str, index: int, cause: str | None, **extra: object) -> dict[str, object]:
+def gpu(uuid: str, index: int, state: str, cause: str | None, **extra: object) -> dict[str, object]:
     return {
         "uuid": uuid,
         "index": index,
@@ -22,31 +23,46 @@ def gpu(uuid: str, index: int, cause: str | None, **extra: object) -> dict[str, 
         "latest": {"fb_used_bytes": 20 * GIB},
         "activity": 0.9 if cause == "compute_tensor" else 0.0,
         "cause": cause,
+        "state": state,
         "job": None,
         "user": None,
+        "wasted_today_usd": None,
         **extra,
     }
 
 
-def test_gpus_worst_first_with_state_and_filter() -> None:
+def test_gpus_worst_first_by_waste_then_state() -> None:
     gpus = [
-        gpu("GPU-busy", 0, "compute_tensor", job="slurm:1", user="alice"),
-        gpu("GPU-held", 1, "idle_held", job="slurm:2", user="bob"),
-        gpu("GPU-lost", 2, None, lost=True),
-        gpu("GPU-old", 3, "idle_empty", last_seen_at=(NOW - timedelta(hours=1)).isoformat()),
-    ]
-    wasted = {"GPU-busy": 0.3, "GPU-held": 4.03, "GPU-lost": 0.0}
-    rows = fleet_rows(gpus, wasted, now=NOW)
+        gpu("GPU-busy", 0, "working", "compute_tensor", job="slurm:1", user="alice",
+            wasted_today_usd=0.3),
+        gpu("GPU-held", 1, "idle-held", "idle_held", job="slurm:2", user="bob",
+            wasted_today_usd=4.03),
+        gpu("GPU-lost", 2, "lost", None, lost=True, wasted_today_usd=0.0),
+        gpu("GPU-old", 3, "no-data", "idle_empty", wasted_today_usd=0.0),
+        gpu("GPU-copy", 4, "underused", "transfer_bound", wasted_today_usd=0.0),
+    ]  # fmt: skip
+    rows = fleet_rows(gpus)
     assert [(r[1], r[3]) for r in rows] == [
         ("1", "idle-held"),
-        ("0", "busy"),
+        ("0", "working"),
         ("2", "lost"),
+        ("4", "underused"),
         ("3", "no-data"),
     ]
     assert rows[0][4:] == ["0%", "20/80 GiB", "slurm:2", "bob", "$4.03"]
     assert rows[1][4] == "90% compute-tensor"
-    assert [r[1] for r in fleet_rows(gpus, wasted, now=NOW, state="idle-held")] == ["1"]
-    assert gpu_state(gpus[3], NOW) == "no-data"
+    assert rows[3][4] == "0% transfer-bound"
+    assert rows[4][4] == ""  # a stale GPU's last figures are not shown as current
+
+
+def test_headline_names_the_filters_and_their_dollars() -> None:
+    fleet = {"now": NOW.isoformat(), "start": "2026-12-03T00:00:00Z", "wasted_today_usd": 8.1,
+             "gpus": [gpu("GPU-a", 0, "idle-held", "idle_held")] * 2}  # fmt: skip
+    args = Namespace(node=None, team="vision", state="idle-held", cause=None)
+    assert fleet_title(fleet, args) == (
+        "2 GPUs (team vision, state idle-held) at 2026-12-03 08:00:00Z; $8.10 wasted since "
+        "2026-12-03 00:00Z"
+    )
 
 
 def test_job_report_shows_causes_efficiency_and_advice() -> None:

@@ -15,7 +15,15 @@ from pathlib import Path
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from service.diagnosis import CAUSE_MEANING, CAUSES, WASTE_CAUSES
+from service.diagnosis import (
+    CAUSE_MEANING,
+    CAUSES,
+    STATE_MEANING,
+    STATES,
+    WASTE_CAUSES,
+    WASTE_STATES,
+    causes_of_state,
+)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 STATIC_PREFIX = "/static"
@@ -62,8 +70,21 @@ def console_page() -> HTMLResponse:
     return _page(_shell(), CONSOLE_CSP)
 
 
-for _path in ("/", "/jobs", "/costs", "/alerts"):
+for _path in ("/jobs", "/costs", "/alerts"):
     router.add_api_route(_path, console_page, methods=["GET"], response_class=HTMLResponse)
+
+
+@router.get("/", response_class=HTMLResponse)
+def fleet_page(
+    node: str | None = Query(None, description="the fleet page's node filter"),
+    model: str | None = Query(None, description="its GPU model filter"),
+    team: str | None = Query(None, description="its team filter"),
+    state: str | None = Query(None, description="its state filter (e.g. underused)"),
+    cause: str | None = Query(None, description="its cause filter (e.g. transfer_bound)"),
+) -> HTMLResponse:
+    """The fleet page (the shell; the script reads the filters from the URL, so a filtered
+    view can be shared as a link)."""
+    return console_page()
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -86,6 +107,24 @@ def causes() -> JSONResponse:
     waste = set(WASTE_CAUSES)
     return JSONResponse(
         [{"name": c.label, "meaning": CAUSE_MEANING[c], "waste": c in waste} for c in CAUSES],
+        headers={"Cache-Control": "max-age=3600"},
+    )
+
+
+@router.get("/console/states.json")
+def states() -> JSONResponse:
+    """The GPU states worst first, with what each means, the causes in it and whether a GPU
+    in it is wasting its cost (the console's chips, cards and filters)."""
+    return JSONResponse(
+        [
+            {
+                "name": state.value,
+                "meaning": STATE_MEANING[state],
+                "causes": [c.label for c in causes_of_state(state)],
+                "waste": state in WASTE_STATES,
+            }
+            for state in STATES
+        ],
         headers={"Cache-Control": "max-age=3600"},
     )
 

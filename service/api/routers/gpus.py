@@ -10,6 +10,7 @@ from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.gpus import GpuPublic, SeriesPublic
 from service.db import gpus_repo
+from service.usecases.fleet import with_states
 from service.vocabulary import METRICS_BY_NAME
 
 router = APIRouter(prefix="/gpus", tags=["gpus"])
@@ -19,10 +20,10 @@ MAX_POINTS = 11_000  # like Prometheus: refuse queries that would return more po
 
 @router.get("", response_model=list[GpuPublic])
 def list_gpus(
-    conn: ReadConn, _: Reader, node: str | None = None, model: str | None = None
+    ctx: Ctx, conn: ReadConn, _: Reader, node: str | None = None, model: str | None = None
 ) -> list[dict[str, object]]:
-    """Every GPU with its node, model, last-seen time and latest values."""
-    return gpus_repo.list_gpus(conn, node=node, model=model)
+    """Every GPU with its node, model, last-seen time, latest values and state now."""
+    return with_states(gpus_repo.list_gpus(conn, node=node, model=model), now=ctx.clock())
 
 
 @router.get("/{uuid}/series", response_model=SeriesPublic, dependencies=[Expensive])

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from service.diagnosis import GpuState
+
 
 class GpuPublic(BaseModel):
     """A GPU as the API shows it, with the values of its latest sample."""
@@ -30,6 +32,9 @@ class GpuPublic(BaseModel):
     # The causes this GPU's metrics can tell apart (a GPU with only NVML's duty cycle gets
     # idle_empty, idle_held and otherwise unclassified).
     supported_causes: list[str] = []
+    # What the GPU does now, from its latest cause (diagnosis.STATE_OF_CAUSE): working,
+    # underused, idle-held, idle, lost, no-data (no sample for 2 minutes) or unclassified.
+    state: GpuState = GpuState.NO_DATA
     job: str | None = None  # the job holding the GPU now
     user: str | None = None
     team: str | None = None
@@ -42,7 +47,8 @@ class FleetGpuPublic(GpuPublic):
 
 
 class FleetPublic(BaseModel):
-    """The fleet now: every GPU with what it wasted today, the day's total, the price source."""
+    """The fleet now: every GPU (or those the filters let through) with what it wasted today,
+    the total of the GPUs shown, the price source."""
 
     start: datetime  # midnight UTC: "today" as the service's clock has it
     now: datetime

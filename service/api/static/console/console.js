@@ -6,10 +6,10 @@
 
 (() => {
   const app = document.getElementById("app");
-  const STALE_SECONDS = 120; // no sample for this long: the GPU's figures are not current
   const GIB = 1024 ** 3;
   let session = null;
   let causes = [];
+  let states = [];
 
   // --- small helpers ---------------------------------------------------------------------
 
@@ -57,6 +57,11 @@
     if (!name) return el("span", { class: "muted", text: "–" });
     return el("span", { class: "chip", title: causeMeaning(name) },
       el("span", { class: `dot c-${name}` }), name.replaceAll("_", " "));
+  }
+
+  function stateMeaning(name) {
+    const x = states.find((s) => s.name === name);
+    return x ? x.meaning : "";
   }
 
   function causeMeaning(name) {
@@ -187,70 +192,74 @@
     input.focus();
   }
 
-  // --- fleet -----------------------------------------------------------------------------
+  // --- fleet ---------------------------------------------------------------------------
 
-  function gpuState(g, now) {
-    if (g.lost) return "lost";
-    if (!g.last_seen_at || g.cause === null || g.cause === undefined) return "no-data";
-    if ((now - new Date(g.last_seen_at).getTime()) / 1000 > STALE_SECONDS) return "no-data";
-    return { idle_empty: "idle", idle_held: "idle-held" }[g.cause] || "busy";
+  const FLEET_FILTERS = ["node", "model", "team", "state", "cause"];
+
+  function fleetCards(fleet) {
+    // The cards count and add up the GPUs the filters let through, as the table below does.
+    const count = (name) => fleet.gpus.filter((g) => g.state === name).length;
+    const total = fleet.wasted_today_usd;
+    const cards = states.map((s) => card(s.name, count(s.name), !count(s.name) ? "" : s.name === "working" ? "ok" : s.waste ? "bad" : ""));
+    return el("div", { class: "cards", id: "fleet-cards" }, card("GPUs", fleet.gpus.length),
+      cards.map((c, i) => { c.dataset.state = states[i].name; c.title = states[i].meaning; return c; }),
+      el("div", { class: "card", id: "wasted-today" }, el("div", { class: "k", text: "wasted today" }),
+        el("div", { class: "v bad", "data-usd": total.toFixed(2), text: usd(total) })));
+  }
+
+  function fleetRow(g) {
+    const used = g.latest ? g.latest.fb_used_bytes : undefined;
+    const totalBytes = g.fb_total_bytes || (g.latest ? g.latest.fb_total_bytes : undefined);
+    const current = g.state !== "lost" && g.state !== "no-data";
+    const w = g.wasted_today_usd;
+    return el("tr", { "data-uuid": g.uuid, "data-state": g.state },
+      td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
+      td(el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state })),
+      td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
+      td(w === null ? "–" : usd(w), "num", { "data-usd": w === null ? "" : w.toFixed(2) }),
+      td(current ? meter(g.activity, "") : "–"),
+      td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
+      td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
+      td(g.job ? jobLink(g.job) : "", "clip"), td(g.user || "", "clip", { title: g.user || "" }),
+      td(g.team || "", "clip", { title: g.team || "" }));
   }
 
   async function fleetPage() {
-    page("Fleet now", "Every GPU with its state, the cause of its latest sample, and what it wasted today (UTC).");
-    const fleet = await api("/fleet");
-    const now = Date.parse(fleet.now);
-    const rank = { lost: 0, "idle-held": 1, idle: 2, "no-data": 3, busy: 4 };
-    const rows = fleet.gpus.map((g) => ({ g, state: gpuState(g, now), wasted: g.wasted_today_usd }));
-    rows.sort((a, b) => (b.wasted || 0) - (a.wasted || 0) || rank[a.state] - rank[b.state]
-      || a.g.node.localeCompare(b.g.node) || a.g.index - b.g.index);
-    const count = (s) => rows.filter((r) => r.state === s).length;
-    const total = fleet.wasted_today_usd;
-    app.append(el("div", { class: "cards" },
-      card("GPUs", rows.length), card("busy", count("busy")), card("idle-held", count("idle-held"), count("idle-held") ? "bad" : ""),
-      card("idle", count("idle")), card("lost / no data", count("lost") + count("no-data")),
-      el("div", { class: "card", id: "wasted-today" }, el("div", { class: "k", text: "wasted today" }),
-        el("div", { class: "v bad", "data-usd": total.toFixed(2), text: usd(total) }))));
-
-    const options = (key) => [...new Set(rows.map(key).filter(Boolean))].sort();
-    const filters = {};
-    const select = (name, values) => {
+    page("Fleet now", "Every GPU with its state (from the cause of its latest sample), and what it wasted today (UTC). Only working is healthy.");
+    const chosen = Object.fromEntries(FLEET_FILTERS.map((k) => [k, new URLSearchParams(location.search).get(k) || ""]));
+    // The choices come from the whole fleet; the table and the cards from the filtered read.
+    const every = await api("/fleet");
+    const options = (key) => [...new Set(every.gpus.map(key).filter(Boolean))].sort();
+    const choices = {
+      node: options((g) => g.node), model: options((g) => g.model), team: options((g) => g.team),
+      state: states.map((x) => x.name), cause: causes.map((c) => c.name),
+    };
+    const holder = el("div", { id: "fleet-view" });
+    const select = (name) => {
       const s = el("select", { id: `filter-${name}` }, el("option", { value: "", text: "all" }),
-        values.map((v) => el("option", { value: v, text: v })));
-      s.addEventListener("change", () => { filters[name] = s.value; draw(); });
+        choices[name].map((v) => el("option", { value: v, text: v, selected: v === chosen[name] })));
+      s.addEventListener("change", () => {
+        chosen[name] = s.value;
+        history.replaceState(null, "", `/${q(chosen) ? `?${q(chosen)}` : ""}`);
+        draw().catch(showError);
+      });
       return el("label", {}, name, s);
     };
-    app.append(el("div", { class: "filters" },
-      select("node", options((r) => r.g.node)), select("model", options((r) => r.g.model)),
-      select("team", options((r) => r.g.team)), select("state", Object.keys(rank))));
-    const holder = el("div");
-    app.append(holder);
+    app.append(el("div", { class: "filters" }, FLEET_FILTERS.map(select)), holder);
 
-    function draw() {
-      const shown = rows.filter((r) => (!filters.node || r.g.node === filters.node)
-        && (!filters.model || r.g.model === filters.model) && (!filters.team || r.g.team === filters.team)
-        && (!filters.state || r.state === filters.state));
-      const trs = shown.map(({ g, state, wasted: w }) => {
-        const used = g.latest ? g.latest.fb_used_bytes : undefined;
-        const totalBytes = g.fb_total_bytes || (g.latest ? g.latest.fb_total_bytes : undefined);
-        const current = state !== "lost" && state !== "no-data";
-        return el("tr", { "data-uuid": g.uuid },
-          td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
-          td(el("span", { class: `chip state-${state}`, text: state })),
-          td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
-          td(w === null ? "–" : usd(w), "num", { "data-usd": w === null ? "" : w.toFixed(2) }),
-          td(current ? meter(g.activity, "") : "–"),
-          td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
-          td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
-          td(g.job ? jobLink(g.job) : "", "clip"), td(g.user || "", "clip", { title: g.user || "" }),
-          td(g.team || "", "clip", { title: g.team || "" }));
-      });
-      clear(holder).append(
-        el("p", { class: "muted", text: `${shown.length} of ${rows.length} GPUs, worst first` }),
+    async function draw() {
+      holder.dataset.loading = "1";
+      const fleet = q(chosen) ? await api(`/fleet?${q(chosen)}`) : every;
+      const rank = Object.fromEntries(states.map((x, i) => [x.name, i]));
+      const rows = [...fleet.gpus].sort((a, b) => (b.wasted_today_usd || 0) - (a.wasted_today_usd || 0)
+        || rank[a.state] - rank[b.state] || a.node.localeCompare(b.node) || a.index - b.index);
+      clear(holder).append(fleetCards(fleet),
+        el("p", { class: "muted", text: `${rows.length} of ${every.gpus.length} GPUs, worst first` }),
         table(["node", ["gpu", "num"], "model", "state", "cause", ["$ wasted today", "num"], "activity", "tensor", "memory", "job", "user", "team"],
-          trs, { id: "fleet" }));
+          rows.map(fleetRow), { id: "fleet" }));
+      delete holder.dataset.loading;
     }
-    draw();
+    await draw();
   }
 
   // --- jobs ------------------------------------------------------------------------------
@@ -521,7 +530,7 @@
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === name);
     if (path === "/login") { loginPage(); return; }
     session = await api("/session");
-    causes = await fetch("/console/causes.json").then((r) => r.json());
+    [causes, states] = await Promise.all(["causes", "states"].map((n) => fetch(`/console/${n}.json`).then((r) => r.json())));
     document.getElementById("who").textContent = `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
     const logout = document.getElementById("logout");
     logout.hidden = false;
