@@ -337,9 +337,18 @@ def node_gpu() -> dict[str, Any]:
             "percentunit",
         ),
         timeseries(
-            "Memory used and total",
+            "Video encoder and decoder",
+            [
+                (f"gpuwarden_gpu_enc_util_ratio{{{GPU}}}", "{{node}} GPU {{gpu_index}} encoder"),
+                (f"gpuwarden_gpu_dec_util_ratio{{{GPU}}}", "{{node}} GPU {{gpu_index}} decoder"),
+            ],
+            "percentunit",
+        ),
+        timeseries(
+            "Memory used, free and total",
             [
                 *per_gpu("gpuwarden_gpu_fb_used_bytes"),
+                (f"gpuwarden_gpu_fb_free_bytes{{{GPU}}}", "{{node}} GPU {{gpu_index}} free"),
                 (f"gpuwarden_gpu_fb_total_bytes{{{GPU}}}", "{{node}} GPU {{gpu_index}} total"),
             ],
             "bytes",
@@ -417,17 +426,21 @@ def node_gpu() -> dict[str, Any]:
 
 
 def jobs() -> dict[str, Any]:
-    """Job efficiency and waste: which jobs hold GPUs they do not use, and what that costs."""
+    """Job efficiency and waste: which jobs hold GPUs they do not use, and what that costs.
+
+    Efficiency is the activity ladder (sm_active, else gr_engine_active, else gpu_util), as on
+    the fleet dashboard: a stock dcgm-exporter never sends SM_ACTIVE.
+    """
     sel = f'job_id!="", {JOB}'
     by = "job_id, user, team"
     panels = [
         stat(
             "Jobs on GPUs",
-            f"count(count by (job_id) (gpuwarden_gpu_sm_active_ratio{{{sel}}}))",
+            f"count(count by (job_id) (gpuwarden_gpu_activity_ratio{{{sel}}}))",
             "none",
         ),
-        stat("GPUs held by jobs", f"count(gpuwarden_gpu_sm_active_ratio{{{sel}}})", "none"),
-        stat("Mean efficiency", f"avg(gpuwarden_gpu_sm_active_ratio{{{sel}}})", "percentunit"),
+        stat("GPUs held by jobs", f"count(gpuwarden_gpu_activity_ratio{{{sel}}})", "none"),
+        stat("Mean efficiency", f"avg(gpuwarden_gpu_activity_ratio{{{sel}}})", "percentunit"),
         stat(
             "Wasted by jobs now", f"sum(gpuwarden_gpu_wasted_usd_per_hour{{{sel}}})", "currencyUSD"
         ),
@@ -440,8 +453,8 @@ def jobs() -> dict[str, Any]:
         table(
             "Jobs now",
             [
-                (f"count by ({by}) (gpuwarden_gpu_sm_active_ratio{{{sel}}})", "GPUs"),
-                (f"avg by ({by}) (gpuwarden_gpu_sm_active_ratio{{{sel}}})", "efficiency"),
+                (f"count by ({by}) (gpuwarden_gpu_activity_ratio{{{sel}}})", "GPUs"),
+                (f"avg by ({by}) (gpuwarden_gpu_activity_ratio{{{sel}}})", "efficiency"),
                 (f"avg by ({by}) (gpuwarden_gpu_tensor_active_ratio{{{sel}}})", "tensor active"),
                 (f"sum by ({by}) (gpuwarden_gpu_idle{{{sel}}})", "idle GPUs"),
                 (f"sum by ({by}) (gpuwarden_gpu_price_usd_per_hour{{{sel}}})", "cost USD/h"),
@@ -449,8 +462,8 @@ def jobs() -> dict[str, Any]:
             ],
         ),
         timeseries(
-            "Efficiency (mean SM activity) per job",
-            [(f"avg by (job_id) (gpuwarden_gpu_sm_active_ratio{{{sel}}})", "{{job_id}}")],
+            "Efficiency (mean activity) per job",
+            [(f"avg by (job_id) (gpuwarden_gpu_activity_ratio{{{sel}}})", "{{job_id}}")],
             "percentunit",
         ),
         timeseries(
@@ -481,14 +494,14 @@ def jobs() -> dict[str, Any]:
     ]
     variables = [
         variable(
-            "team", 'label_values(gpuwarden_gpu_sm_active_ratio{job_id!=""}, team)', label="Team"
+            "team", 'label_values(gpuwarden_gpu_activity_ratio{job_id!=""}, team)', label="Team"
         ),
         variable(
-            "user", 'label_values(gpuwarden_gpu_sm_active_ratio{team=~"$team"}, user)', label="User"
+            "user", 'label_values(gpuwarden_gpu_activity_ratio{team=~"$team"}, user)', label="User"
         ),
         variable(
             "job_id",
-            'label_values(gpuwarden_gpu_sm_active_ratio{team=~"$team", user=~"$user"}, job_id)',
+            'label_values(gpuwarden_gpu_activity_ratio{team=~"$team", user=~"$user"}, job_id)',
             label="Job",
         ),
     ]
