@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, Text, cast, delete, func, insert, select, update
 
 from service.db.schema import outbox
 
@@ -29,15 +31,43 @@ def enqueue(conn: Connection, rows: Sequence[dict[str, Any]], *, now: datetime) 
         )
 
 
-def due(conn: Connection, *, now: datetime, limit: int = 200) -> list[Any]:
-    """Pending deliveries whose next attempt is due, oldest first."""
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A pending delivery due now; ``unreadable`` says why its stored payload cannot be read."""
+
+    id: int
+    delivery_id: str
+    channel: str
+    attempts: int
+    payload: Any
+    unreadable: str | None = None
+
+
+def _read(text: str) -> tuple[Any, str | None]:
+    try:
+        return json.loads(text), None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's limit
+        return None, f"payload is not readable JSON ({type(exc).__name__})"
+
+
+def due(conn: Connection, *, now: datetime, limit: int = 200) -> list[Due]:
+    """Pending deliveries whose next attempt is due, oldest first.
+
+    Payloads are read one by one, so one that cannot be read is reported on its own row
+    instead of failing the whole read.
+    """
+    c = outbox.c
     q = (
-        select(outbox)
-        .where(outbox.c.status == "pending", outbox.c.next_attempt_at <= now)
-        .order_by(outbox.c.id)
+        select(c.id, c.delivery_id, c.channel, c.attempts, cast(c.payload, Text))
+        .where(c.status == "pending", c.next_attempt_at <= now)
+        .order_by(c.id)
         .limit(limit)
     )
-    return list(conn.execute(q))
+    out = []
+    for row_id, delivery_id, channel, attempts, text in conn.execute(q):
+        payload, unreadable = _read(text)
+        out.append(Due(row_id, delivery_id, channel, attempts, payload, unreadable))
+    return out
 
 
 def mark_sent(conn: Connection, *, row_id: int, now: datetime) -> None:

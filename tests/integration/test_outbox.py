@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from service.db import outbox_repo, policies_repo
 from service.db.schema import outbox
@@ -374,3 +374,35 @@ def test_https_goes_through_the_proxy_by_connect_with_tls_to_the_channel_host(
         hook.close()
     assert proxy.seen == [f"CONNECT hooks.test:{port}"]
     assert [m.headers["host"] for m in hook.received] == [f"hooks.test:{port}"]
+
+
+@pytest.mark.parametrize(
+    "poison",
+    ["[" * 5000 + "]" * 5000, '{"kind": "firing"}'],
+    ids=["json-too-deep-to-read", "not-a-notification"],
+)
+def test_a_delivery_that_cannot_be_read_is_set_aside_and_the_others_are_sent(
+    ctx, receiver: Receiver, clock: FakeClock, caplog: pytest.LogCaptureFixture, poison: str
+) -> None:
+    setup_channel(ctx, receiver.url)
+    ids = queue(ctx, 3)
+    with ctx.engine.begin() as conn:  # written straight into the table, bypassing enqueue
+        conn.execute(
+            text("UPDATE outbox SET payload = :p WHERE delivery_id = :d"),
+            {"p": poison, "d": ids[1]},
+        )
+    d = Dispatcher(ctx, rng=random.Random(0))
+    with caplog.at_level("WARNING"):
+        assert d.drain() == 2
+    got = [x.headers["webhook-id"] for x in receiver.wait_for(2)]
+    assert got == [ids[0], ids[2]]
+    with ctx.engine.connect() as conn:  # not the payload: it cannot be read
+        q = select(outbox.c.delivery_id, outbox.c.status, outbox.c.attempts)
+        status = {r.delivery_id: (r.status, r.attempts) for r in conn.execute(q)}
+    assert status[ids[1]] == ("failed", 1), status
+    assert ctx.telemetry.set_aside_rows.labels("deliver")._value.get() == 1
+    assert any("deliver set aside" in r.getMessage() and ids[1] in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    clock.advance(3600)
+    assert d.drain() == 0  # never tried again
+    assert ctx.telemetry.set_aside_rows.labels("deliver")._value.get() == 1

@@ -20,9 +20,11 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from service.context import ServiceContext
-from service.db import outbox_repo, policies_repo
+from service.db import outbox_repo, policies_repo, set_aside
+from service.db.set_aside import SetAside
 from service.delivery import (
     Action,
     LogThrottle,
@@ -152,9 +154,12 @@ class Dispatcher:
                     deferred.add(channel.name)  # the next drain picks these up, in order
                     continue
                 self.sleep(wait)
+            note = self._readable(row)
+            if note is None:
+                continue
             self.limiter.take(channel.name, self.monotonic())
             try:
-                self.send_now(channel, Notification.model_validate(row.payload))
+                self.send_now(channel, note)
             except ValidationFailed as exc:
                 self._record(row, "failed", str(exc))
             except DeliveryError as exc:
@@ -172,6 +177,20 @@ class Dispatcher:
         with ctx.engine.connect() as conn:
             tel.outbox_depth.set(outbox_repo.depth(conn))
         return sent
+
+    def _readable(self, row: outbox_repo.Due) -> Notification | None:
+        """The notification ``row`` holds, or None when it holds none: then it is failed at
+        once, logged and counted as set aside (retrying cannot make it readable)."""
+        reason = row.unreadable
+        if reason is None:
+            try:
+                return Notification.model_validate(row.payload)
+            except ValidationError as exc:
+                reason = f"payload is not a notification ({exc.error_count()} errors)"
+        self._record(row, "failed", reason, quiet=True)
+        found = [SetAside("deliver", f"delivery {row.delivery_id} to {row.channel}", reason)]
+        set_aside.report(found, counter=self.ctx.telemetry.set_aside_rows, log=log)
+        return None
 
     def _refused(self, row: Any, exc: DeliveryError) -> None:
         """Apply the delivery table to a refused attempt (a notification is one part)."""
