@@ -37,11 +37,14 @@ def bomb(kind: str, target_gzip_bytes: int) -> tuple[bytes, int]:
     """A gzip body of about ``target_gzip_bytes`` and its expanded size.
 
     ``string``: one long invalid hostname (a 422 that used to echo all of it back);
-    ``label``: one long node label value (used to be stored); ``items``: many invalid samples.
+    ``label``: one long node label value (used to be stored); ``items``: many invalid samples;
+    ``empty``: a million empty samples (3 KB of gzip, 150 MiB once parsed).
     """
     n = 1000
     while True:
-        if kind == "items":
+        if kind == "empty":
+            text = '{"node":{"hostname":"node-a"},"samples":[' + "{}," * n * 100 + "{}]}"
+        elif kind == "items":
             text = '{"node":{"hostname":"node-a"},"samples":[' + BAD * n + BAD[:-1] + "]}"
         elif kind == "container":
             text = '{"node":{"hostname":"node-a"},"samples":{"a":"' + "a" * n * 100 + '"}}'
@@ -79,7 +82,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--target-gzip-bytes", type=int, default=2986)
-    ap.add_argument("--kind", choices=("string", "container", "label", "items"), default="items")
+    ap.add_argument(
+        "--kind", choices=("string", "container", "label", "items", "empty"), default="items"
+    )
     args = ap.parse_args()
 
     body, expanded = bomb(args.kind, args.target_gzip_bytes)
@@ -149,7 +154,8 @@ def main() -> None:
             print(
                 f"server RSS: {rss_before:.0f} MiB before, peak {peak_rss_mib(server.pid):.0f} MiB"
             )
-            print(f"/healthz meanwhile: slowest {max(health):.3f} s over {len(health)} probes")
+            slowest = max(health, default=float("nan"))
+            print(f"/healthz meanwhile: slowest {slowest:.3f} s over {len(health)} probes")
         finally:
             server.terminate()
             server.wait(timeout=30)

@@ -40,14 +40,6 @@ class Forbidden(WardenError):
     """The caller's token may not do this."""
 
 
-class PayloadTooLarge(WardenError):
-    """A request body exceeds the configured size limit."""
-
-
-class UnsupportedEncoding(WardenError):
-    """A request body uses a Content-Encoding the service does not decode."""
-
-
 class Unavailable(WardenError):
     """The service cannot answer now (database down, too busy); try again after a while."""
 

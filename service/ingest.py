@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from datetime import UTC, datetime, timedelta
 
 from service.context import ServiceContext
 from service.db import ingest_repo, observed_jobs_repo, partitions
-from service.errors import Forbidden, PayloadTooLarge, UnsupportedEncoding, ValidationFailed
+from service.errors import Forbidden, ValidationFailed
 from service.wire import IngestBatch, IngestResult
-
-
-def decode_body(body: bytes, *, content_encoding: str | None, max_bytes: int) -> bytes:
-    """The JSON bytes of a request body, gunzipped if needed, at most ``max_bytes`` long."""
-    if len(body) > max_bytes:
-        raise PayloadTooLarge(f"body is {len(body)} bytes; the limit is {max_bytes}")
-    encoding = (content_encoding or "").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "x-gzip"):
-        # One layer of gzip is what agents send; deflate, br or stacked encodings are refused
-        # rather than guessed at.
-        raise UnsupportedEncoding(
-            f"Content-Encoding {content_encoding!r} is not supported; send gzip or no encoding"
-        )
-    try:
-        out = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        data = out.decompress(body, max_bytes + 1)
-    except (zlib.error, gzip.BadGzipFile) as exc:
-        raise ValidationFailed("body", f"not valid gzip: {exc}") from exc
-    if len(data) > max_bytes or out.unconsumed_tail:
-        raise PayloadTooLarge(f"decompressed body exceeds the limit of {max_bytes} bytes")
-    return data
 
 
 def parse_batch(raw: bytes) -> IngestBatch:

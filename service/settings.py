@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     cost_split_rule: Literal["equal", "memory", "activity"] = "equal"
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    # Every other route's body limit, as sent and once expanded (413 past it).
+    max_body_bytes: int = Field(1024 * 1024, gt=0)
+    # Request bodies held at once over all requests, as sent, expanded and parsed (503 past it;
+    # one request alone always passes).
+    body_memory_budget_bytes: int = Field(256 * 1024 * 1024, gt=0)
     ingest_max_future_seconds: float = Field(300.0, ge=0)
     # How far back an agent token may date the start of a job it registers (or joins).
     job_agent_max_start_age_seconds: float = Field(3600.0, gt=0)

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from service import __version__
 from service.api.deps import session_key
 from service.api.gate import Admission, FailFast, TokenGate
-from service.api.input_guard import RejectNul
+from service.api.input_guard import BodyBudget, RequestGuard
 from service.api.openapi import install_openapi
 from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
 from service.api.query import reject_unknown_query
@@ -45,9 +45,7 @@ from service.errors import (
     Conflict,
     Forbidden,
     NotFound,
-    PayloadTooLarge,
     Unavailable,
-    UnsupportedEncoding,
     ValidationFailed,
     WardenError,
 )
@@ -65,8 +63,6 @@ _STATUS: list[tuple[type[WardenError], int]] = [
     (NotFound, status.HTTP_404_NOT_FOUND),
     (Conflict, status.HTTP_409_CONFLICT),
     (Forbidden, status.HTTP_403_FORBIDDEN),
-    (PayloadTooLarge, status.HTTP_413_CONTENT_TOO_LARGE),
-    (UnsupportedEncoding, status.HTTP_415_UNSUPPORTED_MEDIA_TYPE),
     (Unavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
 ]
 
@@ -162,7 +158,12 @@ def create_app(
     app.add_exception_handler(RequestValidationError, request_validation_error)
     for error in OUTAGE_ERRORS:
         app.add_exception_handler(error, database_unavailable)
-    app.add_middleware(RejectNul, skip_body_paths=("/api/v1/ingest",))
+    app.state.body_budget = BodyBudget(settings.body_memory_budget_bytes)
+    app.add_middleware(
+        RequestGuard,
+        settings=settings,
+        budget=app.state.body_budget,
+    )
     # Added last, so it runs first: a throttled client's refusal costs no parsing or routing.
     app.add_middleware(FailFast, gate=app.state.gate)
     app.include_router(health.router)

@@ -1,32 +1,17 @@
-"""Pure ingest checks: body decoding limits, timestamps against the clock, dirty buckets."""
+"""Pure ingest checks: timestamps against the clock, dirty buckets."""
 
 from __future__ import annotations
 
-import gzip
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from service.db.ingest_repo import dirty_range
-from service.errors import Forbidden, PayloadTooLarge, ValidationFailed
-from service.ingest import check_node, check_times, decode_body, parse_batch
+from service.errors import Forbidden, ValidationFailed
+from service.ingest import check_node, check_times, parse_batch
 from tests.support import make_batch
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
-
-
-def test_decode_plain_and_gzip() -> None:
-    assert decode_body(b"{}", content_encoding=None, max_bytes=10) == b"{}"
-    assert decode_body(gzip.compress(b"{}"), content_encoding="gzip", max_bytes=100) == b"{}"
-
-
-def test_decode_limits_apply_before_and_after_decompression() -> None:
-    with pytest.raises(PayloadTooLarge):
-        decode_body(b"x" * 11, content_encoding=None, max_bytes=10)
-    with pytest.raises(PayloadTooLarge, match="decompressed"):
-        decode_body(gzip.compress(b"0" * 10_000), content_encoding="gzip", max_bytes=100)
-    with pytest.raises(ValidationFailed, match="gzip"):
-        decode_body(b"not gzip", content_encoding="gzip", max_bytes=100)
 
 
 def _batch(ts: datetime):

@@ -11,31 +11,17 @@ from pydantic import ValidationError
 
 from service import ingest as ingest_service
 from service.api.deps import Agent, Ctx
-from service.errors import PayloadTooLarge, WardenError
+from service.errors import WardenError
 from service.wire import IngestBatch, IngestResult
 
 router = APIRouter(tags=["ingest"])
 
 
-async def read_limited(request: Request, max_bytes: int) -> bytes:
-    """The request body, refused with PayloadTooLarge as soon as it passes ``max_bytes``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(f"body is {declared} bytes; the limit is {max_bytes}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLarge(f"body exceeds the limit of {max_bytes} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def decode_and_parse(body: bytes, *, content_encoding: str | None, max_bytes: int) -> IngestBatch:
-    """Gunzip and validate a body; CPU-bound, so callers run it off the event loop."""
-    raw = ingest_service.decode_body(body, content_encoding=content_encoding, max_bytes=max_bytes)
+def parse(body: bytes) -> IngestBatch:
+    """Validate a body (made plain and held to its limit by the request guard); CPU-bound, so
+    callers run it off the event loop."""
     try:
-        return ingest_service.parse_batch(raw)
+        return ingest_service.parse_batch(body)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
@@ -48,15 +34,13 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
     started = time.perf_counter()
     t = ctx.telemetry
     try:
-        body = await read_limited(request, ctx.settings.ingest_max_body_bytes)
-        # Decompressing, validating and storing take a while: off the event loop (kept free for
-        # /healthz and the other agents), on worker threads of ingest's own that reads cannot take.
-        content_encoding = request.headers.get("content-encoding")
-        max_bytes = ctx.settings.ingest_max_body_bytes
+        body = await request.body()
+        # Validating and storing take a while: off the event loop (kept free for /healthz and
+        # the other agents), on worker threads of ingest's own that reads cannot take.
 
         def decode_and_store() -> tuple[IngestBatch, IngestResult]:
             # One trip to a worker thread, not two: under load each trip waits a turn of the loop.
-            batch = decode_and_parse(body, content_encoding=content_encoding, max_bytes=max_bytes)
+            batch = parse(body)
             return batch, ingest_service.ingest(ctx, batch, token_node=token.node)
 
         batch, result = await anyio.to_thread.run_sync(
