@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 from service.context import ServiceContext
 from service.db import ingest_repo, observed_jobs_repo, partitions
 from service.errors import Forbidden, ValidationFailed
-from service.wire import IngestBatch, IngestResult
+from service.wire import GpuClaim, IngestBatch, IngestResult
+
+log = logging.getLogger(__name__)
 
 
 def parse_batch(raw: bytes) -> IngestBatch:
@@ -73,6 +76,7 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             thresholds=ctx.thresholds,
             cache=ctx.ingest_cache,
             pending=pending,
+            move_after_seconds=s.max_gap_seconds,
         )
         # Jobs nobody registered appear from the processes the agents attributed.
         observed_jobs_repo.observe(
@@ -83,9 +87,18 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             now=now,
         )
     ctx.ingest_cache.apply(pending)
+    claims: list[GpuClaim] = counts["claims"]
+    for claim in claims:
+        if claim.moved:
+            log.warning("%s", claim.reason)
+            ctx.telemetry.gpu_moves.inc()
+        else:
+            log.info("%s", claim.reason)
+            ctx.telemetry.ingest_gpus_refused.inc()
     return IngestResult(
         samples_received=counts["samples"],
         samples_stored=counts["samples_new"],
         processes_received=counts["processes"],
         gpus=counts["gpus"],
+        gpu_claims=claims,
     )

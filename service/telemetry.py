@@ -39,6 +39,16 @@ class Telemetry:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        self.gpu_moves = Counter(
+            "gpuwarden_gpu_moves",
+            "GPUs moved to the node that reported them (their old node no longer did).",
+            registry=r,
+        )
+        self.ingest_gpus_refused = Counter(
+            "gpuwarden_ingest_gpus_refused",
+            "GPUs left out of a batch because another node still reports them.",
+            registry=r,
+        )
         self.db_errors = Counter(
             "gpuwarden_database_errors",
             "Database operations that failed, by operation.",

@@ -125,6 +125,15 @@ class IngestBatch(BaseModel):
     processes: list[ProcessIn] = Field(default_factory=list, max_length=MAX_BATCH_PROCESSES)
 
 
+class GpuClaim(BaseModel):
+    """A GPU of the batch that another node owned: moved to this node, or left out of it."""
+
+    gpu_uuid: str
+    from_node: str
+    moved: bool  # True: it is this node's now; False: its items were left out of the batch
+    reason: str
+
+
 class IngestResult(BaseModel):
     """What the central service did with a batch."""
 
@@ -132,3 +141,4 @@ class IngestResult(BaseModel):
     samples_stored: int = 0  # of those, how many were new (0 when the batch is sent again)
     processes_received: int  # distinct (GPU, ts, pid) in the batch
     gpus: int
+    gpu_claims: list[GpuClaim] = Field(default_factory=list)

@@ -46,7 +46,7 @@ from service.delivery import (
     parse_retry_after,
     rfc3339,
 )
-from service.wire import MAX_BATCH_PROCESSES, MAX_BATCH_SAMPLES
+from service.wire import MAX_BATCH_PROCESSES, MAX_BATCH_SAMPLES, IngestResult
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +271,7 @@ class Agent:
             self._next_ship_at = 0.0
             t.sent.inc()
             t.last_push.set(now.timestamp())
+            self._say_claims(reply)
             return len(group), True
         t.errors.labels(_error_kind(reply, d)).inc()
         if d.refusal is Refusal.SERVER:
@@ -308,6 +309,18 @@ class Agent:
         self._next_ship_at = self.monotonic() + d.delay_seconds
         self._say_refused(reply, d)
         return 0, False
+
+    def _say_claims(self, reply: Reply) -> None:
+        """Log what central said of GPUs another node owned: moved here, or left out."""
+        try:
+            claims = IngestResult.model_validate_json(reply.message).gpu_claims
+        except ValueError:
+            return  # an answer from an older central, or cut short: nothing to say
+        for claim in claims:
+            if claim.moved:
+                log.warning("central: %s", claim.reason)
+            elif self._said.due(f"left_out:{claim.gpu_uuid}", self.monotonic()):
+                log.warning("central stored this batch without one GPU: %s", claim.reason)
 
     def _say_refused(self, reply: Reply, d: Decision) -> None:
         """Log a refusal that holds everything back, once a minute per kind."""

@@ -7,7 +7,16 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, literal, select
 
-from service.db.schema import gpus, job_gpus, jobs, nodes, rollup_1h, rollup_1m, samples
+from service.db.schema import (
+    gpu_moves,
+    gpus,
+    job_gpus,
+    jobs,
+    nodes,
+    rollup_1h,
+    rollup_1m,
+    samples,
+)
 from service.diagnosis import Cause, Rung, supported_causes
 from service.vocabulary import METRIC_NAMES
 
@@ -90,6 +99,21 @@ def current_jobs(conn: Connection) -> dict[int, tuple[str, str | None, str | Non
 def gpu_id_by_uuid(conn: Connection, *, uuid: str) -> int | None:
     """The internal id of GPU ``uuid``, or None."""
     return conn.execute(select(gpus.c.id).where(gpus.c.uuid == uuid)).scalar()
+
+
+def moves(conn: Connection, *, gpu_id: int) -> list[dict[str, Any]]:
+    """GPU ``gpu_id``'s moves between nodes, oldest first."""
+    rows = conn.execute(
+        select(
+            gpu_moves.c.from_node,
+            gpu_moves.c.to_node,
+            gpu_moves.c.moved_at,
+            gpu_moves.c.from_last_sample_at,
+        )
+        .where(gpu_moves.c.gpu_id == gpu_id)
+        .order_by(gpu_moves.c.moved_at, gpu_moves.c.id)
+    )
+    return [dict(r._mapping) for r in rows]
 
 
 def choose_resolution(step_seconds: float) -> Resolution:

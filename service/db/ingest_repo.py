@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
 from service.db.dialect import bulk_insert_ignore, insert_ignore
-from service.db.schema import gpu_processes, gpus, nodes, rollup_dirty, samples
+from service.db.schema import gpu_moves, gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.diagnosis import Thresholds, decide
 from service.errors import Forbidden, ValidationFailed
 from service.vocabulary import METRIC_NAMES, ActivitySource
-from service.wire import GpuIn, IngestBatch, ProcessIn
+from service.wire import GpuClaim, GpuIn, IngestBatch, ProcessIn
 
 MINUTE = timedelta(minutes=1)
 NODE_TOUCH_INTERVAL = timedelta(seconds=30)  # how stale nodes.last_seen_at may get
@@ -136,6 +136,73 @@ def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
     return out
 
 
+def _wanted(batch: IngestBatch) -> set[str]:
+    """Every GPU uuid the batch lists or refers to."""
+    return (
+        {g.uuid for g in batch.gpus}
+        | {s.gpu_uuid for s in batch.samples}
+        | {p.gpu_uuid for p in batch.processes}
+    )
+
+
+def _claim_gpus(
+    conn: Connection,
+    batch: IngestBatch,
+    node_id: int,
+    now: datetime,
+    cache: IngestCache,
+    move_after_seconds: float,
+) -> tuple[IngestBatch, list[GpuClaim]]:
+    """Settle the batch's GPUs that another node owns: move each to this node when its old node
+    has not reported it for ``move_after_seconds``, else leave its items out of the batch.
+
+    The token already proved the batch comes from this node; a GPU seen here and no longer
+    there was moved (hardware moved, a node renamed). One still reported by both is two agents
+    reading one GPU, which a move per batch would only make flap.
+    """
+    check = [u for u in _wanted(batch) if u not in cache.gpus or cache.gpus[u].node_id != node_id]
+    if not check:
+        return batch, []
+    rows = conn.execute(
+        select(gpus.c.id, gpus.c.uuid, gpus.c.last_sample_at, nodes.c.hostname)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(gpus.c.uuid.in_(check), gpus.c.node_id != node_id)
+    ).all()
+    here = batch.node.hostname
+    claims, left_out = [], set()
+    for r in rows:
+        age = None if r.last_sample_at is None else (now - r.last_sample_at).total_seconds()
+        if age is not None and age < move_after_seconds:
+            left_out.add(r.uuid)
+            claims.append(GpuClaim(gpu_uuid=r.uuid, from_node=r.hostname, moved=False, reason=(
+                f"GPU {r.uuid} is still reported by node {r.hostname!r} (its latest sample "
+                f"{max(age, 0):.0f} s ago), so its items were left out of this batch: two "
+                f"agents report one GPU (an agent reading another node's dcgm-exporter through "
+                f"a Service needs internalTrafficPolicy: Local). It moves to {here!r} once "
+                f"{r.hostname!r} has not reported it for {move_after_seconds:g} s"
+            )))  # fmt: skip
+            continue
+        conn.execute(update(gpus).where(gpus.c.id == r.id).values(node_id=node_id))
+        conn.execute(
+            insert(gpu_moves).values(
+                gpu_id=r.id, from_node=r.hostname, to_node=here, moved_at=now,
+                from_last_sample_at=r.last_sample_at,
+            )
+        )  # fmt: skip
+        since = "" if age is None else f" (its last sample there {age:.0f} s ago)"
+        why = f"GPU {r.uuid} moved from node {r.hostname!r} to {here!r}{since}"
+        claims.append(GpuClaim(gpu_uuid=r.uuid, from_node=r.hostname, moved=True, reason=why))
+    if left_out:
+        batch = batch.model_copy(
+            update={
+                "gpus": [g for g in batch.gpus if g.uuid not in left_out],
+                "samples": [x for x in batch.samples if x.gpu_uuid not in left_out],
+                "processes": [x for x in batch.processes if x.gpu_uuid not in left_out],
+            }
+        )
+    return batch, claims
+
+
 def _gpu_ids(
     conn: Connection,
     batch: IngestBatch,
@@ -145,10 +212,11 @@ def _gpu_ids(
     pending: IngestCache,
 ) -> dict[str, int]:
     listed = {g.uuid: i for i, g in enumerate(batch.gpus)}
-    wanted = (
-        set(listed) | {s.gpu_uuid for s in batch.samples} | {p.gpu_uuid for p in batch.processes}
-    )
-    states = {u: cache.gpus[u] for u in wanted if u in cache.gpus}
+    wanted = _wanted(batch)
+    # A GPU cached under another node may have just moved here: read it again.
+    states = {
+        u: cache.gpus[u] for u in wanted if u in cache.gpus and cache.gpus[u].node_id == node_id
+    }
     unsure = [g for g in batch.gpus if g.uuid not in states or states[g.uuid].attrs != _attrs(g)]
     unsure_uuids = {g.uuid for g in unsure} | (wanted - set(states))
     if unsure_uuids:
@@ -157,7 +225,7 @@ def _gpu_ids(
     for uuid, state in states.items():
         if state.node_id != node_id:
             where = f"gpus.{listed[uuid]}.uuid" if uuid in listed else "gpu_uuid"
-            raise Forbidden(f"{where}: GPU {uuid} belongs to another node")
+            raise Forbidden(f"{where}: GPU {uuid} belongs to another node, which still reports it")
     referenced = [(f"samples.{i}", s.gpu_uuid) for i, s in enumerate(batch.samples)]
     referenced += [(f"processes.{i}", p.gpu_uuid) for i, p in enumerate(batch.processes)]
     for where, uuid in referenced:
@@ -276,8 +344,12 @@ def store_batch(
     thresholds: Thresholds,
     cache: IngestCache,
     pending: IngestCache,
-) -> dict[str, int]:
+    move_after_seconds: float = 60.0,
+) -> dict[str, Any]:
     """Store ``batch`` in the caller's transaction; raises before writing anything bad.
+
+    A GPU another node owns moves here if that node has not reported it for
+    ``move_after_seconds``, else its items are left out; ``claims`` in the answer says which.
 
     Each sample is stored with its activity, rung and cause decided under ``thresholds``, so
     every reader uses that one decision.
@@ -286,6 +358,7 @@ def store_batch(
     ``cache`` after the transaction commits.
     """
     node_id = _node_id(conn, batch, now, cache, pending)
+    batch, claims = _claim_gpus(conn, batch, node_id, now, cache, move_after_seconds)
     ids = _gpu_ids(conn, batch, node_id, now, cache, pending)
 
     stored = 0
@@ -351,4 +424,5 @@ def store_batch(
         "samples_new": stored,
         "processes": len(procs),
         "gpus": len(ids),
+        "claims": claims,
     }

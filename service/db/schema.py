@@ -411,3 +411,18 @@ ended_sessions = Table(
     Column("expires_at", UTCDateTime, nullable=False),
     Index(None, "expires_at"),
 )
+
+# A GPU seen from another node than its own moved there (hardware moved, a node renamed): one
+# row per move, the GPU's history of nodes. Hostnames, not node ids, so the history outlives
+# a node's row.
+gpu_moves = Table(
+    "gpu_moves",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("gpu_id", Integer, ForeignKey("gpus.id", ondelete="CASCADE"), nullable=False),
+    Column("from_node", String(255), nullable=False),
+    Column("to_node", String(255), nullable=False),
+    Column("moved_at", UTCDateTime, nullable=False),
+    Column("from_last_sample_at", UTCDateTime, nullable=True),
+    Index(None, "gpu_id", "moved_at"),
+)

@@ -34,6 +34,7 @@ def test_batch_is_stored_and_readable(http: httpx.Client, tokens, engine: Engine
         "samples_stored": 20,
         "processes_received": 0,
         "gpus": 2,
+        "gpu_claims": [],
     }
     assert count(engine, samples) == 20
     assert count(engine, nodes) == 1
@@ -136,9 +137,11 @@ def test_agent_cannot_write_for_another_node_or_its_gpus(
     stolen = make_batch(
         hostname="node-b", gpu_uuids=("GPU-a0",), start=clock() + timedelta(seconds=10)
     )
+    # node-a still reports GPU-a0: node-b's claim on it is left out, nothing else refused.
     r = http.post("/api/v1/ingest", json=stolen, headers=auth(token_b))
-    assert r.status_code == 403
-    assert "GPU-a0" in r.json()["detail"]
+    assert r.status_code == 200, r.text
+    (claim,) = r.json()["gpu_claims"]
+    assert claim["gpu_uuid"] == "GPU-a0" and not claim["moved"]
     assert count(engine, samples) == 1
 
 
@@ -219,10 +222,12 @@ def test_rejected_batch_of_a_new_node_leaves_nothing_behind(
         == 200
     )
     token_b = make_token(engine, "agent", "node-b")
-    bad = make_batch(hostname="node-b", gpu_uuids=("GPU-b0", "GPU-a0"), start=clock())
-    assert http.post("/api/v1/ingest", json=bad, headers=auth(token_b)).status_code == 403
+    bad = make_batch(hostname="node-b", gpu_uuids=("GPU-b0",), start=clock())
+    bad["samples"].append({**bad["samples"][0], "gpu_uuid": "GPU-zz"})  # a GPU it never listed
+    assert http.post("/api/v1/ingest", json=bad, headers=auth(token_b)).status_code == 422
     assert count(engine, nodes) == 1  # node-b's row was rolled back with the batch
-    good = make_batch(hostname="node-b", gpu_uuids=("GPU-b0",), start=clock())
-    r = http.post("/api/v1/ingest", json=good, headers=auth(token_b))
+    # A GPU node-a still reports is left out of node-b's batch; node-b's own GPU is stored.
+    mixed = make_batch(hostname="node-b", gpu_uuids=("GPU-b0", "GPU-a0"), start=clock())
+    r = http.post("/api/v1/ingest", json=mixed, headers=auth(token_b))
     assert r.status_code == 200, r.text
     assert count(engine, nodes) == 2 and count(engine, gpus) == 2

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
-from service.api.schemas.gpus import GpuPublic, SeriesPublic
+from service.api.schemas.gpus import GpuMovePublic, GpuPublic, SeriesPublic
 from service.db import gpus_repo
 from service.usecases.fleet import with_states
 from service.vocabulary import METRICS_BY_NAME
@@ -24,6 +25,15 @@ def list_gpus(
 ) -> list[dict[str, object]]:
     """Every GPU with its node, model, last-seen time, latest values and state now."""
     return with_states(gpus_repo.list_gpus(conn, node=node, model=model), now=ctx.clock())
+
+
+@router.get("/{uuid}/moves", response_model=list[GpuMovePublic])
+def gpu_moves(uuid: str, conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
+    """The GPU's history of nodes: each move to a node that reported it, oldest first."""
+    gpu_id = gpus_repo.gpu_id_by_uuid(conn, uuid=uuid)
+    if gpu_id is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no GPU with uuid {uuid!r}")
+    return gpus_repo.moves(conn, gpu_id=gpu_id)
 
 
 @router.get("/{uuid}/series", response_model=SeriesPublic, dependencies=[Expensive])

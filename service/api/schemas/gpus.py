@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from service.diagnosis import GpuState
 
@@ -79,3 +79,14 @@ class SeriesPublic(BaseModel):
     step_seconds: float
     resolution: Literal["raw", "1m", "1h"]
     points: list[SeriesPointPublic]
+
+
+class GpuMovePublic(BaseModel):
+    """A GPU seen from another node than its own moved there (hardware moved, node renamed)."""
+
+    from_node: str
+    to_node: str
+    moved_at: datetime
+    from_last_sample_at: datetime | None = Field(
+        None, description="the old node's last sample of the GPU before the move"
+    )
