@@ -1,7 +1,7 @@
 """GPU moves: a GPU seen from another node than its own moves there, and the move is kept.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-04
 """
 
@@ -12,8 +12,8 @@ from alembic import op
 
 from service.db.types import UTCDateTime
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
