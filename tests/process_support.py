@@ -85,7 +85,7 @@ def start_agent(
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The agent's /metrics as {(sample name, sorted labels): value}; empty if unreachable."""
     try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text  # 30 s: a hang
     except httpx.HTTPError:
         return {}
     return {

@@ -90,7 +90,7 @@ def start_replica(db_url: str, config: Path, log: BinaryIO) -> tuple[subprocess.
 
 def is_leader(url: str) -> bool:
     try:
-        text = httpx.get(url + "/metrics", timeout=2).text
+        text = httpx.get(url + "/metrics", timeout=30).text  # a slow answer is not "no"
     except httpx.HTTPError:
         return False
     return re.search(r"^gpuwarden_evaluator_leader 1\.0$", text, re.M) is not None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -122,13 +121,12 @@ def test_a_gzip_bomb_of_bad_items_gets_a_short_answer(
     assert len(body) < 20_000 and len(text) > 4_000_000
     headers = {**auth(tokens["agent"]), "Content-Encoding": "gzip",
                "Content-Type": "application/json"}  # fmt: skip
-    started = time.monotonic()
+    # Its cost is bounded by the list limit, not by what the body expands to: timed in
+    # bench/ingest_bomb.py (docs/benchmarks.md); here the answer (the client's 30 s: a hang).
     r = http.post("/api/v1/ingest", content=body, headers=headers)
-    elapsed = time.monotonic() - started
     assert r.status_code == 422
     assert len(r.content) < 8_000, len(r.content)
     assert r.json()["detail"][0]["loc"] == ["body", "samples"]
-    assert elapsed < 10  # bounded by the list limit, not by what the body expands to
 
 
 def test_a_long_bad_value_is_echoed_short(http: httpx.Client, tokens, clock: FakeClock) -> None:

@@ -11,9 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, func, select
 
 from service.api.app import create_app
+from service.db.schema import samples
 from tests.alerting_support import auth
 from tests.conftest import make_token
 from tests.support import live_server, make_batch
@@ -141,19 +142,18 @@ def test_readers_past_the_bound_get_503_fast_while_agents_ingest(
     reader, agent = auth(tokens["reader"]), auth(tokens["agent"])
     with live_server(app) as url:
 
-        async def read(client: httpx.AsyncClient, path: str) -> tuple[int, float, str]:
-            t0 = time.perf_counter()
+        async def read(client: httpx.AsyncClient, path: str) -> tuple[int, float, float]:
+            began = time.perf_counter()  # for order only: which requests overlapped
             r = await client.get(path, headers=reader)
             if r.status_code == 503:
                 assert r.headers["Retry-After"].isdigit()
-            return r.status_code, time.perf_counter() - t0, path
+            return r.status_code, began, time.perf_counter()
 
-        async def ship(client: httpx.AsyncClient, k: int) -> tuple[int, float]:
+        async def ship(client: httpx.AsyncClient, k: int) -> int:
             await asyncio.sleep(0.05 * k)
-            t0 = time.perf_counter()
             batch = make_batch(start=clock() - timedelta(seconds=k))
             r = await client.post("/api/v1/ingest", json=batch, headers=agent)
-            return r.status_code, time.perf_counter() - t0
+            return r.status_code
 
         async def main() -> tuple[list[Any], list[Any]]:
             limits = httpx.Limits(max_connections=300)
@@ -168,8 +168,16 @@ def test_readers_past_the_bound_get_503_fast_while_agents_ingest(
     outcomes = Counter(code for code, _, _ in reads)
     assert set(outcomes) <= {200, 503}, outcomes
     assert outcomes[200] >= 2 and outcomes[503] >= 1, outcomes
-    assert [code for code, _ in ships] == [200] * 10
-    assert max(t for _, t in ships) < 5.0
+    # Each 503 came while the slots were held: it overlapped a read that was let in, so it was
+    # answered before that slot freed, not after waiting its turn.
+    served = [(began, ended) for code, began, ended in reads if code == 200]
+    for code, began, ended in reads:
+        if code == 503:
+            assert any(b < ended and began < e for b, e in served), (began, ended)
+    # Every agent's batch was taken and stored meanwhile: nothing lost to the readers.
+    assert ships == [200] * 10
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(samples)).scalar_one() == 10
 
 
 @pytest.mark.parametrize("n", [60])
@@ -183,6 +191,5 @@ def test_a_burst_of_bad_tokens_is_answered_without_waiting_for_connections(
             )
         return [r.status_code for r in rs]
 
-    t0 = time.perf_counter()
-    codes = asyncio.run(main())
-    assert set(codes) <= {401, 429} and time.perf_counter() - t0 < 10
+    codes = asyncio.run(main())  # the client's timeout (30 s) catches a hang; speed: bench/
+    assert len(codes) == n and set(codes) <= {401, 429}, Counter(codes)

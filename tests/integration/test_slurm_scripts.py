@@ -1,7 +1,8 @@
 """deploy/slurm prolog and epilog, run as Slurm runs them, against a real central service.
 
 GPU mapping reads real NVIDIA driver output (tests/data/nvidia); nvidia-smi is a stub printing
-it. The time bound is checked against a central that accepts connections and never answers.
+it. That the scripts return (how fast: bench/slurm.py) is checked against a central that accepts
+connections and never answers.
 The real Slurm (slurmctld, slurmd, sbatch, salloc) runs these scripts in test_slurm_real.py.
 """
 
@@ -12,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -243,24 +243,23 @@ def test_a_hung_central_delays_a_job_by_a_few_seconds_at_most(hung_central: str,
         "SLURM_JOB_GPUS": "0,1",
     }
     for name, what in (("prolog.sh", "not registered"), ("epilog.sh", "not recorded")):
-        started = time.monotonic()
+        # The central never answers: without the scripts' own budget (4 s) this would hang
+        # until run_script's timeout (60 s) fails the test. How long it takes: bench/slurm.py.
         done = run_script(name, env)
-        took = time.monotonic() - started
         assert done.returncode == 0
-        assert took < 5.5, f"{name} took {took:.1f} s"  # the 4 s budget, plus process starts
         (line,) = done.stderr.splitlines()
         assert what in line and "HTTP 000" in line, line
 
 
 def test_a_hung_nvidia_smi_is_cut_short(tmp_path: Path):
     env = base_env(tmp_path, "http://127.0.0.1:9", "gw_x") | {
-        "GPUWARDEN_NVIDIA_SMI": str(smi_stub(tmp_path / "bin", sleep=60)),
+        # Far past run_script's timeout (60 s): only the prolog's own limit ends it in time.
+        "GPUWARDEN_NVIDIA_SMI": str(smi_stub(tmp_path / "bin", sleep=600)),
         "SLURM_JOB_ID": "18",
         "SLURM_JOB_GPUS": "0",
     }
-    started = time.monotonic()
     done = run_script("prolog.sh", env)
-    assert done.returncode == 0 and time.monotonic() - started < 4
+    assert done.returncode == 0
     (line,) = done.stderr.splitlines()
     assert "could not map GPUs 0 to UUIDs" in line, line
 
