@@ -9,10 +9,13 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Request, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service import __version__
 from service.api.deps import session_key
@@ -80,6 +83,29 @@ async def _warden_error(_: Request, exc: Exception) -> JSONResponse:
                 headers = {"Retry-After": str(exc.retry_after_seconds)}
             return JSONResponse({"detail": detail}, status_code=code, headers=headers)
     return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_400_BAD_REQUEST)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's HTTP errors as usual, but a 405's Allow lists every method of the path.
+
+    The router answers 405 from the first route matching the path alone, which lists only that
+    route's methods when a path has several (GET and PATCH of a job are two routes).
+    """
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+        allowed = [
+            method
+            for method in _METHODS
+            if any(
+                route.matches({**request.scope, "method": method})[0] is Match.FULL
+                for route in request.app.router.routes
+            )
+        ]
+        exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+    return await http_exception_handler(request, exc)
 
 
 def freeze_start_up_objects() -> None:
@@ -155,6 +181,7 @@ def create_app(
     app.state.fleet_cache = WastedTodayCache(max_age_seconds=settings.rollup_interval_seconds)
     app.state.admission = Admission(settings)
     app.add_exception_handler(WardenError, _warden_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, request_validation_error)
     for error in OUTAGE_ERRORS:
         app.add_exception_handler(error, database_unavailable)

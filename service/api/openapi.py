@@ -2,9 +2,9 @@
 
 FastAPI derives operations from the routes but cannot see what dependencies and handlers answer
 (401/403/429 from the token check, 503 from admission control or a database outage, 404/409
-from the error hierarchy, 413/415 from ingest's own body reading), nor ingest's body, which the
-route reads itself because it may be gzipped. This fills those in once, for every operation, so
-clients and the schema-driven tests see the real contract.
+from the error hierarchy, 413/415/503 from the request guard on every method that carries a
+body), nor ingest's body, which the route reads itself. This fills those in once, for every
+operation, so clients and the schema-driven tests see the real contract.
 """
 
 from __future__ import annotations
@@ -48,6 +48,15 @@ def _error(description: str, retry_after: bool) -> dict[str, Any]:
 
 def _declare(op: dict[str, Any], code: str, description: str, retry_after: bool = False) -> None:
     op.setdefault("responses", {}).setdefault(code, _error(description, retry_after))
+
+
+def _guarded(op: dict[str, Any], *, ingest: bool) -> None:
+    """The request guard's answers (service/api/input_guard.py) on a method with a body."""
+    limit = "GPUWARDEN_INGEST_MAX_BODY_BYTES" if ingest else "GPUWARDEN_MAX_BODY_BYTES"
+    _declare(op, "413", f"body larger than {limit}, as sent or once expanded")
+    _declare(op, "415", "a Content-Encoding other than gzip (or none)")
+    _declare(op, "422", "a NUL character in the path, query or body, or a body that is not gzip")
+    _declare(op, "503", "the service holds as many request bodies as it may; retry", True)
 
 
 def _ingest_body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -98,10 +107,15 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 _declare(op, "400", "the request cannot be carried out as asked")
             if path.endswith("/ingest"):
                 op["requestBody"] = _ingest_body(schema)
+            if method in ("post", "put", "patch", "delete"):
+                _guarded(op, ingest=path.endswith("/ingest"))
             if path == "/api/v1/session" and method == "post":
                 op["security"] = []  # the console's login: the token is in the body
-                _declare(op, "413", "body larger than GPUWARDEN_INGEST_MAX_BODY_BYTES")
-                _declare(op, "415", "a Content-Encoding other than gzip")
+                op["responses"]["429"] = _error(
+                    "too many failed logins or tokens from this client (a token never tried "
+                    "before is still checked)",
+                    True,
+                )
             if path == "/api/v1/jobs" and method == "post":
                 # 201 when the job is new, 200 when the request merged into an existing one.
                 op["responses"].setdefault(
