@@ -183,7 +183,7 @@ def activity(values: Mapping[str, float | None]) -> tuple[float, Rung] | None:
     return None
 
 
-def _duty(values: Mapping[str, float | None], rung: Rung) -> float | None:
+def duty_of(values: Mapping[str, float | None], rung: Rung) -> float | None:
     """The share of time kernels ran, when it is a different figure from the activity.
 
     Beside SM activity, the graphics-engine activity of the same profiling interval comes
@@ -248,7 +248,7 @@ def classify(
     traffic = _traffic(values)
     if traffic is not None and traffic >= t.transfer_bytes_per_second and act < t.busy:
         return Cause.TRANSFER_BOUND
-    duty = _duty(values, rung)
+    duty = duty_of(values, rung)
     # Launch-bound and input-starved compare SM fill with the duty cycle: only SM activity
     # says how full the SMs were, so the coarser rungs never pick either.
     if rung is Rung.SM_ACTIVE and duty is not None:
@@ -291,7 +291,7 @@ def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
     ]  # fmt: skip
     if _traffic(values) is not None:
         out.append(Cause.TRANSFER_BOUND)
-    if rung is Rung.SM_ACTIVE and _duty(values, rung) is not None:
+    if rung is Rung.SM_ACTIVE and duty_of(values, rung) is not None:
         out += [Cause.LAUNCH_BOUND, Cause.INPUT_STARVED]
     if values.get("dram_active") is not None:
         out.append(Cause.MEMORY_BOUND)

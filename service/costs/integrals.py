@@ -11,17 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, decide
+from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, decide, duty_of
 
 __all__ = [
     "CAUSE_ENERGY_FIELDS",
     "CAUSE_FIELDS",
+    "CAUSE_SIGNALS",
     "INTEGRAL_FIELDS",
+    "SIGNAL_FIELDS",
+    "SIGNAL_METRICS",
     "ActivityPoint",
     "Integrals",
     "Thresholds",
     "integrate",
     "point_of",
+    "stored_point",
 ]
 
 # The per-cause integral fields, in Cause order: ``<cause>_seconds``.
@@ -31,15 +35,85 @@ CAUSE_ENERGY_FIELDS: tuple[str, ...] = tuple(f"{name}_energy_joules" for name in
 
 
 @dataclass(frozen=True, slots=True)
+class CauseSignal:
+    """One measured signal integrated over the seconds of one cause: ``field`` is the sum of
+    ``signal`` x seconds (the signal a ratio, or bytes per second for ``pcie``); a fix's
+    recoverable share is computed from its mean (``service.costs.recoverable``)."""
+
+    field: str
+    cause: Cause
+    signal: str  # "duty", "activity", "dram" or "pcie": an attribute of ActivityPoint
+
+
+# Declared once: the rollup columns, the raw-sample sums and the tenant split follow it.
+CAUSE_SIGNALS: tuple[CauseSignal, ...] = (
+    CauseSignal("input_starved_duty_seconds", Cause.INPUT_STARVED, "duty"),
+    CauseSignal("launch_bound_duty_seconds", Cause.LAUNCH_BOUND, "duty"),
+    CauseSignal("compute_no_tensor_active_seconds", Cause.COMPUTE_NO_TENSOR, "activity"),
+    CauseSignal("memory_bound_dram_seconds", Cause.MEMORY_BOUND, "dram"),
+    CauseSignal("transfer_bound_pcie_bytes", Cause.TRANSFER_BOUND, "pcie"),
+)
+SIGNAL_FIELDS: tuple[str, ...] = tuple(s.field for s in CAUSE_SIGNALS)
+_SIGNAL_BY_CODE: dict[int, CauseSignal] = {int(s.cause): s for s in CAUSE_SIGNALS}
+
+
+@dataclass(frozen=True, slots=True)
 class ActivityPoint:
     """What the integrals need from one sample: its Unix time, the stored activity (ratio),
-    rung and cause (None without an activity figure: nodata), and its power."""
+    rung and cause (None without an activity figure: nodata), its power, and the signals of
+    CAUSE_SIGNALS: the duty cycle (ratio, as the cause rules read it), DRAM activity (ratio)
+    and the busier PCIe direction (bytes per second)."""
 
     ts: float
     activity: float | None
     rung: int | None = None
     cause: int | None = None
     power_watts: float | None = None
+    duty: float | None = None
+    dram: float | None = None
+    pcie: float | None = None
+
+    def signal_of(self, cause: int) -> float | None:
+        """The sample's value of the signal integrated for ``cause`` (None: none is, or the
+        sample lacks it)."""
+        sig = _SIGNAL_BY_CODE.get(cause)
+        if sig is None:
+            return None
+        value: float | None = getattr(self, sig.signal)
+        return value
+
+
+def stored_point(
+    ts: float,
+    activity: float | None,
+    rung: int | None,
+    cause: int | None,
+    power_watts: float | None,
+    values: Mapping[str, float | None],
+) -> ActivityPoint:
+    """The point of a stored sample: its stored decision and ``values``, the metrics the
+    signals are read from (gr_engine_active, gpu_util, dram_active, the PCIe rates)."""
+    if activity is None or rung is None or cause is None:
+        return ActivityPoint(ts, activity, rung, cause, power_watts)
+    return ActivityPoint(
+        ts, activity, rung, cause, power_watts, duty_of(values, Rung(rung)),
+        values.get("dram_active"), busier_pcie(values),
+    )  # fmt: skip
+
+
+# The sample columns stored_point reads its signals from.
+SIGNAL_METRICS: tuple[str, ...] = (
+    "gr_engine_active", "gpu_util", "dram_active",
+    "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
+)  # fmt: skip
+
+
+def busier_pcie(values: Mapping[str, float | None]) -> float | None:
+    """The busier PCIe direction of a sample (bytes per second), None if neither is reported."""
+    tx, rx = values.get("pcie_tx_bytes_per_second"), values.get("pcie_rx_bytes_per_second")
+    if tx is None and rx is None:
+        return None
+    return max(tx or 0.0, rx or 0.0)
 
 
 def point_of(
@@ -54,7 +128,10 @@ def point_of(
     power = values.get("power_watts")
     if d is None:
         return ActivityPoint(ts, None, None, None, power)
-    return ActivityPoint(ts, d.activity, int(d.rung), int(d.cause), power)
+    return ActivityPoint(
+        ts, d.activity, int(d.rung), int(d.cause), power, duty_of(values, d.rung),
+        values.get("dram_active"), busier_pcie(values),
+    )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -89,6 +166,12 @@ class Integrals:
     compute_no_tensor_energy_joules: float = 0.0
     compute_tensor_energy_joules: float = 0.0
     unclassified_energy_joules: float = 0.0
+    # CAUSE_SIGNALS: each a signal x seconds summed over its cause's seconds.
+    input_starved_duty_seconds: float = 0.0
+    launch_bound_duty_seconds: float = 0.0
+    compute_no_tensor_active_seconds: float = 0.0
+    memory_bound_dram_seconds: float = 0.0
+    transfer_bound_pcie_bytes: float = 0.0
 
     def add(self, other: Integrals, factor: float = 1.0) -> None:
         """Add ``factor`` times each field of ``other`` into the same field of this one."""
@@ -117,6 +200,11 @@ class Integrals:
         self.compute_no_tensor_energy_joules += factor * other.compute_no_tensor_energy_joules
         self.compute_tensor_energy_joules += factor * other.compute_tensor_energy_joules
         self.unclassified_energy_joules += factor * other.unclassified_energy_joules
+        self.input_starved_duty_seconds += factor * other.input_starved_duty_seconds
+        self.launch_bound_duty_seconds += factor * other.launch_bound_duty_seconds
+        self.compute_no_tensor_active_seconds += factor * other.compute_no_tensor_active_seconds
+        self.memory_bound_dram_seconds += factor * other.memory_bound_dram_seconds
+        self.transfer_bound_pcie_bytes += factor * other.transfer_bound_pcie_bytes
 
     def cause_seconds(self) -> dict[str, float]:
         """Covered seconds per cause name, in Cause order."""
@@ -136,6 +224,14 @@ _CAUSE_ENERGY_BY_CODE: dict[int, str] = {
     int(c): f for c, f in zip(Cause, CAUSE_ENERGY_FIELDS, strict=True)
 }
 _GPU_UTIL = int(Rung.GPU_UTIL)
+
+
+def add_signal(out: Integrals, p: ActivityPoint, cause: int, seconds: float) -> None:
+    """Add the sample's signal for ``cause`` x ``seconds`` to its CAUSE_SIGNALS field."""
+    value = p.signal_of(cause)
+    if value is not None:
+        field = _SIGNAL_BY_CODE[cause].field
+        setattr(out, field, getattr(out, field) + value * seconds)
 
 
 def integrate(
@@ -162,6 +258,7 @@ def integrate(
         out.unused_seconds += dt * (1.0 - activity)
         field = _CAUSE_FIELD_BY_CODE[p.cause]
         setattr(out, field, getattr(out, field) + dt)
+        add_signal(out, p, p.cause, dt)
         if p.power_watts is not None:
             joules = dt * p.power_watts
             out.energy_used_joules += joules

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
+from service.costs.integrals import Integrals
 from service.costs.prices import PriceRow, mig_share, price_at
+from service.costs.recoverable import recoverable_share
 from service.costs.waste import Summary
 from service.diagnosis import CAUSE_NAMES, Cause
 
@@ -46,6 +48,11 @@ class FixAssumptions:
     busy: float = 0.5
     idle_gpu_fraction: float = 0.8  # a GPU idle this share of its time counts as not needed
     mig_memory_headroom: float = 0.9  # the job's peak memory at most this share of the slice's
+    # The rule floors the recoverable shares read an unmeasured signal by (cause thresholds).
+    launch_min_util: float = 0.1
+    transfer_bytes_per_second: float = 2e9
+    # The GPU model the shares are computed for (datasheet peaks); None: several or unknown.
+    gpu_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +96,46 @@ FIX_ACTIONS: dict[Cause, str] = {
     "prefetching, decode on the GPU",
     Cause.TRANSFER_BOUND: "pinned buffers, async copies on their own stream overlapping "
     "compute, keep the data on the GPU",
-    Cause.MEMORY_BOUND: "move fewer bytes: fuse kernels, FlashAttention-style kernels, bf16 "
-    "instead of fp32",
+    Cause.MEMORY_BOUND: "move fewer bytes: fuse the chain of kernels (torch.compile), "
+    "FlashAttention-style kernels, a narrower dtype where the maths allows",
     Cause.COMPUTE_NO_TENSOR: "run the matrix maths on tensor cores: bf16/fp16 autocast, or "
     "TF32 (torch.backends.cuda.matmul.allow_tf32 = True)",
 }
 
 
-def fix_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
-    """The share of a cause's time its fix saves, and the assumption that says so."""
+def fix_fraction(
+    cause: Cause, a: FixAssumptions, usage: Integrals | None = None
+) -> tuple[float, str]:
+    """The share of a cause's time its fix saves, and the assumption that says so: from the
+    group's own signals in ``usage`` where they tell (``service.costs.recoverable``), else
+    the constant."""
+    return cause_fix(cause, a, usage)[:2]
+
+
+def cause_fix(
+    cause: Cause, a: FixAssumptions, usage: Integrals | None = None
+) -> tuple[float, str, str | None]:
+    """``fix_fraction`` with the fix to name instead of the cause's usual one (None: the
+    usual one), where the signals say that one is already applied."""
+    fraction, why = constant_fraction(cause, a)
+    if usage is None or cause not in RECOVERABLE_CAUSES:
+        return fraction, why, None
+    share = recoverable_share(
+        cause, usage, a.gpu_model, (fraction, why), memory_speedup=a.memory_speedup,
+        launch_min_util=a.launch_min_util, transfer_bytes_per_second=a.transfer_bytes_per_second,
+    )  # fmt: skip
+    return share.share, share.formula, share.action
+
+
+RECOVERABLE_CAUSES = frozenset(
+    (Cause.INPUT_STARVED, Cause.LAUNCH_BOUND, Cause.TRANSFER_BOUND, Cause.MEMORY_BOUND,
+     Cause.COMPUTE_NO_TENSOR)
+)  # fmt: skip
+
+
+def constant_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
+    """The constant share of a cause's time its fix saves (the fallback where no signal
+    tells), and the assumption that says so."""
     if cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
         return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
     if cause is Cause.COMPUTE_NO_TENSOR:
@@ -131,6 +169,13 @@ def fix_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
     return 0.0, "healthy or not diagnosable: no fix"
 
 
+def with_model(a: FixAssumptions, models: Sequence[str]) -> FixAssumptions:
+    """``a`` for GPUs of ``models``: their model where they share one (and ``a`` names none)."""
+    if a.gpu_model is not None or len(set(models)) != 1:
+        return a
+    return replace(a, gpu_model=models[0])
+
+
 def _per_second(summary: Summary) -> float | None:
     """The summary's mean USD per covered GPU-second, None if unpriced or empty."""
     cov = summary.usage.covered_seconds
@@ -160,12 +205,12 @@ def cause_fixes(
         if seconds <= 1e-9:
             continue
         usd = max(summary.cause_cost_usd[i] - taken_usd.get(cause, 0.0), 0.0) if priced else None
-        fraction, why = fix_fraction(cause, a)
+        fraction, why, instead = cause_fix(cause, a, summary.usage)
         out.append(
             Recommendation(
                 kind="cause",
                 cause=cause.label,
-                action=action,
+                action=instead or action,
                 seconds=seconds,
                 usd=usd,
                 saving_fraction=fraction,
@@ -331,6 +376,7 @@ def recommend_job(
     taken_seconds: dict[Cause, float] = {}
     taken_usd: dict[Cause, float] = {}
     priced = total.priced
+    a = with_model(a, [g.model for g in gpus])
     spare = [
         g
         for g in gpus

@@ -22,6 +22,7 @@ from service.costs.integrals import (
     ActivityPoint,
     Integrals,
     Thresholds,
+    add_signal,
 )
 from service.costs.waste import Line, Segment, Usage
 from service.diagnosis import IDLE_CAUSES, Cause, Rung
@@ -264,6 +265,8 @@ def _add_sample(
         code = int(causes[key])
         f = _CAUSE_FIELD[code]
         setattr(integ, f, getattr(integ, f) + seconds)
+        if code == p.cause:  # the GPU's own cause: its signals describe the tenant's seconds
+            add_signal(integ, p, code, seconds)
         if p.power_watts is not None:
             joules = seconds * p.power_watts
             integ.energy_used_joules += joules

@@ -11,14 +11,20 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
 
-from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS, Thresholds
+from service.costs.integrals import (
+    CAUSE_ENERGY_FIELDS,
+    CAUSE_FIELDS,
+    CAUSE_SIGNALS,
+    SIGNAL_FIELDS,
+    Thresholds,
+)
 from service.costs.waste import Span, Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
 from service.diagnosis import Cause, Rung
 
-# The seconds per cause beside the waste integrals (idle_held_seconds is both).
-_CAUSE_ONLY = frozenset(CAUSE_FIELDS) - {"idle_held_seconds"}
+# The seconds (and signals) per cause beside the waste integrals (idle_held_seconds is both).
+_CAUSE_ONLY = (frozenset(CAUSE_FIELDS) - {"idle_held_seconds"}) | frozenset(SIGNAL_FIELDS)
 
 
 def summed_fields(*, causes: bool, cause_energy: bool = False) -> tuple[str, ...]:
@@ -109,6 +115,7 @@ _IDLE_CAUSES = frozenset((int(Cause.IDLE_EMPTY), int(Cause.IDLE_HELD)))
 _GPU_UTIL = int(Rung.GPU_UTIL)
 # The metrics whose sum and count over the samples inside a read the integrals carry.
 _RAW_METRICS = ("tensor_active", "dram_active")
+_SIGNAL_OF = {int(sig.cause): sig for sig in CAUSE_SIGNALS}
 
 
 @cache
@@ -123,13 +130,23 @@ def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
     [since, lo_at), since = lo - max_gap, covers lo's first seconds.
     """
     metrics = ", ".join(f"s.{m}" for m in _RAW_METRICS)
+    greatest = "GREATEST" if pg else "MAX"
+    # The signals of CAUSE_SIGNALS, as ``stored_point`` reads them.
+    signals = (
+        f"CASE WHEN s.activity_rung = {int(Rung.SM_ACTIVE)} AND s.gr_engine_active IS NOT NULL "
+        f"THEN s.gr_engine_active WHEN s.activity_rung <> {_GPU_UTIL} THEN s.gpu_util END AS duty, "
+        "s.dram_active AS dram, CASE WHEN s.pcie_tx_bytes_per_second IS NOT NULL OR "
+        f"s.pcie_rx_bytes_per_second IS NOT NULL THEN {greatest}("
+        "COALESCE(s.pcie_tx_bytes_per_second, 0), COALESCE(s.pcie_rx_bytes_per_second, 0)) "
+        "END AS pcie"
+    )
     cols = (
         "r.k, r.lo, r.hi, {ts} AS t, s.activity, s.activity_rung AS rung, s.cause, "
-        f"s.power_watts AS power, {metrics}"
+        f"s.power_watts AS power, {metrics}, {signals}"
     )
     if pg:
         cols = cols.format(ts="EXTRACT(EPOCH FROM s.ts)::float8")
-        least, greatest = "LEAST", "GREATEST"
+        least = "LEAST"
         # The samples inside each read, and the one before it, found once per read.
         x = (
             f"SELECT {cols}, 1 AS inside FROM {_READS.name} r JOIN {samples.name} s "
@@ -143,7 +160,7 @@ def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
         # would round to the millisecond).
         seconds = "CAST(strftime('%s', substr(s.ts, 1, 19)) AS REAL)"
         cols = cols.format(ts=f"({seconds} + CAST(substr(s.ts, 20) AS REAL))")
-        least, greatest = "MIN", "MAX"
+        least = "MIN"
         # One range per read, from the sample before it on (one scan: SQLite sorts each arm
         # of a UNION on its own).
         x = (
@@ -160,17 +177,22 @@ def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
         f"WITH x AS ({x}), "
         "y AS (SELECT x.*, LEAD(t) OVER (PARTITION BY k ORDER BY t) AS nt FROM x), "
         f"z AS (SELECT k, cause, rung, activity, power, inside, {', '.join(_RAW_METRICS)}, "
+        "  duty, dram, pcie, "
         "  CASE WHEN activity IS NOT NULL AND cause IS NOT NULL THEN "
         f"  {greatest}({least}(COALESCE(nt, t + {gap}), t + {gap}, hi) - {greatest}(t, lo), 0) "
         "  END AS dt FROM y) "
         "SELECT k, cause, rung, SUM(dt), SUM(dt * activity), SUM(dt * power), "
-        f"{metric_sums} FROM z GROUP BY k, cause, rung"
+        f"{metric_sums}, SUM(dt * duty), SUM(dt * dram), SUM(dt * pcie) "
+        "FROM z GROUP BY k, cause, rung"
     )
 
 
 def _raw_part(cause: int | None, rung: int | None, sums: Sequence[float]) -> dict[str, float]:
     """The Usage fields one row of ``_raw_sql`` adds to, with what it adds."""
-    seconds, active, joules, *metric_sums = sums
+    seconds, active, joules, *metric_sums = sums[: 3 + 2 * len(_RAW_METRICS)]
+    signal_sums = dict(
+        zip(("duty", "dram", "pcie"), sums[3 + 2 * len(_RAW_METRICS) :], strict=True)
+    )
     part: dict[str, float] = {}
     for i, metric in enumerate(_RAW_METRICS):
         part[f"{metric}_sum"], part[f"{metric}_count"] = metric_sums[2 * i : 2 * i + 2]
@@ -183,6 +205,9 @@ def _raw_part(cause: int | None, rung: int | None, sums: Sequence[float]) -> dic
         _CAUSE_SECONDS[cause]: seconds,
         _CAUSE_JOULES[cause]: joules,
     }
+    signal = _SIGNAL_OF.get(cause)
+    if signal is not None:
+        part[signal.field] = active if signal.signal == "activity" else signal_sums[signal.signal]
     if cause in _IDLE_CAUSES:
         part["idle_seconds"] = seconds
     if rung == _GPU_UTIL:

@@ -23,7 +23,14 @@ from sqlalchemy import (
     update,
 )
 
-from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, integrate
+from service.costs.integrals import (
+    INTEGRAL_FIELDS,
+    SIGNAL_METRICS,
+    ActivityPoint,
+    Thresholds,
+    integrate,
+    stored_point,
+)
 from service.costs.tenants import SplitRule
 from service.db import tenants_repo
 from service.db.dialect import bulk_insert_ignore, keys_in
@@ -48,6 +55,12 @@ _SAMPLE_COLUMNS = (*_ROLLED, "activity_rung", "cause")
 _ACT, _RUNG, _CAUSE, _POWER = (
     _SAMPLE_COLUMNS.index(m) for m in ("activity", "activity_rung", "cause", "power_watts")
 )
+_SIGNALS = tuple((m, _SAMPLE_COLUMNS.index(m)) for m in SIGNAL_METRICS)
+
+
+def _point(ts: float, v: Sequence[Any]) -> ActivityPoint:
+    """The integrals' point of one sample row (values in ``_SAMPLE_COLUMNS`` order)."""
+    return stored_point(ts, v[_ACT], v[_RUNG], v[_CAUSE], v[_POWER], {m: v[i] for m, i in _SIGNALS})
 
 
 def minute_rollup(
@@ -60,7 +73,7 @@ def minute_rollup(
     the columns of ``_SAMPLE_COLUMNS``."""
     start = bucket.timestamp()
     end = start + 60.0
-    points = [ActivityPoint(ts, v[_ACT], v[_RUNG], v[_CAUSE], v[_POWER]) for ts, v in rows]
+    points = [_point(ts, v) for ts, v in rows]
     integrals = integrate(points, start, end, thresholds)
     inside = [v for ts, v in rows if start <= ts < end]
     if not inside and integrals.covered_seconds == 0:
@@ -247,7 +260,7 @@ def process_dirty(
             conn,
             gpu_id=gpu_id,
             buckets=buckets,
-            points=[ActivityPoint(ts, v[_ACT], v[_RUNG], v[_CAUSE], v[_POWER]) for ts, v in rows],
+            points=[_point(ts, v) for ts, v in rows],
             thresholds=thresholds,
             rule=split_rule,
         )

@@ -24,7 +24,13 @@ from sqlalchemy import (
     text,
 )
 
-from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds
+from service.costs.integrals import (
+    INTEGRAL_FIELDS,
+    SIGNAL_METRICS,
+    ActivityPoint,
+    Thresholds,
+    stored_point,
+)
 from service.costs.tenants import SplitRule, TenantProcess, TenantShare, split_stretch
 from service.db.cost_scratch import fill, scratch_table
 from service.db.dialect import bulk_insert_ignore, keys_in
@@ -181,13 +187,18 @@ def split_part(
     gap = timedelta(seconds=thresholds.max_gap_seconds)
     s = samples.c
     points = [
-        ActivityPoint(ts.timestamp(), act, rung, cause, power)
-        for ts, act, rung, cause, power in conn.execute(
-            select(s.ts, s.activity, s.activity_rung, s.cause, s.power_watts)
+        stored_point(
+            ts.timestamp(), act, rung, cause, power, dict(zip(SIGNAL_METRICS, v, strict=True))
+        )
+        for ts, act, rung, cause, power, *v in conn.execute(
+            select(
+                s.ts, s.activity, s.activity_rung, s.cause, s.power_watts,
+                *(s[m] for m in SIGNAL_METRICS),
+            )
             .where(s.gpu_id == gpu_id, s.ts >= start - gap, s.ts < end)
             .order_by(s.ts)
         )
-    ]
+    ]  # fmt: skip
     shares = split_stretch(
         points, procs, holding, start.timestamp(), end.timestamp(), thresholds, rule
     )

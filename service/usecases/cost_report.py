@@ -27,6 +27,7 @@ from service.costs.recommend import (
     cause_fixes,
     recommend_job,
     total_saving_usd,
+    with_model,
 )
 from service.costs.tenants import SplitRule, tenant_line, without_stretches
 from service.costs.waste import (
@@ -82,6 +83,8 @@ def fix_assumptions_of(settings: Settings) -> FixAssumptions:
         busy=settings.cause_busy,
         idle_gpu_fraction=settings.rightsize_idle_gpu_fraction,
         mig_memory_headroom=settings.rightsize_mig_memory_headroom,
+        launch_min_util=settings.cause_launch_min_util,
+        transfer_bytes_per_second=settings.cause_transfer_bytes_per_second,
     )
 
 
@@ -95,6 +98,11 @@ def with_energy(row: dict[str, Any], settings: Settings) -> dict[str, Any]:
     row["energy_kwh"] = kwh
     row["energy_usd"] = kwh * settings.energy_usd_per_kwh
     return row
+
+
+def _for_gpus(a: FixAssumptions, att: Attribution, summary: Summary) -> FixAssumptions:
+    """``a`` for the summary's GPUs: their model where they share one."""
+    return with_model(a, [att.gpus[g].model for g in summary.gpu_ids if g in att.gpus])
 
 
 def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[str, Any]:
@@ -458,7 +466,7 @@ def cost_report(
         groups.values(),
         key=lambda group: (-(group.unused_cost_usd if group.priced else 0.0), group.key),
     ):
-        row = report_row(summary, settings, assumptions)
+        row = report_row(summary, settings, _for_gpus(assumptions, att, summary))
         if group_by == "job" and summary.key != UNALLOCATED:
             job = att.jobs.get(summary.key, {})
             row.update(
@@ -473,7 +481,7 @@ def cost_report(
         "end": end,
         "group_by": group_by,
         "rows": rows,
-        "totals": report_row(total, settings, assumptions),
+        "totals": report_row(total, settings, _for_gpus(assumptions, att, total)),
         "price_source": att.price_source,
         "split_rule": settings.cost_split_rule,
         "warnings": att.warnings
@@ -543,7 +551,7 @@ def job_summary(
         energy = _job_energy(conn, att, per_gpu, start=start, end=end, settings=settings)
     else:
         energy = _energy_dict(0.0, dict.fromkeys(diagnosis.CAUSE_NAMES, 0.0), "none", settings)
-    assumptions = fix_assumptions_of(settings)
+    assumptions = with_model(fix_assumptions_of(settings), [u.model for u in uses])
     fixes = recommend_job(total, uses, assumptions, prices=prices, when=end)
     tags = job_tags(total, tag_thresholds_of(settings))
     return {

@@ -3,7 +3,8 @@ docs/gpu-check/shared/tenants_check.py) replayed through a real central service,
 registered as the Slurm prolog registered them there; on SQLite and PostgreSQL.
 
 One job per workload: each single-cause job's top fix is its cause's, with a saving stated and
-never more than the job cost, and the job holding a fifth of the H200 at low activity is offered
+never more than the job cost (the pinned copies at the link's peak are told to move fewer bytes,
+with no saving promised), and the job holding a fifth of the H200 at low activity is offered
 a MIG slice. Three jobs on one GPU: under every split rule the jobs' dollars add up to the GPU's
 to the cent, the bf16 loop takes the GPU's compute_tensor time, and the notebook that ran
 nothing is idle_held (equal and memory) or pays almost nothing (activity).
@@ -100,7 +101,15 @@ def test_each_live_job_gets_its_fix_and_the_mig_sized_job_a_slice(
         r = http.get(f"/api/v1/jobs/{job_id}", headers=reader)
         assert r.status_code == 200, r.text
         jobs[phase] = r.json()
-    for phase in SINGLE_CAUSE:
+    # The pinned copies both ways ran at the link's practical peak: their fix is fewer bytes,
+    # with no saving promised (pinning what is pinned saves nothing).
+    (copies,) = [
+        f for f in jobs["transfer_bound"]["recommendations"] if f["cause"] == "transfer_bound"
+    ]
+    assert copies["cause"] == "transfer_bound" and copies["saving_usd"] == 0.0, copies
+    assert copies["action"].startswith("move fewer bytes"), copies
+    assert "pinned" not in copies["action"] and "limit" in copies["assumption"], copies
+    for phase in (p for p in SINGLE_CAUSE if p != "transfer_bound"):
         job = jobs[phase]
         cost = job["summary"]["cost_usd"]
         top = job["recommendations"][0]

@@ -11,7 +11,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, insert
 
-from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, integrate
+from service.costs.integrals import (
+    INTEGRAL_FIELDS,
+    SIGNAL_METRICS,
+    Thresholds,
+    integrate,
+    stored_point,
+)
 from service.costs.waste import Span, Usage
 from service.db.cost_sums import sum_raw
 from service.db.partitions import ensure_partitions
@@ -43,6 +49,10 @@ def random_samples(rng: random.Random, gpu_id: int, n: int) -> list[dict[str, ob
                 "power_watts": None if rng.random() < 0.2 else rng.uniform(50, 700),
                 "tensor_active": None if rng.random() < 0.3 else rng.random(),
                 "dram_active": None if rng.random() < 0.5 else rng.random(),
+                "gr_engine_active": None if rng.random() < 0.3 else rng.random(),
+                "gpu_util": None if rng.random() < 0.3 else rng.random(),
+                "pcie_tx_bytes_per_second": None if rng.random() < 0.3 else rng.uniform(0, 6e10),
+                "pcie_rx_bytes_per_second": None if rng.random() < 0.3 else rng.uniform(0, 6e10),
             }
         )
         step = rng.choice((0.3, 1.0, 9.999, 10.0, 10.0, 30.5, 59.9, 61.0, 150.0)) * rng.uniform(
@@ -55,8 +65,8 @@ def random_samples(rng: random.Random, gpu_id: int, n: int) -> list[dict[str, ob
 def expected(rows: list[dict[str, object]], read: Span) -> Usage:
     """The read's usage as the Python integration computes it, times its factor."""
     points = [
-        ActivityPoint(r["ts"].timestamp(), r["activity"], r["activity_rung"], r["cause"],  # type: ignore[attr-defined,arg-type]
-                      r["power_watts"])  # type: ignore[arg-type]
+        stored_point(r["ts"].timestamp(), r["activity"], r["activity_rung"], r["cause"],  # type: ignore[attr-defined,arg-type]
+                     r["power_watts"], {m: r[m] for m in SIGNAL_METRICS})  # type: ignore[arg-type,misc]
         for r in rows
         if r["gpu_id"] == read.gpu_id
     ]  # fmt: skip
