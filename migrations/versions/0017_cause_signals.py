@@ -8,8 +8,8 @@ every 1-minute bucket whose raw samples are still kept is marked for the rollup 
 recompute (with its hour, running totals and tenant rows). Older buckets keep 0, which the
 recoverable shares read as "not measured" (the constant fallback).
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-04
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
-down_revision = "0014"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
