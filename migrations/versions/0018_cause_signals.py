@@ -8,8 +8,8 @@ every 1-minute bucket whose raw samples are still kept is marked for the rollup 
 recompute (with its hour, running totals and tenant rows). Older buckets keep 0, which the
 recoverable shares read as "not measured" (the constant fallback).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-04
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
