@@ -46,12 +46,20 @@ left() { # seconds left of the budget, at least 1
     local l=$((deadline - SECONDS))
     echo $((l < 1 ? 1 : l))
 }
-json_str() { # a JSON string literal of $1
-    local s=${1//\\/\\\\}
+json_str() { # a JSON string literal of $1 (every control character escaped: raw, JSON refuses it)
+    local s=${1//\\/\\\\} out="" c i
     s=${s//\"/\\\"}
     s=${s//$'\t'/\\t}
     s=${s//$'\r'/\\r}
     s=${s//$'\n'/\\n}
+    if [[ $s == *[[:cntrl:]]* ]]; then
+        for ((i = 0; i < ${#s}; i++)); do
+            c=${s:i:1}
+            [[ $c == [[:cntrl:]] ]] && printf -v c '\\u%04x' "'$c"
+            out+=$c
+        done
+        s=$out
+    fi
     printf '"%s"' "$s"
 }
 bus_key() { # a PCI bus id as both nvidia-smi (00000000:18:00.0) and /proc (0000:18:00.0) spell it
@@ -117,6 +125,9 @@ if [ -n "$account" ] && [ -r "$ACCOUNTS" ]; then
         [ "$acc" = "$account" ] && { team=$t; project=${p:-}; break; }
     done < <(sed 's/#.*//' "$ACCOUNTS")
 fi
+# A control character in the comment (an escape, a ^A pasted from a terminal) separates words
+# like a space does: it is never part of a team or project name.
+comment=${comment//[[:cntrl:]]/ }
 for word in ${comment//[,;]/ }; do
     case $word in
         project=*) project=${word#project=} ;;

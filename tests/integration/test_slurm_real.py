@@ -285,3 +285,19 @@ def test_the_comment_can_come_from_scontrol_where_slurm_does_not_pass_it(
         assert [g["gpu_uuid"] for g in job["gpus"]] == [UUID_OF_MINOR[3]]
     finally:
         cluster.run("scancel", slurm_id, check=False)
+
+
+def test_a_control_character_in_the_comment_still_registers_the_job(
+    cluster: Cluster, server: str, http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    # A comment pasted from a terminal or a script can carry an escape or a ^A; the job must be
+    # registered all the same, the control character read as a separator between words.
+    know_gpus(engine, clock, [uuid for uuid, _, _ in GPUS])
+    cluster.point_at(server, tokens["agent"])
+    slurm_id = cluster.run(
+        "sbatch", "--parsable", "--account=vision", "--comment=project=resnet50\x01team=nlp\x1b",
+        "--gres=gpu:1", "--output=/dev/null", "--wrap", "sleep 2",
+    ).strip()  # fmt: skip
+    job = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=False)
+    assert (job["team"], job["project"]) == ("nlp", "resnet50")
+    assert len(job["gpus"]) == 1
