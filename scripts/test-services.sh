@@ -49,6 +49,16 @@ if ! command -v chromium >/dev/null || [ "$(fc-list 2>/dev/null | grep -ci dejav
     chromium fonts-dejavu-core fonts-liberation fontconfig
 fi
 
+# Node and the JavaScript Standard Webhooks library verify the webhook body
+# (tests/integration/test_webhook_envelope.py); npm ci installs what tests/js/package-lock.json pins.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "installing nodejs and npm (Debian packages)..."
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm
+fi
+[ -d "$(dirname "$0")/../tests/js/node_modules/standardwebhooks" ] ||
+  npm ci --no-audit --no-fund --prefix "$(dirname "$0")/../tests/js"
+
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   echo "starting PostgreSQL..."
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start

@@ -130,9 +130,10 @@ def test_one_notification_per_transition_and_takeover(fresh_pg: str, tmp_path: P
         hot("GPU-a0", follower[1])  # data may arrive at any replica
         wait_until(lambda: receiver.received, timeout=15)
         time.sleep(3)  # six more evaluation rounds on each replica
-        assert [(m.json()["labels"]["gpu_uuid"], m.json()["state"]) for m in receiver.received] == [
-            ("GPU-a0", "firing")
-        ]
+        assert [
+            (m.json()["data"]["labels"]["gpu_uuid"], m.json()["data"]["state"])
+            for m in receiver.received
+        ] == [("GPU-a0", "firing")]
 
         leader[0].send_signal(signal.SIGKILL)
         leader[0].wait(10)
@@ -140,7 +141,10 @@ def test_one_notification_per_transition_and_takeover(fresh_pg: str, tmp_path: P
         hot("GPU-a1", follower[1])
         wait_until(lambda: len(receiver.received) >= 2, timeout=15)
         time.sleep(3)
-        got = [(m.json()["labels"]["gpu_uuid"], m.json()["state"]) for m in receiver.received]
+        got = [
+            (m.json()["data"]["labels"]["gpu_uuid"], m.json()["data"]["state"])
+            for m in receiver.received
+        ]
         assert got == [("GPU-a0", "firing"), ("GPU-a1", "firing")], got
         ids = [m.headers["webhook-id"] for m in receiver.received]
         assert len(set(ids)) == 2

@@ -97,7 +97,8 @@ def test_a_notification_survives_a_receiver_outage_and_a_central_kill_exactly_on
             receiver.close()
     assert receiver is not None
     got = [
-        (m.json()["policy"], m.json()["state"], m.headers["webhook-id"]) for m in receiver.received
+        (m.json()["data"]["policy"], m.json()["data"]["state"], m.headers["webhook-id"])
+        for m in receiver.received
     ]
     assert len(got) == 2, got  # the 503, then the 200
     assert {(p, s) for p, s, _ in got} == {("hot-gpu", "firing")}

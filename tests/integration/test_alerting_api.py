@@ -142,7 +142,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         dispatcher = Dispatcher(ctx)
         assert dispatcher.drain() == 1
         (got,) = receiver.wait_for(1)
-        payload = Webhook(SECRET).verify(got.body, got.headers)
+        payload = Webhook(SECRET).verify(got.body, got.headers)["data"]
         assert got.path == "/in"
         assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
         assert payload["labels"]["job_id"] == "slurm:42" and payload["labels"]["user"] == "alice"
@@ -187,7 +187,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         assert evaluate_once(ctx).by_kind == {"resolved": 1}
         dispatcher.drain()
         got = receiver.wait_for(2)[1]
-        assert Webhook(SECRET).verify(got.body, got.headers)["state"] == "resolved"
+        assert Webhook(SECRET).verify(got.body, got.headers)["data"]["state"] == "resolved"
         assert got.headers["webhook-id"] != receiver.received[0].headers["webhook-id"]
         (a,) = http.get(
             "/api/v1/alerts", params={"policy": "low-sm-activity"}, headers=auth(tokens["reader"])
@@ -260,7 +260,8 @@ def test_hardware_fault_inhibits_low_use_and_silence_shows_silenced(
         assert Dispatcher(ctx).drain() == 3  # synchronous: everything due is sent on return
         assert len(receiver.received) == 3
         got = sorted(
-            (p["policy"], p["labels"]["gpu_uuid"]) for p in (x.json() for x in receiver.wait_for(3))
+            (p["policy"], p["labels"]["gpu_uuid"])
+            for p in (x.json()["data"] for x in receiver.wait_for(3))
         )
         assert got == [("hot", "GPU-a0"), ("hw", "GPU-a0"), ("low-sm-activity", "GPU-a1")]
         alerts = http.get("/api/v1/alerts", params={"state": "firing"}, headers=admin).json()

@@ -86,7 +86,7 @@ def test_alert_links_are_encoded_and_open_the_console_pages(
         (got,) = receiver.wait_for(1)
     finally:
         receiver.close()
-    payload = got.json()
+    payload = got.json()["data"]
     report, alert = payload["report_url"], payload["alert_url"]
     note = Notification(
         delivery_id="d1", kind="firing", status="firing", policy="low-sm-activity",

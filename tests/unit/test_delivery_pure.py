@@ -142,7 +142,7 @@ def test_webhook_signature_verifies_with_standard_webhooks() -> None:
     body = json.dumps(webhook.render(note())).encode()
     headers = webhook.signature_headers(secret, "msg_1", datetime.now(UTC), body)
     assert headers["webhook-signature"].startswith("v1,")
-    payload = Webhook(secret).verify(body, headers)
+    payload = Webhook(secret).verify(body, headers)["data"]
     assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
     assert payload["labels"] == NOTE_LABELS
     tampered = body.replace(b"firing", b"resolved")
@@ -166,7 +166,7 @@ def test_every_sender_speaks_the_one_label_vocabulary() -> None:
     old = note(labels={"job": "slurm:7", "gpu": "GPU-b", "node": "n2"})
     assert old.headline() == "[FIRING] low-sm-activity on job slurm:7"
     (a,) = alertmanager.render(old)
-    body = webhook.render(old)
+    body = webhook.render(old)["data"]
     fields = [f["text"] for b in slack.render(old)["blocks"] for f in b.get("fields", [])]
     for labels in (a["labels"], body["labels"]):
         assert set(labels) - {"alertname"} <= set(ALERT_LABELS)

@@ -46,7 +46,7 @@ def test_slack_and_webhook_name_the_cause_its_dollars_and_the_fix() -> None:
     assert note(**VERDICT).verdict() == line
     section = slack.render(note(**VERDICT))["blocks"][1]["text"]["text"]
     assert line in section
-    body = webhook.render(note(**VERDICT))
+    body = webhook.render(note(**VERDICT))["data"]
     assert body["dominant_cause"] == "launch_bound" and body["fix_saving_usd"] == 0.67
     assert body["summary"].endswith(line)
 
@@ -55,4 +55,4 @@ def test_without_a_verdict_nothing_is_said() -> None:
     plain = note()
     assert plain.verdict() is None
     assert "most waste" not in str(slack.render(plain))
-    assert webhook.render(plain)["dominant_cause"] is None
+    assert webhook.render(plain)["data"]["dominant_cause"] is None

@@ -14,9 +14,20 @@ from service.thresholds.policy import ChannelSpec
 
 
 def render(note: Notification) -> dict[str, Any]:
-    """The webhook body: the policy, the state (firing or resolved), the scope's labels and more."""
+    """The webhook body, a Standard Webhooks payload: ``type`` (alert.firing, alert.resolved,
+    alert.test), ``timestamp`` (ISO 8601, when the alert fired or resolved) and ``data`` (the
+    policy, the state, the scope's labels and the rest)."""
+    happened = note.resolved_at if note.status == "resolved" else note.fired_at
     return {
         "type": f"alert.{note.status}" if note.kind != "test" else "alert.test",
+        "timestamp": iso(happened or note.active_since),
+        "data": _data(note),
+    }
+
+
+def _data(note: Notification) -> dict[str, Any]:
+    """The alert itself, the ``data`` of the webhook body."""
+    return {
         "delivery_id": note.delivery_id,
         "policy": note.policy,
         "state": note.status,
