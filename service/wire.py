@@ -79,9 +79,10 @@ class GpuIn(BaseModel):
     model: Text = Field(min_length=1, max_length=255)
     fb_total_bytes: int | None = Field(None, ge=0, le=FB_MAX_BYTES, strict=True)
     mig_parent_uuid: Text | None = Field(None, max_length=96)
-    lost: bool = False  # NVML says the GPU is lost or has fallen off the bus
+    # NVML says the GPU is lost or has fallen off the bus (strict: true or false, never 0 or 1).
+    lost: bool = Field(False, strict=True)
     # A MIG instance destroyed while its parent is healthy (a reconfiguration): never lost.
-    retired: bool = False
+    retired: bool = Field(False, strict=True)
     pci_bus_id: Text | None = Field(None, max_length=32)
     driver_version: Text | None = Field(None, max_length=64)
 
