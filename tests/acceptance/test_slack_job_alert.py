@@ -99,7 +99,7 @@ def test_low_sm_job_alert_reaches_slack_and_resolves(engine) -> None:
                 "(&lt; 0.3)",  # mrkdwn: Slack reads a bare < as the start of a link
                 "since 20",
                 "wasted so far: $",
-                "https://warden.example/api/v1/jobs/slurm:4242",
+                "https://warden.example/jobs/slurm%3A4242",  # the console page, the id one segment
             ):
                 assert needle in flat, needle
             section = body["blocks"][1]["text"]["text"]
