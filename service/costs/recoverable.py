@@ -50,8 +50,10 @@ class GpuPeaks:
         return self.bf16_dense_tflops / self.fp32_tflops
 
 
-# NVIDIA datasheets, dense figures (the "with sparsity" ones halved): H200 (SXM and NVL),
-# H100 (SXM, PCIe, NVL), A100 (SXM/PCIe 40 and 80 GB), L40S, L4, A10. More specific names
+# NVIDIA datasheets, dense figures (the "with sparsity" ones halved): H200 (SXM and NVL,
+# nvidia.com/en-us/data-center/h200), H100 (SXM, PCIe, NVL, .../h100), A100 (SXM/PCIe 40 and
+# 80 GB, .../a100), L40S (.../l40s), L4 (.../l4), A10 (.../products/a10-gpu). A MIG instance's
+# name contains its parent's, so it gets the parent's ratios and link. More specific names
 # first: "H100 PCIe" before "H100".
 GPU_PEAKS: tuple[GpuPeaks, ...] = (
     GpuPeaks(r"H200\s*NVL", 60.0, 835.0, 4.8, 5),
