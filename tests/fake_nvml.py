@@ -60,6 +60,7 @@ class FakeGpu:
     # Per-process utilisation samples NVML keeps: (pid, timestamp in us, SM %, memory %).
     proc_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
     util: int = 100  # NVML duty cycle, percent
+    minor: int | None = None  # /dev/nvidia<minor>; None: the position in the fake's list
     enc_util: int = 0  # video encoder (NVENC) utilisation, percent
     dec_util: int = 0  # video decoder (NVDEC) utilisation, percent
 
@@ -135,6 +136,10 @@ class FakeNvml:
 
     def nvmlDeviceGetName(self, h: FakeGpu) -> str:
         return h.name
+
+    def nvmlDeviceGetMinorNumber(self, h: FakeGpu) -> int:
+        g = self._gpu(h, "minor")
+        return g.minor if g.minor is not None else self.gpus.index(g)
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
         g = self._gpu(h, "mem")

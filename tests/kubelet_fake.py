@@ -2,8 +2,9 @@
 an NVML agent on a node served by it.
 
 It serves ``/v1.PodResourcesLister/List`` on a unix socket with real grpcio, answering with a
-ListPodResourcesResponse encoded here field by field (podresources.proto's numbers), so the
-agent's client and decoder run exactly as against a kubelet.
+ListPodResourcesResponse built and serialised by the protobuf code generated from the kubelet's
+own api.proto (service/collectors/kubelet/podresources_pb2.py), so the bytes are what a kubelet
+sends, device-plugin devices and DRA claims alike.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
+from service.collectors.kubelet import podresources_pb2 as pb
 from service.collectors.kubelet.podresources import PodResourcesClient
 from service.collectors.mig import MigIdentities
 from service.collectors.nvml import NvmlBackend
@@ -27,20 +29,15 @@ from service.collectors.spool import Spool
 from tests.fake_nvml import FakeGpu, FakeNvml
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+@dataclass
+class FakeClaim:
+    """One device of a DRA ResourceClaim allocated to a container (one ClaimResource)."""
 
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    device_name: str  # "gpu-0": the NVIDIA DRA driver names a GPU by its minor number
+    driver_name: str = "gpu.nvidia.com"
+    pool_name: str = "n"
+    claim_name: str = "gpu-claim"
+    cdi_devices: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -48,6 +45,7 @@ class FakeContainer:
     name: str
     devices: dict[str, list[str]] = field(default_factory=dict)  # resource name -> device ids
     cpu_ids: list[int] = field(default_factory=list)  # encoded, so the decoder must skip them
+    claims: list[FakeClaim] = field(default_factory=list)  # DRA: dynamic_resources
 
 
 @dataclass
@@ -57,21 +55,31 @@ class FakePod:
     containers: list[FakeContainer]
 
 
-def encode_list_response(pods: list[FakePod]) -> bytes:
-    """A ListPodResourcesResponse as the kubelet would send it."""
-    out = b""
-    for pod in pods:
-        body = _field(1, pod.name.encode()) + _field(2, pod.namespace.encode())
-        for c in pod.containers:
-            cbody = _field(1, c.name.encode())
-            for resource, ids in c.devices.items():
-                dev = _field(1, resource.encode()) + b"".join(_field(2, i.encode()) for i in ids)
-                cbody += _field(2, dev)
-            if c.cpu_ids:  # packed repeated int64, field 3
-                cbody += _field(3, b"".join(_varint(i) for i in c.cpu_ids))
-            body += _field(3, cbody)
-        out += _field(1, body)
+def _container(c: FakeContainer, namespace: str) -> pb.ContainerResources:
+    out = pb.ContainerResources(name=c.name, cpu_ids=c.cpu_ids)
+    for resource, ids in c.devices.items():
+        out.devices.add(resource_name=resource, device_ids=ids)
+    for claim in c.claims:
+        dyn = out.dynamic_resources.add(claim_name=claim.claim_name, claim_namespace=namespace)
+        res = dyn.claim_resources.add(
+            driver_name=claim.driver_name, pool_name=claim.pool_name, device_name=claim.device_name
+        )
+        for name in claim.cdi_devices:
+            res.cdi_devices.add(name=name)
     return out
+
+
+def encode_list_response(pods: list[FakePod]) -> bytes:
+    """A ListPodResourcesResponse as the kubelet would send it (generated protobuf code)."""
+    response = pb.ListPodResourcesResponse()
+    for p in pods:
+        response.pod_resources.add(
+            name=p.name,
+            namespace=p.namespace,
+            containers=[_container(c, p.namespace) for c in p.containers],
+        )
+    raw: bytes = response.SerializeToString()
+    return raw
 
 
 class FakeKubelet:
@@ -82,7 +90,7 @@ class FakeKubelet:
         self.calls = 0
         self.fail = False
 
-    def list(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+    def list(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext) -> bytes:
         self.calls += 1
         if self.fail:
             context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
@@ -96,7 +104,11 @@ def fake_kubelet(socket_path: Path, pods: list[FakePod]) -> Iterator[FakeKubelet
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     handler = grpc.method_handlers_generic_handler(
         "v1.PodResourcesLister",
-        {"List": grpc.unary_unary_rpc_method_handler(kubelet.list)},  # raw bytes both ways
+        {
+            "List": grpc.unary_unary_rpc_method_handler(
+                kubelet.list, request_deserializer=pb.ListPodResourcesRequest.FromString
+            )
+        },
     )
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"unix://{socket_path}")

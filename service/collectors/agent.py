@@ -171,7 +171,7 @@ class Agent:
         a = self.attributor
         if a is None:
             return
-        a.refresh()
+        a.refresh(devices)
         # The kubelet names a MIG instance by NVML's MIG-<uuid>, GPU Warden by its own identity.
         kubelet_id = {d.uuid: d.alias for d in devices if d.alias}
         alive: set[int] = set()

@@ -17,9 +17,11 @@ import contextlib
 import logging
 import pwd
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.collectors.backend import Device
 from service.collectors.kubelet.podresources import (
     PodDevice,
     PodResourcesClient,
@@ -110,17 +112,19 @@ class JobAttributor:
         self._hostnames: dict[int, str | None] = {}  # pid -> HOSTNAME, read once per pid
         self._pods_active = False  # the socket answered at least once
         self._pods_failing = False
+        self._dra_unknown: set[str] = set()  # DRA device names already logged as no GPU here
 
-    def refresh(self) -> None:
+    def refresh(self, devices: Sequence[Device] = ()) -> None:
         """Read the kubelet's device allocations once for this cycle (no-op off Kubernetes).
 
-        A failed read keeps the last answer (the kubelet restarts now and then) and is logged
-        when it starts and when it ends, not every cycle.
+        ``devices`` are this node's GPUs: a DRA allocation names a GPU gpu-<minor>, which
+        their minor numbers resolve. A failed read keeps the last answer (the kubelet restarts
+        now and then) and is logged when it starts and when it ends, not every cycle.
         """
         if self.pods is None or not self.pods.available():
             return
         try:
-            devices = self.pods.list()
+            allocated = self.pods.list()
         except PodResourcesError as exc:
             if not self._pods_failing:
                 log.warning("%s; keeping the last pod allocations", exc)
@@ -132,7 +136,24 @@ class JobAttributor:
         self._pods_active = True
         by_uuid: dict[str, list[PodDevice]] = {}
         by_index: dict[int, list[PodDevice]] = {}
-        for d in devices:
+        dra_names = {
+            f"gpu-{g.minor}": g.alias or g.uuid
+            for g in devices
+            if g.minor is not None and g.mig_parent_uuid is None
+        }
+        for d in allocated:
+            if d.dra:
+                uuid = dra_names.get(d.device_id)
+                if uuid is not None:
+                    by_uuid.setdefault(uuid, []).append(d)
+                elif d.device_id not in self._dra_unknown:
+                    self._dra_unknown.add(d.device_id)
+                    log.warning(
+                        "pod %s/%s holds DRA device %s of %s, which no GPU of this node is"
+                        " (its minor number names none): that allocation has no GPU here",
+                        d.namespace, d.pod, d.device_id, d.resource,
+                    )  # fmt: skip
+                continue
             # Time-slicing and MPS replicas are "GPU-<uuid>::<n>" (or "MIG-<uuid>::<n>"), one
             # or more per pod: every pod holding one is a tenant of the GPU. The index strategy
             # names GPUs "0".."7".

@@ -26,6 +26,9 @@ class Device:
     alias: str | None = None
     pci_bus_id: str | None = None  # "00000000:1A:00.0", as nvidia-smi and dcgm-exporter write it
     driver_version: str | None = None
+    # The device minor number (/dev/nvidia<minor>): how the NVIDIA DRA driver names a GPU
+    # (gpu-<minor>) in its ResourceSlices and so in the kubelet's DRA allocations.
+    minor: int | None = None
 
 
 @dataclass(slots=True)

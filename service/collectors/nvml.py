@@ -228,6 +228,7 @@ class NvmlBackend:
         pci, driver = self._pci_bus_id(handle), self._driver_version()
         if not migs:
             dev = Device(uuid, index, model, total, pci_bus_id=pci, driver_version=driver)
+            dev.minor = self._minor(handle)
             return [self._make(dev, handle, gpm=gpm)]
         out = [self._open_mig(mig, index, handle, uuid, model, gpm) for mig in migs]
         for g in out:
@@ -239,6 +240,14 @@ class NvmlBackend:
         lib = self.lib
         try:
             return _text(lib.nvmlDeviceGetPciInfo(handle).busId)
+        except (lib.NVMLError, AttributeError):
+            return None
+
+    def _minor(self, handle: Any) -> int | None:
+        """The GPU's device minor number (/dev/nvidia<minor>), None where NVML does not say."""
+        lib = self.lib
+        try:
+            return int(lib.nvmlDeviceGetMinorNumber(handle))
         except (lib.NVMLError, AttributeError):
             return None
 

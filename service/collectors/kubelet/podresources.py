@@ -2,14 +2,15 @@
 
 This is how dcgm-exporter attributes GPUs to pods, and it needs neither ``hostPID`` nor the
 Kubernetes API: the kubelet answers ``List`` on a unix socket with every container's allocated
-devices. The messages (podresources.proto beside this file) are small enough to decode by hand,
-so only grpcio is needed for the transport, imported when the socket is first used.
+devices, those of device plugins (``devices``) and those of dynamic resource allocation
+(``dynamic_resources``). The messages are decoded by the protobuf code generated from the
+kubelet's own api.proto (podresources.proto and podresources_pb2.py beside this file); protobuf
+and grpcio are imported when the socket is first used.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,13 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+# The gRPC method the client calls; podresources_pb2's service descriptor names the same.
 LIST_METHOD = "/v1.PodResourcesLister/List"
 # nvidia.com/gpu, and nvidia.com/mig-1g.10gb and friends under the "mixed" MIG strategy.
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+# DRA drivers whose devices are GPUs: NVIDIA's (k8s-dra-driver-gpu), which names a whole GPU
+# gpu-<minor> in its ResourceSlices.
+DRA_GPU_DRIVERS = ("gpu.nvidia.com",)
 
 
 class PodResourcesError(Exception):
@@ -28,13 +33,20 @@ class PodResourcesError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PodDevice:
-    """One device allocated to one container of one pod."""
+    """One device allocated to one container of one pod.
+
+    A device plugin's device: ``resource`` is the resource name (nvidia.com/gpu) and
+    ``device_id`` the plugin's id (a GPU or MIG UUID, or an index). A DRA device (``dra``):
+    ``resource`` is the driver (gpu.nvidia.com) and ``device_id`` the device's name in the
+    driver's ResourceSlice (gpu-<minor>).
+    """
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_id: str
+    dra: bool = False
 
     @property
     def job_id(self) -> str:
@@ -42,91 +54,31 @@ class PodDevice:
         return f"k8s:{self.namespace}/{self.pod}"
 
 
-# --- protobuf wire format (only what these messages use) ---------------------------------
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise PodResourcesError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise PodResourcesError("varint too long")
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, bytes | int]]:
-    """(field number, bytes for length-delimited fields or int for varints); others skipped."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-            yield number, value
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            if pos + size > len(buf):
-                raise PodResourcesError("truncated field")
-            yield number, buf[pos : pos + size]
-            pos += size
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise PodResourcesError(f"unsupported wire type {wire}")
-
-
-def _text(value: bytes | int) -> str:
-    if isinstance(value, int):
-        raise PodResourcesError("expected a string, got a number")
-    return value.decode()
-
-
-def _msg(value: bytes | int) -> bytes:
-    if isinstance(value, int):
-        raise PodResourcesError("expected a message, got a number")
-    return value
-
-
 def decode_list_response(data: bytes) -> list[PodDevice]:
-    """Every (pod, container, device) of a ListPodResourcesResponse, GPU resources only."""
+    """Every (pod, container, GPU device) of a ListPodResourcesResponse, DRA claims included."""
+    from google.protobuf.message import DecodeError
+
+    from service.collectors.kubelet import podresources_pb2 as pb
+
+    try:
+        response = pb.ListPodResourcesResponse.FromString(data)
+    except DecodeError as exc:
+        raise PodResourcesError(f"unreadable pod-resources List answer: {exc}") from exc
     out: list[PodDevice] = []
-    for n, pod_raw in _fields(data):
-        if n != 1:
-            continue
-        name = namespace = ""
-        containers: list[bytes] = []
-        for pn, pv in _fields(_msg(pod_raw)):
-            if pn == 1:
-                name = _text(pv)
-            elif pn == 2:
-                namespace = _text(pv)
-            elif pn == 3:
-                containers.append(_msg(pv))
-        for c_raw in containers:
-            container = ""
-            devices: list[tuple[str, list[str]]] = []
-            for cn, cv in _fields(c_raw):
-                if cn == 1:
-                    container = _text(cv)
-                elif cn == 2:
-                    resource, ids = "", []
-                    for dn, dv in _fields(_msg(cv)):
-                        if dn == 1:
-                            resource = _text(dv)
-                        elif dn == 2:
-                            ids.append(_text(dv))
-                    devices.append((resource, ids))
-            for resource, ids in devices:
-                if resource.startswith(GPU_RESOURCE_PREFIXES):
-                    out.extend(PodDevice(namespace, name, container, resource, i) for i in ids)
+    for pod in response.pod_resources:
+        for c in pod.containers:
+            for dev in c.devices:
+                if dev.resource_name.startswith(GPU_RESOURCE_PREFIXES):
+                    out += [
+                        PodDevice(pod.namespace, pod.name, c.name, dev.resource_name, i)
+                        for i in dev.device_ids
+                    ]
+            for claim in c.dynamic_resources:
+                out += [
+                    PodDevice(pod.namespace, pod.name, c.name, r.driver_name, r.device_name, True)
+                    for r in claim.claim_resources
+                    if r.driver_name in DRA_GPU_DRIVERS and r.device_name
+                ]
     return out
 
 
@@ -147,15 +99,17 @@ class PodResourcesClient:
         """The GPU devices allocated to pods now; raises PodResourcesError when unreadable."""
         import grpc
 
+        from service.collectors.kubelet import podresources_pb2 as pb
+
         if self._call is None:
             self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
             self._call = self._channel.unary_unary(
                 LIST_METHOD,
-                request_serializer=lambda _req: b"",  # ListPodResourcesRequest is empty
-                response_deserializer=lambda raw: raw,
+                request_serializer=pb.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=lambda raw: raw,  # decoded below, errors ours
             )
         try:
-            raw = self._call(b"", timeout=self.timeout_seconds)
+            raw = self._call(pb.ListPodResourcesRequest(), timeout=self.timeout_seconds)
         except grpc.RpcError as exc:
             # The raised error is also a grpc.Call with code() and details().
             code = exc.code() if hasattr(exc, "code") else None
