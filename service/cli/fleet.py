@@ -256,9 +256,10 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
         saved = job.get("savings_usd")
         lines += ["", f"Recommendations (together they save {money(saved)}):"]
         for f in fixes:
-            what = f["cause"] or f["kind"].replace("_", " ")
+            what = f["cause"] if f["kind"] == "cause" else f["kind"].replace("_", " ")
+            base = f.get("base") or f"{gpu_hours(f['seconds'])} GPU-h"
             lines.append(f"  - {money(f['saving_usd'])} {what}: {f['action']}")
-            lines.append(f"      assuming {f['assumption']}")
+            lines.append(f"      {f['saving_fraction']:.0%} of {base}, assuming {f['assumption']}")
     else:  # a central from before recommendations: the dominant cause's fix and the hints
         advice = []
         dominant = job.get("dominant_waste_cause") or s.get("dominant_waste_cause")

@@ -18,10 +18,10 @@ from typing import Literal
 from service.costs.integrals import Integrals
 from service.costs.prices import PriceRow, mig_share, price_at
 from service.costs.recoverable import recoverable_share
-from service.costs.waste import Summary
+from service.costs.waste import UNALLOCATED, Summary
 from service.diagnosis import CAUSE_NAMES, Cause
 
-FixKind = Literal["cause", "fewer_gpus", "mig"]
+FixKind = Literal["cause", "fewer_gpus", "mig", "pool"]
 
 # Where the tensor-core speed-up's default comes from (docs/diagnosis.md repeats it).
 TENSOR_SPEEDUP_SOURCE = (
@@ -53,6 +53,12 @@ class FixAssumptions:
     transfer_bytes_per_second: float = 2e9
     # The GPU model the shares are computed for (datasheet peaks); None: several or unknown.
     gpu_model: str | None = None
+    # NVLink traffic above this (bytes/s, busiest minute, each way) means the GPU talks to its
+    # peers: no MIG slice (MIG has no GPU-to-GPU P2P) and not a GPU to give back.
+    nvlink_min_bytes_per_second: float = 1e8
+    # A job copy-bound this share of its running time or more waits on the copy engines of a
+    # whole GPU already: a slice, with a fraction of them, would run it slower.
+    mig_transfer_share: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,9 @@ class Recommendation:
     assumption: str
     profile: str | None = None  # the MIG profile, for kind "mig"
     gpus: int | None = None  # the GPUs to ask for, for kind "fewer_gpus"
+    # What ``saving_fraction`` is a share of, in words ("transfer_bound's $4.07, 1.02 GPU-h",
+    # "the $2.04 the fixes above leave"): the percentage is on the base it names.
+    base: str = ""
 
     def as_dict(self) -> dict[str, object]:
         """The API's form of the recommendation."""
@@ -83,6 +92,7 @@ class Recommendation:
             "assumption": self.assumption,
             "profile": self.profile,
             "gpus": self.gpus,
+            "base": self.base,
         }
 
 
@@ -206,19 +216,45 @@ def cause_fixes(
             continue
         usd = max(summary.cause_cost_usd[i] - taken_usd.get(cause, 0.0), 0.0) if priced else None
         fraction, why, instead = cause_fix(cause, a, summary.usage)
+        kind: FixKind = "cause"
+        if instead:
+            action = instead
+        if summary.key == UNALLOCATED and cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+            # Time no job held is the pool's to give back: there is no job to end.
+            kind, action = "pool", pool_action(cause, seconds, len(summary.gpu_ids))
         out.append(
             Recommendation(
-                kind="cause",
+                kind=kind,
                 cause=cause.label,
-                action=instead or action,
+                action=action,
                 seconds=seconds,
                 usd=usd,
                 saving_fraction=fraction,
                 saving_usd=None if usd is None else usd * fraction,
                 assumption=why,
+                base=f"{cause.label}'s {_money_and_hours(usd, seconds)}",
             )
         )
     return sort_fixes(out)
+
+
+def _money_and_hours(usd: float | None, seconds: float) -> str:
+    hours = f"{seconds / 3600:.2f} GPU-h"
+    return hours if usd is None else f"${usd:,.2f} ({hours})"
+
+
+def pool_action(cause: Cause, seconds: float, gpus: int) -> str:
+    """What to do about GPU time no job held: the pool's capacity, with its GPU-hours."""
+    where = f"{seconds / 3600:.2f} GPU-h on {gpus} GPU{'' if gpus == 1 else 's'}"
+    if cause is Cause.IDLE_HELD:
+        return (
+            f"{where} held memory with no job running (a process outside any job): find and "
+            f"end it, then release or shrink the idle capacity"
+        )
+    return (
+        f"{where} sat idle with no job: release or shrink the idle capacity (scale the node "
+        f"pool down, return reserved or cloud GPUs, or lend them to a queue)"
+    )
 
 
 def sort_fixes(fixes: list[Recommendation]) -> list[Recommendation]:
@@ -306,15 +342,32 @@ def mig_family(model: str, fb_total_bytes: float | None) -> tuple[str, int] | No
     return family, best
 
 
+# Host link bandwidth of each family, bytes per second each way (NVIDIA datasheets: A100 PCIe
+# Gen4 64 GB/s, H100 and H200 PCIe Gen5 128 GB/s, both directions together). A MIG slice has
+# n/7 of the copy engines (the MIG User Guide's profile tables: 1g one, 2g two, ... 7g seven),
+# so it moves at most that share of it.
+PCIE_BYTES_PER_SECOND: dict[str, float] = {"A100": 32e9, "H100": 64e9, "H200": 64e9}
+
+
 @dataclass(frozen=True, slots=True)
 class GpuUse:
-    """One GPU of a job: its summary, model, memory size and the job's peak memory on it."""
+    """One GPU of a job: its summary, model, memory size, and what a smaller allocation must
+    hold: the job's peak memory on it (bytes), its busiest minute's DRAM activity (ratio) and
+    PCIe and NVLink rates (bytes/s, the busier direction); None where it never reported it."""
 
     uuid: str
     model: str
     fb_total_bytes: float | None
     peak_fb_used_bytes: float | None
     summary: Summary
+    peak_dram_active: float | None = None
+    peak_pcie_bytes_per_second: float | None = None
+    peak_nvlink_bytes_per_second: float | None = None
+
+    def talks_to_peers(self, a: FixAssumptions) -> bool:
+        """Whether the GPU moved data over NVLink (a rank of a collective, a P2P pipeline)."""
+        nv = self.peak_nvlink_bytes_per_second
+        return nv is not None and nv >= a.nvlink_min_bytes_per_second
 
 
 def busy_activity(summary: Summary) -> float:
@@ -327,20 +380,60 @@ def busy_activity(summary: Summary) -> float:
     return max(0.0, min(1.0, (u.covered_seconds - u.unused_seconds) / running))
 
 
-def fit_mig(gpu: GpuUse, activity: float, a: FixAssumptions) -> MigProfile | None:
-    """The smallest MIG profile of the GPU's model holding the job's peak memory (with
-    headroom) and its SM work while running, or None."""
+def fit_mig(
+    gpu: GpuUse, activity: float, a: FixAssumptions, *, speedup: float = 1.0
+) -> MigProfile | None:
+    """The smallest MIG profile of the GPU's model that holds all the job did on it: its peak
+    memory (with headroom), its SM work while running (``activity``), its busiest minute's
+    DRAM bandwidth (the slice's share of memory) and PCIe rate (its share of the copy
+    engines, with headroom), and no NVLink traffic (MIG has no GPU-to-GPU P2P); None if none
+    does, or if a figure it needs was never reported (a fit is never assumed). ``speedup``
+    (how many times faster the other fixes make the job run) scales the rates: the same work
+    and bytes in less time."""
     key = mig_family(gpu.model, gpu.fb_total_bytes)
-    if key is None or gpu.peak_fb_used_bytes is None:
+    if (
+        key is None
+        or gpu.peak_fb_used_bytes is None
+        or gpu.peak_dram_active is None
+        or gpu.peak_pcie_bytes_per_second is None
+        or gpu.talks_to_peers(a)
+    ):
         return None
     total = gpu.fb_total_bytes or key[1] * 1e9
+    link = PCIE_BYTES_PER_SECOND[key[0]]
     for profile in sorted(MIG_PROFILES[key], key=lambda p: (p.compute_slices, p.memory_eighths)):
-        memory = total * profile.memory_eighths / 8
-        if gpu.peak_fb_used_bytes <= a.mig_memory_headroom * memory and activity <= (
-            profile.compute_slices / 7
+        memory_share = profile.memory_eighths / 8
+        sm_share = profile.compute_slices / 7  # of the SMs, and of the copy engines
+        if (
+            gpu.peak_fb_used_bytes <= a.mig_memory_headroom * total * memory_share
+            and activity * speedup <= sm_share
+            and gpu.peak_dram_active * speedup <= memory_share
+            and gpu.peak_pcie_bytes_per_second * speedup <= a.mig_memory_headroom * link * sm_share
         ):
             return profile
     return None
+
+
+def fixes_speedup(summary: Summary, fixes: Sequence[Recommendation]) -> float:
+    """How many times faster the job's running time gets with ``fixes`` applied: its running
+    seconds over those the cause fixes of running causes leave (idle fixes remove no work)."""
+    u = summary.usage
+    running = u.covered_seconds - u.idle_seconds
+    saved = sum(
+        f.seconds * f.saving_fraction
+        for f in fixes
+        if f.kind == "cause" and f.cause not in (Cause.IDLE_EMPTY.label, Cause.IDLE_HELD.label)
+    )
+    if running <= 0:
+        return 1.0
+    return running / max(running - saved, 1e-9 * running)
+
+
+def copy_bound(summary: Summary, a: FixAssumptions) -> bool:
+    """Whether copies are the job's bottleneck for ``mig_transfer_share`` of its running time."""
+    u = summary.usage
+    running = u.covered_seconds - u.idle_seconds
+    return running > 0 and u.transfer_bound_seconds >= a.mig_transfer_share * running
 
 
 def _slice_ratio(
@@ -362,6 +455,133 @@ def _gib(n: float) -> str:
 MIG_MIN_LEFT = 0.05  # a slice is offered when the other fixes leave this share of the cost
 
 
+def _spare_gpus(gpus: Sequence[GpuUse], a: FixAssumptions) -> list[GpuUse]:
+    """The GPUs the job could give back: idle ``idle_gpu_fraction`` of their time or more and
+    not talking to their peers over NVLink, when the GPUs kept can take the rest of their work
+    (SM work within the kept GPUs' time, every GPU's busiest PCIe rate within the kept GPUs'
+    links); none otherwise."""
+    spare = [
+        g
+        for g in gpus
+        if g.summary.usage.covered_seconds > 0
+        and g.summary.usage.idle_seconds >= a.idle_gpu_fraction * g.summary.usage.covered_seconds
+        and not g.talks_to_peers(a)
+    ]
+    if len(gpus) < 2 or not spare or len(spare) == len(gpus):
+        return []
+    kept = [g for g in gpus if g not in spare]
+    work = sum(g.summary.usage.covered_seconds - g.summary.usage.unused_seconds for g in gpus)
+    if work > sum(g.summary.usage.covered_seconds for g in kept):
+        return []
+    pcie = [g.peak_pcie_bytes_per_second for g in gpus]
+    family = mig_family(kept[0].model, kept[0].fb_total_bytes)
+    link = PCIE_BYTES_PER_SECOND.get(family[0]) if family else None
+    if link is not None:
+        if any(p is None for p in pcie):
+            return []
+        if sum(p or 0.0 for p in pcie) > a.mig_memory_headroom * link * len(kept):
+            return []
+    return spare
+
+
+def _fewer_gpus(
+    gpus: Sequence[GpuUse],
+    spare: list[GpuUse],
+    priced: bool,
+    taken_seconds: dict[Cause, float],
+    taken_usd: dict[Cause, float],
+) -> Recommendation:
+    """Give the spare GPUs back: their idle seconds and dollars, taken from the idle fixes."""
+    seconds = usd = 0.0
+    for g in spare:
+        for cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+            sec = getattr(g.summary.usage, f"{cause.label}_seconds")
+            d = g.summary.cause_cost_usd[int(cause) - 1] if g.summary.priced else 0.0
+            taken_seconds[cause] = taken_seconds.get(cause, 0.0) + sec
+            taken_usd[cause] = taken_usd.get(cause, 0.0) + d
+            seconds += sec
+            usd += d
+    keep = len(gpus) - len(spare)
+    least = min(g.summary.usage.idle_seconds / g.summary.usage.covered_seconds for g in spare)
+    return Recommendation(
+        kind="fewer_gpus",
+        cause=None,
+        action=f"{len(spare)} of {len(gpus)} GPUs idle {least:.0%} of the time or more while "
+        f"the others worked: ask for {keep}",
+        seconds=seconds,
+        usd=usd if priced else None,
+        saving_fraction=1.0,
+        saving_usd=usd if priced else None,
+        assumption="the idle time of the GPUs given back is saved; their little work moves to "
+        "the GPUs kept, which have the SM time and PCIe bandwidth for it (no saving counted on "
+        "it); none of the GPUs given back moved data over NVLink, and each rank's memory stays "
+        "what it was",
+        gpus=keep,
+        base=f"the idle time of the {len(spare)} GPUs given back, "
+        + _money_and_hours(usd if priced else None, seconds),
+    )
+
+
+def _mig(
+    total: Summary,
+    gpus: Sequence[GpuUse],
+    fixes: list[Recommendation],
+    a: FixAssumptions,
+    prices: Sequence[PriceRow],
+    when: datetime | None,
+) -> Recommendation | None:
+    """A MIG slice every GPU of the job fits, priced on the dollars the other fixes leave;
+    None if none fits, copies are the job's bottleneck, or the fixes leave almost nothing."""
+    if copy_bound(total, a):
+        return None
+    activity = busy_activity(total)
+    # The slice is priced on what the fixes leave, so it must hold the job as they leave it:
+    # the same work and bytes in less time.
+    speedup = fixes_speedup(total, fixes)
+    fits = [fit_mig(g, activity, a, speedup=speedup) for g in gpus]
+    first = fits[0]
+    if first is None or not all(f is not None and f.name == first.name for f in fits):
+        return None
+    model = gpus[0].model
+    ratio = (
+        _slice_ratio(prices, model, first, when) if when is not None else first.compute_slices / 7
+    )
+    saved = sum(r.saving_usd or 0.0 for r in fixes)
+    left = max(total.cost_usd - saved, 0.0) if total.priced else None
+    # A job all idle is told to release the GPU; a slice of the few cents left is noise.
+    if left is not None and left < MIG_MIN_LEFT * total.cost_usd:
+        return None
+    peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
+    pcie = max(g.peak_pcie_bytes_per_second or 0.0 for g in gpus)
+    dram = max(g.peak_dram_active or 0.0 for g in gpus)
+    per_gpu_total = gpus[0].fb_total_bytes
+    n, m = first.compute_slices, first.memory_eighths
+    return Recommendation(
+        kind="mig",
+        cause=None,
+        action=f"run on a MIG {first.name} slice instead of a whole {model}: peak memory "
+        f"{_gib(peak)}"
+        + (f" of {_gib(per_gpu_total)}" if per_gpu_total else "")
+        + f", activity while running {activity:.2f}, busiest minute's DRAM {dram:.2f} and PCIe "
+        f"{pcie / 1e9:.1f} GB/s, no NVLink traffic",
+        seconds=total.usage.covered_seconds,
+        usd=left,
+        saving_fraction=1.0 - ratio,
+        saving_usd=None if left is None else left * (1.0 - ratio),
+        assumption=f"the slice costs {ratio:.3g} of the GPU (its compute share unless a price "
+        f"names the profile); its {n}/7 of the SMs hold the job's SM work while running "
+        f"({activity:.2f}), its {m}/8 of the memory the peak with "
+        f"{1 - a.mig_memory_headroom:.0%} spare and the busiest minute's DRAM bandwidth, its "
+        f"{n}/7 of the copy engines the busiest minute's PCIe rate with the same spare, all "
+        f"{speedup:.2g}x as fast as now once the fixes above run it in less time; MIG has no "
+        f"NVLink; priced on the dollars the other fixes leave",
+        profile=first.name,
+        base="what the fixes above leave"
+        if left is None
+        else f"the ${left:,.2f} the fixes above leave",
+    )
+
+
 def recommend_job(
     total: Summary,
     gpus: Sequence[GpuUse],
@@ -370,84 +590,21 @@ def recommend_job(
     prices: Sequence[PriceRow] = (),
     when: datetime | None = None,
 ) -> list[Recommendation]:
-    """A job's fixes: fewer GPUs when some sat idle while others worked, a fix per waste cause,
-    and a MIG slice that holds it; largest saving first, each second's dollars counted once."""
+    """A job's fixes: fewer GPUs when some sat idle while others worked (and the others can
+    take their work), a fix per waste cause, and a MIG slice that holds everything the job
+    did; largest saving first, each second's dollars counted once."""
     out: list[Recommendation] = []
     taken_seconds: dict[Cause, float] = {}
     taken_usd: dict[Cause, float] = {}
-    priced = total.priced
     a = with_model(a, [g.model for g in gpus])
-    spare = [
-        g
-        for g in gpus
-        if g.summary.usage.covered_seconds > 0
-        and g.summary.usage.idle_seconds >= a.idle_gpu_fraction * g.summary.usage.covered_seconds
-    ]
-    if len(gpus) >= 2 and spare and len(spare) < len(gpus):
-        seconds = usd = 0.0
-        for g in spare:
-            for cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
-                s = getattr(g.summary.usage, f"{cause.label}_seconds")
-                d = g.summary.cause_cost_usd[int(cause) - 1] if g.summary.priced else 0.0
-                taken_seconds[cause] = taken_seconds.get(cause, 0.0) + s
-                taken_usd[cause] = taken_usd.get(cause, 0.0) + d
-                seconds += s
-                usd += d
-        keep = len(gpus) - len(spare)
-        least = min(g.summary.usage.idle_seconds / g.summary.usage.covered_seconds for g in spare)
-        out.append(
-            Recommendation(
-                kind="fewer_gpus",
-                cause=None,
-                action=f"{len(spare)} of {len(gpus)} GPUs idle {least:.0%} of the time or more "
-                f"while the others worked: ask for {keep}",
-                seconds=seconds,
-                usd=usd if priced else None,
-                saving_fraction=1.0,
-                saving_usd=usd if priced else None,
-                assumption="the idle time of the GPUs given back is saved; their little "
-                "work moves to the GPUs kept (no saving counted on it)",
-                gpus=keep,
-            )
-        )
+    spare = _spare_gpus(gpus, a)
+    if spare:
+        out.append(_fewer_gpus(gpus, spare, total.priced, taken_seconds, taken_usd))
     out += cause_fixes(total, a, taken_seconds=taken_seconds, taken_usd=taken_usd)
     if not spare and gpus:
-        activity = busy_activity(total)
-        fits = [fit_mig(g, activity, a) for g in gpus]
-        first = fits[0]
-        if first is not None and all(f is not None and f.name == first.name for f in fits):
-            model = gpus[0].model
-            ratio = _slice_ratio(prices, model, first, when) if when is not None else (
-                first.compute_slices / 7
-            )  # fmt: skip
-            saved = sum(r.saving_usd or 0.0 for r in out)
-            left = max(total.cost_usd - saved, 0.0) if priced else None
-            # A job all idle is told to release the GPU; a slice of the few cents left is noise.
-            if left is not None and left < MIG_MIN_LEFT * total.cost_usd:
-                return sort_fixes(out)
-            peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
-            per_gpu_total = gpus[0].fb_total_bytes
-            out.append(
-                Recommendation(
-                    kind="mig",
-                    cause=None,
-                    action=f"run on a MIG {first.name} slice instead of a whole {model}: peak "
-                    f"memory {_gib(peak)}"
-                    + (f" of {_gib(per_gpu_total)}" if per_gpu_total else "")
-                    + f", activity while running {activity:.2f}",
-                    seconds=total.usage.covered_seconds,
-                    usd=left,
-                    saving_fraction=1.0 - ratio,
-                    saving_usd=None if left is None else left * (1.0 - ratio),
-                    assumption=f"the slice costs {ratio:.3g} of the GPU (its compute share unless "
-                    f"a price names the profile); its {first.compute_slices}/7 of the SMs hold the "
-                    f"job's SM work while running ({activity:.2f}) and its "
-                    f"{first.memory_eighths}/8 of the memory the peak with "
-                    f"{1 - a.mig_memory_headroom:.0%} spare; priced on the dollars the other "
-                    f"fixes leave",
-                    profile=first.name,
-                )
-            )
+        mig = _mig(total, gpus, out, a, prices, when)
+        if mig is not None:
+            out.append(mig)
     return sort_fixes(out)
 
 

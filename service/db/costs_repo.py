@@ -136,23 +136,48 @@ def _ceil(ts: datetime, seconds: int) -> datetime:
     return floor if floor == ts else floor + timedelta(seconds=seconds)
 
 
-def peak_fb_used(
-    conn: Connection, *, gpu_ids: Sequence[int], start: datetime, end: datetime
-) -> dict[int, float]:
-    """The most framebuffer (bytes) in use on each GPU during [start, end) (GPUs without
-    samples left out), in a few statements whatever the number of GPUs.
+# What a smaller allocation must hold, per GPU: the most memory in use, and the busiest
+# minute's DRAM activity and PCIe / NVLink throughput (each direction).
+PEAK_METRICS = (
+    "fb_used_bytes",
+    "dram_active",
+    "pcie_tx_bytes_per_second",
+    "pcie_rx_bytes_per_second",
+    "nvlink_tx_bytes_per_second",
+    "nvlink_rx_bytes_per_second",
+)
 
-    Whole hours are read from the 1h rollups' maxima and whole minutes at their edges from the
-    1m rollups'; the seconds at the edges, and every minute after the last one rolled up on all
-    of the GPUs, from raw samples (a job seconds old has no rollup).
+
+def _bucket_peak(table: Any, name: str) -> Any:
+    """A bucket's figure of metric ``name``: its largest sample for memory (a slice must hold
+    the peak), its mean for the rates (what the minute, or hour, moved)."""
+    c = table.c
+    if name == "fb_used_bytes":
+        return c.fb_used_bytes_max
+    return c[f"{name}_sum"] / func.nullif(c[f"{name}_count"], 0)
+
+
+def peak_usage(
+    conn: Connection, *, gpu_ids: Sequence[int], start: datetime, end: datetime
+) -> dict[int, dict[str, float]]:
+    """Each GPU's peaks of ``PEAK_METRICS`` during [start, end): the most framebuffer in use
+    (bytes), the busiest bucket's mean DRAM activity (ratio) and PCIe / NVLink rates (bytes
+    per second, each direction); metrics a GPU never reported, and GPUs without samples, left
+    out. A few statements whatever the number of GPUs.
+
+    Whole hours are read from the 1h rollups, whole minutes at their edges from the 1m
+    rollups; the seconds at the edges, and every minute after the last one rolled up on all of
+    the GPUs, from raw samples (a job seconds old has no rollup).
     """
     ids = list(gpu_ids)
-    peaks: dict[int, float] = {}
+    peaks: dict[int, dict[str, float]] = {}
 
     def add(rows: Any) -> None:
-        for gpu_id, value in rows:
-            if value is not None:
-                peaks[gpu_id] = max(peaks.get(gpu_id, 0.0), float(value))
+        for gpu_id, *values in rows:
+            mine = peaks.setdefault(gpu_id, {})
+            for name, value in zip(PEAK_METRICS, values, strict=True):
+                if value is not None:
+                    mine[name] = max(mine.get(name, 0.0), float(value))
 
     lo, hi = _ceil(start, 60), _floor(end, 60)
     done = lo
@@ -174,9 +199,10 @@ def peak_fb_used(
             c = table.c
             within = [and_(c.bucket_start >= a, c.bucket_start < z) for a, z in ranges if a < z]
             if within:
+                cols = [func.max(_bucket_peak(table, name)) for name in PEAK_METRICS]
                 add(
                     conn.execute(
-                        select(c.gpu_id, func.max(c.fb_used_bytes_max))
+                        select(c.gpu_id, *cols)
                         .where(c.gpu_id.in_(ids), or_(*within))
                         .group_by(c.gpu_id)
                     ).all()
@@ -187,7 +213,7 @@ def peak_fb_used(
     ]
     add(
         conn.execute(
-            select(s.gpu_id, func.max(s.fb_used_bytes))
+            select(s.gpu_id, *[func.max(s[name]) for name in PEAK_METRICS])
             .where(s.gpu_id.in_(ids), or_(*within))
             .group_by(s.gpu_id)
         ).all()

@@ -638,8 +638,8 @@ def _gpu_uses(
     *,
     end: datetime,
 ) -> list[GpuUse]:
-    """Each GPU of the job with its model, memory size and the job's peak memory on it (GPUs
-    held over the same stretch are read together)."""
+    """Each GPU of the job with its model, memory size and the job's peaks on it: memory, DRAM
+    activity, PCIe and NVLink rates (GPUs held over the same stretch are read together)."""
     by_uuid = {info.uuid: info for info in att.gpus.values()}
     totals = costs_repo.gpu_memory_totals(conn, gpu_ids=[info.id for info in by_uuid.values()])
     windows: dict[int, tuple[datetime, datetime]] = {}
@@ -650,21 +650,32 @@ def _gpu_uses(
     by_window: dict[tuple[datetime, datetime], list[int]] = defaultdict(list)
     for gpu_id, window in windows.items():
         by_window[window].append(gpu_id)
-    peaks: dict[int, float] = {}
+    peaks: dict[int, dict[str, float]] = {}
     for (a, z), ids in by_window.items():
         if a < z:
-            peaks.update(costs_repo.peak_fb_used(conn, gpu_ids=ids, start=a, end=z))
+            peaks.update(costs_repo.peak_usage(conn, gpu_ids=ids, start=a, end=z))
     out = []
     for uuid, summary in sorted(per_gpu.items()):
         info = by_uuid[uuid]
         total = totals.get(info.id)
+        p = peaks.get(info.id, {})
         out.append(
             GpuUse(
-                uuid, info.model, None if total is None else float(total), peaks.get(info.id),
-                summary,
+                uuid, info.model, None if total is None else float(total),
+                p.get("fb_used_bytes"), summary,
+                peak_dram_active=p.get("dram_active"),
+                peak_pcie_bytes_per_second=_busier(p, "pcie"),
+                peak_nvlink_bytes_per_second=_busier(p, "nvlink"),
             )
         )  # fmt: skip
     return out
+
+
+def _busier(peaks: dict[str, float], link: str) -> float | None:
+    """The busier direction's peak rate of ``link`` (pcie, nvlink), None if neither reported."""
+    rates = [peaks[k] for k in (f"{link}_tx_bytes_per_second", f"{link}_rx_bytes_per_second")
+             if k in peaks]  # fmt: skip
+    return max(rates) if rates else None
 
 
 def job_wasted_usd(

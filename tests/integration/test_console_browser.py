@@ -385,6 +385,19 @@ def test_job_page_shows_causes_timelines_advice_and_alerts(
     assert not admin.errors, admin.errors
 
 
+def test_the_copy_bound_job_is_not_sent_to_a_slice_and_percentages_name_their_base(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    gpus = demo["api"].get("/fleet", params={"cause": "transfer_bound"}).json()["gpus"]
+    job_id = next(g["job"] for g in gpus if g["job"])
+    admin.open(f"/jobs/{quote(job_id, safe='')}")
+    kinds = admin.page.locator("#job-recs li").evaluate_all("xs => xs.map(x => x.dataset.kind)")
+    assert "mig" not in kinds and "cause" in kinds
+    text = admin.page.inner_text("#job-recs")
+    assert "50% of transfer_bound's $" in text, text
+    assert not admin.errors, admin.errors
+
+
 def test_a_kubernetes_job_opens_from_its_link_and_an_alert_link_marks_its_row(
     admin: Console, demo: dict[str, Any]
 ) -> None:

@@ -21,9 +21,11 @@ class CauseFiguresPublic(BaseModel):
 class RecommendationPublic(BaseModel):
     """A fix: what to do, the GPU-seconds and USD it acts on, what it saves and the assumption
     behind the saving. ``kind`` is ``cause`` (the fix of one cause), ``fewer_gpus`` or ``mig``
-    (a smaller allocation); no two fixes of a job claim the same second's dollars."""
+    (a smaller allocation), or ``pool`` (idle time no job held: the pool's capacity to release
+    or shrink); no two fixes of a job claim the same second's dollars. ``saving_fraction`` is a
+    share of what ``base`` names."""
 
-    kind: Literal["cause", "fewer_gpus", "mig"]
+    kind: Literal["cause", "fewer_gpus", "mig", "pool"]
     cause: str | None
     action: str
     seconds: float
@@ -33,6 +35,7 @@ class RecommendationPublic(BaseModel):
     assumption: str
     profile: str | None = None
     gpus: int | None = None
+    base: str = ""  # e.g. "transfer_bound's $4.07 (1.02 GPU-h)", "the $2.04 the fixes above leave"
 
 
 class EnergyPublic(BaseModel):

@@ -365,10 +365,12 @@
     const recs = [];
     const fixes = job.recommendations || [];
     for (const r of fixes) {
-      const what = r.kind === "cause" && r.cause ? `${r.cause.replaceAll("_", " ")}: ` : r.kind === "mig" ? "MIG slice: " : r.kind === "fewer_gpus" ? "fewer GPUs: " : "";
+      const what = r.kind === "cause" && r.cause ? `${r.cause.replaceAll("_", " ")}: ` : { mig: "MIG slice: ", fewer_gpus: "fewer GPUs: ", pool: "idle capacity: " }[r.kind] || "";
+      // The percentage is of the base the fix names (a cause's dollars, what the fixes above leave).
+      const base = r.base || `${hours(r.seconds)} GPU-h`;
       recs.push(el("li", { "data-kind": r.kind },
         el("strong", { text: what }), r.action,
-        el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${hours(r.seconds)} GPU-h; ${r.assumption})` })));
+        el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${base}; ${r.assumption})` })));
     }
     const dominant = job.dominant_waste_cause || s.dominant_waste_cause;
     if (!fixes.length && dominant) recs.push(el("li", {}, el("strong", { text: `Most waste is ${dominant.replaceAll("_", " ")}: ` }), causeMeaning(dominant)));
