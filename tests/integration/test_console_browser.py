@@ -394,7 +394,10 @@ def test_the_copy_bound_job_is_not_sent_to_a_slice_and_percentages_name_their_ba
     kinds = admin.page.locator("#job-recs li").evaluate_all("xs => xs.map(x => x.dataset.kind)")
     assert "mig" not in kinds and "cause" in kinds
     text = admin.page.inner_text("#job-recs")
-    assert "50% of transfer_bound's $" in text, text
+    job = demo["api"].get(f"/jobs/{quote(job_id, safe='')}").json()
+    fix = next(f for f in job["recommendations"] if f["cause"] == "transfer_bound")
+    # The percentage is of the cause's own dollars, and says so.
+    assert f"{round(fix['saving_fraction'] * 100)}% of transfer_bound's $" in text, text
     assert not admin.errors, admin.errors
 
 
