@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import Connection
+
 from service.context import ServiceContext
-from service.db import ingest_repo, observed_jobs_repo, partitions
+from service.db import ingest_repo, jobs_repo, observed_jobs_repo, partitions
 from service.errors import Forbidden, ValidationFailed
 from service.wire import GpuClaim, IngestBatch, IngestResult
 
@@ -48,6 +50,31 @@ def check_node(batch: IngestBatch, *, token_node: str | None) -> None:
         )
 
 
+def _record_disputed(
+    ctx: ServiceContext,
+    conn: Connection,
+    disputed: list[observed_jobs_repo.Disputed],
+    *,
+    now: datetime,
+) -> None:
+    """Record (once per job, node and user) hints that named another node's job: a row on the
+    job, an audit line and a count; their GPU time stays off that job."""
+    for d in disputed:
+        claimed = {"user": d.user}
+        known = jobs_repo.conflicts_of(conn, job_id=d.job_id)
+        if any(c["node"] == d.node and c["source"] == "observed" and c["claimed"] == claimed
+               for c in known):  # fmt: skip
+            continue
+        jobs_repo.record_conflict(
+            conn, job_id=d.job_id, node=d.node, source="observed", claimed=claimed, at=now
+        )
+        ctx.telemetry.job_conflicts.labels("observed").inc()
+        job = jobs_repo.get_job(conn, job_id=d.job_id) or {"id": d.job_id}
+        log.warning(
+            "%s", jobs_repo.conflict_line(job, node=d.node, claimed=claimed, source="observed")
+        )
+
+
 def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -> IngestResult:
     """Validate ``batch`` against the clock and the caller, then store it in one transaction."""
     s = ctx.settings
@@ -79,13 +106,16 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             move_after_seconds=s.max_gap_seconds,
         )
         # Jobs nobody registered appear from the processes the agents attributed.
+        disputed: list[observed_jobs_repo.Disputed] = []
         observed_jobs_repo.observe(
             conn,
             seen=observed_jobs_repo.summarise(
                 (p.gpu_uuid, p.job_id, p.ts, p.user) for p in batch.processes
             ),
             now=now,
+            disputed=disputed,
         )
+        _record_disputed(ctx, conn, disputed, now=now)
     ctx.ingest_cache.apply(pending)
     claims: list[GpuClaim] = counts["claims"]
     for claim in claims:

@@ -13,6 +13,11 @@ DB_OPERATIONS: tuple[str, ...] = ("ingest", "metrics", "readyz", "statement_time
 TASK_OUTCOMES: tuple[str, ...] = ("ok", "error", "skipped")
 
 
+# The rounds that set stored rows aside, and where a job conflict comes from (their label values).
+SET_ASIDE_ROUNDS = ("rollup", "evaluate", "deliver")
+JOB_CONFLICT_SOURCES = ("api", "observed")
+
+
 class Telemetry:
     """Counters and histograms the service updates as it works; exposed on /metrics."""
 
@@ -75,6 +80,14 @@ class Telemetry:
             ["round"],
             registry=r,
         )
+        self.job_conflicts = Counter(
+            "gpuwarden_job_conflicts",
+            "Claims of a node on a job that disagreed with the job (a squatted or hijacked id),"
+            " refused and recorded on the job, by source (api: the node's POST or PATCH;"
+            " observed: its process hints).",
+            ["source"],
+            registry=r,
+        )
         self.rollup_buckets = Counter(
             "gpuwarden_rollup_buckets_recomputed",
             "One-minute rollup buckets recomputed from raw samples.",
@@ -111,6 +124,10 @@ class Telemetry:
             self.ingest_batches.labels(outcome)
         for operation in DB_OPERATIONS:
             self.db_errors.labels(operation)
+        for round_ in SET_ASIDE_ROUNDS:
+            self.set_aside_rows.labels(round_)
+        for source in JOB_CONFLICT_SOURCES:
+            self.job_conflicts.labels(source)
         self.alerts_firing = Gauge(
             "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"], registry=r
         )

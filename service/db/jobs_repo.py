@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +10,7 @@ from sqlalchemy import Connection, and_, insert, or_, select, update
 
 from service.db import tenants_repo
 from service.db.dialect import insert_ignore
-from service.db.schema import gpus, job_gpus, jobs, nodes
+from service.db.schema import gpus, job_conflicts, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
 
 
@@ -170,6 +170,47 @@ def update_fields(conn: Connection, *, job_id: str, fields: dict[str, Any], now:
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changes, updated_at=now))
 
 
+def record_conflict(
+    conn: Connection,
+    *,
+    job_id: str,
+    node: str,
+    source: str,
+    claimed: dict[str, Any],
+    at: datetime,
+) -> None:
+    """Keep node ``node``'s refused claim on job ``job_id`` (``source``: api or observed)."""
+    conn.execute(
+        insert(job_conflicts).values(
+            job_id=job_id, node=node, source=source, claimed=claimed, at=at
+        )
+    )
+
+
+def conflicts_of(conn: Connection, *, job_id: str) -> list[dict[str, Any]]:
+    """The refused claims on job ``job_id``, oldest first."""
+    c = job_conflicts.c
+    q = select(c.node, c.source, c.claimed, c.at).where(c.job_id == job_id).order_by(c.at, c.id)
+    return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def conflict_line(
+    existing: Mapping[str, Any], *, node: str, claimed: Mapping[str, Any], source: str
+) -> str:
+    """The audit line of node ``node``'s refused claim on job ``existing``: who claims what,
+    whose claim stands, and how an admin settles it."""
+    owners = sorted({iv["node"] for iv in existing.get("intervals", []) if iv["source"] == "api"})
+    stands = ", ".join(f"{k}={existing.get(k)!r}" for k in claimed) or "its metadata"
+    wants = ", ".join(f"{k}={v!r}" for k, v in claimed.items())
+    by = f"nodes {', '.join(owners)}" if owners else "an admin or a process hint"
+    how = "its agent token" if source == "api" else "its process hints"
+    return (
+        f"job ownership conflict: node {node} claims {wants} for job {existing['id']!r} through "
+        f"{how}, which {by} registered with {stands}; refused and recorded on the job: an "
+        f"admin settles it with PATCH /api/v1/jobs/{existing['id']}"
+    )
+
+
 def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
     """The job row with its intervals (gpu uuid, node, started_at, ended_at, source), or None."""
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
@@ -193,6 +234,7 @@ def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
             .order_by(job_gpus.c.started_at, gpus.c.uuid)
         )
     ]
+    out["conflicts"] = conflicts_of(conn, job_id=job_id)
     return out
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
 from service.db import tenants_repo
 from service.db.dialect import insert_ignore
-from service.db.schema import gpu_processes, gpus, job_gpus, jobs
+from service.db.schema import gpu_processes, gpus, job_gpus, jobs, nodes
 
 OBSERVED = "observed"
 
@@ -54,10 +54,72 @@ def summarise(
     return list(out.values())
 
 
-def observe(conn: Connection, *, seen: list[Seen], now: datetime) -> dict[str, int]:
-    """Create missing observed jobs and open (or reopen) observed intervals for ``seen``."""
+@dataclass(frozen=True, slots=True)
+class Disputed:
+    """A process hint of node ``node`` naming a job whose user is another (see ``observe``)."""
+
+    job_id: str
+    node: str
+    user: str
+
+
+def _disputed(
+    conn: Connection, seen: list[Seen], node_of: dict[str, tuple[int, str]]
+) -> list[tuple[Seen, Disputed]]:
+    """The hints that name a stored job with another user, from a node holding none of that
+    job's GPUs while another node holds some: another node's job (a squatted or reused id),
+    never theirs to join. A job no GPU is known for yet (an admin's, say) takes any hint."""
+    job_ids = {s.job_id for s in seen}
+    users = dict(conn.execute(select(jobs.c.id, jobs.c.user).where(jobs.c.id.in_(job_ids))).all())
+    registered: dict[str, set[int]] = {}
+    q = (
+        select(job_gpus.c.job_id, gpus.c.node_id)
+        .join(gpus, gpus.c.id == job_gpus.c.gpu_id)
+        .where(job_gpus.c.job_id.in_(job_ids))
+    )
+    for job_id, node_id in conn.execute(q):
+        registered.setdefault(job_id, set()).add(node_id)
+    out = []
+    for s in seen:
+        user, where = users.get(s.job_id), node_of.get(s.gpu_uuid)
+        if (
+            user
+            and s.user
+            and s.user != user
+            and where is not None
+            and registered.get(s.job_id)
+            and where[0] not in registered[s.job_id]
+        ):
+            out.append((s, Disputed(s.job_id, where[1], s.user)))
+    return out
+
+
+def observe(
+    conn: Connection, *, seen: list[Seen], now: datetime, disputed: list[Disputed] | None = None
+) -> dict[str, int]:
+    """Create missing observed jobs and open (or reopen) observed intervals for ``seen``.
+
+    A hint that names another node's job with another user opens nothing: it is appended to
+    ``disputed`` instead.
+    """
     if not seen:
         return {"jobs": 0, "opened": 0, "reopened": 0}
+    node_of = {
+        r.uuid: (r.node_id, r.hostname)
+        for r in conn.execute(
+            select(gpus.c.uuid, gpus.c.node_id, nodes.c.hostname)
+            .join(nodes, nodes.c.id == gpus.c.node_id)
+            .where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))
+        )
+    }
+    refused = _disputed(conn, seen, node_of)
+    if refused:
+        if disputed is not None:
+            disputed.extend(d for _, d in refused)
+        skip = {id(s) for s, _ in refused}
+        seen = [s for s in seen if id(s) not in skip]
+        if not seen:
+            return {"jobs": 0, "opened": 0, "reopened": 0}
     ids = dict(
         conn.execute(
             select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))

@@ -271,6 +271,21 @@ jobs = Table(
     Index(None, "team"),
 )
 
+# A node's claim on a job that disagreed with the job's metadata (a squatted id, a hijack): refused
+# and kept here for admins, who settle it (docs/security.md). ``source``: api (a POST or PATCH of
+# the node's agent token) or observed (its process hints); ``claimed``: the values it sent.
+job_conflicts = Table(
+    "job_conflicts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(255), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("node", String(255), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("claimed", JSON, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Index(None, "job_id"),
+)
+
 # Which GPU a job held and when; ended_at is null while it still holds it.
 job_gpus = Table(
     "job_gpus",

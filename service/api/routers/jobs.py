@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
@@ -19,10 +20,12 @@ from service.api.schemas.costs import (
 from service.context import ServiceContext
 from service.costs.waste import TAGS, UNALLOCATED, summarize
 from service.db import jobs_repo
-from service.errors import NotFound, ValidationFailed
+from service.db.tokens_repo import TokenInfo
+from service.errors import Conflict, NotFound, ValidationFailed
 from service.usecases import cost_report
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+log = logging.getLogger(__name__)
 
 
 def _start_window(ctx: ServiceContext) -> authz.StartWindow:
@@ -47,6 +50,25 @@ def _public(job: dict[str, Any]) -> dict[str, Any]:
     return {**job, "labels": job.get("labels") or {}, "gpus": job.get("intervals", [])}
 
 
+def _record_claim(
+    ctx: ServiceContext,
+    conn: Connection,
+    token: TokenInfo,
+    existing: dict[str, Any],
+    claimed: dict[str, Any],
+    exc: Conflict,
+) -> Conflict:
+    """Keep an agent's refused claim on ``existing`` for admins: a row on the job, an audit line
+    and a count; returns the 409 to answer."""
+    node = authz.agent_node(token) or "?"
+    jobs_repo.record_conflict(
+        conn, job_id=existing["id"], node=node, source="api", claimed=claimed, at=ctx.clock()
+    )
+    ctx.telemetry.job_conflicts.labels("api").inc()
+    log.warning("%s", jobs_repo.conflict_line(existing, node=node, claimed=claimed, source="api"))
+    return Conflict(f"{exc}; the conflict is recorded on the job for an admin to settle")
+
+
 def query_error(exc: ValidationFailed) -> HTTPException:
     """A 422 naming the query parameter that was wrong."""
     return query.query_error(exc.field, exc.message)
@@ -59,26 +81,37 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
     fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
     # Commit before answering, so a client that reads right after sees its write.
     with ctx.engine.begin() as conn:
-        authz.check_job_post(
-            token,
-            existing=jobs_repo.get_job(conn, job_id=body.id),
-            fields=fields,
-            gpus=_gpu_facts(conn, body.gpus),
-            started_at=body.started_at,
-            now=now,
-            window=_start_window(ctx),
-        )
-        created = jobs_repo.upsert_job(
-            conn,
-            job_id=body.id,
-            fields=fields,
-            gpu_uuids=body.gpus,
-            started_at=body.started_at,
-            ended_at=body.ended_at,
-            now=now,
-            only_node=authz.agent_node(token),
-        )
-        job = jobs_repo.get_job(conn, job_id=body.id)
+        existing = jobs_repo.get_job(conn, job_id=body.id)
+        try:
+            authz.check_job_post(
+                token,
+                existing=existing,
+                fields=fields,
+                gpus=_gpu_facts(conn, body.gpus),
+                started_at=body.started_at,
+                now=now,
+                window=_start_window(ctx),
+            )
+        except Conflict as exc:
+            # Committed with the transaction, then answered 409: the claim itself is refused.
+            assert existing is not None  # only a stored job's metadata can disagree
+            refused: Conflict | None = _record_claim(ctx, conn, token, existing, fields, exc)
+        else:
+            refused = None
+        if refused is None:
+            created = jobs_repo.upsert_job(
+                conn,
+                job_id=body.id,
+                fields=fields,
+                gpu_uuids=body.gpus,
+                started_at=body.started_at,
+                ended_at=body.ended_at,
+                now=now,
+                only_node=authz.agent_node(token),
+            )
+            job = jobs_repo.get_job(conn, job_id=body.id)
+    if refused is not None:
+        raise refused
     if not created:
         response.status_code = status.HTTP_200_OK
     assert job is not None
@@ -88,27 +121,46 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
 @router.patch("/{job_id:path}", response_model=JobPublic)
 def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
-    now = ctx.clock()
     fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
     with ctx.engine.begin() as conn:
         existing = jobs_repo.get_job(conn, job_id=job_id)
         if existing is None:
             raise NotFound(f"job {job_id!r} does not exist")
-        authz.check_metadata_unchanged(token, existing=existing, fields=fields)
-        if body.ended_at is not None:
-            authz.check_job_end(token, intervals=existing["intervals"])
-        jobs_repo.update_fields(conn, job_id=job_id, fields=fields, now=now)
-        if body.ended_at is not None:
-            jobs_repo.end_job(
-                conn,
-                job_id=job_id,
-                ended_at=body.ended_at,
-                now=now,
-                only_node=authz.agent_node(token),
-            )
-        job = jobs_repo.get_job(conn, job_id=job_id)
+        try:
+            authz.check_metadata_unchanged(token, existing=existing, fields=fields)
+        except Conflict as exc:
+            refused: Conflict | None = _record_claim(ctx, conn, token, existing, fields, exc)
+        else:
+            refused = None
+        if refused is None:
+            _apply_update(ctx, conn, token, job_id=job_id, body=body, fields=fields)
+            job = jobs_repo.get_job(conn, job_id=job_id)
+    if refused is not None:
+        raise refused
     assert job is not None
     return _public(job)
+
+
+def _apply_update(
+    ctx: ServiceContext,
+    conn: Connection,
+    token: TokenInfo,
+    *,
+    job_id: str,
+    body: JobUpdate,
+    fields: dict[str, Any],
+) -> None:
+    """Write an allowed PATCH: the metadata, then the end of the token's intervals."""
+    now = ctx.clock()
+    existing = jobs_repo.get_job(conn, job_id=job_id)
+    assert existing is not None
+    if body.ended_at is not None:
+        authz.check_job_end(token, intervals=existing["intervals"])
+    jobs_repo.update_fields(conn, job_id=job_id, fields=fields, now=now)
+    if body.ended_at is not None:
+        jobs_repo.end_job(
+            conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=authz.agent_node(token)
+        )
 
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -172,6 +172,15 @@ class PerGpuPublic(CostRowPublic):
     gpu_uuid: str
 
 
+class JobConflictPublic(BaseModel):
+    """A node's claim on the job that disagreed with it: refused, kept for an admin to settle."""
+
+    node: str
+    source: Literal["api", "observed"]
+    claimed: dict[str, Any]
+    at: datetime
+
+
 class JobPublic(BaseModel):
     """A job with its GPU intervals."""
 
@@ -186,6 +195,11 @@ class JobPublic(BaseModel):
     created_at: datetime
     updated_at: datetime
     gpus: list[JobGpuPublic]
+    conflicts: list[JobConflictPublic] = Field(
+        default_factory=list,
+        description="claims of other nodes that disagreed with this job (a squatted or "
+        "hijacked id): refused; an admin settles them (docs/security.md)",
+    )
 
 
 class JobDetailPublic(JobPublic):
