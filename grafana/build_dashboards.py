@@ -16,6 +16,18 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 GPU = 'node=~"$node", gpu_uuid=~"$gpu_uuid"'
 JOB = 'job_id=~"$job_id", user=~"$user", team=~"$team"'
 
+
+def with_job(expr: str, sel: str = "") -> str:
+    """``expr`` (per-GPU series) with the labels of the job holding each GPU, from
+    gpuwarden_gpu_job_info (selected by ``sel``): the per-GPU families carry no job labels."""
+    return (
+        f"{expr} * on (instance, gpu_uuid) group_left (job_id, user, team, project) "
+        f"gpuwarden_gpu_job_info{{{sel}}}"
+    )
+
+
+UNALLOCATED_WASTE = with_job("gpuwarden_gpu_wasted_usd_per_hour", 'job_id=""')
+
 Panel = dict[str, Any]
 
 
@@ -190,7 +202,7 @@ def fleet() -> dict[str, Any]:
         ),
         timeseries(
             "Wasted spend per hour, by team",
-            [("sum by (team) (gpuwarden_gpu_wasted_usd_per_hour)", "{{team}}")],
+            [(f"sum by (team) ({with_job('gpuwarden_gpu_wasted_usd_per_hour')})", "{{team}}")],
             "currencyUSD",
         ),
         timeseries(
@@ -210,7 +222,9 @@ def fleet() -> dict[str, Any]:
         ),
         stat("Unpriced GPUs", "gpuwarden_fleet_gpus_unpriced", "none", red_above=1),
         stat(
-            "Unallocated waste", 'sum(gpuwarden_gpu_wasted_usd_per_hour{job_id=""})', "currencyUSD"
+            "Unallocated waste",
+            f"sum({UNALLOCATED_WASTE})",
+            "currencyUSD",
         ),
         stat("Fleet power", "sum(gpuwarden_gpu_power_watts)", "watt"),
         stat("Fleet memory in use", "sum(gpuwarden_gpu_fb_used_bytes)", "bytes"),
@@ -429,79 +443,76 @@ def jobs() -> dict[str, Any]:
     """Job efficiency and waste: which jobs hold GPUs they do not use, and what that costs.
 
     Efficiency is the activity ladder (sm_active, else gr_engine_active, else gpu_util), as on
-    the fleet dashboard: a stock dcgm-exporter never sends SM_ACTIVE.
+    the fleet dashboard: a stock dcgm-exporter never sends SM_ACTIVE. Jobs come from
+    gpuwarden_gpu_job_info, joined to the per-GPU series on the GPU.
     """
     sel = f'job_id!="", {JOB}'
     by = "job_id, user, team"
+
+    def joined(metric: str) -> str:
+        return with_job(metric, sel)
+
+    activity = joined("gpuwarden_gpu_activity_ratio")
+    wasted = joined("gpuwarden_gpu_wasted_usd_per_hour")
     panels = [
-        stat(
-            "Jobs on GPUs",
-            f"count(count by (job_id) (gpuwarden_gpu_activity_ratio{{{sel}}}))",
-            "none",
-        ),
-        stat("GPUs held by jobs", f"count(gpuwarden_gpu_activity_ratio{{{sel}}})", "none"),
-        stat("Mean efficiency", f"avg(gpuwarden_gpu_activity_ratio{{{sel}}})", "percentunit"),
-        stat(
-            "Wasted by jobs now", f"sum(gpuwarden_gpu_wasted_usd_per_hour{{{sel}}})", "currencyUSD"
-        ),
-        stat("Idle GPUs in jobs", f"sum(gpuwarden_gpu_idle{{{sel}}})", "none", red_above=1),
+        stat("Jobs on GPUs", f"count(count by (job_id) (gpuwarden_gpu_job_info{{{sel}}}))", "none"),
+        stat("GPUs held by jobs", f"count(gpuwarden_gpu_job_info{{{sel}}})", "none"),
+        stat("Mean efficiency", f"avg({activity})", "percentunit"),
+        stat("Wasted by jobs now", f"sum({wasted})", "currencyUSD"),
+        stat("Idle GPUs in jobs", f"sum({joined('gpuwarden_gpu_idle')})", "none", red_above=1),
         stat(
             "Wasted by jobs in range",
-            f"sum(sum_over_time(gpuwarden_gpu_wasted_usd_per_hour{{{sel}}}[$__range:1m])) / 60",
+            f"sum(sum_over_time(({wasted})[$__range:1m])) / 60",
             "currencyUSD",
         ),
         table(
             "Jobs now",
             [
-                (f"count by ({by}) (gpuwarden_gpu_activity_ratio{{{sel}}})", "GPUs"),
-                (f"avg by ({by}) (gpuwarden_gpu_activity_ratio{{{sel}}})", "efficiency"),
-                (f"avg by ({by}) (gpuwarden_gpu_tensor_active_ratio{{{sel}}})", "tensor active"),
-                (f"sum by ({by}) (gpuwarden_gpu_idle{{{sel}}})", "idle GPUs"),
-                (f"sum by ({by}) (gpuwarden_gpu_price_usd_per_hour{{{sel}}})", "cost USD/h"),
-                (f"sum by ({by}) (gpuwarden_gpu_wasted_usd_per_hour{{{sel}}})", "wasted USD/h"),
+                (f"count by ({by}) (gpuwarden_gpu_job_info{{{sel}}})", "GPUs"),
+                (f"avg by ({by}) ({activity})", "efficiency"),
+                (f"avg by ({by}) ({joined('gpuwarden_gpu_tensor_active_ratio')})", "tensor active"),
+                (f"sum by ({by}) ({joined('gpuwarden_gpu_idle')})", "idle GPUs"),
+                (f"sum by ({by}) ({joined('gpuwarden_gpu_price_usd_per_hour')})", "cost USD/h"),
+                (f"sum by ({by}) ({wasted})", "wasted USD/h"),
             ],
         ),
         timeseries(
             "Efficiency (mean activity) per job",
-            [(f"avg by (job_id) (gpuwarden_gpu_activity_ratio{{{sel}}})", "{{job_id}}")],
+            [(f"avg by (job_id) ({activity})", "{{job_id}}")],
             "percentunit",
         ),
         timeseries(
             "Wasted spend per job",
-            [(f"sum by (job_id) (gpuwarden_gpu_wasted_usd_per_hour{{{sel}}})", "{{job_id}}")],
+            [(f"sum by (job_id) ({wasted})", "{{job_id}}")],
             "currencyUSD",
         ),
         timeseries(
             "Wasted spend per user",
-            [(f"sum by (user) (gpuwarden_gpu_wasted_usd_per_hour{{{sel}}})", "{{user}}")],
+            [(f"sum by (user) ({wasted})", "{{user}}")],
             "currencyUSD",
         ),
         timeseries(
             "Wasted spend per team",
-            [(f"sum by (team) (gpuwarden_gpu_wasted_usd_per_hour{{{sel}}})", "{{team}}")],
+            [(f"sum by (team) ({wasted})", "{{team}}")],
             "currencyUSD",
         ),
         timeseries(
             "Memory held per job",
-            [(f"sum by (job_id) (gpuwarden_gpu_fb_used_bytes{{{sel}}})", "{{job_id}}")],
+            [(f"sum by (job_id) ({joined('gpuwarden_gpu_fb_used_bytes')})", "{{job_id}}")],
             "bytes",
         ),
         timeseries(
             "Unallocated GPUs: waste",
-            [('sum(gpuwarden_gpu_wasted_usd_per_hour{job_id=""})', "unallocated")],
+            [(f"sum({UNALLOCATED_WASTE})", "unallocated")],
             "currencyUSD",
         ),
     ]
     variables = [
-        variable(
-            "team", 'label_values(gpuwarden_gpu_activity_ratio{job_id!=""}, team)', label="Team"
-        ),
-        variable(
-            "user", 'label_values(gpuwarden_gpu_activity_ratio{team=~"$team"}, user)', label="User"
-        ),
+        variable("team", 'label_values(gpuwarden_gpu_job_info{job_id!=""}, team)', label="Team"),
+        variable("user", 'label_values(gpuwarden_gpu_job_info{team=~"$team"}, user)', label="User"),
         variable(
             "job_id",
-            'label_values(gpuwarden_gpu_activity_ratio{team=~"$team", user=~"$user"}, job_id)',
+            'label_values(gpuwarden_gpu_job_info{team=~"$team", user=~"$user"}, job_id)',
             label="Job",
         ),
     ]

@@ -311,8 +311,8 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
 
 
 # The labels of an alert wherever it leaves the service (Prometheus rules, Alertmanager, webhook
-# bodies, Slack) and of the per-GPU /metrics series the rules build on. Never "job": Prometheus
-# owns that label on every scraped series.
+# bodies, Slack); on /metrics the per-GPU series carry the GPU's, gpuwarden_gpu_job_info the
+# job's, joined by the rules. Never "job": Prometheus owns that label on every scraped series.
 ALERT_LABELS: tuple[str, ...] = (
     "job_id",
     "gpu_uuid",

@@ -22,8 +22,12 @@ from service.vocabulary import METRICS, MetricSpec
 # The current job is named job_id, not job: Prometheus attaches its own `job` label (the scrape
 # job) to every series, and an exported `job` would be renamed exported_job or, with
 # honor_labels, would overwrite it.
+# Every per-GPU family carries the GPU's identity only, so its series live as long as the GPU;
+# who holds the GPU is one series of gpuwarden_gpu_job_info per GPU (job_id "" while no job
+# does), joined in queries: ``... * on (gpu_uuid) group_left (job_id, user, team, project)
+# gpuwarden_gpu_job_info``. A new job then starts one new series, not one per family.
 LOST_LABELS: tuple[str, ...] = ("node", "gpu_index", "gpu_uuid", "model")
-GPU_LABELS: tuple[str, ...] = (*LOST_LABELS, "job_id", "user", "team", "project")
+JOB_INFO_LABELS: tuple[str, ...] = ("node", "gpu_uuid", "job_id", "user", "team", "project")
 INFO_LABELS: tuple[str, ...] = (*LOST_LABELS, "source", "mig_parent_uuid")
 
 _UNIT_SUFFIX = {
@@ -131,23 +135,34 @@ def fleet_families(
         info_sets,
     )
 
+    job_sets: list[dict[str, str]] = []
+    job_info_fam = GpuFamily(
+        "gpuwarden_gpu_job_info",
+        "Always 1; labels say which job (job_id, user, team, project) holds the GPU now, "
+        "job_id empty while none does. Join it to the per-GPU families on gpu_uuid.",
+        "gauge",
+        job_sets,
+    )
+
     price_cache: dict[str, float | None] = {}
     n_idle = n_idle_held = n_unpriced = 0
     wasted_usd_per_hour = cost_usd_per_hour = 0.0
     slots = [(name, fam.rows) for name, fam in per_metric]
     for i, r in enumerate(snapshot.readings):
         label_sets.append(
+            {"node": r.node, "gpu_index": str(r.index), "gpu_uuid": r.uuid, "model": r.model}
+        )
+        job_sets.append(
             {
                 "node": r.node,
-                "gpu_index": str(r.index),
                 "gpu_uuid": r.uuid,
-                "model": r.model,
                 "job_id": r.job_id or "",
                 "user": r.user or "",
                 "team": r.team or "",
                 "project": r.project or "",
             }
         )
+        job_info_fam.rows.append((i, 1.0))
         values = r.values
         for name, rows in slots:
             v = values.get(name)
@@ -201,7 +216,7 @@ def fleet_families(
 
     families: list[Metric] = [fam for _, fam in per_metric]
     families += [last_ts, price_fam, wasted_fam, idle_fam, activity_fam, cause_fam]
-    families += [info_fam, lost_fam]
+    families += [info_fam, job_info_fam, lost_fam]
     cause_count = GaugeMetricFamily(
         "gpuwarden_fleet_gpus_by_cause",
         "Reporting GPUs whose latest sample has each cause (GPUs).",

@@ -90,17 +90,21 @@ def test_latest_sample_per_gpu_with_job_and_price(
     assert set(sm) == {"GPU-a0", "GPU-a1"}
     labels, value = sm["GPU-a1"]
     assert value == 0.02
-    assert labels == {
-        "node": "node-a",
-        "gpu_index": "1",
-        "gpu_uuid": "GPU-a1",
-        "model": H100,
-        "job_id": "slurm:42",
-        "user": "alice",
-        "team": "vision",
-        "project": "",
-    }
-    assert sm["GPU-a0"][0]["job_id"] == ""  # no job: Prometheus treats "" as absent
+    assert labels == {"node": "node-a", "gpu_index": "1", "gpu_uuid": "GPU-a1", "model": H100}
+    # Who holds each GPU: one gpuwarden_gpu_job_info series per GPU, joined on gpu_uuid.
+    jobs = {labels["gpu_uuid"]: (labels, v) for labels, v in m["gpuwarden_gpu_job_info"]}
+    assert jobs["GPU-a1"] == (
+        {
+            "node": "node-a",
+            "gpu_uuid": "GPU-a1",
+            "job_id": "slurm:42",
+            "user": "alice",
+            "team": "vision",
+            "project": "",
+        },
+        1.0,
+    )
+    assert jobs["GPU-a0"][0]["job_id"] == ""  # no job: Prometheus treats "" as absent
     assert [v for _, v in m["gpuwarden_gpu_power_watts"]] == [123.5, 123.5]
     assert [v for _, v in m["gpuwarden_gpu_fb_used_bytes"]] == [20 * GIB, 20 * GIB]
     assert m["gpuwarden_fleet_gpus"] == [({}, 2.0)]

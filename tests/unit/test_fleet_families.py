@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from prometheus_client.core import Metric
@@ -67,12 +68,13 @@ def test_per_gpu_gauges_have_labels_and_skip_absent_metrics():
     fams = by_name(fleet_families(FleetSnapshot([r]), thresholds=Thresholds(), now=NOW))
     (sample,) = fams["gpuwarden_gpu_sm_active_ratio"].samples
     assert sample.value == 0.42
-    # The alert label vocabulary, so Prometheus rules label alerts as GPU Warden does.
-    assert sample.labels == {
+    # The GPU's identity only: the job that holds it is on gpuwarden_gpu_job_info.
+    assert sample.labels == {"node": "node-a", "gpu_index": "3", "gpu_uuid": "GPU-x", "model": H100}
+    (job,) = fams["gpuwarden_gpu_job_info"].samples
+    assert job.value == 1.0
+    assert job.labels == {
         "node": "node-a",
-        "gpu_index": "3",
         "gpu_uuid": "GPU-x",
-        "model": H100,
         "job_id": "slurm:1",
         "user": "alice",
         "team": "vision",
@@ -200,3 +202,28 @@ def test_dcgm_compat_names_labels_and_units():
     assert abs(fams["DCGM_FI_DEV_SM_CLOCK"].samples[0].value - 1980.0) < 1e-9  # MHz
     assert fams["DCGM_FI_DEV_GPU_TEMP"].samples[0].value == 61.0
     assert fams["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].samples == []
+
+
+def test_a_new_job_on_a_gpu_changes_one_series_not_one_per_family():
+    # The same GPU read under two jobs: every per-GPU family keeps the same series (the job is
+    # none of their labels); only gpuwarden_gpu_job_info names the job, one series per GPU.
+    values = {m.name: (1.0 if m.kind == "int" else 0.5) for m in METRICS}
+    prices = [PriceRow("*", 2.0, NOW)]
+    series: list[set[tuple[str, tuple[tuple[str, str], ...]]]] = []
+    for job in ("slurm:1", "slurm:2"):
+        r = replace(reading("GPU-j"), values=values, job_id=job, user="ana", team="vision")
+        fams = fleet_families(FleetSnapshot([r], prices=prices), thresholds=Thresholds(), now=NOW)
+        series.append(
+            {
+                (s.name, tuple(sorted(s.labels.items())))
+                for f in fams
+                for s in f.samples
+                if f.name != "gpuwarden_gpu_job_info" and "gpu_uuid" in s.labels
+            }
+        )
+        (info,) = by_name(fams)["gpuwarden_gpu_job_info"].samples
+        assert info.labels["job_id"] == job and info.labels["gpu_uuid"] == "GPU-j"
+    assert len(series[0]) >= 20  # every per-GPU family reported something
+    assert series[0] == series[1]
+    labels = {k for _, ls in series[0] for k, _ in ls}
+    assert not labels & {"job_id", "user", "team", "project"}
