@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     spool_max_bytes: int = Field(256 * 1024 * 1024, gt=0)
     agent_batch_seconds: float = Field(30.0, ge=0)  # ship polls together, one request per batch
     dead_letter_path: Path | None = None  # default: dead-letter.jsonl in the state directory
+    # Where the Slurm epilog leaves job ends for the agent to ship (default: job-ends in the
+    # state directory; the epilog reads the same setting from agent.env).
+    job_end_dir: Path | None = None
     # Every agent state file lives here: this, else $STATE_DIRECTORY (systemd), else
     # $XDG_STATE_HOME/gpuwarden, else ./gpuwarden-data (service/collectors/state_dir.py).
     state_dir: Path | None = ClientSettings.state_dir

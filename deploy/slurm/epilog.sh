@@ -3,8 +3,14 @@
 #
 # slurm.conf on every GPU node: Epilog=/etc/slurm/gpuwarden-epilog.sh (beside prolog.sh and
 # PrologFlags=Alloc; see docs/deploy.md). The job itself ends once every node has ended its part.
-# Settings and time bound as in prolog.sh; never fails, logs one line when the end was not
-# recorded.
+# Settings and time bound as in prolog.sh, and:
+#   GPUWARDEN_JOB_END_DIR (/var/lib/gpuwarden-agent/job-ends)  the node agent's job-end folder
+#
+# The end goes through the node agent's spool, so a central outage, a killed epilog or a slow
+# answer does not lose it: the end is first written to the agent's job-end folder (one small
+# file, written whole then renamed), then sent; a file that central took is removed, and the
+# agent ships whatever is left from its spool, retrying until central takes it. Never fails the
+# job; logs one line when the end is left to the agent, or could not be recorded at all.
 set -u
 PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -15,23 +21,54 @@ URL="${GPUWARDEN_CENTRAL_URL:-http://127.0.0.1:8000}"
 TOKEN="${GPUWARDEN_AGENT_TOKEN:-}"
 BUDGET="${GPUWARDEN_SLURM_TIMEOUT_SECONDS:-4}"
 [[ $BUDGET =~ ^[1-9][0-9]?$ ]] || BUDGET=4 # whole seconds, 1-99
+END_DIR="${GPUWARDEN_JOB_END_DIR:-/var/lib/gpuwarden-agent/job-ends}"
 JOB="slurm:${SLURM_JOB_ID:-?}"
 
 log() { # syslog where there is one, else stderr
     { [ -S /dev/log ] && logger -t gpuwarden-epilog -- "$*" 2>/dev/null; } || echo "gpuwarden-epilog: $*" >&2
 }
-fail() { log "end of job $JOB not recorded: $*"; exit 0; }
+json_str() { # a JSON string literal of $1
+    local s=${1//\\/\\\\}
+    s=${s//\"/\\\"}
+    printf '"%s"' "$s"
+}
 
 [ -n "${SLURM_JOB_GPUS:-}${CUDA_VISIBLE_DEVICES:-}" ] || exit 0 # no GPU of this node
-[ -n "$TOKEN" ] || fail "no GPUWARDEN_AGENT_TOKEN (set it in $ENV_FILE)"
+ended_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
+# 1. Hand the end to the agent: it survives whatever happens to the request below.
+file="$END_DIR/${JOB//[^A-Za-z0-9_.-]/_}.json"
+tmp="$END_DIR/.${JOB//[^A-Za-z0-9_.-]/_}.$$"
+spooled=no
+if mkdir -p "$END_DIR" 2>/dev/null &&
+    printf '{"job_id":%s,"ended_at":"%s"}\n' "$(json_str "$JOB")" "$ended_at" > "$tmp" 2>/dev/null &&
+    mv -f "$tmp" "$file" 2>/dev/null; then
+    spooled=yes
+else
+    rm -f "$tmp" 2>/dev/null
+fi
+left() { # what happens when central did not take the end now
+    if [ $spooled = yes ]; then
+        log "end of job $JOB left to the agent ($file): $*"
+    else
+        log "end of job $JOB not recorded: $* (and $END_DIR is not writable)"
+    fi
+    exit 0
+}
+
+# 2. Send it now, so the job's end shows at once when central is up.
+[ -n "$TOKEN" ] || left "no GPUWARDEN_AGENT_TOKEN (set it in $ENV_FILE)"
 # Token through --config on stdin, status through -w: see prolog.sh.
 out=$(printf 'header = "Authorization: Bearer %s"\n' "$TOKEN" |
     curl -sS --config - --connect-timeout "$((BUDGET > 2 ? 2 : BUDGET))" --max-time "$BUDGET" \
         -X PATCH "$URL/api/v1/jobs/$JOB" -H "Content-Type: application/json" \
-        --data "{\"ended_at\":\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\"}" -w '\n%{http_code}' 2>&1)
+        --data "{\"ended_at\":\"$ended_at\"}" -w '\n%{http_code}' 2>&1)
 code=${out##*$'\n'}
 case $code in
-    2??) exit 0 ;;
-    *) fail "HTTP $code $(tr '\n' ' ' <<< "${out%$'\n'*}" | cut -c1-300)" ;;
+    2?? | 404) # taken, or a job central never registered: nothing for the agent to send
+        rm -f "$file"
+        [ "$code" = 404 ] && log "end of job $JOB: central does not know the job (its prolog failed?)"
+        exit 0
+        ;;
+    *) left "HTTP $code $(tr '\n' ' ' <<< "${out%$'\n'*}" | cut -c1-300)" ;;
 esac

@@ -14,6 +14,12 @@
 #   GPUWARDEN_SLURM_ACCOUNTS (/etc/gpuwarden/slurm-accounts)  lines "account team [project]"
 #   GPUWARDEN_SLURM_SCONTROL=yes                   ask scontrol for the comment when Slurm does
 #                                                  not pass SLURM_JOB_COMMENT (costs one RPC)
+#   GPUWARDEN_SLURM_SHARED_GPUS=yes                this node's GPUs are shared by design
+#                                                  (OverSubscribe, time slicing): see below
+# A job that holds its GPUs alone is sent as "exclusive": central ends any earlier Slurm job
+# still open on those GPUs (its epilog was lost: central was down, the node crashed, the epilog
+# was killed), which would otherwise share this job's time and bill. Not for GPUs shared by
+# design: Slurm shards (SLURM_SHARDS_ON_NODE set) or GPUWARDEN_SLURM_SHARED_GPUS=yes.
 # GPUs: the UUIDs in CUDA_VISIBLE_DEVICES where Slurm puts them there (25.11 and later), else the
 # device minor numbers of SLURM_JOB_GPUS (/dev/nvidiaN), mapped to UUIDs through
 # /proc/driver/nvidia/gpus/<bus>/information ("Device Minor") and nvidia-smi's pci.bus_id; a
@@ -145,11 +151,15 @@ while read -r u; do
     [ -n "$u" ] && gpus="${gpus:+$gpus,}$(json_str "$u")"
 done <<< "$uuids"
 
+exclusive=true
+[ -n "${SLURM_SHARDS_ON_NODE:-}" ] && exclusive=false
+[ "${GPUWARDEN_SLURM_SHARED_GPUS:-no}" = yes ] && exclusive=false
+
 labels="\"partition\":$(json_str "${SLURM_JOB_PARTITION:-}")"
 [ -n "${SLURM_CLUSTER_NAME:-}" ] && labels+=",\"cluster\":$(json_str "$SLURM_CLUSTER_NAME")"
-body=$(printf '{"id":%s,"user":%s,"team":%s,"project":%s,"labels":{%s},"gpus":[%s],"started_at":"%s"}' \
+body=$(printf '{"id":%s,"user":%s,"team":%s,"project":%s,"labels":{%s},"gpus":[%s],"started_at":"%s","exclusive":%s}' \
     "$(json_str "$JOB")" "$(json_str "${SLURM_JOB_USER:-}")" "$(json_str "$team")" \
-    "$(json_str "$project")" "$labels" "$gpus" "$(date -u +%Y-%m-%dT%H:%M:%SZ)")
+    "$(json_str "$project")" "$labels" "$gpus" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$exclusive")
 
 # The token goes in through --config on stdin, never on the command line (ps shows that).
 # No --fail-with-body (curl 7.76+; RHEL 8 ships 7.61): the status code is read with -w.

@@ -63,6 +63,7 @@ class AgentConfig:
     batch_cycles: int = 1  # polls per shipped batch (one HTTP request per batch)
     max_polls_per_request: int = 60  # when catching up, within central's per-batch limits too
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    job_end_dir: Path | None = None  # job ends the Slurm epilog left for this agent to ship
 
 
 class Agent:
@@ -390,12 +391,66 @@ class Agent:
             if snap is not None:
                 self.take(snap)
             self.ship(self.config.interval_seconds * self.config.drain_budget_fraction)
+            self.collect_job_ends()
+            self.ship_job_ends()
         except Exception:  # the loop must survive anything one cycle throws
             self.telemetry.errors.labels("cycle").inc()
             log.exception("agent cycle failed")
         finally:
             self.telemetry.cycle_seconds.observe(time.perf_counter() - started)
             self.telemetry.cycle_done()
+
+    def collect_job_ends(self) -> int:
+        """Move the job ends the Slurm epilog left in ``job_end_dir`` into the spool; returns how
+        many. Each file is ``{"job_id": ..., "ended_at": ...}``, written whole then renamed."""
+        folder = self.config.job_end_dir
+        if folder is None or not folder.is_dir():
+            return 0
+        taken = 0
+        for f in sorted(folder.glob("*.json")):
+            try:
+                doc = json.loads(f.read_text())
+                job_id, ended_at = str(doc["job_id"]), str(doc["ended_at"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("job end file %s cannot be read (%s); set aside as .bad", f, exc)
+                f.replace(f.with_suffix(".bad"))
+                continue
+            self.spool.add_job_end(job_id, ended_at, now=self.clock().timestamp())
+            f.unlink(missing_ok=True)
+            taken += 1
+        return taken
+
+    def ship_job_ends(self) -> int:
+        """Send the spooled job ends to central; returns how many it took. Kept on no answer,
+        5xx, 429 or 401/403, for the next cycle; dropped (logged) when central can never take
+        one: 404 (the job was never registered) or another 4xx."""
+        done = 0
+        for job_id, ended_at in self.spool.job_ends():
+            reply = self.shipper.end_job(job_id, ended_at)
+            status = reply.status
+            if status is not None and 200 <= status < 300:
+                self.spool.remove_job_end(job_id)
+                done += 1
+                continue
+            if status is None or status >= 500 or status in (401, 403, 408, 429):
+                if self._said.due("job_end", self.monotonic()):
+                    log.warning(
+                        "central did not take the end of job %s (%s %s); kept, next try in one"
+                        " cycle",
+                        job_id,
+                        status or "no answer:",
+                        reply.message[:200],
+                    )
+                break
+            log.warning(
+                "central refused the end of job %s at %s (%s %s); dropped",
+                job_id,
+                ended_at,
+                status,
+                reply.message[:200],
+            )
+            self.spool.remove_job_end(job_id)
+        return done
 
     def run_forever(self) -> None:
         """Run cycles every interval until ``stop()``; the schedule does not drift."""

@@ -71,6 +71,7 @@ def agent_state(
         env=os.environ if env is None else env,
         spool_path=settings.spool_path,
         dead_letter_path=settings.dead_letter_path,
+        job_end_dir=settings.job_end_dir,
         suffix=suffix,
     )
 
@@ -144,6 +145,7 @@ def build_agent(
             interval_seconds=settings.interval_seconds,
             batch_cycles=max(1, round(settings.agent_batch_seconds / settings.interval_seconds)),
             dead_letter_path=state.dead_letter,
+            job_end_dir=state.job_ends,
         ),
         backend=backend,
         shipper=Shipper(central_url=settings.central_url, token=settings.agent_token),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import httpx
@@ -12,6 +13,7 @@ from service.collectors.transport import (
     Transport,
     TransportError,
 )
+from service.vocabulary import job_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,18 @@ class Shipper:
         """One delivery attempt of a gzipped batch."""
         try:
             status, text, retry_after = self.transport.post(self.url, body, self.headers)
+        except TransportError as exc:
+            return Reply(None, str(exc))
+        return Reply(status, text[:10_000], retry_after)
+
+    def end_job(self, job_id: str, ended_at: str) -> Reply:
+        """One attempt at ``PATCH /api/v1/jobs/{job_id}`` with ``ended_at`` (a job's end on this
+        node, as the Slurm epilog recorded it)."""
+        url = self.url.removesuffix("/ingest") + job_path(job_id)
+        headers = {k: v for k, v in self.headers.items() if k != "Content-Encoding"}
+        body = json.dumps({"ended_at": ended_at}).encode()
+        try:
+            status, text, retry_after = self.transport.post(url, body, headers, method="PATCH")
         except TransportError as exc:
             return Reply(None, str(exc))
         return Reply(status, text[:10_000], retry_after)

@@ -59,6 +59,13 @@ class Spool:
         ):
             if name not in columns:
                 self._db.execute(f"ALTER TABLE batches ADD COLUMN {name} {decl}")
+        # Job ends the Slurm epilog handed over: kept until central took them, one per job.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS job_ends ("
+            " job_id TEXT PRIMARY KEY,"
+            " ended_at TEXT NOT NULL,"
+            " created_at REAL NOT NULL)"
+        )
         row = self._db.execute("SELECT count(*), coalesce(sum(size), 0) FROM batches").fetchone()
         self.depth = int(row[0])
         self.bytes = int(row[1])
@@ -149,6 +156,27 @@ class Spool:
             self.bytes -= sum(int(r[0]) for r in sizes)
             self.depth -= len(sizes)
             self._oldest = None
+
+    def add_job_end(self, job_id: str, ended_at: str, *, now: float) -> None:
+        """Keep the end of ``job_id`` at ``ended_at`` (RFC 3339) to ship; the first end wins."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO job_ends (job_id, ended_at, created_at) VALUES (?, ?, ?)",
+                (job_id, ended_at, now),
+            )
+
+    def job_ends(self) -> list[tuple[str, str]]:
+        """The job ends not shipped yet, as (job id, ended_at), oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id, ended_at FROM job_ends ORDER BY created_at, job_id"
+            ).fetchall()
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def remove_job_end(self, job_id: str) -> None:
+        """Forget the end of ``job_id`` (central took it, or it can never be taken)."""
+        with self._lock:
+            self._db.execute("DELETE FROM job_ends WHERE job_id = ?", (job_id,))
 
     def close(self) -> None:
         """Close the database file."""

@@ -18,6 +18,7 @@ DEFAULT_STATE_DIR = Path("gpuwarden-data")
 SPOOL_FILE = "spool.sqlite"
 DEAD_LETTER_FILE = "dead-letter.jsonl"
 MIG_FILE = "mig-instances.json"
+JOB_END_DIR = "job-ends"  # where the Slurm epilog leaves job ends for the agent to ship
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,7 @@ class StatePaths:
     spool: Path
     dead_letter: Path
     mig_instances: Path  # when this node first saw each MIG instance (collectors/mig.py)
+    job_ends: Path  # job ends the Slurm epilog leaves here (deploy/slurm/epilog.sh)
 
 
 def state_directory(explicit: Path | None, env: Mapping[str, str]) -> tuple[Path, str]:
@@ -51,6 +53,7 @@ def state_paths(
     env: Mapping[str, str],
     spool_path: Path | None = None,
     dead_letter_path: Path | None = None,
+    job_end_dir: Path | None = None,
     suffix: str = "",
 ) -> StatePaths:
     """Every state file's path; an explicit file setting wins over the directory.
@@ -65,4 +68,5 @@ def state_paths(
         spool=spool_path or directory / SPOOL_FILE.replace(".", f"{stem}.", 1),
         dead_letter=dead_letter_path or directory / DEAD_LETTER_FILE.replace(".", f"{stem}.", 1),
         mig_instances=directory / MIG_FILE.replace(".", f"{stem}.", 1),
+        job_ends=job_end_dir or directory / f"{JOB_END_DIR}{stem}",
     )

@@ -22,7 +22,9 @@ class TransportError(Exception):
 class Transport(Protocol):
     """POSTs a body and returns (status, response text, Retry-After header or None)."""
 
-    def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, str | None]:
+    def post(
+        self, url: str, body: bytes, headers: dict[str, str], method: str = "POST"
+    ) -> tuple[int, str, str | None]:
         """Send one request; raises TransportError when no response came."""
         ...
 
@@ -57,13 +59,16 @@ class StdlibTransport:
             path += "?" + parts.query
         return self._conn, path
 
-    def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, str | None]:
-        """POST ``body``; ingest is idempotent, so a request on a stale connection is resent."""
+    def post(
+        self, url: str, body: bytes, headers: dict[str, str], method: str = "POST"
+    ) -> tuple[int, str, str | None]:
+        """POST (or ``method``) ``body``; ingest and job ends are idempotent, so a request on a
+        stale connection is resent."""
         for attempt in (1, 2):
             conn, path = self._connection(url)
             reused = conn.sock is not None
             try:
-                conn.request("POST", path, body=body, headers=headers)
+                conn.request(method, path, body=body, headers=headers)
                 resp = conn.getresponse()
                 text = resp.read().decode("utf-8", errors="replace")
             except (OSError, http.client.HTTPException) as exc:
@@ -89,10 +94,12 @@ class HttpxTransport:
     def __init__(self, client: httpx.Client) -> None:
         self.client = client
 
-    def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, str | None]:
-        """POST through httpx."""
+    def post(
+        self, url: str, body: bytes, headers: dict[str, str], method: str = "POST"
+    ) -> tuple[int, str, str | None]:
+        """POST (or ``method``) through httpx."""
         try:
-            r = self.client.post(url, content=body, headers=headers)
+            r = self.client.request(method, url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         return r.status_code, r.text, r.headers.get("retry-after")

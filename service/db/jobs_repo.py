@@ -121,6 +121,54 @@ def upsert_job(
     return created
 
 
+def end_earlier_jobs(
+    conn: Connection,
+    *,
+    job_id: str,
+    gpu_uuids: Sequence[str],
+    started_at: datetime,
+    now: datetime,
+) -> list[str]:
+    """End the other jobs of ``job_id``'s scheduler (the ``slurm:`` of ``slurm:8002``) still
+    open on ``gpu_uuids`` since ``started_at`` or before, at ``started_at``; returns their ids.
+
+    A job that holds its GPUs alone starts on them only once the scheduler freed them, so an
+    earlier job still open there missed its end (a lost epilog, a node crash) and would
+    otherwise share every later job's time and bill.
+    """
+    scheduler, sep, _ = job_id.partition(":")
+    if not sep or not gpu_uuids:
+        return []
+    gpu_ids = list(gpu_ids_by_uuid(conn, uuids=gpu_uuids).values())
+    ids = [gid for gid, _node in gpu_ids]
+    cond = and_(
+        job_gpus.c.gpu_id.in_(ids),
+        job_gpus.c.ended_at.is_(None),
+        job_gpus.c.job_id != job_id,
+        job_gpus.c.job_id.startswith(f"{scheduler}:", autoescape=True),
+        # Not after: the scheduler never gives one GPU to two jobs at once, and prologs stamp
+        # whole seconds, so a job started in the same second is as stale as an older one.
+        job_gpus.c.started_at <= started_at,
+    )
+    ghosts = sorted(set(conn.execute(select(job_gpus.c.job_id).where(cond)).scalars()))
+    if not ghosts:
+        return []
+    closing = list(set(conn.execute(select(job_gpus.c.gpu_id).where(cond)).scalars()))
+    conn.execute(update(job_gpus).where(cond).values(ended_at=started_at))
+    tenants_repo.mark_after(conn, gpu_ids=closing, since=started_at)
+    for ghost in ghosts:
+        still_open = conn.execute(
+            select(job_gpus.c.id).where(job_gpus.c.job_id == ghost, job_gpus.c.ended_at.is_(None))
+        ).first()
+        if still_open is None:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == ghost, jobs.c.ended_at.is_(None))
+                .values(ended_at=started_at, updated_at=now)
+            )
+    return ghosts
+
+
 def end_job(
     conn: Connection,
     *,

@@ -12,12 +12,15 @@ with a stub nvidia-smi; the stand-ins are built from captured driver output
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -173,12 +176,24 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             for p in sorted(self.base.glob("*.log")) + sorted(self.base.glob("*.out"))
         )
 
-    def point_at(self, url: str, token: str) -> None:
-        """The agent.env the wrapped scripts read: this central, this token, the /proc stand-in."""
+    def point_at(self, url: str, token: str, job_ends: Path | None = None) -> None:
+        """The agent.env the wrapped scripts read: this central, this token, the /proc stand-in
+        and the agent's job-end folder."""
+        ends = job_ends or self.base / "job-ends"
         (self.base / "agent.env").write_text(
             f"GPUWARDEN_CENTRAL_URL={url}\nGPUWARDEN_AGENT_TOKEN={token}\n"
-            f"GPUWARDEN_NVIDIA_PROC={self.proc_dir}\n"
+            f"GPUWARDEN_NVIDIA_PROC={self.proc_dir}\nGPUWARDEN_JOB_END_DIR={ends}\n"
         )
+
+    def wait_gone(self, slurm_id: str) -> None:
+        """Until Slurm has finished job ``slurm_id`` (its epilog included)."""
+        deadline = time.monotonic() + 60
+        while self.run("squeue", "-h", "-j", slurm_id, "-o", "%T", check=False).strip():
+            assert time.monotonic() < deadline, f"job {slurm_id} still queued\n{self.logs()}"
+            time.sleep(0.3)
+        while self.run("sinfo", "-h", "-N", "-o", "%T", check=False).strip() != "idle":
+            assert time.monotonic() < deadline, f"node not idle again\n{self.logs()}"
+            time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -301,3 +316,85 @@ def test_a_control_character_in_the_comment_still_registers_the_job(
     job = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=False)
     assert (job["team"], job["project"]) == ("nlp", "resnet50")
     assert len(job["gpus"]) == 1
+
+
+def test_a_job_whose_epilog_was_lost_is_ended_by_the_next_prolog_on_its_gpus(
+    cluster: Cluster, server: str, http: httpx.Client, tokens, engine: Engine, clock: FakeClock,
+    tmp_path: Path,
+):  # fmt: skip
+    """Job A holds every GPU; its epilog is lost (central unreachable, no agent to hand the end
+    to). Job B then gets one of those GPUs: its prolog ends A there, so B does not share its
+    GPU time and bill with a ghost."""
+    know_gpus(engine, clock, [uuid for uuid, _, _ in GPUS])
+    cluster.point_at(server, tokens["agent"])
+    a = cluster.run(
+        "sbatch", "--parsable", "--gres=gpu:4", "--output=/dev/null", "--wrap", "sleep 3"
+    ).strip()  # fmt: skip
+    wait_for_job(http, tokens["reader"], f"slurm:{a}", ended=False)
+    # The epilog finds central unreachable and a job-end folder no agent reads.
+    cluster.point_at("http://127.0.0.1:9", tokens["agent"], job_ends=tmp_path / "nobody-reads")
+    cluster.wait_gone(a)
+    ghost = wait_for_job(http, tokens["reader"], f"slurm:{a}", ended=False)
+    assert len(ghost["gpus"]) == 4 and all(g["ended_at"] is None for g in ghost["gpus"])
+    assert list((tmp_path / "nobody-reads").iterdir())  # the end was handed over, not lost
+
+    cluster.point_at(server, tokens["agent"])
+    b = cluster.run(
+        "sbatch", "--parsable", "--gres=gpu:1", "--output=/dev/null", "--wrap", "sleep 30"
+    ).strip()  # fmt: skip
+    try:
+        second = wait_for_job(http, tokens["reader"], f"slurm:{b}", ended=False)
+        (held,) = second["gpus"]
+        # Registered with B, in the same request: A ends on B's GPU when B starts; its other
+        # GPUs (no later job on them yet) stay open until a job comes to each.
+        ghost = wait_for_job(http, tokens["reader"], f"slurm:{a}", ended=False)
+        by_gpu = {g["gpu_uuid"]: g["ended_at"] for g in ghost["gpus"]}
+        assert by_gpu.pop(held["gpu_uuid"]) == held["started_at"]
+        assert set(by_gpu.values()) == {None}
+    finally:
+        cluster.run("scancel", b, check=False)
+        cluster.wait_gone(b)
+
+
+def test_an_epilog_during_a_central_outage_is_shipped_by_the_agent_when_central_is_back(
+    cluster: Cluster, app, tokens, engine: Engine, clock: FakeClock, tmp_path: Path
+):
+    from service.collectors.simulated import SimulatedBackend
+    from tests.agent_support import Wire, make_agent
+    from tests.support import live_server
+
+    know_gpus(engine, clock, [uuid for uuid, _, _ in GPUS])
+    ends = tmp_path / "job-ends"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cluster.point_at(url, tokens["agent"], job_ends=ends)
+    with live_server(app, port=port), httpx.Client(base_url=url, timeout=30) as http:
+        slurm_id = cluster.run(
+            "sbatch", "--parsable", "--gres=gpu:1", "--output=/dev/null", "--wrap", "sleep 4"
+        ).strip()  # fmt: skip
+        wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=False)
+    # Central is down when the job ends: the epilog hands the end to the agent's folder.
+    cluster.wait_gone(slurm_id)
+    (left,) = ends.iterdir()
+    handed = json.loads(left.read_text())
+    assert handed["job_id"] == f"slurm:{slurm_id}"
+    (tmp_path / "agent").mkdir()
+    agent = make_agent(tmp_path / "agent", url=url, token=tokens["agent"], clock=clock,
+                       backend=SimulatedBackend(hostname="node-a", gpus=1, start=clock()),
+                       wire=Wire())  # fmt: skip
+    agent.config = replace(agent.config, job_end_dir=ends)
+    try:
+        agent.run_once()  # central still down: the end moves into the spool and waits
+        assert not left.exists() and len(agent.spool.job_ends()) == 1
+        agent.run_once()
+        assert len(agent.spool.job_ends()) == 1
+        with live_server(app, port=port), httpx.Client(base_url=url, timeout=30) as http:
+            agent.run_once()
+            assert agent.spool.job_ends() == []
+            job = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=True)
+    finally:
+        agent.close()
+    # The end Slurm's epilog saw, not when central came back.
+    (gpu,) = job["gpus"]
+    assert gpu["ended_at"] == job["ended_at"] and gpu["started_at"] < gpu["ended_at"]
+    assert datetime.fromisoformat(job["ended_at"]) == datetime.fromisoformat(handed["ended_at"])

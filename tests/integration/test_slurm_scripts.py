@@ -65,6 +65,7 @@ def base_env(tmp_path: Path, server: str, token: str) -> dict[str, str]:
         "GPUWARDEN_NVIDIA_SMI": str(smi_stub(tmp_path / "bin")),
         "GPUWARDEN_NVIDIA_PROC": str(CAPTURED_PROC),
         "GPUWARDEN_SLURM_ACCOUNTS": str(tmp_path / "no-accounts"),
+        "GPUWARDEN_JOB_END_DIR": str(tmp_path / "job-ends"),
         "SLURM_JOB_PARTITION": "gpu",
         "SLURM_CLUSTER_NAME": "hpc1",
     }
@@ -100,6 +101,28 @@ def test_prolog_registers_and_epilog_ends_the_job(
     job = get_job(http, tokens, "slurm:4242")
     assert job["ended_at"] is not None
     assert all(g["ended_at"] == job["ended_at"] for g in job["gpus"])
+    # Central took the end: nothing is left for the agent to send.
+    assert list((tmp_path / "job-ends").iterdir()) == []
+
+
+def test_a_job_on_gpus_a_job_never_ended_holds_ends_that_one_unless_shared_by_design(
+    server: str, http: httpx.Client, tokens, engine: Engine, clock: FakeClock, tmp_path: Path
+):
+    know_gpus(engine, clock, [GTX_1080_TI, TITAN_X])
+    env = base_env(tmp_path, server, tokens["agent"]) | {"SLURM_JOB_GPUS": "1"}
+    for job in ("8001", "8002"):  # 8001's epilog never ran
+        done = run_script("prolog.sh", env | {"SLURM_JOB_ID": job})
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    ghost, second = get_job(http, tokens, "slurm:8001"), get_job(http, tokens, "slurm:8002")
+    assert ghost["ended_at"] is not None and ghost["ended_at"] == second["started_at"]
+    assert second["ended_at"] is None
+    # Slurm shards share one GPU by design: a shard job ends nobody.
+    shards = env | {"SLURM_SHARDS_ON_NODE": "2"}
+    for job in ("8003", "8004"):
+        done = run_script("prolog.sh", shards | {"SLURM_JOB_ID": job})
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert get_job(http, tokens, "slurm:8002")["ended_at"] is None
+    assert get_job(http, tokens, "slurm:8003")["ended_at"] is None
 
 
 def test_minor_numbers_are_mapped_through_the_bus_not_the_index(
@@ -242,7 +265,7 @@ def test_a_hung_central_delays_a_job_by_a_few_seconds_at_most(hung_central: str,
         "SLURM_JOB_USER": "gina",
         "SLURM_JOB_GPUS": "0,1",
     }
-    for name, what in (("prolog.sh", "not registered"), ("epilog.sh", "not recorded")):
+    for name, what in (("prolog.sh", "not registered"), ("epilog.sh", "left to the agent")):
         # The central never answers: without the scripts' own budget (4 s) this would hang
         # until run_script's timeout (60 s) fails the test. How long it takes: bench/slurm.py.
         done = run_script(name, env)
@@ -308,6 +331,7 @@ def test_scripts_never_fail_the_job(tmp_path: Path):
         "GPUWARDEN_AGENT_TOKEN": "gw_x",
         "GPUWARDEN_NVIDIA_SMI": "true",
         "GPUWARDEN_SLURM_TIMEOUT_SECONDS": "2.5",  # not whole seconds: the default is used
+        "GPUWARDEN_JOB_END_DIR": str(tmp_path / "job-ends"),
         "SLURM_JOB_ID": "1",
         "SLURM_JOB_GPUS": "0",
     }

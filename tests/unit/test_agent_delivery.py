@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -364,3 +365,51 @@ def test_impossible_process_readings_are_dropped_and_the_poll_ships(tmp_path: Pa
     for field in ("process.pid", "process.fb_used_bytes"):
         labels = {"field": field, "reason": "out of range"}
         assert metric(agent, "gpuwarden_agent_dropped_fields_total", labels) == 2
+
+
+def test_job_ends_left_by_the_epilog_are_kept_until_central_takes_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each job end in the folder moves into the spool; 503 and 403 keep it for the next cycle,
+    2xx and 404 (a job central never registered) end it, an unreadable file is set aside."""
+    clock = FakeClock()
+    answers = {"slurm:1": [503, 403, 200], "slurm:2": [404]}
+    seen: list[tuple[str, str, Any]] = []
+
+    def central(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(200, json={"samples_received": 2, "processes_received": 0,
+                                             "gpus": 2})  # fmt: skip
+        job = unquote(request.url.path.removeprefix("/api/v1/jobs/"))
+        seen.append((request.method, job, json.loads(request.content)["ended_at"]))
+        return httpx.Response(answers[job].pop(0), json={"detail": "scripted"})
+
+    ends = tmp_path / "job-ends"
+    ends.mkdir()
+    (ends / "slurm_1.json").write_text('{"job_id": "slurm:1", "ended_at": "2026-12-02T07:59:00Z"}')
+    (ends / "slurm_2.json").write_text('{"job_id": "slurm:2", "ended_at": "2026-12-02T07:59:30Z"}')
+    (ends / "torn.json").write_text('{"job_id": "slu')
+    (ends / ".slurm_3.123").write_text("being written")  # not renamed yet: left alone
+    agent = Agent(
+        config=AgentConfig(hostname="node-a", labels={}, dead_letter_path=tmp_path / "d.jsonl",
+                           job_end_dir=ends),
+        backend=FakeBackend(),
+        shipper=Shipper(central_url="http://central", token="t",
+                        client=httpx.Client(transport=httpx.MockTransport(central))),
+        spool=Spool(tmp_path / "spool.sqlite"),
+        clock=clock,
+        monotonic=FakeMonotonic(clock),
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        run(agent, clock, 3)
+    assert sorted(p.name for p in ends.iterdir()) == [".slurm_3.123", "torn.bad"]
+    assert seen == [
+        ("PATCH", "slurm:1", "2026-12-02T07:59:00Z"),  # 503: kept, the rest waits
+        ("PATCH", "slurm:1", "2026-12-02T07:59:00Z"),  # 403: kept
+        ("PATCH", "slurm:1", "2026-12-02T07:59:00Z"),  # 200: done
+        ("PATCH", "slurm:2", "2026-12-02T07:59:30Z"),  # 404: never registered, dropped
+    ]
+    assert agent.spool.job_ends() == []
+    assert any("torn.json cannot be read" in m for m in caplog.messages)
+    assert any("refused the end of job slurm:2" in m for m in caplog.messages)
+    agent.close()

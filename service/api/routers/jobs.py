@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
@@ -74,6 +75,21 @@ def query_error(exc: ValidationFailed) -> HTTPException:
     return query.query_error(exc.field, exc.message)
 
 
+def _end_earlier_jobs(conn: Connection, body: JobCreate, now: datetime) -> None:
+    """End the jobs a job that holds its GPUs alone finds still open on them (missed ends)."""
+    ghosts = jobs_repo.end_earlier_jobs(
+        conn, job_id=body.id, gpu_uuids=body.gpus, started_at=body.started_at, now=now
+    )
+    if ghosts:
+        log.warning(
+            "job %s holds its GPUs alone from %s: ended %s, still open there (a missed end,"
+            " such as a lost Slurm epilog)",
+            body.id,
+            body.started_at.isoformat(),
+            ", ".join(ghosts),
+        )
+
+
 @router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
 def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> dict[str, Any]:
     """Create a job, or merge into the job of that id (201 when new, 200 when merged)."""
@@ -109,6 +125,8 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
                 now=now,
                 only_node=authz.agent_node(token),
             )
+            if body.exclusive:
+                _end_earlier_jobs(conn, body, now)
             job = jobs_repo.get_job(conn, job_id=body.id)
     if refused is not None:
         raise refused

@@ -129,6 +129,12 @@ class JobCreate(BaseModel):
     gpus: list[str] = Field(default_factory=list, max_length=1024)
     started_at: StoredTime
     ended_at: StoredTime | None = None
+    exclusive: bool = Field(
+        False,
+        description="the job holds these GPUs alone (not shared by design, as Slurm shards "
+        "are): any other job of the same scheduler (the id's prefix, e.g. slurm:) still open "
+        "on them since before started_at missed its end and is ended at started_at",
+    )
 
     @model_validator(mode="after")
     def _end_after_start(self) -> JobCreate:
