@@ -74,6 +74,7 @@ def main() -> None:
         base = {"GPUWARDEN_ENV_FILE": f"{tmp}/missing.env", "GPUWARDEN_CENTRAL_URL": url,
                 "GPUWARDEN_AGENT_TOKEN": "gw_x", "GPUWARDEN_NVIDIA_PROC": str(CAPTURED_PROC),
                 "GPUWARDEN_SLURM_ACCOUNTS": f"{tmp}/no-accounts", "SLURM_JOB_ID": "17",
+                "GPUWARDEN_JOB_END_DIR": f"{tmp}/job-ends",
                 "SLURM_JOB_USER": "gina", "SLURM_JOB_GPUS": "0,1"}  # fmt: skip
         cases = {
             "prolog, hung central": ("prolog.sh", smi_stub(Path(tmp) / "ok")),
