@@ -21,6 +21,7 @@ from service.costs.integrals import (
 from service.costs.waste import Span, Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
+from service.db.set_aside import possible_text
 from service.diagnosis import Cause, Rung
 
 # The seconds (and signals) per cause beside the waste integrals (idle_held_seconds is both).
@@ -115,6 +116,9 @@ _IDLE_CAUSES = frozenset((int(Cause.IDLE_EMPTY), int(Cause.IDLE_HELD)))
 _GPU_UTIL = int(Rung.GPU_UTIL)
 # The metrics whose sum and count over the samples inside a read the integrals carry.
 _RAW_METRICS = ("tensor_active", "dram_active")
+# Every stored column the raw read takes a value of.
+_BOUNDED = (*_RAW_METRICS, "activity", "power_watts", "gr_engine_active", "gpu_util",
+            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")  # fmt: skip
 _SIGNAL_OF = {int(sig.cause): sig for sig in CAUSE_SIGNALS}
 
 
@@ -129,20 +133,22 @@ def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
     lo, hi): [lo_at, hi_at) in stored form and [lo, hi) in Unix seconds; the last sample in
     [since, lo_at), since = lo - max_gap, covers lo's first seconds.
     """
-    metrics = ", ".join(f"s.{m}" for m in _RAW_METRICS)
+    # A stored value past what hardware can report reads as absent (set aside), so one such
+    # sample cannot overflow a sum (PostgreSQL refuses the whole report then).
+    v = {m: possible_text(f"s.{m}", m) for m in _BOUNDED}
+    metrics = ", ".join(f"{v[m]} AS {m}" for m in _RAW_METRICS)
     greatest = "GREATEST" if pg else "MAX"
+    tx, rx = v["pcie_tx_bytes_per_second"], v["pcie_rx_bytes_per_second"]
     # The signals of CAUSE_SIGNALS, as ``stored_point`` reads them.
     signals = (
-        f"CASE WHEN s.activity_rung = {int(Rung.SM_ACTIVE)} AND s.gr_engine_active IS NOT NULL "
-        f"THEN s.gr_engine_active WHEN s.activity_rung <> {_GPU_UTIL} THEN s.gpu_util END AS duty, "
-        "s.dram_active AS dram, CASE WHEN s.pcie_tx_bytes_per_second IS NOT NULL OR "
-        f"s.pcie_rx_bytes_per_second IS NOT NULL THEN {greatest}("
-        "COALESCE(s.pcie_tx_bytes_per_second, 0), COALESCE(s.pcie_rx_bytes_per_second, 0)) "
-        "END AS pcie"
+        f"CASE WHEN s.activity_rung = {int(Rung.SM_ACTIVE)} AND {v['gr_engine_active']} IS NOT "
+        f"NULL THEN {v['gr_engine_active']} WHEN s.activity_rung <> {_GPU_UTIL} THEN "
+        f"{v['gpu_util']} END AS duty, {v['dram_active']} AS dram, CASE WHEN {tx} IS NOT NULL "
+        f"OR {rx} IS NOT NULL THEN {greatest}(COALESCE({tx}, 0), COALESCE({rx}, 0)) END AS pcie"
     )
     cols = (
-        "r.k, r.lo, r.hi, {ts} AS t, s.activity, s.activity_rung AS rung, s.cause, "
-        f"s.power_watts AS power, {metrics}, {signals}"
+        f"r.k, r.lo, r.hi, {{ts}} AS t, {v['activity']} AS activity, s.activity_rung AS rung, "
+        f"s.cause, {v['power_watts']} AS power, {metrics}, {signals}"
     )
     if pg:
         cols = cols.format(ts="EXTRACT(EPOCH FROM s.ts)::float8")

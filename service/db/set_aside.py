@@ -46,6 +46,13 @@ def possible(column: Any, name: str) -> Any:
     return case((and_(column >= low, column <= high), column), else_=None)
 
 
+def possible_text(column: str, name: str) -> str:
+    """``possible`` as SQL text, for statements written as text: ``column``'s value where it
+    lies within ``name``'s bounds, else NULL."""
+    low, high = METRIC_BOUNDS[name]
+    return f"(CASE WHEN {column} >= {low!r} AND {column} <= {high!r} THEN {column} END)"
+
+
 def any_impossible(columns: Sequence[tuple[Any, str]]) -> Any:
     """SQL: 1 when any of (column, metric name) holds a value outside its bounds, else 0."""
     tests = [

@@ -188,3 +188,27 @@ def test_evaluation_sets_poisoned_samples_and_minutes_aside_and_every_policy_fir
     assert set_aside(app, "evaluate") == 4  # two samples and two minutes
     said = [r.getMessage() for r in caplog.records if "evaluate set aside" in r.getMessage()]
     assert any("2 samples of GPU" in s for s in said) and any("2 minutes of GPU" in s for s in said)
+
+
+def test_reads_over_poisoned_raw_samples_answer_without_them(
+    app: Any, http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+) -> None:
+    store(http, tokens, clock)
+    poison(engine, "GPU-a0", 7, pcie_tx_bytes_per_second=HUGE, power_watts=HUGE,
+           tensor_active=HUGE, dram_active=HUGE)  # fmt: skip
+    poison(engine, "GPU-a0", 8, pcie_tx_bytes_per_second=HUGE, power_watts=HUGE,
+           tensor_active=HUGE, dram_active=HUGE)  # fmt: skip
+    reader = auth(tokens["reader"])
+    for path, params in [
+        ("/api/v1/reports/cost", {"since": "1h", "group_by": "gpu"}),
+        (
+            "/api/v1/gpus/GPU-a0/series",
+            {"metric": "pcie_tx_bytes_per_second", "since": "10m", "step": "1m"},
+        ),  # fmt: skip
+        ("/api/v1/gpus/GPU-a0/series", {"metric": "power_watts", "since": "10m", "step": "1m"}),
+        ("/api/v1/gpus", {}),
+        ("/api/v1/fleet", {}),
+    ]:
+        r = http.get(path, params=params, headers=reader)
+        assert r.status_code == 200, (path, r.status_code, r.text[:500])
+        assert "1.797e+308" not in r.text and "Infinity" not in r.text, (path, r.text[:500])
