@@ -204,7 +204,7 @@ def test_reads_over_poisoned_raw_samples_answer_without_them(
         (
             "/api/v1/gpus/GPU-a0/series",
             {"metric": "pcie_tx_bytes_per_second", "since": "10m", "step": "1m"},
-        ),  # fmt: skip
+        ),
         ("/api/v1/gpus/GPU-a0/series", {"metric": "power_watts", "since": "10m", "step": "1m"}),
         ("/api/v1/gpus", {}),
         ("/api/v1/fleet", {}),
