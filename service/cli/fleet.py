@@ -199,6 +199,26 @@ def _span(seconds: float) -> str:
     return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{seconds / 60:.0f}m"
 
 
+def fault_text(f: dict[str, Any]) -> str:
+    """One hardware fault of a job's GPU in words: node, GPU index, XID code or lost, times."""
+    where = f"{f['node']} GPU {f['gpu_index']}"
+    if f["kind"] == "xid":
+        return f"{where}: hardware XID {f['xid']} at {_when(f['at'])}"
+    lost = money(f.get("lost_usd")) if f.get("lost_seconds") is not None else "n/a"
+    return (
+        f"{where}: fell off the bus (last sample {_when(f['at'])}, reported lost "
+        f"{_when(f.get('lost_at'))}); held lost {gpu_hours(f.get('lost_seconds') or 0.0)} "
+        f"GPU-h, {lost}"
+    )
+
+
+def fault_lines(faults: list[dict[str, Any]]) -> list[str]:
+    """The report's lines on hardware faults (none when there were none)."""
+    if not faults:
+        return []
+    return ["", "HARDWARE FAULT:"] + [f"  {fault_text(f)}" for f in faults]
+
+
 def job_report(job: dict[str, Any], *, now: datetime) -> str:
     """A jobstats-style plain-text report of ``GET /jobs/{id}``'s answer."""
     s = job["summary"]
@@ -218,6 +238,7 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
     for g in gpus:
         until = _when(g["ended_at"]) if g.get("ended_at") else "now"
         lines.append(f"    {g['gpu_uuid']} on {g['node']}, {_when(g['started_at'])} to {until}")
+    lines += fault_lines(job.get("faults") or [])
     eff = s.get("efficiency")
     lines += [
         "",

@@ -18,7 +18,7 @@ from service.db.schema import (
     samples,
 )
 from service.diagnosis import Cause, Rung, supported_causes
-from service.vocabulary import METRIC_NAMES
+from service.vocabulary import HARDWARE_XIDS, METRIC_NAMES
 
 Resolution = Literal["raw", "1m", "1h"]
 
@@ -184,3 +184,61 @@ def series(
         SeriesPoint(datetime.fromtimestamp(k, UTC), a[0] / a[3], a[1], a[2], int(a[3]))
         for k, a in sorted(acc.items())
     ]
+
+
+class GpuFault(NamedTuple):
+    """A hardware fault of one GPU: a hardware XID (``xid`` its code) at ``at``, or the GPU
+    fell off the bus (``xid`` None): ``at`` its last sample, ``lost_at`` when it was reported."""
+
+    gpu_id: int
+    uuid: str
+    node: str
+    gpu_index: int
+    xid: int | None
+    at: datetime
+    lost_at: datetime | None = None
+
+
+def gpu_faults(
+    conn: Connection, *, gpu_ids: list[int], start: datetime, end: datetime
+) -> list[GpuFault]:
+    """The hardware faults of the GPUs in [start, end]: each hardware XID code's first time per
+    GPU (raw samples, else the 1m rollups' largest code per minute once raw samples are gone),
+    and each GPU lost now whose last sample fell in the range; oldest first."""
+    if not gpu_ids:
+        return []
+    who = {
+        r.id: (r.uuid, r.hostname, r.gpu_index, r.lost_at, r.last_sample_at)
+        for r in conn.execute(
+            select(gpus.c.id, gpus.c.uuid, gpus.c.gpu_index, gpus.c.lost_at,
+                   gpus.c.last_sample_at, nodes.c.hostname)
+            .join(nodes, nodes.c.id == gpus.c.node_id)
+            .where(gpus.c.id.in_(gpu_ids))
+        )
+    }  # fmt: skip
+    codes = sorted(HARDWARE_XIDS)
+    s, m = samples.c, rollup_1m.c
+    raw = select(s.gpu_id, s.ts, s.xid_last).where(
+        s.gpu_id.in_(gpu_ids), s.ts >= start, s.ts <= end, s.xid_last.in_(codes)
+    )
+    minutes = select(m.gpu_id, m.bucket_start, m.xid_last_max).where(
+        m.gpu_id.in_(gpu_ids), m.bucket_start >= start, m.bucket_start <= end,
+        m.xid_last_max.in_(codes),
+    )  # fmt: skip
+    first: dict[tuple[int, int], datetime] = {}
+    for rows, exact in ((conn.execute(raw).all(), True), (conn.execute(minutes).all(), False)):
+        seen = set(first)
+        for gpu_id, ts, code in rows:
+            at = ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+            key = (gpu_id, int(code))
+            # A minute's start is no time the XID came: it names a code raw samples did not.
+            if (exact or key not in seen) and (key not in first or at < first[key]):
+                first[key] = at
+    out = []
+    for (gpu_id, code), at in first.items():
+        uuid, node, index, _, _ = who[gpu_id]
+        out.append(GpuFault(gpu_id, uuid, node, index, code, at))
+    for gpu_id, (uuid, node, index, lost_at, last) in who.items():
+        if lost_at is not None and last is not None and start <= last <= end:
+            out.append(GpuFault(gpu_id, uuid, node, index, None, last, lost_at))
+    return sorted(out, key=lambda f: (f.at, f.xid is None))

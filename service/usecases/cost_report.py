@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from service import diagnosis
 from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
-from service.costs.prices import PriceRow, change_points, price_lookup
+from service.costs.prices import PriceRow, change_points, price_at, price_lookup
 from service.costs.prices import parse_price_rows as parse_price_list
 from service.costs.recommend import (
     FixAssumptions,
@@ -46,7 +46,7 @@ from service.costs.waste import (
     segment_gpu,
     summarize,
 )
-from service.db import cost_sums, costs_repo, jobs_repo, prices_repo, tenants_repo
+from service.db import cost_sums, costs_repo, gpus_repo, jobs_repo, prices_repo, tenants_repo
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
 
@@ -565,8 +565,55 @@ def job_summary(
         "recommendations": [f.as_dict() for f in fixes],
         "savings_usd": total_saving_usd(fixes) if total.priced else None,
         "tags": [{"tag": tag, "hint": TAG_HINTS[tag]} for tag in tags],
+        "faults": job_faults(conn, job=job, now=now, prices=prices, settings=settings),
         "warnings": warnings,
     }
+
+
+def job_faults(
+    conn: Connection,
+    *,
+    job: dict[str, Any],
+    now: datetime,
+    prices: Sequence[PriceRow],
+    settings: Settings,
+) -> list[dict[str, Any]]:
+    """The hardware faults of the job's GPUs while it held them: each hardware XID (node, GPU
+    index, code, first time) and each GPU that fell off the bus (its last sample, when it was
+    reported lost, and the seconds and USD the job held it lost: from ``lost_at``)."""
+    intervals = job["intervals"]
+    if not intervals:
+        return []
+    grace = timedelta(seconds=settings.max_gap_seconds)  # a last sample stands this long
+    spans = [(iv["gpu_id"], iv["started_at"], min(iv["ended_at"] or now, now)) for iv in intervals]
+    faults = gpus_repo.gpu_faults(
+        conn,
+        gpu_ids=sorted({g for g, _, _ in spans}),
+        start=min(a for _, a, _ in spans),
+        end=max(z for _, _, z in spans) + grace,
+    )
+    out = []
+    for f in faults:
+        held = [(a, z) for g, a, z in spans if g == f.gpu_id and a <= f.at <= z + grace]
+        if not held:
+            continue
+        row: dict[str, Any] = {
+            "gpu_uuid": f.uuid, "node": f.node, "gpu_index": f.gpu_index,
+            "kind": "xid" if f.xid is not None else "lost", "xid": f.xid, "at": f.at,
+            "lost_at": f.lost_at, "lost_seconds": None, "lost_usd": None,
+        }  # fmt: skip
+        if f.lost_at is not None:
+            seconds = sum(max((z - max(a, f.lost_at)).total_seconds(), 0.0) for a, z in held)
+            row["lost_seconds"] = seconds
+            price = price_at(prices, _model_of(conn, f.gpu_id), f.lost_at) if prices else None
+            row["lost_usd"] = None if price is None else seconds * price.usd_per_gpu_hour / 3600
+        out.append(row)
+    return out
+
+
+def _model_of(conn: Connection, gpu_id: int) -> str:
+    info = costs_repo.load_gpus(conn, gpu_ids=[gpu_id]).get(gpu_id)
+    return info.model if info is not None else ""
 
 
 # A counter reading whose mean power differs from the integrated power by more than this

@@ -401,6 +401,28 @@ def test_the_copy_bound_job_is_not_sent_to_a_slice_and_percentages_name_their_ba
     assert not admin.errors, admin.errors
 
 
+def test_the_xid_job_page_names_the_fault(admin: Console, demo: dict[str, Any]) -> None:
+    api = demo["api"]
+    lost = [g for g in api.get("/gpus").json() if g["lost"]]
+    assert lost  # the demo's xid-then-lost scenario
+    jobs = api.get("/jobs", params={"since": "7d"}).json()
+    faulted = []
+    for j in jobs:
+        detail = api.get(f"/jobs/{quote(j['id'], safe='')}").json()
+        if detail["faults"]:
+            faulted.append(detail)
+    assert faulted, "no demo job names its GPU's XID"
+    job = faulted[0]
+    xid = next(f for f in job["faults"] if f["kind"] == "xid")
+    admin.open(f"/jobs/{quote(job['id'], safe='')}")
+    text = admin.page.inner_text("#job-faults")
+    assert "Hardware fault" in text
+    assert f"{xid['node']} GPU {xid['gpu_index']}: hardware XID {xid['xid']} at " in text
+    assert "fell off the bus" in text
+    admin.shot("job-fault")
+    assert not admin.errors, admin.errors
+
+
 def test_a_kubernetes_job_opens_from_its_link_and_an_alert_link_marks_its_row(
     admin: Console, demo: dict[str, Any]
 ) -> None:

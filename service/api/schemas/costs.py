@@ -208,6 +208,23 @@ class JobPublic(BaseModel):
     )
 
 
+class JobFaultPublic(BaseModel):
+    """A hardware fault of one of the job's GPUs while the job held it: a hardware XID
+    (``kind`` xid, ``xid`` its code, ``at`` its first sample) or the GPU fell off the bus
+    (``kind`` lost, ``at`` its last sample, ``lost_at`` when it was reported lost, and the
+    seconds and USD of the job's hold on it from then; null when unpriced)."""
+
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    kind: Literal["xid", "lost"]
+    xid: int | None
+    at: datetime
+    lost_at: datetime | None = None
+    lost_seconds: float | None = None
+    lost_usd: float | None = None
+
+
 class JobDetailPublic(JobPublic):
     """A job with its waste summary over its lifetime (seconds and USD per cause, the
     dominant waste cause), per GPU, and its (deprecated) tags."""
@@ -227,6 +244,10 @@ class JobDetailPublic(JobPublic):
     tags: list[TagPublic] = Field(
         description="deprecated: the old job tags, kept for one release; use summary.causes",
         json_schema_extra={"deprecated": True},
+    )
+    faults: list[JobFaultPublic] = Field(
+        default_factory=list,
+        description="hardware faults of its GPUs while it held them (XIDs, GPUs off the bus)",
     )
     warnings: list[str]
 

@@ -360,6 +360,14 @@
       card("idle cost", usd(s.idle_cost_usd)), card("efficiency", pct(s.efficiency)),
       card("GPU-hours", hours(s.allocated_seconds)), card("GPUs", new Set(job.gpus.map((g) => g.gpu_uuid)).size)));
 
+    const faults = job.faults || [];
+    if (faults.length) {
+      app.append(el("div", { class: "fault", id: "job-faults", role: "alert" }, el("strong", { text: "Hardware fault" }),
+        el("ul", { class: "recs" }, faults.map((f) => el("li", { "data-kind": f.kind, "data-xid": f.xid ?? "" },
+          `${f.node} GPU ${f.gpu_index}: `, f.kind === "xid"
+            ? `hardware XID ${f.xid} at ${when(f.at)}`
+            : `fell off the bus (last sample ${when(f.at)}, reported lost ${when(f.lost_at)}); held lost ${hours(f.lost_seconds)} GPU-h, ${usd(f.lost_usd)}`)))));
+    }
     app.append(el("h2", { text: "Time by cause" }), el("div", { class: "panel" }, causeBar(s.causes, "job-causes")));
 
     const recs = [];
