@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # The label values each labelled counter starts with, at 0. A series that first appears at 1
@@ -11,6 +13,7 @@ INGEST_OUTCOMES: tuple[str, ...] = ("stored", "rejected", "error")
 # Database operations counted by the API (background tasks add their own names, see ``task``).
 DB_OPERATIONS: tuple[str, ...] = ("ingest", "metrics", "readyz", "statement_timeout", "unavailable")
 TASK_OUTCOMES: tuple[str, ...] = ("ok", "error", "skipped")
+NOTIFY_OUTCOMES: tuple[str, ...] = ("sent", "retry", "failed")
 
 
 # The rounds that set stored rows aside, and where a job conflict comes from (their label values).
@@ -137,3 +140,10 @@ class Telemetry:
         for outcome in TASK_OUTCOMES:
             self.job_runs.labels(name, outcome)
         self.db_errors.labels(name)
+
+    def policy(self, name: str, channels: Iterable[str]) -> None:
+        """Start policy ``name``'s failure counter and its channels' delivery counters at 0."""
+        self.policy_failures.labels(name)
+        for channel in channels:
+            for outcome in NOTIFY_OUTCOMES:
+                self.notifications.labels(channel, outcome)

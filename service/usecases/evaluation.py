@@ -259,6 +259,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     # Policies that differ only in threshold, for or channels see the same observations.
     seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
     for p in policy_list:
+        ctx.telemetry.policy(p.name, p.channels)
         obs_key = (
             p.scope,
             p.metric,

@@ -412,3 +412,20 @@ def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
     with engine.connect() as conn:
         (payload,) = conn.execute(select(outbox.c.payload)).scalars()
     assert payload["labels"]["job_id"] == "slurm:43" and payload["wasted_usd"] is None
+
+
+def test_notification_and_policy_counters_start_at_zero(app, http: httpx.Client, tokens) -> None:
+    # Before any delivery or failure: increase() over these then sees the first one.
+    ctx = app.state.ctx
+    ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    admin = auth(tokens["admin"])
+    hook = {"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/in"}
+    assert http.post("/api/v1/channels", json=hook, headers=admin).status_code == 201
+    policy = low_sm_policy(["hook"])
+    assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    evaluate_once(ctx)
+    text = http.get("/metrics").text
+    for outcome in ("sent", "retry", "failed"):
+        assert f'gpuwarden_notifications_total{{channel="hook",outcome="{outcome}"}} 0.0' in text
+    line = f'gpuwarden_policy_evaluation_failures_total{{policy="{policy["name"]}"}} 0.0'
+    assert line in text
