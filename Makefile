@@ -4,20 +4,40 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install up serve services test lint unit integration acceptance clean
+.PHONY: install dev up serve services test lint unit integration acceptance clean
 
-# pip's own chatter goes to $(VENV)/install.log, shown only when the install fails.
+# Two stamps: the runtime (what `make up` needs) and the dev extra on top (lint and tests).
+# uv, itself installed from PyPI by pip inside the venv (so a fresh machine needs nothing but
+# Python), installs the dependencies in parallel and says what it resolved and installed; where
+# uv cannot be had, pip does it (slower). pip's own chatter goes to $(VENV)/install.log, shown
+# only when it fails.
+DEV_STAMP := $(VENV)/.installed-dev
+LOG := $(VENV)/install.log
 PIP_QUIET := -q --disable-pip-version-check
+# A venv made by an older `make` or by uv may lack pip or uv: both are put in place first.
+GET_UV := test -x $(BIN)/uv || { $(BIN)/python -m pip --version || $(BIN)/python -m ensurepip; \
+	$(BIN)/python -m pip install $(PIP_QUIET) uv; } >> $(LOG) 2>&1
+INSTALL = if $(GET_UV); then VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install --python $(BIN)/python $(1); \
+	else echo "(uv is not available: pip installs, quietly)"; \
+	$(BIN)/python -m pip install $(PIP_QUIET) $(1) >> $(LOG) 2>&1 || { cat $(LOG); exit 1; }; fi
+
 $(STAMP): pyproject.toml
-	@echo "installing GPU Warden into $(VENV) (log: $(VENV)/install.log) ..."
+	@echo "[1/3] creating $(VENV) with $(PY) ..."
 	@$(PY) -m venv $(VENV)
-	@$(BIN)/pip install $(PIP_QUIET) --upgrade pip > $(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
-	@$(BIN)/pip install $(PIP_QUIET) -e '.[dev]' >> $(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
+	@echo "[2/3] installing the installer (uv) into $(VENV) (log: $(LOG)) ..."
+	@$(GET_UV) || echo "(no uv: pip will install)"
+	@echo "[3/3] installing GPU Warden and its runtime dependencies ..."
+	@$(call INSTALL,-e .)
 	@touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	@echo "installing the test tool chain (the dev extra: pytest, mypy, playwright, ...) ..."
+	@$(call INSTALL,-e '.[dev]')
+	@touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+dev: $(DEV_STAMP)
 
 up: $(STAMP)
 	@$(BIN)/gpuwarden up
@@ -25,7 +45,7 @@ up: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/gpuwarden serve --migrate
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check service tests bench migrations
 	$(BIN)/ruff format --check service tests bench migrations
 	$(BIN)/mypy
@@ -37,13 +57,13 @@ services:
 test: services lint
 	$(BIN)/pytest
 
-unit: $(STAMP)
+unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit
 
-integration: $(STAMP) services
+integration: $(DEV_STAMP) services
 	$(BIN)/pytest tests/integration
 
-acceptance: $(STAMP) services
+acceptance: $(DEV_STAMP) services
 	$(BIN)/pytest tests/acceptance
 
 clean:

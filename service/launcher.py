@@ -7,19 +7,20 @@ tokens they need themselves, so one command shows GPUs, jobs and waste.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import Engine, func, insert, make_url, select
 
 from service.collectors.agent import Agent, backfill
 from service.collectors.backend import Backend
@@ -30,6 +31,7 @@ from service.db.engine import check_database, service_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
 from service.delivery import quiet_http_logs
+from service.demo import HOT_NODE_EXTRA_CELSIUS, demo_jobs, register_jobs, replay_alerts
 from service.errors import ConfigError
 from service.localrun import (
     LocalRun,
@@ -45,6 +47,12 @@ from service.thresholds.default_policies import default_policies
 from service.thresholds.policy import ChannelSpec
 from service.usecases.config_check import check_config_file
 
+if TYPE_CHECKING:
+    from service.context import ServiceContext
+
+log = logging.getLogger(__name__)
+AfterHistory = Callable[["ServiceContext"], None]
+
 DEMO_PRICE_USD_PER_GPU_HOUR = 4.0
 NOTIFICATIONS_LOG = "notifications.log"
 LOCAL_CHANNEL = "local-log"  # the channel of the default policies under up and demo
@@ -57,6 +65,7 @@ class LocalNode:
 
     agent: Agent
     thread: threading.Thread | None = None
+    history_shipped: threading.Event = field(default_factory=threading.Event)
 
 
 def _token(engine: Engine, role: str, node: str | None, name: str) -> str:
@@ -120,10 +129,12 @@ class _SinkHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         try:
-            doc = json.loads(self.rfile.read(min(length, 1 << 20)))
+            body = json.loads(self.rfile.read(min(length, 1 << 20)))
+            doc = body.get("data", body)  # a Standard Webhooks payload: the alert is its data
             line = str(doc.get("summary") or doc)
             if doc.get("wasted_usd") is not None:
                 line += f"; wasted so far ${float(doc['wasted_usd']):,.2f}"
+            line += self.server.from_history(doc)
         except (ValueError, AttributeError, TypeError):
             line = "a notification that was not JSON"
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -143,6 +154,19 @@ class _Sink(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _SinkHandler)
         self.log_path = log_path
         self.lock = threading.Lock()
+        # Notifications about events before this time come from the demo's replayed history.
+        self.history_until: datetime | None = None
+
+    def from_history(self, doc: dict[str, Any]) -> str:
+        """`` (from history: fired at 00:31:05Z)`` for an event before ``history_until``."""
+        resolved = doc.get("state") == "resolved"
+        text = doc.get("resolved_at" if resolved else "fired_at")
+        if self.history_until is None or not isinstance(text, str):
+            return ""
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if at >= self.history_until:
+            return ""
+        return f" (from history: {'resolved' if resolved else 'fired'} at {at:%H:%M:%S}Z)"
 
     @property
     def url(self) -> str:
@@ -187,9 +211,12 @@ def _start(
         deadline = time.monotonic() + 60
         while not ready() and time.monotonic() < deadline:
             time.sleep(0.05)  # start shipping once the central service listens
-        if history is not None:
-            start, end, step = history
-            backfill(node.agent, start=start, end=end, step_seconds=step, per_batch=60)
+        try:
+            if history is not None:
+                start, end, step = history
+                backfill(node.agent, start=start, end=end, step_seconds=step, per_batch=60)
+        finally:
+            node.history_shipped.set()
         node.agent.run_forever()
 
     node.thread = threading.Thread(target=work, name=f"agent-{node.agent.config.hostname}")
@@ -204,14 +231,44 @@ def _serve(
     history: tuple[datetime, datetime, float] | None = None,
     *,
     running: LocalRun,
+    after_history: AfterHistory | None = None,
 ) -> int:
     from service.api.app import create_app, freeze_start_up_objects
 
     record = record_running(settings, running)
     try:
-        return _run_server(settings, engine, nodes, history, create_app, freeze_start_up_objects)
+        return _run_server(
+            settings, engine, nodes, history, create_app, freeze_start_up_objects, after_history
+        )
     finally:
         forget_running(record, running.pid)
+        print(stopped_message(settings, running, nodes), flush=True)
+
+
+def _shown(path: Path) -> str:
+    return str(path) if path.is_absolute() else f"./{path}"
+
+
+def stopped_message(settings: Settings, running: LocalRun, nodes: list[LocalNode]) -> str:
+    """What Ctrl-C on ``up``/``demo`` stopped and where the data it kept is (two lines)."""
+    names = [n.agent.config.hostname for n in nodes]
+    agents = f"{len(names)} agent{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    state = state_dir(settings)
+    url = make_url(running.database_url)
+    if url.get_backend_name() == "sqlite" and url.database:
+        database = Path(url.database)
+        where = _shown(
+            database.relative_to(Path.cwd()) if database.is_relative_to(Path.cwd()) else database
+        )
+    else:
+        where = url.render_as_string(hide_password=True)
+    again = "make up" if running.command == "up" else "gpuwarden demo"
+    return (
+        f"\ngpuwarden {running.command} stopped: the central service at {running.url} "
+        f"and {agents}.\n"
+        f"data kept in {_shown(state)}: the database {where}, alerts sent in "
+        f"{_shown(state / NOTIFICATIONS_LOG)}; `{again}` starts again with them."
+    )
 
 
 def _run_server(
@@ -221,6 +278,7 @@ def _run_server(
     history: tuple[datetime, datetime, float] | None,
     create_app: Any,
     freeze_start_up_objects: Callable[[], None],
+    after_history: AfterHistory | None = None,
 ) -> int:
     import uvicorn
 
@@ -237,6 +295,8 @@ def _run_server(
     server = uvicorn.Server(config)
     for n in nodes:
         _start(n, ready=lambda: bool(server.started), history=history)
+    if after_history is not None:
+        _when_history_shipped(nodes, lambda: not server.should_exit, after_history, app.state.ctx)
     try:
         server.run()
     finally:
@@ -247,6 +307,28 @@ def _run_server(
                 n.thread.join(10)
             n.agent.close()
     return 0
+
+
+def _when_history_shipped(
+    nodes: list[LocalNode],
+    running: Callable[[], bool],
+    then: AfterHistory,
+    ctx: ServiceContext,
+) -> None:
+    """Run ``then(ctx)`` in a thread once every agent has shipped its history."""
+
+    def work() -> None:
+        for n in nodes:
+            while running() and not n.history_shipped.wait(0.5):
+                pass
+        if not running():
+            return
+        try:
+            then(ctx)
+        except Exception:  # the demo goes on with live data, without its history's alerts
+            log.exception("the demo's history could not be evaluated")
+
+    threading.Thread(target=work, name="demo-history", daemon=True).start()
 
 
 def _banner(settings: Settings, reader: str, notifications: Path) -> None:
@@ -357,6 +439,7 @@ def run_demo(
         },
     )
     local: list[LocalNode] = []
+    backends: list[SimulatedBackend] = []
     for i, hostname in enumerate(hostnames):
         # Continue the scenarios from node to node so the fleet shows every one (and so every
         # cause) as soon as it has as many GPUs as there are scenarios.
@@ -370,7 +453,9 @@ def run_demo(
             xid_after_seconds=history_minutes * 60 * 0.5,
             lost_after_seconds=history_minutes * 60 * 0.75,
             job_base=1000 + 100 * i,
+            extra_celsius=HOT_NODE_EXTRA_CELSIUS if i == min(1, nodes - 1) else 0.0,
         )
+        backends.append(backend)
         token = tokens[hostname]
         agent = build_agent(
             spools.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
@@ -387,4 +472,24 @@ def run_demo(
     )
     _banner(settings, reader, sink.log_path)
     history = (start, now, settings.interval_seconds)
-    return _serve(settings, engine, local, history, running=_running("demo", settings, reader))
+    jobs = demo_jobs(backends)
+    sink.history_until = now
+
+    def after_history(ctx: ServiceContext) -> None:
+        # Teams and projects as a prolog registers them, then the policies over the history,
+        # then the background jobs (held back so that no round runs at "now" in the meantime).
+        register_jobs(engine, jobs, started_at=start, now=datetime.now(UTC))
+        replay_alerts(ctx, start=start, end=datetime.now(UTC))
+        from service.scheduler import start_scheduler
+
+        sched = start_scheduler(ctx)
+        ctx.shutdown_hooks.insert(0, lambda: sched.shutdown(wait=True))
+
+    return _serve(
+        settings.model_copy(update={"run_scheduler": False}),
+        engine,
+        local,
+        history,
+        running=_running("demo", settings, reader),
+        after_history=after_history,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -202,4 +202,14 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
             coalesce=True,
             next_run_time=None,
         )
+    return sched
+
+
+def start_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
+    """Build the scheduler, start it and run every job once now; the caller shuts it down."""
+    sched = build_scheduler(ctx)
+    sched.start()
+    now = datetime.now(UTC)
+    for job in sched.get_jobs():
+        job.modify(next_run_time=now)
     return sched

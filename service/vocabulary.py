@@ -153,24 +153,23 @@ METRICS: tuple[MetricSpec, ...] = (
 # fault), 43 (GPU stopped processing), 45 (preemptive cleanup), 68 (video decoder exception) and
 # the rest - is almost always the application's own error (an illegal address, a killed kernel),
 # is shown as ``xid_last`` and never pages.
-HARDWARE_XIDS: frozenset[int] = frozenset(
-    {
-        48,  # double-bit ECC error
-        54,  # auxiliary power not connected
-        61,  # internal micro-controller breakpoint
-        62,  # internal micro-controller halt
-        63,  # ECC page retirement or row remapping recording event
-        64,  # ECC page retirement or row remapper recording failure
-        74,  # NVLink error
-        79,  # GPU has fallen off the bus
-        92,  # high single-bit ECC error rate
-        94,  # contained ECC error
-        95,  # uncontained ECC error
-        119,  # GSP RPC timeout
-        120,  # GSP error
-        140,  # unrecovered ECC error
-    }
-)
+HARDWARE_XID_MEANINGS: dict[int, str] = {
+    48: "double-bit ECC error",
+    54: "auxiliary power not connected",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    140: "unrecovered ECC error",
+}
+HARDWARE_XIDS: frozenset[int] = frozenset(HARDWARE_XID_MEANINGS)
 
 
 def is_hardware_xid(code: float | None) -> bool:

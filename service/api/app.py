@@ -6,7 +6,6 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exception_handlers import http_exception_handler
@@ -52,7 +51,7 @@ from service.errors import (
     ValidationFailed,
     WardenError,
 )
-from service.scheduler import build_scheduler, partitions_once
+from service.scheduler import partitions_once, start_scheduler
 from service.settings import Settings
 from service.telemetry import Telemetry
 from service.usecases.evaluation import load_config as load_alerting_config
@@ -148,10 +147,7 @@ def create_app(
         session_key(ctx)  # made at the first start, so every replica reads the same one
         scheduler = None
         if settings.run_scheduler:
-            scheduler = build_scheduler(ctx)
-            scheduler.start()
-            for job in scheduler.get_jobs():
-                job.modify(next_run_time=datetime.now(UTC))
+            scheduler = start_scheduler(ctx)
         app.state.started_at = clock()
         try:
             yield

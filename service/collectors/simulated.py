@@ -99,6 +99,7 @@ class SimulatedBackend:
         lost_after_seconds: float = 900.0,
         job_base: int = 1000,
         model: str = _MODEL,
+        extra_celsius: float = 0.0,
     ) -> None:
         picked = scenarios or [SCENARIOS[i % len(SCENARIOS)] for i in range(gpus)]
         unknown = set(picked) - set(SCENARIOS)
@@ -109,6 +110,8 @@ class SimulatedBackend:
         self.start = start
         self.xid_after_seconds = xid_after_seconds
         self.lost_after_seconds = lost_after_seconds
+        # Degrees above the usual reading: a node whose cooling is failing (the demo's hot rack).
+        self.extra_celsius = extra_celsius
         node_tag = _seed(seed, hostname) % 0xFFFFFFFF
         self._devices = [
             Device(
@@ -139,6 +142,15 @@ class SimulatedBackend:
     def job_of(self, index: int) -> str | None:
         """The job id the simulated GPU ``index`` is attributed to, if its scenario has a job."""
         return self._jobs[index] if _PROFILES[self.scenarios[index]].has_job else None
+
+    def idle_job_of(self, index: int) -> str:
+        """A job id for GPU ``index`` that no process of this node reports (for an allocation
+        that runs nothing)."""
+        return self._jobs[index]
+
+    def user_of(self, index: int) -> str:
+        """The user whose processes run on the simulated GPU ``index``."""
+        return f"user{index % 3}"
 
     def sample(self, now: datetime) -> Snapshot:
         """Readings for every GPU still on the bus at ``now``."""
@@ -180,7 +192,7 @@ class SimulatedBackend:
                 "fb_total_bytes": _FB_TOTAL,
                 "power_watts": power,
                 "energy_joules": 1.0e6 * (i + 1) + self._energy[i],
-                "temperature_celsius": 32.0 + power / 15.0,
+                "temperature_celsius": 32.0 + power / 15.0 + self.extra_celsius,
                 "sm_clock_hz": 1.98e9 if sm else 3.45e8,
                 "pcie_tx_bytes_per_second": 2.0e8 * sm if pcie is None else pcie,
                 "pcie_rx_bytes_per_second": 6.0e8 * sm if pcie is None else pcie,
@@ -203,7 +215,7 @@ class SimulatedBackend:
                         pid=40_000 + i,
                         fb_used_bytes=fb - 512 * 1024 * 1024,
                         job_id=self._jobs[i],
-                        user=f"user{i % 3}",
+                        user=self.user_of(i),
                         gpu_index=i,
                     )
                 )

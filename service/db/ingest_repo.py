@@ -232,6 +232,14 @@ def _gpu_ids(
         if uuid not in listed and uuid not in states:
             raise ValidationFailed(f"{where}.gpu_uuid", f"unknown GPU {uuid}; list it in gpus")
 
+    # Times the batch speaks for, not when it arrived: a spool replayed (or a history shipped)
+    # later must not make a GPU first seen after its samples, nor lost after its last one.
+    first_sample: dict[str, datetime] = {}
+    for smp in batch.samples:
+        if smp.gpu_uuid not in first_sample or smp.ts < first_sample[smp.gpu_uuid]:
+            first_sample[smp.gpu_uuid] = smp.ts
+    batch_from = min(min(first_sample.values(), default=now), now)
+    batch_until = min(max((smp.ts for smp in batch.samples), default=now), now)
     new_rows: list[dict[str, Any]] = []
     changed: list[dict[str, Any]] = []
     for g in unsure:
@@ -245,12 +253,12 @@ def _gpu_ids(
             "driver_version": g.driver_version,
         }
         if known is None:
-            lost_at = now if g.lost else None
+            lost_at = batch_until if g.lost else None
             new_rows.append(
                 {
                     "uuid": g.uuid,
                     "node_id": node_id,
-                    "first_seen_at": now,
+                    "first_seen_at": min(first_sample.get(g.uuid, batch_from), now),
                     "lost_at": lost_at,
                     "retired_at": now if g.retired else None,
                     **values,
@@ -260,7 +268,7 @@ def _gpu_ids(
             row = {"b_id": known.id, **{f"b_{k}": v for k, v in values.items()}}
             if g.lost != known.attrs[4]:
                 # keep the first time a GPU was seen lost; clear it when the GPU is back
-                row["b_lost_at"] = now if g.lost else None
+                row["b_lost_at"] = batch_until if g.lost else None
             if g.retired != known.attrs[5]:
                 row["b_retired_at"] = now if g.retired else None
             changed.append(row)

@@ -451,3 +451,25 @@ def tenant_cause_stats(
             own[(f"job:{tenant}", int(gpu_id))] = per
         out[w] = own
     return out
+
+
+def last_hardware_xids(
+    conn: Connection, *, gpu_uuids: Iterable[str], since: datetime, until: datetime
+) -> dict[str, int]:
+    """Each GPU's most recent hardware XID code (vocabulary.HARDWARE_XIDS) in raw samples from
+    ``since`` to ``until``, by uuid; GPUs without one are left out."""
+    wanted = sorted(set(gpu_uuids))
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        select(gpus.c.uuid, samples.c.xid_last)
+        .join(gpus, gpus.c.id == samples.c.gpu_id)
+        .where(
+            gpus.c.uuid.in_(wanted),
+            samples.c.ts > since,
+            samples.c.ts <= until,
+            samples.c.xid_last.in_(sorted(HARDWARE_XIDS)),
+        )
+        .order_by(samples.c.ts)
+    ).all()
+    return {r.uuid: int(r.xid_last) for r in rows}  # the last row of each GPU wins

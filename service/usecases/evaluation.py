@@ -146,6 +146,7 @@ def notification(
     alert_id: int | None,
     now: datetime,
     verdict: dict[str, Any] | None = None,
+    xid_code: int | None = None,
 ) -> dict[str, Any]:
     """The outbox payload of one notification about ``state`` (without the delivery id)."""
     base = ctx.settings.public_url.rstrip("/")
@@ -175,11 +176,33 @@ def notification(
         ).isoformat(),
         "stale": state.stale,
         **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
+        "xid_code": xid_code,
         # Links for people: the console's pages, not the JSON API.
         "report_url": base + job_path(job) if job else None,
         "alert_url": base + alert_page_path(alert_id) if alert_id is not None else None,
         "alert_id": alert_id,
     }
+
+
+def fault_xids(
+    ctx: ServiceContext, changes: list[tuple[PolicySpec, Change]], now: datetime
+) -> dict[str, int]:
+    """The hardware XID behind each GPU fault notified this round, by GPU uuid, for the
+    notification's text; empty where none (a fault of the counters, or the query failed)."""
+    windows: dict[str, float] = {}
+    for p, ch in changes:
+        uuid = ch.after.labels.get("gpu_uuid")
+        if ch.notify is not None and p.metric == "hardware_fault" and uuid:
+            windows[uuid] = max(windows.get(uuid, 0.0), p.window_seconds)
+    if not windows:
+        return {}
+    since = now - timedelta(seconds=max(windows.values()))
+    try:
+        with ctx.engine.connect() as conn:
+            return windows_repo.last_hardware_xids(conn, gpu_uuids=windows, since=since, until=now)
+    except Exception:  # the code is a nice-to-have; the alert must still go out
+        log.exception("the XID codes of this round's faults could not be read")
+        return {}
 
 
 @dataclass
@@ -312,6 +335,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         and (job := _job_of(p, ch.after))
     }
     verdicts = verdict_by_job(ctx, notified_jobs, now)
+    xids = fault_xids(ctx, changes, now)
     with ctx.engine.begin() as conn:
         ids = alert_state_repo.apply_changes(conn, changes, now=now)
         still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
@@ -329,7 +353,12 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
                 continue
             job = _job_of(p, ch.after)
             verdict = verdicts.get(job) if job else None
-            payload = notification(ctx, p, ch.after, ch.notify, alert_id, now, verdict)
+            xid = (
+                xids.get(ch.after.labels.get("gpu_uuid", ""))
+                if p.metric == "hardware_fault"
+                else None
+            )
+            payload = notification(ctx, p, ch.after, ch.notify, alert_id, now, verdict, xid)
             for channel in targets:
                 delivery_id = f"msg_{uuid.uuid4().hex}"
                 rows.append(

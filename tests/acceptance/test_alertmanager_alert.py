@@ -124,7 +124,7 @@ def test_hot_gpu_alert_lives_in_alertmanager(engine, alertmanager: str) -> None:
         assert labels["gpu_uuid"] == "GPU-a0" and labels["node"] == "node-a"
         assert labels["gpu_index"] == "0" and labels["policy"] == "hot-gpu"
         assert "job" not in labels and "gpu" not in labels
-        assert alert["annotations"]["summary"] == "[FIRING] hot-gpu on gpu GPU-a0"
+        assert alert["annotations"]["summary"] == "[FIRING] hot-gpu on node-a GPU 0 (GPU-a0)"
         assert "avg temperature_celsius over 5s = 91" in alert["annotations"]["description"]
         assert alert["status"]["state"] == "active"
         ends_first = alert["endsAt"]

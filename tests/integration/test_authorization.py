@@ -338,8 +338,8 @@ def test_agent_start_window(http: httpx.Client, world: dict[str, str], clock: Fa
     assert post("recent", clock() - timedelta(minutes=59)).status_code == 201
     r = post("future", clock() + timedelta(minutes=10))
     assert r.status_code == 403 and "future" in r.text
-    clock.advance(-7200 + 60)  # one minute after GPU-a0 was first seen
-    r = post("before-first-seen", clock() - timedelta(minutes=2))
+    clock.advance(-7200 + 60)  # two minutes after GPU-a0 was first seen (its first sample)
+    r = post("before-first-seen", clock() - timedelta(minutes=3))
     assert r.status_code == 403 and "first seen" in r.text
     # The same start on the node's second prolog run is no change; a new label is one.
     r = http.post(

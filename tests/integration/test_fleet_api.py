@@ -3,17 +3,17 @@ same dollars as the cost report grouped by GPU, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
-from service.db.schema import prices
+from service.db.schema import gpus, prices
 from service.scheduler import rollup_once
 from tests.alerting_support import add_job, auth, ingest
 from tests.conftest import make_token
-from tests.support import FakeClock
+from tests.support import FakeClock, make_batch
 
 
 def test_fleet_wasted_today_matches_the_cost_report(
@@ -145,3 +145,26 @@ def test_an_unknown_filter_value_is_a_422_naming_the_nearest(
     assert r.status_code == 422, r.text
     [detail] = r.json()["detail"]
     assert detail["loc"] == ["query", param] and hint in detail["msg"]
+
+
+def test_a_gpu_shipped_late_is_first_seen_and_lost_at_its_samples_times(
+    http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    # An hour of history shipped at once (a replayed spool, the demo's backfill): the GPU was
+    # seen from the hour's first sample and lost after its last, not when the batches arrived.
+    start = clock() - timedelta(hours=1)
+    ingest(http, tokens["agent"], start=start, count=180, metrics={"sm_active": 0.5},
+           gpu_uuids=("GPU-a0", "GPU-a1"))  # fmt: skip
+    lost = make_batch(gpu_uuids=("GPU-a0", "GPU-a1"), start=start + timedelta(minutes=31),
+                      count=6, metrics={"sm_active": 0.5})  # fmt: skip
+    lost["gpus"][1]["lost"] = True
+    lost["samples"] = [s for s in lost["samples"] if s["gpu_uuid"] == "GPU-a0"]
+    assert http.post("/api/v1/ingest", json=lost, headers=auth(tokens["agent"])).status_code == 200
+    fleet = http.get("/api/v1/fleet", headers=auth(tokens["reader"])).json()
+    gone = {g["uuid"]: g for g in fleet["gpus"]}["GPU-a1"]
+    first = datetime.fromisoformat(gone["first_seen_at"])
+    last = datetime.fromisoformat(gone["last_seen_at"])
+    assert first == start and first <= last < clock()
+    with engine.connect() as conn:
+        lost_at = conn.execute(select(gpus.c.lost_at).where(gpus.c.uuid == "GPU-a1")).scalar_one()
+    assert last < lost_at <= start + timedelta(minutes=32)  # its batch's time, not arrival

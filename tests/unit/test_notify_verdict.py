@@ -56,3 +56,27 @@ def test_without_a_verdict_nothing_is_said() -> None:
     assert plain.verdict() is None
     assert "most waste" not in str(slack.render(plain))
     assert webhook.render(plain)["data"]["dominant_cause"] is None
+
+
+def test_a_gpu_alert_names_node_and_index_and_a_fault_its_xid() -> None:
+    fault = note(
+        policy="gpu-hardware-fault",
+        metric="hardware_fault",
+        aggregate="max",
+        window="5m",
+        op=">=",
+        threshold=1,
+        value=1,
+        scope="gpu",
+        scope_key="gpu:GPU-a3",
+        labels={"gpu_uuid": "GPU-a3", "node": "node-a", "gpu_index": "3"},
+        xid_code=79,
+    )
+    assert fault.headline() == "[FIRING] gpu-hardware-fault on node-a GPU 3 (GPU-a3)"
+    assert fault.condition().endswith("; XID 79 (GPU has fallen off the bus)")
+    body = webhook.render(fault)
+    assert body["data"]["xid_code"] == 79 and "node-a GPU 3" in body["data"]["summary"]
+    assert "XID 79" in str(slack.render(fault))
+    counters = note(scope="gpu", labels={"gpu_uuid": "GPU-a3"})  # no node/index, no XID
+    assert counters.headline() == "[FIRING] launch-bound-job on gpu GPU-a3"
+    assert "XID" not in counters.condition()

@@ -11,7 +11,7 @@ from pydantic import BaseModel, field_validator
 from service.delivery import rfc3339
 from service.errors import DeliveryError
 from service.thresholds.policy import SILENT_SECONDS
-from service.vocabulary import SCOPE_LABEL, canonical_labels
+from service.vocabulary import HARDWARE_XID_MEANINGS, SCOPE_LABEL, canonical_labels
 
 
 class Notification(BaseModel):
@@ -44,6 +44,8 @@ class Notification(BaseModel):
     dominant_cause_usd: float | None = None
     fix: str | None = None
     fix_saving_usd: float | None = None
+    # A hardware fault's most recent hardware XID code in the window, when one caused it.
+    xid_code: int | None = None
     report_url: str | None = None
     alert_url: str | None = None
     alert_id: int | None = None
@@ -55,9 +57,13 @@ class Notification(BaseModel):
         return canonical_labels(labels)
 
     def headline(self) -> str:
-        """One line saying what happened where, e.g. "[FIRING] low-sm-activity on job slurm:42"."""
+        """One line saying what happened where, e.g. "[FIRING] low-sm-activity on job slurm:42"
+        or "[FIRING] hot-gpu on node-a GPU 0 (GPU-a0)"."""
         where = self.labels.get(SCOPE_LABEL.get(self.scope, self.scope)) or self.scope_key
         prefix = "TEST" if self.kind == "test" else self.status.upper()
+        node, index = self.labels.get("node"), self.labels.get("gpu_index")
+        if self.scope == "gpu" and node and index:
+            return f"[{prefix}] {self.policy} on {node} GPU {index} ({where})"
         return f"[{prefix}] {self.policy} on {self.scope} {where}"
 
     def alert_labels(self) -> dict[str, str]:
@@ -79,14 +85,19 @@ class Notification(BaseModel):
         return text
 
     def condition(self) -> str:
-        """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)"."""
+        """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)", with
+        the XID of a hardware fault: "...; XID 79 (GPU has fallen off the bus)"."""
         value = "no data" if self.value is None else f"{self.value:.4g}"
         if self.metric == SILENT_SECONDS:  # a node's silence is no aggregate over a window
             return f"no report for {value} s ({self.op} {self.threshold:g})"
-        return (
+        text = (
             f"{self.aggregate} {self.metric} over {self.window} = {value} "
             f"({self.op} {self.threshold:g})"
         )
+        if self.xid_code is not None:
+            meaning = HARDWARE_XID_MEANINGS.get(self.xid_code)
+            text += f"; XID {self.xid_code}" + (f" ({meaning})" if meaning else "")
+        return text
 
 
 class Notifier(Protocol):

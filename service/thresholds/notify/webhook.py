@@ -51,6 +51,7 @@ def _data(note: Notification) -> dict[str, Any]:
         "dominant_cause_usd": note.dominant_cause_usd,
         "fix": note.fix,
         "fix_saving_usd": note.fix_saving_usd,
+        "xid_code": note.xid_code,
         "report_url": note.report_url,
         "alert_url": note.alert_url,
         "summary": f"{note.headline()}: {note.condition()}"
