@@ -351,3 +351,12 @@ def job_path(job_id: str) -> str:
 def alert_page_path(alert_id: int) -> str:
     """The console's alerts page, scrolled to alert ``alert_id`` (its row's element id)."""
     return f"/alerts#alert-{alert_id}"
+
+
+# How a job became known, in words for people (job pages, `gpuwarden job`): ``source`` is "api"
+# (registered: a Slurm prolog, the Kubernetes attribution, a POST /api/v1/jobs) or "observed"
+# (found from the processes the agents saw on its GPUs). console.js holds the same texts.
+JOB_SOURCE_TEXT: dict[str, str] = {
+    "api": "registered by its scheduler or the API",
+    "observed": "found from its processes on the GPUs",
+}

@@ -7,7 +7,7 @@ from datetime import datetime
 from time import sleep
 from typing import Any
 
-from service.cli.http import api_get
+from service.cli.http import ApiError, api_get
 from service.cli.report import gpu_hours, money, terminal_console
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
@@ -22,7 +22,7 @@ from service.diagnosis import (
     causes_of_state,
 )
 from service.localrun import resolve_service
-from service.vocabulary import job_path
+from service.vocabulary import JOB_SOURCE_TEXT, job_path
 
 GIB = 1024**3
 
@@ -229,7 +229,9 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
         f"{k} {job[k]}" for k in ("user", "team", "project") if job.get(k)
     )  # fmt: skip
     lines = [
-        f"Job {job['id']}" + (f" ({who})" if who else "") + f", from {job['source']}",
+        f"Job {job['id']}"
+        + (f" ({who})" if who else "")
+        + f", {JOB_SOURCE_TEXT.get(job['source'], job['source'])}",
         f"  {'ran' if ended else 'running'} {_when(job['started_at'])} to "
         f"{_when(ended) if ended else 'now'}: {_span((stop - started).total_seconds())}",
     ]
@@ -304,6 +306,32 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
 def cmd_job(args: argparse.Namespace, settings: ClientSettings) -> int:
     """Print one job's report (GET /api/v1/jobs/{id}) as plain text."""
     settings = resolve_service(settings)
-    job = api_get(settings, job_path(args.job_id)).json()
+    try:
+        job = api_get(settings, job_path(args.job_id)).json()
+    except ApiError as exc:
+        meant = _job_meant(settings, args.job_id) if exc.status == 404 else None
+        if meant is None:
+            raise
+        raise ApiError(
+            f"no job {args.job_id!r}; did you mean {meant}? (gpuwarden job {meant})"
+        ) from None
     print(job_report(job, now=utc_now()))
     return 0
+
+
+# Schedulers whose job ids people write bare (``5681`` for ``slurm:5681``).
+BARE_ID_PREFIXES = ("slurm",)
+
+
+def _job_meant(settings: ClientSettings, job_id: str) -> str | None:
+    """The scheduler-prefixed id of a bare ``job_id`` that exists, if one does."""
+    if ":" in job_id:
+        return None
+    for prefix in BARE_ID_PREFIXES:
+        candidate = f"{prefix}:{job_id}"
+        try:
+            api_get(settings, job_path(candidate))
+        except ApiError:
+            continue
+        return candidate
+    return None

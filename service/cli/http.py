@@ -22,7 +22,12 @@ TIMEOUT_SECONDS = 60.0
 
 
 class ApiError(WardenError):
-    """The central service could not be reached or refused the request; the message says why."""
+    """The central service could not be reached or refused the request; the message says why,
+    ``status`` is the HTTP status of a refusal (None when no answer came)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +80,7 @@ def _refusal(status: int, body: str) -> ApiError:
     what = {401: "the token was refused", 403: "the token may not read this"}.get(
         status, "the service refused the request"
     )
-    return ApiError(f"{what} ({status}): {detail}")
+    return ApiError(f"{what} ({status}): {detail}", status)
 
 
 def api_get(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from service.cli.fleet import add_fleet_parsers
 from service.cli.report import add_report_parser
 from service.clientsettings import ClientSettings
+from service.collectors.scenarios import SCENARIOS
 from service.errors import WardenError
 from service.roles import Role
 
@@ -213,9 +214,13 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     )
 
 
-def _agent_flags(p: argparse.ArgumentParser) -> None:
+def _central_flags(p: argparse.ArgumentParser) -> None:
+    """Where an agent ships and with which token (``up`` and ``demo`` make their own)."""
     p.add_argument("--central-url", dest="central_url", help="GPUWARDEN_CENTRAL_URL")
     p.add_argument("--agent-token", dest="agent_token", help="GPUWARDEN_AGENT_TOKEN")
+
+
+def _agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--interval-seconds", dest="interval_seconds", type=float, help="GPUWARDEN_INTERVAL_SECONDS"
     )
@@ -331,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fleet_parsers(sub)
 
     p = sub.add_parser("agent", help="run the node agent (collect, attribute, ship)")
+    _central_flags(p)
     _agent_flags(p)
     p.set_defaults(handler=cmd_agent)
 
@@ -348,7 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
     p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
     p.add_argument("--nodes", type=int, default=3, help="simulated nodes (3)")
-    p.add_argument("--gpus", type=int, default=5, help="GPUs per node (5: one per scenario)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=5,
+        help=f"GPUs per node (5); the {len(SCENARIOS)} scenarios ({', '.join(SCENARIOS)}) "
+        "continue from node to node, so 3 x 5 GPUs show each",
+    )
     p.add_argument("--history-minutes", type=float, default=60.0, help="history to backfill (60)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated fleet")
     p.add_argument(

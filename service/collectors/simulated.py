@@ -19,31 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.collectors.backend import Device, GpuReading, ProcessReading, Snapshot
+from service.collectors.scenarios import SCENARIO_CAUSES as SCENARIO_CAUSES
+from service.collectors.scenarios import SCENARIOS as SCENARIOS
 from service.vocabulary import ActivitySource
 
-SCENARIOS: tuple[str, ...] = (
-    "training",
-    "memory-bound",
-    "idle-held",
-    "idle",
-    "xid-then-lost",
-    "launch-bound",
-    "input-starved",
-    "transfer-bound",
-    "no-tensor",
-)
-# The cause each scenario's samples get under the default thresholds (service.diagnosis).
-SCENARIO_CAUSES: dict[str, str] = {
-    "training": "compute_tensor",
-    "memory-bound": "memory_bound",
-    "idle-held": "idle_held",
-    "idle": "idle_empty",
-    "xid-then-lost": "compute_tensor",
-    "launch-bound": "launch_bound",
-    "input-starved": "input_starved",
-    "transfer-bound": "transfer_bound",
-    "no-tensor": "compute_no_tensor",
-}
 GIB = 1024**3
 _FB_TOTAL = 80 * GIB
 _MODEL = "NVIDIA H100 80GB HBM3"

@@ -166,34 +166,33 @@ def parse_price_rows(items: Any, *, where: str = "prices") -> list[PriceRow]:
         raise ValidationFailed(
             where, "must be a list of {model_pattern, usd_per_gpu_hour, effective_from}"
         )
-    out = []
-    for i, item in enumerate(items):
-        at = f"{where}.{i}"
-        if not isinstance(item, dict):
-            raise ValidationFailed(
-                at, "must be a mapping with model_pattern, usd_per_gpu_hour and effective_from"
-            )
-        for key in item:
-            if key not in _PRICE_KEYS:
-                raise ValidationFailed(
-                    f"{at}.{key}", f"unknown key; one of {', '.join(_PRICE_KEYS)}"
-                )
-        for key in _PRICE_KEYS[:3]:
-            if item.get(key) is None:
-                raise ValidationFailed(f"{at}.{key}", "is required")
-        pattern = item["model_pattern"]
-        if not isinstance(pattern, str) or not pattern.strip():
-            raise ValidationFailed(f"{at}.model_pattern", "must be a pattern like *H100*")
-        try:
-            price = float(item["usd_per_gpu_hour"])
-        except (TypeError, ValueError):
-            price = math.nan
-        if not math.isfinite(price) or price < 0 or isinstance(item["usd_per_gpu_hour"], bool):
-            raise ValidationFailed(f"{at}.usd_per_gpu_hour", "must be a number of dollars >= 0")
-        try:
-            effective = _effective_from(item["effective_from"])
-        except ValueError as exc:
-            raise ValidationFailed(f"{at}.effective_from", str(exc)) from None
-        note = item.get("note")
-        out.append(PriceRow(pattern, price, effective, None if note is None else str(note)))
-    return out
+    return [parse_price_row(item, at=f"{where}.{i}") for i, item in enumerate(items)]
+
+
+def parse_price_row(item: Any, *, at: str) -> PriceRow:
+    """One row of a ``prices:`` list; ValidationFailed names the bad field under ``at``."""
+    if not isinstance(item, dict):
+        raise ValidationFailed(
+            at, "must be a mapping with model_pattern, usd_per_gpu_hour and effective_from"
+        )
+    for key in item:
+        if key not in _PRICE_KEYS:
+            raise ValidationFailed(f"{at}.{key}", f"unknown key; one of {', '.join(_PRICE_KEYS)}")
+    for key in _PRICE_KEYS[:3]:
+        if item.get(key) is None:
+            raise ValidationFailed(f"{at}.{key}", "is required")
+    pattern = item["model_pattern"]
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValidationFailed(f"{at}.model_pattern", "must be a pattern like *H100*")
+    try:
+        price = float(item["usd_per_gpu_hour"])
+    except (TypeError, ValueError):
+        price = math.nan
+    if not math.isfinite(price) or price < 0 or isinstance(item["usd_per_gpu_hour"], bool):
+        raise ValidationFailed(f"{at}.usd_per_gpu_hour", "must be a number of dollars >= 0")
+    try:
+        effective = _effective_from(item["effective_from"])
+    except ValueError as exc:
+        raise ValidationFailed(f"{at}.effective_from", str(exc)) from None
+    note = item.get("note")
+    return PriceRow(pattern, price, effective, None if note is None else str(note))

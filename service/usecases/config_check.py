@@ -1,14 +1,28 @@
-"""The YAML config file checked whole before anything starts: keys, policies, channels, prices."""
+"""The YAML config file checked whole before anything starts: keys, policies, channels, prices.
+
+Every item is checked even after one fails, so a file with three mistakes is reported with all
+three in one run.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
-from service.costs.prices import PriceRow, parse_price_rows
+from service.costs.prices import PriceRow, parse_price_row
 from service.errors import ConfigError, ValidationFailed
 from service.settings import load_config_file
-from service.thresholds.policy import ChannelSpec, PolicySpec, parse_config
+from service.thresholds.policy import (
+    ChannelSpec,
+    PolicySpec,
+    check_policy_channels,
+    parse_channel,
+    parse_policy,
+)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,12 +34,74 @@ class CheckedConfig:
     prices: list[PriceRow]
 
 
+def _each(
+    config: dict[str, Any], key: str, parse: Callable[[Any, str], T], errors: list[str]
+) -> list[tuple[int, T]]:
+    """Parse every item of the list ``config[key]``; each failure's message goes to ``errors``."""
+    raw = config.get(key) or []
+    if not isinstance(raw, list):
+        errors.append(f"{key}: must be a list")
+        return []
+    out = []
+    for i, item in enumerate(raw):
+        try:
+            out.append((i, parse(item, f"{key}.{i}")))
+        except ValidationFailed as exc:
+            errors.append(str(exc))
+    return out
+
+
+def _names(raw: Any) -> list[tuple[int, str]]:
+    items = raw if isinstance(raw, list) else []
+    return [(i, str(d["name"])) for i, d in enumerate(items) if isinstance(d, dict) and "name" in d]
+
+
+SECTIONS = ("channels", "policies", "prices")
+
+
+def _position(error: str) -> tuple[int, int, str]:
+    """Where an error's field lies in the file: its section, then its item."""
+    parts = error.split(":", 1)[0].split(".")
+    section = SECTIONS.index(parts[0]) if parts[0] in SECTIONS else len(SECTIONS)
+    index = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else -1
+    return section, index, error
+
+
+def config_errors(config: dict[str, Any]) -> tuple[CheckedConfig, list[str]]:
+    """What of ``config`` is valid, and every error found (``policies.2.window: ...``)."""
+    errors: list[str] = []
+    channels = _each(config, "channels", lambda c, at: parse_channel(c, prefix=at), errors)
+    policies = _each(config, "policies", lambda p, at: parse_policy(p, prefix=at), errors)
+    prices = _each(config, "prices", lambda r, at: parse_price_row(r, at=at), errors)
+    # Names as written, so that an item which failed its own check still counts as defined.
+    raw_names = {key: _names(config.get(key)) for key in ("channels", "policies")}
+    for kind, names_in_order in raw_names.items():
+        seen: set[str] = set()
+        for i, name in names_in_order:
+            if name in seen:
+                errors.append(f"{kind}.{i}.name: {name!r} is defined twice")
+            seen.add(name)
+    names = {name for _, name in raw_names["channels"]}
+    for i, p in policies:
+        try:
+            check_policy_channels(p, names, prefix=f"policies.{i}")
+        except ValidationFailed as exc:
+            errors.append(str(exc))
+    errors.sort(key=_position)
+    checked = CheckedConfig(
+        [p for _, p in policies], [c for _, c in channels], [r for _, r in prices]
+    )
+    return checked, errors
+
+
 def check_config_file(path: Path) -> CheckedConfig:
-    """Every part of config file ``path`` validated; ConfigError names the file and the field."""
+    """Every part of config file ``path`` validated; ConfigError names the file and every bad
+    field (one line for one error, a line each under a count for more)."""
     config = load_config_file(path)  # its ConfigError names unknown top-level keys
-    try:
-        policies, channels = parse_config(config)
-        prices = parse_price_rows(config.get("prices") or [], where="prices")
-    except ValidationFailed as exc:
-        raise ConfigError(f"config file {path}: {exc}") from None
-    return CheckedConfig(policies, channels, prices)
+    checked, errors = config_errors(config)
+    if len(errors) == 1:
+        raise ConfigError(f"config file {path}: {errors[0]}")
+    if errors:
+        listed = "\n".join(f"  {e}" for e in errors)
+        raise ConfigError(f"config file {path}: {len(errors)} errors:\n{listed}")
+    return checked

@@ -105,3 +105,12 @@ def test_job_prints_a_plain_report(capsys, server, tokens, fleet_data):
     assert main(["job", "slurm:404", "--url", server, "--token", tokens["reader"]]) == 1
     err = capsys.readouterr().err
     assert "(404)" in err and "slurm:404" in err and "{" not in err
+
+
+def test_a_bare_job_number_is_answered_with_the_job_it_means(capsys, server, tokens, fleet_data):
+    assert main(["job", "1", "--url", server, "--token", tokens["reader"]]) == 1
+    err = capsys.readouterr().err
+    assert "no job '1'; did you mean slurm:1? (gpuwarden job slurm:1)" in err
+    assert main(["job", "404", "--url", server, "--token", tokens["reader"]]) == 1
+    err = capsys.readouterr().err
+    assert "(404)" in err and "did you mean" not in err

@@ -84,3 +84,40 @@ def test_prices_take_a_date_as_its_midnight_utc(tmp_path: Path) -> None:
     path.write_text("prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 4}\n")
     with pytest.raises(ConfigError, match=r"c.yaml: prices.0.effective_from"):
         check_config_file(path)
+
+
+def test_every_mistake_of_a_file_is_reported_in_one_run(tmp_path: Path, capsys) -> None:
+    text = """
+channels:
+  - name: hook
+    type: webhook
+    url: https://hooks.example.com/x
+policies:
+  - name: low
+    metric: sm_active
+    op: "<"
+    threshold: 7
+    for: 15m
+    channels: [hook]
+  - name: quiet
+    metric: sm_active
+    op: "<"
+    threshold: 0.1
+    for: 15m
+    channels: [nosuch]
+  - name: low
+    metric: sm_active
+    op: "<"
+    threshold: 0.2
+prices:
+  - model_pattern: "*H100*"
+    usd_per_gpu_hour: cheap
+    effective_from: 2026-01-01
+"""
+    code, out = check(tmp_path, text, capsys)
+    assert code == 1
+    assert "4 errors:" in out
+    for field in ("policies.0.threshold", "policies.1.channels.0", "policies.2.name",
+                  "prices.0.usd_per_gpu_hour"):  # fmt: skip
+        assert f"\n  {field}: " in out, (field, out)
+    assert "'low' is defined twice" in out and "no channel named 'nosuch'" in out

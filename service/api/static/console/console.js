@@ -7,6 +7,8 @@
 (() => {
   const app = document.getElementById("app");
   const GIB = 1024 ** 3;
+  // How a job became known (service.vocabulary.JOB_SOURCE_TEXT; a unit test keeps them equal).
+  const JOB_SOURCE_TEXT = { api: "registered by its scheduler or the API", observed: "found from its processes on the GPUs" };
   let session = null;
   let causes = [];
   let states = [];
@@ -349,7 +351,7 @@
     const job = await api(`/jobs/${encodeURIComponent(id)}`);
     const s = job.summary;
     const who = ["user", "team", "project"].filter((k) => job[k]).map((k) => `${k} ${job[k]}`).join(" · ");
-    page(`Job ${job.id}`, `${who || "no owner recorded"} · from ${job.source} · ${when(job.started_at)} to ${job.ended_at ? when(job.ended_at) : "now (running)"}`);
+    page(`Job ${job.id}`, `${who || "no owner recorded"} · ${JOB_SOURCE_TEXT[job.source] || job.source} · ${when(job.started_at)} to ${job.ended_at ? when(job.ended_at) : "now (running)"}`);
     const labels = Object.entries(job.labels || {});
     if (labels.length) {
       app.append(el("p", { id: "job-labels" }, "labels: ", labels.map(([k, v]) => el("span", { class: "chip mono", text: `${k}=${v}` })), ""));
