@@ -103,7 +103,7 @@ def test_job_report_shows_causes_efficiency_and_advice() -> None:
         "warnings": [],
     }
     text = job_report(job, now=NOW)
-    assert "Job slurm:42 (user alice, team vision), from api" in text
+    assert "Job slurm:42 (user alice, team vision), registered by its scheduler or the API" in text
     assert "running 2026-12-03 06:00:00Z to now: 2h 00m" in text
     assert "GPU-a on node-a" in text
     assert "Efficiency (time-weighted activity): 38%" in text
