@@ -133,6 +133,14 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         )
     if len(rows) > limit:
         console.print(f"{len(rows) - limit} more rows; use --limit, --csv or --json for all")
+    for row in rows:
+        for f in row.get("faults") or []:
+            what = f"hardware XID {f['xid']}" if f["kind"] == "xid" else "fell off the bus"
+            console.print(
+                f"HARDWARE FAULT {row['key']}: {f['node']} GPU {f['gpu_index']} {what} at "
+                f"{short_time(f['at'])}"
+                + (f", held lost {money(f.get('lost_usd'))}" if f["kind"] == "lost" else "")
+            )
     breakdown = cause_breakdown(data["totals"])
     if breakdown:
         console.print(f"time by cause: {breakdown}")

@@ -197,14 +197,22 @@ class GpuFault(NamedTuple):
     xid: int | None
     at: datetime
     lost_at: datetime | None = None
+    within_seconds: float = 0.0  # 0: ``at`` is the sample's time; 60, 3600: its rollup bucket
 
 
 def gpu_faults(
-    conn: Connection, *, gpu_ids: list[int], start: datetime, end: datetime
+    conn: Connection,
+    *,
+    gpu_ids: list[int],
+    start: datetime,
+    end: datetime,
+    hourly_before: datetime | None = None,
 ) -> list[GpuFault]:
     """The hardware faults of the GPUs in [start, end]: each hardware XID code's first time per
     GPU (raw samples, else the 1m rollups' largest code per minute once raw samples are gone),
-    and each GPU lost now whose last sample fell in the range; oldest first."""
+    and each GPU lost now whose last sample fell in the range; oldest first. With
+    ``hourly_before`` the time before it is read from the 1h rollups only (a long report's
+    window: the hour is then the time given), so a month is a few rows per GPU."""
     if not gpu_ids:
         return []
     who = {
@@ -217,27 +225,35 @@ def gpu_faults(
         )
     }  # fmt: skip
     codes = sorted(HARDWARE_XIDS)
-    s, m = samples.c, rollup_1m.c
+    s, m, h = samples.c, rollup_1m.c, rollup_1h.c
+    fine = start if hourly_before is None else max(start, hourly_before)
     raw = select(s.gpu_id, s.ts, s.xid_last).where(
-        s.gpu_id.in_(gpu_ids), s.ts >= start, s.ts <= end, s.xid_last.in_(codes)
+        s.gpu_id.in_(gpu_ids), s.ts >= fine, s.ts <= end, s.xid_last.in_(codes)
     )
     minutes = select(m.gpu_id, m.bucket_start, m.xid_last_max).where(
-        m.gpu_id.in_(gpu_ids), m.bucket_start >= start, m.bucket_start <= end,
+        m.gpu_id.in_(gpu_ids), m.bucket_start >= fine, m.bucket_start <= end,
         m.xid_last_max.in_(codes),
     )  # fmt: skip
-    first: dict[tuple[int, int], datetime] = {}
-    for rows, exact in ((conn.execute(raw).all(), True), (conn.execute(minutes).all(), False)):
+    reads = [(raw, 0.0), (minutes, 60.0)]
+    if hourly_before is not None and start < hourly_before:
+        hours = select(h.gpu_id, h.bucket_start, h.xid_last_max).where(
+            h.gpu_id.in_(gpu_ids), h.bucket_start >= start, h.bucket_start < hourly_before,
+            h.xid_last_max.in_(codes),
+        )  # fmt: skip
+        reads.insert(0, (hours, 3600.0))
+    first: dict[tuple[int, int], tuple[datetime, float]] = {}
+    for rows, within in ((conn.execute(q).all(), w) for q, w in reads):
         seen = set(first)
         for gpu_id, ts, code in rows:
             at = ts if ts.tzinfo else ts.replace(tzinfo=UTC)
             key = (gpu_id, int(code))
             # A minute's start is no time the XID came: it names a code raw samples did not.
-            if (exact or key not in seen) and (key not in first or at < first[key]):
-                first[key] = at
+            if (within != 60.0 or key not in seen) and (key not in first or at < first[key][0]):
+                first[key] = (at, within)
     out = []
-    for (gpu_id, code), at in first.items():
+    for (gpu_id, code), (at, within) in first.items():
         uuid, node, index, _, _ = who[gpu_id]
-        out.append(GpuFault(gpu_id, uuid, node, index, code, at))
+        out.append(GpuFault(gpu_id, uuid, node, index, code, at, None, within))
     for gpu_id, (uuid, node, index, lost_at, last) in who.items():
         if lost_at is not None and last is not None and start <= last <= end:
             out.append(GpuFault(gpu_id, uuid, node, index, None, last, lost_at))

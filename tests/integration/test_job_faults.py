@@ -4,6 +4,8 @@ the time the job held the GPU lost; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -72,6 +74,23 @@ def test_a_hardware_xid_and_a_lost_gpu_are_named_with_the_lost_dollars(
     assert "HARDWARE FAULT:" in text
     assert "node-f GPU 3: hardware XID 79 at " in text
     assert "node-f GPU 3: fell off the bus" in text and "$0.67" in text
+
+    # The job's row of the cost report says the same, in JSON and in CSV.
+    reader = auth(tokens["reader"])
+    params = {"group_by": "job", "start": "-1h", "end": "now"}
+    report = http.get("/api/v1/reports/cost", params=params, headers=reader).json()
+    row = next(r for r in report["rows"] if r["key"] == "slurm:77")
+    assert [(f["node"], f["gpu_index"], f["kind"], f["xid"]) for f in row["faults"]] == [
+        ("node-f", 3, "xid", 79),
+        ("node-f", 3, "lost", None),
+    ]
+    assert row["faults"][1]["lost_usd"] == pytest.approx(600 * 4.0 / 3600)
+    csv_text = http.get(
+        "/api/v1/reports/cost", params={**params, "format": "csv"}, headers=reader
+    ).text
+    lines = list(csv.DictReader(io.StringIO(csv_text)))
+    cell = next(r for r in lines if r["job"] == "slurm:77")["hardware_faults"]
+    assert cell.startswith("node-f GPU 3 XID 79 at ") and "node-f GPU 3 lost at " in cell
 
 
 def test_an_application_xid_or_a_fault_outside_the_job_is_not_its_fault(

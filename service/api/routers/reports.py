@@ -26,15 +26,20 @@ router = APIRouter(prefix="/reports", tags=["reports"])
 CSV_COLUMNS: tuple[str, ...] = tuple(
     dict.fromkeys(
         [
-            *(name for name in CostRowPublic.model_fields if name not in ("causes", "fixes")),
+            *(
+                name
+                for name in CostRowPublic.model_fields
+                if name not in ("causes", "fixes", "faults")
+            ),
             *(f"{cause}_{unit}" for cause in CAUSE_NAMES for unit in ("seconds", "usd")),
             "top_fix",
             "top_fix_saving_usd",
+            "hardware_faults",
         ]
     )
 )
 # Columns that describe a job, kept only when each row is one.
-_JOB_COLUMNS = frozenset({"user", "team", "project", "tags"})
+_JOB_COLUMNS = frozenset({"user", "team", "project", "tags", "hardware_faults"})
 
 
 # OWASP's CSV injection guidance: a text cell starting with one of these is read as a formula
@@ -53,6 +58,13 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
+
+
+def fault_text(f: dict[str, Any]) -> str:
+    """A hardware fault in one cell: ``node GPU index XID code at`` or ``... lost at``."""
+    at = f["at"].isoformat() if hasattr(f["at"], "isoformat") else str(f["at"])
+    what = f"XID {f['xid']}" if f["kind"] == "xid" else "lost"
+    return f"{f['node']} GPU {f['gpu_index']} {what} at {at}"
 
 
 def header_text(text: str) -> str:
@@ -80,6 +92,7 @@ def to_csv(data: dict[str, Any]) -> str:
         if fixes:
             flat["top_fix"] = fixes[0]["cause"] or fixes[0]["kind"]
             flat["top_fix_saving_usd"] = fixes[0]["saving_usd"]
+        flat["hardware_faults"] = [fault_text(f) for f in row.get("faults") or []]
         w.writerow([csv_cell(flat.get(c)) for c in columns])
     return buf.getvalue()
 

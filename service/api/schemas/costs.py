@@ -52,6 +52,23 @@ class EnergyPublic(BaseModel):
     by_cause_kwh: dict[str, float]
 
 
+class JobFaultPublic(BaseModel):
+    """A hardware fault of one of the job's GPUs while the job held it: a hardware XID
+    (``kind`` xid, ``xid`` its code, ``at`` its first sample) or the GPU fell off the bus
+    (``kind`` lost, ``at`` its last sample, ``lost_at`` when it was reported lost, and the
+    seconds and USD of the job's hold on it from then; null when unpriced)."""
+
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    kind: Literal["xid", "lost"]
+    xid: int | None
+    at: datetime
+    lost_at: datetime | None = None
+    lost_seconds: float | None = None
+    lost_usd: float | None = None
+
+
 class CostRowPublic(BaseModel):
     """The waste model's fields for one group (seconds, joules, USD; costs null when
     unpriced), with seconds and USD per cause."""
@@ -96,6 +113,11 @@ class CostRowPublic(BaseModel):
     )
     fixes: list[RecommendationPublic] = Field(
         default_factory=list, description="the top fixes by USD saved, one per waste cause"
+    )
+    faults: list[JobFaultPublic] | None = Field(
+        None,
+        description="grouped by job: the hardware faults of the job's GPUs in the window "
+        "(XIDs, GPUs off the bus); an XID older than two hours is timed to its hour",
     )
 
 
@@ -206,23 +228,6 @@ class JobPublic(BaseModel):
         description="claims of other nodes that disagreed with this job (a squatted or "
         "hijacked id): refused; an admin settles them (docs/security.md)",
     )
-
-
-class JobFaultPublic(BaseModel):
-    """A hardware fault of one of the job's GPUs while the job held it: a hardware XID
-    (``kind`` xid, ``xid`` its code, ``at`` its first sample) or the GPU fell off the bus
-    (``kind`` lost, ``at`` its last sample, ``lost_at`` when it was reported lost, and the
-    seconds and USD of the job's hold on it from then; null when unpriced)."""
-
-    gpu_uuid: str
-    node: str
-    gpu_index: int
-    kind: Literal["xid", "lost"]
-    xid: int | None
-    at: datetime
-    lost_at: datetime | None = None
-    lost_seconds: float | None = None
-    lost_usd: float | None = None
 
 
 class JobDetailPublic(JobPublic):
