@@ -36,6 +36,10 @@ _API_ERRORS: dict[str, tuple[str, bool]] = {
 }
 
 
+# Routes that name their object in the query rather than the path (a job id may hold "/").
+_NAMED_IN_QUERY = frozenset({"/api/v1/gpus/series"})
+
+
 def _error(description: str, retry_after: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "description": description,
@@ -100,7 +104,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                     _declare(op, code, description, retry_after)
                 # Our 422s name fields in several shapes, not only FastAPI's validation list.
                 op["responses"]["422"] = _error(_API_ERRORS["422"][0], False)
-            if "{" in path:
+            if "{" in path or path in _NAMED_IN_QUERY:
                 _declare(op, "404", "no such object")
             if method in ("post", "put", "patch", "delete") and api:
                 _declare(op, "409", "clashes with stored state")

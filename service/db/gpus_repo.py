@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import Connection, and_, literal, select
+from sqlalchemy import Connection, and_, select
 
 from service.db.schema import (
     gpu_moves,
@@ -146,44 +146,68 @@ def series(
     resolution: Resolution,
 ) -> list[SeriesPoint]:
     """``metric`` of one GPU over [start, end) in steps of ``step_seconds``."""
+    return series_many(
+        conn,
+        gpu_id=gpu_id,
+        metrics=[metric],
+        start=start,
+        end=end,
+        step_seconds=step_seconds,
+        resolution=resolution,
+    )[metric]
+
+
+def series_many(
+    conn: Connection,
+    *,
+    gpu_id: int,
+    metrics: list[str],
+    start: datetime,
+    end: datetime,
+    step_seconds: float,
+    resolution: Resolution,
+) -> dict[str, list[SeriesPoint]]:
+    """Each of ``metrics`` of one GPU over [start, end) in steps of ``step_seconds``, read in
+    one query (a row holds every metric; a metric's missing values are skipped)."""
     if resolution == "raw":
-        col = samples.c[metric]
-        query = select(samples.c.ts, col, col, col, literal(1)).where(
-            samples.c.gpu_id == gpu_id,
-            samples.c.ts >= start,
-            samples.c.ts < end,
-            col.is_not(None),
+        cols = [samples.c[m] for m in metrics]
+        query = select(samples.c.ts, *cols).where(
+            samples.c.gpu_id == gpu_id, samples.c.ts >= start, samples.c.ts < end
         )
+        # One raw sample is its own sum, min, max and a count of one.
+        rows = ((ts, [(v, v, v, 1) for v in values]) for ts, *values in conn.execute(query))
     else:
         c = (rollup_1m if resolution == "1m" else rollup_1h).c
-        query = select(
-            c.bucket_start,
-            c[f"{metric}_sum"],
-            c[f"{metric}_min"],
-            c[f"{metric}_max"],
-            c[f"{metric}_count"],
-        ).where(
-            c.gpu_id == gpu_id,
-            c.bucket_start >= start,
-            c.bucket_start < end,
-            c[f"{metric}_count"] > 0,
+        fields = [c[f"{m}_{part}"] for m in metrics for part in ("sum", "min", "max", "count")]
+        query = select(c.bucket_start, *fields).where(
+            c.gpu_id == gpu_id, c.bucket_start >= start, c.bucket_start < end
         )
-    acc: dict[float, list[float]] = {}  # step start (Unix s) -> [sum, min, max, count]
-    for ts, total, lo, hi, count in conn.execute(query):
+        rows = (
+            (ts, [tuple(values[i : i + 4]) for i in range(0, len(values), 4)])
+            for ts, *values in conn.execute(query)
+        )
+    accs: list[dict[float, list[float]]] = [{} for _ in metrics]
+    for ts, parts in rows:
         epoch = ts.timestamp()
         key = epoch - epoch % step_seconds
-        a = acc.get(key)
-        if a is None:
-            acc[key] = [total, lo, hi, count]
-        else:
-            a[0] += total
-            a[1] = min(a[1], lo)
-            a[2] = max(a[2], hi)
-            a[3] += count
-    return [
-        SeriesPoint(datetime.fromtimestamp(k, UTC), a[0] / a[3], a[1], a[2], int(a[3]))
-        for k, a in sorted(acc.items())
-    ]
+        for acc, (total, lo, hi, count) in zip(accs, parts, strict=True):
+            if total is None or not count:
+                continue
+            a = acc.get(key)
+            if a is None:
+                acc[key] = [total, lo, hi, count]
+            else:
+                a[0] += total
+                a[1] = min(a[1], lo)
+                a[2] = max(a[2], hi)
+                a[3] += count
+    return {
+        m: [
+            SeriesPoint(datetime.fromtimestamp(k, UTC), a[0] / a[3], a[1], a[2], int(a[3]))
+            for k, a in sorted(acc.items())
+        ]
+        for m, acc in zip(metrics, accs, strict=True)
+    }
 
 
 class GpuFault(NamedTuple):

@@ -81,6 +81,30 @@ class SeriesPublic(BaseModel):
     points: list[SeriesPointPublic]
 
 
+class SeriesLinePublic(BaseModel):
+    """One metric of one GPU within a batch of series."""
+
+    gpu_uuid: str
+    node: str | None = Field(None, description="the GPU's node (as the job recorded it)")
+    metric: str
+    unit: str
+    points: list[SeriesPointPublic]
+
+
+class SeriesBatchPublic(BaseModel):
+    """Several metrics of several GPUs (a job's, or those named) over one window and step."""
+
+    job: str | None = Field(None, description="the job whose GPUs these are, when one was named")
+    start: datetime
+    end: datetime
+    step_seconds: float
+    resolution: Literal["raw", "1m", "1h"]
+    series: list[SeriesLinePublic] = Field(
+        description="one per GPU and metric, GPUs in the order asked (a job's by start), "
+        "metrics in the order asked"
+    )
+
+
 class GpuMovePublic(BaseModel):
     """A GPU seen from another node than its own moved there (hardware moved, node renamed)."""
 

@@ -315,36 +315,129 @@
     return [xs, ...ys];
   }
 
-  function chart(target, title, data, series, axes) {
-    const width = Math.max(320, target.clientWidth - 8);
-    // eslint-disable-next-line no-undef
-    const fromZero = (u, min, max) => [0, max > 0 ? max * 1.1 : 1];
-    const scales = { x: { time: true }, y: { range: fromZero }, bps: { range: fromZero }, gib: { range: fromZero } };
-    return new uPlot({ title, width, height: 200, series: [{}, ...series], axes, scales, legend: { live: true } }, data, target);
+  // Chart times read like the rest of the console: UTC, 24-hour, ISO order.
+  const isoTime = (ts) => new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + "Z";
+  const timeTicks = (u, splits) => {
+    const days = new Set(splits.map((ts) => new Date(ts * 1000).toISOString().slice(0, 10))).size;
+    return splits.map((ts) => {
+      const iso = new Date(ts * 1000).toISOString();
+      return days > 1 ? `${iso.slice(5, 10)} ${iso.slice(11, 16)}Z` : `${iso.slice(11, 16)}Z`;
+    });
+  };
+
+  // Tick labels with as many decimals as the step between ticks needs, so no two read alike.
+  function tickLabels(splits, suffix) {
+    const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 1;
+    for (let d = Math.max(0, Math.ceil(-Math.log10(step || 1))); d <= 6; d += 1) {
+      const labels = splits.map((v) => `${v.toFixed(d)}${suffix}`);
+      if (new Set(labels).size === labels.length) return labels;
+    }
+    return splits.map((v) => `${v}${suffix}`);
   }
 
-  async function gpuCharts(holder, uuid, start, end) {
-    const metrics = ["activity", "tensor_active", "dram_active", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "fb_used_bytes"];
-    const got = await Promise.all(metrics.map((m) => api(`/gpus/${encodeURIComponent(uuid)}/series?${q({ metric: m, start, end })}`)
-      .catch(() => ({ points: [] }))));
-    const left = el("div", { class: "panel chart" });
-    const right = el("div", { class: "panel chart" });
-    holder.append(el("div", { class: "grid2" }, left, right));
-    const ratio = alignSeries(got.slice(0, 3));
-    const fmtPct = (u, vals) => vals.map((v) => `${Math.round(v * 100)}%`);
-    chart(left, "activity, tensor, DRAM", ratio, [
-      { label: "activity", stroke: causeColor("compute_no_tensor"), width: 2, value: (u, v) => (v == null ? "–" : pct(v)) },
-      { label: "tensor", stroke: causeColor("compute_tensor"), width: 2, value: (u, v) => (v == null ? "–" : pct(v)) },
-      { label: "DRAM", stroke: causeColor("memory_bound"), width: 1.5, value: (u, v) => (v == null ? "–" : pct(v)) },
-    ], [{}, { values: fmtPct, size: 48 }]);
-    const io = alignSeries(got.slice(3));
-    const gbs = (v) => (v == null ? "–" : `${(v / 1e9).toFixed(2)} GB/s`);
-    chart(right, "PCIe and memory", [io[0], io[1].map((v) => (v == null ? null : v)), io[2], io[3].map((v) => (v == null ? null : v / GIB))], [
-      { label: "PCIe tx", stroke: causeColor("transfer_bound"), width: 1.5, scale: "bps", value: (u, v) => gbs(v) },
-      { label: "PCIe rx", stroke: causeColor("launch_bound"), width: 1.5, scale: "bps", value: (u, v) => gbs(v) },
-      { label: "memory", stroke: causeColor("idle_held"), width: 2, scale: "gib", value: (u, v) => (v == null ? "–" : `${v.toFixed(1)} GiB`) },
-    ], [{}, { scale: "bps", values: (u, vals) => vals.map((v) => `${(v / 1e9).toFixed(1)} GB/s`), size: 84 },
-      { scale: "gib", side: 1, values: (u, vals) => vals.map((v) => `${v.toFixed(1)} GiB`), grid: { show: false }, size: 64 }]);
+  const measure = document.createElement("canvas").getContext("2d");
+
+  // A bytes-per-second scale in the prefix its largest value needs.
+  function rateUnit(max) {
+    return [[1e9, "GB/s"], [1e6, "MB/s"], [1e3, "kB/s"]].find(([f]) => max >= f) || [1, "B/s"];
+  }
+
+  // One panel per unit: every line in it shares its one axis, which starts at zero and leaves
+  // headroom over the largest value, so a constant line sits below the top, not on the frame.
+  function chart(target, { title, suffix, xs, lines, top }) {
+    const max = Math.max(0, ...lines.flatMap((l) => l.values.filter((v) => v !== null)));
+    const yRange = () => [0, top ?? (max > 0 ? max * 1.25 : 1)];
+    // The drawn labels are kept on the panel too: the canvas holds them only as pixels.
+    const yValues = (u, splits) => { const labels = tickLabels(splits, suffix); target.dataset.ticks = JSON.stringify(labels); return labels; };
+    const ySize = (u, values) => {
+      measure.font = "12px system-ui, sans-serif";
+      return 18 + Math.ceil(Math.max(24, ...(values || []).map((v) => measure.measureText(v).width)));
+    };
+    const width = Math.max(260, target.clientWidth - 32);
+    const opts = {
+      title, width, height: 190,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"), // eslint-disable-line no-undef
+      scales: { x: { time: true }, y: { range: yRange } },
+      series: [{ label: "time (UTC)", value: (u, ts) => (ts == null ? "–" : isoTime(ts)) },
+        ...lines.map((l) => ({ label: l.label, stroke: l.color, width: l.width || 1.75, dash: l.dash, value: (u, v) => (v == null ? "–" : `${Number(v.toPrecision(3))}${suffix}`) }))],
+      axes: [{ values: timeTicks, space: 70 }, { values: yValues, size: ySize }],
+      legend: { live: true },
+    };
+    // eslint-disable-next-line no-undef
+    return new uPlot(opts, [xs, ...lines.map((l) => l.values)], target);
+  }
+
+  // A panel for one GPU's lines of one unit, or a sentence saying why there are none.
+  function seriesPanel(holder, spec) {
+    const panel = el("div", { class: "panel chart", "data-chart": spec.unit });
+    holder.append(panel);
+    if (!spec.xs.length || spec.lines.every((l) => l.values.every((v) => v === null))) {
+      panel.append(el("p", { class: "muted nodata", text: `${spec.title}: no samples in the job's window.` }));
+      return;
+    }
+    chart(panel, spec);
+  }
+
+  const SERIES_METRICS = ["activity", "tensor_active", "dram_active", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "fb_used_bytes"];
+
+  function gpuCharts(holder, byMetric) {
+    const grid = el("div", { class: "grid3" });
+    holder.append(grid);
+    const [rx, ...ratio] = alignSeries(["activity", "tensor_active", "dram_active"].map((m) => byMetric[m]));
+    seriesPanel(grid, { title: "activity, tensor, DRAM (%)", unit: "ratio", suffix: "%", xs: rx, top: 100, lines: [
+      { label: "activity", color: causeColor("compute_no_tensor"), values: ratio[0].map((v) => (v == null ? null : v * 100)), width: 2 },
+      { label: "tensor", color: causeColor("compute_tensor"), values: ratio[1].map((v) => (v == null ? null : v * 100)), dash: [8, 4] },
+      { label: "DRAM", color: causeColor("memory_bound"), values: ratio[2].map((v) => (v == null ? null : v * 100)), dash: [2, 3] },
+    ] });
+    const [px, tx, rxb] = alignSeries([byMetric.pcie_tx_bytes_per_second, byMetric.pcie_rx_bytes_per_second]);
+    const [factor, rate] = rateUnit(Math.max(0, ...tx, ...rxb));
+    const scaled = (vs) => vs.map((v) => (v == null ? null : v / factor));
+    seriesPanel(grid, { title: `PCIe (${rate})`, unit: "bytes_per_second", suffix: ` ${rate}`, xs: px, lines: [
+      { label: "PCIe tx", color: causeColor("transfer_bound"), values: scaled(tx), width: 2 },
+      { label: "PCIe rx", color: causeColor("launch_bound"), values: scaled(rxb), dash: [8, 4] },
+    ] });
+    const [mx, fb] = alignSeries([byMetric.fb_used_bytes]);
+    seriesPanel(grid, { title: "memory used (GiB)", unit: "bytes", suffix: " GiB", xs: mx, lines: [
+      { label: "memory", color: causeColor("idle_held"), values: fb.map((v) => (v == null ? null : v / GIB)), width: 2 },
+    ] });
+  }
+
+  // All of a job's series in one read (the service bounds concurrent expensive reads, so one
+  // read per GPU and metric turned the page's own reads away). A read still refused after the
+  // retries says so, with a button to ask again, instead of drawing empty lines.
+  async function jobCharts(job, uuids) {
+    const box = el("div", { id: "job-series" });
+    app.append(box);
+    const end = job.ended_at || new Date().toISOString();
+    const params = new URLSearchParams(SERIES_METRICS.map((m) => ["metric", m]));
+    if (uuids.length <= 16) params.set("job", job.id);
+    else { for (const u of uuids.slice(0, 16)) params.append("gpu", u); params.set("start", job.started_at); params.set("end", end); }
+    box.dataset.loading = "1";
+    let got;
+    try {
+      got = await api(`/gpus/series?${params}`);
+    } catch (err) {
+      const busy = err.status === 503;
+      clear(box).append(el("div", { class: "panel busy", role: "alert", "data-status": err.status || "" },
+        el("strong", { text: busy ? "Charts busy, retry: " : "Charts could not load: " }),
+        busy ? "the service is answering as many chart reads as it may; ask again in a moment. " : `${err.message || err} `,
+        el("button", { type: "button", class: "small", id: "series-retry", text: "Retry", onclick: () => { box.remove(); jobCharts(job, uuids).catch(showError); } })));
+      delete box.dataset.loading;
+      return;
+    }
+    const perGpu = new Map((job.per_gpu || []).map((g) => [g.gpu_uuid, g]));
+    for (const uuid of uuids.slice(0, 16)) {
+      const g = perGpu.get(uuid);
+      const node = job.gpus.find((x) => x.gpu_uuid === uuid).node;
+      const holder = el("div", { class: "gpu", "data-uuid": uuid });
+      box.append(el("div", { class: "gpuhead" }, el("strong", { text: node }), el("span", { class: "mono muted", text: uuid }),
+        g ? el("span", { class: "muted", text: `cost ${usd(g.cost_usd)} · wasted ${usd(g.unused_cost_usd)} · efficiency ${pct(g.efficiency)}` }) : ""), holder);
+      if (g) holder.append(el("div", {}, causeBar(g.causes)[0]));
+      const byMetric = Object.fromEntries(got.series.filter((x) => x.gpu_uuid === uuid).map((x) => [x.metric, x]));
+      gpuCharts(holder, byMetric);
+    }
+    if (uuids.length > 16) box.append(el("p", { class: "muted", text: `${uuids.length - 16} more GPUs not drawn.` }));
+    delete box.dataset.loading;
   }
 
   async function jobPage(id) {
@@ -394,20 +487,7 @@
     app.append(el("h2", { text: "Alerts" }), alerts.length ? alertsTable(alerts) : el("p", { class: "muted", text: "No alerts for this job." }));
 
     app.append(el("h2", { text: "Per GPU" }));
-    const start = job.started_at;
-    const end = job.ended_at || new Date().toISOString();
-    const perGpu = new Map((job.per_gpu || []).map((g) => [g.gpu_uuid, g]));
-    const uuids = [...new Set(job.gpus.map((g) => g.gpu_uuid))];
-    for (const uuid of uuids.slice(0, 16)) {
-      const g = perGpu.get(uuid);
-      const node = job.gpus.find((x) => x.gpu_uuid === uuid).node;
-      const holder = el("div", { class: "gpu", "data-uuid": uuid });
-      app.append(el("div", { class: "gpuhead" }, el("strong", { text: node }), el("span", { class: "mono muted", text: uuid }),
-        g ? el("span", { class: "muted", text: `cost ${usd(g.cost_usd)} · wasted ${usd(g.unused_cost_usd)} · efficiency ${pct(g.efficiency)}` }) : ""), holder);
-      if (g) holder.append(el("div", {}, causeBar(g.causes)[0]));
-      await gpuCharts(holder, uuid, start, end);
-    }
-    if (uuids.length > 16) app.append(el("p", { class: "muted", text: `${uuids.length - 16} more GPUs not drawn.` }));
+    await jobCharts(job, [...new Set(job.gpus.map((g) => g.gpu_uuid))]);
   }
 
   // --- costs -----------------------------------------------------------------------------
