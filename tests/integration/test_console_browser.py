@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -148,9 +149,9 @@ def browser(demo: dict[str, Any]) -> Iterator[Any]:
 class Console:
     """One logged-in browser page, collecting console errors and page errors."""
 
-    def __init__(self, browser: Any, base: str) -> None:
+    def __init__(self, browser: Any, base: str, width: int = 1360) -> None:
         self.base = base
-        self.context = browser.new_context(viewport={"width": 1360, "height": 820})
+        self.context = browser.new_context(viewport={"width": width, "height": 820})
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.page.on("console", self._console)
@@ -421,6 +422,111 @@ def test_the_xid_job_page_names_the_fault(admin: Console, demo: dict[str, Any]) 
     assert "fell off the bus" in text
     admin.shot("job-fault")
     assert not admin.errors, admin.errors
+
+
+WIDTHS = [1400, 800]
+
+
+@pytest.fixture(scope="module", params=WIDTHS, ids=lambda w: f"{w}px")
+def sized(request: pytest.FixtureRequest, browser: Any, demo: dict[str, Any]) -> Iterator[Console]:
+    """A logged-in admin page at 1400 and at 800 px wide."""
+    console = Console(browser, demo["base"], width=request.param)
+    console.login(demo["admin"])
+    yield console
+    console.context.close()
+
+
+def _width(console: Console) -> int:
+    return int(console.page.viewport_size["width"])
+
+
+def test_job_pages_read_their_series_in_one_request_and_are_never_turned_away(
+    sized: Console, demo: dict[str, Any]
+) -> None:
+    """Every demo job page, one after the other as a user walks them: one series read per
+    page, and no answer of the walk is a 503 (the pages used to fire 6 reads per GPU at once
+    past the service's bound of 2 expensive reads)."""
+    jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
+    answers: list[tuple[int, str]] = []
+    sized.page.on("response", lambda r: answers.append((r.status, r.url)))
+    for job in jobs:
+        answers.clear()
+        sized.open("/jobs/" + quote(job["id"], safe=""))
+        sized.page.wait_for_selector("#job-series:not([data-loading])")
+        series = [u for _, u in answers if "/series" in u]
+        assert len(series) == 1 and "/api/v1/gpus/series?" in series[0], series
+        assert [a for a in answers if a[0] == 503] == [], job["id"]
+        assert sized.page.locator("#job-series .busy").count() == 0
+    assert not sized.errors, sized.errors
+
+
+def test_a_series_read_still_refused_says_busy_and_asks_again_on_retry(
+    sized: Console, demo: dict[str, Any]
+) -> None:
+    job = demo["api"].get("/jobs", params={"since": "7d"}).json()[0]
+    refused: list[str] = []
+
+    def busy(route: Any) -> None:
+        refused.append(route.request.url)
+        route.fulfill(status=503, headers={"Retry-After": "1"}, body='{"detail": "busy"}')
+
+    sized.page.route("**/api/v1/gpus/series?*", busy)
+    sized.open("/jobs/" + quote(job["id"], safe=""))
+    notice = sized.page.locator("#job-series .busy")
+    expect(notice).to_contain_text("busy, retry")
+    assert len(refused) == 4  # the first read and its three retries
+    assert sized.page.locator("#job-series .uplot").count() == 0  # no empty lines drawn
+    sized.page.unroute("**/api/v1/gpus/series?*")
+    sized.page.click("#series-retry")
+    expect(sized.page.locator("#job-series .uplot").first).to_be_visible()
+    assert sized.page.locator("#job-series .busy").count() == 0
+    sized.errors.clear()  # the refused reads log themselves as failed loads
+
+
+def _inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
+    return (
+        inner["x"] >= outer["x"] - 0.5
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 0.5
+    )
+
+
+def test_job_charts_show_every_series_on_its_own_unit_with_utc_times(
+    sized: Console, demo: dict[str, Any]
+) -> None:
+    jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
+    listed = next(j for j in jobs if j["dominant_waste_cause"] == "transfer_bound")
+    copy = demo["api"].get("/jobs/" + quote(listed["id"], safe="")).json()
+    sized.open("/jobs/" + quote(copy["id"], safe=""))
+    sized.page.wait_for_selector("#job-series .uplot")
+    gpus = sized.page.locator("#job-series .gpu")
+    assert gpus.count() == len({g["gpu_uuid"] for g in copy["gpus"]}) >= 1
+    # One panel per unit, so lines of different units never share (and hide under) one axis.
+    units = gpus.first.locator(".chart").evaluate_all("ps => ps.map(p => p.dataset.chart)")
+    assert units == ["ratio", "bytes_per_second", "bytes"]
+    page_width = _width(sized)
+    for panel in sized.page.locator("#job-series .chart:has(.uplot)").all():
+        box = panel.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= page_width
+        for part in (".uplot", ".u-legend", ".u-axis"):
+            for piece in panel.locator(part).all():
+                assert _inside(piece.bounding_box(), box), (part, panel.get_attribute("data-chart"))
+        ticks = json.loads(panel.get_attribute("data-ticks") or "[]")
+        assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), ticks
+        times = json.loads(panel.get_attribute("data-time-ticks") or "[]")
+        assert times and all(t.endswith("Z") and ":" in t for t in times), times
+        assert not any("am" in t.lower() or "pm" in t.lower() for t in times), times
+    pcie = gpus.first.locator('.chart[data-chart="bytes_per_second"]')
+    legend = pcie.locator(".u-legend .u-series th").all_inner_texts()
+    assert [t.strip() for t in legend] == ["time (UTC)", "PCIe tx", "PCIe rx"]
+    ticks = json.loads(pcie.get_attribute("data-ticks") or "[]")
+    assert ticks[0].startswith("0") and ticks[-1].split()[-1].endswith("B/s")
+    # The transfer-bound GPU moves data: its PCIe axis reaches above zero.
+    assert float(ticks[-1].split()[0]) > 0
+    pcie.locator(".u-over").hover()
+    shown = pcie.locator(".u-legend .u-series").first.locator(".u-value").inner_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", shown), shown
+    sized.shot(f"job-charts-{_width(sized)}", full_page=True)
+    assert not sized.errors, sized.errors
 
 
 def test_a_kubernetes_job_opens_from_its_link_and_an_alert_link_marks_its_row(

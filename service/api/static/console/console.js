@@ -319,10 +319,12 @@
   const isoTime = (ts) => new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + "Z";
   const timeTicks = (u, splits) => {
     const days = new Set(splits.map((ts) => new Date(ts * 1000).toISOString().slice(0, 10))).size;
-    return splits.map((ts) => {
+    const labels = splits.map((ts) => {
       const iso = new Date(ts * 1000).toISOString();
       return days > 1 ? `${iso.slice(5, 10)} ${iso.slice(11, 16)}Z` : `${iso.slice(11, 16)}Z`;
     });
+    u.root.parentNode.dataset.timeTicks = JSON.stringify(labels);
+    return labels;
   };
 
   // Tick labels with as many decimals as the step between ticks needs, so no two read alike.
