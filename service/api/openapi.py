@@ -14,6 +14,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from service.costs.waste import GROUP_BYS
+from service.diagnosis import CAUSE_NAMES, STATE_NAMES
+from service.vocabulary import METRICS_BY_NAME
 from service.wire import IngestBatch
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -38,6 +41,34 @@ _API_ERRORS: dict[str, tuple[str, bool]] = {
 
 # Routes that name their object in the query rather than the path (a job id may hold "/").
 _NAMED_IN_QUERY = frozenset({"/api/v1/gpus/series"})
+
+# Query parameters typed as text whose routes take only these names (the route's own 422 names
+# the nearest one); the document lists them so clients and generated requests know.
+_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("/api/v1/fleet", "state"): STATE_NAMES,
+    ("/api/v1/fleet", "cause"): CAUSE_NAMES,
+    ("/api/v1/gpus/{uuid}/series", "metric"): (*METRICS_BY_NAME, "activity"),
+    ("/api/v1/reports/cost", "group_by"): GROUP_BYS,
+}
+# Text anywhere in a request refuses a NUL (service/api/input_guard.py).
+NO_NUL = "^[^\u0000]*$"
+
+
+def _parameters(path: str, op: dict[str, Any]) -> None:
+    """Each text parameter of ``op`` says what it takes: its names, or text without a NUL."""
+    for param in op.get("parameters", []):
+        schema = param.get("schema", {})
+        texts = [schema, *schema.get("anyOf", [])]
+        for text in (t for t in texts if t.get("type") == "string"):
+            names = _ENUMS.get((path, param["name"]))
+            if names is not None:
+                text["enum"] = list(names)
+            elif "enum" not in text and "pattern" not in text and "format" not in text:
+                text["pattern"] = NO_NUL
+            # An optional query parameter left empty (?format=) reads as not given.
+            optional = param["in"] == "query" and not param.get("required", False)
+            if optional and "enum" in text and "" not in text["enum"]:
+                text["enum"] = [*text["enum"], ""]
 
 
 def _error(description: str, retry_after: bool) -> dict[str, Any]:
@@ -97,6 +128,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     }
     for path, ops in schema.get("paths", {}).items():
         for method, op in ops.items():
+            _parameters(path, op)
             api = path.startswith("/api/")
             if api:
                 op["security"] = [{"bearer": []}]

@@ -2,8 +2,10 @@
 
 It generates valid and invalid requests for every operation (examples, coverage, fuzzing and
 stateful phases, a bounded number each) against the real service on loopback and fails on any
-5xx the document does not declare, any status or content type it does not declare, and any
-response body that breaks the declared schema. Bounded: a few minutes for both stores.
+5xx, any status, header or content type the document does not declare, any response body that
+breaks the declared schema, an invalid request accepted (ST201), a valid one refused (ST202) or
+an OPTIONS Allow that differs from the document (ST205). Bounded: a few minutes for both
+stores; docs/security.md records a longer run by hand.
 """
 
 from __future__ import annotations
@@ -22,21 +24,13 @@ from tests.alerting_support import auth
 from tests.support import live_server, make_batch
 
 MAX_EXAMPLES = int(os.environ.get("GPUWARDEN_FUZZ_EXAMPLES", "30"))
-# Checks that judge our answers against the document. negative_data_rejection is left out: it
-# counts pydantic's documented lax input (Unix seconds for a time, "0" for false) as accepting
-# invalid data; every other check, the 5xx one first, runs.
-CHECKS = ",".join(
-    [
-        "not_a_server_error",
-        "status_code_conformance",
-        "content_type_conformance",
-        "response_schema_conformance",
-        "response_headers_conformance",
-        "missing_required_header",
-        "unsupported_method",
-        "ignored_auth",
-    ]
-)
+# Only catches a hang; the longer run by hand (docs/security.md) raises it.
+TIMEOUT_SECONDS = int(os.environ.get("GPUWARDEN_FUZZ_TIMEOUT_SECONDS", "540"))
+# Every check (no --max-response-time: a wall-clock bound; timing lives in bench/), with
+# the rules JSON Schema cannot say (a 422 for valid-looking data that breaks a rule on stored
+# data, the clock or another field) listed per operation in tests/schemathesis.toml.
+CHECKS = "all"
+CONFIG = Path(__file__).resolve().parents[1] / "schemathesis.toml"
 
 
 def _seed(url: str, tokens: dict[str, str]) -> None:
@@ -69,6 +63,8 @@ def test_the_api_answers_as_its_openapi_document_says(
         _seed(url, tokens)
         cmd = [
             str(st),
+            "--config-file",
+            str(CONFIG),
             "run",
             f"{url}/openapi.json",
             "--checks",
@@ -91,7 +87,11 @@ def test_the_api_answers_as_its_openapi_document_says(
             "all",
         ]
         done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=540, cwd=tmp_path, check=False
+            cmd, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=tmp_path, check=False
         )
     output = done.stdout[-20000:] + done.stderr[-5000:]
+    report = os.environ.get("GPUWARDEN_FUZZ_REPORT")
+    if report:  # the longer run by hand keeps schemathesis's summary
+        with open(report, "a") as out:
+            out.write(done.stdout[-6000:])
     assert done.returncode == 0, output
