@@ -48,6 +48,7 @@ _ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("/api/v1/fleet", "state"): STATE_NAMES,
     ("/api/v1/fleet", "cause"): CAUSE_NAMES,
     ("/api/v1/gpus/{uuid}/series", "metric"): (*METRICS_BY_NAME, "activity"),
+    ("/api/v1/gpus/series", "metric"): (*METRICS_BY_NAME, "activity"),
     ("/api/v1/reports/cost", "group_by"): GROUP_BYS,
 }
 # Text anywhere in a request refuses a NUL (service/api/input_guard.py).
@@ -59,6 +60,7 @@ def _parameters(path: str, op: dict[str, Any]) -> None:
     for param in op.get("parameters", []):
         schema = param.get("schema", {})
         texts = [schema, *schema.get("anyOf", [])]
+        texts += [t["items"] for t in texts if t.get("type") == "array" and "items" in t]
         for text in (t for t in texts if t.get("type") == "string"):
             names = _ENUMS.get((path, param["name"]))
             if names is not None:
