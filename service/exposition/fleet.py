@@ -12,7 +12,18 @@ from datetime import datetime
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from service.costs.prices import price_at
-from service.diagnosis import CAUSE_NAMES, IDLE_CAUSES, Cause, Decision, Rung, Thresholds, decide
+from service.diagnosis import (
+    CAUSE_NAMES,
+    IDLE_CAUSES,
+    STATE_NAMES,
+    Cause,
+    Decision,
+    GpuState,
+    Rung,
+    Thresholds,
+    decide,
+    gpu_state,
+)
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
 from service.exposition.types import FleetSnapshot, GpuReading
@@ -126,6 +137,8 @@ def fleet_families(
         cause_sets,
     )
     by_cause = dict.fromkeys(CAUSE_NAMES, 0)
+    by_state = dict.fromkeys(STATE_NAMES, 0)
+    by_state[GpuState.LOST] = len(snapshot.lost)
     usd_by_cause = dict.fromkeys(CAUSE_NAMES, 0.0)
     info_sets: list[dict[str, str]] = []
     info_fam = GpuFamily(
@@ -185,6 +198,9 @@ def fleet_families(
             cost_usd_per_hour += price
 
         d = decision_of(r, thresholds)
+        # The readings are the GPUs reporting now, so only their cause decides the state.
+        state = gpu_state(cause=None if d is None else d.cause, lost=False, age_seconds=0.0)
+        by_state[state] += 1
         if d is None:
             continue  # no activity figure: no data is never idle and never waste
         activity = d.activity
@@ -231,7 +247,15 @@ def fleet_families(
     for name, n in by_cause.items():
         cause_count.add_metric([name], n)
         cause_usd.add_metric([name], usd_by_cause[name])
-    families += [cause_count, cause_usd]
+    state_count = GaugeMetricFamily(
+        "gpuwarden_fleet_gpus_by_state",
+        "GPUs in each state (working, underused, idle-held, idle, lost, no-data, unclassified), "
+        "from the cause of each reporting GPU's latest sample; lost GPUs as lost (GPUs).",
+        labels=["state"],
+    )
+    for name, n in by_state.items():
+        state_count.add_metric([name], n)
+    families += [cause_count, cause_usd, state_count]
     families += _fleet_figures(
         reporting=len(snapshot.readings),
         idle=n_idle,

@@ -142,6 +142,21 @@ def test_fleet_figures_idle_held_and_waste():
     assert values_of(fams["gpuwarden_gpu_idle"], "GPU-nodata") == []
 
 
+def test_gpus_by_state_follow_the_cause():
+    readings = [
+        reading("GPU-tensor", 0, sm_active=0.9, tensor_active=0.8, gr_engine_active=0.95),
+        reading("GPU-copy", 1, sm_active=0.0, gr_engine_active=0.99, gpu_util=0.99,
+                pcie_tx_bytes_per_second=27e9, pcie_rx_bytes_per_second=27e9),
+        reading("GPU-held", 2, sm_active=0.0, gpu_util=0.0, fb_used_bytes=20 * GIB),
+        reading("GPU-nodata", 3, power_watts=70.0),
+    ]  # fmt: skip
+    snap = FleetSnapshot(readings, lost=[LostGpu("node-b", 2, "GPU-l", H100)])
+    fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
+    got = {s.labels["state"]: s.value for s in fams["gpuwarden_fleet_gpus_by_state"].samples}
+    assert got == {"working": 1, "underused": 1, "idle-held": 1, "idle": 0, "lost": 1,
+                   "no-data": 1, "unclassified": 0}  # fmt: skip
+
+
 def test_thresholds_come_from_settings_not_constants():
     snap = FleetSnapshot([reading("GPU-a", sm_active=0.2, fb_used_bytes=3 * GIB)])
     fams = by_name(
