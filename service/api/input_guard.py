@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import anyio
+from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.settings import Settings
@@ -195,7 +196,8 @@ class RequestGuard:
     ) -> tuple[Scope, Receive]:
         headers = dict(scope.get("headers") or [])
         s = self.settings
-        limit = s.ingest_max_body_bytes if scope["path"] == INGEST_PATH else s.max_body_bytes
+        ingest = scope["path"] == INGEST_PATH
+        limit = s.ingest_max_body_bytes if ingest else s.max_body_bytes
         encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
         if encoding not in ("", "identity", "gzip", "x-gzip"):
             # One layer of gzip is what agents send; deflate, br or stacked encodings are
@@ -206,30 +208,43 @@ class RequestGuard:
         declared = headers.get(b"content-length", b"").decode("latin-1")
         if declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
-        take = self._take(held)
-        body = await _read(receive, limit, take)
-        if encoding in ("gzip", "x-gzip"):
-            sent = len(body)
-            if sent > INLINE_BYTES // 16:
-                body = await anyio.to_thread.run_sync(lambda: gunzip(body, limit=limit, take=take))
-            else:
-                body = gunzip(body, limit=limit, take=take)
-            self.budget.give(sent)  # the sent form is dropped once expanded
-            held[0] -= sent
-        content_type = headers.get(b"content-type", b"").decode("latin-1").lower()
-        # Whatever its type says, a body may be parsed as JSON (FastAPI reads bodies as JSON).
-        take(sum(body.count(c) for c in STRUCTURAL) * PARSE_BYTES_PER_VALUE)
         # Ingest checks each of its strings itself (a NUL there is refused, item by item).
-        if "json" in content_type and scope["path"] != INGEST_PATH:
-            plain = body
-            loc = (
-                await anyio.to_thread.run_sync(lambda: body_nul(plain))
-                if len(body) > INLINE_BYTES
-                else body_nul(body)
-            )
-            if loc is not None:
-                raise _nul_refused(loc)
-        return _replayed(scope, body, receive)
+        json_body = b"json" in headers.get(b"content-type", b"").lower() and not ingest
+        take = self._take(held)
+
+        async def plain() -> bytes:
+            body = await _read(receive, limit, take)
+            if encoding in ("gzip", "x-gzip"):
+                body = await self._gunzip(body, limit, take, held)
+            # Whatever its type says, a body may be parsed as JSON (FastAPI reads them so).
+            take(sum(body.count(c) for c in STRUCTURAL) * PARSE_BYTES_PER_VALUE)
+            if json_body:
+                loc = (
+                    await anyio.to_thread.run_sync(body_nul, body)
+                    if len(body) > INLINE_BYTES
+                    else body_nul(body)
+                )
+                if loc is not None:
+                    raise _nul_refused(loc)
+            return body
+
+        if ingest:
+            # Read when the route asks, after its token check: a client without a valid agent
+            # token never makes the service hold (or expand) a body.
+            return _stripped(scope), _lazy(plain, receive)
+        return _stripped(scope), _replay(await plain(), receive)
+
+    async def _gunzip(
+        self, body: bytes, limit: int, take: Callable[[int], None], held: list[int]
+    ) -> bytes:
+        sent = len(body)
+        if sent > INLINE_BYTES // 16:
+            plain = await anyio.to_thread.run_sync(lambda: gunzip(body, limit=limit, take=take))
+        else:
+            plain = gunzip(body, limit=limit, take=take)
+        self.budget.give(sent)  # the sent form is dropped once expanded
+        held[0] -= sent
+        return plain
 
 
 def _check_path_and_query(scope: Scope) -> None:
@@ -259,11 +274,15 @@ async def _read(receive: Receive, limit: int, take: Callable[[int], None]) -> by
             return b"".join(chunks)
 
 
-def _replayed(scope: Scope, body: bytes, receive: Receive) -> tuple[Scope, Receive]:
-    """The scope and receive of the plain body: no Content-Encoding, its true length."""
+def _stripped(scope: Scope) -> Scope:
+    """``scope`` for the plain body: no Content-Encoding, no length of the sent form."""
     dropped = (b"content-encoding", b"content-length", b"transfer-encoding")
     kept = [(k, v) for k, v in scope.get("headers") or [] if k.lower() not in dropped]
-    kept.append((b"content-length", str(len(body)).encode()))
+    return {**scope, "headers": kept}
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives ``body`` whole, then what the client sends next (a disconnect)."""
     sent = False
 
     async def replay() -> Message:
@@ -271,9 +290,28 @@ def _replayed(scope: Scope, body: bytes, receive: Receive) -> tuple[Scope, Recei
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()  # http.disconnect when the client goes away
+        return await receive()
 
-    return {**scope, "headers": kept}, replay
+    return replay
+
+
+def _lazy(plain: Callable[[], Awaitable[bytes]], receive: Receive) -> Receive:
+    """A receive that reads and checks the body at the route's first call; a refusal then is
+    an HTTPException, answered by the app like the route's own."""
+    sent = False
+
+    async def lazy() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        try:
+            body = await plain()
+        except Refused as refused:
+            raise HTTPException(refused.status, refused.detail, refused.headers) from None
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return lazy
 
 
 async def _answer(send: Send, refused: Refused) -> None:

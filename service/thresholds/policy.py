@@ -110,7 +110,7 @@ class PolicySpec(BaseModel):
     severity: Severity = "warning"
     channels: list[str] = Field(default_factory=list)
     repeat_interval: str = "4h"
-    send_resolved: bool = True
+    send_resolved: bool = Field(True, strict=True)  # true or false, never 0 or "yes"
     description: str | None = None
 
     # Derived once: the evaluator reads these for every scope key of every round.

@@ -147,3 +147,16 @@ def test_a_gzip_body_of_several_members_is_read_whole(
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body"]
     assert _count(engine) == 3
+
+
+def test_an_ingest_body_is_read_only_after_the_agent_token_is_checked(
+    guarded: httpx.Client, tokens: dict[str, str]
+) -> None:
+    """A client without an agent token never makes the service hold or expand a body."""
+    bomb = gzip.compress(b"[" + b" " * (64 * MIB) + b"]")
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    for token in ("gw_not-a-token", tokens["reader"]):
+        r = guarded.post("/api/v1/ingest", content=bomb, headers=auth(token) | headers)
+        assert r.status_code in (401, 403), r.text
+    r = guarded.post("/api/v1/ingest", content=bomb, headers=auth(tokens["agent"]) | headers)
+    assert r.status_code == 413, r.text

@@ -43,6 +43,20 @@ def test_a_time_in_a_body_must_be_text(
     assert r.status_code == 422 and "ended_at" in r.json()["detail"][0]["loc"], r.text
 
 
+def test_a_flag_in_an_admin_body_must_be_a_boolean(
+    http: httpx.Client, tokens: dict[str, str], clock: FakeClock
+) -> None:
+    admin = auth(tokens["admin"])
+    started = iso(clock() - timedelta(hours=1))
+    job = {"id": "j3", "gpus": [], "started_at": started, "exclusive": 0}
+    r = http.post("/api/v1/jobs", json=job, headers=admin)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "exclusive"], r.text
+    policy = {"name": "p1", "metric": "sm_active", "aggregate": "avg", "window": "10m",
+              "op": "<", "threshold": 0.3, "for": "15m", "scope": "gpu", "send_resolved": 1}  # fmt: skip
+    r = http.post("/api/v1/policies", json=policy, headers=admin)
+    assert r.status_code == 422 and "send_resolved" in r.json()["detail"][0]["loc"], r.text
+
+
 @pytest.mark.parametrize("field", ["lost", "retired"])
 @pytest.mark.parametrize("value", [0, 1, "true", None])
 def test_a_gpu_flag_in_a_batch_must_be_a_boolean(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
@@ -46,7 +46,8 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
         batch, result = await anyio.to_thread.run_sync(
             decode_and_store, limiter=request.app.state.admission.limiter("ingest")
         )
-    except (RequestValidationError, WardenError):
+    except (RequestValidationError, WardenError, HTTPException):
+        # HTTPException: the request guard refused the body (413, 422 not gzip, 503 budget).
         t.ingest_batches.labels("rejected").inc()
         raise
     except Exception:

@@ -153,6 +153,7 @@ class JobCreate(BaseModel):
     ended_at: StoredTime | None = None
     exclusive: bool = Field(
         False,
+        strict=True,  # true or false, never 0 or "yes"
         description="the job holds these GPUs alone (not shared by design, as Slurm shards "
         "are): any other job of the same scheduler (the id's prefix, e.g. slurm:) still open "
         "on them since before started_at missed its end and is ended at started_at",
