@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.db import ingest_repo, jobs_repo, observed_jobs_repo, partitions
-from service.errors import Forbidden, ValidationFailed
+from service.errors import Forbidden, Unavailable, ValidationFailed
 from service.wire import GpuClaim, IngestBatch, IngestResult
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,15 @@ def _record_disputed(
         )
 
 
-def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -> IngestResult:
-    """Validate ``batch`` against the clock and the caller, then store it in one transaction."""
+def ingest(
+    ctx: ServiceContext,
+    batch: IngestBatch,
+    *,
+    token_node: str | None,
+    given_up: Callable[[], str | None] = lambda: None,
+) -> IngestResult:
+    """Validate ``batch`` against the clock and the caller, then store it in one transaction;
+    rolled back (Unavailable, nothing stored) when ``given_up`` names why the client left."""
     s = ctx.settings
     now = ctx.clock()
     check_node(batch, token_node=token_node)
@@ -116,6 +124,11 @@ def ingest(ctx: ServiceContext, batch: IngestBatch, *, token_node: str | None) -
             disputed=disputed,
         )
         _record_disputed(ctx, conn, disputed, now=now)
+        # A client that gave up counts the batch as unsent and keeps it in its spool: storing it
+        # behind its back is work done twice, under the load that made it give up.
+        reason = given_up()
+        if reason is not None:
+            raise Unavailable(f"nothing stored: {reason}", retry_after_seconds=1)
     ctx.ingest_cache.apply(pending)
     claims: list[GpuClaim] = counts["claims"]
     for claim in claims:

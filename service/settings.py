@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     log_level: str = ClientSettings.log_level
 
     max_gap_seconds: float = Field(60.0, gt=0)
+    # /metrics keeps exporting a GPU whose latest sample is this old (late data, ingest behind),
+    # with gpuwarden_gpu_sample_age_seconds; past it the GPU's series end.
+    metrics_keep_late_seconds: float = Field(900.0, gt=0)
     idle_threshold: float = Field(0.05, ge=0, le=1)
     held_threshold_bytes: int = Field(GIB, ge=0)
     # The causes of a running sample (service.diagnosis.thresholds_of reads these;
@@ -69,6 +72,9 @@ class Settings(BaseSettings):
     db_statement_timeout_seconds: float = Field(30.0, gt=0)  # PostgreSQL: longest read statement
     ingest_max_concurrent: int = Field(4, ge=1)  # batches stored at once, on their own pool
     ingest_statement_timeout_seconds: float = Field(10.0, gt=0)
+    # Longest wait for an ingest slot before 503 + Retry-After; a client's X-Request-Timeout
+    # header shortens it to half its timeout, and a batch is not committed past that timeout.
+    ingest_wait_seconds: float = Field(5.0, gt=0)
     auth_max_concurrent_lookups: int = Field(2, ge=1)  # token lookups at once (ingest pool)
     max_concurrent_reads: int = Field(4, ge=1)  # API reads at once; more wait, then 503
     max_expensive_reads: int = Field(2, ge=1)  # cost reports, job summaries, long series

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 # The label values each labelled counter starts with, at 0. A series that first appears at 1
 # has no earlier sample to rise from, so increase() - and every rule built on it - would miss
 # the first event; one that exists at 0 from the start shows it.
-INGEST_OUTCOMES: tuple[str, ...] = ("stored", "rejected", "error")
+INGEST_OUTCOMES: tuple[str, ...] = ("stored", "rejected", "refused", "error")
 # Database operations counted by the API (background tasks add their own names, see ``task``).
 DB_OPERATIONS: tuple[str, ...] = ("ingest", "metrics", "readyz", "statement_timeout", "unavailable")
 TASK_OUTCOMES: tuple[str, ...] = ("ok", "error", "skipped")
@@ -29,7 +29,7 @@ class Telemetry:
         r = self.registry
         self.ingest_batches = Counter(
             "gpuwarden_ingest_batches",
-            "Ingest batches by outcome (stored, rejected, error).",
+            "Ingest batches by outcome (stored; rejected; refused: busy or client gone; error).",
             ["outcome"],
             registry=r,
         )

@@ -10,7 +10,9 @@ Three rules keep agents' ingest working while readers or attackers overload the 
   up (on a lane of its own, one lookup at a time, so a failing client cannot take the lookups of
   others), so a valid token's first request passes even when its address keeps failing;
 - reads are admitted a bounded number at a time, expensive ones (cost reports, job summaries, long
-  series) fewer still, answered 503 with Retry-After past the bound instead of queueing.
+  series) fewer still, answered 503 with Retry-After past the bound instead of queueing;
+- ingest batches wait a bounded time for one of their slots (at most half the timeout the agent
+  sends), then are answered 503 with Retry-After, so no agent waits out its own timeout.
 """
 
 from __future__ import annotations
@@ -212,6 +214,7 @@ class Admission:
         self.ingest_slots = settings.ingest_max_concurrent
         self.auth_slots = settings.auth_max_concurrent_lookups
         self._sems: dict[str, anyio.Semaphore] = {}
+        self.ingest_waiting = 0  # batches waiting for an ingest slot now
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
 
     def _sem(self, kind: str, slots: int) -> anyio.Semaphore:
@@ -254,11 +257,49 @@ class Admission:
         finally:
             sem.release()
 
+    @asynccontextmanager
+    async def ingest_slot(
+        self, wait_seconds: float, scope: anyio.CancelScope
+    ) -> AsyncIterator[None]:
+        """Hold one of the ingest slots for the block, waiting at most ``wait_seconds`` (or until
+        ``scope`` is cancelled: the client went away); else raise Unavailable."""
+        sem = self._sem("ingest", self.ingest_slots)
+        try:
+            sem.acquire_nowait()
+            acquired = True
+        except anyio.WouldBlock:
+            acquired = await self._wait_ingest(sem, wait_seconds, scope)
+        if not acquired:
+            raise Unavailable(
+                f"the service is busy: all {self.ingest_slots} ingest slots are storing batches "
+                f"and {self.ingest_waiting} more wait; nothing stored, retry shortly",
+                retry_after_seconds=1,
+            )
+        try:
+            yield
+        finally:
+            sem.release()
+
+    async def _wait_ingest(
+        self, sem: anyio.Semaphore, wait_seconds: float, scope: anyio.CancelScope
+    ) -> bool:
+        self.ingest_waiting += 1
+        try:
+            with scope:
+                scope.deadline = min(scope.deadline, anyio.current_time() + wait_seconds)
+                await sem.acquire()
+                return True
+        finally:
+            self.ingest_waiting -= 1
+        return False
+
     def busy(self) -> dict[str, int]:
         """Slots in use per kind (for tests and metrics)."""
         out = {}
         for kind, sem in self._sems.items():
-            total = self.read_slots if kind == "read" else self.expensive_slots
+            total = {"read": self.read_slots, "ingest": self.ingest_slots}.get(
+                kind, self.expensive_slots
+            )
             out[kind] = total - sem.value
         return out
 

@@ -38,7 +38,13 @@ class Shipper:
         timeout_seconds: float = 30.0,
     ) -> None:
         self.url = central_url.rstrip("/") + "/api/v1/ingest"
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        # X-Request-Timeout: central answers 503 (nothing stored) rather than keep a batch
+        # waiting past it, or store one this agent has given up on and will send again.
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            "X-Request-Timeout": f"{timeout_seconds:g}",
+        }
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.headers = headers

@@ -115,6 +115,7 @@ def test_latest_sample_per_gpu_with_job_and_price(
     # Every outcome has a series from the start, at 0 until it happens.
     assert sorted(m["gpuwarden_ingest_batches_total"], key=lambda s: s[0]["outcome"]) == [
         ({"outcome": "error"}, 0.0),
+        ({"outcome": "refused"}, 0.0),
         ({"outcome": "rejected"}, 0.0),
         ({"outcome": "stored"}, 2.0),
     ]
