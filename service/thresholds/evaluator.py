@@ -188,6 +188,21 @@ def alert_labels(policy: PolicySpec, labels: Mapping[str, str]) -> dict[str, str
     return out
 
 
+def silenced_now(
+    policy: PolicySpec | None,
+    *,
+    labels: Mapping[str, str],
+    silences: Iterable[Silence],
+    now: datetime,
+) -> bool:
+    """Whether an open alert of ``policy`` with scope ``labels`` is muted by a silence at
+    ``now`` (as the next evaluation will find it), so a page shows a new silence at once."""
+    if policy is None:
+        return False
+    full = alert_labels(policy, labels)
+    return any(s.mutes(full, now) for s in silences)
+
+
 def evaluate(
     policy: PolicySpec,
     observations: Mapping[str, Observation],
