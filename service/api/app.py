@@ -94,6 +94,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     route's methods when a path has several (GET and PATCH of a job are two routes).
     """
     assert isinstance(exc, StarletteHTTPException)
+    if (
+        exc.status_code == status.HTTP_404_NOT_FOUND
+        and request.method in ("GET", "HEAD")
+        and request.scope.get("route") is None
+        and console.is_console_path(request.url.path)
+    ):
+        return console.not_found_page()
     if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
         allowed = [
             method

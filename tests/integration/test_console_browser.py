@@ -675,3 +675,97 @@ def test_login_follows_next_only_to_console_paths(browser: Any, demo: dict[str, 
         assert offsite == [], (query, offsite)
         assert page.evaluate("window.__xss") is None, query
         context.close()
+
+
+def test_costs_and_jobs_keep_their_choices_in_the_url(sized: Console) -> None:
+    sized.open("/costs")
+    sized.page.select_option("#group-by", "node")
+    sized.page.wait_for_selector("#costs th >> text=node")
+    sized.page.click("#cost-presets button >> text=24 h")
+    sized.page.wait_for_url("**/costs?group_by=node&start=-24h")
+    sized.ready()
+    link = sized.page.url
+    sized.page.reload()
+    sized.ready()
+    assert sized.page.input_value("#group-by") == "node"
+    assert sized.page.input_value("#start") == "-24h"
+    assert sized.page.locator("#costs th").first.inner_text() == "node"
+    # The link opens the same view in another browser.
+    other = Console(sized.page.context.browser, sized.base, width=_width(sized))
+    other.context.add_cookies(sized.context.cookies())
+    other.open(link.removeprefix(sized.base))
+    assert other.page.input_value("#group-by") == "node"
+    other.context.close()
+    sized.open("/jobs")
+    sized.page.select_option("#range", "30d")
+    sized.page.wait_for_url("**/jobs?since=30d")
+    sized.page.reload()
+    sized.ready()
+    assert sized.page.input_value("#range") == "30d"
+    assert not sized.errors, sized.errors
+
+
+def test_wide_tables_scroll_in_their_frame_with_a_hint(sized: Console) -> None:
+    sized.open("/")
+    width = _width(sized)
+    # The page itself never scrolls sideways; a table too wide for it scrolls in its frame.
+    assert sized.page.evaluate("document.documentElement.scrollWidth") <= width
+    wrap = sized.page.locator("#fleet").locator("xpath=..")
+    overflows = wrap.evaluate("w => w.scrollWidth > w.clientWidth + 1")
+    hint = sized.page.locator(".tablebox:has(#fleet) .scrollhint")
+    assert hint.is_visible() == overflows
+    if width <= 800:
+        assert overflows
+    job_cell = sized.page.locator("#fleet tbody tr td a[href^='/jobs/']").first
+    job_cell.scroll_into_view_if_needed()
+    box = job_cell.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
+    sized.shot(f"fleet-{width}")
+    assert not sized.errors, sized.errors
+
+
+def test_a_new_silence_marks_its_alerts_at_once_and_expire_is_reachable(
+    sized: Console, demo: dict[str, Any]
+) -> None:
+    api = demo["api"]
+    firing = api.get("/alerts", params={"state": "firing"}).json()
+    target = next(a for a in firing if a["labels"].get("node") and not a["silenced"])
+    node, policy = target["labels"]["node"], target["policy"]
+    sized.open("/alerts")
+    row = sized.page.locator(f'#alerts tr[data-alert="{target["id"]}"]')
+    assert "silenced" not in row.inner_text()
+    sized.page.fill("#silence-matchers", f"node={node}, policy={policy}")
+    sized.page.fill("#silence-comment", f"console test at {_width(sized)} px")
+    sized.page.click("#silence-form button[type=submit]")
+    sized.page.wait_for_selector("#silences .st-active")
+    # Marked at once: no evaluation has to run first.
+    expect(row).to_contain_text("silenced")
+    (silence,) = [s for s in api.get("/silences").json() if s["status"] == "active"]
+    expire = sized.page.locator(f'#silences tr[data-silence="{silence["id"]}"] button')
+    expire.scroll_into_view_if_needed()
+    box = expire.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= _width(sized)
+    sized.shot(f"alerts-{_width(sized)}", full_page=True)
+    expire.click()
+    sized.page.wait_for_selector(f'#silences tr[data-silence="{silence["id"]}"] .st-expired')
+    expect(row).not_to_contain_text("silenced")
+    assert not sized.errors, sized.errors
+
+
+def test_an_unknown_job_shows_its_error_alone_and_an_unknown_path_a_404_page(
+    sized: Console,
+) -> None:
+    sized.page.goto(sized.base + "/jobs/" + quote("no/such job", safe=""))
+    sized.page.wait_for_selector("body[data-ready]")
+    text = sized.page.inner_text("main")
+    assert "does not exist" in text and "no/such job" in text
+    assert "Loading" not in text
+    sized.shot(f"job-unknown-{_width(sized)}")
+    answer = sized.page.goto(sized.base + "/no/such/page")
+    assert answer is not None and answer.status == 404
+    assert answer.headers["content-type"].startswith("text/html")
+    sized.ready()
+    assert sized.page.inner_text("main h1") == "Page not found"
+    assert sized.page.locator("#not-found a[href='/costs']").count() == 1
+    sized.shot(f"not-found-{_width(sized)}")
+    sized.errors.clear()  # the 404s log themselves as failed loads

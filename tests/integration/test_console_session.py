@@ -271,3 +271,27 @@ def test_the_cookie_is_secure_behind_a_trusted_tls_proxy(
         assert out.status_code == 204
         cleared = [a.strip().lower() for a in out.headers["set-cookie"].split(";")]
         assert ("secure" in cleared) is secure, cleared
+
+
+@pytest.mark.parametrize("path", ["/nosuch", "/jobsx", "/costs/extra", "/alerts/1/x"])
+def test_an_unknown_console_path_answers_the_consoles_404_page(
+    http: httpx.Client, path: str
+) -> None:
+    r = http.get(path)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), r.text
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+    assert "/static/console/console.js" in r.text  # the shell: the script draws the 404
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nosuch", "/api/v2/jobs", "/static/nosuch.js"])
+def test_an_unknown_api_or_file_path_keeps_its_json_404(http: httpx.Client, path: str) -> None:
+    r = http.get(path)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/json")
+
+
+def test_console_pages_take_their_filters_in_the_query(http: httpx.Client) -> None:
+    for path, params in (("/costs", {"group_by": "node", "start": "-24h", "end": "now"}),
+                         ("/jobs", {"since": "30d"})):  # fmt: skip
+        r = http.get(path, params=params)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), r.text
+    assert http.get("/costs", params={"group-by": "node"}).status_code == 422

@@ -70,8 +70,42 @@ def console_page() -> HTMLResponse:
     return _page(_shell(), CONSOLE_CSP)
 
 
-for _path in ("/jobs", "/costs", "/alerts"):
-    router.add_api_route(_path, console_page, methods=["GET"], response_class=HTMLResponse)
+router.add_api_route("/alerts", console_page, methods=["GET"], response_class=HTMLResponse)
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs_page(
+    since: str | None = Query(None, description="the jobs page's range (24h, 7d or 30d)"),
+) -> HTMLResponse:
+    """The jobs page (the shell; the script reads the range from the URL)."""
+    return console_page()
+
+
+@router.get("/costs", response_class=HTMLResponse)
+def costs_page(
+    group_by: str | None = Query(None, description="the costs page's grouping"),
+    start: str | None = Query(None, description="its range's start"),
+    end: str | None = Query(None, description="its range's end"),
+) -> HTMLResponse:
+    """The costs page (the shell; the script reads the grouping and range from the URL, so
+    a reload keeps them and a link shares them)."""
+    return console_page()
+
+
+# Paths that are not the console's pages: their 404 stays the JSON error of the API.
+_NOT_CONSOLE = ("/api/", "/static/", "/console/", "/metrics", "/healthz", "/readyz", "/openapi")
+
+
+def is_console_path(path: str) -> bool:
+    """Whether an unknown ``path`` is one a browser asked the console for (its 404 is a page)."""
+    return not path.startswith(_NOT_CONSOLE)
+
+
+def not_found_page() -> HTMLResponse:
+    """The console's shell answering 404: the script draws "page not found" with the nav."""
+    response = console_page()
+    response.status_code = 404
+    return response
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -96,8 +96,13 @@
       const [text, cls] = Array.isArray(h) ? h : [h, ""];
       return el("th", { class: cls, text });
     }));
-    return el("div", { class: "tablewrap" },
+    const wrap = el("div", { class: "tablewrap" },
       el("table", attrs || {}, el("thead", {}, head), el("tbody", {}, rows)));
+    const hint = el("p", { class: "scrollhint muted", hidden: true, text: "← scroll sideways for more columns →" });
+    // A table wider than the window scrolls inside its frame; the hint says so where it does.
+    const fit = () => { hint.hidden = wrap.scrollWidth <= wrap.clientWidth + 1; };
+    new ResizeObserver(fit).observe(wrap);
+    return el("div", { class: "tablebox" }, hint, wrap);
   }
 
   function td(content, cls, attrs) {
@@ -109,6 +114,7 @@
   }
 
   function showError(err) {
+    document.getElementById("loading")?.remove(); // the error replaces the placeholder
     app.append(el("p", { class: "err", text: `Could not load: ${err.message || err}` }));
   }
 
@@ -273,7 +279,17 @@
     return el("label", {}, "range", s);
   }
 
-  async function jobsPage(since = "7d") {
+  // A page's filters live in its URL (replaced, not pushed), so a reload keeps them and a link
+  // shares them.
+  function keepInUrl(path, params) {
+    const query = q(params);
+    history.replaceState(null, "", `${path}${query ? `?${query}` : ""}`);
+  }
+
+  const urlParam = (name) => new URLSearchParams(location.search).get(name);
+
+  async function jobsPage(since = urlParam("since") || "7d") {
+    keepInUrl("/jobs", since === "7d" ? {} : { since });
     page("Jobs", "Jobs that ran in the range, ranked by wasted (unused) spend, with the cause of most of the waste.");
     app.append(el("div", { class: "filters" }, rangeSelect(since, (v) => jobsPage(v).catch(showError))));
     const jobs = await api(`/jobs?${q({ since })}`);
@@ -494,7 +510,10 @@
 
   // --- costs -----------------------------------------------------------------------------
 
-  async function costsPage(state = { group_by: "team", start: "-7d", end: "now" }) {
+  const COSTS_DEFAULT = { group_by: "team", start: "-7d", end: "now" };
+
+  async function costsPage(state = Object.fromEntries(Object.entries(COSTS_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
+    keepInUrl("/costs", Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== COSTS_DEFAULT[k])));
     page("Costs", "Cost and wasted (unused) spend per group over a range; idle cost is the part with nothing running.");
     const groupSel = el("select", { id: "group-by" }, ["team", "user", "node", "gpu_model", "job"]
       .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === state.group_by })));
@@ -503,7 +522,7 @@
     const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim() }).catch(showError);
     const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
     const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel), el("label", {}, "start", startIn),
-      el("label", {}, "end", endIn), el("button", { type: "submit", text: "Show" }), preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d"));
+      el("label", {}, "end", endIn), el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
     groupSel.addEventListener("change", apply);
     app.append(form);
@@ -618,11 +637,19 @@
 
   // --- start -----------------------------------------------------------------------------
 
+  function notFoundPage() {
+    document.title = "Not found · GPU Warden";
+    page("Page not found", "", el("p", { id: "not-found" }, "The console has no page at ", el("code", { text: location.pathname }),
+      ". Its pages: ", el("a", { href: "/", text: "Fleet" }), ", ", el("a", { href: "/jobs", text: "Jobs" }), ", ",
+      el("a", { href: "/costs", text: "Costs" }), ", ", el("a", { href: "/alerts", text: "Alerts" }), "."));
+  }
+
   async function start() {
     const path = location.pathname;
     const name = path === "/" ? "fleet" : path.split("/")[1];
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === name);
     if (path === "/login") { loginPage(); return; }
+    if (!CONSOLE_PATHS.includes(path) && !/^\/jobs\/[^/]/.test(path)) { notFoundPage(); return; }
     session = await api("/session");
     [causes, states] = await Promise.all(["causes", "states"].map((n) => fetch(`/console/${n}.json`).then((r) => r.json())));
     document.getElementById("who").textContent = `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
