@@ -168,7 +168,7 @@ def populate(engine: Engine, n_gpus: int, per_node: int = 8, history: int = 3) -
 def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
     """The same per-GPU values in ordinary labelled Gauges (a Counter for energy), already set."""
     with ctx.engine.connect() as conn:
-        snapshot = read_fleet(conn, now=NOW, max_gap_seconds=60)
+        snapshot = read_fleet(conn, now=NOW, max_age_seconds=60)
     reg = CollectorRegistry(auto_describe=True)
     metrics: dict[str, Gauge | Counter] = {}
     for spec in METRICS:
@@ -233,7 +233,7 @@ def main() -> None:
         ours = timed(lambda: render(ctx.telemetry.registry), args.runs)
 
         with engine.connect() as conn:
-            snapshot = read_fleet(conn, now=NOW, max_gap_seconds=60)
+            snapshot = read_fleet(conn, now=NOW, max_age_seconds=60)
         read = timed(lambda: _read(ctx), args.runs)
         build = timed(
             lambda: fleet_families(
@@ -276,7 +276,7 @@ def main() -> None:
 
 def _read(ctx: ServiceContext) -> object:
     with ctx.engine.connect() as conn:
-        return read_fleet(conn, now=NOW, max_gap_seconds=60)
+        return read_fleet(conn, now=NOW, max_age_seconds=60)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRIC_NAMES
 
 
-def read_fleet(conn: Connection, *, now: datetime, max_gap_seconds: float) -> FleetSnapshot:
-    """GPUs whose latest sample is at most ``max_gap_seconds`` old, with their open job."""
-    fresh_since = now - timedelta(seconds=max_gap_seconds)
+def read_fleet(conn: Connection, *, now: datetime, max_age_seconds: float) -> FleetSnapshot:
+    """GPUs whose latest sample is at most ``max_age_seconds`` old, with their open job."""
+    fresh_since = now - timedelta(seconds=max_age_seconds)
     # Two simple queries joined here: cheaper on both backends than an outer join to a subquery.
     open_job: dict[int, tuple[str, str | None, str | None, str | None]] = {}
     for gpu_id, job_id, user, team, project in conn.execute(

@@ -108,6 +108,11 @@ def fleet_families(
         "gpuwarden_gpu_last_sample_timestamp_seconds",
         "Unix time of the GPU's latest sample (seconds).",
     )
+    age_fam = gpu_family(
+        "gpuwarden_gpu_sample_age_seconds",
+        "Age of the GPU's latest sample at this scrape (seconds); past max_gap the GPU's data is "
+        "late (ingest behind, a slow node) and its series stay until metrics_keep_late_seconds.",
+    )
     price_fam = gpu_family(
         "gpuwarden_gpu_price_usd_per_hour",
         "Price of the GPU from the price table (USD per GPU-hour).",
@@ -184,6 +189,7 @@ def fleet_families(
         if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
             fb_total_rows.append((i, r.fb_total_bytes))
         last_ts.rows.append((i, r.last_sample_at.timestamp()))
+        age_fam.rows.append((i, max(0.0, (now - r.last_sample_at).total_seconds())))
         info_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
         info_fam.rows.append((i, 1.0))
 
@@ -231,7 +237,7 @@ def fleet_families(
         lost_fam.add_metric([g.node, str(g.index), g.uuid, g.model], 1.0)
 
     families: list[Metric] = [fam for _, fam in per_metric]
-    families += [last_ts, price_fam, wasted_fam, idle_fam, activity_fam, cause_fam]
+    families += [last_ts, age_fam, price_fam, wasted_fam, idle_fam, activity_fam, cause_fam]
     families += [info_fam, job_info_fam, lost_fam]
     cause_count = GaugeMetricFamily(
         "gpuwarden_fleet_gpus_by_cause",
@@ -285,7 +291,11 @@ def _fleet_figures(
     cost_usd_per_hour: float,
 ) -> Iterable[GaugeMetricFamily]:
     return [
-        _gauge("gpuwarden_fleet_gpus", "GPUs that reported within max_gap (GPUs).", reporting),
+        _gauge(
+            "gpuwarden_fleet_gpus",
+            "GPUs exported: reported within metrics_keep_late_seconds (GPUs).",
+            reporting,
+        ),
         _gauge(
             "gpuwarden_fleet_gpus_idle",
             "Reporting GPUs on which nothing runs now: idle_empty or idle_held (GPUs).",

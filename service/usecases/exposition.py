@@ -36,7 +36,10 @@ class FleetCollector(Collector):
         try:
             now = ctx.clock()
             with ctx.engine.connect() as conn:
-                snapshot = read_fleet(conn, now=now, max_gap_seconds=ctx.settings.max_gap_seconds)
+                # A GPU whose data is late (ingest behind, a slow node) stays, with its age:
+                # dropping it would flap dashboards and absent() alerts fleet-wide.
+                keep = max(ctx.settings.metrics_keep_late_seconds, ctx.settings.max_gap_seconds)
+                snapshot = read_fleet(conn, now=now, max_age_seconds=keep)
                 # the same table in force as the cost reports: stored, else config, else default
                 prices = effective_prices(conn, ctx.settings).rows
                 # Nodes silent longer than raw retention are taken as gone for good.

@@ -123,16 +123,24 @@ def test_latest_sample_per_gpu_with_job_and_price(
     assert m["gpuwarden_fleet_metrics_up"] == [({}, 1.0)]
 
 
-def test_gpu_without_a_sample_for_longer_than_max_gap_drops_out(
-    http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+def test_a_gpu_whose_data_is_late_keeps_its_series_with_its_age_then_drops_out(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock, settings: Settings
 ):
     ingest(http, tokens["agent"], make_batch(gpu_uuids=("GPU-a0",), start=clock()))
-    assert len(scrape(http)["gpuwarden_gpu_sm_active_ratio"]) == 1
-    clock.advance(60)  # exactly max_gap old: still in
-    assert len(scrape(http)["gpuwarden_gpu_sm_active_ratio"]) == 1
+    m = scrape(http)
+    assert [v for _, v in m["gpuwarden_gpu_sample_age_seconds"]] == [0.0]
+    # Ingest falls behind: past max_gap the GPU is late, not gone (dashboards do not flap).
+    clock.advance(settings.max_gap_seconds + 30)
+    m = scrape(http)
+    assert len(m["gpuwarden_gpu_sm_active_ratio"]) == 1
+    assert [v for _, v in m["gpuwarden_gpu_sample_age_seconds"]] == [settings.max_gap_seconds + 30]
+    assert m["gpuwarden_fleet_gpus"] == [({}, 1.0)]
+    clock.advance(settings.metrics_keep_late_seconds - settings.max_gap_seconds - 30)
+    assert len(scrape(http)["gpuwarden_gpu_sm_active_ratio"]) == 1  # exactly the limit: still in
     clock.advance(1)
     m = scrape(http)
     assert "gpuwarden_gpu_sm_active_ratio" not in m
+    assert "gpuwarden_gpu_sample_age_seconds" not in m
     assert m["gpuwarden_fleet_gpus"] == [({}, 0.0)]
 
 

@@ -82,7 +82,7 @@ def store_two_hours(ctx: ServiceContext, source: str) -> None:
 
 def family_values(ctx: ServiceContext) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with ctx.engine.connect() as conn:
-        snapshot = metrics_repo.read_fleet(conn, now=NOW, max_gap_seconds=60)
+        snapshot = metrics_repo.read_fleet(conn, now=NOW, max_age_seconds=60)
     out = {}
     for fam in fleet_families(snapshot, thresholds=ctx.thresholds, now=NOW):
         for s in fam.samples:
