@@ -276,7 +276,7 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
         print(
             f"  report {days} d grouped by team: best {best * 1000:.0f} ms, median "
             f"{median * 1000:.0f} ms ({len(data['rows'])} rows, total ${data['totals']['cost_usd']:,.0f}, "
-            f"wasted ${data['totals']['unused_cost_usd']:,.0f})"
+            f"waste ${data['totals']['waste_usd']:,.0f})"
         )
         best, median, data = timed(
             lambda: cost_report.cost_report(

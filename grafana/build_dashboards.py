@@ -26,7 +26,7 @@ def with_job(expr: str, sel: str = "") -> str:
     )
 
 
-UNALLOCATED_WASTE = with_job("gpuwarden_gpu_wasted_usd_per_hour", 'job_id=""')
+UNALLOCATED_WASTE = with_job("gpuwarden_gpu_waste_usd_per_hour", 'job_id=""')
 
 Panel = dict[str, Any]
 
@@ -179,7 +179,7 @@ def fleet() -> dict[str, Any]:
         stat("Idle now", "gpuwarden_fleet_gpus_idle", "none"),
         stat("Idle but holding memory", "gpuwarden_fleet_gpus_idle_held", "none", red_above=1),
         stat("Lost GPUs", "gpuwarden_fleet_gpus_lost", "none", red_above=1),
-        stat("Wasted spend now", "gpuwarden_fleet_wasted_usd_per_hour", "currencyUSD"),
+        stat("Waste now", "gpuwarden_fleet_waste_usd_per_hour", "currencyUSD"),
         stat("Spend now", "gpuwarden_fleet_cost_usd_per_hour", "currencyUSD"),
         timeseries(
             "Mean activity by model (sm_active, else gr_engine_active, else gpu_util)",
@@ -201,8 +201,8 @@ def fleet() -> dict[str, Any]:
             "none",
         ),
         timeseries(
-            "Wasted spend per hour, by team",
-            [(f"sum by (team) ({with_job('gpuwarden_gpu_wasted_usd_per_hour')})", "{{team}}")],
+            "Waste per hour, by team",
+            [(f"sum by (team) ({with_job('gpuwarden_gpu_waste_usd_per_hour')})", "{{team}}")],
             "currencyUSD",
         ),
         timeseries(
@@ -216,7 +216,7 @@ def fleet() -> dict[str, Any]:
                 ("count by (node) (gpuwarden_gpu_info)", "GPUs"),
                 ("avg by (node) (gpuwarden_gpu_activity_ratio)", "mean activity"),
                 ("sum by (node) (gpuwarden_gpu_idle)", "idle GPUs"),
-                ("sum by (node) (gpuwarden_gpu_wasted_usd_per_hour)", "wasted USD/h"),
+                ("sum by (node) (gpuwarden_gpu_waste_usd_per_hour)", "waste USD/h"),
                 ("sum by (node) (gpuwarden_gpu_power_watts)", "power W"),
             ],
         ),
@@ -229,8 +229,8 @@ def fleet() -> dict[str, Any]:
         stat("Fleet power", "sum(gpuwarden_gpu_power_watts)", "watt"),
         stat("Fleet memory in use", "sum(gpuwarden_gpu_fb_used_bytes)", "bytes"),
         stat(
-            "Wasted in range",
-            "sum(sum_over_time(gpuwarden_fleet_wasted_usd_per_hour[$__range:1m])) / 60",
+            "Waste in range",
+            "sum(sum_over_time(gpuwarden_fleet_waste_usd_per_hour[$__range:1m])) / 60",
             "currencyUSD",
         ),
         stat("Scrape reads DB", "min(gpuwarden_fleet_metrics_up)", "bool"),
@@ -409,7 +409,7 @@ def node_gpu() -> dict[str, Any]:
             "Bps",
         ),
         timeseries("Last XID", per_gpu("gpuwarden_gpu_xid_last"), "none"),
-        timeseries("Wasted spend", per_gpu("gpuwarden_gpu_wasted_usd_per_hour"), "currencyUSD"),
+        timeseries("Waste", per_gpu("gpuwarden_gpu_waste_usd_per_hour"), "currencyUSD"),
         # Any of these pages as a hardware fault: a failure state, or a counter's rise.
         timeseries(
             "Row remapping and PCIe replays",
@@ -453,15 +453,15 @@ def jobs() -> dict[str, Any]:
         return with_job(metric, sel)
 
     activity = joined("gpuwarden_gpu_activity_ratio")
-    wasted = joined("gpuwarden_gpu_wasted_usd_per_hour")
+    wasted = joined("gpuwarden_gpu_waste_usd_per_hour")
     panels = [
         stat("Jobs on GPUs", f"count(count by (job_id) (gpuwarden_gpu_job_info{{{sel}}}))", "none"),
         stat("GPUs held by jobs", f"count(gpuwarden_gpu_job_info{{{sel}}})", "none"),
         stat("Mean efficiency", f"avg({activity})", "percentunit"),
-        stat("Wasted by jobs now", f"sum({wasted})", "currencyUSD"),
+        stat("Waste of jobs now", f"sum({wasted})", "currencyUSD"),
         stat("Idle GPUs in jobs", f"sum({joined('gpuwarden_gpu_idle')})", "none", red_above=1),
         stat(
-            "Wasted by jobs in range",
+            "Waste of jobs in range",
             f"sum(sum_over_time(({wasted})[$__range:1m])) / 60",
             "currencyUSD",
         ),
@@ -473,7 +473,7 @@ def jobs() -> dict[str, Any]:
                 (f"avg by ({by}) ({joined('gpuwarden_gpu_tensor_active_ratio')})", "tensor active"),
                 (f"sum by ({by}) ({joined('gpuwarden_gpu_idle')})", "idle GPUs"),
                 (f"sum by ({by}) ({joined('gpuwarden_gpu_price_usd_per_hour')})", "cost USD/h"),
-                (f"sum by ({by}) ({wasted})", "wasted USD/h"),
+                (f"sum by ({by}) ({wasted})", "waste USD/h"),
             ],
         ),
         timeseries(
@@ -482,17 +482,17 @@ def jobs() -> dict[str, Any]:
             "percentunit",
         ),
         timeseries(
-            "Wasted spend per job",
+            "Waste per job",
             [(f"sum by (job_id) ({wasted})", "{{job_id}}")],
             "currencyUSD",
         ),
         timeseries(
-            "Wasted spend per user",
+            "Waste per user",
             [(f"sum by (user) ({wasted})", "{{user}}")],
             "currencyUSD",
         ),
         timeseries(
-            "Wasted spend per team",
+            "Waste per team",
             [(f"sum by (team) ({wasted})", "{{team}}")],
             "currencyUSD",
         ),

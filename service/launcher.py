@@ -132,8 +132,8 @@ class _SinkHandler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(min(length, 1 << 20)))
             doc = body.get("data", body)  # a Standard Webhooks payload: the alert is its data
             line = str(doc.get("summary") or doc)
-            if doc.get("wasted_usd") is not None:
-                line += f"; wasted so far ${float(doc['wasted_usd']):,.2f}"
+            if doc.get("waste_usd") is not None:
+                line += f"; waste so far ${float(doc['waste_usd']):,.2f}"
             line += self.server.from_history(doc)
         except (ValueError, AttributeError, TypeError):
             line = "a notification that was not JSON"

@@ -109,12 +109,7 @@ class Settings(BaseSettings):
     # NO_PROXY from the environment; "direct": no proxy whatever the environment says.
     notify_proxy_url: str | None = None
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager
-    # --- costs, job tags and reports -------------------------------------------------
-    tag_idle_fraction: float = Field(0.5, ge=0, le=1)  # idle: idle seconds / allocated
-    tag_idle_held_fraction: float = Field(0.25, ge=0, le=1)  # idle-held: idle-held / allocated
-    tag_underfed_sm_active: float = Field(0.15, ge=0, le=1)  # underfed: mean sm_active below
-    tag_memory_bound_dram_active: float = Field(0.5, ge=0, le=1)  # memory-bound: dram at least
-    tag_no_tensor_tensor_active: float = Field(0.01, ge=0, le=1)  # no-tensor: tensor below
+    # --- costs and reports -------------------------------------------------------------
     # Recommendations (service.costs.recommend; docs/diagnosis.md gives the sources): how many
     # times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer bytes.
     fix_tensor_speedup: float = Field(4.0, ge=1)

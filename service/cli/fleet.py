@@ -12,6 +12,7 @@ from service.cli.report import gpu_hours, money, terminal_console
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
 from service.clock import utc_now
+from service.costs.money import SORT_BYS, SORT_FIELDS
 from service.diagnosis import (
     CAUSE_BY_NAME,
     CAUSE_MEANING,
@@ -46,7 +47,8 @@ def add_fleet_parsers(sub: Any) -> None:
     """Add ``gpus`` and ``job`` to the ``gpuwarden`` sub-commands."""
     p = sub.add_parser(
         "gpus",
-        help="every GPU on one screen, worst first: state, activity, memory, job, $ wasted today",
+        help="every GPU on one screen, worst first: state, activity, memory, job, $ cost and "
+        "waste today",
         epilog=states_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Next to a running `gpuwarden up` or `demo` the service and token are found "
@@ -58,6 +60,9 @@ def add_fleet_parsers(sub: Any) -> None:
     p.add_argument("--state", choices=STATE_NAMES, help="only GPUs in this state")
     p.add_argument(
         "--cause", choices=CAUSE_NAMES, help="only GPUs whose latest sample has this cause"
+    )
+    p.add_argument(
+        "--sort", default="waste", choices=SORT_BYS, help="largest first by these dollars today"
     )
     p.add_argument(
         "--watch",
@@ -100,14 +105,15 @@ def _activity(gpu: dict[str, Any]) -> str:
     return f"{value:.0%}{why}"
 
 
-def fleet_rows(gpus: list[dict[str, Any]]) -> list[list[str]]:
-    """One row per GPU (as ``GET /fleet`` has them), worst first: most dollars wasted today,
-    then by state (lost, idle-held, idle, underused, ..., working)."""
+def fleet_rows(gpus: list[dict[str, Any]], sort_by: str = "waste") -> list[list[str]]:
+    """One row per GPU (as ``GET /fleet`` has them), worst first: most ``sort_by`` dollars
+    today (waste by default), then by state (lost, idle-held, idle, underused, ..., working)."""
     rank = {name: i for i, name in enumerate(STATE_NAMES)}
+    field = SORT_FIELDS[sort_by]
     keyed = sorted(
         gpus,
         key=lambda g: (
-            -(g.get("wasted_today_usd") or 0.0),
+            -(g.get(field) or 0.0),
             rank.get(g["state"], len(rank)),
             g["node"],
             g["index"],
@@ -123,7 +129,8 @@ def fleet_rows(gpus: list[dict[str, Any]]) -> list[list[str]]:
             _memory(g),
             g.get("job") or "",
             g.get("user") or "",
-            money(g.get("wasted_today_usd")),
+            money(g.get("cost_usd")),
+            money(g.get("waste_usd")),
         ]
         for g in keyed
     ]
@@ -138,12 +145,13 @@ FLEET_COLUMNS = [
     Column("memory", "right", drop=3),
     Column("job", whole=True, fold_last=True),
     Column("user", drop=1),
-    Column("$ wasted today", "right", whole=True),
+    Column("$ cost today", "right", drop=5),
+    Column("$ waste today", "right", whole=True),
 ]
 
 
 def fleet_title(fleet: dict[str, Any], args: argparse.Namespace) -> str:
-    """The table's headline: the GPUs shown, what they wasted today and the filters."""
+    """The table's headline: the GPUs shown, their cost and waste today and the filters."""
     now = datetime.fromisoformat(str(fleet["now"]).replace("Z", "+00:00"))
     filters = [
         f"{name} {value}"
@@ -153,8 +161,10 @@ def fleet_title(fleet: dict[str, Any], args: argparse.Namespace) -> str:
     return (
         f"{len(fleet['gpus'])} GPU{'' if len(fleet['gpus']) == 1 else 's'}"
         + (f" ({', '.join(filters)})" if filters else "")
-        + f" at {now:%Y-%m-%d %H:%M:%S}Z; {money(fleet['wasted_today_usd'])} wasted since "
-        f"{str(fleet['start'])[:10]} 00:00Z"
+        + f" at {now:%Y-%m-%d %H:%M:%S}Z; since {str(fleet['start'])[:10]} 00:00Z: cost "
+        f"{money(fleet['cost_usd'])}, waste {money(fleet['waste_usd'])} = idle "
+        f"{money(fleet['idle_usd'])} + fixable {money(fleet['fixable_usd'])} (estimated)"
+        + (f", lost {money(fleet['lost_usd'])}" if fleet.get("lost_usd") else "")
     )
 
 
@@ -162,8 +172,9 @@ def _fleet_table(args: argparse.Namespace, settings: ClientSettings, width: int)
     # One read: the service filters, so the headline's dollars are those of the GPUs shown
     # and an unknown node or team is refused with the nearest known name.
     params = {k: v for k in ("node", "team", "state", "cause") if (v := getattr(args, k))}
-    fleet: dict[str, Any] = api_get(settings, "/fleet", params).json()
-    rows = fleet_rows(fleet["gpus"])
+    sort_by = getattr(args, "sort", "waste")
+    fleet: dict[str, Any] = api_get(settings, "/fleet", {**params, "sort": sort_by}).json()
+    rows = fleet_rows(fleet["gpus"], sort_by)
     table, dropped = fit_table(FLEET_COLUMNS, rows, width=width, title=fleet_title(fleet, args))
     if dropped:
         table.caption = f"left out to fit {width} columns: {', '.join(dropped)}"
@@ -246,20 +257,27 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
         "",
         f"GPU time: {gpu_hours(s['held_seconds'])} GPU-h held, "
         f"{gpu_hours(s['allocated_seconds'])} with data",
-        f"Cost: {money(s['cost_usd'])}; idle {money(s['idle_cost_usd'])}; "
-        f"wasted {money(s['unused_cost_usd'])}",
+        f"Cost: {money(s['cost_usd'])}"
+        + (f" (no data {money(s['nodata_usd'])})" if s.get("nodata_seconds") else "")
+        + (
+            f" (lost, GPU fell off the bus: {money(s['lost_usd'])})"
+            if s.get("lost_seconds")
+            else ""
+        ),
+        f"Waste: {money(s['waste_usd'])} = idle {money(s['idle_usd'])} + fixable "
+        f"{money(s['fixable_usd'])} (estimated)",
         f"Efficiency (time-weighted activity): {'n/a' if eff is None else f'{eff:.0%}'}",
     ]
     causes = s.get("causes") or {}
     if causes:
         covered = sum(c["seconds"] for c in causes.values()) or 1.0
-        lines += ["", "Time and dollars by cause:"]
+        lines += ["", "Time and dollars by cause (cost, waste):"]
         for name, c in sorted(causes.items(), key=lambda kv: -kv[1]["seconds"]):
             if c["seconds"] <= 0:
                 continue
             lines.append(
                 f"  {name:<18} {gpu_hours(c['seconds']):>7} GPU-h {money(c.get('usd')):>10}"
-                f" {c['seconds'] / covered:>5.0%}"
+                f" {money(c.get('waste_usd')):>10} {c['seconds'] / covered:>5.0%}"
             )
     per_gpu = job.get("per_gpu") or []
     if len(per_gpu) > 1:
@@ -268,12 +286,9 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
             e = g.get("efficiency")
             lines.append(
                 f"  {g['gpu_uuid']}  {gpu_hours(g['allocated_seconds'])} GPU-h  "
-                f"cost {money(g['cost_usd'])}  wasted {money(g['unused_cost_usd'])}  "
+                f"cost {money(g['cost_usd'])}  waste {money(g['waste_usd'])}  "
                 f"efficiency {'n/a' if e is None else f'{e:.0%}'}"
             )
-    tags = job.get("tags") or []
-    if tags:
-        lines += ["", "Tags: " + ", ".join(t["tag"] for t in tags)]
     fixes = job.get("recommendations")
     if fixes:
         saved = job.get("savings_usd")
@@ -283,14 +298,9 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
             base = f.get("base") or f"{gpu_hours(f['seconds'])} GPU-h"
             lines.append(f"  - {money(f['saving_usd'])} {what}: {f['action']}")
             lines.append(f"      {f['saving_fraction']:.0%} of {base}, assuming {f['assumption']}")
-    else:  # a central from before recommendations: the dominant cause's fix and the hints
-        advice = []
-        dominant = job.get("dominant_waste_cause") or s.get("dominant_waste_cause")
-        if dominant in CAUSE_BY_NAME:
-            advice.append(f"most waste is {dominant}: {CAUSE_MEANING[CAUSE_BY_NAME[dominant]]}")
-        advice += [f"{t['tag']}: {t['hint']}" for t in tags]
-        if advice:
-            lines += ["", "Recommendations:"] + [f"  - {a}" for a in advice]
+    elif s.get("top_cause") in CAUSE_BY_NAME:  # priced nothing: the top cause's meaning
+        top = s["top_cause"]
+        lines += ["", "Recommendations:", f"  - {top}: {CAUSE_MEANING[CAUSE_BY_NAME[top]]}"]
     energy = job.get("energy")
     if energy:
         lines.append(

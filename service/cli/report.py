@@ -14,7 +14,9 @@ from service.cli.http import api_get
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
 from service.clock import utc_now
-from service.costs.waste import GROUP_BYS, TAGS
+from service.costs.money import SORT_BYS
+from service.costs.waste import GROUP_BYS
+from service.diagnosis import WASTE_CAUSES
 from service.errors import ValidationFailed
 from service.localrun import resolve_service
 from service.querytime import INSTANT_FORMS, time_range
@@ -22,11 +24,11 @@ from service.querytime import INSTANT_FORMS, time_range
 
 def add_report_parser(sub: Any) -> None:
     """Add ``report cost`` to the ``gpuwarden`` sub-commands."""
-    p = sub.add_parser("report", help="wasted-spend reports from the central service")
+    p = sub.add_parser("report", help="cost and waste reports from the central service")
     rsub = p.add_subparsers(dest="report_command", required=True, metavar="REPORT")
     c = rsub.add_parser(
         "cost",
-        help="what GPUs cost and how much was idle or unused, worst first",
+        help="what GPUs cost and how much of it was waste (idle + fixable), worst first",
         description="Asks the central service (GET /api/v1/reports/cost) with a reader token.",
     )
     c.add_argument("--url", dest="central_url", help="central service URL (GPUWARDEN_CENTRAL_URL)")
@@ -35,7 +37,15 @@ def add_report_parser(sub: Any) -> None:
     c.add_argument("--start", help=f"instead of --since: {INSTANT_FORMS}")
     c.add_argument("--end", help="the same forms as --start (default now)")
     c.add_argument("--group-by", default="job", choices=GROUP_BYS, help="default job")
-    c.add_argument("--tag", choices=TAGS, help="only jobs with this tag")
+    c.add_argument(
+        "--cause",
+        choices=[cause.label for cause in WASTE_CAUSES],
+        metavar="NAME",
+        help="only the groups whose top cause is NAME (idle_empty, launch_bound, ...)",
+    )
+    c.add_argument(
+        "--sort", default="waste", choices=SORT_BYS, help="largest first by these dollars"
+    )
     c.add_argument("--user", dest="filter_user", help="only this user's jobs")
     c.add_argument("--team", dest="filter_team", help="only this team's jobs")
     c.add_argument("--limit", type=int, default=20, help="rows in the table (default 20)")
@@ -78,22 +88,24 @@ def short_time(text: str) -> str:
 
 
 def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
-    """Print the report as a table, worst wasted spend first, with the totals last."""
+    """Print the report as a table in the service's order (largest waste first, or --sort),
+    with the totals last."""
     group_by = data["group_by"]
     columns = [
         Column(group_by, whole=True, fold_last=True),
         Column("GPU-h", "right", drop=4),
         Column("cost", "right", whole=True),
-        Column("idle cost", "right", whole=True, drop=3),
-        Column("wasted", "right", whole=True),
+        Column("waste", "right", whole=True),
+        Column("idle", "right", whole=True, drop=3),
+        Column("fixable", "right", whole=True, drop=2),
+        Column("lost", "right", drop=7),
         Column("efficiency", "right", drop=5),
-        Column("idle", "right", drop=2),
         Column("no data", "right", drop=1),
     ]
-    columns.append(Column("top waste cause", wrap=True))
+    columns.append(Column("top cause", wrap=True))
     columns.append(Column("top fix saves", wrap=True, drop=8))
     if group_by == "job":
-        columns += [Column("user", drop=6), Column("tags", wrap=True, drop=7)]
+        columns.append(Column("user", drop=6))
     rows = data["rows"]
     shown = [*rows[:limit], {**data["totals"], "key": "TOTAL"}]
     cells = []
@@ -101,18 +113,19 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         eff = r["efficiency"]
         row = [
             str(r["key"]),
-            gpu_hours(r["allocated_seconds"]),
+            gpu_hours(r["held_seconds"]),
             money(r["cost_usd"]),
-            money(r["idle_cost_usd"]),
-            money(r["unused_cost_usd"]),
+            money(r["waste_usd"]),
+            money(r["idle_usd"]),
+            money(r["fixable_usd"]),
+            money(r["lost_usd"]) if r.get("lost_seconds") else "",
             "" if eff is None else f"{eff:.0%}",
-            _pct(r["idle_seconds"], r["allocated_seconds"]),
             _pct(r["nodata_seconds"], r["held_seconds"]),
             top_cause(r),
             top_fix(r),
         ]
         if group_by == "job":
-            row += [r.get("user") or "", ", ".join(r.get("tags") or [])]
+            row.append(r.get("user") or "")
         cells.append(row)
     prices = "DEFAULT prices" if data.get("price_source") == "default" else "your prices"
     table, dropped = fit_table(
@@ -120,7 +133,8 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         cells,
         width=console.width,
         title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
-        caption=f"wasted = price x (1 - activity) x time; idle = nothing running; {prices}"
+        caption="cost = price x held time; waste = idle (nothing ran) + fixable (the causes' "
+        f"dollars x their fixes' saving fraction, estimated); {prices}"
         + (f"; shared GPUs split by {rule}" if (rule := data.get("split_rule")) else ""),
         section_before_last=True,
     )
@@ -144,22 +158,34 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     breakdown = cause_breakdown(data["totals"])
     if breakdown:
         console.print(f"time by cause: {breakdown}")
-    fixes = data["totals"].get("fixes") or []
+    totals = data["totals"]
+    console.print(waste_line(totals))
+    fixes = totals.get("fixes") or []
     if fixes:
         console.print(
-            f"fixes of the totals save {money(data['totals'].get('fixes_saving_usd'))}: "
+            "top fixes: "
             + "; ".join(f"{f['cause']} {money(f['saving_usd'])} ({f['action']})" for f in fixes)
         )
 
 
+def waste_line(row: dict[str, Any]) -> str:
+    """The row's cost and waste in words: "cost $4.00 (no data $0.67, lost $0.00); waste $3.00
+    = idle $2.00 + fixable $1.00 (estimated)"."""
+    return (
+        f"cost {money(row['cost_usd'])} (no data {money(row['nodata_usd'])}, lost "
+        f"{money(row['lost_usd'])}); waste {money(row['waste_usd'])} = idle "
+        f"{money(row['idle_usd'])} + fixable {money(row['fixable_usd'])} (estimated)"
+    )
+
+
 def top_cause(row: dict[str, Any]) -> str:
-    """The row's dominant waste cause with its share of the time and its cost."""
-    name = row.get("dominant_waste_cause")
+    """The row's top cause with its share of the time and the waste in it."""
+    name = row.get("top_cause")
     figures = (row.get("causes") or {}).get(name) if name else None
     if not name or not figures:
         return ""
     share = _pct(figures["seconds"], row["allocated_seconds"])
-    return f"{name} {share} {money(figures['usd'])}"
+    return f"{name} {share} {money(figures['waste_usd'])}"
 
 
 def top_fix(row: dict[str, Any]) -> str:
@@ -197,13 +223,14 @@ def cmd_report_cost(args: argparse.Namespace, settings: ClientSettings) -> int:
         return 2
     params: dict[str, str] = {
         "group_by": args.group_by,
+        "sort": args.sort,
         "format": "csv" if args.csv else "json",
     }
     for key, value in (
         ("start", args.start),
         ("end", args.end),
         ("since", since),
-        ("tag", args.tag),
+        ("cause", args.cause),
         ("user", args.filter_user),
         ("team", args.filter_team),
     ):

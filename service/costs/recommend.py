@@ -547,9 +547,11 @@ def _mig(
         _slice_ratio(prices, model, first, when) if when is not None else first.compute_slices / 7
     )
     saved = sum(r.saving_usd or 0.0 for r in fixes)
-    left = max(total.cost_usd - saved, 0.0) if total.priced else None
+    # The covered dollars: time without samples or on a lost GPU runs on no slice.
+    covered_usd = sum(total.cause_cost_usd)
+    left = max(covered_usd - saved, 0.0) if total.priced else None
     # A job all idle is told to release the GPU; a slice of the few cents left is noise.
-    if left is not None and left < MIG_MIN_LEFT * total.cost_usd:
+    if left is not None and left < MIG_MIN_LEFT * covered_usd:
         return None
     peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
     pcie = max(g.peak_pcie_bytes_per_second or 0.0 for g in gpus)

@@ -1,4 +1,4 @@
-"""The waste model over jobs: GPU timelines, sharing, costs and job tags.
+"""The waste model over jobs: GPU timelines, sharing and costs.
 
 Pure: takes allocation intervals, usage integrals and prices, returns report rows. When k jobs
 hold one GPU at the same moment, every integral of that moment is split equally, 1/k to each,
@@ -7,13 +7,13 @@ so the jobs' shares add up to the GPU's time and nothing is counted twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
 from service.costs.integrals import CAUSE_FIELDS, Integrals
-from service.diagnosis import CAUSE_NAMES, WASTE_CAUSES
+from service.diagnosis import Cause
 
 UNALLOCATED = "__unallocated__"
 HOUR = timedelta(hours=1)
@@ -22,7 +22,7 @@ MINUTE = timedelta(minutes=1)
 
 @dataclass(slots=True)
 class Usage(Integrals):
-    """The integrals of one GPU over some time, plus the metric sums/counts job tags need."""
+    """The integrals of one GPU over some time, plus the tensor and DRAM activity sums/counts."""
 
     tensor_active_sum: float = 0.0
     tensor_active_count: float = 0.0
@@ -178,25 +178,34 @@ def plan_reads(start: datetime, end: datetime) -> list[Read]:
 
 @dataclass(slots=True)
 class Line:
-    """One job's (or no job's) share of one GPU segment, with the price that held then."""
+    """One job's (or no job's) share of one GPU segment, with the price that held then;
+    ``lost`` when the segment falls after the GPU was lost (fell off the bus)."""
 
     job_id: str | None
     gpu_id: int
     held_seconds: float
     usage: Usage
     usd_per_gpu_hour: float | None
+    lost: bool = False
 
 
 @dataclass(slots=True)
 class Summary:
-    """A group of lines summed: seconds, efficiency and USD (None if unpriced)."""
+    """A group of lines summed: held seconds, usage, and USD (None if unpriced).
+
+    The cost is every held second at its price: the covered seconds of each cause, the
+    ``nodata`` seconds no sample covers and the ``lost`` seconds of a GPU fallen off the bus,
+    so ``cost_usd`` = sum of ``cause_cost_usd`` + ``nodata_usd`` + ``lost_usd`` by construction.
+    """
 
     key: str
     held_seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
-    idle_cost_usd: float = 0.0
-    unused_cost_usd: float = 0.0
+    nodata_seconds: float = 0.0
+    lost_seconds: float = 0.0
+    nodata_usd: float = 0.0
+    lost_usd: float = 0.0
     unpriced_seconds: float = 0.0
     gpu_ids: set[int] = field(default_factory=set)
     job_ids: set[str] = field(default_factory=set)
@@ -211,13 +220,20 @@ class Summary:
         if line.job_id is not None:
             self.job_ids.add(line.job_id)
         u = line.usage
+        uncovered = max(line.held_seconds - u.covered_seconds, 0.0)
+        if line.lost:
+            self.lost_seconds += uncovered
+        else:
+            self.nodata_seconds += uncovered
         if line.usd_per_gpu_hour is None:
-            self.unpriced_seconds += u.covered_seconds
+            self.unpriced_seconds += max(line.held_seconds, u.covered_seconds)
             return
         per_second = line.usd_per_gpu_hour / 3600.0
-        self.cost_usd += per_second * u.covered_seconds
-        self.idle_cost_usd += per_second * u.idle_seconds
-        self.unused_cost_usd += per_second * u.unused_seconds
+        if line.lost:
+            self.lost_usd += per_second * uncovered
+        else:
+            self.nodata_usd += per_second * uncovered
+        self.cost_usd += per_second * (u.covered_seconds + uncovered)
         usd = self.cause_cost_usd
         for i, f in enumerate(CAUSE_FIELDS):
             seconds = getattr(u, f)
@@ -229,8 +245,10 @@ class Summary:
         self.held_seconds += other.held_seconds
         self.usage.add(other.usage)
         self.cost_usd += other.cost_usd
-        self.idle_cost_usd += other.idle_cost_usd
-        self.unused_cost_usd += other.unused_cost_usd
+        self.nodata_seconds += other.nodata_seconds
+        self.lost_seconds += other.lost_seconds
+        self.nodata_usd += other.nodata_usd
+        self.lost_usd += other.lost_usd
         self.unpriced_seconds += other.unpriced_seconds
         for i, v in enumerate(other.cause_cost_usd):
             self.cause_cost_usd[i] += v
@@ -239,29 +257,16 @@ class Summary:
 
     @property
     def priced(self) -> bool:
-        """Whether every covered second had a price (else costs are shown as null)."""
+        """Whether every held second had a price (else costs are shown as null)."""
         return self.unpriced_seconds == 0
 
-    @property
-    def dominant_waste_cause(self) -> str | None:
-        """The waste cause with the most seconds (ties: the first in Cause order), or None."""
-        best, best_seconds = None, 0.0
-        for c in WASTE_CAUSES:
-            seconds = getattr(self.usage, f"{c.label}_seconds")
-            if seconds > best_seconds:
-                best, best_seconds = c.label, seconds
-        return best
+    def cause_usd(self, cause: Cause) -> float:
+        """The USD of one cause's covered seconds (0 when unpriced)."""
+        return self.cause_cost_usd[int(cause) - 1]
 
-    def causes(self) -> dict[str, dict[str, float | None]]:
-        """Seconds and USD (None if unpriced) per cause name, in Cause order."""
-        priced = self.priced
-        return {
-            name: {
-                "seconds": getattr(self.usage, f),
-                "usd": self.cause_cost_usd[i] if priced else None,
-            }
-            for i, (name, f) in enumerate(zip(CAUSE_NAMES, CAUSE_FIELDS, strict=True))
-        }
+    def cause_seconds(self, cause: Cause) -> float:
+        """The covered seconds of one cause."""
+        return float(getattr(self.usage, f"{cause.label}_seconds"))
 
     @property
     def efficiency(self) -> float | None:
@@ -269,52 +274,37 @@ class Summary:
         cov = self.usage.covered_seconds
         return None if cov <= 0 else 1.0 - self.usage.unused_seconds / cov
 
-    def as_dict(self) -> dict[str, object]:
-        """The row of a report: the summed figures and the group key, costs None if unpriced."""
-        u = self.usage
-        priced = self.priced
-        return {
-            "key": self.key,
-            "held_seconds": self.held_seconds,
-            "allocated_seconds": u.covered_seconds,
-            "nodata_seconds": max(self.held_seconds - u.covered_seconds, 0.0),
-            "idle_seconds": u.idle_seconds,
-            "idle_held_seconds": u.idle_held_seconds,
-            "unused_seconds": u.unused_seconds,
-            "fallback_seconds": u.fallback_seconds,
-            "energy_used_joules": u.energy_used_joules,
-            "efficiency": self.efficiency,
-            "cost_usd": self.cost_usd if priced else None,
-            "idle_cost_usd": self.idle_cost_usd if priced else None,
-            "unused_cost_usd": self.unused_cost_usd if priced else None,
-            "unpriced_seconds": self.unpriced_seconds,
-            "gpus": len(self.gpu_ids),
-            "jobs": len(self.job_ids),
-            "causes": self.causes(),
-            "dominant_waste_cause": self.dominant_waste_cause,
-        }
+
+def _is_lost(seg: Segment, lost_at: Mapping[int, datetime]) -> bool:
+    """Whether the segment lies after its GPU was lost (segments are cut at ``lost_at``)."""
+    at = lost_at.get(seg.gpu_id)
+    return at is not None and seg.start >= at
 
 
 def lines_from_segments(
     segments: Sequence[Segment],
     usages: Sequence[Usage],
     price_of: Callable[[Segment], float | None],
+    lost_at: Mapping[int, datetime] | None = None,
 ) -> list[Line]:
     """Attribute each segment's usage: 1/k to each of its k jobs, or all of it to no job."""
+    lost_at = lost_at or {}
     out: list[Line] = []
     for seg, usage in zip(segments, usages, strict=True):
         price = price_of(seg)
         seconds = (seg.end - seg.start).total_seconds()
+        lost = _is_lost(seg, lost_at)
         if not seg.job_ids:
-            out.append(Line(None, seg.gpu_id, seconds, usage, price))
+            out.append(Line(None, seg.gpu_id, seconds, usage, price, lost))
             continue
         share = 1.0 / len(seg.job_ids)
         for job_id in seg.job_ids:
-            out.append(Line(job_id, seg.gpu_id, seconds * share, usage.scaled(share), price))
+            out.append(Line(job_id, seg.gpu_id, seconds * share, usage.scaled(share), price, lost))
     return out
 
 
-LineKey = tuple[str | None, int, float | None]  # (job id or None, gpu id, USD per GPU-hour)
+# (job id or None, gpu id, USD per GPU-hour, after the GPU was lost)
+LineKey = tuple[str | None, int, float | None, bool]
 
 
 class Span(NamedTuple):
@@ -328,14 +318,17 @@ class Span(NamedTuple):
 
 
 def group_segments(
-    segments: Sequence[Segment], price_of: Callable[[Segment], float | None]
+    segments: Sequence[Segment],
+    price_of: Callable[[Segment], float | None],
+    lost_at: Mapping[int, datetime] | None = None,
 ) -> tuple[list[LineKey], list[float], list[Span]]:
-    """Shares of segments keyed by (job, GPU, price): the keys, their held seconds, and the
-    spans (group = key index, factor = share) whose usage each key sums.
+    """Shares of segments keyed by (job, GPU, price, lost): the keys, their held seconds, and
+    the spans (group = key index, factor = share) whose usage each key sums.
 
     The same split as ``lines_from_segments``, but a job's many segments on one GPU at one
     price become one line, so the database can sum them in one pass.
     """
+    lost_at = lost_at or {}
     index: dict[LineKey, int] = {}
     held: list[float] = []
     spans: list[Span] = []
@@ -344,8 +337,9 @@ def group_segments(
         seconds = (seg.end - seg.start).total_seconds()
         owners: tuple[str | None, ...] = seg.job_ids or (None,)
         share = 1.0 / len(owners)
+        lost = _is_lost(seg, lost_at)
         for job_id in owners:
-            key = (job_id, seg.gpu_id, price)
+            key = (job_id, seg.gpu_id, price, lost)
             group = index.get(key)
             if group is None:
                 group = index[key] = len(held)
@@ -370,66 +364,8 @@ def summarize(
     return out
 
 
-# --- job tags ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TagThresholds:
-    """When a job earns each tag; fractions are of its allocated (covered) seconds."""
-
-    idle_fraction: float = 0.5
-    idle_held_fraction: float = 0.25
-    underfed_sm_active: float = 0.15
-    memory_bound_dram_active: float = 0.5
-    no_tensor_tensor_active: float = 0.01
-
-
-TAG_HINTS: dict[str, str] = {
-    "idle": "The GPUs sat idle most of the time: release them when not computing, "
-    "or ask for fewer or shorter allocations.",
-    "idle-held": "Idle while holding GPU memory: a notebook, stuck rank or forgotten process "
-    "kept the GPU; end it or add an idle timeout.",
-    "underfed": "The SMs were mostly waiting (mean sm_active low): feed the GPU faster "
-    "(more data-loader workers, prefetching, larger batches) or use a smaller GPU.",
-    "memory-bound": "DRAM bandwidth is the limit: fuse kernels, raise arithmetic intensity "
-    "(larger batches, mixed precision) or use FlashAttention-style kernels.",
-    "no-tensor": "Busy but the tensor cores are unused: enable bf16/fp16 autocast or TF32 "
-    "so matrix maths runs on tensor cores.",
-}
-TAGS: tuple[str, ...] = tuple(TAG_HINTS)
-
 # What a cost report can group its lines by; the API, the CLI and the report all read this.
-GroupBy = Literal["job", "user", "team", "node", "gpu_model", "gpu"]
+GroupBy = Literal["job", "user", "team", "project", "node", "gpu_model", "gpu"]
 GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
 # Groups of hardware hold every second of their GPUs, a job's or not: no __unallocated__ row.
 HARDWARE_GROUP_BYS: tuple[str, ...] = ("node", "gpu_model", "gpu")
-
-
-def job_tags(summary: Summary, t: TagThresholds) -> list[str]:
-    """The tags a job's summary earns under thresholds ``t``, in TAGS order."""
-    u = summary.usage
-    cov = u.covered_seconds
-    if cov <= 0:
-        return []
-    eff = summary.efficiency or 0.0
-    busy = eff >= t.underfed_sm_active
-    out: list[str] = []
-    if u.idle_seconds >= t.idle_fraction * cov:
-        out.append("idle")
-    if u.idle_held_seconds > 0 and u.idle_held_seconds >= t.idle_held_fraction * cov:
-        out.append("idle-held")
-    if not busy:
-        out.append("underfed")
-    if (
-        busy
-        and u.dram_active_count
-        and u.dram_active_sum / u.dram_active_count >= (t.memory_bound_dram_active)
-    ):
-        out.append("memory-bound")
-    if (
-        busy
-        and u.tensor_active_count
-        and u.tensor_active_sum / u.tensor_active_count < (t.no_tensor_tensor_active)
-    ):
-        out.append("no-tensor")
-    return out

@@ -32,6 +32,8 @@ class GpuInfo:
     model: str
     node: str
     known_from: datetime  # first seen, or its first stored minute if that is earlier (backfill)
+    lost_at: datetime | None = None  # since when it is lost (fell off the bus), while it is
+    retired_at: datetime | None = None  # a MIG instance destroyed: held no longer after this
 
 
 def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict[int, GpuInfo]:
@@ -54,12 +56,18 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
         gpus.c.first_seen_at,
         type_coerce(first_minute, UTCDateTime()),
         type_coerce(first_sample, UTCDateTime()),
+        gpus.c.lost_at,
+        gpus.c.retired_at,
     ).join(nodes, nodes.c.id == gpus.c.node_id)
     if gpu_ids is not None:
         query = query.where(gpus.c.id.in_(list(gpu_ids)))
     return {
-        gpu_id: GpuInfo(gpu_id, uuid, model, node, min(seen, minute or seen, sample or seen))
-        for gpu_id, uuid, model, node, seen, minute, sample in conn.execute(query).all()
+        gpu_id: GpuInfo(
+            gpu_id, uuid, model, node, min(seen, minute or seen, sample or seen), lost, retired
+        )
+        for gpu_id, uuid, model, node, seen, minute, sample, lost, retired in conn.execute(
+            query
+        ).all()
     }
 
 

@@ -11,7 +11,9 @@ from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from service.costs.money import waste_share
 from service.costs.prices import price_at
+from service.costs.recommend import FixAssumptions
 from service.diagnosis import (
     CAUSE_NAMES,
     IDLE_CAUSES,
@@ -84,9 +86,16 @@ def decision_of(r: GpuReading, thresholds: Thresholds) -> Decision | None:
 
 
 def fleet_families(
-    snapshot: FleetSnapshot, *, thresholds: Thresholds, now: datetime, dcgm_compat: bool = False
+    snapshot: FleetSnapshot,
+    *,
+    thresholds: Thresholds,
+    now: datetime,
+    dcgm_compat: bool = False,
+    assumptions: FixAssumptions | None = None,
 ) -> list[Metric]:
-    """Per-GPU gauges, the fleet's idle/idle-held/wasted-spend figures and, if asked, DCGM names."""
+    """Per-GPU gauges, the fleet's idle/idle-held/cost/waste figures and, if asked, DCGM names;
+    waste per hour is the price x the waste share of the current cause (docs/costs.md)."""
+    assumptions = assumptions or FixAssumptions()
     label_sets: list[dict[str, str]] = []
 
     def gpu_family(name: str, doc: str, typ: str = "gauge") -> GpuFamily:
@@ -117,9 +126,10 @@ def fleet_families(
         "gpuwarden_gpu_price_usd_per_hour",
         "Price of the GPU from the price table (USD per GPU-hour).",
     )
-    wasted_fam = gpu_family(
-        "gpuwarden_gpu_wasted_usd_per_hour",
-        "Spend going to unused GPU time now: price x (1 - activity) (USD per hour).",
+    waste_fam = gpu_family(
+        "gpuwarden_gpu_waste_usd_per_hour",
+        "Waste now: the price x the waste share of the latest sample's cause (all of it when "
+        "idle, the fix's saving fraction when inefficient, none when healthy) (USD per hour).",
     )
     idle_fam = gpu_family(
         "gpuwarden_gpu_idle",
@@ -164,7 +174,7 @@ def fleet_families(
 
     price_cache: dict[str, float | None] = {}
     n_idle = n_idle_held = n_unpriced = 0
-    wasted_usd_per_hour = cost_usd_per_hour = 0.0
+    waste_usd_per_hour = cost_usd_per_hour = 0.0
     slots = [(name, fam.rows) for name, fam in per_metric]
     for i, r in enumerate(snapshot.readings):
         label_sets.append(
@@ -224,20 +234,24 @@ def fleet_families(
                 n_idle_held += 1
         if price is not None:
             usd_by_cause[d.cause.label] += price
-            wasted = price * (1.0 - activity)
-            wasted_fam.rows.append((i, wasted))
-            wasted_usd_per_hour += wasted
+            waste = price * waste_share(d.cause, assumptions)
+            waste_fam.rows.append((i, waste))
+            waste_usd_per_hour += waste
 
     lost_fam = GaugeMetricFamily(
         "gpuwarden_gpu_lost",
         "1 for a GPU its reporting node says is lost or fell off the bus (boolean).",
         labels=LOST_LABELS,
     )
+    lost_usd_per_hour = 0.0
     for g in snapshot.lost:
         lost_fam.add_metric([g.node, str(g.index), g.uuid, g.model], 1.0)
+        row = price_at(snapshot.prices, g.model, now)
+        if row is not None:
+            lost_usd_per_hour += row.usd_per_gpu_hour
 
     families: list[Metric] = [fam for _, fam in per_metric]
-    families += [last_ts, age_fam, price_fam, wasted_fam, idle_fam, activity_fam, cause_fam]
+    families += [last_ts, age_fam, price_fam, waste_fam, idle_fam, activity_fam, cause_fam]
     families += [info_fam, job_info_fam, lost_fam]
     cause_count = GaugeMetricFamily(
         "gpuwarden_fleet_gpus_by_cause",
@@ -268,8 +282,9 @@ def fleet_families(
         idle_held=n_idle_held,
         lost=len(snapshot.lost),
         unpriced=n_unpriced,
-        wasted_usd_per_hour=wasted_usd_per_hour,
-        cost_usd_per_hour=cost_usd_per_hour,
+        waste_usd_per_hour=waste_usd_per_hour,
+        cost_usd_per_hour=cost_usd_per_hour + lost_usd_per_hour,
+        lost_usd_per_hour=lost_usd_per_hour,
     )
     if dcgm_compat:
         families += dcgm_families(snapshot.readings)
@@ -287,8 +302,9 @@ def _fleet_figures(
     idle_held: int,
     lost: int,
     unpriced: int,
-    wasted_usd_per_hour: float,
+    waste_usd_per_hour: float,
     cost_usd_per_hour: float,
+    lost_usd_per_hour: float,
 ) -> Iterable[GaugeMetricFamily]:
     return [
         _gauge(
@@ -313,13 +329,20 @@ def _fleet_figures(
             unpriced,
         ),
         _gauge(
-            "gpuwarden_fleet_wasted_usd_per_hour",
-            "Spend going to unused GPU time across the fleet now (USD per hour).",
-            wasted_usd_per_hour,
+            "gpuwarden_fleet_waste_usd_per_hour",
+            "Waste across the fleet now: the sum of gpuwarden_gpu_waste_usd_per_hour "
+            "(USD per hour).",
+            waste_usd_per_hour,
         ),
         _gauge(
             "gpuwarden_fleet_cost_usd_per_hour",
-            "Price of all reporting, priced GPUs (USD per hour).",
+            "Price of all priced GPUs, reporting or lost (USD per hour).",
             cost_usd_per_hour,
+        ),
+        _gauge(
+            "gpuwarden_fleet_lost_usd_per_hour",
+            "Price of the GPUs lost or fallen off the bus: a hardware-fault cost, never "
+            "waste (USD per hour).",
+            lost_usd_per_hour,
         ),
     ]

@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from service import diagnosis
 from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
+from service.costs.money import SORT_BYS, figures, sort_rows
 from service.costs.prices import PriceRow, change_points, price_at, price_lookup
 from service.costs.prices import parse_price_rows as parse_price_list
 from service.costs.recommend import (
@@ -33,16 +34,12 @@ from service.costs.tenants import SplitRule, tenant_line, without_stretches
 from service.costs.waste import (
     GROUP_BYS,
     HARDWARE_GROUP_BYS,
-    TAG_HINTS,
-    TAGS,
     UNALLOCATED,
     Line,
     Segment,
     Summary,
-    TagThresholds,
     Usage,
     group_segments,
-    job_tags,
     segment_gpu,
     summarize,
 )
@@ -60,17 +57,6 @@ UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 def thresholds_of(settings: Settings) -> Thresholds:
     """The waste-model thresholds from settings."""
     return diagnosis.thresholds_of(settings)
-
-
-def tag_thresholds_of(settings: Settings) -> TagThresholds:
-    """The job-tag thresholds from settings."""
-    return TagThresholds(
-        idle_fraction=settings.tag_idle_fraction,
-        idle_held_fraction=settings.tag_idle_held_fraction,
-        underfed_sm_active=settings.tag_underfed_sm_active,
-        memory_bound_dram_active=settings.tag_memory_bound_dram_active,
-        no_tensor_tensor_active=settings.tag_no_tensor_tensor_active,
-    )
 
 
 def fix_assumptions_of(settings: Settings) -> FixAssumptions:
@@ -106,11 +92,10 @@ def _for_gpus(a: FixAssumptions, att: Attribution, summary: Summary) -> FixAssum
 
 
 def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[str, Any]:
-    """A report row: the summary's figures, its energy and its top fixes by USD saved."""
-    row = with_energy(summary.as_dict(), settings)
-    fixes = cause_fixes(summary, a)
-    row["fixes"] = [f.as_dict() for f in fixes[:TOP_FIXES]]
-    row["fixes_saving_usd"] = total_saving_usd(fixes) if summary.priced else None
+    """A report row: the summary's figures, its energy and its top fixes by USD saved (their
+    savings add up to the row's waste_usd)."""
+    row = with_energy(figures(summary, a), settings)
+    row["fixes"] = [f.as_dict() for f in cause_fixes(summary, a)[:TOP_FIXES]]
     return row
 
 
@@ -211,12 +196,19 @@ def attribute(
     segments: list[Segment] = []
     stretches = tenants_repo.shared_stretches(conn, start=start, end=end, gpu_ids=gpu_ids)
     held_from_of: dict[int, datetime] = {}
+    lost_at: dict[int, datetime] = {}
     for gpu_id, info in gpu_info.items():
-        # A GPU is held from when it is known: one first seen a minute ago is not held all week.
+        # A GPU is held from when it is known: one first seen a minute ago is not held all week;
+        # a destroyed MIG instance is held no longer.
         held_from = held_from_of[gpu_id] = max(start, info.known_from)
-        if held_from < end:
-            cuts = change_points(prices, info.model, held_from, end)
-            segs = segment_gpu(gpu_id, by_gpu.get(gpu_id, []), held_from, end, cuts)
+        held_until = min(end, info.retired_at) if info.retired_at is not None else end
+        if held_from < held_until:
+            cuts = change_points(prices, info.model, held_from, held_until)
+            if info.lost_at is not None:
+                # From lost_at its unsampled seconds are lost, not nodata.
+                lost_at[gpu_id] = info.lost_at
+                cuts = [*cuts, info.lost_at]
+            segs = segment_gpu(gpu_id, by_gpu.get(gpu_id, []), held_from, held_until, cuts)
             # Minutes a shared GPU's jobs were split for are read from their own rows below.
             segments += without_stretches(segs, stretches.get(gpu_id, []))
     unpriced: set[str] = set()
@@ -229,7 +221,7 @@ def attribute(
             return None
         return row.usd_per_gpu_hour
 
-    keys, held, spans = group_segments(segments, price_of)
+    keys, held, spans = group_segments(segments, price_of, lost_at)
     raw_from = now - timedelta(days=settings.retention_raw_days)
     usages = cost_sums.sum_usage(
         conn,
@@ -244,8 +236,8 @@ def attribute(
         raw_kept_from=raw_from,
     )
     lines = [
-        Line(job_id, gpu_id, seconds, usage, price)
-        for (job_id, gpu_id, price), seconds, usage in zip(keys, held, usages, strict=True)
+        Line(job_id, gpu_id, seconds, usage, price, lost)
+        for (job_id, gpu_id, price, lost), seconds, usage in zip(keys, held, usages, strict=True)
     ]
     tenant_lines, rules = shared_lines(
         conn, stretches=stretches, gpu_info=gpu_info, held_from_of=held_from_of, end=end,
@@ -388,17 +380,6 @@ def _key_fn(att: Attribution, group_by: str) -> Any:
     return key
 
 
-def job_tag_map(att: Attribution, settings: Settings) -> dict[str, list[str]]:
-    """Each job's tags over the attributed window."""
-    per_job = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    thresholds = tag_thresholds_of(settings)
-    return {
-        job_id: job_tags(summary, thresholds)
-        for job_id, summary in per_job.items()
-        if job_id != UNALLOCATED
-    }
-
-
 def check_range(settings: Settings, *, start: datetime, end: datetime, now: datetime) -> None:
     """Refuse a start after end, or a start older than any data kept (1h rollup retention)."""
     if start.tzinfo is None or end.tzinfo is None:
@@ -423,60 +404,58 @@ def cost_report(
     end: datetime,
     now: datetime,
     group_by: str,
-    tag: str | None = None,
     user: str | None = None,
     team: str | None = None,
+    cause: str | None = None,
+    sort_by: str = "waste",
     causes: bool = True,
     raw_edges: bool | None = None,
 ) -> dict[str, Any]:
-    """The cost report over [start, end) grouped by ``group_by``: USD and seconds, with totals
-    (seconds per cause left at 0 without ``causes``, which only the benchmark asks for; edges
-    read as ``attribute``'s ``raw_edges`` says, by default up to ``report_raw_edge_spans``)."""
+    """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
+    ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
+    if given, with totals over the rows shown (seconds per cause left at 0 without ``causes``,
+    which only the benchmark asks for; edges read as ``attribute``'s ``raw_edges`` says)."""
     if group_by not in GROUP_BYS:
         raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
-    if tag is not None and tag not in TAGS:
-        raise ValidationFailed("tag", f"unknown tag {tag!r}; one of {TAGS}")
+    if sort_by not in SORT_BYS:
+        raise ValidationFailed("sort", f"unknown sort {sort_by!r}; one of {SORT_BYS}")
+    waste_causes = tuple(c.label for c in diagnosis.WASTE_CAUSES)
+    if cause is not None and cause not in waste_causes:
+        raise ValidationFailed("cause", f"unknown cause {cause!r}; one of {waste_causes}")
     check_range(settings, start=start, end=end, now=now)
     att = attribute(
         conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges, causes=causes
     )
     lines = att.lines
-    tags = job_tag_map(att, settings) if group_by == "job" or tag is not None else {}
-    filtering = tag is not None or user is not None or team is not None
-    if filtering:
+    if user is not None or team is not None:
 
         def keep(line: Line) -> bool:
             if line.job_id is None:
                 return False
             job = att.jobs.get(line.job_id, {})
-            return (
-                (tag is None or tag in tags.get(line.job_id, []))
-                and (user is None or job.get("user") == user)
-                and (team is None or job.get("team") == team)
+            return (user is None or job.get("user") == user) and (
+                team is None or job.get("team") == team
             )
 
         lines = [ln for ln in lines if keep(ln)]
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
-    total = Summary("__total__")
-    for summary in groups.values():
-        total.merge(summary)
     assumptions = fix_assumptions_of(settings)
     faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings) if (
         group_by == "job"
     ) else {}  # fmt: skip
+    total = Summary("__total__")
     rows = []
-    for summary in sorted(
-        groups.values(),
-        key=lambda group: (-(group.unused_cost_usd if group.priced else 0.0), group.key),
-    ):
+    for summary in groups.values():
         row = report_row(summary, settings, _for_gpus(assumptions, att, summary))
+        if cause is not None and row["top_cause"] != cause:
+            continue
+        total.merge(summary)
         if group_by == "job" and summary.key != UNALLOCATED:
             job = att.jobs.get(summary.key, {})
             row.update(
                 user=job.get("user"),
                 team=job.get("team"),
                 project=job.get("project"),
-                tags=tags.get(summary.key, []),
                 faults=faults.get(summary.key, []),
             )
         rows.append(row)
@@ -484,7 +463,8 @@ def cost_report(
         "start": start,
         "end": end,
         "group_by": group_by,
-        "rows": rows,
+        "sort": sort_by,
+        "rows": sort_rows(rows, sort_by),
         "totals": report_row(total, settings, _for_gpus(assumptions, att, total)),
         "price_source": att.price_source,
         "split_rule": settings.cost_split_rule,
@@ -529,7 +509,7 @@ def job_summary(
     conn: Connection, *, settings: Settings, job: dict[str, Any], now: datetime
 ) -> dict[str, Any]:
     """The waste summary of one job over its lifetime: totals, per GPU, recommendations with
-    their savings, energy, and tags with hints."""
+    their savings, and energy."""
     intervals = job["intervals"]
     gpu_ids = sorted({iv["gpu_id"] for iv in intervals})
     start = min([iv["started_at"] for iv in intervals], default=job["started_at"])
@@ -557,18 +537,15 @@ def job_summary(
         energy = _energy_dict(0.0, dict.fromkeys(diagnosis.CAUSE_NAMES, 0.0), "none", settings)
     assumptions = with_model(fix_assumptions_of(settings), [u.model for u in uses])
     fixes = recommend_job(total, uses, assumptions, prices=prices, when=end)
-    tags = job_tags(total, tag_thresholds_of(settings))
     return {
         "summary": report_row(total, settings, assumptions),
         "per_gpu": [
             {**report_row(summary, settings, assumptions), "gpu_uuid": uuid}
             for uuid, summary in sorted(per_gpu.items())
         ],
-        "dominant_waste_cause": total.dominant_waste_cause,
         "energy": energy,
         "recommendations": [f.as_dict() for f in fixes],
         "savings_usd": total_saving_usd(fixes) if total.priced else None,
-        "tags": [{"tag": tag, "hint": TAG_HINTS[tag]} for tag in tags],
         "faults": job_faults(conn, job=job, now=now, prices=prices, settings=settings),
         "warnings": warnings,
     }
@@ -790,34 +767,35 @@ def _busier(peaks: dict[str, float], link: str) -> float | None:
     return max(rates) if rates else None
 
 
-def job_wasted_usd(
+def job_waste_usd(
     conn: Connection, *, job_id: str, now: datetime, settings: Settings
 ) -> float | None:
-    """The job's wasted spend (unused_cost_usd, USD) so far; None if unknown job or unpriced GPU."""
+    """The job's waste (waste_usd: idle + fixable, USD) so far; None if unknown or unpriced."""
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         return None
-    value = job_summary(conn, settings=settings, job=job, now=now)["summary"]["unused_cost_usd"]
+    value = job_summary(conn, settings=settings, job=job, now=now)["summary"]["waste_usd"]
     return None if value is None else float(value)
 
 
 def job_verdict(
     conn: Connection, *, job_id: str, now: datetime, settings: Settings
 ) -> dict[str, Any] | None:
-    """What a job alert says about the job so far: its wasted USD, the dominant waste cause
-    with its USD, that cause's fix and what it saves; None for an unknown job."""
+    """What a job alert says about the job so far: its waste (idle + fixable USD), its top
+    cause, that cause's fix and what it saves; None for an unknown job."""
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         return None
     summary = job_summary(conn, settings=settings, job=job, now=now)
-    cause = summary["dominant_waste_cause"]
-    figures = summary["summary"]["causes"].get(cause) if cause else None
+    row = summary["summary"]
+    cause = row["top_cause"]
     fixes = summary["recommendations"]
     fix = next((f for f in fixes if cause and f["cause"] == cause), fixes[0] if fixes else None)
     return {
-        "wasted_usd": summary["summary"]["unused_cost_usd"],
-        "dominant_cause": cause,
-        "dominant_cause_usd": figures["usd"] if figures else None,
+        "waste_usd": row["waste_usd"],
+        "idle_usd": row["idle_usd"],
+        "fixable_usd": row["fixable_usd"],
+        "top_cause": cause,
         "fix": fix["action"] if fix else None,
         "fix_saving_usd": fix["saving_usd"] if fix else None,
     }

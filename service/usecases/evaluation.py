@@ -113,13 +113,13 @@ def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
     return state.labels.get("job_id") if policy.scope == "job" else None
 
 
-VERDICT_KEYS = ("wasted_usd", "dominant_cause", "dominant_cause_usd", "fix", "fix_saving_usd")
+VERDICT_KEYS = ("waste_usd", "idle_usd", "fixable_usd", "top_cause", "fix", "fix_saving_usd")
 
 
 def verdict_by_job(
     ctx: ServiceContext, jobs: set[str], now: datetime
 ) -> dict[str, dict[str, Any] | None]:
-    """Each job's verdict so far (wasted USD, dominant cause and its USD, its fix and what it
+    """Each job's verdict so far (waste USD as idle + fixable, top cause, its fix and what it
     saves), for its notifications; None where it is unknown or could not be computed.
 
     Runs the cost model on a connection of its own, before the round's write transaction: a

@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from service.context import ServiceContext
 from service.db.metrics_repo import node_last_seen, read_fleet
 from service.exposition.fleet import fleet_families
-from service.usecases.cost_report import effective_prices
+from service.usecases.cost_report import effective_prices, fix_assumptions_of
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class FleetCollector(Collector):
                 thresholds=ctx.thresholds,
                 now=now,
                 dcgm_compat=ctx.settings.metrics_dcgm_compat,
+                assumptions=fix_assumptions_of(ctx.settings),
             )
             families.append(node_last_seen_family(last_seen))
             up = 1.0

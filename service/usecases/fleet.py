@@ -1,4 +1,4 @@
-"""The fleet now, as the console's first page shows it: every GPU with what it wasted today."""
+"""The fleet now, as the console's first page shows it: every GPU with its dollars of today."""
 
 from __future__ import annotations
 
@@ -12,24 +12,30 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from service.costs.waste import summarize
+from service.costs.money import SORT_FIELDS, money_of
+from service.costs.recommend import with_model
+from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
 from service.diagnosis import CAUSE_BY_NAME, CAUSE_NAMES, STATE_NAMES, GpuState, gpu_state
 from service.errors import ValidationFailed
 from service.settings import Settings
-from service.usecases.cost_report import attribute
+from service.usecases.cost_report import attribute, fix_assumptions_of
+
+# The money figures the fleet shows per GPU and sums over the fleet.
+GPU_MONEY: tuple[str, ...] = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")
+FLEET_MONEY: tuple[str, ...] = (*GPU_MONEY, "nodata_usd")
 
 
 @dataclass(frozen=True, slots=True)
 class WastedToday:
-    """Each GPU's wasted (unused) USD since ``day_start`` (None: unpriced), and how priced;
+    """Each GPU's money figures since ``day_start`` (USD, None: unpriced), and how priced;
     ``by_team`` the same per team, of the team's jobs' time only."""
 
     day_start: datetime
-    by_uuid: dict[str, float | None]
+    by_uuid: dict[str, dict[str, float | None]]
     price_source: str
     warnings: list[str]
-    by_team: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    by_team: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,30 +64,29 @@ class WastedTodayCache:
 
 
 def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> WastedToday:
-    """Each GPU's wasted USD since midnight UTC: the cost report's figures grouped by GPU, read
-    from whole 1m buckets at the job edges as long reports do, without the seconds per cause."""
+    """Each GPU's cost, waste, idle, fixable, nodata and lost USD since midnight UTC: the cost
+    report's figures grouped by GPU, read from whole 1m buckets at the job edges as long
+    reports do."""
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    att = attribute(
-        conn,
-        settings=settings,
-        start=day_start,
-        end=now,
-        now=now,
-        raw_edges=False,
-        causes=False,
-    )
+    att = attribute(conn, settings=settings, start=day_start, end=now, now=now, raw_edges=False)
     by_gpu = summarize(att.lines, lambda line: att.gpus[line.gpu_id].uuid, jobs_only=False)
+    a = fix_assumptions_of(settings)
+
+    def money(s: Summary) -> dict[str, float | None]:
+        m = money_of(s, with_model(a, [att.gpus[g].model for g in s.gpu_ids]))
+        return {name: getattr(m, name) for name in FLEET_MONEY}
+
     team_of = {job_id: job.get("team") for job_id, job in att.jobs.items()}
     teams_lines = [ln for ln in att.lines if ln.job_id is not None and team_of.get(ln.job_id)]
-    by_team: dict[str, dict[str, float | None]] = {}
+    by_team: dict[str, dict[str, dict[str, float | None]]] = {}
     for key, s in summarize(
         teams_lines, lambda ln: f"{team_of[ln.job_id or '']}\0{att.gpus[ln.gpu_id].uuid}"
     ).items():
         team, uuid = key.split("\0", 1)
-        by_team.setdefault(team, {})[uuid] = s.unused_cost_usd if s.priced else None
+        by_team.setdefault(team, {})[uuid] = money(s)
     return WastedToday(
         day_start,
-        {uuid: s.unused_cost_usd if s.priced else None for uuid, s in by_gpu.items()},
+        {uuid: money(s) for uuid, s in by_gpu.items()},
         att.price_source,
         att.warnings,
         by_team,
@@ -146,7 +151,7 @@ def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) 
             raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
 
 
-def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, float | None]) -> bool:
+def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, Any]) -> bool:
     return (
         (f.node is None or gpu["node"] == f.node)
         and (f.model is None or gpu["model"] == f.model)
@@ -163,10 +168,12 @@ def fleet_now(
     now: datetime,
     cache: WastedTodayCache | None = None,
     only: FleetFilter | None = None,
+    sort_by: str = "waste",
 ) -> dict[str, Any]:
-    """Every GPU (as ``GET /gpus`` has it) with its state and wasted (unused) USD since midnight
-    UTC, or those ``only`` lets through (a team's dollars then only its jobs'); the total is
-    of the GPUs shown. ValidationFailed for a node, team, state or cause not known."""
+    """Every GPU (as ``GET /gpus`` has it) with its state and money figures since midnight UTC,
+    or those ``only`` lets through (a team's dollars then only its jobs'), largest ``sort_by``
+    dollars first; the totals are of the GPUs shown. ValidationFailed for a node, team, state
+    or cause not known."""
     f = only or FleetFilter()
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     wasted = cache.get(day_start) if cache is not None else None
@@ -179,12 +186,22 @@ def fleet_now(
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
     gpus = [g for g in every if _shown(g, f, usd)]
     for gpu in gpus:
-        gpu["wasted_today_usd"] = usd.get(gpu["uuid"], None if f.team is None else 0.0)
+        figures = usd.get(gpu["uuid"])
+        for name in GPU_MONEY:
+            gpu[name] = (
+                figures.get(name) if figures is not None else None if f.team is None else 0.0
+            )
+    field = SORT_FIELDS[sort_by]
+    # Stable: GPUs of equal dollars stay in node and index order.
+    gpus.sort(key=lambda g: (g[field] is None, -(g[field] or 0.0)))
+    shown = [usd[g["uuid"]] for g in gpus if g["uuid"] in usd]
+    totals = {name: sum(v.get(name) or 0.0 for v in shown) for name in FLEET_MONEY}
     return {
         "start": day_start,
         "now": now,
+        "sort": sort_by,
         "gpus": gpus,
-        "wasted_today_usd": sum(g["wasted_today_usd"] or 0.0 for g in gpus),
+        **totals,
         "price_source": wasted.price_source,
         "warnings": wasted.warnings,
     }

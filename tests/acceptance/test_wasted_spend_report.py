@@ -74,8 +74,8 @@ def test_new_user_sees_the_most_wasteful_jobs_first(
     assert keys[0] == "slurm:12"  # 2 GPU-hours fully idle while holding memory
     h100 = next(p.usd_per_gpu_hour for p in DEFAULT_PRICES if p.model_pattern == "*H100*")
     top = report["rows"][0]
-    assert top["unused_cost_usd"] == top["cost_usd"] == h100 * 2 * 3600 / 3600
-    assert top["tags"] == ["idle", "idle-held", "underfed"]
+    assert top["waste_usd"] == top["idle_usd"] == top["cost_usd"] == h100 * 2 * 3600 / 3600
+    assert top["top_cause"] == "idle_held" and "tags" not in top
     assert "__unallocated__" in keys
     assert abs(report["rows"][keys.index("slurm:11")]["efficiency"] - 0.92) < 1e-9
 

@@ -66,3 +66,12 @@ def worked_example_metrics() -> list[dict[str, Any]]:
         {"sm_active": 0.0 if k < 180 else 0.8, "fb_used_bytes": 20 * GIB, "tensor_active": 0.5}
         for k in range(360)
     ]
+
+
+def money_example_metrics() -> list[dict[str, Any]]:
+    """The money model's worked example (docs/costs.md): 30 min idle holding 20 GiB, 20 min of
+    fp32 GEMMs without tensor cores (SM 0.96), every 10 s; then one sample with no activity
+    figure, after which the agent sends nothing (10 min of nodata in a held hour)."""
+    idle = {"sm_active": 0.0, "tensor_active": 0.0, "dram_active": 0.0, "fb_used_bytes": 20 * GIB}
+    fp32 = {"sm_active": 0.96, "tensor_active": 0.0, "dram_active": 0.3, "fb_used_bytes": 20 * GIB}
+    return [idle] * 180 + [fp32] * 120 + [{"temperature_celsius": 40.0}]

@@ -129,7 +129,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
             agent,
             start=start,
             count=24,
-            metrics={"sm_active": 0.1, "fb_used_bytes": 2**34},
+            metrics={"sm_active": 0.1, "gpu_util": 0.9, "fb_used_bytes": 2**34},
             gpu_uuids=("GPU-a0", "GPU-a1"),
         )
         add_job(engine, "slurm:42", ("GPU-a0", "GPU-a1"), started_at=start)
@@ -147,10 +147,12 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
         assert payload["labels"]["job_id"] == "slurm:42" and payload["labels"]["user"] == "alice"
         assert payload["value"] == pytest.approx(0.1) and payload["threshold"] == 0.3
-        # 2 GPUs x ~4 min at sm_active 0.1 -> ~7 unused GPU-minutes at $4/h ~ $0.47
-        assert 0.3 < payload["wasted_usd"] < 0.6
-        # The verdict: sm_active 0.1 with no engine or duty figure is unclassified; holding
-        # 16 GiB it is not idle either, so no waste cause dominates.
+        # 2 GPUs x ~4 min launch-bound (kernels 90% of the time, SMs 10% full) at $4/h is
+        # ~$0.53, half of it fixable (the launch fix's saving fraction 0.5): ~$0.27
+        assert 0.15 < payload["waste_usd"] < 0.35
+        assert payload["fixable_usd"] == pytest.approx(payload["waste_usd"], abs=0.02)
+        assert payload["top_cause"] == "launch_bound" and payload["fix_saving_usd"] > 0
+        assert "wasted_usd" not in payload and "dominant_cause" not in payload
         assert payload["report_url"] == "https://warden.example/jobs/slurm%3A42"
 
         # Another round within repeat_interval: nothing new.
@@ -411,7 +413,7 @@ def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
     assert result.by_kind == {"firing": 1} and result.notifications == 1
     with engine.connect() as conn:
         (payload,) = conn.execute(select(outbox.c.payload)).scalars()
-    assert payload["labels"]["job_id"] == "slurm:43" and payload["wasted_usd"] is None
+    assert payload["labels"]["job_id"] == "slurm:43" and payload["waste_usd"] is None
 
 
 def test_notification_and_policy_counters_start_at_zero(app, http: httpx.Client, tokens) -> None:

@@ -88,8 +88,8 @@ def test_rollups_running_totals_report_and_job_summary_agree_per_cause(
     assert row["idle_seconds"] == pytest.approx(raw.idle_empty_seconds + raw.idle_held_seconds)
     # Launch-bound and input-starved seconds are waste of their own, not idle.
     assert row["idle_seconds"] < row["allocated_seconds"] / 4
-    assert summary["dominant_waste_cause"] == row["dominant_waste_cause"]
-    assert row["dominant_waste_cause"] in CAUSE_NAMES
+    assert summary["summary"]["top_cause"] == row["top_cause"]
+    assert row["top_cause"] in CAUSE_NAMES
 
 
 def test_policies_read_the_share_of_time_in_a_cause(engine: Engine, stored: Settings) -> None:

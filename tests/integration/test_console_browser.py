@@ -240,8 +240,8 @@ def test_fleet_page_matches_the_api(admin: Console, demo: dict[str, Any]) -> Non
     ).json()
     rows = admin.page.locator("#fleet tbody tr")
     assert rows.count() == len(gpus) == 15
-    wasted = {r["key"]: r["unused_cost_usd"] for r in report["rows"]}
-    assert admin.usd("#wasted-today .v") == pytest.approx(
+    wasted = {r["key"]: r["waste_usd"] for r in report["rows"]}
+    assert admin.usd("#waste-today .v") == pytest.approx(
         sum(v or 0 for v in wasted.values()), abs=USD_TOLERANCE * 4
     )
     for gpu in gpus[:5]:
@@ -328,9 +328,9 @@ def test_jobs_page_ranks_by_waste_and_shows_markup_as_text(
         for v in rows.evaluate_all("rs => rs.map(r => r.querySelector('td[data-usd]').dataset.usd)")
     ]
     assert shown == sorted(shown, reverse=True)
-    top = max(jobs, key=lambda j: j["unused_cost_usd"] or -1)
+    top = max(jobs, key=lambda j: j["waste_usd"] or -1)
     assert rows.first.get_attribute("data-job") == top["id"]
-    assert shown[0] == pytest.approx(top["unused_cost_usd"], abs=USD_TOLERANCE)
+    assert shown[0] == pytest.approx(top["waste_usd"], abs=USD_TOLERANCE)
     evil = admin.page.locator('#jobs tr[data-job="evil:1"]')
     assert EVIL_LABEL in evil.inner_text()
     admin.no_script_ran()
@@ -363,11 +363,12 @@ def test_job_page_shows_causes_timelines_advice_and_alerts(
     admin: Console, demo: dict[str, Any]
 ) -> None:
     jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
-    top = max(jobs, key=lambda j: j["unused_cost_usd"] or -1)
+    top = max(jobs, key=lambda j: j["waste_usd"] or -1)
     job = demo["api"].get(f"/jobs/{top['id']}").json()
     admin.open(f"/jobs/{top['id']}")
-    assert admin.usd("#job-wasted") == pytest.approx(
-        job["summary"]["unused_cost_usd"], abs=USD_TOLERANCE
+    assert admin.usd("#job-waste") == pytest.approx(job["summary"]["waste_usd"], abs=USD_TOLERANCE)
+    assert "idle $" in admin.page.inner_text("#job-cards") and "(estimated)" in (
+        admin.page.inner_text("#job-cards")
     )
     legend = admin.page.locator("#job-causes + .legend .item")
     causes = {c for c, f in job["summary"]["causes"].items() if f["seconds"] > 0}
@@ -558,8 +559,8 @@ def test_costs_page_matches_the_report_and_downloads_csv(
         .get("/reports/cost", params={"group_by": "team", "start": "-7d", "end": "now"})
         .json()
     )
-    assert admin.usd("#total-wasted") == pytest.approx(
-        report["totals"]["unused_cost_usd"], abs=USD_TOLERANCE * 4
+    assert admin.usd("#total-waste") == pytest.approx(
+        report["totals"]["waste_usd"], abs=USD_TOLERANCE * 4
     )
     assert admin.page.locator("#costs tbody tr").count() == len(report["rows"])
     assert admin.page.locator("#cost-chart .track").count() == min(20, len(report["rows"]))

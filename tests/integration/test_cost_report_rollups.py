@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, delete, insert, select
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, integrate
+from service.costs.money import figures
 from service.costs.prices import PriceRow
+from service.costs.recommend import FixAssumptions
 from service.costs.waste import (
     UNALLOCATED,
     Allocation,
@@ -107,24 +109,18 @@ def expected_from_raw(engine: Engine, start: datetime, end: datetime) -> dict[st
     lines = []
     for gpu_id, uuid in ids.items():
         allocs = [Allocation(j, by_uuid[u], s, e) for j, (u, s, e) in JOBS.items() if u == uuid]
-        segs = segment_gpu(gpu_id, allocs, start, end, [at(9_000)])
+        # A GPU is held from its first sample (when it became known), costing from then.
+        first = datetime.fromtimestamp(points[gpu_id][0].ts, UTC)
+        segs = segment_gpu(gpu_id, allocs, max(start, first), end, [at(9_000)])
         usages = []
         for seg in segs:
             i = integrate(points[gpu_id], seg.start.timestamp(), seg.end.timestamp(), th)
-            usages.append(
-                Usage(
-                    i.covered_seconds,
-                    i.idle_seconds,
-                    i.idle_held_seconds,
-                    i.unused_seconds,
-                    i.fallback_seconds,
-                    i.energy_used_joules,
-                )
-            )
+            usages.append(Usage(**{f: getattr(i, f) for f in INTEGRAL_FIELDS}))
         lines += lines_from_segments(segs, usages, lambda s: 4.0 if s.start < at(9_000) else 3.0)
     assert prices  # the same table the database holds
+    a = FixAssumptions()
     return {
-        k: s.as_dict() for k, s in summarize(lines, lambda ln: ln.job_id or UNALLOCATED).items()
+        k: figures(s, a) for k, s in summarize(lines, lambda ln: ln.job_id or UNALLOCATED).items()
     }
 
 
@@ -133,8 +129,10 @@ FIELDS = (
     "idle_seconds",
     "unused_seconds",
     "cost_usd",
-    "idle_cost_usd",
-    "unused_cost_usd",
+    "waste_usd",
+    "idle_usd",
+    "fixable_usd",
+    "nodata_usd",
     "energy_used_joules",
 )
 

@@ -11,7 +11,12 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from service.db.schema import gpus, job_gpus, jobs
-from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
+from tests.integration.cost_data import (
+    money_example_metrics,
+    roll_up,
+    store_series,
+    worked_example_metrics,
+)
 from tests.support import FakeClock, iso
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
@@ -48,7 +53,7 @@ def worked(engine: Engine, clock: FakeClock) -> None:
     roll_up(engine)
 
 
-def test_worked_example_job_summary_and_tags(http: httpx.Client, tokens, worked):
+def test_worked_example_job_summary(http: httpx.Client, tokens, worked):
     assert put_prices(http, tokens).status_code == 200
     r = post_job(http, tokens, "slurm:1", 60, user="alice", team="vision", project="p1")
     assert r.status_code == 201, r.text
@@ -60,13 +65,46 @@ def test_worked_example_job_summary_and_tags(http: httpx.Client, tokens, worked)
     assert s["unused_seconds"] == pytest.approx(2160)
     assert s["efficiency"] == pytest.approx(0.40)
     assert s["cost_usd"] == pytest.approx(4.00)
-    assert s["idle_cost_usd"] == pytest.approx(2.00)
-    assert s["unused_cost_usd"] == pytest.approx(2.40)
+    # The idle half hour is waste in full; the second half ran on tensor cores: healthy, and
+    # its 20% unused SM time is an activity figure, not dollars.
+    assert s["idle_usd"] == pytest.approx(2.00)
+    assert s["waste_usd"] == pytest.approx(2.00) and s["fixable_usd"] == pytest.approx(0.0)
+    assert s["top_cause"] == "idle_held"
     assert [g["gpu_uuid"] for g in job["per_gpu"]] == ["GPU-a0"]
     assert job["per_gpu"][0]["cost_usd"] == pytest.approx(4.0)
-    assert [t["tag"] for t in job["tags"]] == ["idle", "idle-held"]
-    assert all(t["hint"] for t in job["tags"])
+    assert "tags" not in job and "dominant_waste_cause" not in job
     assert job["gpus"][0]["gpu_uuid"] == "GPU-a0" and job["gpus"][0]["source"] == "api"
+
+
+def test_the_money_models_worked_example(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    """One H100 held an hour at $4: 30 min idle holding 20 GiB, 20 min fp32 GEMMs, 10 min no
+    data -> cost $4.00 = idle_held $2.00 + compute_no_tensor $1.33 + nodata $0.67; waste $3.00
+    = idle $2.00 + fixable $1.00 (the tensor-core fix saves 0.75); efficiency 0.38."""
+    store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=money_example_metrics())
+    roll_up(engine)
+    put_prices(http, tokens).raise_for_status()
+    post_job(http, tokens, "slurm:9", 60).raise_for_status()
+    job = http.get("/api/v1/jobs/slurm:9", headers=auth(tokens["reader"])).json()
+    s = job["summary"]
+    assert s["held_seconds"] == pytest.approx(3600)
+    assert s["cost_usd"] == pytest.approx(4.00)
+    assert s["causes"]["idle_held"]["usd"] == pytest.approx(2.00)
+    assert s["causes"]["compute_no_tensor"]["usd"] == pytest.approx(4 / 3)
+    assert s["nodata_usd"] == pytest.approx(2 / 3) and s["lost_usd"] == 0
+    assert s["cost_usd"] == pytest.approx(
+        sum(c["usd"] for c in s["causes"].values()) + s["nodata_usd"] + s["lost_usd"]
+    )
+    assert (s["waste_usd"], s["idle_usd"], s["fixable_usd"]) == (
+        pytest.approx(3.00), pytest.approx(2.00), pytest.approx(1.00)
+    )  # fmt: skip
+    assert s["efficiency"] == pytest.approx(0.96 * 20 / 50)
+    assert s["top_cause"] == "idle_held"
+    fixes = job["recommendations"]
+    assert [f["cause"] for f in fixes] == ["idle_held", "compute_no_tensor"]
+    assert round(sum(f["saving_usd"] for f in fixes), 2) == round(s["waste_usd"], 2) == 3.00
+    assert job["savings_usd"] == pytest.approx(s["waste_usd"])
 
 
 def test_report_groups_totals_unallocated_and_csv(http: httpx.Client, tokens, worked):
@@ -77,15 +115,16 @@ def test_report_groups_totals_unallocated_and_csv(http: httpx.Client, tokens, wo
     rep = http.get("/api/v1/reports/cost", params=params, headers=auth(tokens["reader"])).json()
     rows = {r["key"]: r for r in rep["rows"]}
     assert set(rows) == {"vision", "__unallocated__"}
-    # vision: 30 min idle + 15 min at 0.8 -> cost $3, unused 30 + 3 = 33 min -> $2.20
+    # vision: 30 min idle + 15 min at 0.8 on tensor cores -> cost $3, waste the idle $2
     assert rows["vision"]["cost_usd"] == pytest.approx(3.0)
-    assert rows["vision"]["unused_cost_usd"] == pytest.approx(2.2)
+    assert rows["vision"]["waste_usd"] == pytest.approx(2.0)
     # The last sample (06:59:50) covers max_gap, to 07:00:40; after that no samples: nodata,
-    # never idle and never cost.
+    # never idle and never waste, but the GPU is held all the two hours: it costs.
     assert rows["__unallocated__"]["allocated_seconds"] == pytest.approx(900 + 50)
     assert rows["__unallocated__"]["nodata_seconds"] == pytest.approx(4500 - 950)
-    assert rep["totals"]["cost_usd"] == pytest.approx(4.0 * 3650 / 3600)
-    assert rep["totals"]["unused_cost_usd"] == pytest.approx(4.0 * (2160 + 10) / 3600)
+    assert rows["__unallocated__"]["nodata_usd"] == pytest.approx(4.0 * (4500 - 950) / 3600)
+    assert rep["totals"]["cost_usd"] == pytest.approx(4.0 * 2)
+    assert rep["totals"]["waste_usd"] == pytest.approx(2.0)
     assert rep["warnings"] == []
 
     r = http.get(
@@ -94,7 +133,14 @@ def test_report_groups_totals_unallocated_and_csv(http: httpx.Client, tokens, wo
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
     lines = list(csv.DictReader(io.StringIO(r.text)))
     assert [ln["team"] for ln in lines] == ["vision", "__unallocated__", "__total__"]
-    assert float(lines[-1]["cost_usd"]) == pytest.approx(4.0 * 3650 / 3600)
+    assert float(lines[-1]["cost_usd"]) == pytest.approx(4.0 * 2)
+    assert float(lines[-1]["waste_usd"]) == pytest.approx(2.0)
+    assert float(lines[0]["idle_held_waste_usd"]) == pytest.approx(2.0)
+    # Sorted by cost, the unallocated hour and a quarter comes first.
+    by_cost = http.get(
+        "/api/v1/reports/cost", params={**params, "sort": "cost"}, headers=auth(tokens["reader"])
+    ).json()
+    assert [r["key"] for r in by_cost["rows"]] == ["__unallocated__", "vision"]
 
 
 def test_report_by_node_model_user_and_job(http: httpx.Client, tokens, worked):
@@ -113,22 +159,33 @@ def test_report_by_node_model_user_and_job(http: httpx.Client, tokens, worked):
             headers=auth(tokens["reader"]),
         ).json()
         assert [r["key"] for r in rep["rows"]] == [key], group_by
-        assert rep["rows"][0]["unused_cost_usd"] == pytest.approx(2.4)
+        assert rep["rows"][0]["waste_usd"] == pytest.approx(2.0)
     rep = http.get(
         "/api/v1/reports/cost", params={**params, "group_by": "job"}, headers=auth(tokens["reader"])
     ).json()
-    assert rep["rows"][0]["tags"] == ["idle", "idle-held"]
+    assert "tags" not in rep["rows"][0]
     assert rep["rows"][0]["user"] == "alice"
-    # Tag filter: only jobs with the tag; no-tensor matches nothing here.
-    for tag, keys in [("idle-held", ["j1"]), ("no-tensor", [])]:
+    # Cause filter: only the groups whose top cause it is.
+    for cause, keys in [("idle_held", ["j1"]), ("compute_no_tensor", [])]:
         rep = http.get(
-            "/api/v1/reports/cost", params={**params, "tag": tag}, headers=auth(tokens["reader"])
-        ).json()
+            "/api/v1/reports/cost", params={**params, "cause": cause},
+            headers=auth(tokens["reader"]),
+        ).json()  # fmt: skip
         assert [r["key"] for r in rep["rows"]] == keys
-        listed = http.get(
-            "/api/v1/jobs", params={**params, "tag": tag}, headers=auth(tokens["reader"])
-        ).json()
-        assert [j["id"] for j in listed] == keys
+
+    listed = http.get("/api/v1/jobs", params=params, headers=auth(tokens["reader"])).json()
+    assert [(j["id"], j["top_cause"]) for j in listed] == [("j1", "idle_held")]
+    assert listed[0]["waste_usd"] == pytest.approx(2.0) and "tags" not in listed[0]
+
+
+def test_report_by_project(http: httpx.Client, tokens, worked):
+    put_prices(http, tokens)
+    post_job(http, tokens, "j1", 30, project="llm").raise_for_status()
+    params = {"start": iso(T0), "end": iso(T0 + timedelta(hours=1)), "group_by": "project"}
+    rep = http.get("/api/v1/reports/cost", params=params, headers=auth(tokens["reader"])).json()
+    rows = {r["key"]: r for r in rep["rows"]}
+    assert set(rows) == {"llm", "__unallocated__"}
+    assert rows["llm"]["waste_usd"] == pytest.approx(2.0)
 
 
 def test_post_merges_into_observed_job_and_counts_overlap_once(
@@ -193,8 +250,10 @@ def test_patch_ends_job_and_open_job_runs_until_now(
     open_job = http.get("/api/v1/jobs/run", headers=auth(tokens["reader"])).json()
     assert open_job["ended_at"] is None and open_job["gpus"][0]["ended_at"] is None
     assert open_job["summary"]["held_seconds"] == pytest.approx(2 * 3600)  # until the clock, 08:00
-    # Only covered time costs: the samples (plus max_gap) cover 06:00-07:00:40.
-    assert open_job["summary"]["cost_usd"] == pytest.approx(4.0 * 3650 / 3600)
+    # Every held second costs: the samples (plus max_gap) cover 06:00-07:00:40, the rest
+    # is nodata, still the job's.
+    assert open_job["summary"]["cost_usd"] == pytest.approx(4.0 * 2)
+    assert open_job["summary"]["nodata_usd"] == pytest.approx(4.0 * (7200 - 3650) / 3600)
     r = http.patch(
         "/api/v1/jobs/run",
         json={"ended_at": iso(T0 + timedelta(minutes=30)), "team": "t"},
@@ -224,8 +283,8 @@ def test_unpriced_gpu_has_null_cost_and_a_warning(
         headers=auth(tokens["reader"]),
     ).json()
     row = rep["rows"][0]
-    assert row["cost_usd"] is None and row["unused_cost_usd"] is None
-    assert row["unpriced_seconds"] == pytest.approx(590 + 60)
+    assert row["cost_usd"] is None and row["waste_usd"] is None
+    assert row["unpriced_seconds"] == pytest.approx(3600)  # every held second, covered or not
     assert rep["totals"]["cost_usd"] is None
     assert "Mystery Accelerator 9000" in rep["warnings"][0]
 
@@ -276,7 +335,10 @@ def test_bad_input_is_a_4xx_that_names_the_problem(
         "start",
         "retention",
     )
-    bad_status(http.get(rep, params={"tag": "lazy"}, headers=rd), 422, "tag", "lazy")
+    bad_status(http.get(rep, params={"cause": "lazy"}, headers=rd), 422, "cause", "lazy")
+    bad_status(http.get(rep, params={"sort": "lazy"}, headers=rd), 422, "sort", "lazy")
+    bad_status(http.get("/api/v1/jobs", params={"sort": "x"}, headers=rd), 422, "sort", "x")
+    bad_status(http.get("/api/v1/fleet", params={"sort": "x"}, headers=rd), 422, "sort", "x")
     bad_status(http.get(rep, params={"format": "xml"}, headers=rd), 422, "format")
     bad_status(http.get(rep, params={"start": "2026-12-01T00:00:00"}, headers=rd), 422, "timezone")
     bad_status(

@@ -16,7 +16,7 @@ from tests.conftest import make_token
 from tests.support import FakeClock, make_batch
 
 
-def test_fleet_wasted_today_matches_the_cost_report(
+def test_fleet_money_today_matches_the_cost_report(
     app, http: httpx.Client, tokens, engine, clock: FakeClock
 ) -> None:
     start = clock() - timedelta(minutes=30)
@@ -44,14 +44,21 @@ def test_fleet_wasted_today_matches_the_cost_report(
         params={"group_by": "gpu", "start": "today", "end": "now"},
         headers=auth(tokens["reader"]),
     ).json()
-    by_report = {r["key"]: r["unused_cost_usd"] for r in report["rows"]}
+    by_report = {r["key"]: r for r in report["rows"]}
     gpus = {g["uuid"]: g for g in body["gpus"]}
     assert set(gpus) == {"GPU-a0", "GPU-a1"}
     assert gpus["GPU-a0"]["job"] == "j1" and gpus["GPU-a1"]["job"] is None
+    names = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")
     for uuid, gpu in gpus.items():
-        assert gpu["wasted_today_usd"] == pytest.approx(by_report[uuid], abs=0.02), uuid
-    assert gpus["GPU-a1"]["wasted_today_usd"] > gpus["GPU-a0"]["wasted_today_usd"] > 0
-    assert body["wasted_today_usd"] == pytest.approx(sum(by_report.values()), abs=0.04)
+        for name in names:
+            assert gpu[name] == pytest.approx(by_report[uuid][name], abs=0.02), (uuid, name)
+    assert gpus["GPU-a1"]["waste_usd"] > 0
+    # Largest waste first.
+    wastes = [g["waste_usd"] for g in body["gpus"]]
+    assert wastes == sorted(wastes, reverse=True)
+    for name in names:
+        assert body[name] == pytest.approx(sum(r[name] for r in by_report.values()), abs=0.04)
+    assert "wasted_today_usd" not in body
     assert body["start"].startswith("2026-12-02T00:00:00")
     assert body["price_source"] == "api"
     assert http.get("/api/v1/fleet", headers=auth(tokens["agent"])).status_code == 403

@@ -52,7 +52,7 @@ def test_gpus_lists_every_gpu_worst_first_and_filters(
 
 
 def _headline_usd(out: str) -> float:
-    return float(re.search(r"\$([0-9.,]+) wasted since", out).group(1).replace(",", ""))  # type: ignore[union-attr]
+    return float(re.search(r"waste \$([0-9.,]+) =", out).group(1).replace(",", ""))  # type: ignore[union-attr]
 
 
 def test_gpus_headline_follows_its_filters(capsys, server, tokens, fleet_data, monkeypatch):
@@ -80,6 +80,12 @@ def test_gpus_names_the_nearest_of_an_unknown_node_or_team(
     assert captured.out == ""
 
 
+def test_gpus_sort_by_cost(capsys, server, tokens, fleet_data):
+    assert main(["gpus", "--url", server, "--token", tokens["reader"], "--sort", "cost"]) == 0
+    out = capsys.readouterr().out
+    assert "$ waste today" in out and "waste $" in out and "(estimated)" in out
+
+
 def test_gpus_watch_refreshes_until_ctrl_c(capsys, server, tokens, fleet_data, monkeypatch):
     calls = []
 
@@ -99,7 +105,8 @@ def test_job_prints_a_plain_report(capsys, server, tokens, fleet_data):
     out = capsys.readouterr().out
     assert out.startswith("Job slurm:1 (user alice, team vision)")
     assert "GPU-a0 on node-a" in out and "Efficiency" in out
-    assert "Time and dollars by cause:" in out and "idle_held" in out
+    assert "Time and dollars by cause (cost, waste):" in out and "idle_held" in out
+    assert "Waste: $" in out and "(estimated)" in out and "wasted" not in out
     assert "Recommendations (together they save $" in out
     assert "idle_held: end the idle process" in out and "assuming nothing ran" in out
     assert main(["job", "slurm:404", "--url", server, "--token", tokens["reader"]]) == 1

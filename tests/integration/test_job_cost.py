@@ -1,4 +1,4 @@
-"""Alert dollars: a job's unused GPU-seconds times the most specific current price; no secrets leak."""
+"""Alert dollars: a job's waste at the most specific current price; no secrets leak."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from sqlalchemy import insert
 
 from service.db.schema import prices
 from service.scheduler import rollup_once
-from service.usecases.cost_report import job_wasted_usd
+from service.usecases.cost_report import job_waste_usd
 from tests.alerting_support import add_job, auth, ingest
 from tests.receivers import Receiver
 from tests.support import FakeClock
 
 
-def test_wasted_usd_uses_most_specific_latest_price(
+def test_waste_usd_uses_most_specific_latest_price(
     app, http: httpx.Client, tokens, engine, clock: FakeClock
 ) -> None:
     ctx = app.state.ctx
     start = clock() - timedelta(minutes=10)
-    # 10 minutes at sm_active 0.25 on one GPU -> 7.5 unused GPU-minutes (rollups cover whole minutes)
-    ingest(http, tokens["agent"], start=start, count=60, metrics={"sm_active": 0.25})
+    # 10 minutes idle on one GPU -> 10 wasted GPU-minutes (rollups cover whole minutes)
+    ingest(http, tokens["agent"], start=start, count=60, metrics={"sm_active": 0.0})
     add_job(engine, "j1", ("GPU-a0",), started_at=start)
     rollup_once(ctx)
     with engine.begin() as conn:
@@ -53,9 +53,9 @@ def test_wasted_usd_uses_most_specific_latest_price(
             ],
         )
     with engine.connect() as conn:
-        usd = job_wasted_usd(conn, job_id="j1", now=clock(), settings=ctx.settings)
-    # $6/h (newest effective *H100*) x ~0.125 h unused (0.75 x 10 min)
-    assert usd == pytest.approx(6.0 * 0.75 * 10 / 60, rel=0.12)
+        usd = job_waste_usd(conn, job_id="j1", now=clock(), settings=ctx.settings)
+    # $6/h (newest effective *H100*) x ~1/6 h idle
+    assert usd == pytest.approx(6.0 * 10 / 60, rel=0.12)
 
 
 def test_secrets_stay_out_of_logs_and_errors(app, http: httpx.Client, tokens, caplog) -> None:

@@ -110,7 +110,9 @@ def test_latest_sample_per_gpu_with_job_and_price(
     assert m["gpuwarden_fleet_gpus"] == [({}, 2.0)]
     assert m["gpuwarden_fleet_gpus_idle"] == [({}, 2.0)]
     assert m["gpuwarden_fleet_gpus_idle_held"] == [({}, 2.0)]
-    assert m["gpuwarden_fleet_wasted_usd_per_hour"][0][1] == pytest.approx(2 * 4.0 * 0.98)
+    # Both GPUs idle now: their whole price is waste.
+    assert m["gpuwarden_fleet_waste_usd_per_hour"][0][1] == pytest.approx(2 * 4.0)
+    assert "gpuwarden_fleet_wasted_usd_per_hour" not in m
     # The service's own health is on the same page, without _created noise.
     # Every outcome has a series from the start, at 0 until it happens.
     assert sorted(m["gpuwarden_ingest_batches_total"], key=lambda s: s[0]["outcome"]) == [

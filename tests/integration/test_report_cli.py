@@ -80,14 +80,15 @@ def run(capsys, server: str, token: str, *extra: str) -> tuple[int, str, str]:
 def test_table_shows_the_most_wasteful_job_first(capsys, server: str, tokens, jobs_present):
     code, out, _ = run(capsys, server, tokens["reader"])
     assert code == 0
-    assert out.index("slurm:1") < out.index("slurm:2")  # $2.40 wasted before $0.40
-    assert "$2.40" in out and "idle, idle-held" in out and "TOTAL" in out
-    # The dominant waste cause per job, and the time by cause of the totals.
+    assert out.index("slurm:1") < out.index("slurm:2")  # $2.00 of waste before $0.00
+    assert "$2.00" in out and "TOTAL" in out and "tags" not in out
+    # The top cause per job with the waste in it, and the time by cause of the totals.
     assert "idle_held 50% $2.00" in out
     assert "time by cause: compute_tensor 75% ($6.00), idle_held 25% ($2.00)" in out
-    # The fix that saves the most per row, and the totals' fixes: release the idle-held half.
+    # The fix that saves the most per row, and the totals' waste and fixes.
     assert "$2.00 (idle_held)" in out
-    assert "fixes of the totals save $2.00: idle_held $2.00 (end the idle process" in out
+    assert "waste $2.00 = idle $2.00 + fixable $0.00 (estimated)" in out
+    assert "top fixes: idle_held $2.00 (end the idle process" in out
 
 
 def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
@@ -98,12 +99,13 @@ def test_group_by_team_csv_and_json(capsys, server: str, tokens, jobs_present):
     assert float(rows[-1]["cost_usd"]) == pytest.approx(8.0)
     assert float(rows[0]["idle_held_seconds"]) == pytest.approx(1800)
     assert float(rows[0]["idle_held_usd"]) == pytest.approx(2.0)
-    assert rows[0]["dominant_waste_cause"] == "idle_held"
+    assert rows[0]["top_cause"] == "idle_held"
+    assert float(rows[0]["waste_usd"]) == pytest.approx(2.0)
     assert rows[0]["top_fix"] == "idle_held"
     assert float(rows[0]["top_fix_saving_usd"]) == pytest.approx(2.0)
     code, out, _ = run(capsys, server, tokens["reader"], "--group-by", "team", "--json")
     data = json.loads(out)
-    assert data["totals"]["unused_cost_usd"] == pytest.approx(2.4 + 0.4)
+    assert data["totals"]["waste_usd"] == pytest.approx(2.0)
 
 
 def test_errors_are_reported_not_raised(capsys, server: str, tokens):

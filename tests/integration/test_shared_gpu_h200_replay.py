@@ -106,7 +106,8 @@ def test_h200_capture_through_the_central(
     if rule is SplitRule.EQUAL:
         # the notebook: a third of the GPU's time, nothing of it running
         assert idle["idle_held_seconds"] >= 0.95 * idle["allocated_seconds"] > 30
-        assert idle["idle_cost_usd"] == pytest.approx(idle["cost_usd"], rel=0.05)
+        assert idle["idle_usd"] == pytest.approx(idle["cost_usd"], rel=0.05)
+        assert idle["waste_usd"] == pytest.approx(idle["idle_usd"], rel=0.05)
         assert busy["idle_seconds"] == 0
     else:
         # busy time by SM share: the notebook ran nothing and pays (almost) nothing

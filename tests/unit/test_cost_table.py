@@ -9,20 +9,23 @@ from rich.console import Console
 from service.cli.report import gpu_hours, render_table
 
 
-def row(key: str, cost: float, wasted: float, **extra: object) -> dict[str, object]:
+def row(key: str, cost: float, waste: float, **extra: object) -> dict[str, object]:
     return {
         "key": key,
         "held_seconds": 86400.0 * 8,
         "allocated_seconds": 86400.0 * 7.5,
         "nodata_seconds": 43200.0,
+        "lost_seconds": 0.0,
         "idle_seconds": 3600.0 * 50,
         "unused_seconds": 3600.0 * 90,
         "efficiency": 0.42,
         "cost_usd": cost,
-        "idle_cost_usd": cost / 3,
-        "unused_cost_usd": wasted,
+        "waste_usd": waste,
+        "idle_usd": waste / 4,
+        "fixable_usd": waste * 3 / 4,
+        "nodata_usd": cost / 16,
+        "lost_usd": 0.0,
         "user": "alice-the-researcher",
-        "tags": ["idle", "idle-held", "underfed"],
         **extra,
     }
 
@@ -31,9 +34,9 @@ def report() -> dict[str, object]:
     rows = [
         row("slurm:1234567", 12345.67, 9876.54),
         row("k8s:ml-team/train-llama-70b-x9", 1234.5, 1000.25),
-        row("__unallocated__", 123.45, 99.99, user=None, tags=None),
+        row("__unallocated__", 123.45, 99.99, user=None),
     ]
-    totals = row("__total__", 13703.62, 10976.78, user=None, tags=None)
+    totals = row("__total__", 13703.62, 10976.78, user=None)
     return {
         "group_by": "job",
         "start": "2026-11-26T07:22:24.643342Z",
@@ -68,7 +71,9 @@ def test_80_columns_keep_every_dollar_figure_and_job_id_whole() -> None:
 
 def test_a_wide_terminal_shows_every_column() -> None:
     text = render(200)
-    assert "no data" in text and "idle cost" in text and "left out" not in text
+    assert "no data" in text and "fixable" in text and "left out" not in text
+    # The totals line says the waste as idle + fixable.
+    assert "waste $10,976.78 = idle $2,744.20 + fixable $8,232.59 (estimated)" in text
 
 
 def test_small_gpu_hours_do_not_read_as_nothing() -> None:

@@ -102,7 +102,7 @@ def note(**kw: object) -> Notification:
         },
         "active_since": T0,
         "fired_at": T0,
-        "wasted_usd": 12.5,
+        "waste_usd": 12.5,
         "report_url": "http://gw/api/v1/jobs/slurm:42",
     }
     return Notification.model_validate(doc | kw)
@@ -155,7 +155,7 @@ def test_alertmanager_body_shape() -> None:
     assert a["labels"]["alertname"] == "low-sm-activity"
     assert a["labels"] == {"alertname": "low-sm-activity", **NOTE_LABELS}
     assert a["startsAt"] == "2026-12-02T08:00:00Z" and a["endsAt"] == "2026-12-02T08:04:00Z"
-    assert a["annotations"]["wasted_usd"] == "12.50"
+    assert a["annotations"]["waste_usd"] == "12.50"
     resolved_at = datetime(2026, 12, 2, 8, 9, tzinfo=UTC)
     (r,) = alertmanager.render(note(status="resolved", kind="resolved", resolved_at=resolved_at))
     assert r["endsAt"] == "2026-12-02T08:09:00Z"

@@ -132,11 +132,15 @@ def test_fleet_figures_idle_held_and_waste():
     assert one("gpuwarden_fleet_gpus_idle_held") == 2
     assert one("gpuwarden_fleet_gpus_unpriced") == 0
     assert one("gpuwarden_fleet_cost_usd_per_hour") == 20.0
-    # 4 x (0.2 + 1.0 + 0.99 + 1.0); the no-data GPU wastes nothing.
-    assert abs(one("gpuwarden_fleet_wasted_usd_per_hour") - 4.0 * 3.19) < 1e-9
-    wasted = fams["gpuwarden_gpu_wasted_usd_per_hour"]
-    assert abs(values_of(wasted, "GPU-busy")[0] - 0.8) < 1e-9
-    assert values_of(wasted, "GPU-nodata") == []
+    # The three idle GPUs waste their whole price; the busy one (SM 0.8, its other metrics
+    # unreported: unclassified) wastes nothing, an unexplained 20% idle SM time being no
+    # dollar figure; the no-data GPU wastes nothing.
+    assert abs(one("gpuwarden_fleet_waste_usd_per_hour") - 3 * 4.0) < 1e-9
+    waste = fams["gpuwarden_gpu_waste_usd_per_hour"]
+    assert values_of(waste, "GPU-busy") == [0.0]
+    assert values_of(waste, "GPU-held") == [4.0]
+    assert values_of(waste, "GPU-nodata") == []
+    assert "gpuwarden_fleet_wasted_usd_per_hour" not in fams
     assert values_of(fams["gpuwarden_gpu_idle"], "GPU-held") == [1.0]
     assert values_of(fams["gpuwarden_gpu_idle"], "GPU-busy") == [0.0]
     assert values_of(fams["gpuwarden_gpu_idle"], "GPU-nodata") == []
@@ -171,15 +175,19 @@ def test_unpriced_models_are_counted_and_have_no_price_series():
     fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
     assert fams["gpuwarden_fleet_gpus_unpriced"].samples[0].value == 1
     assert fams["gpuwarden_gpu_price_usd_per_hour"].samples == []
-    assert fams["gpuwarden_fleet_wasted_usd_per_hour"].samples[0].value == 0
+    assert fams["gpuwarden_fleet_waste_usd_per_hour"].samples[0].value == 0
 
 
-def test_lost_gpus():
-    snap = FleetSnapshot([], lost=[LostGpu("node-b", 2, "GPU-l", H100)])
+def test_lost_gpus_cost_as_their_own_line_and_are_never_waste():
+    prices = [PriceRow("*H100*", 4.0, datetime(2026, 1, 1, tzinfo=UTC))]
+    snap = FleetSnapshot([], lost=[LostGpu("node-b", 2, "GPU-l", H100)], prices=prices)
     fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
     (s,) = fams["gpuwarden_gpu_lost"].samples
     assert s.labels == {"node": "node-b", "gpu_index": "2", "gpu_uuid": "GPU-l", "model": H100}
     assert fams["gpuwarden_fleet_gpus_lost"].samples[0].value == 1
+    assert fams["gpuwarden_fleet_lost_usd_per_hour"].samples[0].value == 4.0
+    assert fams["gpuwarden_fleet_cost_usd_per_hour"].samples[0].value == 4.0
+    assert fams["gpuwarden_fleet_waste_usd_per_hour"].samples[0].value == 0.0
 
 
 def test_dcgm_compat_names_labels_and_units():

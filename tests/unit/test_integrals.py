@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from service.costs.integrals import ActivityPoint, Thresholds, integrate, point_of
@@ -106,16 +108,23 @@ def test_the_worked_example_of_docs_diagnosis():
     usage.add(i)
     s = Summary("j")
     s.add_line(Line("j", 1, 3600.0, usage, 4.0))
-    row = s.as_dict()
-    causes = s.causes()
-    assert causes["launch_bound"] == {"seconds": pytest.approx(1200), "usd": pytest.approx(4 / 3)}
+    from service.costs.money import figures
+    from service.costs.recommend import FixAssumptions
+
+    row = figures(s, FixAssumptions())
+    causes: Any = row["causes"]
+    assert causes["launch_bound"]["seconds"] == pytest.approx(1200)
+    assert causes["launch_bound"]["usd"] == pytest.approx(4 / 3)
     assert causes["compute_tensor"]["seconds"] == pytest.approx(1500)
     assert causes["transfer_bound"]["usd"] == pytest.approx(4 * 600 / 3600)
     assert causes["idle_held"]["seconds"] == pytest.approx(300)
     assert row["idle_seconds"] == pytest.approx(300)
     assert row["unused_seconds"] == pytest.approx(2159.64)
-    assert row["unused_cost_usd"] == pytest.approx(2.40, abs=0.005)
-    assert row["dominant_waste_cause"] == "launch_bound"
+    # idle_held $0.33 in full + launch_bound $1.33 x 0.5 + transfer_bound $0.67 x 0.5
+    assert row["idle_usd"] == pytest.approx(1 / 3)
+    assert row["fixable_usd"] == pytest.approx(2 / 3 + 1 / 3)
+    assert row["waste_usd"] == pytest.approx(4 / 3)
+    assert row["top_cause"] == "launch_bound"
 
 
 def test_energy_is_split_by_cause() -> None:

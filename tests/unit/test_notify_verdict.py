@@ -1,10 +1,10 @@
-"""Job alerts carry the verdict: the dominant cause, its dollars, the fix and its saving."""
+"""Job alerts carry the verdict: the waste as idle + fixable, the top cause, its fix and saving."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.thresholds.notify import slack, webhook
+from service.thresholds.notify import alertmanager, slack, webhook
 from service.thresholds.notify.base import Notification
 
 
@@ -26,36 +26,45 @@ def note(**verdict: object) -> Notification:
             "scope_key": "slurm:7",
             "labels": {"job_id": "slurm:7"},
             "active_since": datetime(2026, 12, 3, 8, tzinfo=UTC),
-            "wasted_usd": 2.4,
             **verdict,
         }
     )
 
 
 VERDICT = {
-    "dominant_cause": "launch_bound",
-    "dominant_cause_usd": 1.33,
+    "waste_usd": 3.0,
+    "idle_usd": 2.0,
+    "fixable_usd": 1.0,
+    "top_cause": "launch_bound",
     "fix": "launch fewer, larger kernels: CUDA graphs",
     "fix_saving_usd": 0.67,
 }
+WASTE = "waste so far $3.00 (idle $2.00 + fixable $1.00, estimated)"
 
 
-def test_slack_and_webhook_name_the_cause_its_dollars_and_the_fix() -> None:
-    line = "most waste: launch_bound ($1.33); fix: launch fewer, larger kernels: CUDA graphs "
+def test_slack_webhook_and_alertmanager_say_the_waste_the_cause_and_the_fix() -> None:
+    line = "top cause: launch_bound; fix: launch fewer, larger kernels: CUDA graphs "
     line += "(saves about $0.67)"
     assert note(**VERDICT).verdict() == line
+    assert note(**VERDICT).waste() == WASTE
     section = slack.render(note(**VERDICT))["blocks"][1]["text"]["text"]
-    assert line in section
+    assert line in section and WASTE in section
     body = webhook.render(note(**VERDICT))["data"]
-    assert body["dominant_cause"] == "launch_bound" and body["fix_saving_usd"] == 0.67
-    assert body["summary"].endswith(line)
+    assert body["top_cause"] == "launch_bound" and body["fix_saving_usd"] == 0.67
+    assert (body["waste_usd"], body["idle_usd"], body["fixable_usd"]) == (3.0, 2.0, 1.0)
+    assert body["summary"].endswith(f"{WASTE}; {line}")
+    annotations = alertmanager.render(note(**VERDICT))[0]["annotations"]
+    assert annotations["waste_usd"] == "3.00" and annotations["top_cause"] == "launch_bound"
+    assert (annotations["idle_usd"], annotations["fixable_usd"]) == ("2.00", "1.00")
+    for old in ("wasted_usd", "dominant_cause", "dominant_cause_usd"):
+        assert old not in body and old not in annotations
 
 
 def test_without_a_verdict_nothing_is_said() -> None:
     plain = note()
-    assert plain.verdict() is None
-    assert "most waste" not in str(slack.render(plain))
-    assert webhook.render(plain)["data"]["dominant_cause"] is None
+    assert plain.verdict() is None and plain.waste() is None
+    assert "top cause" not in str(slack.render(plain))
+    assert webhook.render(plain)["data"]["top_cause"] is None
 
 
 def test_a_gpu_alert_names_node_and_index_and_a_fault_its_xid() -> None:

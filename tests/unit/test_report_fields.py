@@ -11,7 +11,7 @@ from service.diagnosis import CAUSE_NAMES
 from service.settings import Settings
 from service.usecases.cost_report import report_row
 
-JOB_METADATA = {"user", "team", "project", "tags"}
+JOB_METADATA = {"user", "team", "project"}
 
 
 def test_summary_row_has_exactly_the_response_models_figures():
@@ -22,6 +22,14 @@ def test_summary_row_has_exactly_the_response_models_figures():
 def test_csv_has_every_figure_and_cause_once():
     assert len(CSV_COLUMNS) == len(set(CSV_COLUMNS))
     figures = set(CostRowPublic.model_fields) - {"causes", "fixes"}
-    per_cause = {f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd")}
+    per_cause = {f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd", "waste_usd")}
     assert set(CSV_COLUMNS) == figures | per_cause | {"top_fix", "top_fix_saving_usd"}
     assert CSV_COLUMNS[0] == "key"
+
+
+def test_the_old_overlapping_names_are_gone_from_every_row_and_column():
+    old = {"unused_cost_usd", "idle_cost_usd", "wasted_usd", "dominant_cause",
+           "dominant_waste_cause", "fixes_saving_usd", "tags"}  # fmt: skip
+    assert not old & set(CSV_COLUMNS)
+    assert not old & set(CostRowPublic.model_fields)
+    assert not old & set(report_row(Summary("k"), Settings(), FixAssumptions()))

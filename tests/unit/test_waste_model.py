@@ -1,4 +1,4 @@
-"""The waste model over jobs: worked example, gaps, edges, sharing, prices, tags."""
+"""The waste model over jobs: worked example, gaps, edges, sharing, prices, lost GPUs."""
 
 from __future__ import annotations
 
@@ -6,17 +6,24 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.costs.integrals import ActivityPoint, Integrals, Thresholds, integrate, point_of
+from service.costs.integrals import (
+    INTEGRAL_FIELDS,
+    ActivityPoint,
+    Integrals,
+    Thresholds,
+    integrate,
+    point_of,
+)
+from service.costs.money import figures
 from service.costs.prices import PriceRow, change_points, price_at, specificity
+from service.costs.recommend import FixAssumptions
 from service.costs.waste import (
     UNALLOCATED,
     Allocation,
-    Line,
     Segment,
     Summary,
-    TagThresholds,
     Usage,
-    job_tags,
+    group_segments,
     lines_from_segments,
     plan_reads,
     segment_gpu,
@@ -40,20 +47,17 @@ def at(seconds: float) -> datetime:
 
 def usage_from(points: list[ActivityPoint], start: float, end: float) -> Usage:
     i = integrate(points, start, end, TH)
-    return Usage(
-        covered_seconds=i.covered_seconds,
-        idle_seconds=i.idle_seconds,
-        idle_held_seconds=i.idle_held_seconds,
-        unused_seconds=i.unused_seconds,
-        fallback_seconds=i.fallback_seconds,
-        energy_used_joules=i.energy_used_joules,
-    )
+    return Usage(**{f: getattr(i, f) for f in INTEGRAL_FIELDS})
 
 
 def worked_example_points() -> list[ActivityPoint]:
     """30 min at sm_active 0.0 holding 20 GiB, then 30 min at 0.8, every 10 s."""
     base = T0.timestamp()
     return [P(base + k * 10, 0.0 if k < 180 else 0.8, fb_used_bytes=20 * GIB) for k in range(360)]
+
+
+def row_of(summary: Summary) -> dict[str, object]:
+    return figures(summary, FixAssumptions())
 
 
 def job_report(
@@ -68,30 +72,33 @@ def test_worked_example_of_design_4():
     segs = segment_gpu(1, [Allocation("j1", 1, T0, at(3600))], T0, at(3600))
     assert [s.job_ids for s in segs] == [("j1",)]
     usage = usage_from(points, T0.timestamp(), at(3600).timestamp())
-    row = job_report(segs, [usage], 4.0)["j1"].as_dict()
+    row = row_of(job_report(segs, [usage], 4.0)["j1"])
     assert row["allocated_seconds"] == pytest.approx(3600)
     assert row["idle_seconds"] == pytest.approx(1800)
     assert row["idle_held_seconds"] == pytest.approx(1800)
     assert row["unused_seconds"] == pytest.approx(0.6 * 3600)
     assert row["efficiency"] == pytest.approx(0.40)
     assert row["cost_usd"] == pytest.approx(4.00)
-    assert row["idle_cost_usd"] == pytest.approx(2.00)
-    assert row["unused_cost_usd"] == pytest.approx(2.40)
+    assert row["idle_usd"] == pytest.approx(2.00)
     assert row["nodata_seconds"] == pytest.approx(0)
+    assert row["nodata_usd"] == pytest.approx(0) and row["lost_usd"] == pytest.approx(0)
 
 
-def test_nodata_gap_is_never_idle_nor_cost_and_max_gap_cuts_cover():
+def test_nodata_gap_is_never_idle_nor_waste_but_still_costs_and_max_gap_cuts_cover():
     base = T0.timestamp()
     # Samples at 0..590 s, a 10-minute hole, then 1200..1790 s; all idle.
     pts = [P(base + t, 0.0) for t in [*range(0, 600, 10), *range(1200, 1800, 10)]]
     segs = segment_gpu(1, [Allocation("j", 1, T0, at(1800))], T0, at(1800))
     usage = usage_from(pts, base, base + 1800)
-    row = job_report(segs, [usage], 3.6)["j"].as_dict()
+    row = row_of(job_report(segs, [usage], 3.6)["j"])
     # The sample at 590 s covers only max_gap (60 s): 590..650; 650..1200 is nodata.
     assert row["allocated_seconds"] == pytest.approx(650 + 600)
     assert row["nodata_seconds"] == pytest.approx(1800 - 1250)
     assert row["idle_seconds"] == pytest.approx(1250)
-    assert row["cost_usd"] == pytest.approx(3.6 * 1250 / 3600)
+    # The GPU was held all 30 minutes: the hole costs too, as nodata, and is never waste.
+    assert row["cost_usd"] == pytest.approx(3.6 * 1800 / 3600)
+    assert row["nodata_usd"] == pytest.approx(3.6 * 550 / 3600)
+    assert row["waste_usd"] == pytest.approx(3.6 * 1250 / 3600)
 
 
 def test_job_starting_and_ending_between_samples_gets_only_its_part():
@@ -117,10 +124,10 @@ def test_two_jobs_taking_turns_split_the_gpu_by_time():
     segs = segment_gpu(1, allocs, T0, at(1200))
     usages = [usage_from(pts, s.start.timestamp(), s.end.timestamp()) for s in segs]
     rep = job_report(segs, usages, 3.6)
-    assert rep["a"].as_dict()["idle_cost_usd"] == pytest.approx(0.6)
+    assert row_of(rep["a"])["idle_usd"] == pytest.approx(0.6)
     assert rep["a"].efficiency == pytest.approx(0.0)
     assert rep["b"].efficiency == pytest.approx(1.0)
-    assert rep["b"].as_dict()["unused_cost_usd"] == pytest.approx(0.0)
+    assert row_of(rep["b"])["waste_usd"] == pytest.approx(0.0)
     assert UNALLOCATED not in rep
 
 
@@ -135,10 +142,10 @@ def test_two_jobs_sharing_one_gpu_at_once_split_it_equally():
     rep = job_report(segs, usages, 4.0)
     assert rep["a"].held_seconds == pytest.approx(1800 + 900)
     assert rep["b"].held_seconds == pytest.approx(900)
-    assert rep["a"].as_dict()["cost_usd"] == pytest.approx(3.0)
-    assert rep["b"].as_dict()["cost_usd"] == pytest.approx(1.0)
+    assert rep["a"].cost_usd == pytest.approx(3.0)
+    assert rep["b"].cost_usd == pytest.approx(1.0)
     # The shares add up to the GPU's hour: nothing counted twice.
-    assert sum(s.as_dict()["cost_usd"] for s in rep.values()) == pytest.approx(4.0)  # type: ignore[misc]
+    assert sum(s.cost_usd for s in rep.values()) == pytest.approx(4.0)
 
 
 def test_api_and_observed_intervals_of_one_job_count_once():
@@ -166,9 +173,8 @@ def test_price_change_in_the_middle_of_a_job():
         return row.usd_per_gpu_hour if row else None
 
     lines = lines_from_segments(segs, usages, price_of)
-    rep = summarize(lines, lambda ln: ln.job_id or UNALLOCATED)["j"].as_dict()
+    rep = row_of(summarize(lines, lambda ln: ln.job_id or UNALLOCATED)["j"])
     assert rep["cost_usd"] == pytest.approx(2.0 + 1.0)
-    assert rep["unused_cost_usd"] == pytest.approx(1.5)
 
 
 def test_most_specific_pattern_wins_and_unmatched_is_none_not_zero():
@@ -190,8 +196,8 @@ def test_most_specific_pattern_wins_and_unmatched_is_none_not_zero():
 def test_unpriced_gpu_shows_null_cost_not_zero():
     segs = [Segment(1, T0, at(3600), ("j",))]
     rep = job_report(segs, [Usage(covered_seconds=3600, unused_seconds=1800)], None)
-    row = rep["j"].as_dict()
-    assert row["cost_usd"] is None and row["unused_cost_usd"] is None
+    row = row_of(rep["j"])
+    assert row["cost_usd"] is None and row["waste_usd"] is None and row["idle_usd"] is None
     assert row["unpriced_seconds"] == 3600
     assert row["efficiency"] == pytest.approx(0.5)
 
@@ -277,38 +283,24 @@ def test_rollup_boundaries_add_up_to_the_raw_integral(start_s: float, end_s: flo
         assert getattr(parts, f) == pytest.approx(getattr(whole, f))
 
 
-def _summary(**kw: float) -> Summary:
-    s = Summary("j")
-    s.add_line(Line("j", 1, kw.get("covered_seconds", 100.0), Usage(**kw), 1.0))
-    return s
-
-
-def test_tags_follow_their_thresholds():
-    t = TagThresholds()
-    idle = _summary(covered_seconds=100, idle_seconds=80, idle_held_seconds=60, unused_seconds=95)
-    assert job_tags(idle, t) == ["idle", "idle-held", "underfed"]
-    mem = _summary(
-        covered_seconds=100,
-        unused_seconds=20,
-        dram_active_sum=7,
-        dram_active_count=10,
-        tensor_active_sum=0,
-        tensor_active_count=10,
-    )
-    assert job_tags(mem, t) == ["memory-bound", "no-tensor"]
-    good = _summary(
-        covered_seconds=100,
-        unused_seconds=5,
-        dram_active_sum=2,
-        dram_active_count=10,
-        tensor_active_sum=8,
-        tensor_active_count=10,
-    )
-    assert job_tags(good, t) == []
-    # No tensor figure at all (older GPU): no no-tensor tag, absence is not zero.
-    assert job_tags(_summary(covered_seconds=100, unused_seconds=5), t) == []
-    assert job_tags(_summary(covered_seconds=0), t) == []
-    assert job_tags(idle, TagThresholds(idle_fraction=0.9, idle_held_fraction=0.7)) == ["underfed"]
+def test_a_lost_gpu_s_unsampled_time_is_lost_not_nodata_and_still_costs():
+    """Cut at lost_at: before it a hole is nodata, after it the time is lost; both cost."""
+    lost_at = at(2400)
+    base = T0.timestamp()
+    # Samples 0..1790 s; the last covers max_gap (60 s), to 1850 s.
+    pts = [P(base + k * 10, 0.0) for k in range(180)]
+    segs = segment_gpu(1, [Allocation("j", 1, T0, at(3600))], T0, at(3600), [lost_at])
+    usages = [usage_from(pts, s.start.timestamp(), s.end.timestamp()) for s in segs]
+    keys, held, _ = group_segments(segs, lambda _s: 3.6, {1: lost_at})
+    assert [(k[0], k[3]) for k in keys] == [("j", False), ("j", True)]
+    assert held == [2400, 1200]
+    lines = lines_from_segments(segs, usages, lambda _s: 3.6, {1: lost_at})
+    row = row_of(summarize(lines, lambda ln: ln.job_id or UNALLOCATED)["j"])
+    assert row["nodata_seconds"] == pytest.approx(550)
+    assert row["lost_seconds"] == pytest.approx(1200)
+    assert row["cost_usd"] == pytest.approx(3.6)
+    assert row["lost_usd"] == pytest.approx(1.2) and row["nodata_usd"] == pytest.approx(0.55)
+    assert row["waste_usd"] == pytest.approx(1.85)  # the idle sampled time only
 
 
 def test_running_total_columns_are_the_usage_fields_in_order():

@@ -1,4 +1,4 @@
-"""``/api/v1/fleet``: every GPU now with the dollars it wasted today, in one read (the console's
+"""``/api/v1/fleet``: every GPU now with its dollars of today, in one read (the console's
 first page)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.gpus import FleetPublic
+from service.costs.money import SORT_BYS
 from service.errors import ValidationFailed
 from service.usecases.fleet import FleetFilter, WastedTodayCache, fleet_now
 
@@ -33,14 +34,20 @@ def fleet(
     cause: str | None = Query(
         None, description="only GPUs whose latest sample has this cause (e.g. transfer_bound)"
     ),
+    sort: str = Query("waste", description=f"largest first by one of {', '.join(SORT_BYS)}"),
 ) -> Response:
-    """Every GPU as ``GET /gpus`` shows it, with ``wasted_today_usd`` since midnight UTC (the
-    dollars at most one rollup interval old); with filters only the GPUs they let through, and
-    the total of those. An unknown node, model, team, state or cause is a 422 naming the nearest."""
+    """Every GPU as ``GET /gpus`` shows it, with its cost, waste (idle + fixable) and lost USD
+    since midnight UTC (the dollars at most one rollup interval old), largest waste first (or
+    ``sort``); with filters only the GPUs they let through, and the totals of those. An unknown
+    node, model, team, state or cause is a 422 naming the nearest."""
+    if sort not in SORT_BYS:
+        raise query.query_error("sort", f"unknown sort {sort!r}; one of {SORT_BYS}")
     cache: WastedTodayCache | None = getattr(request.app.state, "fleet_cache", None)
     only = FleetFilter(node=node, model=model, team=team, state=state, cause=cause)
     try:
-        data = fleet_now(conn, settings=ctx.settings, now=ctx.clock(), cache=cache, only=only)
+        data = fleet_now(
+            conn, settings=ctx.settings, now=ctx.clock(), cache=cache, only=only, sort_by=sort
+        )
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from None
     body = FleetPublic.model_validate(data)

@@ -19,7 +19,9 @@ from service.api.schemas.costs import (
     JobUpdate,
 )
 from service.context import ServiceContext
-from service.costs.waste import TAGS, UNALLOCATED, summarize
+from service.costs.money import SORT_BYS, figures, sort_rows
+from service.costs.recommend import with_model
+from service.costs.waste import UNALLOCATED, summarize
 from service.db import jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
@@ -183,7 +185,7 @@ def _apply_update(
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
 def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
-    """A job with its waste summary (total and per GPU) and tags with hints."""
+    """A job with its money summary (total and per GPU), recommendations and energy."""
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
@@ -201,21 +203,17 @@ def list_jobs(
     since: str | None = Query(None, description=query.SINCE_HELP),
     user: str | None = None,
     team: str | None = None,
-    tag: str | None = Query(
-        None,
-        description=f"deprecated (kept one release; see causes): only jobs with this tag: "
-        f"{', '.join(TAGS)}",
-        deprecated=True,
-    ),
+    sort: str = Query("waste", description=f"largest first by one of {', '.join(SORT_BYS)} (USD)"),
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> list[dict[str, Any]]:
-    """Jobs that ran in [start, end), with cost, wasted spend and tags over that window."""
+    """Jobs that ran in [start, end) with their cost, waste (idle + fixable) and top cause
+    over that window, largest waste first (or ``sort``)."""
     now = ctx.clock()
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
-    if tag is not None and tag not in TAGS:
-        raise query_error(ValidationFailed("tag", f"unknown tag {tag!r}; one of {list(TAGS)}"))
+    if sort not in SORT_BYS:
+        raise query_error(ValidationFailed("sort", f"unknown sort {sort!r}; one of {SORT_BYS}"))
     try:
         cost_report.check_range(ctx.settings, start=start_at, end=end_at, now=now)
     except ValidationFailed as exc:
@@ -223,23 +221,19 @@ def list_jobs(
     rows = jobs_repo.list_jobs(conn, start=start_at, end=end_at, user=user, team=team, limit=limit)
     att = cost_report.attribute(conn, settings=ctx.settings, start=start_at, end=end_at, now=now)
     sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    tags = cost_report.job_tag_map(att, ctx.settings)
-    out = []
+    assumptions = cost_report.fix_assumptions_of(ctx.settings)
+    money = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd", "efficiency")
+    out: list[dict[str, Any]] = []
     for job in rows:
         s = sums.get(job["id"])
-        d = s.as_dict() if s else {}
-        job_tags = tags.get(job["id"], [])
-        if tag is not None and tag not in job_tags:
-            continue
+        models = [att.gpus[g].model for g in s.gpu_ids] if s else []
+        d = figures(s, with_model(assumptions, models)) if s else {}
         out.append(
             {
                 **job,
                 "labels": job.get("labels") or {},
-                "cost_usd": d.get("cost_usd"),
-                "unused_cost_usd": d.get("unused_cost_usd"),
-                "efficiency": d.get("efficiency"),
-                "dominant_waste_cause": d.get("dominant_waste_cause"),
-                "tags": job_tags,
+                **{name: d.get(name) for name in money},
+                "top_cause": d.get("top_cause"),
             }
         )
-    return out
+    return sort_rows(out, sort)

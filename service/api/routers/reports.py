@@ -1,4 +1,4 @@
-"""``/api/v1/reports/cost``: what GPUs cost and how much of that was idle or unused (JSON, CSV)."""
+"""``/api/v1/reports/cost``: what GPUs cost and how much of that was waste (JSON, CSV)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic, CostRowPublic
-from service.costs.waste import GROUP_BYS, TAGS
+from service.costs.money import SORT_BYS
+from service.costs.waste import GROUP_BYS
 from service.diagnosis import CAUSE_NAMES
 from service.errors import ValidationFailed
 from service.usecases import cost_report as cost_usecase
@@ -31,7 +32,11 @@ CSV_COLUMNS: tuple[str, ...] = tuple(
                 for name in CostRowPublic.model_fields
                 if name not in ("causes", "fixes", "faults")
             ),
-            *(f"{cause}_{unit}" for cause in CAUSE_NAMES for unit in ("seconds", "usd")),
+            *(
+                f"{cause}_{unit}"
+                for cause in CAUSE_NAMES
+                for unit in ("seconds", "usd", "waste_usd")
+            ),
             "top_fix",
             "top_fix_saving_usd",
             "hardware_faults",
@@ -39,7 +44,7 @@ CSV_COLUMNS: tuple[str, ...] = tuple(
     )
 )
 # Columns that describe a job, kept only when each row is one.
-_JOB_COLUMNS = frozenset({"user", "team", "project", "tags", "hardware_faults"})
+_JOB_COLUMNS = frozenset({"user", "team", "project", "hardware_faults"})
 
 
 # OWASP's CSV injection guidance: a text cell starting with one of these is read as a formula
@@ -50,9 +55,7 @@ _HEADER_SAFE = "".join(c for c in string.printable[:95] if c != "%")
 
 
 def csv_cell(value: Any) -> Any:
-    """One CSV cell: lists joined by ';', None empty, text that could start a formula quoted."""
-    if isinstance(value, list):
-        value = ";".join(map(str, value))
+    """One CSV cell: None empty, text that could start a formula quoted."""
     if value is None:
         return ""
     if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
@@ -88,6 +91,7 @@ def to_csv(data: dict[str, Any]) -> str:
         for name, figures in (row.get("causes") or {}).items():
             flat[f"{name}_seconds"] = figures["seconds"]
             flat[f"{name}_usd"] = figures["usd"]
+            flat[f"{name}_waste_usd"] = figures["waste_usd"]
         fixes = row.get("fixes") or []
         if fixes:
             flat["top_fix"] = fixes[0]["cause"] or fixes[0]["kind"]
@@ -107,16 +111,12 @@ def cost_report(
     since: str | None = Query(None, description=query.SINCE_HELP),
     group_by: str = Query("job", description=f"one of {', '.join(GROUP_BYS)}"),
     format: Literal["json", "csv"] = Query("json"),
-    tag: str | None = Query(
-        None,
-        description=f"deprecated (kept one release; see causes): only jobs with this tag: "
-        f"{', '.join(TAGS)}",
-        deprecated=True,
-    ),
     user: str | None = None,
     team: str | None = None,
+    cause: str | None = Query(None, description="only the groups whose top cause is this"),
+    sort: str = Query("waste", description=f"largest first by one of {', '.join(SORT_BYS)}"),
 ) -> Any:
-    """Cost, idle cost and wasted (unused) cost per group over [start, end), with totals."""
+    """Cost and waste (idle + fixable) per group over [start, end), largest waste first."""
     now = ctx.clock()
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
@@ -129,9 +129,10 @@ def cost_report(
             end=end_at,
             now=now,
             group_by=group_by,
-            tag=tag,
             user=user,
             team=team,
+            cause=cause,
+            sort_by=sort,
         )
     except ValidationFailed as exc:
         raise query_error(exc) from exc

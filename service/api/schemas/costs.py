@@ -12,10 +12,13 @@ from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue
 
 
 class CauseFiguresPublic(BaseModel):
-    """Covered seconds of one cause and their cost (USD, null when unpriced)."""
+    """Covered seconds of one cause, their cost and the waste in it (USD, null when unpriced):
+    all of it for idle_empty and idle_held, usd x the fix's saving fraction for an inefficient
+    cause, 0 for compute_tensor and unclassified."""
 
     seconds: float
     usd: float | None
+    waste_usd: float | None
 
 
 class RecommendationPublic(BaseModel):
@@ -70,24 +73,23 @@ class JobFaultPublic(BaseModel):
 
 
 class CostRowPublic(BaseModel):
-    """The waste model's fields for one group (seconds, joules, USD; costs null when
-    unpriced), with seconds and USD per cause."""
+    """The money model's fields for one group (seconds, joules, USD; USD null when any held
+    second is unpriced), with seconds and USD per cause: cost_usd = the causes' usd +
+    nodata_usd + lost_usd; waste_usd = idle_usd + fixable_usd (docs/costs.md)."""
 
     # Field order is the CSV's column order (the per-cause columns go last).
     key: str
     user: str | None = None
     team: str | None = None
     project: str | None = None
-    tags: list[str] | None = Field(
-        None,
-        description="deprecated: the old job tags, kept for one release; use causes",
-        json_schema_extra={"deprecated": True},
-    )
     gpus: int
     jobs: int
-    held_seconds: float
-    allocated_seconds: float
-    nodata_seconds: float
+    held_seconds: float = Field(description="every second the group held its GPUs")
+    allocated_seconds: float = Field(description="the held seconds samples cover")
+    nodata_seconds: float = Field(description="held seconds no sample covers (GPU not lost)")
+    lost_seconds: float = Field(
+        0.0, description="held seconds of a GPU fallen off the bus (from lost_at), unsampled"
+    )
     idle_seconds: float
     idle_held_seconds: float
     unused_seconds: float
@@ -95,21 +97,29 @@ class CostRowPublic(BaseModel):
     energy_used_joules: float
     energy_kwh: float = Field(0.0, description="energy_used_joules in kWh")
     energy_usd: float = Field(0.0, description="energy_kwh at the energy_usd_per_kwh setting (USD)")
-    efficiency: float | None
-    cost_usd: float | None
-    idle_cost_usd: float | None
-    unused_cost_usd: float | None
-    unpriced_seconds: float
-    dominant_waste_cause: str | None = Field(
-        None, description="the waste cause with the most seconds, null if none"
+    efficiency: float | None = Field(
+        description="mean activity over the covered time (an activity figure, not dollars)"
     )
-    fixes_saving_usd: float | None = Field(
-        None, description="USD the fixes of every waste cause would save together"
+    cost_usd: float | None = Field(description="price x every held second")
+    waste_usd: float | None = Field(
+        description="idle_usd + fixable_usd: the sum of the cause fixes' savings"
+    )
+    idle_usd: float | None = Field(description="idle_empty + idle_held dollars (certain)")
+    fixable_usd: float | None = Field(
+        description="each inefficient cause's dollars x its fix's saving fraction (estimated)"
+    )
+    nodata_usd: float | None = Field(description="held time no sample covers; never waste")
+    lost_usd: float | None = Field(
+        description="held time of a GPU fallen off the bus: a hardware-fault cost, never waste"
+    )
+    unpriced_seconds: float
+    top_cause: str | None = Field(
+        None, description="the waste cause whose fix saves the most, null if none"
     )
     causes: dict[str, CauseFiguresPublic] = Field(
         default_factory=dict,
-        description="seconds and USD per cause (idle_empty, idle_held, launch_bound, ...); "
-        "the seconds add up to allocated_seconds",
+        description="seconds, USD and waste USD per cause (idle_empty, idle_held, "
+        "launch_bound, ...); the seconds add up to allocated_seconds",
     )
     fixes: list[RecommendationPublic] = Field(
         default_factory=list, description="the top fixes by USD saved, one per waste cause"
@@ -122,11 +132,13 @@ class CostRowPublic(BaseModel):
 
 
 class CostReportPublic(BaseModel):
-    """A cost report: rows sorted by wasted (unused) spend, totals and warnings."""
+    """A cost report: rows largest ``sort`` dollars first (waste by default), totals of the
+    rows shown, and warnings."""
 
     start: datetime
     end: datetime
     group_by: str
+    sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
     rows: list[CostRowPublic]
     totals: CostRowPublic
     price_source: Literal["api", "config", "default"]  # default: the shipped list prices
@@ -188,13 +200,6 @@ class JobGpuPublic(BaseModel):
     source: str
 
 
-class TagPublic(BaseModel):
-    """A job tag and what to do about it."""
-
-    tag: str
-    hint: str
-
-
 class PerGpuPublic(CostRowPublic):
     """A job's summary on one GPU."""
 
@@ -232,24 +237,22 @@ class JobPublic(BaseModel):
 
 
 class JobDetailPublic(JobPublic):
-    """A job with its waste summary over its lifetime (seconds and USD per cause, the
-    dominant waste cause), per GPU, and its (deprecated) tags."""
+    """A job with its money summary over its lifetime (cost, waste, seconds and USD per
+    cause, top cause), per GPU, recommendations and energy."""
 
     summary: CostRowPublic
     per_gpu: list[PerGpuPublic]
-    dominant_waste_cause: str | None = None
     energy: EnergyPublic | None = None
     recommendations: list[RecommendationPublic] = Field(
         default_factory=list,
-        description="every fix with its saving, largest first: one per waste cause, fewer "
-        "GPUs, a MIG slice; their savings add up to at most the job's cost",
+        description="every fix with its saving, largest first: one per waste cause and fewer "
+        "GPUs (their savings add up to summary.waste_usd), and a MIG slice where the job fits "
+        "one (its saving is on the time the other fixes leave, beyond the waste)",
     )
     savings_usd: float | None = Field(
-        None, description="what all the recommendations save together (USD)"
-    )
-    tags: list[TagPublic] = Field(
-        description="deprecated: the old job tags, kept for one release; use summary.causes",
-        json_schema_extra={"deprecated": True},
+        None,
+        description="what all the recommendations save together (USD): summary.waste_usd, "
+        "plus a MIG slice's saving when one is offered",
     )
     faults: list[JobFaultPublic] = Field(
         default_factory=list,
@@ -259,7 +262,7 @@ class JobDetailPublic(JobPublic):
 
 
 class JobListItemPublic(BaseModel):
-    """A job in a listing, with its cost figures and tags over the listed window."""
+    """A job in a listing, with its money figures over the listed window (CostRowPublic's)."""
 
     id: str
     user: str | None
@@ -270,13 +273,12 @@ class JobListItemPublic(BaseModel):
     started_at: datetime
     ended_at: datetime | None
     cost_usd: float | None
-    unused_cost_usd: float | None
+    waste_usd: float | None
+    idle_usd: float | None
+    fixable_usd: float | None
+    lost_usd: float | None
     efficiency: float | None
-    dominant_waste_cause: str | None = None
-    tags: list[str] = Field(
-        description="deprecated: the old job tags, kept for one release",
-        json_schema_extra={"deprecated": True},
-    )
+    top_cause: str | None = None
 
 
 class PriceIn(BaseModel):

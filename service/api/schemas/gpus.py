@@ -41,19 +41,32 @@ class GpuPublic(BaseModel):
 
 
 class FleetGpuPublic(GpuPublic):
-    """A GPU with the wasted (unused) USD of its time since midnight UTC (null if unpriced)."""
+    """A GPU with the money figures of its time since midnight UTC (USD, null if unpriced):
+    cost_usd = every held second, waste_usd = idle_usd + fixable_usd, lost_usd the time
+    after it fell off the bus (docs/costs.md)."""
 
-    wasted_today_usd: float | None = None
+    cost_usd: float | None = None
+    waste_usd: float | None = None
+    idle_usd: float | None = None
+    fixable_usd: float | None = None
+    lost_usd: float | None = None
 
 
 class FleetPublic(BaseModel):
-    """The fleet now: every GPU (or those the filters let through) with what it wasted today,
-    the total of the GPUs shown, the price source."""
+    """The fleet now: every GPU (or those the filters let through; largest ``sort`` dollars of
+    today first, waste by default) with its money figures since ``start``, the totals of the
+    GPUs shown, the price source."""
 
     start: datetime  # midnight UTC: "today" as the service's clock has it
     now: datetime
+    sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
     gpus: list[FleetGpuPublic]
-    wasted_today_usd: float
+    cost_usd: float
+    waste_usd: float
+    idle_usd: float
+    fixable_usd: float
+    nodata_usd: float
+    lost_usd: float
     price_source: Literal["api", "config", "default"]
     warnings: list[str]
 

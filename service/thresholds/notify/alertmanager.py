@@ -20,8 +20,12 @@ def render(note: Notification) -> list[dict[str, Any]]:
     }
     if note.description:
         annotations["policy_description"] = note.description
-    if note.wasted_usd is not None:
-        annotations["wasted_usd"] = f"{note.wasted_usd:.2f}"
+    for name in ("waste_usd", "idle_usd", "fixable_usd"):
+        value = getattr(note, name)
+        if value is not None:
+            annotations[name] = f"{value:.2f}"
+    if note.top_cause:
+        annotations["top_cause"] = note.top_cause
     if note.report_url:
         annotations["report_url"] = note.report_url
     alert: dict[str, Any] = {

@@ -37,11 +37,12 @@ class Notification(BaseModel):
     resolved_at: datetime | None = None
     ends_at: datetime | None = None  # for Alertmanager: when to consider it gone unless re-sent
     stale: bool = False
-    wasted_usd: float | None = None
-    # The job's verdict (job alerts): its dominant waste cause, that cause's USD, its fix and
-    # what the fix would save (USD).
-    dominant_cause: str | None = None
-    dominant_cause_usd: float | None = None
+    # The job's verdict (job alerts): its waste so far (USD) = idle (certain) + fixable
+    # (estimated), its top cause (the one whose fix saves most), that fix and its saving (USD).
+    waste_usd: float | None = None
+    idle_usd: float | None = None
+    fixable_usd: float | None = None
+    top_cause: str | None = None
     fix: str | None = None
     fix_saving_usd: float | None = None
     # A hardware fault's most recent hardware XID code in the window, when one caused it.
@@ -71,13 +72,22 @@ class Notification(BaseModel):
         labels = self.labels | {"policy": self.policy, "severity": self.severity}
         return {k: v for k, v in labels.items() if v}
 
-    def verdict(self) -> str | None:
-        """The job's verdict in one line, e.g. "most waste: launch_bound ($1.33); fix: CUDA
-        graphs, ... (saves about $0.67)", or None without a dominant cause."""
-        if not self.dominant_cause:
+    def waste(self) -> str | None:
+        """The job's waste so far in words, e.g. "waste so far $3.00 (idle $2.00 + fixable
+        $1.00, estimated)", or None when unknown."""
+        if self.waste_usd is None:
             return None
-        usd = "" if self.dominant_cause_usd is None else f" (${self.dominant_cause_usd:,.2f})"
-        text = f"most waste: {self.dominant_cause}{usd}"
+        text = f"waste so far ${self.waste_usd:,.2f}"
+        if self.idle_usd is not None and self.fixable_usd is not None:
+            text += f" (idle ${self.idle_usd:,.2f} + fixable ${self.fixable_usd:,.2f}, estimated)"
+        return text
+
+    def verdict(self) -> str | None:
+        """The job's verdict in one line, e.g. "top cause: launch_bound; fix: CUDA graphs, ...
+        (saves about $0.67)", or None without a top cause."""
+        if not self.top_cause:
+            return None
+        text = f"top cause: {self.top_cause}"
         if self.fix:
             text += f"; fix: {self.fix}"
             if self.fix_saving_usd is not None:

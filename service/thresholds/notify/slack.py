@@ -55,8 +55,9 @@ def render(note: Notification) -> dict[str, Any]:
     lines = [note.condition(), f"since {since}"]
     if note.status == "resolved" and note.resolved_at is not None:
         lines.append(f"resolved at {iso(note.resolved_at)}")
-    if note.wasted_usd is not None:
-        lines.append(f"wasted so far: ${note.wasted_usd:,.2f}")
+    waste = note.waste()
+    if waste:
+        lines.append(waste)
     verdict = note.verdict()
     if verdict:
         lines.append(verdict)
@@ -88,10 +89,10 @@ def render(note: Notification) -> dict[str, Any]:
             {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(elements)}]}
         )
     text = f"{note.headline()}: {note.condition()}"
-    if note.wasted_usd is not None:
-        text += f", ${note.wasted_usd:,.2f} wasted so far"
-    if note.dominant_cause:
-        text += f"; most waste: {note.dominant_cause}"
+    if note.waste_usd is not None:
+        text += f", waste so far ${note.waste_usd:,.2f}"
+    if note.top_cause:
+        text += f"; top cause: {note.top_cause}"
     return {"text": f"{icon} {_cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
 
 

@@ -46,16 +46,20 @@ def _data(note: Notification) -> dict[str, Any]:
         "active_since": iso(note.active_since),
         "fired_at": iso(note.fired_at),
         "resolved_at": iso(note.resolved_at),
-        "wasted_usd": note.wasted_usd,
-        "dominant_cause": note.dominant_cause,
-        "dominant_cause_usd": note.dominant_cause_usd,
+        "waste_usd": note.waste_usd,
+        "idle_usd": note.idle_usd,
+        "fixable_usd": note.fixable_usd,
+        "top_cause": note.top_cause,
         "fix": note.fix,
         "fix_saving_usd": note.fix_saving_usd,
         "xid_code": note.xid_code,
         "report_url": note.report_url,
         "alert_url": note.alert_url,
-        "summary": f"{note.headline()}: {note.condition()}"
-        + (f"; {note.verdict()}" if note.verdict() else ""),
+        "summary": "; ".join(
+            part
+            for part in (f"{note.headline()}: {note.condition()}", note.waste(), note.verdict())
+            if part
+        ),
     }
 
 

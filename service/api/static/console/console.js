@@ -207,24 +207,28 @@
   function fleetCards(fleet) {
     // The cards count and add up the GPUs the filters let through, as the table below does.
     const count = (name) => fleet.gpus.filter((g) => g.state === name).length;
-    const total = fleet.wasted_today_usd;
+    const total = fleet.waste_usd;
     const cards = states.map((s) => card(s.name, count(s.name), !count(s.name) ? "" : s.name === "working" ? "ok" : s.waste ? "bad" : ""));
     return el("div", { class: "cards", id: "fleet-cards" }, card("GPUs", fleet.gpus.length),
       cards.map((c, i) => { c.dataset.state = states[i].name; c.title = states[i].meaning; return c; }),
-      el("div", { class: "card", id: "wasted-today" }, el("div", { class: "k", text: "wasted today" }),
-        el("div", { class: "v bad", "data-usd": total.toFixed(2), text: usd(total) })));
+      card("cost today", usd(fleet.cost_usd)),
+      el("div", { class: "card", id: "waste-today" }, el("div", { class: "k", text: "waste today" }),
+        el("div", { class: "v bad", "data-usd": total.toFixed(2), text: usd(total) }),
+        el("div", { class: "muted small", text: `idle ${usd(fleet.idle_usd)} + fixable ${usd(fleet.fixable_usd)} (estimated)` })),
+      fleet.lost_usd > 0 ? card("lost (hardware fault)", usd(fleet.lost_usd)) : "");
   }
 
   function fleetRow(g) {
     const used = g.latest ? g.latest.fb_used_bytes : undefined;
     const totalBytes = g.fb_total_bytes || (g.latest ? g.latest.fb_total_bytes : undefined);
     const current = g.state !== "lost" && g.state !== "no-data";
-    const w = g.wasted_today_usd;
+    const w = g.waste_usd;
     return el("tr", { "data-uuid": g.uuid, "data-state": g.state },
       td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
       td(el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state })),
       td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
-      td(w === null ? "–" : usd(w), "num", { "data-usd": w === null ? "" : w.toFixed(2) }),
+      td(usd(g.cost_usd), "num"),
+      td(w === null || w === undefined ? "–" : usd(w), "num", { "data-usd": w === null || w === undefined ? "" : w.toFixed(2) }),
       td(current ? meter(g.activity, "") : "–"),
       td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
       td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
@@ -233,7 +237,7 @@
   }
 
   async function fleetPage() {
-    page("Fleet now", "Every GPU with its state (from the cause of its latest sample), and what it wasted today (UTC). Only working is healthy.");
+    page("Fleet now", "Every GPU with its state (from the cause of its latest sample), and its cost and waste today (UTC). Only working is healthy.");
     const chosen = Object.fromEntries(FLEET_FILTERS.map((k) => [k, new URLSearchParams(location.search).get(k) || ""]));
     // The choices come from the whole fleet; the table and the cards from the filtered read.
     const every = await api("/fleet");
@@ -253,17 +257,20 @@
       });
       return el("label", {}, name, s);
     };
-    app.append(el("div", { class: "filters" }, FLEET_FILTERS.map(select)), holder);
+    let sortBy = "waste";
+    app.append(el("div", { class: "filters" }, FLEET_FILTERS.map(select),
+      sortSelect(sortBy, (v) => { sortBy = v; draw().catch(showError); })), holder);
 
     async function draw() {
       holder.dataset.loading = "1";
       const fleet = q(chosen) ? await api(`/fleet?${q(chosen)}`) : every;
       const rank = Object.fromEntries(states.map((x, i) => [x.name, i]));
-      const rows = [...fleet.gpus].sort((a, b) => (b.wasted_today_usd || 0) - (a.wasted_today_usd || 0)
+      const field = SORT_FIELD[sortBy];
+      const rows = [...fleet.gpus].sort((a, b) => (b[field] || 0) - (a[field] || 0)
         || rank[a.state] - rank[b.state] || a.node.localeCompare(b.node) || a.index - b.index);
       clear(holder).append(fleetCards(fleet),
         el("p", { class: "muted", text: `${rows.length} of ${every.gpus.length} GPUs, worst first` }),
-        table(["node", ["gpu", "num"], "model", "state", "cause", ["$ wasted today", "num"], "activity", "tensor", "memory", "job", "user", "team"],
+        table(["node", ["gpu", "num"], "model", "state", "cause", ["$ cost today", "num"], ["$ waste today", "num"], "activity", "tensor", "memory", "job", "user", "team"],
           rows.map(fleetRow), { id: "fleet" }));
       delete holder.dataset.loading;
     }
@@ -271,6 +278,23 @@
   }
 
   // --- jobs ------------------------------------------------------------------------------
+
+  // Lists rank by waste and can sort by cost, idle or fixable dollars (the API's sort names).
+  const SORTS = [["waste", "waste"], ["cost", "cost"], ["idle", "idle"], ["fixable", "fixable"]];
+  const SORT_FIELD = { waste: "waste_usd", cost: "cost_usd", idle: "idle_usd", fixable: "fixable_usd" };
+
+  function sortSelect(current, onChange) {
+    const s = el("select", { id: "sort" }, SORTS.map(([v, t]) => el("option", { value: v, text: t, selected: v === current })));
+    s.addEventListener("change", () => onChange(s.value));
+    return el("label", {}, "sort by $", s);
+  }
+
+  // "waste $3.00 = idle $2.00 + fixable $1.00 (estimated)" as a card.
+  function wasteCard(row, id) {
+    return el("div", { class: "card" }, el("div", { class: "k", text: "waste" }),
+      el("div", { class: "v bad", id, "data-usd": row.waste_usd?.toFixed(2) ?? "", text: usd(row.waste_usd) }),
+      el("div", { class: "muted small", text: `idle ${usd(row.idle_usd)} + fixable ${usd(row.fixable_usd)} (estimated)` }));
+  }
 
   function rangeSelect(current, onChange) {
     const s = el("select", { id: "range" }, [["24h", "last 24 hours"], ["7d", "last 7 days"], ["30d", "last 30 days"]]
@@ -288,20 +312,21 @@
 
   const urlParam = (name) => new URLSearchParams(location.search).get(name);
 
-  async function jobsPage(since = urlParam("since") || "7d") {
-    keepInUrl("/jobs", since === "7d" ? {} : { since });
-    page("Jobs", "Jobs that ran in the range, ranked by wasted (unused) spend, with the cause of most of the waste.");
-    app.append(el("div", { class: "filters" }, rangeSelect(since, (v) => jobsPage(v).catch(showError))));
-    const jobs = await api(`/jobs?${q({ since })}`);
-    jobs.sort((a, b) => (b.unused_cost_usd ?? -1) - (a.unused_cost_usd ?? -1));
+  async function jobsPage(since = urlParam("since") || "7d", sort = urlParam("sort") || "waste") {
+    keepInUrl("/jobs", { ...(since === "7d" ? {} : { since }), ...(sort === "waste" ? {} : { sort }) });
+    page("Jobs", "Jobs that ran in the range, ranked by waste (idle + fixable dollars), with the cause whose fix saves the most.");
+    app.append(el("div", { class: "filters" }, rangeSelect(since, (v) => jobsPage(v, sort).catch(showError)),
+      sortSelect(sort, (v) => jobsPage(since, v).catch(showError))));
+    const jobs = await api(`/jobs?${q({ since, sort })}`);
     const trs = jobs.map((j) => el("tr", { "data-job": j.id },
       td(jobLink(j.id)), td(j.user || "", "clip", { title: j.user || "" }), td(j.team || "", "clip"), td(j.project || "", "clip"),
       td(when(j.started_at)), td(j.ended_at ? when(j.ended_at) : "running"),
-      td(usd(j.cost_usd), "num"), td(usd(j.unused_cost_usd), "num", { "data-usd": j.unused_cost_usd?.toFixed(2) ?? "" }),
-      td(pct(j.efficiency), "num"), td(causeChip(j.dominant_waste_cause)),
+      td(usd(j.cost_usd), "num"), td(usd(j.waste_usd), "num", { "data-usd": j.waste_usd?.toFixed(2) ?? "" }),
+      td(usd(j.idle_usd), "num"), td(usd(j.fixable_usd), "num"),
+      td(pct(j.efficiency), "num"), td(causeChip(j.top_cause)),
       td(labelsText(j.labels), "mono clip", { title: labelsText(j.labels) })));
     app.append(jobs.length
-      ? table(["job", "user", "team", "project", "started", "ended", ["cost", "num"], ["wasted", "num"], ["efficiency", "num"], "dominant waste cause", "labels"], trs, { id: "jobs" })
+      ? table(["job", "user", "team", "project", "started", "ended", ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause", "labels"], trs, { id: "jobs" })
       : el("p", { class: "muted", text: "No jobs in this range." }));
   }
 
@@ -313,12 +338,12 @@
     const total = entries.reduce((s, [, c]) => s + c.seconds, 0) || 1;
     const bar = el("div", { class: "causebar", id });
     for (const [name, c] of entries) {
-      const seg = el("span", { class: `c-${name}`, title: `${name}: ${hours(c.seconds)} GPU-h, ${usd(c.usd)}` });
+      const seg = el("span", { class: `c-${name}`, title: `${name}: ${hours(c.seconds)} GPU-h, cost ${usd(c.usd)}, waste ${usd(c.waste_usd)}` });
       seg.style.width = `${(c.seconds / total) * 100}%`;
       bar.append(seg);
     }
     const legend = el("div", { class: "legend" }, entries.map(([name, c]) => el("span", { class: "item", "data-cause": name },
-      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · ${pct(c.seconds / total)}`)));
+      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · waste ${usd(c.waste_usd)} · ${pct(c.seconds / total)}`)));
     return [bar, entries.length ? legend : el("p", { class: "muted", text: "No covered time yet." })];
   }
 
@@ -449,7 +474,7 @@
       const node = job.gpus.find((x) => x.gpu_uuid === uuid).node;
       const holder = el("div", { class: "gpu", "data-uuid": uuid });
       box.append(el("div", { class: "gpuhead" }, el("strong", { text: node }), el("span", { class: "mono muted", text: uuid }),
-        g ? el("span", { class: "muted", text: `cost ${usd(g.cost_usd)} · wasted ${usd(g.unused_cost_usd)} · efficiency ${pct(g.efficiency)}` }) : ""), holder);
+        g ? el("span", { class: "muted", text: `cost ${usd(g.cost_usd)} · waste ${usd(g.waste_usd)} (idle ${usd(g.idle_usd)} + fixable ${usd(g.fixable_usd)}) · efficiency ${pct(g.efficiency)}` }) : ""), holder);
       if (g) holder.append(el("div", {}, causeBar(g.causes)[0]));
       const byMetric = Object.fromEntries(got.series.filter((x) => x.gpu_uuid === uuid).map((x) => [x.metric, x]));
       gpuCharts(holder, byMetric);
@@ -468,9 +493,10 @@
       app.append(el("p", { id: "job-labels" }, "labels: ", labels.map(([k, v]) => el("span", { class: "chip mono", text: `${k}=${v}` })), ""));
     }
     app.append(el("div", { class: "cards", id: "job-cards" },
-      card("cost", usd(s.cost_usd)), el("div", { class: "card" }, el("div", { class: "k", text: "wasted (unused)" }),
-        el("div", { class: "v bad", id: "job-wasted", "data-usd": s.unused_cost_usd?.toFixed(2) ?? "", text: usd(s.unused_cost_usd) })),
-      card("idle cost", usd(s.idle_cost_usd)), card("efficiency", pct(s.efficiency)),
+      card("cost", usd(s.cost_usd)), wasteCard(s, "job-waste"),
+      s.lost_seconds > 0 ? card("lost (GPU fell off the bus)", usd(s.lost_usd)) : "",
+      s.nodata_seconds > 0 ? card("no data", usd(s.nodata_usd)) : "",
+      card("efficiency (activity)", pct(s.efficiency)),
       card("GPU-hours", hours(s.allocated_seconds)), card("GPUs", new Set(job.gpus.map((g) => g.gpu_uuid)).size)));
 
     const faults = job.faults || [];
@@ -493,9 +519,8 @@
         el("strong", { text: what }), r.action,
         el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${base}; ${r.assumption})` })));
     }
-    const dominant = job.dominant_waste_cause || s.dominant_waste_cause;
-    if (!fixes.length && dominant) recs.push(el("li", {}, el("strong", { text: `Most waste is ${dominant.replaceAll("_", " ")}: ` }), causeMeaning(dominant)));
-    if (!fixes.length) for (const t of job.tags || []) recs.push(el("li", {}, el("strong", { text: `${t.tag}: ` }), t.hint));
+    const top = s.top_cause;
+    if (!fixes.length && top) recs.push(el("li", {}, el("strong", { text: `Top cause ${top.replaceAll("_", " ")}: ` }), causeMeaning(top)));
     const savings = job.savings_usd === null || job.savings_usd === undefined ? "" : ` · together they save ${usd(job.savings_usd)}`;
     app.append(el("h2", { text: `Recommendations${savings}` }), el("div", { class: "panel", id: "job-recs" },
       recs.length ? el("ul", { class: "recs" }, recs) : el("p", { class: "muted", text: "Nothing to recommend: no waste cause dominates." })));
@@ -510,31 +535,32 @@
 
   // --- costs -----------------------------------------------------------------------------
 
-  const COSTS_DEFAULT = { group_by: "team", start: "-7d", end: "now" };
+  const COSTS_DEFAULT = { group_by: "team", start: "-7d", end: "now", sort: "waste" };
 
   async function costsPage(state = Object.fromEntries(Object.entries(COSTS_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
     keepInUrl("/costs", Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== COSTS_DEFAULT[k])));
-    page("Costs", "Cost and wasted (unused) spend per group over a range; idle cost is the part with nothing running.");
-    const groupSel = el("select", { id: "group-by" }, ["team", "user", "node", "gpu_model", "job"]
+    page("Costs", "Cost and waste per group over a range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated).");
+    const groupSel = el("select", { id: "group-by" }, ["team", "user", "project", "node", "gpu_model", "job"]
       .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === state.group_by })));
     const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now or -7d" });
     const endIn = el("input", { id: "end", value: state.end, size: 22 });
-    const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim() }).catch(showError);
+    const sortSel = sortSelect(state.sort || "waste", () => apply());
+    const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim(), sort: sortSel.querySelector("select").value }).catch(showError);
     const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
     const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel), el("label", {}, "start", startIn),
-      el("label", {}, "end", endIn), el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
+      el("label", {}, "end", endIn), sortSel, el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
     groupSel.addEventListener("change", apply);
     app.append(form);
-    const params = { group_by: state.group_by, start: state.start, end: state.end };
+    const params = { group_by: state.group_by, start: state.start, end: state.end, sort: state.sort || "waste" };
     const report = await api(`/reports/cost?${q(params)}`);
     const t = report.totals;
     app.append(el("p", { class: "muted", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
     for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
     app.append(el("div", { class: "cards", id: "cost-totals" }, card("cost", usd(t.cost_usd)),
-      el("div", { class: "card" }, el("div", { class: "k", text: "wasted (unused)" }),
-        el("div", { class: "v bad", id: "total-wasted", "data-usd": t.unused_cost_usd?.toFixed(2) ?? "", text: usd(t.unused_cost_usd) })),
-      card("idle cost", usd(t.idle_cost_usd)), card("efficiency", pct(t.efficiency)), card("GPU-hours", hours(t.allocated_seconds)),
+      wasteCard(t, "total-waste"),
+      t.lost_seconds > 0 ? card("lost (hardware fault)", usd(t.lost_usd)) : "",
+      card("efficiency (activity)", pct(t.efficiency)), card("GPU-hours", hours(t.held_seconds)),
       el("div", { class: "card" }, el("div", { class: "k", text: "download" }),
         el("a", { class: "button", id: "csv", href: `/api/v1/reports/cost?${q({ ...params, format: "csv" })}`, download: `gpuwarden-cost-${state.group_by}.csv`, text: "CSV" }))));
 
@@ -544,19 +570,20 @@
       const cost = el("span", { class: "cost" });
       cost.style.width = `${((r.cost_usd || 0) / max) * 100}%`;
       const waste = el("span", { class: "waste" });
-      waste.style.width = `${((r.unused_cost_usd || 0) / max) * 100}%`;
+      waste.style.width = `${((r.waste_usd || 0) / max) * 100}%`;
       return [el("span", { class: "label", title: r.key, text: r.key }), el("span", { class: "track" }, cost, waste),
-        el("span", { class: "num", text: `${usd(r.unused_cost_usd)} of ${usd(r.cost_usd)}` })];
+        el("span", { class: "num", text: `${usd(r.waste_usd)} of ${usd(r.cost_usd)}` })];
     });
-    app.append(el("h2", { text: `Wasted of total cost per ${state.group_by.replace("_", " ")}` }),
+    app.append(el("h2", { text: `Waste of total cost per ${state.group_by.replace("_", " ")}` }),
       el("div", { class: "panel" }, top.length ? el("div", { class: "hbar", id: "cost-chart" }, chartRows) : el("p", { class: "muted", text: "No data in this range." }),
-        el("p", { class: "legend muted" }, el("span", { class: "item" }, el("span", { class: "dot c-idle_held" }), "wasted (unused)"),
+        el("p", { class: "legend muted" }, el("span", { class: "item" }, el("span", { class: "dot c-idle_held" }), "waste (idle + fixable)"),
           el("span", { class: "item" }, el("span", { class: "dot c-nodata" }), "total cost"))));
     const trs = report.rows.map((r) => el("tr", { "data-key": r.key },
       td(state.group_by === "job" && r.key !== "__unallocated__" ? jobLink(r.key) : r.key), td(String(r.gpus), "num"), td(String(r.jobs), "num"),
-      td(hours(r.allocated_seconds), "num"), td(usd(r.cost_usd), "num"), td(usd(r.idle_cost_usd), "num"),
-      td(usd(r.unused_cost_usd), "num", { "data-usd": r.unused_cost_usd?.toFixed(2) ?? "" }), td(pct(r.efficiency), "num"), td(causeChip(r.dominant_waste_cause))));
-    app.append(el("h2", { text: "Rows" }), table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["idle cost", "num"], ["wasted", "num"], ["efficiency", "num"], "dominant waste cause"], trs, { id: "costs" }));
+      td(hours(r.held_seconds), "num"), td(usd(r.cost_usd), "num"),
+      td(usd(r.waste_usd), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "" }), td(usd(r.idle_usd), "num"), td(usd(r.fixable_usd), "num"),
+      td(pct(r.efficiency), "num"), td(causeChip(r.top_cause))));
+    app.append(el("h2", { text: "Rows" }), table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause"], trs, { id: "costs" }));
   }
 
   // --- alerts and silences ---------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""What a group's GPUs cost and how much of it is waste (USD): the one money model of every
+surface (API, CSV, CLI, console, /metrics, alerts).
+
+Pure. ``cost`` is every held second at its price; it splits without remainder into the causes'
+dollars plus ``nodata`` and ``lost``. ``waste`` = the idle causes' dollars in full (nothing ran:
+certain) + each inefficient cause's dollars x its fix's saving fraction (an estimate, with the
+assumption ``recommend.fix_fraction`` states, from the group's own signals where they
+tell): the sum of the cause fixes' savings, by construction. ``nodata`` and ``lost`` are
+never waste.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from service.costs.integrals import Integrals
+from service.costs.recommend import FixAssumptions, fix_fraction
+from service.costs.waste import Summary
+from service.diagnosis import CAUSES, IDLE_CAUSES, WASTE_CAUSES, Cause
+
+# What a list of groups can be sorted by (largest first); every list ranks by waste by default.
+SortBy = Literal["waste", "cost", "idle", "fixable"]
+SORT_BYS: tuple[str, ...] = get_args(SortBy)
+SORT_FIELDS: dict[str, str] = {
+    "waste": "waste_usd",
+    "cost": "cost_usd",
+    "idle": "idle_usd",
+    "fixable": "fixable_usd",
+}
+FIXABLE_CAUSES: tuple[Cause, ...] = tuple(c for c in WASTE_CAUSES if c not in IDLE_CAUSES)
+
+
+def waste_share(cause: Cause, a: FixAssumptions, usage: Integrals | None = None) -> float:
+    """The share of a cause's dollars that is waste: 1 for the idle causes, the fix's saving
+    fraction for an inefficient one (from the group's own signals in ``usage`` where they
+    tell), 0 for healthy or unclassified time."""
+    if cause not in WASTE_CAUSES:
+        return 0.0
+    return fix_fraction(cause, a, usage)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """A group's dollars (None when some held second had no price) and its top waste cause."""
+
+    cost_usd: float | None
+    waste_usd: float | None
+    idle_usd: float | None
+    fixable_usd: float | None
+    nodata_usd: float | None
+    lost_usd: float | None
+    top_cause: str | None
+    cause_waste_usd: dict[str, float | None]
+
+
+def money_of(summary: Summary, a: FixAssumptions) -> Money:
+    """The cost, waste (idle + fixable), nodata and lost USD of a summary, and its top cause:
+    the waste cause whose fix saves the most (by dollars, or by seconds when unpriced)."""
+    priced = summary.priced
+    waste_by_cause: dict[str, float] = {}
+    best, best_value = None, 0.0
+    for cause in CAUSES:
+        share = waste_share(cause, a, summary.usage)
+        waste = summary.cause_usd(cause) * share
+        waste_by_cause[cause.label] = waste
+        value = waste if priced else summary.cause_seconds(cause) * share
+        if value > best_value + 1e-12:
+            best, best_value = cause.label, value
+    idle = sum(waste_by_cause[c.label] for c in IDLE_CAUSES)
+    fixable = sum(waste_by_cause[c.label] for c in FIXABLE_CAUSES)
+
+    def usd(value: float) -> float | None:
+        return value if priced else None
+
+    return Money(
+        cost_usd=usd(summary.cost_usd),
+        waste_usd=usd(idle + fixable),
+        idle_usd=usd(idle),
+        fixable_usd=usd(fixable),
+        nodata_usd=usd(summary.nodata_usd),
+        lost_usd=usd(summary.lost_usd),
+        top_cause=best,
+        cause_waste_usd={k: usd(v) for k, v in waste_by_cause.items()},
+    )
+
+
+def figures(summary: Summary, a: FixAssumptions) -> dict[str, object]:
+    """A report row's seconds, joules and dollars of one group (dollars None if unpriced)."""
+    u = summary.usage
+    m = money_of(summary, a)
+    priced = summary.priced
+    return {
+        "key": summary.key,
+        "gpus": len(summary.gpu_ids),
+        "jobs": len(summary.job_ids),
+        "held_seconds": summary.held_seconds,
+        "allocated_seconds": u.covered_seconds,
+        "nodata_seconds": summary.nodata_seconds,
+        "lost_seconds": summary.lost_seconds,
+        "idle_seconds": u.idle_seconds,
+        "idle_held_seconds": u.idle_held_seconds,
+        "unused_seconds": u.unused_seconds,
+        "fallback_seconds": u.fallback_seconds,
+        "energy_used_joules": u.energy_used_joules,
+        "efficiency": summary.efficiency,
+        "cost_usd": m.cost_usd,
+        "waste_usd": m.waste_usd,
+        "idle_usd": m.idle_usd,
+        "fixable_usd": m.fixable_usd,
+        "nodata_usd": m.nodata_usd,
+        "lost_usd": m.lost_usd,
+        "unpriced_seconds": summary.unpriced_seconds,
+        "top_cause": m.top_cause,
+        "causes": {
+            c.label: {
+                "seconds": summary.cause_seconds(c),
+                "usd": summary.cause_usd(c) if priced else None,
+                "waste_usd": m.cause_waste_usd[c.label],
+            }
+            for c in CAUSES
+        },
+    }
+
+
+def sort_rows(rows: list[dict[str, object]], sort_by: str = "waste") -> list[dict[str, object]]:
+    """Rows largest ``sort_by`` dollars first (unpriced last), then by key."""
+    name = SORT_FIELDS[sort_by]
+
+    def key(row: dict[str, object]) -> tuple[bool, float, str]:
+        value = row.get(name)
+        return (value is None, -float(value) if isinstance(value, int | float) else 0.0,
+                str(row.get("key", row.get("id", ""))))  # fmt: skip
+
+    return sorted(rows, key=key)
