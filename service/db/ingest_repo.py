@@ -268,7 +268,9 @@ def _gpu_ids(
             row = {"b_id": known.id, **{f"b_{k}": v for k, v in values.items()}}
             if g.lost != known.attrs[4]:
                 # keep the first time a GPU was seen lost; clear it when the GPU is back
-                row["b_lost_at"] = batch_until if g.lost else None
+                row["b_lost_at"] = (
+                    _lost_since(conn, batch, known.id, g.uuid, batch_until) if g.lost else None
+                )
             if g.retired != known.attrs[5]:
                 row["b_retired_at"] = now if g.retired else None
             changed.append(row)
@@ -286,6 +288,19 @@ def _gpu_ids(
     for uuid, state in states.items():
         pending.gpus[uuid] = state
     return {uuid: state.id for uuid, state in states.items()}
+
+
+def _lost_since(
+    conn: Connection, batch: IngestBatch, gpu_id: int, uuid: str, until: datetime
+) -> datetime:
+    """When a GPU just reported lost fell off: after its last sample (stored or in this batch),
+    else ``until`` (the batch's latest sample). A replayed spool reports a loss long after it
+    happened; the bill's lost time starts where the GPU's samples stop."""
+    stored = conn.execute(select(gpus.c.last_sample_at).where(gpus.c.id == gpu_id)).scalar()
+    times = [s.ts for s in batch.samples if s.gpu_uuid == uuid]
+    if stored is not None:
+        times.append(stored)
+    return min(max(times), until) if times else until
 
 
 _ADVANCE_PG = (
