@@ -1,4 +1,4 @@
-"""``GET /api/v1/fleet`` (the console's first page): every GPU with what it wasted today, the
+"""``GET /api/v1/fleet`` (the console's first page): every GPU with its cost and waste today, the
 same dollars as the cost report grouped by GPU, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -113,10 +113,8 @@ def test_fleet_states_follow_the_cause_and_filters_pick_them(
         r = http.get("/api/v1/fleet", params=params, headers=reader)
         assert r.status_code == 200, r.text
         b = r.json()
-        assert b["wasted_today_usd"] == pytest.approx(
-            sum(g["wasted_today_usd"] or 0 for g in b["gpus"])
-        )
-        return {g["uuid"] for g in b["gpus"]}, b["wasted_today_usd"]
+        assert b["waste_usd"] == pytest.approx(sum(g["waste_usd"] or 0 for g in b["gpus"]))
+        return {g["uuid"] for g in b["gpus"]}, b["waste_usd"]
 
     _, total = shown()
     assert shown(state="underused")[0] == {"GPU-s1", "GPU-s2"}

@@ -51,21 +51,26 @@ def test_gpus_lists_every_gpu_worst_first_and_filters(
     assert "slurm:2" in out and "slurm:1" not in out and "working" in out
 
 
-def _headline_usd(out: str) -> float:
-    return float(re.search(r"waste \$([0-9.,]+) =", out).group(1).replace(",", ""))  # type: ignore[union-attr]
+def _headline_usd(out: str, figure: str) -> float:
+    found = re.search(rf"{figure} \$([0-9.,]+)", out)
+    assert found is not None, out
+    return float(found.group(1).replace(",", ""))
 
 
 def test_gpus_headline_follows_its_filters(capsys, server, tokens, fleet_data, monkeypatch):
     base = ["gpus", "--url", server, "--token", tokens["reader"]]
     assert main(base) == 0
-    fleet_usd = _headline_usd(capsys.readouterr().out)
+    fleet_cost = _headline_usd(capsys.readouterr().out, "cost")
     assert main([*base, "--state", "idle-held"]) == 0
     out = capsys.readouterr().out
     held_row = next(line for line in out.splitlines() if "slurm:1" in line)
     held_usd = float(held_row.rsplit("$", 1)[1].strip(" │|").replace(",", ""))
     assert out.lstrip().startswith("1 GPU (state idle-held)")
-    # The two GPUs both wasted money today; the headline is the shown GPU's only.
-    assert _headline_usd(out) == pytest.approx(held_usd, abs=0.01) and held_usd < fleet_usd
+    # The headline is the shown GPU's only: its waste (all of it idle), and its cost less than
+    # the fleet's, whose other GPU, working, costs too.
+    assert _headline_usd(out, "waste") == pytest.approx(held_usd, abs=0.01)
+    assert _headline_usd(out, "idle") == pytest.approx(held_usd, abs=0.01)
+    assert _headline_usd(out, "cost") < fleet_cost
 
 
 @pytest.mark.parametrize(

@@ -183,3 +183,40 @@ def test_three_live_tenants_reconcile_under_every_rule(
         assert held >= 0.85 * notebook["allocated_seconds"]
         if rule is SplitRule.MEMORY:  # 22 GiB against about 1 GiB each
             assert notebook["cost_usd"] > busy["cost_usd"] + starved["cost_usd"]
+
+
+def test_each_live_jobs_waste_is_its_fixes_savings_and_the_bf16_job_wastes_its_start_only(
+    app: Any, http: httpx.Client, engine: Any, clock: FakeClock
+) -> None:
+    result = json.loads((CHECK / "advice_result.json").read_text())
+    by_phase = {ph["phase"]: ph["job"] for ph in result["phases"]}
+    recorded = {ph["job"]: result["jobs"][ph["phase"]] for ph in result["phases"]}
+    reader = _replay(app, http, engine, clock, CHECK / "advice_agent_output.jsonl", recorded)
+    jobs = {
+        phase: http.get(f"/api/v1/jobs/{job_id}", headers=reader).json()
+        for phase, job_id in by_phase.items()
+    }
+    for phase in SINGLE_CAUSE:
+        s, fixes = jobs[phase]["summary"], jobs[phase]["recommendations"]
+        top, rest = fixes[0], [f for f in fixes[1:] if f["kind"] != "mig"]
+        assert top["cause"] == phase == s["top_cause"], (phase, fixes)
+        # The waste is the top fix's saving and, besides it, only the few seconds before the
+        # workload's process had a CUDA context (the job holding an empty GPU) or between
+        # its kernels' phases.
+        assert round(top["saving_usd"] + sum(f["saving_usd"] for f in rest), 2) == round(
+            s["waste_usd"], 2
+        ), (phase, s["waste_usd"], fixes)
+        start_up = sum(f["seconds"] for f in rest)
+        assert start_up <= 0.2 * s["allocated_seconds"], (phase, start_up)
+        assert s["waste_usd"] <= s["cost_usd"] + 1e-9
+    # The bf16 loop: its tensor-core time is no waste; what it wastes is its start-up, the
+    # seconds before the loop ran (4 s with an empty GPU, a second of its first kernels).
+    healthy = jobs["compute_tensor"]["summary"]
+    causes = healthy["causes"]
+    per_second = causes["compute_tensor"]["usd"] / causes["compute_tensor"]["seconds"]
+    assert causes["compute_tensor"]["waste_usd"] == 0
+    start_up = healthy["allocated_seconds"] - causes["compute_tensor"]["seconds"]
+    idle_seconds = causes["idle_empty"]["seconds"] + causes["idle_held"]["seconds"]
+    assert 0 < idle_seconds <= start_up <= 0.2 * healthy["allocated_seconds"]
+    assert healthy["idle_usd"] == pytest.approx(idle_seconds * per_second, rel=0.01)
+    assert idle_seconds * per_second <= healthy["waste_usd"] <= start_up * per_second + 1e-9
