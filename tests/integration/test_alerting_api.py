@@ -129,7 +129,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
             agent,
             start=start,
             count=24,
-            metrics={"sm_active": 0.1, "gpu_util": 0.9, "fb_used_bytes": 2**34},
+            metrics={"sm_active": 0.1, "gpu_util": 0.3, "fb_used_bytes": 2**34},
             gpu_uuids=("GPU-a0", "GPU-a1"),
         )
         add_job(engine, "slurm:42", ("GPU-a0", "GPU-a1"), started_at=start)
@@ -147,9 +147,12 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         assert payload["policy"] == "low-sm-activity" and payload["state"] == "firing"
         assert payload["labels"]["job_id"] == "slurm:42" and payload["labels"]["user"] == "alice"
         assert payload["value"] == pytest.approx(0.1) and payload["threshold"] == 0.3
-        # 2 GPUs x ~4 min launch-bound (kernels 90% of the time, SMs 10% full) at $4/h is
-        # ~$0.53, half of it fixable (the launch fix's saving fraction 0.5): ~$0.27
-        assert 0.15 < payload["waste_usd"] < 0.35
+        # 2 GPUs x ~4 min launch-bound (kernels 30% of the time, SMs 10% full) at $4/h: the
+        # alert says the job's waste as its page does, nearly all of it fixable (CUDA graphs).
+        job = http.get("/api/v1/jobs/slurm:42", headers=auth(tokens["reader"])).json()
+        assert payload["waste_usd"] == pytest.approx(job["summary"]["waste_usd"], abs=0.01)
+        assert payload["fixable_usd"] == pytest.approx(job["summary"]["fixable_usd"], abs=0.01)
+        assert 0.2 < payload["waste_usd"] < 0.6
         assert payload["fixable_usd"] == pytest.approx(payload["waste_usd"], abs=0.02)
         assert payload["top_cause"] == "launch_bound" and payload["fix_saving_usd"] > 0
         assert "wasted_usd" not in payload and "dominant_cause" not in payload

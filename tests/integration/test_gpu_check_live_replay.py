@@ -197,17 +197,21 @@ def test_each_live_jobs_waste_is_its_fixes_savings_and_the_bf16_job_wastes_its_s
         for phase, job_id in by_phase.items()
     }
     for phase in SINGLE_CAUSE:
-        s, fixes = jobs[phase]["summary"], jobs[phase]["recommendations"]
-        top, rest = fixes[0], [f for f in fixes[1:] if f["kind"] != "mig"]
-        assert top["cause"] == phase == s["top_cause"], (phase, fixes)
-        # The waste is the top fix's saving and, besides it, only the few seconds before the
-        # workload's process had a CUDA context (the job holding an empty GPU) or between
-        # its kernels' phases.
-        assert round(top["saving_usd"] + sum(f["saving_usd"] for f in rest), 2) == round(
-            s["waste_usd"], 2
-        ), (phase, s["waste_usd"], fixes)
-        start_up = sum(f["seconds"] for f in rest)
-        assert start_up <= 0.2 * s["allocated_seconds"], (phase, start_up)
+        s = jobs[phase]["summary"]
+        # A MIG slice prices the time the other fixes leave: beyond the waste.
+        fixes = [f for f in jobs[phase]["recommendations"] if f["kind"] != "mig"]
+        own = next(f for f in fixes if f["cause"] == phase)
+        rest = [f for f in fixes if f is not own]
+        # The waste is the workload's own fix's saving and, besides it, only the few seconds
+        # before its process had a CUDA context (the job holding an empty GPU) or between its
+        # kernels' phases.
+        assert round(sum(f["saving_usd"] for f in fixes), 2) == round(s["waste_usd"], 2), (
+            phase, s["waste_usd"], fixes,
+        )  # fmt: skip
+        assert own["saving_usd"] == pytest.approx(s["causes"][phase]["waste_usd"])
+        assert sum(f["seconds"] for f in rest) <= 0.2 * s["allocated_seconds"], (phase, rest)
+        if own["saving_usd"] > 0:  # copies at the link's limit: no saving promised
+            assert s["top_cause"] == phase and fixes[0] is own, (phase, fixes)
         assert s["waste_usd"] <= s["cost_usd"] + 1e-9
     # The bf16 loop: its tensor-core time is no waste; what it wastes is its start-up, the
     # seconds before the loop ran (4 s with an empty GPU, a second of its first kernels).

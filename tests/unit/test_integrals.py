@@ -120,10 +120,20 @@ def test_the_worked_example_of_docs_diagnosis():
     assert causes["idle_held"]["seconds"] == pytest.approx(300)
     assert row["idle_seconds"] == pytest.approx(300)
     assert row["unused_seconds"] == pytest.approx(2159.64)
-    # idle_held $0.33 in full + launch_bound $1.33 x 0.5 + transfer_bound $0.67 x 0.5
+    # idle_held $0.33 in full + each inefficient cause's dollars x its fix's saving fraction
+    # (from the signals the samples carry): the waste is the cause fixes' savings.
+    from service.costs.recommend import cause_fixes
+
+    fixes = {f.cause: f for f in cause_fixes(s, FixAssumptions())}
     assert row["idle_usd"] == pytest.approx(1 / 3)
-    assert row["fixable_usd"] == pytest.approx(2 / 3 + 1 / 3)
-    assert row["waste_usd"] == pytest.approx(4 / 3)
+    assert row["fixable_usd"] == pytest.approx(
+        sum(f.saving_usd or 0.0 for c, f in fixes.items() if c not in ("idle_held", "idle_empty"))
+    )
+    assert row["fixable_usd"] == pytest.approx(
+        4 / 3 * fixes["launch_bound"].saving_fraction
+        + 2 / 3 * fixes["transfer_bound"].saving_fraction
+    )
+    assert row["waste_usd"] == pytest.approx(float(row["idle_usd"]) + float(row["fixable_usd"]))  # type: ignore[arg-type]
     assert row["top_cause"] == "launch_bound"
 
 
