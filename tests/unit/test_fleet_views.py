@@ -26,7 +26,8 @@ def gpu(uuid: str, index: int, state: str, cause: str | None, **extra: object) -
         "state": state,
         "job": None,
         "user": None,
-        "wasted_today_usd": None,
+        "cost_usd": None,
+        "waste_usd": None,
         **extra,
     }
 
