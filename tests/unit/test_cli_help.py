@@ -41,7 +41,7 @@ def test_a_job_heading_says_in_words_how_the_job_became_known() -> None:
         "ended_at": "2026-12-03T09:00:00Z",
         "gpus": [],
         "summary": {"held_seconds": 0, "allocated_seconds": 0, "cost_usd": 0,
-                    "idle_cost_usd": 0, "unused_cost_usd": 0},
+                    "waste_usd": 0, "idle_usd": 0, "fixable_usd": 0},
     }  # fmt: skip
     from datetime import UTC, datetime
 
