@@ -210,6 +210,7 @@ def _gpu_ids(
     now: datetime,
     cache: IngestCache,
     pending: IngestCache,
+    max_gap_seconds: float = 60.0,
 ) -> dict[str, int]:
     listed = {g.uuid: i for i, g in enumerate(batch.gpus)}
     wanted = _wanted(batch)
@@ -269,7 +270,9 @@ def _gpu_ids(
             if g.lost != known.attrs[4]:
                 # keep the first time a GPU was seen lost; clear it when the GPU is back
                 row["b_lost_at"] = (
-                    _lost_since(conn, batch, known.id, g.uuid, batch_until) if g.lost else None
+                    _lost_since(conn, batch, known.id, g.uuid, batch_until, max_gap_seconds)
+                    if g.lost
+                    else None
                 )
             if g.retired != known.attrs[5]:
                 row["b_retired_at"] = now if g.retired else None
@@ -291,16 +294,24 @@ def _gpu_ids(
 
 
 def _lost_since(
-    conn: Connection, batch: IngestBatch, gpu_id: int, uuid: str, until: datetime
+    conn: Connection,
+    batch: IngestBatch,
+    gpu_id: int,
+    uuid: str,
+    until: datetime,
+    max_gap_seconds: float,
 ) -> datetime:
-    """When a GPU just reported lost fell off: after its last sample (stored or in this batch),
-    else ``until`` (the batch's latest sample). A replayed spool reports a loss long after it
-    happened; the bill's lost time starts where the GPU's samples stop."""
+    """When a GPU just reported lost fell off: where its last sample (stored or in this batch)
+    stops covering (``max_gap`` after it), at most ``until`` (the batch's latest sample). A
+    replayed spool reports a loss long after it happened; the bill's lost time starts where
+    the GPU's samples stop."""
     stored = conn.execute(select(gpus.c.last_sample_at).where(gpus.c.id == gpu_id)).scalar()
     times = [s.ts for s in batch.samples if s.gpu_uuid == uuid]
     if stored is not None:
         times.append(stored)
-    return min(max(times), until) if times else until
+    if not times:
+        return until
+    return min(max(times) + timedelta(seconds=max_gap_seconds), until)
 
 
 _ADVANCE_PG = (
@@ -382,7 +393,7 @@ def store_batch(
     """
     node_id = _node_id(conn, batch, now, cache, pending)
     batch, claims = _claim_gpus(conn, batch, node_id, now, cache, move_after_seconds)
-    ids = _gpu_ids(conn, batch, node_id, now, cache, pending)
+    ids = _gpu_ids(conn, batch, node_id, now, cache, pending, thresholds.max_gap_seconds)
 
     stored = 0
     seen: set[tuple[int, datetime]] = set()

@@ -546,7 +546,9 @@ def job_summary(
         "energy": energy,
         "recommendations": [f.as_dict() for f in fixes],
         "savings_usd": total_saving_usd(fixes) if total.priced else None,
-        "faults": job_faults(conn, job=job, now=now, prices=prices, settings=settings),
+        "faults": _with_lost_figures(
+            job_faults(conn, job=job, now=now, prices=prices, settings=settings), per_gpu
+        ),
         "warnings": warnings,
     }
 
@@ -580,6 +582,19 @@ def report_faults(
         spans_of[al.job_id].append((al.gpu_id, al.start, al.end))
     prices = effective_prices(conn, settings).rows
     return faults_of_jobs(conn, spans_of, prices=prices, settings=settings, hourly_before=hourly)
+
+
+def _with_lost_figures(
+    faults: list[dict[str, Any]], per_gpu: dict[str, Summary]
+) -> list[dict[str, Any]]:
+    """The faults with a lost GPU's seconds and USD those of the job's summary on that GPU (its
+    held seconds no sample covers after ``lost_at``), so the page and the bill say one figure."""
+    for f in faults:
+        s = per_gpu.get(f["gpu_uuid"])
+        if f["kind"] == "lost" and s is not None:
+            f["lost_seconds"] = s.lost_seconds
+            f["lost_usd"] = s.lost_usd if s.priced else None
+    return faults
 
 
 def job_faults(

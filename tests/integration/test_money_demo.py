@@ -143,3 +143,17 @@ def test_the_fleets_covered_hour_costs_gpus_x_hours_x_price_with_lost_time_its_o
     lost = [r for r in report["rows"] if r["lost_seconds"] > 0]
     assert len(lost) == n_xid == 2
     assert sum(r["lost_usd"] for r in lost) == pytest.approx(t["lost_usd"])
+
+
+def test_the_xid_jobs_page_names_the_fault_and_its_lost_dollars_are_the_bills(
+    http: httpx.Client, demo: dict[str, Any]
+) -> None:
+    job = http.get(f"/api/v1/jobs/{demo['jobs']['xid-then-lost']}", headers=demo["reader"]).json()
+    kinds = {f["kind"] for f in job["faults"]}
+    assert {"xid", "lost"} <= kinds, job["faults"]
+    (lost,) = [f for f in job["faults"] if f["kind"] == "lost"]
+    (gpu,) = [g for g in job["per_gpu"] if g["gpu_uuid"] == lost["gpu_uuid"]]
+    assert lost["lost_usd"] == pytest.approx(gpu["lost_usd"])
+    assert lost["lost_seconds"] == pytest.approx(gpu["lost_seconds"])
+    assert job["summary"]["lost_usd"] == pytest.approx(gpu["lost_usd"])
+    assert job["summary"]["waste_usd"] <= job["summary"]["cost_usd"] - job["summary"]["lost_usd"]
