@@ -493,7 +493,7 @@ def test_job_charts_show_every_series_on_its_own_unit_with_utc_times(
     sized: Console, demo: dict[str, Any]
 ) -> None:
     jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
-    listed = next(j for j in jobs if j["dominant_waste_cause"] == "transfer_bound")
+    listed = next(j for j in jobs if j["top_cause"] == "transfer_bound")
     copy = demo["api"].get("/jobs/" + quote(listed["id"], safe="")).json()
     sized.open("/jobs/" + quote(copy["id"], safe=""))
     sized.page.wait_for_selector("#job-series .uplot")
