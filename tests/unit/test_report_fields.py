@@ -11,7 +11,7 @@ from service.diagnosis import CAUSE_NAMES
 from service.settings import Settings
 from service.usecases.cost_report import report_row
 
-JOB_METADATA = {"user", "team", "project"}
+JOB_METADATA = {"user", "team", "project", "faults"}
 
 
 def test_summary_row_has_exactly_the_response_models_figures():
@@ -21,9 +21,10 @@ def test_summary_row_has_exactly_the_response_models_figures():
 
 def test_csv_has_every_figure_and_cause_once():
     assert len(CSV_COLUMNS) == len(set(CSV_COLUMNS))
-    figures = set(CostRowPublic.model_fields) - {"causes", "fixes"}
+    figures = set(CostRowPublic.model_fields) - {"causes", "fixes", "faults"}
     per_cause = {f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd", "waste_usd")}
-    assert set(CSV_COLUMNS) == figures | per_cause | {"top_fix", "top_fix_saving_usd"}
+    extra = {"top_fix", "top_fix_saving_usd", "hardware_faults"}
+    assert set(CSV_COLUMNS) == figures | per_cause | extra
     assert CSV_COLUMNS[0] == "key"
 
 
