@@ -10,6 +10,11 @@ fixed token). The seed's rollups finish first (the steady state). Prints the age
 outcomes. Target: agents 0 errors and ingest p99 < 1 s; readers answered (200, or 503/429) within
 1 s, never a 500 or a hang (client timeout 10 s). Usage:
 python -m bench.overload [--db sqlite|postgresql|both] [--seconds 30]
+
+--replay N instead floods ingest the way agents replaying their spools after an outage do: N
+senders at once, each one batch of --replay-polls polls x 4 GPUs, announcing X-Request-Timeout
+30 s and sending again after Retry-After until stored; prints the answers, the slowest single
+answer beside the 30 s timeout, and the time until every sample was stored (each exactly once).
 """
 
 from __future__ import annotations
@@ -388,6 +393,78 @@ def report(
     print(f"target (agents 0 errors, p99 < 1 s; no 500, no hang): {'MET' if met else 'NOT MET'}")
 
 
+REPLAY_TIMEOUT_SECONDS = 30.0
+
+
+async def _replay_one(
+    client: httpx.AsyncClient, token: str, body: bytes, rng: random.Random
+) -> list[tuple[int, float, int]]:
+    """(status, seconds, samples stored) of each attempt until the batch is stored."""
+    headers = _headers(token) | {"X-Request-Timeout": f"{REPLAY_TIMEOUT_SECONDS:g}"}
+    tries = []
+    while True:
+        t0 = time.perf_counter()
+        r = await client.post("/api/v1/ingest", content=body, headers=headers)
+        took = time.perf_counter() - t0
+        stored = r.json().get("samples_stored", 0) if r.status_code == 200 else 0
+        tries.append((r.status_code, took, stored))
+        if r.status_code == 200:
+            return tries
+        if r.status_code not in (429, 503):
+            raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+        # As the agent: Retry-After plus up to as much again at random, so senders spread out.
+        wait = float(r.headers.get("Retry-After", "1"))
+        await asyncio.sleep(wait * (1 + rng.random()))
+
+
+def replay(kind: str, args: argparse.Namespace) -> None:
+    """The spool-replay flood against one `gpuwarden serve` with default settings."""
+    rng = random.Random(7)
+    with fresh_database(kind) as url:
+        gpuwarden(url, "migrate")
+        tokens = [
+            gpuwarden(url, "token", "create", "--role", "agent", "--node", f"node-{i:03d}")
+            .strip()
+            .splitlines()[-1]
+            for i in range(args.replay)
+        ]
+        start = datetime.now(UTC) - timedelta(seconds=POLL_SECONDS * (args.replay_polls + 10))
+        stamps = [start + timedelta(seconds=POLL_SECONDS * k) for k in range(args.replay_polls)]
+        bodies = [batch(i, stamps, rng) for i in range(args.replay)]
+        with served(url) as (base, _proc):
+
+            async def flood() -> list[list[tuple[int, float, int]]]:
+                limits = httpx.Limits(max_connections=args.replay * 2)
+                async with httpx.AsyncClient(
+                    base_url=base, timeout=REPLAY_TIMEOUT_SECONDS, limits=limits
+                ) as client:
+                    return await asyncio.gather(
+                        *(
+                            _replay_one(client, t, b, rng)
+                            for t, b in zip(tokens, bodies, strict=True)
+                        )
+                    )
+
+            t0 = time.perf_counter()
+            per_sender = asyncio.run(flood())
+            all_stored = time.perf_counter() - t0
+    attempts = [a for tries in per_sender for a in tries]
+    codes = Counter(code for code, _, _ in attempts)
+    refused = [took for code, took, _ in attempts if code != 200]
+    accepted = [took for code, took, _ in attempts if code == 200]
+    expected = args.replay * args.replay_polls * GPUS_PER_NODE
+    stored = sum(n for _, _, n in attempts)
+    print(
+        f"[{kind}] replay flood: {args.replay} senders x {args.replay_polls * GPUS_PER_NODE} "
+        f"samples at once; answers {dict(codes)}; "
+        f"refused p50/max {1000 * percentile(refused or [0], 50):.0f}/"
+        f"{1000 * max(refused or [0]):.0f} ms; "
+        f"stored p50/max {1000 * percentile(accepted, 50):.0f}/{1000 * max(accepted):.0f} ms "
+        f"(timeout {REPLAY_TIMEOUT_SECONDS:.0f} s); every sample stored after {all_stored:.1f} s; "
+        f"stored {stored} of {expected} ({'each once' if stored == expected else 'MISMATCH'})"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
@@ -397,10 +474,15 @@ def main() -> None:
     p.add_argument("--readers", type=int, default=200)
     p.add_argument("--flooders", type=int, default=20)
     p.add_argument("--seed-minutes", type=int, default=30)
+    p.add_argument("--replay", type=int, default=0, help="senders of the spool-replay flood")
+    p.add_argument("--replay-polls", type=int, default=500)
     args = p.parse_args()
     print(f"machine: {machine()}")
     for kind in ["sqlite", "postgresql"] if args.db == "both" else [args.db]:
-        run(kind, args)
+        if args.replay:
+            replay(kind, args)
+        else:
+            run(kind, args)
 
 
 if __name__ == "__main__":
