@@ -8,12 +8,18 @@ wait out their timeout, and after they retry every sample is stored exactly once
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import sqlite3
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from service.api.app import create_app
 from service.db.schema import samples
@@ -121,3 +127,57 @@ def test_a_malformed_request_timeout_is_a_422_naming_the_header(
         )
         assert r.status_code == 422, (bad, r.text)
         assert "X-Request-Timeout" in r.text, r.text
+
+
+def test_a_batch_whose_client_hung_up_while_it_was_stored_is_rolled_back(
+    app, server: str, tokens, engine, clock
+) -> None:
+    batch = make_batch(start=clock(), count=5)
+    body = json.dumps(batch).encode()
+    host, port = server.removeprefix("http://").split(":")
+    head = (
+        f"POST /api/v1/ingest HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {tokens['agent']}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    outcomes = app.state.ctx.telemetry.ingest_batches
+    with _writes_held(engine):
+        # The batch's writes wait on the lock: the client hangs up while it is being stored.
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head.encode() + body)
+            _until(lambda: app.state.admission.busy().get("ingest") == 1)
+        # The server notices the hang-up on its idle event loop, then the lock goes.
+        time.sleep(1.0)
+    _until(lambda: _count(outcomes, "stored", "refused", "error") >= 1)
+    assert _count(outcomes, "refused") == 1 and _count(outcomes, "stored") == 0
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(samples)).scalar_one() == 0
+
+
+@contextmanager
+def _writes_held(engine: Any) -> Iterator[None]:
+    """Every other writer of the samples waits while the block runs."""
+    if engine.dialect.name == "sqlite":
+        held = sqlite3.connect(engine.url.database, isolation_level=None)
+        held.execute("BEGIN IMMEDIATE")  # SQLite's one writer
+        try:
+            yield
+        finally:
+            held.execute("ROLLBACK")
+            held.close()
+        return
+    with engine.connect() as conn:
+        conn.execute(text("LOCK TABLE samples IN SHARE ROW EXCLUSIVE MODE"))
+        yield
+        conn.rollback()
+
+
+def _count(counter: Any, *outcomes: str) -> float:
+    return float(sum(counter.labels(o)._value.get() for o in outcomes))
+
+
+def _until(done: Any) -> None:
+    give_up_at = time.monotonic() + 60  # catches a hang only
+    while not done():
+        assert time.monotonic() < give_up_at, "timed out"
+        time.sleep(0.05)
