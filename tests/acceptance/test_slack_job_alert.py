@@ -10,6 +10,7 @@ wasted so far and a link to the job's report. When the job gets busy, a resolved
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -98,23 +99,25 @@ def test_low_sm_job_alert_reaches_slack_and_resolves(engine) -> None:
                 "avg sm_active over 10m = 0.1",
                 "(&lt; 0.3)",  # mrkdwn: Slack reads a bare < as the start of a link
                 "since 20",
-                "wasted so far: $",
+                "waste so far $",
                 "https://warden.example/jobs/slurm%3A4242",  # the console page, the id one segment
             ):
                 assert needle in flat, needle
             section = body["blocks"][1]["text"]["text"]
-            dollars = float(section.split("wasted so far: $")[1].split()[0].replace(",", ""))
-            # ~9 min x 2 GPUs x 0.9 unused at $4/h, minus the minute not yet rolled up
-            assert 0.6 < dollars < 1.3, section
-            # The verdict: the dominant cause with its dollars, and its fix with the saving.
-            assert "most waste: input_starved ($" in section, section
+            usd = [float(x.replace(",", "")) for x in re.findall(r"\$([\d,]+\.\d\d)", section)]
+            waste, idle, fixable, saving = usd
+            assert "(idle $" in section and "fixable $" in section and "estimated)" in section
+            assert waste == pytest.approx(idle + fixable, abs=0.01)  # waste = idle + fixable
+            # The verdict: the top cause and its fix, whose saving is the fixable dollars.
+            assert "top cause: input_starved" in section, section
             assert "fix: feed the GPU faster: more DataLoader workers" in section, section
-            cause_usd = float(section.split("most waste: input_starved ($")[1].split(")")[0])
-            saving = float(section.split("(saves about $")[1].split(")")[0])
-            # Kernels ran 12% of the time (gr_engine_active); fed, at the duty a fed GPU reaches.
+            assert idle == 0 and saving == pytest.approx(fixable, abs=0.01)
+            # Kernels ran 12% of the time (gr_engine_active); fed, at the duty a fed GPU reaches,
+            # so that share of the starved dollars is fixable: ~9 min x 2 GPUs at $4/h of them
+            # (less the minute not rolled up yet).
             share = 1 - 0.12 / TARGETS.fed_duty
-            assert saving == pytest.approx(cause_usd * share, abs=0.01)
-            assert "most waste: input_starved" in body["text"]
+            assert 0.9 < fixable / share < 1.3, section
+            assert "top cause: input_starved" in body["text"]
 
             # The job gets busy: a resolved message follows, and nothing else.
             ingest(
