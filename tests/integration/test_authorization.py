@@ -90,6 +90,14 @@ CASES = [
         reads(),
         params={"metric": "sm_active"},
     ),
+    Case(
+        "series-batch",
+        "GET",
+        "/api/v1/gpus/series",
+        "/api/v1/gpus/series",
+        reads(),
+        params={"gpu": "GPU-a0", "metric": "sm_active"},
+    ),
     Case("gpu-moves", "GET", "/api/v1/gpus/{uuid}/moves", "/api/v1/gpus/GPU-a0/moves", reads()),
     Case("policies", "GET", "/api/v1/policies", "/api/v1/policies", reads()),
     Case(
