@@ -55,9 +55,12 @@ _HEADER_SAFE = "".join(c for c in string.printable[:95] if c != "%")
 
 
 def csv_cell(value: Any) -> Any:
-    """One CSV cell: None empty, text that could start a formula quoted."""
+    """One CSV cell: None empty, a list as its items joined by "; ", text that could start a
+    formula quoted."""
     if value is None:
         return ""
+    if isinstance(value, list):
+        value = "; ".join(str(v) for v in value)
     if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
         return "'" + value
     return value
