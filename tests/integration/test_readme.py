@@ -236,7 +236,7 @@ def test_the_first_ten_minutes_as_pasted(folder: Path, env, background, capsys) 
     look = sh(folder, env, "\n".join(readme_blocks("demo-look")), demo_port)
     assert "idle-held" in look  # gpus --state idle-held
     assert "GPU cost by team" in look
-    assert "Time and dollars by cause:" in look and "Recommendations" in look
+    assert "Time and dollars by cause (cost, waste):" in look and "Recommendations" in look
     assert "[FIRING] gpu-hardware-fault" in look  # the default policies, no setup
 
     stop(demo, folder)

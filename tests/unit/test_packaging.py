@@ -24,8 +24,9 @@ def make_n(target: str, folder: Path) -> str:
     """What ``make TARGET`` would run in a fresh checkout (``make -n``: nothing is run)."""
     shutil.copy(ROOT / "Makefile", folder / "Makefile")
     shutil.copy(ROOT / "pyproject.toml", folder / "pyproject.toml")
-    r = subprocess.run(["make", "-n", target], cwd=folder, capture_output=True, text=True,
-                       timeout=60, check=True)  # fmt: skip
+    # Under a parent make (`make test`) a child prints "Entering directory" lines unless told not.
+    r = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=folder,
+                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     return r.stdout
 
 
