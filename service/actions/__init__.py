@@ -1,0 +1,1 @@
+"""Acting on waste: the reclaim drivers (Slurm, Kubernetes, action webhook) behind one Protocol."""

@@ -1,0 +1,51 @@
+"""What every reclaim driver shares: the job to reclaim, the outcome, and the driver Protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+# reclaimed: the driver freed the job's GPUs now; gone: the job had already ended (nothing to
+# do, which counts as done); would: dry run, nothing was touched; failed: try again later.
+ReclaimOutcome = Literal["reclaimed", "gone", "would", "failed"]
+
+
+@dataclass(frozen=True)
+class ReclaimTarget:
+    """The job a ladder's reclaim step frees, as the driver needs to find it.
+
+    ``job_id`` is GPU Warden's id (``slurm:4242``, ``k8s:ns/pod``); ``labels`` are the job's
+    labels as registered (a Kubernetes job carries its namespace and pod); ``mode`` is the
+    policy's choice for this driver (Slurm: ``cancel`` or ``requeue``; Kubernetes:
+    ``delete_pod`` or ``scale_to_zero``; webhook: ``reclaim``).
+    """
+
+    job_id: str
+    mode: str
+    user: str | None = None
+    team: str | None = None
+    nodes: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReclaimResult:
+    """What a driver did: the outcome and one line of detail a person can read (the command run,
+    the API request, the error)."""
+
+    outcome: ReclaimOutcome
+    detail: str
+
+
+class ReclaimDriver(Protocol):
+    """Frees a job's GPUs; idempotent (reclaiming a gone job answers ``gone``) and safe to retry.
+
+    A driver never raises for a failed attempt: it answers ``failed`` with the reason, so the
+    ladder records it and tries again on a later round. ``dry_run`` returns ``would`` with the
+    request it would have made, and touches nothing.
+    """
+
+    name: str
+
+    def reclaim(self, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult: ...
