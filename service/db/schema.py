@@ -441,3 +441,61 @@ gpu_moves = Table(
     Column("from_last_sample_at", UTCDateTime, nullable=True),
     Index(None, "gpu_id", "moved_at"),
 )
+
+# --- the warn-then-reclaim ladder (migration 0020) ------------------------------------------
+
+# How far a policy's ladder has gone for one job in one alert episode: ``steps_done`` steps of
+# the ladder are finished (never redone); ``pending_step`` is a reclaim whose intent is recorded
+# and whose outcome is not yet (a restart retries it through the idempotent driver); ``state``
+# is active, done (the last step finished), gone (the job ended), reset (the GPUs turned busy
+# again) or exempt (recorded once, never acted on).
+ladder_progress = Table(
+    "ladder_progress",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("policy", String(255), nullable=False),
+    Column("job_id", String(255), nullable=False),
+    Column("alert_id", Integer, nullable=False),  # the alert episode the ladder runs in
+    Column("episode_start", UTCDateTime, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("steps_done", Integer, nullable=False, server_default="0"),
+    Column("pending_step", Integer, nullable=True),
+    Column("last_step_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("uq_ladder_progress_episode", "policy", "job_id", "alert_id", unique=True),
+    Index(None, "state"),
+)
+
+# The audit log: one row per ladder step taken or declined, with the numbers that triggered it.
+# ``outcome``: would (dry run), warned, reclaimed, skipped, failed or gone; ``reason`` says why
+# for skipped and failed; ``since`` is when the condition began; dollars from the money model.
+ladder_actions = Table(
+    "ladder_actions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("policy", String(255), nullable=False),
+    Column("job_id", String(255), nullable=False),
+    Column("user", String(255), nullable=True),
+    Column("team", String(255), nullable=True),
+    Column("alert_id", Integer, nullable=True),
+    Column("step", Integer, nullable=True),  # index in the ladder's steps; NULL for a skip
+    Column("action", String(32), nullable=False),  # notify_owner | reclaim
+    Column("outcome", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("dry_run", Integer, nullable=False, server_default="0"),
+    Column("driver", String(32), nullable=True),
+    Column("mode", String(32), nullable=True),
+    Column("detail", Text, nullable=True),
+    Column("value", Float, nullable=True),
+    Column("threshold", Float, nullable=True),
+    Column("since", UTCDateTime, nullable=True),
+    Column("waste_usd", Float, nullable=True),
+    Column("idle_usd", Float, nullable=True),
+    Index(None, "at"),
+    Index(None, "job_id", "at"),
+    Index(None, "policy", "at"),
+    Index(None, "user", "at"),
+    Index(None, "outcome", "at"),
+)

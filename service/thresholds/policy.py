@@ -19,6 +19,7 @@ from pydantic import (
 from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
 from service.durations import parse_duration
 from service.errors import ValidationFailed
+from service.thresholds.ladder import LadderSpec
 from service.vocabulary import LABEL_ALIASES, METRICS_BY_NAME, WHERE_LABELS, canonical_labels
 
 CAUSE_PREFIX = "cause:"
@@ -112,6 +113,8 @@ class PolicySpec(BaseModel):
     repeat_interval: str = "4h"
     send_resolved: bool = Field(True, strict=True)  # true or false, never 0 or "yes"
     description: str | None = None
+    # Warn the job's owner, then reclaim its GPUs, while the condition holds (job or gpu scope).
+    ladder: LadderSpec | None = None
 
     # Derived once: the evaluator reads these for every scope key of every round.
     _window_s: float = PrivateAttr(0.0)
@@ -162,6 +165,14 @@ class PolicySpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _ladder_on_jobs(self) -> PolicySpec:
+        if self.ladder is not None and self.scope == "node":
+            raise ValueError(
+                "ladder: a node policy has no job to act on; write scope: job or scope: gpu"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _threshold_in_range(self) -> PolicySpec:
         low, high, unit = metric_range(self.metric)
         if self.threshold < low or (high is not None and self.threshold > high):
@@ -209,7 +220,10 @@ class PolicySpec(BaseModel):
 
     def document(self) -> dict[str, Any]:
         """The policy as the YAML file and the API write it (``for``, not ``for_``)."""
-        return self.model_dump(by_alias=True, mode="json")
+        doc = self.model_dump(by_alias=True, mode="json")
+        if doc["ladder"] is None:
+            del doc["ladder"]  # most policies have none; their documents stay as they were
+        return doc
 
 
 class ChannelSpec(BaseModel):
@@ -259,8 +273,10 @@ def first_error(exc: ValidationError, prefix: str = "") -> ValidationFailed:
     loc = ["for" if p == "for_" else str(p) for p in err["loc"]]
     msg = err["msg"].removeprefix("Value error, ")
     field, sep, rest = msg.partition(": ")
-    if not loc and sep and field.isidentifier():  # a check across fields names its own field
-        loc, msg = [field], rest
+    # A check across fields names its own field, relative to where it sits (``steps.2.after``).
+    parts = field.split(".")
+    if sep and (not loc or len(parts) > 1) and all(p.isidentifier() or p.isdigit() for p in parts):
+        loc, msg = [*loc, *parts], rest
     return ValidationFailed(".".join([p for p in (prefix,) if p] + loc), msg)
 
 

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field
 
 from service.api.schemas.times import StoredTimeAnyZone
+from service.thresholds.ladder import LadderSpec
 from service.thresholds.policy import MATCH_LABELS, ChannelSpec
 
 
@@ -29,6 +30,7 @@ class PolicyPublic(BaseModel):
     repeat_interval: str
     send_resolved: bool
     description: str | None
+    ladder: LadderSpec | None = None
 
 
 class ChannelPublic(BaseModel):

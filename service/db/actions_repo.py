@@ -1,0 +1,88 @@
+"""Storage of the ladder's audit log: every step taken or declined, with the numbers behind it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from service.db.schema import ladder_actions
+
+# What a step came to: would (dry run), warned, reclaimed, skipped (and why), failed (and why),
+# gone (the job had ended).
+ACTION_OUTCOMES: tuple[str, ...] = ("would", "warned", "reclaimed", "skipped", "failed", "gone")
+MAX_ACTIONS_LISTED = 1000
+
+
+def record_action(
+    conn: Connection,
+    *,
+    at: datetime,
+    policy: str,
+    job_id: str,
+    action: str,
+    outcome: str,
+    dry_run: bool,
+    user: str | None = None,
+    team: str | None = None,
+    alert_id: int | None = None,
+    step: int | None = None,
+    reason: str | None = None,
+    driver: str | None = None,
+    mode: str | None = None,
+    detail: str | None = None,
+    value: float | None = None,
+    threshold: float | None = None,
+    since: datetime | None = None,
+    waste_usd: float | None = None,
+    idle_usd: float | None = None,
+) -> int:
+    """Append one row to the audit log; returns its id."""
+    if outcome not in ACTION_OUTCOMES:
+        raise ValueError(f"unknown action outcome {outcome!r}")
+    row = {
+        "at": at, "policy": policy, "job_id": job_id, "user": user, "team": team,
+        "alert_id": alert_id, "step": step, "action": action, "outcome": outcome,
+        "reason": reason, "dry_run": int(dry_run), "driver": driver, "mode": mode,
+        "detail": detail, "value": value, "threshold": threshold, "since": since,
+        "waste_usd": waste_usd, "idle_usd": idle_usd,
+    }  # fmt: skip
+    return int(
+        conn.execute(
+            insert(ladder_actions).values(**row).returning(ladder_actions.c.id)
+        ).scalar_one()
+    )
+
+
+def list_actions(
+    conn: Connection,
+    *,
+    job_id: str | None = None,
+    user: str | None = None,
+    policy: str | None = None,
+    outcome: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Audit-log rows matching every filter given, newest first (``since`` inclusive, ``until``
+    exclusive), at most ``limit`` (capped at MAX_ACTIONS_LISTED); ``dry_run`` as a bool."""
+    t = ladder_actions
+    q = select(t)
+    for col, val in ((t.c.job_id, job_id), (t.c.user, user), (t.c.policy, policy)):
+        if val is not None:
+            q = q.where(col == val)
+    if outcome is not None:
+        q = q.where(t.c.outcome == outcome)
+    if since is not None:
+        q = q.where(t.c.at >= since)
+    if until is not None:
+        q = q.where(t.c.at < until)
+    q = q.order_by(t.c.at.desc(), t.c.id.desc()).limit(max(1, min(limit, MAX_ACTIONS_LISTED)))
+    out = []
+    for r in conn.execute(q):
+        row = dict(r._mapping)
+        row["dry_run"] = bool(row["dry_run"])
+        out.append(row)
+    return out
