@@ -13,6 +13,7 @@ from service.costs.integrals import Thresholds
 from service.db.ingest_repo import IngestCache
 from service.db.tokens_repo import TokenInfo
 from service.diagnosis import thresholds_of
+from service.reads import ReadRouter
 from service.settings import Settings
 from service.telemetry import Telemetry
 
@@ -36,8 +37,19 @@ class ServiceContext:
     # Agents' ingest (and token lookups) on a pool of their own that reads cannot exhaust;
     # None: the one engine serves everything (tools and tests that build a context by hand).
     ingest_engine: Engine | None = None
+    # Where reads go (the read replica or the primary); None: built on first use, primary only.
+    read_router: ReadRouter | None = None
     # Run by the app on shutdown (for example to release the evaluator's leader lock).
     shutdown_hooks: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def reads(self) -> ReadRouter:
+        """The read router: GET routes, the console, reports and /metrics connect through it."""
+        if self.read_router is None:
+            self.read_router = ReadRouter(
+                primary=self.engine, replica=None, telemetry=self.telemetry
+            )
+        return self.read_router
 
     @property
     def thresholds(self) -> Thresholds:

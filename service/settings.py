@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.clientsettings import ENV_PREFIX, ClientSettings
@@ -27,6 +27,14 @@ class Settings(BaseSettings):
     # PostgreSQL's own databases (postgres, template0/1) are refused unless this is set: a
     # URL that names the server's maintenance database would put GPU Warden's tables there.
     database_allow_maintenance: bool = False
+    # Optional read-only URL (a PostgreSQL streaming replica): GET routes, the console, reports
+    # and /metrics read there, writes and background rounds use database_url (docs/operations.md).
+    database_read_url: str | None = None
+    # A replica further behind than this (seconds) is skipped: its reads go to the primary.
+    database_read_max_lag_seconds: float = Field(10.0, ge=0)
+    # How often the replica's lag is measured, and how long a replica that failed is left alone.
+    database_read_check_seconds: float = Field(5.0, gt=0)
+    database_read_connect_timeout_seconds: int = Field(2, ge=1)
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     config: Path | None = None  # optional YAML file with policies, channels and prices
@@ -162,11 +170,15 @@ class Settings(BaseSettings):
     observed_job_grace_seconds: float = Field(300.0, gt=0)  # central: close unseen intervals
     observed_jobs_interval_seconds: float = Field(30.0, gt=0)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_read_url")
     @classmethod
-    def _check_database_url(cls, value: str) -> str:
+    def _check_database_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or (value == "" and info.field_name == "database_read_url"):
+            return None  # an empty GPUWARDEN_DATABASE_READ_URL: no replica
         if not re.match(r"^(sqlite|postgresql)(\+\w+)?://", value):
             raise ValueError("must start with sqlite:// or postgresql+psycopg://")
+        if info.field_name == "database_read_url" and not value.startswith("postgres"):
+            raise ValueError("a read replica is a PostgreSQL streaming replica: postgresql://")
         if value.startswith(("postgresql://", "postgres://")):
             # psycopg 3 is the driver we ship; spare users the driver suffix.
             value = "postgresql+psycopg://" + value.split("://", 1)[1]

@@ -23,6 +23,7 @@ from service.api.input_guard import BodyBudget, RequestGuard
 from service.api.openapi import install_openapi
 from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
 from service.api.query import reject_unknown_query
+from service.api.reads import NoteWrites
 from service.api.routers import (
     alerts,
     channels,
@@ -41,7 +42,7 @@ from service.api.routers import reports as reports_router
 from service.api.validation import request_validation_error
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
-from service.db.engine import ingest_engine, service_engine
+from service.db.engine import ingest_engine, read_engine, service_engine
 from service.db.migrate import check_at_head
 from service.errors import (
     Conflict,
@@ -51,6 +52,7 @@ from service.errors import (
     ValidationFailed,
     WardenError,
 )
+from service.reads import ReadRouter
 from service.scheduler import partitions_once, start_scheduler
 from service.settings import Settings
 from service.telemetry import Telemetry
@@ -143,6 +145,14 @@ def create_app(
         clock=clock,
         telemetry=telemetry or Telemetry(),
     )
+    if settings.database_read_url is not None:
+        ctx.read_router = ReadRouter(
+            primary=main_engine,
+            replica=read_engine(settings, settings.database_read_url),
+            telemetry=ctx.telemetry,
+            max_lag_seconds=settings.database_read_max_lag_seconds,
+            check_seconds=settings.database_read_check_seconds,
+        )
     # The fleet's per-GPU and fleet-wide families, read from the database at scrape time.
     ctx.telemetry.registry.register(FleetCollector(ctx))
 
@@ -164,6 +174,8 @@ def create_app(
             for hook in ctx.shutdown_hooks:
                 hook()
             ingest_pool.dispose()
+            if ctx.reads.replica is not None:
+                ctx.reads.replica.dispose()
             if engine is None:
                 ctx.engine.dispose()
 
@@ -194,6 +206,7 @@ def create_app(
         settings=settings,
         budget=app.state.body_budget,
     )
+    app.add_middleware(NoteWrites, reads=ctx.reads)
     # Added last, so it runs first: a throttled client's refusal costs no parsing or routing.
     app.add_middleware(FailFast, gate=app.state.gate)
     app.include_router(health.router)

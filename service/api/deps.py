@@ -26,6 +26,7 @@ from service.api.gate import (
     TokenGate,
     monotonic,
 )
+from service.api.reads import WRITER_KEY
 from service.context import ServiceContext
 from service.db import secrets_repo, sessions_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
@@ -194,10 +195,14 @@ async def authenticated(request: Request, ctx: Ctx) -> TokenInfo:
     token = bearer_token(request)
     if token is None:
         cookie = request.cookies.get(sessions.COOKIE_NAME)
-        if cookie:
-            return await session_authenticated(request, ctx, cookie, gate, client)
-        raise _refused(gate, client, None, looked_up=False)
-    return await check_token(request, ctx, token)
+        if not cookie:
+            raise _refused(gate, client, None, looked_up=False)
+        info = await session_authenticated(request, ctx, cookie, gate, client)
+    else:
+        info = await check_token(request, ctx, token)
+    if request.method not in sessions.SAFE_METHODS:
+        setattr(request.state, WRITER_KEY, info.id)  # its reads then wait for this write
+    return info
 
 
 async def check_token(request: Request, ctx: ServiceContext, token: str) -> TokenInfo:
@@ -277,10 +282,11 @@ Expensive = Depends(admit_expensive)
 
 
 def read_conn(
-    request: Request, ctx: Ctx, _: Annotated[None, Depends(admit_read)]
+    ctx: Ctx, info: Authenticated, _: Annotated[None, Depends(admit_read)]
 ) -> Iterator[Connection]:
-    """A connection for reading, closed after the request; taken only once the read is admitted."""
-    with ctx.engine.connect() as conn:
+    """A connection for reading, closed after the request; taken only once the read is admitted,
+    on the read replica when the read router allows it for this caller, else on the primary."""
+    with ctx.reads.connect(info.id) as conn:
         if conn.dialect.name == "postgresql":
             # For this request's transaction only: background jobs keep no limit.
             seconds = ctx.settings.db_statement_timeout_seconds

@@ -78,6 +78,18 @@ def ingest_engine(settings: Settings, url: str) -> Engine:
     )
 
 
+def read_engine(settings: Settings, url: str) -> Engine:
+    """The read replica's pool (``database_read_url``), as large as the service's, with a short
+    connect timeout so a replica that is away sends its reads to the primary quickly."""
+    return make_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_seconds,
+        connect_args={"connect_timeout": settings.database_read_connect_timeout_seconds},
+    )
+
+
 # The databases every PostgreSQL server has for its own use.
 MAINTENANCE_DATABASES = frozenset({"postgres", "template0", "template1"})
 

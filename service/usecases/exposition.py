@@ -35,7 +35,7 @@ class FleetCollector(Collector):
         started = time.perf_counter()
         try:
             now = ctx.clock()
-            with ctx.engine.connect() as conn:
+            with ctx.reads.connect() as conn:
                 # A GPU whose data is late (ingest behind, a slow node) stays, with its age:
                 # dropping it would flap dashboards and absent() alerts fleet-wide.
                 keep = max(ctx.settings.metrics_keep_late_seconds, ctx.settings.max_gap_seconds)

@@ -62,3 +62,18 @@ def test_the_cli_client_settings_read_what_settings_reads(monkeypatch, tmp_path)
     client = ClientSettings.load({"log_level": "DEBUG"}, os.environ)
     assert {f: getattr(full, f) for f in fields[:3]} == {f: getattr(client, f) for f in fields[:3]}
     assert client.log_level == "DEBUG" and client.given == frozenset(fields)
+
+
+def test_the_read_url_is_an_optional_postgresql_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().database_read_url is None
+    monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "")
+    assert Settings().database_read_url is None  # empty: no replica
+    monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "postgresql://u@replica/gw")
+    assert Settings().database_read_url == "postgresql+psycopg://u@replica/gw"
+    monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "sqlite:///./copy.db")
+    with pytest.raises(ValidationError, match="database_read_url"):
+        Settings()
+    monkeypatch.setenv("GPUWARDEN_DATABASE_URL", "")
+    monkeypatch.delenv("GPUWARDEN_DATABASE_READ_URL")
+    with pytest.raises(ValidationError, match="database_url"):
+        Settings()  # an empty primary URL stays an error

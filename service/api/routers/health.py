@@ -17,9 +17,13 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Liveness: the process is up and serving."""
-    return {"status": "ok"}
+def healthz(ctx: Ctx) -> dict[str, object]:
+    """Liveness: the process is up and serving; with a read replica configured, also its lag
+    (``read_replica``: status ok, lagging, down or not_replicating; lag in seconds and bytes)."""
+    replica = ctx.reads.state()
+    if replica is None:
+        return {"status": "ok"}
+    return {"status": "ok", "read_replica": replica.as_dict()}
 
 
 @router.get("/readyz")
@@ -49,6 +53,8 @@ async def metrics(request: Request, ctx: Ctx) -> Response:
         info = await authenticated(request, ctx)
         if info.role not in (Role.READER, Role.ADMIN):
             return Response("a reader token is needed", status.HTTP_403_FORBIDDEN)
-    # The fleet families read the database: off the event loop.
+    # The fleet families read the database: off the event loop. The replica's lag is measured
+    # first (when due), so its gauges in this scrape are current.
+    await run_in_threadpool(ctx.reads.state)
     body, content_type = await run_in_threadpool(render, ctx.telemetry.registry)
     return Response(body, headers={"Content-Type": content_type})
