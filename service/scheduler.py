@@ -178,11 +178,15 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     # Alerting: only the leader (PostgreSQL advisory lock) evaluates and sends, so two replicas
     # never notify twice.
     from service.usecases.evaluation import Alerting
+    from service.usecases.ladder import Ladder
 
     alerting = Alerting(ctx)
     ctx.shutdown_hooks.append(alerting.close)
+    # The warn-then-reclaim ladder acts on the leader's alerts, after it, at the same pace.
+    ladder = Ladder(alerting)
     jobs += [
         ("evaluate", alerting.evaluate_tick, s.eval_interval_seconds),
+        ("ladder", ladder.tick, s.eval_interval_seconds),
         ("deliver", alerting.deliver_tick, s.outbox_interval_seconds),
     ]
 

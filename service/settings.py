@@ -117,6 +117,14 @@ class Settings(BaseSettings):
     # NO_PROXY from the environment; "direct": no proxy whatever the environment says.
     notify_proxy_url: str | None = None
     alertmanager_resend_seconds: float = Field(60.0, gt=0)  # re-send firing alerts to Alertmanager
+    # --- acting on waste (the ladder) -------------------------------------------------
+    # The Slurm commands a reclaim runs (split like a shell line; "sudo -n scancel" works), and
+    # the one that reads a job's state first, so a finished job is never requeued.
+    slurm_cancel_command: str = "scancel"
+    slurm_requeue_command: str = "scontrol requeue"
+    slurm_squeue_command: str = "squeue"
+    action_timeout_seconds: float = Field(30.0, gt=0)  # a driver's command or request
+    action_retry_seconds: float = Field(300.0, gt=0)  # a failed reclaim is tried again after
     # --- costs and reports -------------------------------------------------------------
     # Recommendations (service.costs.recommend; docs/diagnosis.md gives the sources): how many
     # times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer bytes.

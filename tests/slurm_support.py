@@ -1,15 +1,26 @@
-"""Helpers for the Slurm tests: NVIDIA driver stand-ins built from captured output, known GPUs."""
+"""Helpers for the Slurm tests: NVIDIA driver stand-ins built from captured output, known GPUs,
+and a real one-node Slurm cluster (slurmctld, slurmd, munge) whose Prolog and Epilog are the
+shipped scripts."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import BinaryIO
 
+import httpx
+import pytest
 from sqlalchemy import Engine
 
 from service.clock import utc_now
 from tests.integration.cost_data import store_series
-from tests.support import FakeClock
+from tests.support import FakeClock, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "nvidia"
@@ -69,3 +80,196 @@ def know_gpus(engine: Engine, clock: FakeClock, uuids: list[str], hostname: str 
             hostname=hostname,
         )  # fmt: skip
     clock.advance(300)
+
+
+NEEDED = (
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "salloc",
+    "scancel",
+    "sinfo",
+    "squeue",
+    "munge",
+    "unmunge",
+)
+# Device minors need not follow nvidia-smi's (PCI) order: here /dev/nvidia0 is index 2.
+GPUS = [
+    ("GPU-5e1a0000-0000-4000-8000-000000000000", "0000:17:00.0", 1),
+    ("GPU-5e1a0001-0000-4000-8000-000000000001", "0000:31:00.0", 3),
+    ("GPU-5e1a0002-0000-4000-8000-000000000002", "0000:4b:00.0", 0),
+    ("GPU-5e1a0003-0000-4000-8000-000000000003", "0000:65:00.0", 2),
+]
+UUID_OF_MINOR = {minor: uuid for uuid, _, minor in GPUS}
+
+
+def _missing() -> str | None:
+    absent = [b for b in NEEDED if shutil.which(b) is None]
+    if absent:
+        return (
+            f"{', '.join(absent)} missing: run scripts/test-services.sh (Debian slurm-wlm, munge)"
+        )
+    if os.geteuid() != 0:
+        return "the real Slurm test runs slurmd, which needs root (as CI runs)"
+    return None
+
+
+def _munge_ready() -> bool:
+    cred = subprocess.run(["munge", "-n"], capture_output=True, timeout=10, check=False)
+    if cred.returncode != 0:
+        return False
+    back = subprocess.run(["unmunge"], input=cred.stdout, capture_output=True, timeout=10)
+    return back.returncode == 0
+
+
+class Cluster:
+    """A one-node Slurm cluster whose Prolog and Epilog are the shipped scripts."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.env = {**os.environ, "SLURM_CONF": str(base / "slurm.conf")}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.outputs: list[BinaryIO] = []
+
+    def configure(self) -> None:
+        b = self.base
+        for d in ("state", "spool", "dev", "bin"):
+            (b / d).mkdir()
+        for i in range(len(GPUS)):
+            os.mknod(b / "dev" / f"nvidia{i}", 0o600 | 0o020000, os.makedev(195, i))
+        proc, csv = fake_driver(b, GPUS)
+        smi_stub(b / "bin", csv)
+        for name in ("prolog", "epilog"):
+            wrapper = b / f"{name}-wrapper.sh"
+            wrapper.write_text(
+                "#!/bin/bash\n"
+                f"export GPUWARDEN_ENV_FILE={b / 'agent.env'}\n"
+                f"export PATH={b / 'bin'}\n"
+                f"exec /bin/bash {ROOT / 'deploy' / 'slurm' / f'{name}.sh'}\n"
+            )
+            wrapper.chmod(0o755)
+        self.proc_dir = proc
+        host = socket.gethostname().split(".")[0]
+        cpus = min(2, os.cpu_count() or 1)
+        (b / "slurm.conf").write_text(
+            f"""\
+ClusterName=gwtest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={b / "state"}
+SlurmdSpoolDir={b / "spool"}
+SlurmctldPidFile={b / "slurmctld.pid"}
+SlurmdPidFile={b / "slurmd.pid"}
+SlurmctldLogFile={b / "slurmctld.log"}
+SlurmdLogFile={b / "slurmd.log"}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerParameters=sched_interval=1
+GresTypes=gpu
+Prolog={b / "prolog-wrapper.sh"}
+Epilog={b / "epilog-wrapper.sh"}
+PrologFlags=Alloc
+NodeName=gwnode NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{len(GPUS)} State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+        )
+        (b / "gres.conf").write_text(
+            f"NodeName=gwnode Name=gpu File={b / 'dev'}/nvidia[0-{len(GPUS) - 1}]\n"
+        )
+
+    def start(self) -> None:
+        for cmd in (["slurmctld", "-D", "-i"], ["slurmd", "-D", "-N", "gwnode"]):
+            log = (self.base / f"{cmd[0]}.out").open("wb")
+            self.outputs.append(log)
+            self.procs.append(
+                subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            )
+        deadline = time.monotonic() + 30
+        while self.run("sinfo", "-h", "-N", "-o", "%T", check=False).strip() != "idle":
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                raise AssertionError(f"Slurm did not come up:\n{self.logs()}")
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        self.run("scancel", "--full", "-u", "root", check=False)
+        for proc in reversed(self.procs):
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        for log in self.outputs:
+            log.close()
+
+    def run(self, *cmd: str, check: bool = True) -> str:
+        done = subprocess.run(
+            cmd, env=self.env, capture_output=True, text=True, timeout=60, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"{cmd} failed: {done.stderr}\n{self.logs()}")
+        return done.stdout
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.base.glob("*.log")) + sorted(self.base.glob("*.out"))
+        )
+
+    def point_at(self, url: str, token: str, job_ends: Path | None = None) -> None:
+        """The agent.env the wrapped scripts read: this central, this token, the /proc stand-in
+        and the agent's job-end folder."""
+        ends = job_ends or self.base / "job-ends"
+        (self.base / "agent.env").write_text(
+            f"GPUWARDEN_CENTRAL_URL={url}\nGPUWARDEN_AGENT_TOKEN={token}\n"
+            f"GPUWARDEN_NVIDIA_PROC={self.proc_dir}\nGPUWARDEN_JOB_END_DIR={ends}\n"
+        )
+
+    def wait_gone(self, slurm_id: str) -> None:
+        """Until Slurm has finished job ``slurm_id`` (its epilog included)."""
+        deadline = time.monotonic() + 60
+        while self.run("squeue", "-h", "-j", slurm_id, "-o", "%T", check=False).strip():
+            assert time.monotonic() < deadline, f"job {slurm_id} still queued\n{self.logs()}"
+            time.sleep(0.3)
+        while self.run("sinfo", "-h", "-N", "-o", "%T", check=False).strip() != "idle":
+            assert time.monotonic() < deadline, f"node not idle again\n{self.logs()}"
+            time.sleep(0.3)
+
+
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A started one-node cluster for a test module's fixture; skipped (failed under CI) where
+    Slurm, munge or root is missing."""
+    why = _missing()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    assert _munge_ready(), "munged is not running: run scripts/test-services.sh"
+    c = Cluster(tmp_path_factory.mktemp("slurm"))
+    c.configure()
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def wait_for_job(http: httpx.Client, reader: str, job_id: str, *, ended: bool) -> dict:  # type: ignore[type-arg]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = http.get(f"/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {reader}"})
+        if r.status_code == 200 and (r.json()["ended_at"] is not None) == ended:
+            return r.json()  # type: ignore[no-any-return]
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} not {'ended' if ended else 'registered'}: {r.text}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, func, insert, select
 
 from service.db.schema import ladder_actions
 
@@ -86,3 +86,20 @@ def list_actions(
         row["dry_run"] = bool(row["dry_run"])
         out.append(row)
     return out
+
+
+def last_failure_at(
+    conn: Connection, *, policy: str, job_id: str, alert_id: int, step: int
+) -> datetime | None:
+    """When ``step`` of this job's ladder in this episode last failed, or None."""
+    t = ladder_actions
+    value: datetime | None = conn.execute(
+        select(func.max(t.c.at)).where(
+            t.c.policy == policy,
+            t.c.job_id == job_id,
+            t.c.alert_id == alert_id,
+            t.c.step == step,
+            t.c.outcome == "failed",
+        )
+    ).scalar()
+    return value

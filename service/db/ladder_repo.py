@@ -104,3 +104,23 @@ def stop_ladder(conn: Connection, *, progress_id: int, state: str, now: datetime
         .where(t.c.id == progress_id)
         .values(state=state, pending_step=None, updated_at=now)
     )
+
+
+def restart_ladder(
+    conn: Connection, *, progress_id: int, episode_start: datetime, now: datetime
+) -> None:
+    """Start the ladder over from ``episode_start`` (the job's GPUs were busy again then):
+    no step done, nothing pending."""
+    t = ladder_progress
+    conn.execute(
+        update(t)
+        .where(t.c.id == progress_id)
+        .values(
+            episode_start=episode_start,
+            steps_done=0,
+            pending_step=None,
+            last_step_at=None,
+            state="active",
+            updated_at=now,
+        )
+    )

@@ -473,3 +473,29 @@ def last_hardware_xids(
         .order_by(samples.c.ts)
     ).all()
     return {r.uuid: int(r.xid_last) for r in rows}  # the last row of each GPU wins
+
+
+def last_busy_at(
+    conn: Connection, *, job_id: str, after: datetime, until: datetime
+) -> datetime | None:
+    """The latest sample time in (``after``, ``until``] at which something ran (a cause other
+    than idle_empty or idle_held) on a GPU while ``job_id`` held it; None if nothing ran."""
+    idle = [int(Cause.IDLE_EMPTY), int(Cause.IDLE_HELD)]
+    held = and_(
+        job_gpus.c.gpu_id == samples.c.gpu_id,
+        job_gpus.c.job_id == job_id,
+        job_gpus.c.started_at <= samples.c.ts,
+        or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > samples.c.ts),
+    )
+    q = (
+        select(func.max(samples.c.ts))
+        .select_from(samples.join(job_gpus, held))
+        .where(
+            samples.c.ts > after,
+            samples.c.ts <= until,
+            samples.c.cause.is_not(None),
+            samples.c.cause.not_in(idle),
+        )
+    )
+    value: datetime | None = conn.execute(q).scalar()
+    return value

@@ -18,7 +18,8 @@ class Notification(BaseModel):
     """One message about one alert (or a channel test), as queued in the outbox."""
 
     delivery_id: str
-    kind: Literal["firing", "repeat", "resolved", "resend", "test"]
+    # notice: a ladder's step (a warning to the job's owner, a reclaim, or a dry run's "would").
+    kind: Literal["firing", "repeat", "resolved", "resend", "test", "notice"]
     status: Literal["firing", "resolved"]
     policy: str
     severity: str
@@ -50,6 +51,10 @@ class Notification(BaseModel):
     report_url: str | None = None
     alert_url: str | None = None
     alert_id: int | None = None
+    # A notice's text: what was seen, its cause, the dollars so far, what happens next and when.
+    notice: str | None = None
+    next_step: str | None = None  # the ladder's next step in words ("cancel"), if any
+    next_step_at: datetime | None = None
 
     @field_validator("labels", mode="after")
     @classmethod
@@ -61,7 +66,7 @@ class Notification(BaseModel):
         """One line saying what happened where, e.g. "[FIRING] low-sm-activity on job slurm:42"
         or "[FIRING] hot-gpu on node-a GPU 0 (GPU-a0)"."""
         where = self.labels.get(SCOPE_LABEL.get(self.scope, self.scope)) or self.scope_key
-        prefix = "TEST" if self.kind == "test" else self.status.upper()
+        prefix = {"test": "TEST", "notice": "NOTICE"}.get(self.kind, self.status.upper())
         node, index = self.labels.get("node"), self.labels.get("gpu_index")
         if self.scope == "gpu" and node and index:
             return f"[{prefix}] {self.policy} on {node} GPU {index} ({where})"

@@ -53,6 +53,8 @@ def render(note: Notification) -> dict[str, Any]:
     since = iso(note.fired_at or note.active_since)
     # Our own text holds "<" and ">" too (the condition's operator), so everything is escaped.
     lines = [note.condition(), f"since {since}"]
+    if note.notice:
+        lines.insert(0, note.notice)
     if note.status == "resolved" and note.resolved_at is not None:
         lines.append(f"resolved at {iso(note.resolved_at)}")
     waste = note.waste()
@@ -88,7 +90,7 @@ def render(note: Notification) -> dict[str, Any]:
         blocks.append(
             {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(elements)}]}
         )
-    text = f"{note.headline()}: {note.condition()}"
+    text = f"{note.headline()}: {note.notice or note.condition()}"
     if note.waste_usd is not None:
         text += f", waste so far ${note.waste_usd:,.2f}"
     if note.top_cause:

@@ -18,10 +18,22 @@ def render(note: Notification) -> dict[str, Any]:
     alert.test), ``timestamp`` (ISO 8601, when the alert fired or resolved) and ``data`` (the
     policy, the state, the scope's labels and the rest)."""
     happened = note.resolved_at if note.status == "resolved" else note.fired_at
+    kinds = {"test": "alert.test", "notice": "ladder.notice"}
     return {
-        "type": f"alert.{note.status}" if note.kind != "test" else "alert.test",
+        "type": kinds.get(note.kind, f"alert.{note.status}"),
         "timestamp": iso(happened or note.active_since),
-        "data": _data(note),
+        "data": _data(note) | _notice(note),
+    }
+
+
+def _notice(note: Notification) -> dict[str, Any]:
+    """A ladder notice's own fields (none for an alert)."""
+    if note.kind != "notice":
+        return {}
+    return {
+        "notice": note.notice,
+        "next_step": note.next_step,
+        "next_step_at": iso(note.next_step_at),
     }
 
 
@@ -55,7 +67,8 @@ def _data(note: Notification) -> dict[str, Any]:
         "xid_code": note.xid_code,
         "report_url": note.report_url,
         "alert_url": note.alert_url,
-        "summary": "; ".join(
+        "summary": note.notice
+        or "; ".join(
             part
             for part in (f"{note.headline()}: {note.condition()}", note.waste(), note.verdict())
             if part

@@ -1,0 +1,606 @@
+"""The acting round: walk each firing alert's job up its policy's ladder, one step at a time.
+
+Run by the evaluator's leader only, after each evaluation round. Crash-safe: a warning's notice,
+its audit row and the step's count are one transaction; a reclaim records its intent first,
+then asks the (idempotent) driver, then records the outcome, so a restart in between retries
+the same reclaim and never takes a step twice or skips one.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from service.actions.base import ReclaimDriver, ReclaimResult, ReclaimTarget
+from service.actions.slurm import SlurmDriver
+from service.context import ServiceContext
+from service.db import (
+    actions_repo,
+    alert_state_repo,
+    jobs_repo,
+    ladder_repo,
+    outbox_repo,
+    policies_repo,
+    windows_repo,
+)
+from service.settings import Settings
+from service.thresholds.evaluator import AlertState
+from service.thresholds.ladder import (
+    JobFacts,
+    LadderProgress,
+    LadderSpec,
+    driver_for,
+    due_step,
+    exemption,
+    next_step_at,
+    reclaim_mode,
+    step_word,
+)
+from service.thresholds.policy import PolicySpec, cause_of_metric
+from service.usecases.evaluation import Alerting, notification, verdict_by_job
+
+log = logging.getLogger(__name__)
+
+# Channel types a notice goes to (Alertmanager holds alerts, not notices).
+NOTICE_CHANNEL_TYPES = ("slack", "webhook")
+
+
+def default_drivers(settings: Settings) -> dict[str, ReclaimDriver]:
+    """The reclaim drivers this service can use, by name."""
+    return {"slurm": SlurmDriver.from_settings(settings)}
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A firing alert of a policy with a ladder, on a job: what the ladder acts on."""
+
+    policy: PolicySpec
+    ladder: LadderSpec
+    state: AlertState
+    alert_id: int
+    job_id: str
+    user: str | None = None
+    team: str | None = None
+
+
+@dataclass
+class LadderRoundResult:
+    """What one acting round did: audit rows written, by outcome."""
+
+    episodes: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    notices: int = 0
+
+    def count(self, outcome: str) -> None:
+        """Count one audit row of ``outcome``."""
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+def condition_words(policy: PolicySpec) -> str:
+    """The policy's condition as a timeline names it: ``idle-held``, ``idle-empty``, or
+    ``sm_active < 0.3``."""
+    if policy.metric == "idle_held":
+        return "idle-held"
+    cause = cause_of_metric(policy.metric)
+    if cause is not None:
+        return cause.label.replace("_", "-")
+    return f"{policy.metric} {policy.op} {policy.threshold:g}"
+
+
+def ladder_once(ctx: ServiceContext, *, drivers: Mapping[str, ReclaimDriver]) -> LadderRoundResult:
+    """Take every step that is due now; a job that fails is logged and left for the next round."""
+    now = ctx.clock()
+    result = LadderRoundResult()
+    with ctx.engine.connect() as conn:
+        policies = [p for p in policies_repo.list_policies(conn) if p.ladder is not None]
+        active = ladder_repo.active_progress(conn)
+        open_alerts = alert_state_repo.open_alerts(conn) if policies or active else {}
+    episodes = _episodes(policies, open_alerts)
+    open_ids = {st.id for states in open_alerts.values() for st in states.values()}
+    result.episodes = len(episodes)
+    for prog in active:
+        if prog.alert_id not in open_ids:
+            _episode_over(ctx, prog, now, result)
+    for ep in episodes:
+        try:
+            _advance(ctx, ep, drivers, now, result)
+        except Exception:  # one job's failure must not stop the others' ladders
+            log.exception(
+                "the ladder of %s for job %s failed this round", ep.policy.name, ep.job_id
+            )
+    return result
+
+
+def _episodes(
+    policies: list[PolicySpec], open_alerts: Mapping[str, Mapping[str, AlertState]]
+) -> list[Episode]:
+    """Firing alerts on a job, of policies with a ladder; a silenced or suppressed alert waits."""
+    out = []
+    for p in policies:
+        assert p.ladder is not None
+        for st in open_alerts.get(p.name, {}).values():
+            job = st.labels.get("job_id")
+            if st.state != "firing" or st.id is None or not job or st.silenced or st.suppressed:
+                continue
+            out.append(Episode(p, p.ladder, st, st.id, job))
+    return out
+
+
+def _episode_over(
+    ctx: ServiceContext, prog: LadderProgress, now: datetime, result: LadderRoundResult
+) -> None:
+    """The alert resolved (or its policy went): the ladder resets, noted if it had begun."""
+    with ctx.engine.begin() as conn:
+        ladder_repo.stop_ladder(conn, progress_id=prog.id, state="reset", now=now)
+        if prog.steps_done or prog.pending_step is not None:
+            actions_repo.record_action(
+                conn,
+                at=now,
+                policy=prog.policy,
+                job_id=prog.job_id,
+                alert_id=prog.alert_id,
+                action="reset",
+                outcome="skipped",
+                dry_run=False,
+                since=prog.episode_start,
+                reason="the condition cleared (the alert resolved); the ladder starts over",
+            )
+            result.count("skipped")
+
+
+def _facts(job: Mapping[str, Any]) -> JobFacts:
+    nodes = tuple(sorted({i["node"] for i in job.get("intervals", []) if i["ended_at"] is None}))
+    labels = {str(k): str(v) for k, v in (job.get("labels") or {}).items()}
+    return JobFacts(
+        job_id=job["id"],
+        user=job.get("user"),
+        team=job.get("team"),
+        started_at=job.get("started_at"),
+        ended_at=job.get("ended_at"),
+        labels=labels,
+        nodes=nodes,
+    )
+
+
+def _advance(
+    ctx: ServiceContext,
+    ep: Episode,
+    drivers: Mapping[str, ReclaimDriver],
+    now: datetime,
+    result: LadderRoundResult,
+) -> None:
+    """Re-check the job, then take its due step, if any."""
+    with ctx.engine.begin() as conn:
+        prog = ladder_repo.progress_for(
+            conn,
+            policy=ep.policy.name,
+            job_id=ep.job_id,
+            alert_id=ep.alert_id,
+            episode_start=ep.state.active_since,
+            now=now,
+        )
+        job = jobs_repo.get_job(conn, job_id=ep.job_id)
+    if prog.state != "active":
+        return
+    if job is None or job.get("ended_at") is not None:
+        _stop(
+            ctx,
+            ep,
+            prog,
+            now,
+            result,
+            state="gone",
+            outcome="gone",
+            reason="the job has ended" if job else "the job is not known",
+        )
+        return
+    facts = _facts(job)
+    ep = replace(ep, user=facts.user, team=facts.team)
+    why = exemption(ep.ladder, facts)
+    if why is not None:
+        _stop(ctx, ep, prog, now, result, state="exempt", outcome="skipped", reason=why)
+        return
+    step = prog.pending_step
+    if step is None:
+        step = due_step(
+            ep.ladder,
+            episode_start=prog.episode_start,
+            steps_done=prog.steps_done,
+            now=now,
+            job_started_at=facts.started_at,
+        )
+    if step is None or _backing_off(ctx, ep, step, now):
+        return
+    if _busy_again(ctx, ep, prog, step, now, result):
+        return
+    verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or {}
+    if ep.ladder.steps[step].action == "notify_owner":
+        _warn(ctx, ep, prog, step, facts, verdict, now, result)
+    else:
+        _reclaim(ctx, ep, prog, step, facts, verdict, drivers, now, result)
+
+
+def _backing_off(ctx: ServiceContext, ep: Episode, step: int, now: datetime) -> bool:
+    """Whether ``step`` failed too recently to be tried again."""
+    with ctx.engine.connect() as conn:
+        failed = actions_repo.last_failure_at(
+            conn, policy=ep.policy.name, job_id=ep.job_id, alert_id=ep.alert_id, step=step
+        )
+    return failed is not None and now - failed < timedelta(
+        seconds=ctx.settings.action_retry_seconds
+    )
+
+
+def _busy_again(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    now: datetime,
+    result: LadderRoundResult,
+) -> bool:
+    """If something ran on the job's GPUs since the last step (or the condition's start), skip
+    the step and start the ladder over from then."""
+    after = max(prog.last_step_at or prog.episode_start, prog.episode_start)
+    with ctx.engine.begin() as conn:
+        busy_at = windows_repo.last_busy_at(conn, job_id=ep.job_id, after=after, until=now)
+        if busy_at is None:
+            return False
+        ladder_repo.restart_ladder(conn, progress_id=prog.id, episode_start=busy_at, now=now)
+        _record(
+            conn,
+            ep,
+            prog,
+            now,
+            step=step,
+            outcome="skipped",
+            dry_run=ep.ladder.dry_run,
+            reason=f"the job's GPUs were busy again at {busy_at.isoformat()}; "
+            "the ladder starts over from then",
+        )
+    result.count("skipped")
+    return True
+
+
+def _stop(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    now: datetime,
+    result: LadderRoundResult,
+    *,
+    state: str,
+    outcome: str,
+    reason: str,
+    detail: str | None = None,
+    driver: str | None = None,
+) -> None:
+    """End this job's ladder for the episode, recorded once."""
+    with ctx.engine.begin() as conn:
+        ladder_repo.stop_ladder(conn, progress_id=prog.id, state=state, now=now)
+        _record(
+            conn,
+            ep,
+            prog,
+            now,
+            step=prog.pending_step,
+            outcome=outcome,
+            reason=reason,
+            dry_run=ep.ladder.dry_run,
+            detail=detail,
+            driver=driver,
+        )
+    result.count(outcome)
+
+
+def _record(
+    conn: Any,
+    ep: Episode,
+    prog: LadderProgress,
+    now: datetime,
+    *,
+    step: int | None,
+    outcome: str,
+    dry_run: bool,
+    verdict: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> None:
+    """One audit row with the numbers behind it (value, threshold, since, dollars)."""
+    action = ep.ladder.steps[step].action if step is not None else "check"
+    actions_repo.record_action(
+        conn,
+        at=now,
+        policy=ep.policy.name,
+        job_id=ep.job_id,
+        alert_id=ep.alert_id,
+        user=ep.user,
+        team=ep.team,
+        step=step,
+        action=action,
+        outcome=outcome,
+        dry_run=dry_run,
+        value=ep.state.value,
+        threshold=ep.policy.threshold,
+        since=prog.episode_start,
+        waste_usd=(verdict or {}).get("waste_usd"),
+        idle_usd=(verdict or {}).get("idle_usd"),
+        **extra,
+    )
+
+
+def owner_notice(
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    facts: JobFacts,
+    verdict: Mapping[str, Any],
+    *,
+    outcome: str,
+) -> tuple[str, str | None, datetime | None]:
+    """The notice of a step, for the job's owner (and, for a dry run, the admins): what was
+    seen, its cause, the dollars so far, what happens next and when. Returns (text, next
+    step in words, when)."""
+    lad = ep.ladder
+    since = prog.episode_start.strftime("%Y-%m-%d %H:%M UTC")
+    who = f" ({facts.user})" if facts.user else ""
+    text = f"Job {ep.job_id}{who} has been {condition_words(ep.policy)} since {since}"
+    if ep.state.value is not None:
+        text += f" ({ep.policy.aggregate} {ep.policy.metric} over {ep.policy.window} = "
+        text += f"{ep.state.value:.4g}, {ep.policy.op} {ep.policy.threshold:g})"
+    text += "."
+    if verdict.get("top_cause"):
+        text += f" Top cause: {verdict['top_cause']}."
+    if verdict.get("waste_usd") is not None:
+        text += f" Waste so far ${verdict['waste_usd']:,.2f}"
+        if verdict.get("idle_usd") is not None:
+            text += f" (idle ${verdict['idle_usd']:,.2f})"
+        text += "."
+    word = step_word(lad, lad.steps[step], ep.job_id)
+    if outcome == "would":
+        text = f"[dry run] Would {word} now. " + text
+    elif outcome == "reclaimed":
+        text = f"Reclaimed ({word}). " + text
+    nxt = next_step_at(
+        lad, episode_start=prog.episode_start, steps_done=step + 1, job_started_at=facts.started_at
+    )
+    if nxt is None:
+        return text, None, None
+    next_word = step_word(lad, nxt[0], ep.job_id)
+    verb = f"would {next_word}" if lad.dry_run else next_word
+    text += f" Next: {verb} at {nxt[1].strftime('%H:%M:%S UTC')}"
+    text += " unless the job's GPUs are busy again or it ends."
+    return text, next_word, nxt[1]
+
+
+def _notice_rows(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    facts: JobFacts,
+    verdict: Mapping[str, Any],
+    channel_types: Mapping[str, str],
+    now: datetime,
+    *,
+    outcome: str,
+) -> list[dict[str, Any]]:
+    """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
+    text, next_word, next_at = owner_notice(ep, prog, step, facts, verdict, outcome=outcome)
+    payload = notification(
+        ctx, ep.policy, ep.state, "notice", ep.alert_id, now, dict(verdict) or None
+    )
+    payload |= {
+        "notice": text,
+        "next_step": next_word,
+        "next_step_at": next_at.isoformat() if next_at else None,
+    }
+    rows = []
+    for channel in ep.policy.channels:
+        if channel_types.get(channel) in NOTICE_CHANNEL_TYPES:
+            delivery_id = f"msg_{uuid.uuid4().hex}"
+            rows.append(
+                {
+                    "delivery_id": delivery_id,
+                    "channel": channel,
+                    "alert_id": ep.alert_id,
+                    "payload": {**payload, "delivery_id": delivery_id},
+                }
+            )
+    return rows
+
+
+def _channel_types(ctx: ServiceContext) -> dict[str, str]:
+    with ctx.engine.connect() as conn:
+        return {c.name: c.type for c in policies_repo.list_channels(conn)}
+
+
+def _warn(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    facts: JobFacts,
+    verdict: Mapping[str, Any],
+    now: datetime,
+    result: LadderRoundResult,
+) -> None:
+    """Send the owner a notice (a dry run: the admins, saying it would), counted once."""
+    outcome = "would" if ep.ladder.dry_run else "warned"
+    rows = _notice_rows(
+        ctx, ep, prog, step, facts, verdict, _channel_types(ctx), now, outcome=outcome
+    )
+    with ctx.engine.begin() as conn:
+        if not rows:
+            # Never reclaim a job whose owner could not be warned: the ladder waits here.
+            _record(
+                conn,
+                ep,
+                prog,
+                now,
+                step=step,
+                outcome="failed",
+                dry_run=ep.ladder.dry_run,
+                verdict=verdict,
+                reason="no Slack or webhook channel on the policy to send the notice to",
+            )
+            result.count("failed")
+            return
+        last = step == len(ep.ladder.steps) - 1
+        if not ladder_repo.finish_step(conn, progress_id=prog.id, step=step, now=now, last=last):
+            return  # another round took this step
+        outbox_repo.enqueue(conn, rows, now=now)
+        _record(
+            conn,
+            ep,
+            prog,
+            now,
+            step=step,
+            outcome=outcome,
+            dry_run=ep.ladder.dry_run,
+            verdict=verdict,
+            detail=f"notice to {', '.join(r['channel'] for r in rows)}",
+        )
+    result.count(outcome)
+    result.notices += len(rows)
+
+
+def _reclaim(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    facts: JobFacts,
+    verdict: Mapping[str, Any],
+    drivers: Mapping[str, ReclaimDriver],
+    now: datetime,
+    result: LadderRoundResult,
+) -> None:
+    """Free the job's GPUs through its driver: intent, then the driver, then the outcome."""
+    name = driver_for(ep.ladder, ep.job_id)
+    target = ReclaimTarget(
+        job_id=ep.job_id,
+        mode=reclaim_mode(ep.ladder, name),
+        user=facts.user,
+        team=facts.team,
+        nodes=facts.nodes,
+        labels=dict(facts.labels),
+    )
+    driver = drivers.get(name)
+    dry = ep.ladder.dry_run
+    resumed = prog.pending_step is not None
+    if driver is None:
+        res = ReclaimResult("failed", f"no {name} driver is configured on this service")
+        if dry:
+            res = ReclaimResult(
+                "would",
+                f"would {step_word(ep.ladder, ep.ladder.steps[step], ep.job_id)} "
+                f"(no {name} driver is configured yet)",
+            )
+    elif dry:
+        res = _call(driver, target, dry_run=True)
+    else:
+        with ctx.engine.begin() as conn:
+            if not resumed and not ladder_repo.mark_pending(
+                conn, progress_id=prog.id, step=step, now=now
+            ):
+                return
+        res = _call(driver, target, dry_run=False)
+    _reclaim_outcome(
+        ctx,
+        ep,
+        prog,
+        step,
+        facts,
+        verdict,
+        now,
+        result,
+        res,
+        driver=name,
+        mode=target.mode,
+        resumed=resumed,
+    )
+
+
+def _call(driver: ReclaimDriver, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult:
+    """The driver's answer; one that raises (against its contract) counts as failed."""
+    try:
+        return driver.reclaim(target, dry_run=dry_run)
+    except Exception as exc:
+        log.exception("the %s driver raised on %s", driver.name, target.job_id)
+        return ReclaimResult("failed", f"the {driver.name} driver raised {type(exc).__name__}")
+
+
+def _reclaim_outcome(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    facts: JobFacts,
+    verdict: Mapping[str, Any],
+    now: datetime,
+    result: LadderRoundResult,
+    res: ReclaimResult,
+    *,
+    driver: str,
+    mode: str,
+    resumed: bool,
+) -> None:
+    """Record what the driver did; a reclaim (or a dry run's would) also sends a notice."""
+    outcome = res.outcome if res.outcome != "would" or ep.ladder.dry_run else "failed"
+    detail = res.detail
+    if resumed and outcome == "gone":
+        detail += " (an earlier attempt was interrupted: it most likely freed the job)"
+    rows: list[dict[str, Any]] = []
+    if outcome in ("reclaimed", "would"):
+        rows = _notice_rows(
+            ctx, ep, prog, step, facts, verdict, _channel_types(ctx), now, outcome=outcome
+        )
+    with ctx.engine.begin() as conn:
+        if outcome in ("reclaimed", "would"):
+            if not ladder_repo.finish_step(
+                conn, progress_id=prog.id, step=step, now=now, last=step == len(ep.ladder.steps) - 1
+            ):
+                return
+            outbox_repo.enqueue(conn, rows, now=now)
+            result.notices += len(rows)
+        elif outcome == "gone":
+            ladder_repo.stop_ladder(conn, progress_id=prog.id, state="gone", now=now)
+        _record(
+            conn,
+            ep,
+            prog,
+            now,
+            step=step,
+            outcome=outcome,
+            dry_run=ep.ladder.dry_run,
+            verdict=verdict,
+            driver=driver,
+            mode=mode,
+            detail=detail,
+            reason=detail if outcome == "failed" else None,
+        )
+    result.count(outcome)
+
+
+class Ladder:
+    """The acting round's runtime: it acts only while this replica is the evaluator's leader,
+    and sends the notices it queued through the evaluator's dispatcher."""
+
+    def __init__(
+        self, alerting: Alerting, drivers: Mapping[str, ReclaimDriver] | None = None
+    ) -> None:
+        self.alerting = alerting
+        self.drivers = drivers if drivers is not None else default_drivers(alerting.ctx.settings)
+
+    def tick(self) -> LadderRoundResult | None:
+        """If this replica is the leader: take the due steps, then send their notices."""
+        if not self.alerting.leader.check():
+            return None
+        result = ladder_once(self.alerting.ctx, drivers=self.drivers)
+        if result.notices:
+            self.alerting.dispatcher.drain()
+        return result

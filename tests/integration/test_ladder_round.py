@@ -1,0 +1,164 @@
+"""The acting round on both stores: warned twice then reclaimed, once; busy again resets; dry
+run only says what it would do; exempt jobs are skipped once; a reclaim cut short by a crash is
+retried, never repeated; a failing driver is retried later; an ended job is left alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, select
+
+from service.actions.base import ReclaimResult
+from service.db import ladder_repo
+from service.db.schema import ladder_actions
+from tests.alerting_support import add_job
+from tests.ladder_support import BUSY, IDLE_HELD, STEPS, LadderWorld, RecordingDriver
+from tests.receivers import Receiver
+from tests.support import FakeClock
+
+JOB = "slurm:4242"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def world(app, engine: Engine, clock: FakeClock, receiver: Receiver) -> LadderWorld:
+    driver = RecordingDriver()
+    w = LadderWorld(app.state.ctx, engine, clock, receiver, {"slurm": driver})
+    w.samples(1, IDLE_HELD)  # the GPU is known before the job is registered on it
+    return w
+
+
+def driver(world: LadderWorld) -> RecordingDriver:
+    d = world.drivers["slurm"]
+    assert isinstance(d, RecordingDriver)
+    return d
+
+
+def start_job(world: LadderWorld, **kw: object) -> None:
+    add_job(world.engine, JOB, world.gpus, started_at=world.clock() - timedelta(minutes=1))
+    if kw:
+        from service.db.schema import jobs
+
+        with world.engine.begin() as conn:
+            conn.execute(jobs.update().where(jobs.c.id == JOB).values(**kw))
+
+
+def test_an_idle_job_is_warned_twice_then_reclaimed_once(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS, "dry_run": False})
+    start_job(world)
+    world.idle_for(4)
+    assert world.actions(JOB) == []
+    world.idle_for(2)
+    assert world.actions(JOB) == [("notify_owner", "warned")]
+    world.idle_for(10)
+    assert world.actions(JOB) == [
+        ("notify_owner", "warned"), ("notify_owner", "warned"), ("reclaim", "reclaimed"),
+    ]  # fmt: skip
+    assert driver(world).calls == [(JOB, "cancel", False)]
+    world.idle_for(3)  # still idle-held (the job's end not yet seen): nothing more
+    assert len(world.actions(JOB)) == 3 and len(driver(world).calls) == 1
+    notices = world.notices()
+    assert len(notices) == 3
+    first = notices[0]
+    assert first["notice"].startswith(f"Job {JOB} (alice) has been idle-held since")
+    assert first["next_step"] == "warn" and "Next: warn at" in first["notice"]
+    assert (
+        notices[1]["next_step"] == "cancel"
+        and "unless the job's GPUs are busy" in notices[1]["notice"]
+    )
+    assert notices[2]["notice"].startswith("Reclaimed (cancel).")
+    with world.engine.connect() as conn:
+        rows = conn.execute(select(ladder_actions).order_by(ladder_actions.c.id)).all()
+    assert [r.step for r in rows] == [0, 1, 2]
+    assert all(r.value == 1.0 and r.threshold == 1.0 and r.user == "alice" for r in rows)
+    assert rows[2].driver == "slurm" and rows[2].mode == "cancel" and rows[2].dry_run == 0
+    # Each step at its time, counted from the condition's start.
+    for row, step in zip(rows, STEPS, strict=True):
+        minutes = int(step["after"].rstrip("m"))
+        assert timedelta(minutes=minutes) <= row.at - row.since < timedelta(minutes=minutes + 1)
+
+
+def test_a_job_busy_again_after_the_first_warning_is_not_reclaimed(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS, "dry_run": False})
+    start_job(world)
+    world.idle_for(6)
+    assert world.actions(JOB) == [("notify_owner", "warned")]
+    world.samples(0.5, BUSY)  # half a minute of work: the idle-held minute window still fires
+    world.idle_for(7)
+    outcomes = world.actions(JOB)
+    assert outcomes[:2] == [("notify_owner", "warned"), ("notify_owner", "skipped")]
+    assert ("reclaim", "reclaimed") not in outcomes and driver(world).calls == []
+
+
+def test_a_dry_run_records_what_it_would_do_and_touches_nothing(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS})  # dry_run defaults to true
+    start_job(world)
+    world.idle_for(16)
+    assert world.actions(JOB) == [
+        ("notify_owner", "would"), ("notify_owner", "would"), ("reclaim", "would"),
+    ]  # fmt: skip
+    assert driver(world).calls == [(JOB, "cancel", True)]
+    notices = world.notices()
+    assert [n["notice"].split(".")[0] for n in notices] == [
+        "[dry run] Would warn now", "[dry run] Would warn now", "[dry run] Would cancel now",
+    ]  # fmt: skip
+
+
+def test_an_exempt_job_is_skipped_once_and_never_touched(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS, "dry_run": False, "exempt": {"users": ["alice"]}})
+    start_job(world)
+    world.idle_for(16)
+    assert world.actions(JOB) == [("check", "skipped")]
+    assert driver(world).calls == [] and world.notices() == []
+
+
+def test_a_labelled_job_is_exempt_by_default(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS, "dry_run": False})
+    start_job(world, labels={"gpuwarden.io/exempt": "true"})
+    world.idle_for(16)
+    assert world.actions(JOB) == [("check", "skipped")]
+
+
+def test_a_reclaim_cut_short_is_retried_once_and_a_failure_later(world: LadderWorld) -> None:
+    world.ctx.settings.action_retry_seconds = 120
+    world.setup({"steps": STEPS, "dry_run": False})
+    start_job(world)
+    driver(world).answers = [ReclaimResult("failed", "scancel timed out after 30 s")]
+    world.idle_for(13)
+    assert world.actions(JOB)[-1] == ("reclaim", "failed")
+    world.idle_for(1)  # within the retry delay: not tried again
+    assert len(driver(world).calls) == 1
+    # A crash after the intent and the driver's work, before the outcome: the next try finds
+    # the job gone, and the ladder stops there.
+    driver(world).answers = [ReclaimResult("gone", "job 4242 has ended (not in squeue)")]
+    world.idle_for(2)
+    assert world.actions(JOB)[-1] == ("reclaim", "gone")
+    assert len(driver(world).calls) == 2
+    with world.engine.connect() as conn:
+        assert ladder_repo.active_progress(conn) == []
+        detail = conn.execute(
+            select(ladder_actions.c.detail).order_by(ladder_actions.c.id.desc())
+        ).scalar()
+    assert detail is not None and "interrupted" in detail
+
+
+def test_an_ended_job_is_recorded_gone_and_left_alone(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS, "dry_run": False})
+    start_job(world)
+    world.idle_for(6)
+    start_job_end = world.clock()
+    from service.db.schema import jobs
+
+    with world.engine.begin() as conn:
+        conn.execute(jobs.update().where(jobs.c.id == JOB).values(ended_at=start_job_end))
+    world.idle_for(10)
+    assert world.actions(JOB) == [("notify_owner", "warned"), ("check", "gone")]
+    assert driver(world).calls == []
