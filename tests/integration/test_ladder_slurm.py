@@ -1,0 +1,129 @@
+"""The ladder on a real Slurm (slurmctld, slurmd, munge; tests/slurm_support.py): an idle job is
+warned twice, then cancelled by the real driver through ``scancel``; a job busy again after the
+first warning, a dry run and an exempt job all keep running. The GPUs' samples are scripted on
+the test's clock; the jobs, their registration (the shipped prolog) and the cancel are real."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from service.actions.slurm import SlurmDriver
+from service.clock import utc_now
+from tests.ladder_support import BUSY, STEPS, LadderWorld
+from tests.receivers import Receiver
+from tests.slurm_support import GPUS, Cluster, know_gpus, slurm_cluster, wait_for_job
+from tests.support import FakeClock
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from slurm_cluster(tmp_path_factory)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def job(
+    cluster: Cluster, server: str, http: httpx.Client, tokens: dict[str, str], engine: Engine,
+    clock: FakeClock,
+) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """A running sbatch job holding one GPU, registered by the shipped prolog: (id, job)."""
+    know_gpus(engine, clock, [uuid for uuid, _, _ in GPUS])
+    cluster.point_at(server, tokens["agent"])
+    slurm_id = cluster.run(
+        "sbatch", "--parsable", "--gres=gpu:1", "--output=/dev/null", "--wrap", "sleep 600"
+    ).strip()  # fmt: skip
+    try:
+        registered = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=False)
+        # Samples from now on fall inside the job's interval on its GPU.
+        clock.set(utc_now().replace(microsecond=0) + timedelta(seconds=5))
+        yield slurm_id, registered
+    finally:
+        cluster.run("scancel", slurm_id, check=False)
+        cluster.wait_gone(slurm_id)
+
+
+def world_for(app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster,
+              registered: dict[str, Any]) -> LadderWorld:  # fmt: skip
+    driver = SlurmDriver(env=cluster.env, timeout_seconds=30)
+    gpus = tuple(g["gpu_uuid"] for g in registered["gpus"])
+    return LadderWorld(app.state.ctx, engine, clock, receiver, {"slurm": driver}, gpus=gpus)
+
+
+def listed(cluster: Cluster, slurm_id: str) -> str:
+    """The job's state as squeue shows it ("" once it is no longer listed)."""
+    return cluster.run("squeue", "-h", "-j", slurm_id, "-o", "%T", check=False).strip()
+
+
+def test_an_idle_job_is_warned_twice_then_cancelled(
+    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+) -> None:
+    slurm_id, registered = job
+    world = world_for(app, engine, clock, receiver, cluster, registered)
+    world.setup({"steps": STEPS, "dry_run": False})
+    world.idle_for(11)
+    assert world.actions(f"slurm:{slurm_id}") == [
+        ("notify_owner", "warned"), ("notify_owner", "warned"),
+    ]  # fmt: skip
+    assert listed(cluster, slurm_id) == "RUNNING"
+    world.idle_for(2)
+    assert world.actions(f"slurm:{slurm_id}")[-1] == ("reclaim", "reclaimed")
+    deadline = time.monotonic() + 30
+    while listed(cluster, slurm_id) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert listed(cluster, slurm_id) == ""
+    log = (cluster.base / "slurmctld.log").read_text(errors="replace")
+    assert any(
+        "kill" in line.lower() and f"JobId={slurm_id}" in line for line in log.splitlines()
+    ), log[-3000:]
+    assert len(world.notices()) == 3
+
+
+def test_a_job_busy_after_the_first_warning_is_not_cancelled(
+    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+) -> None:
+    slurm_id, registered = job
+    world = world_for(app, engine, clock, receiver, cluster, registered)
+    world.setup({"steps": STEPS, "dry_run": False})
+    world.idle_for(6)
+    world.samples(0.5, BUSY)
+    world.idle_for(8)
+    outcomes = world.actions(f"slurm:{slurm_id}")
+    assert outcomes[:2] == [("notify_owner", "warned"), ("notify_owner", "skipped")]
+    assert ("reclaim", "reclaimed") not in outcomes
+    assert listed(cluster, slurm_id) == "RUNNING"
+
+
+def test_a_dry_run_records_would_cancel_and_the_job_keeps_running(
+    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+) -> None:
+    slurm_id, registered = job
+    world = world_for(app, engine, clock, receiver, cluster, registered)
+    world.setup({"steps": STEPS, "dry_run": True})
+    world.idle_for(14)
+    assert world.actions(f"slurm:{slurm_id}")[-1] == ("reclaim", "would")
+    assert listed(cluster, slurm_id) == "RUNNING"
+    assert world.notices()[-1]["notice"].startswith("[dry run] Would cancel now.")
+
+
+def test_an_exempt_job_is_never_touched(
+    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+) -> None:
+    slurm_id, registered = job
+    world = world_for(app, engine, clock, receiver, cluster, registered)
+    world.setup({"steps": STEPS, "dry_run": False, "exempt": {"partitions": ["gpu"]}})
+    world.idle_for(14)
+    assert world.actions(f"slurm:{slurm_id}") == [("check", "skipped")]
+    assert listed(cluster, slurm_id) == "RUNNING" and world.notices() == []
