@@ -1,8 +1,8 @@
-"""INSERT that skips rows already present, and a match on many (GPU, bucket) keys, on
-PostgreSQL and SQLite.
+"""INSERT that skips rows already present (by COPY on PostgreSQL where no row is), and a match
+on many (GPU, bucket) keys, on PostgreSQL and SQLite.
 
-Other statements that differ by dialect (partitions, advisory locks, COPY, planner settings)
-keep their branch beside the query they serve.
+Other statements that differ by dialect (partitions, advisory locks, planner settings) keep
+their branch beside the query they serve.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from psycopg.errors import UniqueViolation
 from sqlalchemy import ColumnElement, Connection, Insert, Table, and_, or_, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -69,3 +70,61 @@ def _json_insert_sql(table: str, cols: tuple[str, ...], keys: tuple[str, ...]) -
         f'FROM json_populate_recordset(NULL::"{table}", %s::json) '
         f"ON CONFLICT ({conflict}) DO NOTHING"
     )
+
+
+def copy_insert_ignore(
+    conn: Connection,
+    table: Table,
+    index_elements: Sequence[str],
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+) -> int:
+    """Insert ``rows`` (tuples in ``columns`` order), skipping keys already present; returns rows
+    inserted. On PostgreSQL by COPY: in a savepoint, so a batch holding a stored key (a batch
+    sent again) is rolled back to it and inserted skipping those keys instead."""
+    if not rows:
+        return 0
+    if conn.dialect.name != "postgresql":
+        return bulk_insert_ignore(conn, table, index_elements, _as_dicts(columns, rows))
+    raw = conn.connection.driver_connection
+    assert raw is not None  # a connection in use has its driver's
+    sql = _copy_sql(table.name, tuple(columns))
+    types = _column_types(conn, table.name, tuple(columns))
+    try:
+        with conn.begin_nested(), raw.cursor() as cur, cur.copy(sql) as copy:
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(row)
+        return len(rows)
+    except UniqueViolation:
+        pass
+    return bulk_insert_ignore(conn, table, index_elements, _as_dicts(columns, rows))
+
+
+def _as_dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(columns, r, strict=True)) for r in rows]
+
+
+# The type OIDs of (table, columns), read once per process: binary COPY sends each value in
+# its column's type, and the schema does not change under a running process.
+_TYPES: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+
+
+def _column_types(conn: Connection, table: str, columns: tuple[str, ...]) -> list[int]:
+    key = (table, columns)
+    if key not in _TYPES:
+        found: dict[str, int] = dict(
+            conn.exec_driver_sql(
+                "SELECT attname, atttypid::int FROM pg_attribute "
+                "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+                (table,),
+            ).all()
+        )
+        _TYPES[key] = [int(found[c]) for c in columns]
+    return _TYPES[key]
+
+
+@lru_cache(maxsize=64)
+def _copy_sql(table: str, cols: tuple[str, ...]) -> str:
+    quoted = ", ".join(f'"{c}"' for c in cols)
+    return f'COPY "{table}" ({quoted}) FROM STDIN (FORMAT BINARY)'

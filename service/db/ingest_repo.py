@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
-from service.db.dialect import bulk_insert_ignore, insert_ignore
+from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, insert_ignore
 from service.db.schema import gpu_moves, gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.diagnosis import Thresholds, decide
 from service.errors import Forbidden, ValidationFailed
@@ -18,6 +18,8 @@ from service.vocabulary import METRIC_NAMES, ActivitySource
 from service.wire import GpuClaim, GpuIn, IngestBatch, ProcessIn
 
 MINUTE = timedelta(minutes=1)
+# The columns of a stored sample, in the order ingest writes them.
+SAMPLE_COLUMNS = ("gpu_id", "ts", "source", *METRIC_NAMES, "activity", "activity_rung", "cause")
 NODE_TOUCH_INTERVAL = timedelta(seconds=30)  # how stale nodes.last_seen_at may get
 
 
@@ -398,7 +400,7 @@ def store_batch(
     stored = 0
     seen: set[tuple[int, datetime]] = set()
     if batch.samples:
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []
         span: dict[int, tuple[datetime, datetime]] = {}
         # A process listed at a sample's time holds the GPU even below the held threshold; a
         # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
@@ -410,21 +412,13 @@ def store_batch(
                 continue  # the first of a repeated (GPU, ts) wins, as a resent batch's would
             seen.add((gpu_id, ts))
             metrics = s.metrics.__dict__  # every field, None when absent; no copy
-            row = {name: metrics[name] for name in METRIC_NAMES}
-            row["gpu_id"] = gpu_id
-            row["ts"] = ts
-            row["source"] = (s.source or infer_source(metrics)).value
             d = decide(metrics, thresholds, has_process=(s.gpu_uuid, s.ts) in listed)
-            if d is None:
-                row["activity"] = row["activity_rung"] = row["cause"] = None
-            else:
-                row["activity"], row["activity_rung"], row["cause"] = (
-                    d.activity, int(d.rung), int(d.cause),
-                )  # fmt: skip
-            rows.append(row)
+            decision = (None, None, None) if d is None else (d.activity, int(d.rung), int(d.cause))
+            source = (s.source or infer_source(metrics)).value
+            rows.append((gpu_id, ts, source, *[metrics[m] for m in METRIC_NAMES], *decision))
             lo, hi = span.get(gpu_id, (ts, ts))
             span[gpu_id] = (min(lo, ts), max(hi, ts))
-        stored = bulk_insert_ignore(conn, samples, ["gpu_id", "ts"], rows)
+        stored = copy_insert_ignore(conn, samples, ["gpu_id", "ts"], SAMPLE_COLUMNS, rows)
         bulk_insert_ignore(
             conn,
             rollup_dirty,

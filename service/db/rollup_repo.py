@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -18,6 +19,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    or_,
     select,
     text,
     update,
@@ -33,7 +35,7 @@ from service.costs.integrals import (
 )
 from service.costs.tenants import SplitRule
 from service.db import tenants_repo
-from service.db.dialect import bulk_insert_ignore, keys_in
+from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, keys_in
 from service.db.schema import (
     CUMULATIVE_FIELDS,
     ROLLED_UP_DERIVED,
@@ -45,7 +47,7 @@ from service.db.schema import (
 )
 from service.db.set_aside import SetAside, impossible
 from service.db.types import UTCDateTime
-from service.vocabulary import METRIC_NAMES
+from service.vocabulary import METRIC_BOUNDS, METRIC_NAMES
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -68,20 +70,24 @@ def minute_rollup(
     bucket: datetime,
     rows: Sequence[tuple[float, Sequence[Any]]],
     thresholds: Thresholds,
+    points: Sequence[ActivityPoint] | None = None,
 ) -> dict[str, Any] | None:
     """The rollup row for one minute from (Unix ts, values) rows around it, or None; values are
-    the columns of ``_SAMPLE_COLUMNS``."""
+    the columns of ``_SAMPLE_COLUMNS``; ``points``: the rows' points when already built."""
     start = bucket.timestamp()
     end = start + 60.0
-    points = [_point(ts, v) for ts, v in rows]
+    if points is None:
+        points = [_point(ts, v) for ts, v in rows]
     integrals = integrate(points, start, end, thresholds)
     inside = [v for ts, v in rows if start <= ts < end]
     if not inside and integrals.covered_seconds == 0:
         return None
     out: dict[str, Any] = {"gpu_id": gpu_id, "bucket_start": bucket, "sample_count": len(inside)}
     out.update({f: getattr(integrals, f) for f in INTEGRAL_FIELDS})
-    for k, name in enumerate(_ROLLED):
-        values = [v[k] for v in inside if v[k] is not None]
+    # Column by column (one transposition), not sample by sample per column.
+    columns = list(zip(*inside, strict=True)) if inside else [()] * len(_ROLLED)
+    for name, column in zip(_ROLLED, columns, strict=False):
+        values = [x for x in column if x is not None]
         out[f"{name}_count"] = len(values)
         out[f"{name}_sum"] = float(sum(values)) if values else None
         out[f"{name}_min"] = float(min(values)) if values else None
@@ -196,30 +202,80 @@ def discard_dirty(conn: Connection, keys: list[tuple[int, datetime]]) -> None:
         conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, chunk)))
 
 
+# GPUs read by one statement, and the slack (seconds) a group's shared time range may add to
+# the ranges its GPUs need: in the usual round every GPU needs the same last few minutes.
+READ_GROUP_GPUS = 500
+READ_GROUP_SLACK_SECONDS = 600.0
+
+
+def read_groups(
+    ranges: dict[int, tuple[datetime, datetime]],
+) -> list[tuple[list[int], datetime, datetime]]:
+    """``ranges`` (GPU id -> [lo, hi)) as groups of GPUs read by one statement each over one
+    shared [lo, hi): GPUs of one group need nearby times, so a GPU far behind (late data) is
+    read alone rather than widening every other GPU's read."""
+    groups: list[tuple[list[int], datetime, datetime]] = []
+    need = 0.0  # seconds the current group's GPUs need, one by one
+    for gpu_id, (lo, hi) in sorted(ranges.items(), key=lambda kv: (kv[1][0], kv[0])):
+        if groups:
+            ids, g_lo, g_hi = groups[-1]
+            width = (max(g_hi, hi) - g_lo).total_seconds()
+            own = (hi - lo).total_seconds()
+            if len(ids) < READ_GROUP_GPUS and width <= max(need, own) + READ_GROUP_SLACK_SECONDS:
+                ids.append(gpu_id)
+                groups[-1] = (ids, g_lo, max(g_hi, hi))
+                need = max(need, own)
+                continue
+        groups.append(([gpu_id], lo, hi))
+        need = (hi - lo).total_seconds()
+    return groups
+
+
+@cache
+def _out_of_bounds() -> Any:
+    """SQL: whether a sample holds a value past its bounds (NULL when none is known), so only
+    those rows are checked value by value; NaN sorts above every number in PostgreSQL and is
+    NULL in SQLite."""
+    c = samples.c
+    return or_(
+        *(or_(c[m] < lo, c[m] > hi) for m in _ROLLED for lo, hi in (METRIC_BOUNDS[m],))
+    ).label("out_of_bounds")
+
+
 def _usable_samples(
     conn: Connection,
     *,
-    gpu_id: int,
-    lo: datetime,
-    hi: datetime,
-    buckets: set[datetime],
+    ranges: dict[int, tuple[datetime, datetime]],
+    buckets: dict[int, set[datetime]],
     set_aside: list[SetAside] | None,
-) -> list[tuple[float, Any]]:
-    """(Unix ts, values) of GPU ``gpu_id``'s samples in [lo, hi); a sample holding a value past
-    what hardware can report is left out (and listed once, by the minute it lies in)."""
-    rows = []
-    for r in conn.execute(
-        select(samples.c.ts, *(samples.c[m] for m in _SAMPLE_COLUMNS))
-        .where(samples.c.gpu_id == gpu_id, samples.c.ts >= lo, samples.c.ts < hi)
-        .order_by(samples.c.ts)
-    ):
-        bad = impossible(_ROLLED, r[1 : 1 + len(_ROLLED)])
-        if not bad:
-            rows.append((r[0].timestamp(), r[1:]))
-        elif set_aside is not None and r[0].replace(second=0, microsecond=0) in buckets:
-            what = f"sample of GPU {gpu_id} at {r[0].isoformat()}"
-            set_aside.append(SetAside("rollup", what, f"impossible {', '.join(bad)}"))
-    return rows
+) -> dict[int, list[tuple[float, Any]]]:
+    """Per GPU of ``ranges``, (Unix ts, values) of its samples in its [lo, hi), read many GPUs
+    per statement; a sample holding a value past what hardware can report is left out (and
+    listed once, by the minute it lies in)."""
+    out: dict[int, list[tuple[float, Any]]] = {gpu_id: [] for gpu_id in ranges}
+    for ids, g_lo, g_hi in read_groups(ranges):
+        query = (
+            select(
+                samples.c.gpu_id,
+                samples.c.ts,
+                _out_of_bounds(),
+                *(samples.c[m] for m in _SAMPLE_COLUMNS),
+            )
+            .where(samples.c.gpu_id.in_(ids), samples.c.ts >= g_lo, samples.c.ts < g_hi)
+            .order_by(samples.c.gpu_id, samples.c.ts)
+        )
+        for r in conn.execute(query).all():
+            gpu_id, ts = r[0], r[1]
+            lo, hi = ranges[gpu_id]
+            if not lo <= ts < hi:
+                continue
+            bad = impossible(_ROLLED, r[3 : 3 + len(_ROLLED)]) if r[2] else []
+            if not bad:
+                out[gpu_id].append((ts.timestamp(), r[3:]))
+            elif set_aside is not None and ts.replace(second=0, microsecond=0) in buckets[gpu_id]:
+                what = f"sample of GPU {gpu_id} at {ts.isoformat()}"
+                set_aside.append(SetAside("rollup", what, f"impossible {', '.join(bad)}"))
+    return out
 
 
 def process_dirty(
@@ -250,32 +306,47 @@ def process_dirty(
     minute_rows: list[dict[str, Any]] = []
     hours: set[tuple[int, datetime]] = set()
     shared: list[tuple[int, datetime]] = []  # (GPU, minute) keys given tenant rows
+    ranges = {g: (min(b) - gap, max(b) + MINUTE) for g, b in by_gpu.items()}
+    read = _usable_samples(
+        conn, ranges=ranges, buckets={g: set(b) for g, b in by_gpu.items()}, set_aside=set_aside
+    )
+    intervals = tenants_repo.intervals_of(
+        conn, {g: (min(b), max(b) + MINUTE) for g, b in by_gpu.items()}
+    )
     for gpu_id, buckets in by_gpu.items():
-        lo, hi = min(buckets) - gap, max(buckets) + MINUTE
-        rows = _usable_samples(
-            conn, gpu_id=gpu_id, lo=lo, hi=hi, buckets=set(buckets), set_aside=set_aside
-        )
+        rows = read[gpu_id]
         stamps = [ts for ts, _ in rows]
+        points = [_point(ts, v) for ts, v in rows]  # once per GPU; each minute takes its slice
         shared_minutes = tenants_repo.rollup_tenants(
             conn,
             gpu_id=gpu_id,
             buckets=buckets,
-            points=[_point(ts, v) for ts, v in rows],
+            points=points,
             thresholds=thresholds,
             rule=split_rule,
+            intervals=intervals[gpu_id],
         )
         shared += [(gpu_id, bucket) for bucket in shared_minutes]
         for bucket in buckets:
             b = bucket.timestamp()
-            near = rows[bisect_left(stamps, b - gap_s) : bisect_left(stamps, b + 60.0)]
-            row = minute_rollup(gpu_id, bucket, near, thresholds)
+            i, j = bisect_left(stamps, b - gap_s), bisect_left(stamps, b + 60.0)
+            row = minute_rollup(gpu_id, bucket, rows[i:j], thresholds, points[i:j])
             if row is not None:
                 minute_rows.append(row)
             hours.add((gpu_id, bucket.replace(minute=0)))
     _delete_keys(conn, rollup_1m, keys)
     firsts = {g: min(b) for g, b in by_gpu.items()}
     late = _add_running_totals(conn, minute_rows, firsts=firsts)
-    bulk_insert_ignore(conn, rollup_1m, ["gpu_id", "bucket_start"], minute_rows)
+    if minute_rows:
+        columns = tuple(minute_rows[0])
+        values = itemgetter(*columns)
+        copy_insert_ignore(
+            conn,
+            rollup_1m,
+            ["gpu_id", "bucket_start"],
+            columns,
+            [values(row) for row in minute_rows],
+        )
     # Late data: buckets after the recomputed ones still hold totals that counted the old
     # values (or a minute that lost its row). Mark them for fill_cumulative.
     for gpu_id in late:

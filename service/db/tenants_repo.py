@@ -68,6 +68,29 @@ def _intervals(
     ]
 
 
+def intervals_of(
+    conn: Connection, ranges: dict[int, tuple[datetime, datetime]]
+) -> dict[int, list[tuple[int, str, float, float]]]:
+    """``_intervals`` of many GPUs (GPU id -> [lo, hi)), read by one statement per 500 GPUs."""
+    out: dict[int, list[tuple[int, str, float, float]]] = {g: [] for g in ranges}
+    ids = sorted(ranges)
+    c = job_gpus.c
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        lo = min(ranges[g][0] for g in chunk)
+        hi = max(ranges[g][1] for g in chunk)
+        for g, iv, job, s, e in conn.execute(
+            select(c.gpu_id, c.id, c.job_id, c.started_at, c.ended_at).where(
+                c.gpu_id.in_(chunk), c.started_at < hi, or_(c.ended_at.is_(None), c.ended_at > lo)
+            )
+        ):
+            g_lo, g_hi = ranges[g]
+            if s < g_hi and (e is None or e > g_lo):
+                end = e.timestamp() if e is not None else float("inf")
+                out[g].append((int(iv), str(job), s.timestamp(), end))
+    return out
+
+
 def _shared(intervals: Sequence[tuple[int, str, float, float]], lo: float, hi: float) -> bool:
     """Whether two different jobs hold the GPU at one moment of [lo, hi)."""
     spans = [(max(s, lo), min(e, hi), j) for _, j, s, e in intervals if s < hi and e > lo]
@@ -93,14 +116,17 @@ def rollup_tenants(
     points: Sequence[ActivityPoint],
     thresholds: Thresholds,
     rule: SplitRule,
+    intervals: Sequence[tuple[int, str, float, float]] | None = None,
 ) -> list[datetime]:
     """Write the tenant rows of the minutes of ``buckets`` in which jobs shared ``gpu_id``,
     from the GPU's ``points`` (sorted, from max_gap before the first bucket); returns those
-    minutes. Rows of these minutes must be deleted first."""
+    minutes. Rows of these minutes must be deleted first. ``intervals``: the GPU's job
+    intervals over the buckets when the caller read them already (``intervals_of``)."""
     if not buckets:
         return []
     lo, hi = min(buckets), max(buckets) + MINUTE
-    intervals = _intervals(conn, gpu_id, lo, hi)
+    if intervals is None:
+        intervals = _intervals(conn, gpu_id, lo, hi)
     if len({j for _, j, _, _ in intervals}) < 2:
         return []
     shared = [b for b in buckets if _shared(intervals, b.timestamp(), b.timestamp() + 60.0)]

@@ -59,6 +59,34 @@ def test_same_batch_twice_is_stored_once(
     assert count(engine, gpus) == 1
 
 
+def test_batch_overlapping_a_stored_one_stores_only_its_new_samples(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock
+):
+    # PostgreSQL writes a batch by COPY; one that repeats stored samples falls back to an
+    # insert that skips them, in the same transaction, with every value as sent.
+    start = clock() - timedelta(minutes=2)
+    metrics = {"sm_active": 0.25, "fb_used_bytes": 2**40 + 3, "power_watts": 312.5}
+    first = make_batch(start=start, count=4, metrics=metrics)
+    again = make_batch(start=start + timedelta(seconds=20), count=4, metrics=metrics)
+    got = []
+    for batch in (first, again):
+        r = http.post("/api/v1/ingest", json=batch, headers=auth(tokens["agent"]))
+        assert r.status_code == 200, r.text
+        got.append((r.json()["samples_received"], r.json()["samples_stored"]))
+    assert got == [(4, 4), (4, 2)]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(samples.c.ts, samples.c.sm_active, samples.c.fb_used_bytes,
+                   samples.c.power_watts, samples.c.source, samples.c.cause)
+            .order_by(samples.c.ts)
+        ).all()  # fmt: skip
+    assert [r.ts for r in rows] == [start + timedelta(seconds=10 * k) for k in range(6)]
+    assert {(r.sm_active, r.fb_used_bytes, r.power_watts, r.source) for r in rows} == {
+        (0.25, 2**40 + 3, 312.5, "gpm")
+    }
+    assert all(r.cause is not None for r in rows)
+
+
 def test_gzip_body_is_accepted(http: httpx.Client, tokens, engine: Engine, clock: FakeClock):
     body = gzip.compress(json.dumps(make_batch(start=clock(), count=3)).encode())
     r = http.post(
