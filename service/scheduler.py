@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 from service.context import ServiceContext
 from service.costs.tenants import SplitRule
 from service.db import observed_jobs_repo, partitions, rollup_repo, set_aside
+from service.db.leader import job_turn
 from service.db.outages import OutageLog, is_outage
 from service.db.retention import enforce_retention
 from service.db.set_aside import SetAside
@@ -37,11 +38,32 @@ class _SkippedRunFilter(logging.Filter):
 logging.getLogger("apscheduler.scheduler").addFilter(_SkippedRunFilter())
 
 
+# What a job returns when another replica holds its turn (counted as skipped).
+ELSEWHERE = object()
+
+
+def one_replica_at_a_time(
+    ctx: ServiceContext, name: str, fn: Callable[[], object]
+) -> Callable[[], object]:
+    """``fn`` run only while no other replica runs job ``name`` (the PostgreSQL advisory lock of
+    ``job_turn``); else it returns ``ELSEWHERE``. Rollups and retention rewrite shared rows:
+    two replicas doing one's work at once would only contend."""
+
+    def run() -> object:
+        with job_turn(ctx.engine, name) as mine:
+            return fn() if mine else ELSEWHERE
+
+    return run
+
+
 def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     """Run ``fn`` as background job ``name``: time it, count the outcome, never raise."""
     started = time.perf_counter()
     try:
         result = fn()
+        if result is ELSEWHERE:
+            ctx.telemetry.job_runs.labels(name, "skipped").inc()
+            return None
     except Exception as exc:
         if is_outage(exc):
             _OUTAGES.failed(exc, f"background job {name}")  # one line, not one per tick
@@ -169,11 +191,25 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     """A scheduler with the storage jobs; the caller starts and stops it."""
     s = ctx.settings
     sched = BackgroundScheduler(timezone="UTC")
+    # Rollups, retention and closing observed jobs run on one replica at a time (whichever
+    # takes the turn); every replica creates partitions, which also fills its own cache.
     jobs: list[tuple[str, Callable[[], object], float]] = [
-        ("rollup", lambda: rollup_once(ctx), s.rollup_interval_seconds),
-        ("retention", lambda: retention_once(ctx), s.retention_interval_seconds),
+        (
+            "rollup",
+            one_replica_at_a_time(ctx, "rollup", lambda: rollup_once(ctx)),
+            s.rollup_interval_seconds,
+        ),
+        (
+            "retention",
+            one_replica_at_a_time(ctx, "retention", lambda: retention_once(ctx)),
+            s.retention_interval_seconds,
+        ),
         ("partitions", lambda: partitions_once(ctx), 3600.0),
-        ("observed_jobs", lambda: observed_jobs_once(ctx), s.observed_jobs_interval_seconds),
+        (
+            "observed_jobs",
+            one_replica_at_a_time(ctx, "observed_jobs", lambda: observed_jobs_once(ctx)),
+            s.observed_jobs_interval_seconds,
+        ),
     ]
     # Alerting: only the leader (PostgreSQL advisory lock) evaluates and sends, so two replicas
     # never notify twice.

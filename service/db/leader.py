@@ -1,9 +1,13 @@
-"""Leader election among central replicas: a PostgreSQL session advisory lock held open."""
+"""Leader election among central replicas (a PostgreSQL session advisory lock held open), and
+turns for background jobs that one replica at a time may run."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, text
 
@@ -78,3 +82,29 @@ class LeaderLock:
             except Exception:
                 log.debug("closing the lost leader session failed", exc_info=True)
         self._conn = None
+
+
+def job_lock_key(name: str) -> int:
+    """The advisory lock key (a signed 64-bit integer) of background job ``name``."""
+    digest = hashlib.blake2b(f"gpuwarden-job:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@contextmanager
+def job_turn(engine: Engine, name: str) -> Iterator[bool]:
+    """Whether this replica may run background job ``name`` now: True while no other replica
+    runs it (SQLite: one process, always). The lock lives in a session held for the run, so a
+    replica that dies mid-run gives the turn back with its connection."""
+    if engine.dialect.name != "postgresql":
+        yield True
+        return
+    key = job_lock_key(name)
+    with engine.connect() as conn:
+        got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import date, timedelta
 
 import httpx
 import pytest
@@ -25,6 +25,13 @@ def n(engine: Engine, table) -> int:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
+def _partitions(engine: Engine) -> set[date]:
+    if engine.dialect.name != "postgresql":
+        return set()
+    with engine.connect() as conn:
+        return set(partitions.existing_partitions(conn))
+
+
 def test_retention_keeps_each_resolution_for_its_time(
     app, http, tokens, engine: Engine, clock: FakeClock
 ):
@@ -39,7 +46,15 @@ def test_retention_keeps_each_resolution_for_its_time(
     ctx.settings.retention_raw_days = 4
     ctx.settings.retention_1m_days = 5
     ctx.settings.retention_1h_days = 7
-    retention_once(ctx)
+    before = _partitions(engine)
+    done = retention_once(ctx)
+    if engine.dialect.name == "postgresql":
+        # Whole days go: the day 6 days back is dropped, not emptied; 3 days back and today stay.
+        six, three, today = ((clock() - timedelta(days=d)).date() for d in (6, 3, 0))
+        assert {six, three, today} <= before
+        assert done["raw_partitions_dropped"] >= 1 and "raw_rows_deleted" not in done
+        after = _partitions(engine)
+        assert six not in after and {three, today} <= after
     with engine.connect() as conn:
         oldest_raw = conn.execute(select(func.min(samples.c.ts))).scalar_one()
         oldest_1m = conn.execute(select(func.min(rollup_1m.c.bucket_start))).scalar_one()
