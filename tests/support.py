@@ -161,3 +161,15 @@ def prometheus_server(tmp_path: Path, config: dict[str, Any]) -> Iterator[str]:
             proc.kill()
             proc.wait(10)
         log.close()
+
+
+def prometheus_query(prom: str, promql: str, *, timeout_s: float = 60) -> list[dict[str, Any]]:
+    """The instant-vector result of ``promql``, waiting until it is non-empty."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.get(f"{prom}/api/v1/query", params={"query": promql}, timeout=5)
+        r.raise_for_status()
+        result: list[dict[str, Any]] = r.json()["data"]["result"]
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.25)

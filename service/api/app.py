@@ -57,7 +57,6 @@ from service.scheduler import partitions_once, start_scheduler
 from service.settings import Settings
 from service.telemetry import Telemetry
 from service.usecases.evaluation import load_config as load_alerting_config
-from service.usecases.exposition import FleetCollector
 from service.usecases.fleet import WastedTodayCache
 
 log = logging.getLogger(__name__)
@@ -153,8 +152,6 @@ def create_app(
             max_lag_seconds=settings.database_read_max_lag_seconds,
             check_seconds=settings.database_read_check_seconds,
         )
-    # The fleet's per-GPU and fleet-wide families, read from the database at scrape time.
-    ctx.telemetry.registry.register(FleetCollector(ctx))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

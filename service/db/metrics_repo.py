@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, and_, func, or_, select
 
 from service.db.schema import gpus, job_gpus, jobs, nodes, samples
+from service.exposition.shards import Shard
 from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRIC_NAMES
 
 
-def read_fleet(conn: Connection, *, now: datetime, max_age_seconds: float) -> FleetSnapshot:
-    """GPUs whose latest sample is at most ``max_age_seconds`` old, with their open job."""
+def shard_node_ids(conn: Connection, *, shard: Shard) -> list[int]:
+    """The ids of the nodes whose GPUs ``shard`` holds."""
+    rows = conn.execute(select(nodes.c.id, nodes.c.hostname))
+    return [node_id for node_id, hostname in rows if shard.holds(hostname)]
+
+
+def read_fleet(
+    conn: Connection,
+    *,
+    now: datetime,
+    max_age_seconds: float,
+    node_ids: Collection[int] | None = None,
+) -> FleetSnapshot:
+    """GPUs whose latest sample is at most ``max_age_seconds`` old, with their open job; only
+    those of ``node_ids`` when given."""
     fresh_since = now - timedelta(seconds=max_age_seconds)
-    # Two simple queries joined here: cheaper on both backends than an outer join to a subquery.
-    open_job: dict[int, tuple[str, str | None, str | None, str | None]] = {}
-    for gpu_id, job_id, user, team, project in conn.execute(
+    open_jobs = (
         select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
         .join(jobs, jobs.c.id == job_gpus.c.job_id)
         .where(
@@ -26,7 +39,14 @@ def read_fleet(conn: Connection, *, now: datetime, max_age_seconds: float) -> Fl
         )
         # A GPU shared by several open jobs shows the latest-started one.
         .order_by(job_gpus.c.started_at, job_gpus.c.id)
-    ):
+    )
+    if node_ids is not None:
+        open_jobs = open_jobs.join(gpus, gpus.c.id == job_gpus.c.gpu_id).where(
+            gpus.c.node_id.in_(node_ids)
+        )
+    # Two simple queries joined here: cheaper on both backends than an outer join to a subquery.
+    open_job: dict[int, tuple[str, str | None, str | None, str | None]] = {}
+    for gpu_id, job_id, user, team, project in conn.execute(open_jobs):
         open_job[gpu_id] = (job_id, user, team, project)
 
     query = (
@@ -51,6 +71,8 @@ def read_fleet(conn: Connection, *, now: datetime, max_age_seconds: float) -> Fl
         .join(samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at))
         .where(gpus.c.last_sample_at >= fresh_since)
     )
+    if node_ids is not None:
+        query = query.where(gpus.c.node_id.in_(node_ids))
     readings = []
     no_job: tuple[None, None, None, None] = (None, None, None, None)
     for row in conn.execute(query):
@@ -80,34 +102,43 @@ def read_fleet(conn: Connection, *, now: datetime, max_age_seconds: float) -> Fl
                 cause=cause,
             )
         )
+    lost_query = (
+        select(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(
+            gpus.c.lost_at.is_not(None),
+            gpus.c.retired_at.is_(None),
+            nodes.c.last_seen_at >= fresh_since,
+        )
+        .order_by(nodes.c.hostname, gpus.c.gpu_index)
+    )
+    if node_ids is not None:
+        lost_query = lost_query.where(nodes.c.id.in_(node_ids))
     lost = [
         LostGpu(node=r.hostname, index=r.gpu_index, uuid=r.uuid, model=r.model)
-        for r in conn.execute(
-            select(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
-            .join(nodes, nodes.c.id == gpus.c.node_id)
-            .where(
-                gpus.c.lost_at.is_not(None),
-                gpus.c.retired_at.is_(None),
-                nodes.c.last_seen_at >= fresh_since,
-            )
-            .order_by(nodes.c.hostname, gpus.c.gpu_index)
-        )
+        for r in conn.execute(lost_query)
     ]
     return FleetSnapshot(readings=readings, lost=lost)
 
 
-def node_last_seen(conn: Connection, *, since: datetime) -> dict[str, datetime]:
-    """When each node seen since ``since`` last reported: its latest batch or GPU sample.
+def node_last_seen(
+    conn: Connection, *, since: datetime, node_ids: Collection[int] | None = None
+) -> dict[str, datetime]:
+    """When each node seen since ``since`` (of ``node_ids`` when given) last reported: its
+    latest batch or GPU sample.
 
     ``nodes.last_seen_at`` is touched at most every 30 s (ingest_repo), a GPU's latest sample
     every batch; the later of the two is the node's last sign of life.
     """
     latest_sample = func.max(gpus.c.last_sample_at)
-    rows = conn.execute(
+    query = (
         select(nodes.c.hostname, nodes.c.last_seen_at, latest_sample)
         .select_from(nodes)
         .outerjoin(gpus, and_(gpus.c.node_id == nodes.c.id, gpus.c.retired_at.is_(None)))
         .where(nodes.c.last_seen_at >= since)
         .group_by(nodes.c.id, nodes.c.hostname, nodes.c.last_seen_at)
     )
+    if node_ids is not None:
+        query = query.where(nodes.c.id.in_(node_ids))
+    rows = conn.execute(query)
     return {host: max(seen, sample or seen) for host, seen, sample in rows}

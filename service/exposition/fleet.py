@@ -6,7 +6,7 @@ prometheus_client metric families. It reads no database and no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -92,10 +92,18 @@ def fleet_families(
     now: datetime,
     dcgm_compat: bool = False,
     assumptions: FixAssumptions | None = None,
+    exported: Callable[[str], bool] | None = None,
+    fleet_wide: bool = True,
 ) -> list[Metric]:
     """Per-GPU gauges, the fleet's idle/idle-held/cost/waste figures and, if asked, DCGM names;
-    waste per hour is the price x the waste share of the current cause (docs/costs.md)."""
+    waste per hour is the price x the waste share of the current cause (docs/costs.md).
+
+    ``exported`` (a node name -> bool) limits the per-GPU families to the GPUs of some nodes
+    (a shard of /metrics), while the fleet figures still count every reading; without
+    ``fleet_wide`` the fleet figures are left out.
+    """
     assumptions = assumptions or FixAssumptions()
+    node_exported: dict[str, bool] = {}
     label_sets: list[dict[str, str]] = []
 
     def gpu_family(name: str, doc: str, typ: str = "gauge") -> GpuFamily:
@@ -176,32 +184,17 @@ def fleet_families(
     n_idle = n_idle_held = n_unpriced = 0
     waste_usd_per_hour = cost_usd_per_hour = 0.0
     slots = [(name, fam.rows) for name, fam in per_metric]
-    for i, r in enumerate(snapshot.readings):
-        label_sets.append(
-            {"node": r.node, "gpu_index": str(r.index), "gpu_uuid": r.uuid, "model": r.model}
-        )
-        job_sets.append(
-            {
-                "node": r.node,
-                "gpu_uuid": r.uuid,
-                "job_id": r.job_id or "",
-                "user": r.user or "",
-                "team": r.team or "",
-                "project": r.project or "",
-            }
-        )
-        job_info_fam.rows.append((i, 1.0))
-        values = r.values
-        for name, rows in slots:
-            v = values.get(name)
-            if v is not None:
-                rows.append((i, v))
-        if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
-            fb_total_rows.append((i, r.fb_total_bytes))
-        last_ts.rows.append((i, r.last_sample_at.timestamp()))
-        age_fam.rows.append((i, max(0.0, (now - r.last_sample_at).total_seconds())))
-        info_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
-        info_fam.rows.append((i, 1.0))
+    for r in snapshot.readings:
+        mine = node_exported.get(r.node)
+        if mine is None:
+            mine = node_exported[r.node] = exported is None or exported(r.node)
+        i = len(label_sets) if mine else -1
+        if mine:
+            _gpu_rows(r, i, label_sets, job_sets, info_sets, slots, fb_total_rows)
+            job_info_fam.rows.append((i, 1.0))
+            last_ts.rows.append((i, r.last_sample_at.timestamp()))
+            age_fam.rows.append((i, max(0.0, (now - r.last_sample_at).total_seconds())))
+            info_fam.rows.append((i, 1.0))
 
         if r.model not in price_cache:
             row = price_at(snapshot.prices, r.model, now)
@@ -210,7 +203,8 @@ def fleet_families(
         if price is None:
             n_unpriced += 1
         else:
-            price_fam.rows.append((i, price))
+            if mine:
+                price_fam.rows.append((i, price))
             cost_usd_per_hour += price
 
         d = decision_of(r, thresholds)
@@ -219,15 +213,15 @@ def fleet_families(
         by_state[state] += 1
         if d is None:
             continue  # no activity figure: no data is never idle and never waste
-        activity = d.activity
-        labels = label_sets[i]
-        activity_sets.append({**labels, "rung": d.rung.label})
-        activity_fam.rows.append((len(activity_sets) - 1, activity))
-        cause_sets.append({**labels, "cause": d.cause.label})
-        cause_fam.rows.append((len(cause_sets) - 1, 1.0))
-        by_cause[d.cause.label] += 1
         idle = d.cause in IDLE_CAUSES
-        idle_fam.rows.append((i, 1.0 if idle else 0.0))
+        if mine:
+            labels = label_sets[i]
+            activity_sets.append({**labels, "rung": d.rung.label})
+            activity_fam.rows.append((len(activity_sets) - 1, d.activity))
+            cause_sets.append({**labels, "cause": d.cause.label})
+            cause_fam.rows.append((len(cause_sets) - 1, 1.0))
+            idle_fam.rows.append((i, 1.0 if idle else 0.0))
+        by_cause[d.cause.label] += 1
         if idle:
             n_idle += 1
             if d.cause is Cause.IDLE_HELD:
@@ -235,7 +229,8 @@ def fleet_families(
         if price is not None:
             usd_by_cause[d.cause.label] += price
             waste = price * waste_share(d.cause, assumptions)
-            waste_fam.rows.append((i, waste))
+            if mine:
+                waste_fam.rows.append((i, waste))
             waste_usd_per_hour += waste
 
     lost_fam = GaugeMetricFamily(
@@ -245,7 +240,8 @@ def fleet_families(
     )
     lost_usd_per_hour = 0.0
     for g in snapshot.lost:
-        lost_fam.add_metric([g.node, str(g.index), g.uuid, g.model], 1.0)
+        if exported is None or exported(g.node):
+            lost_fam.add_metric([g.node, str(g.index), g.uuid, g.model], 1.0)
         row = price_at(snapshot.prices, g.model, now)
         if row is not None:
             lost_usd_per_hour += row.usd_per_gpu_hour
@@ -253,6 +249,74 @@ def fleet_families(
     families: list[Metric] = [fam for _, fam in per_metric]
     families += [last_ts, age_fam, price_fam, waste_fam, idle_fam, activity_fam, cause_fam]
     families += [info_fam, job_info_fam, lost_fam]
+    if fleet_wide:
+        families += _fleet_families(
+            snapshot,
+            by_cause=by_cause,
+            usd_by_cause=usd_by_cause,
+            by_state=by_state,
+            idle=n_idle,
+            idle_held=n_idle_held,
+            unpriced=n_unpriced,
+            waste_usd_per_hour=waste_usd_per_hour,
+            cost_usd_per_hour=cost_usd_per_hour + lost_usd_per_hour,
+            lost_usd_per_hour=lost_usd_per_hour,
+        )
+    if dcgm_compat:
+        readings = snapshot.readings
+        if exported is not None:
+            readings = [r for r in readings if node_exported[r.node]]
+        families += dcgm_families(readings)
+    return families
+
+
+def _gpu_rows(
+    r: GpuReading,
+    i: int,
+    label_sets: list[dict[str, str]],
+    job_sets: list[dict[str, str]],
+    info_sets: list[dict[str, str]],
+    slots: list[tuple[str, list[tuple[int, float]]]],
+    fb_total_rows: list[tuple[int, float]],
+) -> None:
+    """Append reading ``r`` as the GPU at row ``i``: its label sets and its metrics' values."""
+    label_sets.append(
+        {"node": r.node, "gpu_index": str(r.index), "gpu_uuid": r.uuid, "model": r.model}
+    )
+    job_sets.append(
+        {
+            "node": r.node,
+            "gpu_uuid": r.uuid,
+            "job_id": r.job_id or "",
+            "user": r.user or "",
+            "team": r.team or "",
+            "project": r.project or "",
+        }
+    )
+    values = r.values
+    for name, rows in slots:
+        v = values.get(name)
+        if v is not None:
+            rows.append((i, v))
+    if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
+        fb_total_rows.append((i, r.fb_total_bytes))
+    info_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
+
+
+def _fleet_families(
+    snapshot: FleetSnapshot,
+    *,
+    by_cause: dict[str, int],
+    usd_by_cause: dict[str, float],
+    by_state: dict[str, int],
+    idle: int,
+    idle_held: int,
+    unpriced: int,
+    waste_usd_per_hour: float,
+    cost_usd_per_hour: float,
+    lost_usd_per_hour: float,
+) -> list[Metric]:
+    """The fleet-wide families: GPUs by cause and state, and the fleet's figures."""
     cause_count = GaugeMetricFamily(
         "gpuwarden_fleet_gpus_by_cause",
         "Reporting GPUs whose latest sample has each cause (GPUs).",
@@ -275,19 +339,17 @@ def fleet_families(
     )
     for name, n in by_state.items():
         state_count.add_metric([name], n)
-    families += [cause_count, cause_usd, state_count]
+    families: list[Metric] = [cause_count, cause_usd, state_count]
     families += _fleet_figures(
         reporting=len(snapshot.readings),
-        idle=n_idle,
-        idle_held=n_idle_held,
+        idle=idle,
+        idle_held=idle_held,
         lost=len(snapshot.lost),
-        unpriced=n_unpriced,
+        unpriced=unpriced,
         waste_usd_per_hour=waste_usd_per_hour,
-        cost_usd_per_hour=cost_usd_per_hour + lost_usd_per_hour,
+        cost_usd_per_hour=cost_usd_per_hour,
         lost_usd_per_hour=lost_usd_per_hour,
     )
-    if dcgm_compat:
-        families += dcgm_families(snapshot.readings)
     return families
 
 

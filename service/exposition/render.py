@@ -46,6 +46,18 @@ class WithoutCreated(Collector):
             yield out
 
 
+class Joined(Collector):
+    """Several collectors rendered as one, in order."""
+
+    def __init__(self, *parts: Collector) -> None:
+        self._parts = parts
+
+    def collect(self) -> Iterable[Metric]:
+        """Every part's families, part by part."""
+        for part in self._parts:
+            yield from part.collect()
+
+
 _GO_EXPONENT_FROM = 1e6  # from here floatToGoString rewrites Python's repr (see go_floats)
 _PYTHON_EXPONENT_FROM = 1e16  # from here repr itself writes an exponent
 _MINUS_INF = float("-inf")

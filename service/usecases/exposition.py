@@ -12,8 +12,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.context import ServiceContext
-from service.db.metrics_repo import node_last_seen, read_fleet
+from service.db.metrics_repo import node_last_seen, read_fleet, shard_node_ids
 from service.exposition.fleet import fleet_families
+from service.exposition.shards import Shard
 from service.usecases.cost_report import effective_prices, fix_assumptions_of
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,9 @@ log = logging.getLogger(__name__)
 class FleetCollector(Collector):
     """Per-GPU and fleet families built from the latest sample per GPU on every collect()."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def __init__(self, ctx: ServiceContext, shard: Shard | None = None) -> None:
         self._ctx = ctx
+        self._shard = shard  # None: the whole fleet
 
     def describe(self) -> Iterable[Metric]:
         # Declaring nothing keeps registration from calling collect(), which reads the database.
@@ -35,16 +37,21 @@ class FleetCollector(Collector):
         started = time.perf_counter()
         try:
             now = ctx.clock()
+            shard = self._shard
             with ctx.reads.connect() as conn:
+                # A shard reads only its nodes' GPUs; shard 0 reads every GPU, for the fleet
+                # figures it alone carries.
+                node_ids = None if shard is None else shard_node_ids(conn, shard=shard)
+                fleet_ids = None if shard is None or shard.carries_fleet else node_ids
                 # A GPU whose data is late (ingest behind, a slow node) stays, with its age:
                 # dropping it would flap dashboards and absent() alerts fleet-wide.
                 keep = max(ctx.settings.metrics_keep_late_seconds, ctx.settings.max_gap_seconds)
-                snapshot = read_fleet(conn, now=now, max_age_seconds=keep)
+                snapshot = read_fleet(conn, now=now, max_age_seconds=keep, node_ids=fleet_ids)
                 # the same table in force as the cost reports: stored, else config, else default
                 prices = effective_prices(conn, ctx.settings).rows
                 # Nodes silent longer than raw retention are taken as gone for good.
                 horizon = now - timedelta(days=ctx.settings.retention_raw_days)
-                last_seen = node_last_seen(conn, since=horizon)
+                last_seen = node_last_seen(conn, since=horizon, node_ids=node_ids)
             snapshot = replace(snapshot, prices=prices)
             families = fleet_families(
                 snapshot,
@@ -52,6 +59,8 @@ class FleetCollector(Collector):
                 now=now,
                 dcgm_compat=ctx.settings.metrics_dcgm_compat,
                 assumptions=fix_assumptions_of(ctx.settings),
+                exported=None if fleet_ids is not None or shard is None else shard.holds,
+                fleet_wide=shard is None or shard.carries_fleet,
             )
             families.append(node_last_seen_family(last_seen))
             up = 1.0

@@ -6,11 +6,9 @@ It also loads deploy/prometheus/rules/, so the shipped rules must load in a real
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +17,7 @@ from sqlalchemy import Engine, text
 from service.api.app import create_app
 from service.clock import utc_now
 from service.settings import Settings
-from tests.support import live_server, make_batch, prometheus_server
+from tests.support import live_server, make_batch, prometheus_query, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuwarden-alerts.yml"
@@ -51,18 +49,6 @@ def prometheus(central: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def query(prom: str, promql: str, *, timeout_s: float = 60) -> list[dict[str, Any]]:
-    """The instant-vector result of ``promql``, waiting until it is non-empty."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        r = httpx.get(f"{prom}/api/v1/query", params={"query": promql}, timeout=5)
-        r.raise_for_status()
-        result: list[dict[str, Any]] = r.json()["data"]["result"]
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.25)
-
-
 def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, tokens):
     batch = make_batch(
         hostname="node-a",
@@ -77,7 +63,7 @@ def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, token
     )
     assert r.status_code == 200, r.text
 
-    sm = query(prometheus, 'gpuwarden_gpu_sm_active_ratio{gpu_uuid="GPU-s1"}')
+    sm = prometheus_query(prometheus, 'gpuwarden_gpu_sm_active_ratio{gpu_uuid="GPU-s1"}')
     assert len(sm) == 1, sm
     assert float(sm[0]["value"][1]) == 0.37
     labels = sm[0]["metric"]
@@ -88,14 +74,14 @@ def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, token
         "NVIDIA H100 80GB HBM3",
     )
 
-    power = query(prometheus, "sum(gpuwarden_gpu_power_watts)")
+    power = prometheus_query(prometheus, "sum(gpuwarden_gpu_power_watts)")
     assert float(power[0]["value"][1]) == 469.0
-    fb = query(prometheus, 'gpuwarden_gpu_fb_used_bytes{gpu_uuid="GPU-s0"}')
+    fb = prometheus_query(prometheus, 'gpuwarden_gpu_fb_used_bytes{gpu_uuid="GPU-s0"}')
     assert float(fb[0]["value"][1]) == 12_345_678
-    gpus = query(prometheus, "gpuwarden_fleet_gpus == 2")
+    gpus = prometheus_query(prometheus, "gpuwarden_fleet_gpus == 2")
     assert len(gpus) == 1
     # The service's own health arrives with the same scrape.
-    stored = query(prometheus, 'gpuwarden_ingest_batches_total{outcome="stored"}')
+    stored = prometheus_query(prometheus, 'gpuwarden_ingest_batches_total{outcome="stored"}')
     assert float(stored[0]["value"][1]) == 1.0
     # The shipped alerting rules loaded into the real server.
     rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
@@ -106,14 +92,14 @@ def test_prometheus_scrapes_ingested_values(central: str, prometheus: str, token
 def test_the_first_database_error_fires_the_rule(engine: Engine, central: str, prometheus: str):
     # A healthy service exposes its labelled counters at 0, so the first failure is a rise
     # increase() sees; a series that first appears at 1 has nothing to rise from.
-    before = query(prometheus, 'gpuwarden_database_errors_total{operation="metrics"}')
+    before = prometheus_query(prometheus, 'gpuwarden_database_errors_total{operation="metrics"}')
     assert [float(s["value"][1]) for s in before] == [0.0], before
-    assert query(prometheus, 'gpuwarden_ingest_batches_total{outcome="error"}')
+    assert prometheus_query(prometheus, 'gpuwarden_ingest_batches_total{outcome="error"}')
     # A real database failure of the /metrics read: the table it reads is gone.
     with engine.begin() as conn:
         conn.execute(text("ALTER TABLE gpus RENAME TO gpus_away"))
     try:
-        firing = query(
+        firing = prometheus_query(
             prometheus,
             'ALERTS{alertname="GpuWardenDatabaseErrors",operation="metrics",alertstate="firing"}',
         )

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import Ctx, authenticated
+from service.api.query import query_error
 from service.db.migrate import check_at_head
 from service.db.tokens_repo import Role
 from service.errors import SchemaOutOfDate
-from service.exposition.render import render
+from service.exposition.render import Joined, render
+from service.exposition.shards import parse_shard
+from service.usecases.exposition import FleetCollector
 
 router = APIRouter(tags=["health"])
 
@@ -46,9 +51,23 @@ def readyz(ctx: Ctx) -> JSONResponse:
     return JSONResponse({"status": "ready"})
 
 
+SHARD_HELP = (
+    "i/n: only the GPUs of the nodes in shard i of n (each node in one shard); shard 0 also "
+    "carries the fleet-wide families and the service's own (docs/prometheus-grafana.md)"
+)
+
+
 @router.get("/metrics")
-async def metrics(request: Request, ctx: Ctx) -> Response:
-    """Prometheus exposition of the fleet and of the service itself."""
+async def metrics(
+    request: Request,
+    ctx: Ctx,
+    shard: Annotated[str | None, Query(description=SHARD_HELP)] = None,
+) -> Response:
+    """Prometheus exposition of the fleet and of the service itself, whole or in shards."""
+    try:
+        part = None if shard is None else parse_shard(shard)
+    except ValueError as exc:
+        raise query_error("shard", str(exc)) from None
     if ctx.settings.metrics_token_required:
         info = await authenticated(request, ctx)
         if info.role not in (Role.READER, Role.ADMIN):
@@ -56,5 +75,10 @@ async def metrics(request: Request, ctx: Ctx) -> Response:
     # The fleet families read the database: off the event loop. The replica's lag is measured
     # first (when due), so its gauges in this scrape are current.
     await run_in_threadpool(ctx.reads.state)
-    body, content_type = await run_in_threadpool(render, ctx.telemetry.registry)
+    # The fleet's families are read from the database at scrape time.
+    fleet = FleetCollector(ctx, part)
+    collector = fleet if part is not None and not part.carries_fleet else None
+    body, content_type = await run_in_threadpool(
+        render, collector or Joined(ctx.telemetry.registry, fleet)
+    )
     return Response(body, headers={"Content-Type": content_type})
