@@ -125,6 +125,15 @@ class Settings(BaseSettings):
     slurm_squeue_command: str = "squeue"
     action_timeout_seconds: float = Field(30.0, gt=0)  # a driver's command or request
     action_retry_seconds: float = Field(300.0, gt=0)  # a failed reclaim is tried again after
+    # The Kubernetes API the Kubernetes driver calls: this kubeconfig file (and one of its
+    # contexts), else the central pod's own service account (deploy/kubernetes/components/
+    # reclaim ships it with the RBAC the driver needs).
+    kubernetes_kubeconfig: Path | None = None
+    kubernetes_context: str | None = None
+    # The action webhook (the "webhook" driver): where a reclaim is POSTed, signed with this
+    # Standard Webhooks key (whsec_...); unset, ladders have no webhook driver.
+    action_webhook_url: str | None = None
+    action_webhook_secret: str | None = None
     # --- costs and reports -------------------------------------------------------------
     # Recommendations (service.costs.recommend; docs/diagnosis.md gives the sources): how many
     # times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer bytes.

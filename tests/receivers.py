@@ -91,8 +91,31 @@ class Receiver:
         self.server.server_close()
 
 
+class LoopbackHttp:
+    """A real HTTP server on 127.0.0.1 answering from a thread: start it, its URL, close it."""
+
+    server: ThreadingHTTPServer
+    thread: threading.Thread
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        """Serve ``handler`` on a free port until ``close``."""
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @dataclass
-class ForwardProxy:
+class ForwardProxy(LoopbackHttp):
     """A real HTTP forward proxy on loopback that records each request's target URL.
 
     It forwards absolute-form requests (``POST http://host:port/path``) and tunnels ``CONNECT
@@ -154,14 +177,4 @@ class ForwardProxy:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)

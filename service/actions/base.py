@@ -18,7 +18,10 @@ class ReclaimTarget:
     ``job_id`` is GPU Warden's id (``slurm:4242``, ``k8s:ns/pod``); ``labels`` are the job's
     labels as registered (a Kubernetes job carries its namespace and pod); ``mode`` is the
     policy's choice for this driver (Slurm: ``cancel`` or ``requeue``; Kubernetes:
-    ``delete_pod`` or ``scale_to_zero``; webhook: ``reclaim``).
+    ``delete_pod`` or ``scale_to_zero``; webhook: ``reclaim``). ``policy``, ``reason`` and
+    ``figures`` (the numbers that triggered the step, e.g. ``idle_seconds``, ``waste_usd``) are
+    passed on to a receiver that wants them (the action webhook); ``idempotency_key`` names
+    this one step of this one ladder, the same on every retry of it.
     """
 
     job_id: str
@@ -27,6 +30,10 @@ class ReclaimTarget:
     team: str | None = None
     nodes: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    policy: str | None = None
+    reason: str | None = None
+    figures: Mapping[str, float] = field(default_factory=dict)
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,3 +56,22 @@ class ReclaimDriver(Protocol):
     name: str
 
     def reclaim(self, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult: ...
+
+
+# present: the job still holds its GPUs where it was seen; gone: it ended or now runs elsewhere
+# (the ladder resets); unknown: the read failed, so nothing is done this round.
+ProbeOutcome = Literal["present", "gone", "unknown"]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a driver's re-read of a job found, with one line of detail."""
+
+    outcome: ProbeOutcome
+    detail: str
+
+
+class JobProbe(Protocol):
+    """A driver that can re-read a job before the ladder acts on it (reads only, never acts)."""
+
+    def probe(self, target: ReclaimTarget) -> ProbeResult: ...

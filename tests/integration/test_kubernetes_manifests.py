@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.k8s_support import apply_component, component, daemonset
+from tests.k8s_support import apply_component, component, daemonset, strict
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
@@ -49,22 +49,6 @@ def crd_schema(kind: str) -> dict[str, Any]:
             schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
             return schema
     raise KeyError(kind)
-
-
-def strict(schema: Any) -> Any:
-    """``schema`` refusing unknown fields, as the API server does under strict field validation."""
-    if isinstance(schema, list):
-        return [strict(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: strict(v) for k, v in schema.items()}
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    return out
 
 
 def validate(doc: dict[str, Any]) -> None:
@@ -142,8 +126,33 @@ def test_host_pid_component_lets_the_agent_read_other_pods_environments_only():
 
 def test_components_are_documented_where_they_are_switched_on():
     kust = (K8S / "kustomization.yaml").read_text()
-    for name in ("nvidia-runtime-class", "dcgm-exporter-backend", "host-pid"):
+    for name in ("nvidia-runtime-class", "dcgm-exporter-backend", "host-pid", "reclaim"):
         assert f"#   - components/{name}" in kust
+
+
+def test_reclaim_component_runs_the_central_under_its_own_least_privilege_account():
+    rbac = [
+        d for d in yaml.safe_load_all((K8S / "components" / "reclaim" / "rbac.yaml").read_text())
+    ]
+    for doc in rbac:
+        validate(doc)
+    (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    (role,) = [d for d in rbac if d["kind"] == "ClusterRole"]
+    (binding,) = [d for d in rbac if d["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "gpuwarden"}
+    ]
+    central = by_kind()[("Deployment", "gpuwarden-central")]
+    assert "serviceAccountName" not in central["spec"]["template"]["spec"]  # opt-in
+    patched = apply_component(central, component("reclaim"))
+    validate(patched)
+    assert patched["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    # Which verbs on which resources: test_kubernetes_driver.py checks them against the requests.
 
 
 def test_kustomize_builds_with_the_components(tmp_path: Path):

@@ -1,0 +1,72 @@
+"""The reclaim drivers a central can use, by the name a ladder's reclaim step gives: ``slurm``
+and ``kubernetes`` always (their commands and API client are used at the first reclaim), and
+``webhook`` when GPUWARDEN_ACTION_WEBHOOK_URL is set."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+from pydantic import ValidationError
+
+from service.actions.base import ReclaimDriver
+from service.actions.kubernetes import KubernetesDriver
+from service.actions.slurm import SlurmDriver
+from service.actions.webhook import WebhookDriver
+from service.errors import ConfigError
+from service.settings import Settings
+from service.thresholds.notify.egress import egress_from
+from service.thresholds.notify.outbox import make_client
+from service.thresholds.policy import ChannelSpec
+from service.thresholds.urlsafety import Resolver, parse_allow_nets, system_resolver
+
+ACTION_WEBHOOK = "action-webhook"  # the channel name its messages and audit rows carry
+
+
+def action_client(settings: Settings, *, resolver: Resolver = system_resolver) -> httpx.Client:
+    """The HTTP client the action webhook posts with: the notifiers' own (every address
+    resolved and checked against GPUWARDEN_WEBHOOK_ALLOW_NETS per request, redirects never
+    followed, the notification proxy), under GPUWARDEN_ACTION_TIMEOUT_SECONDS."""
+    return make_client(
+        settings.action_timeout_seconds,
+        lambda: parse_allow_nets(settings.webhook_allow_nets),
+        resolver=resolver,
+        egress=egress_from(settings.notify_proxy_url, os.environ),
+    )
+
+
+def action_webhook(settings: Settings) -> ChannelSpec | None:
+    """The action webhook as a webhook channel (its URL and secret checked as a channel's), or
+    None when GPUWARDEN_ACTION_WEBHOOK_URL is unset; ConfigError naming the setting if bad."""
+    if not settings.action_webhook_url:
+        return None
+    try:
+        return ChannelSpec(
+            name=ACTION_WEBHOOK,
+            type="webhook",
+            url=settings.action_webhook_url,
+            secret=settings.action_webhook_secret,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = "GPUWARDEN_ACTION_WEBHOOK_" + str(err["loc"][0]).upper()
+        raise ConfigError(f"{field}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def drivers_from(
+    settings: Settings, *, client: httpx.Client | None = None
+) -> dict[str, ReclaimDriver]:
+    """Every configured driver by name; ``client`` (else a new ``action_client``) serves the
+    action webhook."""
+    drivers: dict[str, ReclaimDriver] = {
+        "slurm": SlurmDriver.from_settings(settings),
+        "kubernetes": KubernetesDriver(
+            kubeconfig=settings.kubernetes_kubeconfig,
+            context=settings.kubernetes_context,
+            timeout_seconds=settings.action_timeout_seconds,
+        ),
+    }
+    channel = action_webhook(settings)
+    if channel is not None:
+        drivers["webhook"] = WebhookDriver(channel, client or action_client(settings))
+    return drivers

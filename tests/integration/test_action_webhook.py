@@ -1,0 +1,176 @@
+"""The action webhook driver against a real HTTP receiver on loopback, its signature verified
+with the ``standardwebhooks`` library; and the registry that builds every driver from settings."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from service.actions.base import ReclaimTarget
+from service.actions.kubernetes import KubernetesDriver
+from service.actions.registry import action_client, drivers_from
+from service.actions.webhook import WebhookDriver
+from service.settings import Settings
+from service.thresholds.policy import ChannelSpec
+from tests.receivers import Receiver
+
+SECRET = "whsec_" + base64.b64encode(b"action-webhook-test-key-32bytes!").decode()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def settings(**kw: object) -> Settings:
+    values: dict[str, object] = {"webhook_allow_nets": "127.0.0.0/8", "action_timeout_seconds": 2.0}
+    return Settings.model_validate(values | kw)
+
+
+def channel(url: str, secret: str | None = SECRET) -> ChannelSpec:
+    return ChannelSpec(name="reaper", type="webhook", url=url, secret=secret)
+
+
+def driver_for(url: str, s: Settings | None = None, secret: str | None = SECRET) -> WebhookDriver:
+    s = s or settings()
+    found = drivers_from(s, channels=[channel(url, secret)])["webhook:reaper"]
+    assert isinstance(found, WebhookDriver)
+    return found
+
+
+STEP = ReclaimTarget(
+    job_id="slurm:4242",
+    mode="reclaim",
+    user="alice",
+    team="vision",
+    nodes=("gpu-07",),
+    labels={"partition": "a100"},
+    policy="idle-gpu-ladder",
+    reason="idle-held since 10:02, warned 11:02 and 11:47",
+    figures={"idle_seconds": 7200.0, "waste_usd": 5.8},
+    idempotency_key="ladder-17-step-2",
+)
+
+
+def test_the_action_is_posted_signed_and_verifies(receiver: Receiver):
+    result = driver_for(receiver.url + "/reclaim").reclaim(STEP, dry_run=False)
+    assert result.outcome == "reclaimed", result
+    (got,) = receiver.wait_for(1)
+    assert got.path == "/reclaim"
+    doc = Webhook(SECRET).verify(got.body.decode(), got.headers)  # raises unless signed
+    assert doc == {
+        "type": "action.reclaim",
+        "timestamp": doc["timestamp"],
+        "data": {
+            "idempotency_key": "ladder-17-step-2",
+            "job_id": "slurm:4242",
+            "user": "alice",
+            "team": "vision",
+            "nodes": ["gpu-07"],
+            "labels": {"partition": "a100"},
+            "mode": "reclaim",
+            "policy": "idle-gpu-ladder",
+            "dry_run": False,
+            "reason": "idle-held since 10:02, warned 11:02 and 11:47",
+            "figures": {"idle_seconds": 7200.0, "waste_usd": 5.8},
+        },
+    }
+    # Dated as it is sent (verification refuses a timestamp five minutes from now).
+    sent_at = datetime.fromtimestamp(int(got.headers["webhook-timestamp"]), UTC)
+    assert datetime.fromisoformat(doc["timestamp"]).replace(microsecond=0) == sent_at
+    assert got.headers["webhook-id"] == "ladder-17-step-2"
+    assert got.headers["content-type"] == "application/json"
+    with pytest.raises(WebhookVerificationError):
+        other = "whsec_" + base64.b64encode(b"another-key-of-thirty-two-bytes!").decode()
+        Webhook(other).verify(got.body.decode(), got.headers)
+
+
+def test_a_retry_of_one_step_carries_the_same_key(receiver: Receiver):
+    receiver.script = [(503, {"retry-after": "30"})]
+    driver = driver_for(receiver.url)
+    first = driver.reclaim(STEP, dry_run=False)
+    assert first.outcome == "failed"
+    assert "HTTP 503" in first.detail and "Retry-After 30" in first.detail
+    assert driver.reclaim(STEP, dry_run=False).outcome == "reclaimed"
+    unkeyed = ReclaimTarget(job_id="slurm:4242", mode="reclaim", policy="idle-gpu-ladder")
+    driver.reclaim(unkeyed, dry_run=False)
+    driver.reclaim(unkeyed, dry_run=False)
+    ids = [r.headers["webhook-id"] for r in receiver.wait_for(4)]
+    assert ids[0] == ids[1] == "ladder-17-step-2"
+    assert ids[2] == ids[3] != ids[0]  # made of the policy, job and mode when none is given
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "words"),
+    [
+        (200, "reclaimed", "POST action.reclaim for slurm:4242"),
+        (202, "reclaimed", "webhook-id ladder-17-step-2"),
+        (404, "gone", "HTTP 404: the receiver has no such job"),
+        (410, "gone", "HTTP 410"),
+        (409, "failed", "refused the document"),
+        (401, "failed", "check the secret and URL"),
+        (302, "failed", "redirect (not followed)"),
+        (429, "failed", "busy or unreachable"),
+        (500, "failed", "server error"),
+    ],
+)
+def test_answers_map_to_outcomes(receiver: Receiver, status: int, outcome: str, words: str):
+    receiver.default_status = status
+    result = driver_for(receiver.url).reclaim(STEP, dry_run=False)
+    assert result.outcome == outcome, result
+    assert words in result.detail
+    assert receiver.url not in result.detail  # a webhook URL may itself be a secret
+
+
+def test_no_answer_in_time_is_a_failure(receiver: Receiver):
+    receiver.delay_seconds = 1.0
+    slow = driver_for(receiver.url, settings(action_timeout_seconds=0.2))
+    result = slow.reclaim(STEP, dry_run=False)
+    assert result.outcome == "failed" and "timed out" in result.detail
+
+
+def test_dry_run_sends_nothing(receiver: Receiver):
+    result = driver_for(receiver.url).reclaim(STEP, dry_run=True)
+    assert result.outcome == "would"
+    assert result.detail == (
+        "POST action.reclaim for slurm:4242 to webhook channel reaper (webhook-id ladder-17-step-2)"
+    )
+    assert receiver.received == []
+
+
+def test_the_notifiers_url_rules_apply(receiver: Receiver):
+    closed = driver_for(receiver.url, Settings(webhook_allow_nets=""))
+    result = closed.reclaim(STEP, dry_run=False)
+    assert result.outcome == "failed"
+    assert "loopback" in result.detail and "GPUWARDEN_WEBHOOK_ALLOW_NETS" in result.detail
+    unsigned = driver_for(receiver.url, secret=None)
+    result = unsigned.reclaim(STEP, dry_run=False)
+    assert result.outcome == "failed" and "no secret" in result.detail
+    assert unsigned.reclaim(STEP, dry_run=True).outcome == "failed"
+    assert receiver.received == []
+
+
+def test_the_registry_builds_every_configured_driver(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    s = settings(kubernetes_kubeconfig=kubeconfig, kubernetes_context="prod")
+    chans = [
+        channel("https://reaper.example.com/act"),
+        ChannelSpec(name="ops", type="slack", url="https://hooks.slack.com/services/x"),
+    ]
+    client = action_client(s)
+    try:
+        drivers = drivers_from(s, channels=chans, client=client)
+    finally:
+        client.close()
+    assert set(drivers) == {"kubernetes", "webhook:reaper"}
+    k8s = drivers["kubernetes"]
+    assert isinstance(k8s, KubernetesDriver)
+    assert (k8s.kubeconfig, k8s.context, k8s.timeout_seconds) == (kubeconfig, "prod", 2.0)
+    assert drivers["webhook:reaper"].name == "webhook:reaper"
+    assert set(drivers_from(Settings())) == {"kubernetes"}

@@ -1,0 +1,320 @@
+"""The Kubernetes reclaim driver through the official client against a fake API server on
+loopback (no API server can run here): what it does to the cluster's objects, what it answers,
+and every request it sends checked against Kubernetes' OpenAPI document and the RBAC shipped in
+deploy/kubernetes/components/reclaim."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from service.actions.base import ReclaimTarget
+from service.actions.kubernetes import KubernetesDriver, pod_of
+from tests.k8s_support import K8S, check_request, rbac_grants, rbac_need
+from tests.kube_api_fake import FakeKubeApi
+
+NS = "ml"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    fake = FakeKubeApi()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def driver(api: FakeKubeApi, tmp_path: Path) -> KubernetesDriver:
+    return KubernetesDriver(kubeconfig=api.kubeconfig(tmp_path), timeout_seconds=5.0)
+
+
+def target(pod: str, mode: str, **kw: Any) -> ReclaimTarget:
+    return ReclaimTarget(job_id=f"k8s:{NS}/{pod}", mode=mode, nodes=("node-a",), **kw)
+
+
+def sent(api: FakeKubeApi) -> list[tuple[str, str]]:
+    return [(r.method, r.path) for r in api.requests]
+
+
+POD_PATH = f"/api/v1/namespaces/{NS}/pods"
+
+
+def test_delete_pod_deletes_the_pod_that_was_read(api: FakeKubeApi, driver: KubernetesDriver):
+    uid = api.add_pod(NS, "train-0")
+    result = driver.reclaim(target("train-0", "delete_pod"), dry_run=False)
+    assert result.outcome == "reclaimed", result
+    assert sent(api) == [("GET", f"{POD_PATH}/train-0"), ("DELETE", f"{POD_PATH}/train-0")]
+    assert api.requests[1].body == {"preconditions": {"uid": uid}}  # never a newer namesake
+    assert "deletionTimestamp" in api.pods[(NS, "train-0")]["metadata"]
+    assert uid in result.detail and "DELETE" in result.detail
+
+
+def test_scale_to_zero_scales_the_deployment_behind_the_replicaset(
+    api: FakeKubeApi, driver: KubernetesDriver
+):
+    rs = api.add_deployment(NS, "notebook", replicas=3)
+    api.add_pod(NS, f"{rs}-x7k2p", owner=("ReplicaSet", rs))
+    result = driver.reclaim(target(f"{rs}-x7k2p", "scale_to_zero"), dry_run=False)
+    assert result.outcome == "reclaimed", result
+    scale = f"/apis/apps/v1/namespaces/{NS}/deployments/notebook/scale"
+    assert sent(api) == [
+        ("GET", f"{POD_PATH}/{rs}-x7k2p"),
+        ("GET", f"/apis/apps/v1/namespaces/{NS}/replicasets/{rs}"),
+        ("GET", scale),
+        ("PATCH", scale),
+    ]
+    assert api.requests[-1].body == {"spec": {"replicas": 0}}
+    assert api.requests[-1].content_type == "application/merge-patch+json"
+    assert api.scales[(NS, "deployments", "notebook")] == 0
+    assert "was 3 replicas" in result.detail
+
+
+def test_scale_to_zero_scales_a_statefulset(api: FakeKubeApi, driver: KubernetesDriver):
+    api.add_statefulset(NS, "llm", replicas=1)
+    api.add_pod(NS, "llm-0", owner=("StatefulSet", "llm"))
+    result = driver.reclaim(target("llm-0", "scale_to_zero"), dry_run=False)
+    assert result.outcome == "reclaimed", result
+    assert api.scales[(NS, "statefulsets", "llm")] == 0
+    assert sent(api)[-1] == ("PATCH", f"/apis/apps/v1/namespaces/{NS}/statefulsets/llm/scale")
+
+
+def test_dry_run_reads_and_changes_nothing(api: FakeKubeApi, driver: KubernetesDriver):
+    uid = api.add_pod(NS, "train-0")
+    rs = api.add_deployment(NS, "notebook", replicas=2)
+    api.add_pod(NS, "nb-1", owner=("ReplicaSet", rs))
+    deleted = driver.reclaim(target("train-0", "delete_pod"), dry_run=True)
+    scaled = driver.reclaim(target("nb-1", "scale_to_zero"), dry_run=True)
+    assert deleted.outcome == scaled.outcome == "would"
+    assert deleted.detail == f"DELETE {POD_PATH}/train-0 (uid {uid})"
+    assert scaled.detail == (
+        f"PATCH /apis/apps/v1/namespaces/{NS}/deployments/notebook/scale "
+        '{"spec":{"replicas":0}} (now 2 replicas)'
+    )
+    assert {r.method for r in api.requests} == {"GET"}
+    assert "deletionTimestamp" not in api.pods[(NS, "train-0")]["metadata"]
+    assert api.scales[(NS, "deployments", "notebook")] == 2
+
+
+def test_a_retried_step_sends_nothing_more_once_done(api: FakeKubeApi, driver: KubernetesDriver):
+    api.add_pod(NS, "train-0")
+    api.add_statefulset(NS, "llm", replicas=1)
+    api.add_pod(NS, "llm-0", owner=("StatefulSet", "llm"))
+    for _ in range(2):
+        first = driver.reclaim(target("train-0", "delete_pod"), dry_run=False)
+        again = driver.reclaim(target("llm-0", "scale_to_zero"), dry_run=False)
+        assert first.outcome == again.outcome == "reclaimed"
+    assert [m for m, _ in sent(api)].count("DELETE") == 1
+    assert [m for m, _ in sent(api)].count("PATCH") == 1
+    assert "already being deleted" in first.detail
+    assert "already scaled to 0" in again.detail
+
+
+def test_a_pod_that_is_gone_ended_or_elsewhere_is_gone(api: FakeKubeApi, driver: KubernetesDriver):
+    api.add_pod(NS, "done", phase="Succeeded")
+    api.add_pod(NS, "moved", node="node-b")
+    for pod in ("missing", "done", "moved"):
+        for mode in ("delete_pod", "scale_to_zero"):
+            result = driver.reclaim(target(pod, mode), dry_run=False)
+            assert result.outcome == "gone", (pod, mode, result)
+    assert {r.method for r in api.requests} == {"GET"}
+    moved = driver.reclaim(target("moved", "delete_pod"), dry_run=False)
+    assert "now runs on node-b, not on node-a" in moved.detail
+
+
+def test_the_api_servers_refusals_are_failures_with_the_reason(
+    api: FakeKubeApi, driver: KubernetesDriver
+):
+    api.add_pod(NS, "train-0")
+    for code, words in ((409, "HTTP 409 Conflict: scripted 409"), (500, "HTTP 500"), (403, "403")):
+        api.fail.append(("DELETE", f"{POD_PATH}/train-0", code))
+        result = driver.reclaim(target("train-0", "delete_pod"), dry_run=False)
+        assert result.outcome == "failed", result
+        assert words in result.detail
+    # Deleted between the read and the delete: done, by someone else.
+    api.fail.append(("DELETE", f"{POD_PATH}/train-0", 404))
+    assert driver.reclaim(target("train-0", "delete_pod"), dry_run=False).outcome == "gone"
+    assert "deletionTimestamp" not in api.pods[(NS, "train-0")]["metadata"]
+
+
+def test_a_newer_pod_of_the_same_name_is_not_deleted(api: FakeKubeApi, driver: KubernetesDriver):
+    api.add_pod(NS, "llm-0")
+    real = copy.deepcopy(api.pods[(NS, "llm-0")])
+    # Between the read and the delete the pod is re-created under the same name.
+    original_answer = api.answer
+
+    def recreate_after_read(method: str, path: str, headers: Any, raw: bytes) -> Any:
+        out = original_answer(method, path, headers, raw)
+        if method == "GET":
+            api.pods[(NS, "llm-0")] = real | {"metadata": real["metadata"] | {"uid": "new"}}
+        return out
+
+    api.answer = recreate_after_read  # type: ignore[method-assign]
+    result = driver.reclaim(target("llm-0", "delete_pod"), dry_run=False)
+    assert result.outcome == "failed"
+    assert "409" in result.detail and "Precondition failed" in result.detail
+    assert "deletionTimestamp" not in api.pods[(NS, "llm-0")]["metadata"]
+
+
+def test_a_slow_api_server_is_a_failure_after_the_timeout(api: FakeKubeApi, tmp_path: Path):
+    api.add_pod(NS, "train-0")
+    api.delay_seconds = 1.0
+    slow = KubernetesDriver(kubeconfig=api.kubeconfig(tmp_path), timeout_seconds=0.2)
+    result = slow.reclaim(target("train-0", "delete_pod"), dry_run=False)
+    assert result.outcome == "failed"
+    assert "timed out after 0.2 s" in result.detail
+    assert len(api.requests) == 1  # one attempt: the ladder's next round is the retry
+
+
+def test_pods_without_a_scalable_owner_fail_and_say_why(api: FakeKubeApi, driver: KubernetesDriver):
+    api.add_pod(NS, "bare")
+    api.add_pod(NS, "batch-x", owner=("Job", "batch"))
+    api.replicasets[(NS, "lonely")] = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "lonely", "namespace": NS, "uid": "u"},
+        "spec": {"selector": {}},
+    }
+    api.add_pod(NS, "lonely-1", owner=("ReplicaSet", "lonely"))
+    api.add_pod(NS, "orphan-1", owner=("ReplicaSet", "deleted-rs"))
+    expected = {
+        "bare": "has no controller",
+        "batch-x": "has controller Job batch",
+        "lonely-1": "ReplicaSet lonely has no Deployment",
+        "orphan-1": "ReplicaSet ml/deleted-rs: not found",
+    }
+    for pod, words in expected.items():
+        result = driver.reclaim(target(pod, "scale_to_zero"), dry_run=False)
+        assert result.outcome == "failed", (pod, result)
+        assert words in result.detail, result.detail
+    assert {r.method for r in api.requests} == {"GET"}
+
+
+def test_probe_says_whether_the_pod_still_holds_the_gpus(
+    api: FakeKubeApi, driver: KubernetesDriver, tmp_path: Path
+):
+    api.add_pod(NS, "train-0")
+    api.add_pod(NS, "moved", node="node-b")
+    assert driver.probe(target("train-0", "delete_pod")).outcome == "present"
+    assert driver.probe(target("moved", "delete_pod")).outcome == "gone"
+    assert driver.probe(target("missing", "delete_pod")).outcome == "gone"
+    api.add_pod(NS, "stopping")
+    api.pods[(NS, "stopping")]["metadata"]["deletionTimestamp"] = "2026-12-04T12:00:00Z"
+    assert driver.probe(target("stopping", "delete_pod")).outcome == "gone"
+    api.fail.append(("GET", f"{POD_PATH}/train-0", 503))
+    unknown = driver.probe(target("train-0", "delete_pod"))
+    assert unknown.outcome == "unknown" and "503" in unknown.detail
+    assert {r.method for r in api.requests} == {"GET"}
+
+
+def test_without_an_api_every_reclaim_fails_with_the_reason(tmp_path: Path):
+    missing = KubernetesDriver(kubeconfig=tmp_path / "no-such-kubeconfig")
+    result = missing.reclaim(target("train-0", "delete_pod"), dry_run=False)
+    assert result.outcome == "failed" and "no Kubernetes API" in result.detail
+    in_cluster = KubernetesDriver()  # not in a pod: no service account token here
+    result = in_cluster.reclaim(target("train-0", "delete_pod"), dry_run=False)
+    assert result.outcome == "failed" and "GPUWARDEN_KUBERNETES_KUBECONFIG" in result.detail
+    assert in_cluster.probe(target("train-0", "delete_pod")).outcome == "unknown"
+
+
+def test_jobs_that_name_no_pod_and_unknown_modes_fail(driver: KubernetesDriver):
+    by_uid = ReclaimTarget(job_id="k8s:1b7f0c2e-0000-4000-8000-000000000000", mode="delete_pod")
+    assert driver.reclaim(by_uid, dry_run=False).outcome == "failed"
+    labelled = ReclaimTarget("k8s:x", "delete_pod", labels={"namespace": "ml", "pod": "p"})
+    assert str(pod_of(labelled)) == "ml/p"
+    assert str(pod_of(target("train-0", "delete_pod"))) == "ml/train-0"
+    assert pod_of(ReclaimTarget("slurm:42", "delete_pod")) is None
+    assert driver.reclaim(target("p", "evict"), dry_run=False).outcome == "failed"
+
+
+# --- the recorded contract -----------------------------------------------------------------
+
+
+def every_request(api: FakeKubeApi, driver: KubernetesDriver) -> list[Any]:
+    """The driver's every kind of request, each path it takes run once (the contract)."""
+    api.add_pod(NS, "train-0")
+    rs = api.add_deployment(NS, "notebook", replicas=2)
+    api.add_pod(NS, "nb-1", owner=("ReplicaSet", rs))
+    api.add_statefulset(NS, "llm", replicas=1)
+    api.add_pod(NS, "llm-0", owner=("StatefulSet", "llm"))
+    driver.probe(target("train-0", "delete_pod"))
+    for pod, mode in (
+        ("train-0", "delete_pod"),
+        ("nb-1", "scale_to_zero"),
+        ("llm-0", "scale_to_zero"),
+    ):
+        assert driver.reclaim(target(pod, mode), dry_run=True).outcome == "would"
+        assert driver.reclaim(target(pod, mode), dry_run=False).outcome == "reclaimed"
+    return api.requests
+
+
+def test_every_request_is_an_operation_of_the_kubernetes_openapi(
+    api: FakeKubeApi, driver: KubernetesDriver
+):
+    seen = set()
+    for r in every_request(api, driver):
+        seen.add((r.method, check_request(r.method, r.path, r.query, r.content_type, r.body)))
+    assert seen == {
+        ("GET", "/api/v1/namespaces/{namespace}/pods/{name}"),
+        ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
+        ("GET", "/apis/apps/v1/namespaces/{namespace}/replicasets/{name}"),
+        ("GET", "/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"),
+        ("PATCH", "/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"),
+        ("GET", "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/scale"),
+        ("PATCH", "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/scale"),
+    }
+
+
+def test_the_contract_check_has_teeth():
+    pod = f"{POD_PATH}/p"
+    scale = f"/apis/apps/v1/namespaces/{NS}/deployments/d/scale"
+    with pytest.raises(AssertionError, match="no such path"):
+        check_request("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/d", {}, None, None)
+    with pytest.raises(AssertionError, match="has no POST"):
+        check_request("POST", pod, {}, None, None)
+    with pytest.raises(AssertionError, match="undeclared"):
+        check_request("DELETE", pod, {"graceSeconds": ["0"]}, None, None)
+    with pytest.raises(jsonschema.ValidationError):  # a misspelt DeleteOptions field
+        check_request("DELETE", pod, {}, "application/json", {"precondition": {"uid": "u"}})
+    with pytest.raises(jsonschema.ValidationError):  # replicas is an integer
+        check_request(
+            "PATCH", scale, {}, "application/merge-patch+json", {"spec": {"replicas": "0"}}
+        )
+    with pytest.raises(jsonschema.ValidationError):  # not a field of a Scale
+        check_request(
+            "PATCH", scale, {}, "application/merge-patch+json", {"spec": {"paused": True}}
+        )
+    with pytest.raises(AssertionError, match="not in"):
+        check_request("PATCH", scale, {}, "text/plain", {"spec": {"replicas": 0}})
+
+
+def reclaim_rules() -> list[dict[str, Any]]:
+    docs = yaml.safe_load_all((K8S / "components" / "reclaim" / "rbac.yaml").read_text())
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    rules: list[dict[str, Any]] = role["rules"]
+    return rules
+
+
+def test_the_shipped_rbac_allows_exactly_the_requests_the_driver_sends(
+    api: FakeKubeApi, driver: KubernetesDriver
+):
+    needed = {rbac_need(r.method, r.path) for r in every_request(api, driver)}
+    granted = rbac_grants(reclaim_rules())
+    assert needed - granted == set(), "a request the ClusterRole does not allow"
+    assert granted - needed == set(), "a rule no request uses: not least privilege"
+
+
+def test_the_rbac_check_has_teeth():
+    assert rbac_need("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/d/scale") == (
+        "apps",
+        "deployments/scale",
+        "patch",
+    )
+    assert rbac_need("DELETE", f"{POD_PATH}/p") == ("", "pods", "delete")
+    with pytest.raises(AssertionError, match="wildcard"):
+        rbac_grants([{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}])
