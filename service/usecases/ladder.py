@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from service.actions.base import ReclaimDriver, ReclaimResult, ReclaimTarget
-from service.actions.slurm import SlurmDriver
+from service.actions.registry import drivers_from
 from service.context import ServiceContext
 from service.db import (
     actions_repo,
@@ -50,8 +50,8 @@ NOTICE_CHANNEL_TYPES = ("slack", "webhook")
 
 
 def default_drivers(settings: Settings) -> dict[str, ReclaimDriver]:
-    """The reclaim drivers this service can use, by name."""
-    return {"slurm": SlurmDriver.from_settings(settings)}
+    """The reclaim drivers this service can use, by name (service.actions.registry)."""
+    return drivers_from(settings)
 
 
 @dataclass(frozen=True)
@@ -488,6 +488,11 @@ def _reclaim(
         team=facts.team,
         nodes=facts.nodes,
         labels=dict(facts.labels),
+        policy=ep.policy.name,
+        reason=f"{condition_words(ep.policy)} since {prog.episode_start.isoformat()}",
+        figures=_figures(verdict, prog, now),
+        # One step of one episode of this job's ladder: the same on every retry and restart.
+        idempotency_key=f"ladder-{prog.id}-{int(prog.episode_start.timestamp())}-step-{step}",
     )
     driver = drivers.get(name)
     dry = ep.ladder.dry_run
@@ -523,6 +528,16 @@ def _reclaim(
         mode=target.mode,
         resumed=resumed,
     )
+
+
+def _figures(verdict: Mapping[str, Any], prog: LadderProgress, now: datetime) -> dict[str, float]:
+    """The numbers behind a reclaim: how long the condition has held (seconds) and the job's
+    verdict's dollar figures."""
+    out = {"condition_seconds": (now - prog.episode_start).total_seconds()}
+    for key, value in verdict.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = float(value)
+    return out
 
 
 def _call(driver: ReclaimDriver, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult:

@@ -14,8 +14,8 @@ from service.actions.base import ReclaimTarget
 from service.actions.kubernetes import KubernetesDriver
 from service.actions.registry import action_client, drivers_from
 from service.actions.webhook import WebhookDriver
+from service.errors import ConfigError
 from service.settings import Settings
-from service.thresholds.policy import ChannelSpec
 from tests.receivers import Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"action-webhook-test-key-32bytes!").decode()
@@ -33,13 +33,10 @@ def settings(**kw: object) -> Settings:
     return Settings.model_validate(values | kw)
 
 
-def channel(url: str, secret: str | None = SECRET) -> ChannelSpec:
-    return ChannelSpec(name="reaper", type="webhook", url=url, secret=secret)
-
-
 def driver_for(url: str, s: Settings | None = None, secret: str | None = SECRET) -> WebhookDriver:
     s = s or settings()
-    found = drivers_from(s, channels=[channel(url, secret)])["webhook:reaper"]
+    s = s.model_copy(update={"action_webhook_url": url, "action_webhook_secret": secret})
+    found = drivers_from(s)["webhook"]
     assert isinstance(found, WebhookDriver)
     return found
 
@@ -139,7 +136,7 @@ def test_dry_run_sends_nothing(receiver: Receiver):
     result = driver_for(receiver.url).reclaim(STEP, dry_run=True)
     assert result.outcome == "would"
     assert result.detail == (
-        "POST action.reclaim for slurm:4242 to webhook channel reaper (webhook-id ladder-17-step-2)"
+        "POST action.reclaim for slurm:4242 to the action-webhook (webhook-id ladder-17-step-2)"
     )
     assert receiver.received == []
 
@@ -158,19 +155,33 @@ def test_the_notifiers_url_rules_apply(receiver: Receiver):
 
 def test_the_registry_builds_every_configured_driver(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
-    s = settings(kubernetes_kubeconfig=kubeconfig, kubernetes_context="prod")
-    chans = [
-        channel("https://reaper.example.com/act"),
-        ChannelSpec(name="ops", type="slack", url="https://hooks.slack.com/services/x"),
-    ]
+    s = settings(
+        kubernetes_kubeconfig=kubeconfig,
+        kubernetes_context="prod",
+        action_webhook_url="https://reaper.example.com/act",
+        action_webhook_secret=SECRET,
+    )
     client = action_client(s)
     try:
-        drivers = drivers_from(s, channels=chans, client=client)
+        drivers = drivers_from(s, client=client)
     finally:
         client.close()
-    assert set(drivers) == {"kubernetes", "webhook:reaper"}
+    assert set(drivers) == {"slurm", "kubernetes", "webhook"}
+    assert {name: d.name for name, d in drivers.items()} == {n: n for n in drivers}
     k8s = drivers["kubernetes"]
     assert isinstance(k8s, KubernetesDriver)
     assert (k8s.kubeconfig, k8s.context, k8s.timeout_seconds) == (kubeconfig, "prod", 2.0)
-    assert drivers["webhook:reaper"].name == "webhook:reaper"
-    assert set(drivers_from(Settings())) == {"kubernetes"}
+    assert set(drivers_from(Settings())) == {"slurm", "kubernetes"}  # no webhook unless set
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "field"),
+    [
+        ("ftp://reaper.example.com", SECRET, "GPUWARDEN_ACTION_WEBHOOK_URL"),
+        ("https://reaper.example.com", "not-a-key", "GPUWARDEN_ACTION_WEBHOOK_SECRET"),
+    ],
+)
+def test_a_bad_action_webhook_setting_is_named(url: str, secret: str, field: str):
+    s = Settings(action_webhook_url=url, action_webhook_secret=secret)
+    with pytest.raises(ConfigError, match=field):
+        drivers_from(s)
