@@ -220,10 +220,14 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     ctx.shutdown_hooks.append(alerting.close)
     # The warn-then-reclaim ladder acts on the leader's alerts, after it, at the same pace.
     ladder = Ladder(alerting)
+    from service.usecases.periodic_reports import ReportScheduler
+
+    reports = ReportScheduler(ctx, alerting.leader)
     jobs += [
         ("evaluate", alerting.evaluate_tick, s.eval_interval_seconds),
         ("ladder", ladder.tick, s.eval_interval_seconds),
         ("deliver", alerting.deliver_tick, s.outbox_interval_seconds),
+        ("reports", reports.tick, s.report_interval_seconds),
     ]
 
     def count_skip(event: JobSubmissionEvent) -> None:

@@ -151,6 +151,22 @@ class Settings(BaseSettings):
     # Electricity: USD per kWh the GPUs' energy is priced at (0.12: a typical US industrial
     # rate plus cooling overhead; set your own).
     energy_usd_per_kwh: float = Field(0.12, ge=0)
+    # --- periodic reports (docs/reports.md) --------------------------------------------
+    # Each user's, team's and the admins' report of the period that ended: weekly (Monday
+    # 00:00 UTC to Monday) or daily (UTC midnights); off sends none.
+    report_period: Literal["weekly", "daily", "off"] = "weekly"
+    # A period of this many seconds instead (counted from a Monday midnight UTC): for trying
+    # reports out, or tests that cross a period's end.
+    report_period_seconds: float | None = Field(None, gt=0)
+    # How long after a period's end its reports wait, so late batches and rollups are in.
+    report_delay_seconds: float = Field(900.0, ge=0)
+    report_interval_seconds: float = Field(60.0, gt=0)  # how often the leader looks for one due
+    # Comma-separated channel names that receive every report (user, team and admins').
+    report_channels: str = ""
+    # A user or team that ran no job in the period: a one-line report (line) or none (skip).
+    report_no_jobs: Literal["line", "skip"] = "line"
+    report_top_jobs: int = Field(3, ge=0, le=20)  # the costliest jobs a report lists
+    report_worst: int = Field(5, ge=0, le=10)  # the worst users and teams the admins' lists
     # The reader token the CLI sends to central_url (the CLI reads it as ClientSettings).
     api_token: str | None = ClientSettings.api_token
 

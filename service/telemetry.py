@@ -97,6 +97,12 @@ class Telemetry:
             registry=r,
         )
         # --- alerting ------------------------------------------------------------------
+        self.reports = Counter(
+            "gpuwarden_reports",
+            "Periodic reports by outcome (queued; opted_out; no_jobs: skipped, nothing ran).",
+            ["outcome"],
+            registry=r,
+        )
         self.notifications = Counter(
             "gpuwarden_notifications",
             "Notification delivery attempts by channel and outcome (sent, retry, failed).",

@@ -360,3 +360,12 @@ JOB_SOURCE_TEXT: dict[str, str] = {
     "api": "registered by its scheduler or the API",
     "observed": "found from its processes on the GPUs",
 }
+
+
+OWNER_KINDS = ("user", "team")  # whose console page and periodic report there is
+
+
+def owner_page_path(kind: str, name: str) -> str:
+    """The console page of a user or team (``/users/...``, ``/teams/...``), the name one
+    percent-encoded segment as in ``job_path``."""
+    return f"/{kind}s/{quote(name, safe='')}"

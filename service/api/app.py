@@ -37,6 +37,7 @@ from service.api.routers import (
     silences,
 )
 from service.api.routers import jobs as jobs_router
+from service.api.routers import periodic_reports as periodic_router
 from service.api.routers import prices as prices_router
 from service.api.routers import reports as reports_router
 from service.api.validation import request_validation_error
@@ -215,6 +216,7 @@ def create_app(
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")
     app.include_router(reports_router.router, prefix="/api/v1")
+    app.include_router(periodic_router.router, prefix="/api/v1")
     app.include_router(session.router, prefix="/api/v1")
     app.include_router(console.router)
     app.mount(console.STATIC_PREFIX, StaticFiles(directory=console.STATIC_DIR), name="static")

@@ -40,7 +40,7 @@ _API_ERRORS: dict[str, tuple[str, bool]] = {
 
 
 # Routes that name their object in the query rather than the path (a job id may hold "/").
-_NAMED_IN_QUERY = frozenset({"/api/v1/gpus/series"})
+_NAMED_IN_QUERY = frozenset({"/api/v1/gpus/series", "/api/v1/reports/periodic"})
 
 # Query parameters typed as text whose routes take only these names (the route's own 422 names
 # the nearest one); the document lists them so clients and generated requests know.

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Table,
@@ -498,4 +499,29 @@ ladder_actions = Table(
     Index(None, "policy", "at"),
     Index(None, "user", "at"),
     Index(None, "outcome", "at"),
+)
+
+# The periodic reports claimed for sending: one row per (period, recipient), inserted in the
+# transaction that queues the report's deliveries, so a report goes out once per period on any
+# number of replicas and across restarts. ``recipient`` is "user:<name>", "team:<name>",
+# "admins", or "__period__": the marker that the whole period has been claimed.
+report_sends = Table(
+    "report_sends",
+    metadata,
+    Column("period_start", UTCDateTime, nullable=False),
+    Column("recipient", String(300), nullable=False),
+    Column("period_end", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False),  # queued | opted_out | no_jobs | no_route
+    Column("delivery_ids", JSON, nullable=False),
+    Column("claimed_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("period_start", "recipient", name="pk_report_sends"),
+)
+
+# Users and teams who asked not to get the periodic report (the admins' one cannot be).
+report_opt_outs = Table(
+    "report_opt_outs",
+    metadata,
+    Column("recipient", String(300), primary_key=True),
+    Column("opted_out_at", UTCDateTime, nullable=False),
+    Column("by", String(255), nullable=True),
 )

@@ -233,6 +233,25 @@ CASES = [
         ],
     ),
     Case("cost-report", "GET", "/api/v1/reports/cost", "/api/v1/reports/cost", reads()),
+    # The admins' report of the week just ended: no job ran in it, an empty report still is.
+    Case("periodic-report", "GET", "/api/v1/reports/periodic", "/api/v1/reports/periodic", reads()),
+    Case("report-sends", "GET", "/api/v1/reports/sends", "/api/v1/reports/sends", reads()),
+    Case("opt-outs", "GET", "/api/v1/reports/opt-outs", "/api/v1/reports/opt-outs", reads()),
+    Case(
+        "opt-out",
+        "PUT",
+        "/api/v1/reports/opt-outs/{kind}/{name}",
+        "/api/v1/reports/opt-outs/user/alice",
+        admin_only(200),
+    ),
+    # Nobody opted out: 404 shows the caller got past the role check.
+    Case(
+        "opt-in",
+        "DELETE",
+        "/api/v1/reports/opt-outs/{kind}/{name}",
+        "/api/v1/reports/opt-outs/user/nobody",
+        admin_only(404),
+    ),
     # The console's login reads the token of the body, whatever the header says.
     Case(
         "session-login",

@@ -39,6 +39,7 @@ from service.thresholds.backoff import RateLimiter
 from service.thresholds.notify import Notification, notifier_for
 from service.thresholds.notify.egress import Egress, egress_from
 from service.thresholds.notify.pinned import PinnedTransport
+from service.thresholds.notify.report import ReportMessage, is_report, send_report
 from service.thresholds.policy import ChannelSpec
 from service.thresholds.urlsafety import (
     IPNetwork,
@@ -115,8 +116,9 @@ class Dispatcher:
         """The networks GPUWARDEN_WEBHOOK_ALLOW_NETS admits, read at each send."""
         return parse_allow_nets(self.ctx.settings.webhook_allow_nets)
 
-    def send_now(self, channel: ChannelSpec, note: Notification) -> None:
-        """Send one notification to a checked address, raising ValidationFailed or DeliveryError."""
+    def send_now(self, channel: ChannelSpec, note: Notification | ReportMessage) -> None:
+        """Send one notification or report to a checked address, raising ValidationFailed or
+        DeliveryError."""
         if not self._checks_itself:
             check_url(
                 channel.url,
@@ -124,7 +126,10 @@ class Dispatcher:
                 resolver=self.resolver,
                 admit_url=self.ctx.settings.local_sink_url,
             )
-        notifier_for(channel, self.client).send(note)
+        if isinstance(note, ReportMessage):
+            send_report(channel, self.client, note)
+        else:
+            notifier_for(channel, self.client).send(note)
 
     def drain(self, *, budget_seconds: float = 5.0, limit: int = 200) -> int:
         """Send every due delivery (within ``budget_seconds`` of rate-limit waits); returns sent."""
@@ -178,12 +183,14 @@ class Dispatcher:
             tel.outbox_depth.set(outbox_repo.depth(conn))
         return sent
 
-    def _readable(self, row: outbox_repo.Due) -> Notification | None:
-        """The notification ``row`` holds, or None when it holds none: then it is failed at
-        once, logged and counted as set aside (retrying cannot make it readable)."""
+    def _readable(self, row: outbox_repo.Due) -> Notification | ReportMessage | None:
+        """The notification or report ``row`` holds, or None when it holds none: then it is
+        failed at once, logged and counted as set aside (retrying cannot make it readable)."""
         reason = row.unreadable
         if reason is None:
             try:
+                if is_report(row.payload):
+                    return ReportMessage.model_validate(row.payload)
                 return Notification.model_validate(row.payload)
             except ValidationError as exc:
                 reason = f"payload is not a notification ({exc.error_count()} errors)"

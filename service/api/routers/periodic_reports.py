@@ -1,0 +1,78 @@
+"""``/api/v1/reports/periodic``, ``/reports/sends`` and ``/reports/opt-outs``: the weekly (or
+daily) report of a user, a team or the admins, what was sent, and who opted out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Path, Query, status
+
+from service.api import query
+from service.api.deps import Admin, Ctx, Expensive, ReadConn, Reader, WriteConn
+from service.api.schemas.reports import OptOutPublic, ReportPreviewPublic, ReportSendPublic
+from service.db import reports_repo
+from service.errors import NotFound
+from service.usecases import periodic_reports
+
+router = APIRouter(prefix="/reports", tags=["reports"])
+
+OwnerName = Path(min_length=1, max_length=255, description="the user's or team's name")
+
+
+@router.get("/periodic", response_model=ReportPreviewPublic, dependencies=[Expensive])
+def periodic_report(
+    ctx: Ctx,
+    conn: ReadConn,
+    _: Reader,
+    user: str | None = Query(None, max_length=255, description="this user's report"),
+    team: str | None = Query(None, max_length=255, description="this team's report"),
+    at: str | None = Query(
+        None, description=f"the period due last at this time ({query.TIME_HELP}); default now"
+    ),
+) -> dict[str, Any]:
+    """A user's, a team's or (with neither) the admins' report of the last period ended, as
+    it is sent: subject, text, HTML and figures."""
+    if user is not None and team is not None:
+        raise query.query_error("team", "ask for a user's or a team's report, not both")
+    recipient = f"user:{user}" if user else f"team:{team}" if team else "admins"
+    now = ctx.clock()
+    when: datetime = query.instant("at", at, now=now) or now
+    return periodic_reports.preview(
+        conn, settings=ctx.settings, recipient=recipient, at=when, now=now
+    )
+
+
+@router.get("/sends", response_model=list[ReportSendPublic])
+def report_sends(
+    conn: ReadConn,
+    _: Reader,
+    limit: int = Query(1000, ge=1, le=10_000),
+) -> list[dict[str, Any]]:
+    """The reports claimed for sending, newest period first, with each recipient's outcome."""
+    return reports_repo.sends(conn, limit=limit)
+
+
+@router.get("/opt-outs", response_model=list[OptOutPublic])
+def list_opt_outs(conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
+    """The users and teams that get no periodic report."""
+    return reports_repo.list_opt_outs(conn)
+
+
+@router.put("/opt-outs/{kind}/{name}", response_model=OptOutPublic)
+def opt_out(
+    kind: Literal["user", "team"], ctx: Ctx, conn: WriteConn, token: Admin,
+    name: str = OwnerName,
+) -> dict[str, Any]:  # fmt: skip
+    """Stop the periodic report of a user or team (again: no change)."""
+    recipient = f"{kind}:{name}"
+    by = token.name or f"token {token.prefix}"
+    reports_repo.opt_out(conn, recipient=recipient, by=by, now=ctx.clock())
+    return next(r for r in reports_repo.list_opt_outs(conn) if r["recipient"] == recipient)
+
+
+@router.delete("/opt-outs/{kind}/{name}", status_code=status.HTTP_204_NO_CONTENT)
+def opt_in(kind: Literal["user", "team"], conn: WriteConn, _: Admin, name: str = OwnerName) -> None:
+    """Send a user's or team's periodic report again."""
+    if not reports_repo.opt_in(conn, recipient=f"{kind}:{name}"):
+        raise NotFound(f"{kind} {name!r} has not opted out")

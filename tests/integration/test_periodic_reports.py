@@ -1,0 +1,179 @@
+"""Periodic reports over real HTTP on SQLite and PostgreSQL: a week's reports reach a webhook
+once, their figures are the cost report's to the cent, quiet users get one line (or none),
+opted-out users none."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine, select
+
+from service.api.app import create_app
+from service.db.schema import outbox, report_sends
+from service.settings import Settings
+from service.thresholds.notify.outbox import Dispatcher
+from service.usecases.periodic_reports import reports_once
+from tests.conftest import make_token
+from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
+from tests.receivers import Receiver
+from tests.support import FakeClock, iso, live_server
+
+T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # alice's job: 06:00-07:00 on Wednesday
+BOB_AT = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)  # bob's job, the week before
+WEEK = (datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC))
+DOLLARS = re.compile(r"\$[0-9,]+\.[0-9]{2}")
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def service_settings(engine: Engine, **overrides: Any) -> Settings:
+    return Settings(
+        database_url=str(engine.url.render_as_string(hide_password=False)),
+        run_scheduler=False,
+        webhook_allow_nets="127.0.0.0/8",
+        public_url="https://warden.example",
+        report_channels="hook",
+        **overrides,
+    )
+
+
+@pytest.fixture
+def week(engine: Engine, receiver: Receiver) -> Iterator[tuple[httpx.Client, Any, FakeClock]]:
+    """Alice (team vision) ran the worked example this week, bob (team nlp) a job last week;
+    the clock stands on Monday 01:00 after that week, a webhook channel "hook" takes reports."""
+    clock = FakeClock()
+    store_series(engine, clock, uuid="GPU-b0", start=BOB_AT, hostname="node-b",
+                 metrics=worked_example_metrics()[:90])  # fmt: skip
+    store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=worked_example_metrics())
+    roll_up(engine)
+    clock.set(datetime(2026, 12, 7, 1, 0, tzinfo=UTC))
+    app = create_app(service_settings(engine), engine=engine, clock=clock)
+    admin = auth(make_token(engine, "admin"))
+    with live_server(app) as url, httpx.Client(base_url=url, headers=admin) as http:
+        prices = [{"model_pattern": "*H100*", "usd_per_gpu_hour": 4.0,
+                   "effective_from": "2026-01-01T00:00:00Z"}]  # fmt: skip
+        assert http.put("/api/v1/prices", json=prices).status_code == 200
+        for job_id, user, team, gpu, at, minutes in (
+            ("slurm:1", "alice", "vision", "GPU-a0", T0, 60),
+            ("slurm:0", "bob", "nlp", "GPU-b0", BOB_AT, 15),
+        ):
+            body = {"id": job_id, "user": user, "team": team, "gpus": [gpu],
+                    "started_at": iso(at), "ended_at": iso(at + timedelta(minutes=minutes))}  # fmt: skip
+            assert http.post("/api/v1/jobs", json=body).status_code == 201
+        channel = {"name": "hook", "type": "webhook", "url": receiver.url + "/reports"}
+        assert http.post("/api/v1/channels", json=channel).status_code == 201
+        yield http, app.state.ctx, clock
+
+
+def cost_report(http: httpx.Client, **who: str) -> dict[str, Any]:
+    params = {"start": iso(WEEK[0]), "end": iso(WEEK[1]), "group_by": "job", **who}
+    r = http.get("/api/v1/reports/cost", params=params)
+    assert r.status_code == 200, r.text
+    report: dict[str, Any] = r.json()
+    return report
+
+
+def cost_totals(http: httpx.Client, **who: str) -> dict[str, Any]:
+    totals: dict[str, Any] = cost_report(http, **who)["totals"]
+    return totals
+
+
+def cost_rows(http: httpx.Client, **who: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = cost_report(http, **who)["rows"]
+    return rows
+
+
+def by_recipient(receiver: Receiver) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for got in receiver.received:
+        data = got.json()["data"]
+        assert data["recipient"] not in out, f"{data['recipient']} got two reports"
+        out[data["recipient"]] = data
+    return out
+
+
+def test_weekly_reports_carry_the_cost_reports_figures_once(week, receiver: Receiver) -> None:
+    http, ctx, clock = week
+    done = reports_once(ctx)
+    assert done.period is not None and (done.period.start, done.period.end) == WEEK
+    assert done.outcomes == {
+        "user:alice": "queued", "user:bob": "queued", "team:vision": "queued",
+        "team:nlp": "queued", "admins": "queued",
+    }  # fmt: skip
+    assert Dispatcher(ctx).drain() == 5
+    got = by_recipient(receiver)
+    assert {r.json()["type"] for r in receiver.received} == {"report.weekly"}
+
+    alice = got["user:alice"]
+    api = cost_totals(http, user="alice")
+    figures = alice["figures"]["totals"]
+    for name in ("cost_usd", "waste_usd", "idle_usd", "fixable_usd"):
+        assert f"{figures[name]:.2f}" == f"{api[name]:.2f}", name
+    text = alice["text"]
+    assert f"Cost: ${api['cost_usd']:,.2f}" in text
+    assert (
+        f"Waste: ${api['waste_usd']:,.2f} = idle ${api['idle_usd']:,.2f} + fixable "
+        f"${api['fixable_usd']:,.2f}" in text
+    )
+    assert f"GPU-hours: {api['held_seconds'] / 3600:,.2f} over 1 job" in text
+    assert "Waste by cause: idle_held $2.00" in text
+    assert "Change since the week before: no jobs then" in text
+    job = alice["figures"]["top_jobs"][0]
+    assert job["job_id"] == "slurm:1" and job["url"] == "https://warden.example/jobs/slurm%3A1"
+    assert "1. slurm:1: $4.00 for 1.00 GPU-h, waste $2.00, top cause idle_held" in text
+    row = cost_rows(http, user="alice")[0]
+    fix = row["fixes"][0]
+    assert f"   fix: {fix['action']} (saves about ${fix['saving_usd']:,.2f})\n" in text
+    assert alice["page_url"] == (
+        "https://warden.example/users/alice?start=2026-11-30T00:00:00Z&end=2026-12-07T00:00:00Z"
+    )
+
+    # Bob ran nothing this week: his report is one line, with his page.
+    assert got["user:bob"]["text"].strip().splitlines() == [
+        "User bob ran no GPU jobs in the week of 2026-11-30 "
+        "(https://warden.example/users/bob?start=2026-11-30T00:00:00Z&end=2026-12-07T00:00:00Z)."
+    ]
+    # The admins' fleet totals count every GPU's held time, a job's or not (as by node).
+    fleet = cost_report(http, group_by="node")["totals"]
+    admins = got["admins"]
+    for name in ("cost_usd", "waste_usd", "idle_usd", "fixable_usd"):
+        assert f"{admins['figures']['totals'][name]:.2f}" == f"{fleet[name]:.2f}", name
+    assert f"Cost: ${fleet['cost_usd']:,.2f}" in admins["text"]
+    assert [u["name"] for u in admins["figures"]["worst_users"]] == ["alice"]
+    assert "1. alice: waste $2.00 of $4.00, top cause idle_held" in admins["text"]
+
+    # Once per period: a second round, another replica's or after a restart, queues nothing.
+    assert reports_once(ctx).outcomes == {}
+    clock.advance(3600)
+    assert reports_once(ctx).outcomes == {}
+    with ctx.engine.connect() as conn:
+        assert len(conn.execute(select(outbox)).all()) == 5
+        sends = conn.execute(select(report_sends.c.recipient, report_sends.c.status)).all()
+    assert sorted(sends) == sorted([*((r, "queued") for r in got), ("__period__", "queued")])
+
+
+def test_opted_out_and_quiet_users_get_no_report(week, receiver: Receiver, engine) -> None:
+    http, ctx, _clock = week
+    r = http.put("/api/v1/reports/opt-outs/user/alice")
+    assert r.status_code == 200, r.text
+    assert http.get("/api/v1/reports/opt-outs").json()[0]["recipient"] == "user:alice"
+    ctx.settings = ctx.settings.model_copy(update={"report_no_jobs": "skip"})
+    done = reports_once(ctx)
+    assert done.outcomes["user:alice"] == "opted_out"
+    assert done.outcomes["user:bob"] == "no_jobs" and done.outcomes["team:nlp"] == "no_jobs"
+    Dispatcher(ctx).drain()
+    assert sorted(by_recipient(receiver)) == ["admins", "team:vision"]
