@@ -171,7 +171,7 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from service.thresholds.urlsafety import check_url, parse_allow_nets
-    from service.usecases.config_check import check_config_file
+    from service.usecases.config_check import check_config_file, ladder_timelines
 
     checked = check_config_file(Path(args.file))
     if args.check_urls:
@@ -182,6 +182,15 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
         f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "
         f"and {len(checked.prices)} prices are valid"
     )
+    firing: list[dict[str, object]] = []
+    if args.live and any(p.ladder for p in checked.policies):
+        from service.cli.http import api_get
+        from service.localrun import resolve_service
+
+        client = resolve_service(ClientSettings.load(vars(args), os.environ))
+        firing = api_get(client, "/alerts", {"state": "firing"}).json()
+    for line in ladder_timelines(checked.policies, firing):
+        print(line)
     return 0
 
 
@@ -331,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also resolve channel URLs and refuse private ones (GPUWARDEN_WEBHOOK_ALLOW_NETS)",
     )
+    c.add_argument(
+        "--live",
+        action="store_true",
+        help="also explain each ladder on the jobs it runs on now (GET /api/v1/alerts, UTC)",
+    )
+    c.add_argument("--url", dest="central_url", help="central service URL (GPUWARDEN_CENTRAL_URL)")
+    c.add_argument("--token", dest="api_token", help="reader token (GPUWARDEN_API_TOKEN)")
     c.set_defaults(handler=cmd_policies_check)
     add_report_parser(sub)
     add_fleet_parsers(sub)

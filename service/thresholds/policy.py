@@ -226,6 +226,17 @@ class PolicySpec(BaseModel):
         return doc
 
 
+def condition_words(policy: PolicySpec) -> str:
+    """The policy's condition as a ladder's timeline names it: ``idle-held``, ``idle-empty``
+    (a cause), or ``sm_active < 0.3``."""
+    if policy.metric == "idle_held":
+        return "idle-held"
+    cause = cause_of_metric(policy.metric)
+    if cause is not None:
+        return cause.label.replace("_", "-")
+    return f"{policy.metric} {policy.op} {policy.threshold:g}"
+
+
 class ChannelSpec(BaseModel):
     """A notification channel: Slack incoming webhook, signed generic webhook or Alertmanager."""
 

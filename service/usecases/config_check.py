@@ -6,18 +6,21 @@ three in one run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from service.costs.prices import PriceRow, parse_price_row
 from service.errors import ConfigError, ValidationFailed
 from service.settings import load_config_file
+from service.thresholds.ladder import explain
 from service.thresholds.policy import (
     ChannelSpec,
     PolicySpec,
     check_policy_channels,
+    condition_words,
     parse_channel,
     parse_policy,
 )
@@ -105,3 +108,25 @@ def check_config_file(path: Path) -> CheckedConfig:
         listed = "\n".join(f"  {e}" for e in errors)
         raise ConfigError(f"config file {path}: {len(errors)} errors:\n{listed}")
     return checked
+
+
+def ladder_timelines(
+    policies: Iterable[PolicySpec], firing: Iterable[Mapping[str, Any]] = ()
+) -> list[str]:
+    """Each ladder in words: relative to its condition's start (``when idle-held begins (T):
+    warn at T+1h, ...``), then, from live data (firing alerts as GET /alerts lists them), one
+    line per job it runs on (``slurm:123 idle-held since 10:02: warn 11:02, ...``, UTC)."""
+    alerts = list(firing)
+    lines = []
+    for p in policies:
+        if p.ladder is None:
+            continue
+        words = condition_words(p)
+        lines.append(f"{p.name}: {explain(p.ladder, condition=words)}")
+        for a in alerts:
+            job = (a.get("labels") or {}).get("job_id")
+            if a.get("policy") != p.name or not job:
+                continue
+            since = datetime.fromisoformat(str(a["active_since"]).replace("Z", "+00:00"))
+            lines.append(f"  {explain(p.ladder, condition=words, job_id=job, since=since)}")
+    return lines

@@ -40,7 +40,7 @@ from service.thresholds.ladder import (
     reclaim_mode,
     step_word,
 )
-from service.thresholds.policy import PolicySpec, cause_of_metric
+from service.thresholds.policy import PolicySpec, condition_words
 from service.usecases.evaluation import Alerting, notification, verdict_by_job
 
 log = logging.getLogger(__name__)
@@ -80,17 +80,6 @@ class LadderRoundResult:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
-def condition_words(policy: PolicySpec) -> str:
-    """The policy's condition as a timeline names it: ``idle-held``, ``idle-empty``, or
-    ``sm_active < 0.3``."""
-    if policy.metric == "idle_held":
-        return "idle-held"
-    cause = cause_of_metric(policy.metric)
-    if cause is not None:
-        return cause.label.replace("_", "-")
-    return f"{policy.metric} {policy.op} {policy.threshold:g}"
-
-
 def ladder_once(ctx: ServiceContext, *, drivers: Mapping[str, ReclaimDriver]) -> LadderRoundResult:
     """Take every step that is due now; a job that fails is logged and left for the next round."""
     now = ctx.clock()
@@ -125,6 +114,8 @@ def _episodes(
         for st in open_alerts.get(p.name, {}).values():
             job = st.labels.get("job_id")
             if st.state != "firing" or st.id is None or not job or st.silenced or st.suppressed:
+                continue
+            if "," in job:  # a GPU several jobs share: which one to reclaim is not clear
                 continue
             out.append(Episode(p, p.ladder, st, st.id, job))
     return out

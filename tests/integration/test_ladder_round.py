@@ -162,3 +162,29 @@ def test_an_ended_job_is_recorded_gone_and_left_alone(world: LadderWorld) -> Non
     world.idle_for(10)
     assert world.actions(JOB) == [("notify_owner", "warned"), ("check", "gone")]
     assert driver(world).calls == []
+
+
+def test_policies_check_live_explains_the_ladder_on_the_job(
+    world: LadderWorld, server: str, tokens: dict[str, str], tmp_path, capsys
+) -> None:
+    import yaml
+
+    from service.cli.main import main
+    from tests.ladder_support import idle_policy
+
+    ladder = {"steps": STEPS, "dry_run": False}
+    world.setup(ladder)
+    start_job(world)
+    world.idle_for(2)
+    config = tmp_path / "gpuwarden.yaml"
+    channel = {"name": "owners", "type": "webhook", "url": world.receiver.url}
+    config.write_text(yaml.safe_dump({"channels": [channel], "policies": [idle_policy(ladder)]}))
+    code = main(["policies", "check", str(config), "--live", "--url", server,
+                 "--token", tokens["reader"]])  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "idle-held-job: when idle-held begins (T): warn at T+5m, warn at T+8m, reclaim at T+12m"
+    )
+    assert lines[2].startswith(f"  {JOB} idle-held since ")
+    assert ": warn " in lines[2] and ", cancel " in lines[2]

@@ -150,3 +150,19 @@ def test_the_timeline_in_words() -> None:
     assert explain(k8s, condition="idle-held", job_id="k8s:ml/train-0", since=T0).endswith(
         "scale to zero 12:02"
     )
+
+
+def test_policies_check_explains_each_ladder_relative_and_on_live_jobs() -> None:
+    from service.usecases.config_check import ladder_timelines
+
+    policy = parse_policy(POLICY | {"ladder": PRINCETON})
+    plain = parse_policy(POLICY | {"name": "no-ladder"})
+    firing = [
+        {"policy": "idle", "labels": {"job_id": "slurm:123"}, "active_since": "2026-12-02T10:02:00Z"},
+        {"policy": "idle", "labels": {"node": "n1"}, "active_since": "2026-12-02T10:02:00Z"},
+        {"policy": "other", "labels": {"job_id": "slurm:9"}, "active_since": "2026-12-02T10:02:00Z"},
+    ]  # fmt: skip
+    assert ladder_timelines([policy, plain], firing) == [
+        "idle: when idle-held begins (T): warn at T+1h, warn at T+1h45m, reclaim at T+2h",
+        "  slurm:123 idle-held since 10:02: warn 11:02, warn 11:47, cancel 12:02",
+    ]
