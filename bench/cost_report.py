@@ -11,6 +11,12 @@ Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [
 With ``--shared-gpus F`` the reports are timed again after a fraction F of the GPUs is shared
 (see ``load_shared``): tenant rows for every shared minute, as the rollup job writes them.
 
+With ``--day-sums`` the cost day sums (cost_job_1d, cost_gpu_1d) are written by the cost-days
+job's own code (timed), then the 30-day team, user and job reports are timed without them
+(every second from the rollups, the code before the day sums) and with them, interleaved, best
+of ``--day-runs``, over the whole days and over a window with two edge days, and their totals
+compared to the cent.
+
 With ``--edge-samples`` raw samples are stored around every job edge inside raw retention
 (see ``load_edge_samples``), so the reports read those edges from raw samples as in
 production, and the team and job reports are timed with edges raw and pro rata side by side.
@@ -58,7 +64,7 @@ from service.db.schema import (
 )
 from service.diagnosis import Cause, Rung
 from service.settings import Settings
-from service.usecases import cost_report
+from service.usecases import cost_days, cost_report
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 GPUS_PER_NODE = 8
@@ -527,6 +533,67 @@ def bench_edges(engine: Engine, days: int, runs: int) -> None:
             )
 
 
+def write_day_sums(engine: Engine) -> None:
+    """Write every GPU-day's sums as the cost-days job does, and say how long it took."""
+    settings = Settings()
+    t = time.perf_counter()
+    n = cost_days.write_days(engine, settings=settings, clock=lambda: END, budget_seconds=1e9)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT count(*) FROM cost_job_1d")).scalar_one()
+    analyze(engine)
+    print(
+        f"  day sums: {n:,} GPU-days, {rows:,} (job, GPU, day) rows written in "
+        f"{time.perf_counter() - t:.1f} s",
+        flush=True,
+    )
+
+
+MONEY_FIELDS = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd")
+
+
+def bench_day_sums(engine: Engine, days: int, runs: int) -> None:
+    """Time the team, user and job reports without and with the day sums, interleaved in one
+    run, over whole days and over a window that cuts its first and last day; compare them."""
+    settings = Settings()
+    windows = {
+        "whole days": (END - timedelta(days=days), END),
+        "two edge days": (END - timedelta(days=days, hours=-7), END - timedelta(hours=5)),
+    }
+    with engine.connect() as conn:
+        for label, (start, end) in windows.items():
+            for group_by in ("team", "user", "job"):
+                times: dict[bool, list[float]] = {False: [], True: []}
+                out: dict[bool, Any] = {}
+                for flag in (False, True):  # warm the caches
+                    cost_report.cost_report(conn, settings=settings, start=start, end=end,
+                                            now=END, group_by=group_by, day_sums=flag)  # fmt: skip
+                for _ in range(runs):
+                    for flag in (False, True):
+                        t = time.perf_counter()
+                        out[flag] = cost_report.cost_report(
+                            conn, settings=settings, start=start, end=end, now=END,
+                            group_by=group_by, day_sums=flag,
+                        )  # fmt: skip
+                        times[flag].append(time.perf_counter() - t)
+                before = {r["key"]: r for r in out[False]["rows"]}
+                worst = max(
+                    abs((r[f] or 0.0) - (before[r["key"]][f] or 0.0))
+                    for r in [*out[True]["rows"]]
+                    for f in MONEY_FIELDS
+                )
+                keys_same = sorted(before) == sorted(r["key"] for r in out[True]["rows"])
+                print(
+                    f"  [{label}] report {days} d by {group_by}: before best "
+                    f"{min(times[False]) * 1000:.0f} ms (median "
+                    f"{statistics.median(times[False]) * 1000:.0f}); after best "
+                    f"{min(times[True]) * 1000:.0f} ms (median "
+                    f"{statistics.median(times[True]) * 1000:.0f}); {len(before)} rows, same "
+                    f"keys {keys_same}, largest row difference ${worst:.6f}, total "
+                    f"${out[True]['totals']['cost_usd']:,.2f}",
+                    flush=True,
+                )
+
+
 def engine_for(backend: str, args: argparse.Namespace) -> tuple[Engine, bool]:
     """The bench database of ``backend`` and whether it already holds data."""
     if backend == "sqlite":
@@ -576,6 +643,12 @@ def main() -> None:
         help="store raw samples around the job edges in raw retention; time edges raw vs pro rata",
     )  # fmt: skip
     p.add_argument("--edge-runs", type=int, default=3, help="timed runs per edge reading")
+    p.add_argument(
+        "--day-sums", action="store_true",
+        help="write the cost day sums, then time the reports without and with them",
+    )  # fmt: skip
+    p.add_argument("--day-runs", type=int, default=3, help="timed runs per day-sums reading")
+    p.add_argument("--skip-base", action="store_true", help="skip the base report timings")
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
@@ -595,7 +668,15 @@ def main() -> None:
                 stored = conn.execute(select(func.count()).select_from(samples)).scalar_one()
             if not stored:
                 load_edge_samples(engine, args.days)
-        bench(engine, args.days, args.compare)
+        if not args.skip_base:
+            bench(engine, args.days, args.compare)
+        if args.day_sums:
+            with engine.connect() as conn:
+                summed = conn.execute(text("SELECT count(*) FROM cost_gpu_1d")).scalar_one()
+            if not summed:
+                upgrade(engine)
+                write_day_sums(engine)
+            bench_day_sums(engine, args.days, args.day_runs)
         if args.edge_samples:
             bench_edges(engine, args.days, args.edge_runs)
         if args.shared_gpus:

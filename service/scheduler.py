@@ -179,6 +179,13 @@ def partitions_once(ctx: ServiceContext) -> list[str]:
     return created
 
 
+def cost_days_once(ctx: ServiceContext) -> int:
+    """Write the cost day sums that are missing or stale, for at most 10 s; returns GPU-days."""
+    from service.usecases import cost_days
+
+    return cost_days.write_days(ctx.engine, settings=ctx.settings, clock=ctx.clock)
+
+
 def observed_jobs_once(ctx: ServiceContext) -> int:
     """Close observed job-GPU intervals unseen for the grace period; returns how many."""
     with ctx.engine.begin() as conn:
@@ -209,6 +216,11 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
             "observed_jobs",
             one_replica_at_a_time(ctx, "observed_jobs", lambda: observed_jobs_once(ctx)),
             s.observed_jobs_interval_seconds,
+        ),
+        (
+            "cost_days",
+            one_replica_at_a_time(ctx, "cost_days", lambda: cost_days_once(ctx)),
+            s.cost_days_interval_seconds,
         ),
     ]
     # Alerting: only the leader (PostgreSQL advisory lock) evaluates and sends, so two replicas

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     retention_1m_days: float = Field(90.0, gt=0)
     retention_1h_days: float = Field(730.0, gt=0)
     retention_interval_seconds: float = Field(3600.0, gt=0)
+    # Cost day sums: how often the cost-days job writes missing or stale (job, GPU, day) sums,
+    # and how many days back it sums (older whole days are read from the rollups, as exact but
+    # slower); a report reads each summed whole day from one row per job and GPU.
+    cost_days_interval_seconds: float = Field(60.0, gt=0)
+    cost_days_backfill_days: int = Field(92, ge=0)
 
     eval_interval_seconds: float = Field(30.0, gt=0)
     webhook_allow_nets: str = ""  # comma-separated CIDRs that channel URLs may resolve to

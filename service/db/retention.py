@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete
 
-from service.db import partitions
+from service.db import cost_days_repo, partitions
 from service.db.rollup_repo import delete_rollups_before
 from service.db.schema import (
     gpu_processes,
@@ -52,4 +52,6 @@ def enforce_retention(
         (tenant_1d, whole_days),
     ):
         out[f"{table.name}_deleted"] = delete_rollups_before(conn, table=table, cutoff=cutoff)
+    # The cost day sums are kept as long as the hours they could be read from instead.
+    out["cost_days_deleted"] = cost_days_repo.delete_days_before(conn, cutoff=whole_days)
     return out

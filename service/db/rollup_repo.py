@@ -34,7 +34,7 @@ from service.costs.integrals import (
     stored_point,
 )
 from service.costs.tenants import SplitRule
-from service.db import tenants_repo
+from service.db import cost_days_repo, tenants_repo
 from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, keys_in
 from service.db.schema import (
     CUMULATIVE_FIELDS,
@@ -296,6 +296,7 @@ def process_dirty(
         return 0
     # Delete first: an ingest that commits after this re-marks its buckets for the next round.
     discard_dirty(conn, keys)
+    cost_days_repo.mark_minutes(conn, keys)  # the summed days these minutes are in go stale
 
     tenants_repo.delete_minutes(conn, keys)
     by_gpu: dict[int, list[datetime]] = defaultdict(list)

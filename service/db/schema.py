@@ -20,7 +20,9 @@ from sqlalchemy import (
 )
 
 from service.costs.integrals import INTEGRAL_FIELDS
+from service.costs.waste import USAGE_FIELDS
 from service.db.types import UTCDateTime
+from service.diagnosis import CAUSE_NAMES
 from service.vocabulary import METRICS, MetricSpec
 
 # Per-sample figures decided at ingest (service.diagnosis) that rollups aggregate like metrics.
@@ -238,6 +240,57 @@ shared_1h = Table(
     Column("gpu_id", Integer, primary_key=True),
     Column("bucket_start", UTCDateTime, primary_key=True),  # the hour
     Column("minute_mask", BigInteger, nullable=False),
+)
+
+# A report Summary's figures, as the day sums store them: seconds, USD (at the prices in
+# force when written; ``<cause>_usd`` per cause in Cause order), then the Usage integrals.
+COST_SUM_FIELDS: tuple[str, ...] = (
+    "held_seconds", "nodata_seconds", "lost_seconds", "unpriced_seconds", "cost_usd",
+    "nodata_usd", "lost_usd", *(f"{name}_usd" for name in CAUSE_NAMES), *USAGE_FIELDS,
+)  # fmt: skip
+
+
+def _cost_sums() -> list[Column[object]]:
+    """One column per field of COST_SUM_FIELDS."""
+    return [Column(f, Float, nullable=False, server_default="0") for f in COST_SUM_FIELDS]
+
+
+# Per GPU and UTC day (``day`` its midnight): the figures of every second of the day, a job's
+# or not, written by the cost-days job under ``basis`` (the price table and settings it was
+# priced with); [held_from, held_until) the part of the day the GPU was held. A row's presence
+# with the current basis, and no overlapping cost_day_dirty range, says the day is summed.
+cost_gpu_1d = Table(
+    "cost_gpu_1d",
+    metadata,
+    Column("gpu_id", Integer, primary_key=True),
+    Column("day", UTCDateTime, primary_key=True),
+    Column("basis", String(64), nullable=False),
+    Column("held_from", UTCDateTime, nullable=True),
+    Column("held_until", UTCDateTime, nullable=True),
+    Column("written_at", UTCDateTime, nullable=False),
+    *_cost_sums(),
+    Index("ix_cost_gpu_1d_gpu_day", "gpu_id", "day"),
+)
+# Per (job, GPU, day) the same figures: one row per job that held the GPU that day, and one
+# with job_id "" for its time no job held. Owners (user, team) are joined when read.
+cost_job_1d = Table(
+    "cost_job_1d",
+    metadata,
+    Column("day", UTCDateTime, primary_key=True),
+    Column("gpu_id", Integer, primary_key=True),
+    Column("job_id", String(255), primary_key=True),
+    *_cost_sums(),
+)
+# Ranges [lo, hi) of one GPU (NULL: unbounded) whose summed days are stale: written by
+# triggers (job_gpus, jobs.ended_at, gpus.lost_at/retired_at/model) and by the rollup job
+# for the minutes it recomputes; the cost-days job re-writes those days and deletes the rows.
+cost_day_dirty = Table(
+    "cost_day_dirty",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("gpu_id", Integer, nullable=False),
+    Column("lo", UTCDateTime, nullable=True),
+    Column("hi", UTCDateTime, nullable=True),
 )
 
 api_tokens = Table(

@@ -46,6 +46,7 @@ from service.costs.waste import (
 from service.db import cost_sums, costs_repo, gpus_repo, jobs_repo, prices_repo, tenants_repo
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
+from service.usecases import day_sums as day_sums_mod
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ def attribute(
     raw_edges: bool | None = True,
     causes: bool = True,
     cause_energy: bool = False,
+    gpu_info: dict[int, costs_repo.GpuInfo] | None = None,
 ) -> Attribution:
     """Split every GPU's [start, end) into job shares and unallocated time, with usage and price.
 
@@ -181,12 +183,17 @@ def attribute(
     With ``raw_edges`` the seconds at each share's edges come from raw samples (while raw
     retention holds them), else pro rata from their 1m bucket: at most a minute's error per
     edge, for reports over thousands of jobs where reading raw samples would dominate; None
-    decides by the number of such spans (``report_raw_edge_spans``).
+    decides by the number of such spans (``report_raw_edge_spans``). ``gpu_info``: the GPUs
+    as ``costs_repo.load_gpus`` has them, where the caller loaded them already.
     """
     end = min(end, now)
     table = effective_prices(conn, settings)
     prices = table.rows
-    gpu_info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
+    if gpu_info is None:
+        gpu_info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
+    elif gpu_ids is not None:
+        wanted = set(gpu_ids)
+        gpu_info = {g: info for g, info in gpu_info.items() if g in wanted}
     allocations, job_info = costs_repo.load_allocations(
         conn, start=start, end=end, now=now, gpu_ids=gpu_ids
     )
@@ -244,14 +251,106 @@ def attribute(
         prices=prices, price_of=price_of, raw_from=raw_from, settings=settings,
     )  # fmt: skip
     lines += tenant_lines
-    warnings = [
-        f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
-        "/api/v1/prices"
-        for model in sorted(unpriced)
-    ]
+    warnings = [unpriced_warning(model) for model in sorted(unpriced)]
     for warning in warnings:
         log.warning(warning)
     return Attribution(lines, gpu_info, job_info, warnings, table.source, rules)
+
+
+def unpriced_warning(model: str) -> str:
+    """What a report says of a GPU model no price matches."""
+    return (
+        f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
+        "/api/v1/prices"
+    )
+
+
+def report_attribution(
+    conn: Connection,
+    *,
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    raw_edges: bool | None,
+    hardware: bool,
+    day_sums: bool = True,
+) -> tuple[Attribution, day_sums_mod.DaySums | None]:
+    """A report window's lines and, with ``day_sums``, the sums of its whole UTC days: those of
+    every GPU whose days are all summed and current (``day_sums.stale_in``), per GPU when
+    ``hardware`` else per job. The days' edges, and the whole days of the other GPUs, are
+    attributed from finer data (rollups, tenant rows, raw edges) as without day sums."""
+    window = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
+    if window is None:
+        return attribute(
+            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges
+        ), None  # fmt: skip
+    d0, d1 = window
+    gpus = costs_repo.load_gpus(conn)
+    basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+    stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
+    if len(stale) >= len(gpus):
+        return attribute(
+            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
+            gpu_info=gpus,
+        ), None  # fmt: skip
+    parts: list[tuple[datetime, datetime, list[int] | None]] = [(start, d0, None), (d1, end, None)]
+    if stale:
+        parts.append((d0, d1, sorted(stale)))
+    atts = [
+        attribute(
+            conn, settings=settings, start=a, end=b, now=now, raw_edges=raw_edges,
+            gpu_ids=ids, gpu_info=gpus,
+        )
+        for a, b, ids in parts
+        if a < min(b, now)
+    ]  # fmt: skip
+    days = day_sums_mod.read_days(conn, start=d0, end=d1, excluded=stale, hardware=hardware)
+    warnings = {w for att in atts for w in att.warnings}
+    warnings |= {unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale}
+    merged = Attribution(
+        [line for att in atts for line in att.lines],
+        gpus,
+        {k: v for att in atts for k, v in att.jobs.items()} | days.jobs,
+        sorted(warnings),
+        atts[0].price_source if atts else effective_prices(conn, settings).source,
+        {rule for att in atts for rule in att.split_rules},
+    )
+    return merged, days
+
+
+def add_days(
+    groups: dict[str, Summary],
+    days: day_sums_mod.DaySums,
+    att: Attribution,
+    group_by: str,
+    keep: Callable[[dict[str, Any] | None], bool],
+) -> None:
+    """Merge the summed days into the report's ``groups``, keyed as ``_key_fn`` keys lines
+    (``keep``: whether a job's owner fields pass the report's filters; None for no job)."""
+    pieces: list[tuple[str, Summary]] = []
+    if group_by in HARDWARE_GROUP_BYS:
+        for gpu_id, summary in days.by_gpu.items():
+            info = att.gpus[gpu_id]
+            key = {"node": info.node, "gpu_model": info.model}.get(group_by, info.uuid)
+            pieces.append((key, summary))
+    else:
+        for job_id, summary in days.by_job.items():
+            job = days.jobs.get(job_id)
+            if not keep(job):
+                continue
+            if job is None:
+                key = UNALLOCATED
+            elif group_by == "job":
+                key = job_id
+            else:
+                key = job.get(group_by) or UNKNOWN
+            pieces.append((key, summary))
+    for key, summary in pieces:
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Summary(key)
+        group.merge(summary)
 
 
 def _ceil_minute(ts: datetime) -> datetime:
@@ -410,11 +509,14 @@ def cost_report(
     sort_by: str = "waste",
     causes: bool = True,
     raw_edges: bool | None = None,
+    day_sums: bool = True,
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
     ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
     if given, with totals over the rows shown (seconds per cause left at 0 without ``causes``,
-    which only the benchmark asks for; edges read as ``attribute``'s ``raw_edges`` says)."""
+    which only the benchmark asks for; edges read as ``attribute``'s ``raw_edges`` says).
+    Whole UTC days are read from the day sums where they are current (without ``day_sums``,
+    which only the benchmark and tests ask for, every second from finer data)."""
     if group_by not in GROUP_BYS:
         raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
     if sort_by not in SORT_BYS:
@@ -423,22 +525,36 @@ def cost_report(
     if cause is not None and cause not in waste_causes:
         raise ValidationFailed("cause", f"unknown cause {cause!r}; one of {waste_causes}")
     check_range(settings, start=start, end=end, now=now)
-    att = attribute(
-        conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges, causes=causes
-    )
+    hardware = group_by in HARDWARE_GROUP_BYS
+    if causes:
+        att, days = report_attribution(
+            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
+            hardware=hardware, day_sums=day_sums,
+        )  # fmt: skip
+    else:
+        att, days = attribute(
+            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
+            causes=False,
+        ), None  # fmt: skip
+    filtered = user is not None or team is not None
+
+    def keep_job(job: dict[str, Any] | None) -> bool:
+        if not filtered:
+            return True
+        if job is None:
+            return False
+        return (user is None or job.get("user") == user) and (
+            team is None or job.get("team") == team
+        )
+
     lines = att.lines
-    if user is not None or team is not None:
-
-        def keep(line: Line) -> bool:
-            if line.job_id is None:
-                return False
-            job = att.jobs.get(line.job_id, {})
-            return (user is None or job.get("user") == user) and (
-                team is None or job.get("team") == team
-            )
-
-        lines = [ln for ln in lines if keep(ln)]
-    groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
+    if filtered:
+        lines = [
+            ln for ln in lines if ln.job_id is not None and keep_job(att.jobs.get(ln.job_id, {}))
+        ]
+    groups = summarize(lines, _key_fn(att, group_by), jobs_only=not hardware)
+    if days is not None:
+        add_days(groups, days, att, group_by, keep_job)
     assumptions = fix_assumptions_of(settings)
     faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings) if (
         group_by == "job"

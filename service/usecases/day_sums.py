@@ -1,0 +1,201 @@
+"""The cost day sums as a report reads them: which GPUs' whole days are summed and current, and
+their figures as Summaries (the rows themselves are written by ``service.usecases.cost_days``).
+
+A (GPU, day) is read from the sums when its row carries the current ``basis`` (the price table
+and the settings it was priced and integrated with), it covers the part of the day the GPU is
+held now, and no stale range overlaps it; every other GPU-day is read from finer data, so a
+report is the same whether or not its days were summed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
+from service.costs.prices import PriceRow
+from service.costs.waste import USAGE_FIELDS, Summary
+from service.db import cost_days_repo
+from service.db.cost_days_repo import DAY, UNALLOCATED_JOB, ceil_day, floor_day
+from service.db.costs_repo import GpuInfo
+from service.db.schema import COST_SUM_FIELDS
+from service.diagnosis import CAUSE_NAMES
+from service.settings import Settings
+
+_CAUSE_USD = tuple(f"{name}_usd" for name in CAUSE_NAMES)
+# What a report reads of a row: all but the energy per cause, which no report row shows.
+REPORT_FIELDS: tuple[str, ...] = tuple(f for f in COST_SUM_FIELDS if f not in CAUSE_ENERGY_FIELDS)
+_USAGE = frozenset(USAGE_FIELDS)
+assert len(_CAUSE_USD) == len(CAUSE_FIELDS)
+
+
+def basis_of(prices: Sequence[PriceRow], settings: Settings) -> str:
+    """A digest of what a day's figures depend on besides the stored data: the price table,
+    the gap a sample covers at most and the split rule; rows under another basis are stale."""
+    text = repr(
+        (
+            sorted(
+                (p.model_pattern, p.usd_per_gpu_hour, p.effective_from.isoformat()) for p in prices
+            ),
+            settings.max_gap_seconds,
+            settings.cost_split_rule,
+        )
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def held_range(info: GpuInfo, day: datetime) -> tuple[datetime, datetime] | None:
+    """The part [from, until) of ``day`` that the report counts the GPU as held, None if none."""
+    held_from = max(day, info.known_from)
+    held_until = day + DAY if info.retired_at is None else min(day + DAY, info.retired_at)
+    return (held_from, held_until) if held_from < held_until else None
+
+
+def stored_bounds(
+    held: tuple[datetime, datetime], day: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """The held_from and held_until a row stores: None where the day is held from midnight or
+    to the next."""
+    a, b = held
+    return (a if a > day else None, b if b < day + DAY else None)
+
+
+def summary_row(summary: Summary) -> dict[str, Any]:
+    """A summary's figures as the columns of COST_SUM_FIELDS."""
+    row: dict[str, Any] = {
+        "held_seconds": summary.held_seconds,
+        "nodata_seconds": summary.nodata_seconds,
+        "lost_seconds": summary.lost_seconds,
+        "unpriced_seconds": summary.unpriced_seconds,
+        "cost_usd": summary.cost_usd,
+        "nodata_usd": summary.nodata_usd,
+        "lost_usd": summary.lost_usd,
+    }
+    row.update(zip(_CAUSE_USD, summary.cause_cost_usd, strict=True))
+    usage = summary.usage
+    row.update({name: getattr(usage, name) for name in USAGE_FIELDS})
+    return row
+
+
+def summary_from(key: str, fields: Sequence[str], values: Sequence[Any]) -> Summary:
+    """A Summary keyed ``key`` from the sums of ``fields`` (a subset of COST_SUM_FIELDS)."""
+    s = Summary(key)
+    usage = s.usage
+    cause_usd = s.cause_cost_usd
+    for name, value in zip(fields, values, strict=True):
+        v = float(value or 0.0)
+        if name in _USAGE:
+            setattr(usage, name, v)
+        elif name.endswith("_usd") and name in _CAUSE_INDEX:
+            cause_usd[_CAUSE_INDEX[name]] = v
+        else:
+            setattr(s, name, v)
+    return s
+
+
+_CAUSE_INDEX = {name: i for i, name in enumerate(_CAUSE_USD)}
+
+
+@dataclass(slots=True)
+class DaySums:
+    """The summed whole days [start, end) of a report: per job ("" for no job) and per GPU,
+    with the job's owner fields; the GPUs left out are read from finer data instead."""
+
+    start: datetime
+    end: datetime
+    excluded: set[int]
+    by_job: dict[str, Summary] = field(default_factory=dict)
+    by_gpu: dict[int, Summary] = field(default_factory=dict)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def whole_days(start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """The whole UTC days inside [start, end), None if there is none."""
+    d0, d1 = ceil_day(start), floor_day(end)
+    return (d0, d1) if d0 < d1 else None
+
+
+def stale_in(
+    conn: Connection,
+    *,
+    gpus: dict[int, GpuInfo],
+    start: datetime,
+    end: datetime,
+    basis: str,
+) -> tuple[set[int], set[int]]:
+    """The GPUs whose days in [start, end) cannot all be read from the sums (a day not summed
+    under ``basis``, summed for another held part of the day, or under a stale range), and the
+    GPUs whose summed days have unpriced seconds."""
+    have = cost_days_repo.coverage(conn, start=start, end=end, basis=basis)
+    stale = cost_days_repo.stale_gpus(conn, start=start, end=end)
+    partial = {
+        (gpu_id, day): (a, b)
+        for gpu_id, day, a, b in cost_days_repo.partial_days(
+            conn, start=start, end=end, basis=basis
+        )
+    }
+    whole = round((end - start) / DAY)
+    for gpu_id, info in gpus.items():
+        if info.known_from <= start and (info.retired_at is None or info.retired_at >= end):
+            # Held every second of the window (the usual GPU): every day, none in part.
+            if have.get(gpu_id, (0, 0.0))[0] != whole:
+                stale.add(gpu_id)
+            continue
+        n_days = 0
+        day = start
+        while day < end:
+            held = held_range(info, day)
+            if held is not None:
+                n_days += 1
+                bounds = stored_bounds(held, day)
+                if partial.pop((gpu_id, day), (None, None)) != bounds:
+                    stale.add(gpu_id)
+            day += DAY
+        if have.get(gpu_id, (0, 0.0))[0] != n_days:
+            stale.add(gpu_id)
+    # A partial day left over was summed for a part the GPU does not hold now; a GPU in the
+    # sums but no longer known (deleted) is left out, never counted.
+    stale |= {gpu_id for gpu_id, _ in partial} | (set(have) - set(gpus))
+    return stale, {g for g, (_, unpriced) in have.items() if unpriced > 0}
+
+
+def read_days(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    excluded: set[int],
+    hardware: bool,
+) -> DaySums:
+    """The sums of the days [start, end) of every GPU but ``excluded``: per GPU when grouping
+    by hardware, else per job (with its user, team and project as they are now)."""
+    out = DaySums(start, end, excluded)
+    pairs = cost_days_repo.job_gpu_pairs(conn, start=start, end=end, excluded=excluded)
+    fields = REPORT_FIELDS
+    if hardware:
+        for gpu_id, *values in cost_days_repo.gpu_sums(
+            conn, start=start, end=end, excluded=excluded, fields=fields
+        ):
+            s = out.by_gpu[int(gpu_id)] = summary_from(str(gpu_id), fields, values)
+            s.gpu_ids.add(int(gpu_id))
+        for job_id, gpu_id in pairs:
+            if job_id != UNALLOCATED_JOB and gpu_id in out.by_gpu:
+                out.by_gpu[gpu_id].job_ids.add(job_id)
+        return out
+    for job_id, user, team, project, *values in cost_days_repo.job_sums(
+        conn, start=start, end=end, excluded=excluded, fields=fields
+    ):
+        s = out.by_job[job_id] = summary_from(job_id, fields, values)
+        if job_id != UNALLOCATED_JOB:
+            s.job_ids.add(job_id)
+            out.jobs[job_id] = {"id": job_id, "user": user, "team": team, "project": project}
+    for job_id, gpu_id in pairs:
+        summary = out.by_job.get(job_id)
+        if summary is not None:
+            summary.gpu_ids.add(gpu_id)
+    return out

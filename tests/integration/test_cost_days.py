@@ -1,0 +1,274 @@
+"""Cost day sums: a report reading whole days from cost_job_1d / cost_gpu_1d says what the same
+report reading every second from the rollups says, to the cent, for random jobs, shared GPUs,
+price changes, late data and owner changes; and a day that goes stale is read from finer data
+until the cost-days job has written it again."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, delete, func, select, update
+
+from service.costs.prices import PriceRow
+from service.db import costs_repo, jobs_repo, prices_repo
+from service.db.schema import (
+    cost_day_dirty,
+    cost_gpu_1d,
+    cost_job_1d,
+    gpus,
+    jobs,
+    rollup_dirty,
+    shared_1h,
+    tenant_1d,
+    tenant_1h,
+    tenant_1m,
+)
+from service.settings import Settings
+from service.usecases import cost_days, cost_report, day_sums
+from tests.conftest import truncate_all
+from tests.integration.cost_data import GIB, roll_up, store_series
+from tests.support import FakeClock
+
+START = datetime(2026, 11, 27, 18, 0, tzinfo=UTC)  # three whole days, Nov 28-30, and edges
+END = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
+NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+GPUS = (("GPU-d0", "node-a", "NVIDIA H100 80GB HBM3", 0), ("GPU-d1", "node-a",
+        "NVIDIA H100 80GB HBM3", 1), ("GPU-d2", "node-b", "NVIDIA A100-SXM4-80GB", 0))  # fmt: skip
+GAP = (datetime(2026, 11, 29, 10, 0, tzinfo=UTC), datetime(2026, 11, 29, 13, 0, tzinfo=UTC))
+STEP = 60.0
+MONEY = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd", "lost_usd")
+SECONDS = ("held_seconds", "allocated_seconds", "nodata_seconds", "idle_seconds",
+           "unused_seconds", "unpriced_seconds", "energy_used_joules")  # fmt: skip
+
+
+def _metrics(gpu: int, minute: int) -> dict[str, Any]:
+    """A sample's metrics: the GPU changes what it does every 37 minutes, in a fixed cycle."""
+    phase = (minute // 37 + 3 * gpu) % 5
+    sm = (0.0, 0.02, 0.9, 0.6, 0.3)[phase]
+    return {
+        "sm_active": sm, "gr_engine_active": min(1.0, sm + 0.05), "gpu_util": 1.0 if sm else 0.0,
+        "tensor_active": 0.5 if phase == 2 else 0.0, "dram_active": 0.2 if phase == 4 else 0.05,
+        "fb_used_bytes": (0 if phase == 0 else 20) * GIB + GIB // 4,
+        "power_watts": 90.0 + 400.0 * sm,
+    }  # fmt: skip
+
+
+def _store_all(engine: Engine) -> None:
+    clock = FakeClock(NOW)
+    n = int((END - START).total_seconds() // STEP)
+    for g, (uuid, node, model, index) in enumerate(GPUS):
+        minutes = [k for k in range(n)
+                   if not (g == 1 and GAP[0] <= START + timedelta(minutes=k) < GAP[1])]  # fmt: skip
+        runs: list[list[int]] = []
+        for k in minutes:
+            if runs and runs[-1][-1] == k - 1:
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        for run in runs:
+            store_series(
+                engine, clock, uuid=uuid, start=START + timedelta(minutes=run[0]) + timedelta(
+                    seconds=7 * g), metrics=[_metrics(g, k) for k in run], interval_seconds=STEP,
+                hostname=node, model=model, index=index,
+            )  # fmt: skip
+    roll_up(engine)
+
+
+@pytest.fixture(scope="module")
+def loaded(migrated_engine: Engine) -> Iterator[Engine]:
+    """Three GPUs' samples over 3.5 days (one GPU with a 3 h gap), rolled up; no jobs yet."""
+    truncate_all(migrated_engine)
+    _store_all(migrated_engine)
+    yield migrated_engine
+    truncate_all(migrated_engine)
+
+
+def _reset(engine: Engine) -> None:
+    """Forget the previous example's jobs, tenant rows, prices and day sums (samples stay)."""
+    with engine.begin() as conn:
+        for table in (jobs, tenant_1m, tenant_1h, tenant_1d, shared_1h, rollup_dirty,
+                      cost_gpu_1d, cost_job_1d):  # fmt: skip
+            conn.execute(delete(table))
+        conn.execute(delete(cost_day_dirty))
+
+
+def _prices(h100: float, change: tuple[datetime, float] | None) -> list[PriceRow]:
+    rows = [PriceRow("*H100*", h100, datetime(2026, 1, 1, tzinfo=UTC)),
+            PriceRow("*A100*", 1.79, datetime(2026, 1, 1, tzinfo=UTC))]  # fmt: skip
+    if change is not None:
+        rows.append(PriceRow("*H100*", change[1], change[0]))
+    return rows
+
+
+def _close(a: float | None, b: float | None, tol: float) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=tol)
+
+
+def _assert_same(engine: Engine, s: Settings, start: datetime, end: datetime, group_by: str,
+                 **filters: Any) -> None:  # fmt: skip
+    """The report with day sums equals the minute-level report (edges raw in both)."""
+    with engine.connect() as conn:
+        fast, slow = (
+            cost_report.cost_report(
+                conn, settings=s, start=start, end=end, now=NOW, group_by=group_by,
+                raw_edges=True, day_sums=days, **filters,
+            )
+            for days in (True, False)
+        )  # fmt: skip
+    rows = {r["key"]: r for r in slow["rows"]}
+    assert sorted(r["key"] for r in fast["rows"]) == sorted(rows)
+    for got in [*fast["rows"], fast["totals"]]:
+        want = rows.get(got["key"], slow["totals"])
+        for f in MONEY:
+            assert _close(got[f], want[f], 0.005), (group_by, got["key"], f, got[f], want[f])
+        for f in SECONDS:
+            assert _close(got[f], want[f], 1e-6), (group_by, got["key"], f, got[f], want[f])
+        for f in ("gpus", "jobs", "top_cause", "user", "team"):
+            assert got.get(f) == want.get(f), (group_by, got["key"], f)
+        for cause, figures in want["causes"].items():
+            assert _close(got["causes"][cause]["usd"], figures["usd"], 0.005), (cause, got["key"])
+    assert fast["warnings"] == slow["warnings"]
+
+
+def _summed_everywhere(engine: Engine, s: Settings, start: datetime, end: datetime) -> bool:
+    """Whether every GPU's whole days of [start, end) are read from the day sums."""
+    window = day_sums.whole_days(start, min(end, NOW))
+    if window is None:
+        return True
+    with engine.connect() as conn:
+        table = cost_report.effective_prices(conn, s).rows
+        stale, _ = day_sums.stale_in(
+            conn, gpus=costs_repo.load_gpus(conn), start=window[0], end=window[1],
+            basis=day_sums.basis_of(table, s),
+        )  # fmt: skip
+    return not stale
+
+
+def _write_days(engine: Engine, s: Settings) -> None:
+    cost_days.write_days(engine, settings=s, clock=lambda: NOW, budget_seconds=1e9)
+
+
+instants = st.integers(0, int((END - START).total_seconds())).map(
+    lambda x: START + timedelta(seconds=x)
+)
+job_st = st.tuples(
+    st.sets(st.integers(0, 2), min_size=1, max_size=2),  # GPUs
+    instants,
+    st.integers(600, 60 * 3600),  # seconds held
+    st.booleans(),  # still open
+    st.sampled_from(("vision", "nlp", None)),
+)
+
+
+@given(
+    job_list=st.lists(job_st, min_size=1, max_size=5),
+    change=st.one_of(st.none(), st.tuples(instants, st.sampled_from((2.5, 6.0)))),
+    window=st.tuples(st.integers(-6 * 3600, 86400), st.integers(2 * 86400, 4 * 86400)),
+    late=st.tuples(st.integers(0, 170), st.integers(1, 10)),
+    group_by=st.sampled_from(("job", "team", "user", "gpu", "node")),
+)
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_day_sums_equal_the_minute_level_reading(
+    loaded: Engine,
+    job_list: list[tuple[set[int], datetime, int, bool, str | None]],
+    change: tuple[datetime, float] | None,
+    window: tuple[int, int],
+    late: tuple[int, int],
+    group_by: str,
+) -> None:
+    engine = loaded
+    s = Settings(database_url="sqlite://", run_scheduler=False)
+    _reset(engine)
+    with engine.begin() as conn:
+        prices_repo.replace_prices(conn, rows=_prices(4.0, change))
+        for n, (gpu_set, begin, held, still_open, team) in enumerate(job_list):
+            end = None if still_open else min(begin + timedelta(seconds=held), NOW)
+            jobs_repo.upsert_job(
+                conn, job_id=f"slurm:{n}", fields={"user": f"u{n % 2}", "team": team},
+                gpu_uuids=[GPUS[g][0] for g in sorted(gpu_set)], started_at=begin, ended_at=None,
+                now=NOW,
+            )  # fmt: skip
+            if end is not None:
+                jobs_repo.end_job(conn, job_id=f"slurm:{n}", ended_at=end, now=NOW)
+    roll_up(engine)  # the shared minutes' tenant rows
+    start = START + timedelta(seconds=window[0])
+    stop = min(start + timedelta(seconds=window[1]), NOW)
+    _write_days(engine, s)
+    assert _summed_everywhere(engine, s, start, stop)
+    _assert_same(engine, s, start, stop, group_by)
+    _assert_same(engine, s, start, stop, "job", team="vision")
+
+    # Late data: samples inside GPU-d1's gap, on a day already summed.
+    at = GAP[0] + timedelta(minutes=late[0])
+    store_series(engine, FakeClock(NOW), uuid=GPUS[1][0], start=at,
+                 metrics=[_metrics(1, k) for k in range(late[1])], interval_seconds=STEP,
+                 hostname=GPUS[1][1], model=GPUS[1][2], index=1)  # fmt: skip
+    roll_up(engine)
+    _assert_same(engine, s, start, stop, group_by)  # that GPU's days from the rollups
+    _write_days(engine, s)
+    assert _summed_everywhere(engine, s, start, stop)
+    _assert_same(engine, s, start, stop, group_by)
+
+    # A price change: every day is priced anew before it is read from the sums again.
+    with engine.begin() as conn:
+        prices_repo.replace_prices(conn, rows=_prices(3.1, change))
+    assert not _summed_everywhere(engine, s, start, stop) or stop - start < timedelta(days=2)
+    _assert_same(engine, s, start, stop, group_by)
+    _write_days(engine, s)
+    _assert_same(engine, s, start, stop, group_by)
+
+    # A new owner is read at once (owners are joined when read, never stored in the sums).
+    with engine.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == "slurm:0").values(team="moved"))
+    _assert_same(engine, s, start, stop, "team")
+
+
+def test_a_job_change_marks_its_days_and_the_job_re_writes_them(loaded: Engine) -> None:
+    """Registering a job that started days ago, ending it, and a GPU lost: each leaves a stale
+    range over the days it changes; those GPUs are read from finer data until re-written."""
+    engine = loaded
+    s = Settings(database_url="sqlite://", run_scheduler=False)
+    _reset(engine)
+    with engine.begin() as conn:
+        prices_repo.replace_prices(conn, rows=_prices(4.0, None))
+    _write_days(engine, s)
+    with engine.connect() as conn:
+        n_days = conn.execute(select(func.count()).select_from(cost_gpu_1d)).scalar_one()
+    # Every GPU-day from its first sample's day up to yesterday: Nov 27 (part) .. Nov 30.
+    assert n_days == 3 * 4
+    begin = datetime(2026, 11, 28, 5, 30, 17, tzinfo=UTC)
+    with engine.begin() as conn:
+        jobs_repo.upsert_job(
+            conn, job_id="slurm:late", fields={"team": "vision"}, gpu_uuids=[GPUS[0][0]],
+            started_at=begin, ended_at=None, now=NOW,
+        )  # fmt: skip
+        ranges = conn.execute(select(cost_day_dirty.c.gpu_id, cost_day_dirty.c.lo)).all()
+    assert ranges and {g for g, _ in ranges} == {1}  # GPU-d0 is id 1
+    assert not _summed_everywhere(engine, s, START, NOW)
+    _assert_same(engine, s, START, NOW, "team")
+    _write_days(engine, s)
+    assert _summed_everywhere(engine, s, START, NOW)
+    _assert_same(engine, s, START, NOW, "team")
+    with engine.begin() as conn:
+        jobs_repo.end_job(conn, job_id="slurm:late", ended_at=begin + timedelta(days=1), now=NOW)
+        conn.execute(update(gpus).where(gpus.c.id == 3).values(lost_at=datetime(
+            2026, 11, 30, 20, 0, tzinfo=UTC)))  # fmt: skip
+        stale = {g for (g,) in conn.execute(select(cost_day_dirty.c.gpu_id))}
+    assert stale == {1, 3}
+    _assert_same(engine, s, START, NOW, "gpu")
+    _write_days(engine, s)
+    assert _summed_everywhere(engine, s, START, NOW)
+    for group_by in ("gpu", "team", "job"):
+        _assert_same(engine, s, START, NOW, group_by)
+    with engine.begin() as conn:
+        conn.execute(update(gpus).where(gpus.c.id == 3).values(lost_at=None))
