@@ -264,4 +264,3 @@ def take_write_lock(conn: Connection) -> None:
     replica at a time, and rows are replaced by key.)"""
     if conn.dialect.name == "sqlite":
         conn.execute(delete(cost_day_dirty).where(cost_day_dirty.c.id < 0))
-
