@@ -3,7 +3,7 @@ dollars (cost_job_1d, cost_gpu_1d), and the changes that make a summed day stale
 (cost_day_dirty, fed by triggers on job_gpus, jobs and gpus and by the rollup job).
 
 Revision ID: 0023
-Revises: 0020
+Revises: 0022
 Create Date: 2026-12-04
 """
 
@@ -15,7 +15,7 @@ from alembic import op
 from service.db.types import UTCDateTime
 
 revision = "0023"
-down_revision = "0020"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
