@@ -188,3 +188,25 @@ def test_policies_check_live_explains_the_ladder_on_the_job(
     )
     assert lines[2].startswith(f"  {JOB} idle-held since ")
     assert ": warn " in lines[2] and ", cancel " in lines[2]
+
+
+def test_the_rest_api_takes_a_ladder_and_names_a_bad_field(http, tokens: dict[str, str]) -> None:
+    from tests.alerting_support import auth
+    from tests.ladder_support import idle_policy
+
+    admin, reader = auth(tokens["admin"]), auth(tokens["reader"])
+    doc = idle_policy({"steps": STEPS}, channels=())
+    r = http.put("/api/v1/policies/idle-held-job", json=doc, headers=admin)
+    assert r.status_code == 201, r.text
+    assert r.json()["ladder"]["dry_run"] is True and len(r.json()["ladder"]["steps"]) == 3
+    assert (
+        http.get("/api/v1/policies/idle-held-job", headers=reader).json()["ladder"]
+        == r.json()["ladder"]
+    )
+    assert http.put("/api/v1/policies/idle-held-job", json=doc, headers=reader).status_code == 403
+    bad = idle_policy({"steps": [*STEPS[:2], {"action": "reclaim", "after": "7m"}]}, channels=())
+    r = http.put("/api/v1/policies/idle-held-job", json=bad, headers=admin)
+    assert r.status_code == 422
+    (err,) = r.json()["detail"]
+    assert err["loc"] == ["body", "ladder", "steps", 2, "after"]
+    assert "must be later than steps.1.after (8m)" in err["msg"]
