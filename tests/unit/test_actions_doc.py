@@ -1,0 +1,44 @@
+"""docs/actions.md's Kubernetes and action webhook examples stay true: the policy parses with its
+ladder, and the action document shown has the fields the driver sends."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from service.actions.base import ReclaimTarget
+from service.actions.webhook import action_document
+from service.thresholds.policy import parse_config
+from tests.support import FakeClock
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "actions.md").read_text()
+
+
+def block(after_heading: str, lang: str) -> str:
+    """The first ``lang`` code block after the heading."""
+    section = DOC[DOC.index(after_heading) :]
+    found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
+    assert found is not None, (after_heading, lang)
+    return found.group(1)
+
+
+def test_the_kubernetes_example_policy_is_valid():
+    text = block("### A worked example: idle notebooks", "yaml")
+    config = yaml.safe_load(text.replace("${SLACK_WEBHOOK_URL}", "https://hooks.slack.com/x"))
+    (policy,), _ = parse_config(config)
+    assert policy.ladder is not None
+    assert policy.ladder.dry_run is True
+    assert policy.ladder.reclaim.kubernetes == "scale_to_zero"
+    assert [s.action for s in policy.ladder.steps] == ["notify_owner", "notify_owner", "reclaim"]
+    assert policy.ladder.exempt.namespaces == ["inference"]
+
+
+def test_the_action_document_shown_is_the_one_sent():
+    shown = json.loads(block("## The action webhook", "json"))
+    sent = action_document(ReclaimTarget("batch:1", "reclaim"), key="k", now=FakeClock()())
+    assert shown.keys() == sent.keys()
+    assert shown["data"].keys() == sent["data"].keys()
+    assert shown["type"] == sent["type"]
