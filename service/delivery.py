@@ -98,6 +98,20 @@ def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
+def webhook_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Standard Webhooks signing key (``whsec_<base64>``), or None."""
+    import base64
+    import binascii
+
+    if not key.startswith("whsec_"):
+        return "must be a Standard Webhooks key like whsec_<base64>"
+    try:
+        base64.b64decode(key[len("whsec_") :], validate=True)
+    except binascii.Error:
+        return "the part after whsec_ must be base64"
+    return None
+
+
 def rfc3339(ts: datetime) -> str:
     """``ts`` as RFC 3339 UTC text with a Z suffix (an aware datetime, any zone)."""
     return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.clientsettings import ENV_PREFIX, ClientSettings
+from service.delivery import webhook_key_problem
 from service.errors import ConfigError
 
 GIB = 1024**3
@@ -221,6 +222,31 @@ class Settings(BaseSettings):
             # psycopg 3 is the driver we ship; spare users the driver suffix.
             value = "postgresql+psycopg://" + value.split("://", 1)[1]
         return value
+
+    @field_validator("action_webhook_url")
+    @classmethod
+    def _check_action_webhook_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value or None
+
+    @field_validator("action_webhook_secret")
+    @classmethod
+    def _check_action_webhook_secret(cls, value: str | None) -> str | None:
+        problem = webhook_key_problem(value) if value else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value or None
+
+    @model_validator(mode="after")
+    def _action_webhook_is_signed(self) -> Settings:
+        if self.action_webhook_url and not self.action_webhook_secret:
+            # An unsigned request to free GPUs could be forged by anyone who can reach the URL.
+            raise ValueError(
+                "action_webhook_secret: GPUWARDEN_ACTION_WEBHOOK_URL needs "
+                "GPUWARDEN_ACTION_WEBHOOK_SECRET (whsec_...): an action webhook is always signed"
+            )
+        return self
 
     @property
     def is_sqlite(self) -> bool:

@@ -7,13 +7,11 @@ from __future__ import annotations
 import os
 
 import httpx
-from pydantic import ValidationError
 
 from service.actions.base import ReclaimDriver
 from service.actions.kubernetes import KubernetesDriver
 from service.actions.slurm import SlurmDriver
 from service.actions.webhook import WebhookDriver
-from service.errors import ConfigError
 from service.settings import Settings
 from service.thresholds.notify.egress import egress_from
 from service.thresholds.notify.outbox import make_client
@@ -36,21 +34,16 @@ def action_client(settings: Settings, *, resolver: Resolver = system_resolver) -
 
 
 def action_webhook(settings: Settings) -> ChannelSpec | None:
-    """The action webhook as a webhook channel (its URL and secret checked as a channel's), or
-    None when GPUWARDEN_ACTION_WEBHOOK_URL is unset; ConfigError naming the setting if bad."""
+    """The action webhook as a webhook channel, or None when GPUWARDEN_ACTION_WEBHOOK_URL is
+    unset (Settings has checked the URL and the secret)."""
     if not settings.action_webhook_url:
         return None
-    try:
-        return ChannelSpec(
-            name=ACTION_WEBHOOK,
-            type="webhook",
-            url=settings.action_webhook_url,
-            secret=settings.action_webhook_secret,
-        )
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = "GPUWARDEN_ACTION_WEBHOOK_" + str(err["loc"][0]).upper()
-        raise ConfigError(f"{field}: {err['msg'].removeprefix('Value error, ')}") from None
+    return ChannelSpec(
+        name=ACTION_WEBHOOK,
+        type="webhook",
+        url=settings.action_webhook_url,
+        secret=settings.action_webhook_secret,
+    )
 
 
 def drivers_from(

@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from service.delivery import webhook_key_problem
 from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
 from service.durations import parse_duration
 from service.errors import ValidationFailed
@@ -258,16 +259,9 @@ class ChannelSpec(BaseModel):
     @field_validator("secret")
     @classmethod
     def _secret(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("whsec_"):
-            raise ValueError("must be a Standard Webhooks key like whsec_<base64>")
-        if value is not None:
-            import base64
-            import binascii
-
-            try:
-                base64.b64decode(value[len("whsec_") :], validate=True)
-            except binascii.Error as exc:
-                raise ValueError("the part after whsec_ must be base64") from exc
+        problem = None if value is None else webhook_key_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @property

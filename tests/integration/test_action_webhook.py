@@ -4,17 +4,18 @@ with the ``standardwebhooks`` library; and the registry that builds every driver
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from service.actions.base import ReclaimTarget
 from service.actions.kubernetes import KubernetesDriver
 from service.actions.registry import action_client, drivers_from
 from service.actions.webhook import WebhookDriver
-from service.errors import ConfigError
 from service.settings import Settings
 from tests.receivers import Receiver
 
@@ -175,13 +176,16 @@ def test_the_registry_builds_every_configured_driver(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("url", "secret", "field"),
+    ("url", "secret", "words"),
     [
-        ("ftp://reaper.example.com", SECRET, "GPUWARDEN_ACTION_WEBHOOK_URL"),
-        ("https://reaper.example.com", "not-a-key", "GPUWARDEN_ACTION_WEBHOOK_SECRET"),
+        ("ftp://reaper.example.com", SECRET, "action_webhook_url"),
+        ("https://reaper.example.com", "not-a-key", "whsec_<base64>"),
+        ("https://reaper.example.com", "whsec_not base64!", "must be base64"),
+        ("https://reaper.example.com", None, "GPUWARDEN_ACTION_WEBHOOK_SECRET"),
     ],
 )
-def test_a_bad_action_webhook_setting_is_named(url: str, secret: str, field: str):
-    s = Settings(action_webhook_url=url, action_webhook_secret=secret)
-    with pytest.raises(ConfigError, match=field):
-        drivers_from(s)
+def test_a_bad_action_webhook_setting_is_refused_with_the_setting(
+    url: str, secret: str | None, words: str
+):
+    with pytest.raises(ValidationError, match=re.escape(words)):
+        Settings(action_webhook_url=url, action_webhook_secret=secret)
