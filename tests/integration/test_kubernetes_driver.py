@@ -16,8 +16,8 @@ import yaml
 
 from service.actions.base import ReclaimTarget
 from service.actions.kubernetes import KubernetesDriver, pod_of
-from tests.k8s_support import K8S, check_request, rbac_grants, rbac_need
-from tests.kube_api_fake import FakeKubeApi
+from tests.k8s_support import K8S, check_request, rbac_grants, rbac_need, validate_schema
+from tests.kube_api_fake import TOKEN, FakeKubeApi
 
 NS = "ml"
 
@@ -268,6 +268,16 @@ def test_every_request_is_an_operation_of_the_kubernetes_openapi(
         ("GET", "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/scale"),
         ("PATCH", "/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}/scale"),
     }
+
+
+def test_the_fake_answers_a_scale_as_the_schema_says(api: FakeKubeApi):
+    api.add_statefulset(NS, "llm", replicas=1)
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    code, scale = api.answer(
+        "GET", f"/apis/apps/v1/namespaces/{NS}/statefulsets/llm/scale", auth, b""
+    )
+    assert code == 200
+    validate_schema(scale, "#/definitions/io.k8s.api.autoscaling.v1.Scale")
 
 
 def test_the_contract_check_has_teeth():
