@@ -17,12 +17,16 @@ log = logging.getLogger(__name__)
 # A Slurm job id as GPU Warden writes it after ``slurm:``: a job, an array task, a het part.
 _SLURM_ID = re.compile(r"^[0-9]+([_+][0-9]+)?$")
 # Job states in which nothing is left to free (squeue shows them briefly after the end).
+# COMPLETING is not one: a requeued job passes through it on its way back to PENDING, so a
+# cancel then still runs (and scancel itself says when the job is really ending).
 _ENDED_STATES = frozenset(
     {
-        "BOOT_FAIL", "CANCELLED", "COMPLETED", "COMPLETING", "DEADLINE", "FAILED",
+        "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED",
         "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
     }
 )  # fmt: skip
+# States of a job already on its way back to the queue (or ending): a requeue has nothing to do.
+_REQUEUED_STATES = frozenset({"COMPLETING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
 # What scancel and scontrol say about a job that has already ended or never existed.
 _GONE_ERRORS = ("invalid job id", "already completing or completed", "job has already finished")
 
@@ -74,7 +78,7 @@ class SlurmDriver:
         state = self._state(slurm_id)
         if state is None or state in _ENDED_STATES:
             return ReclaimResult("gone", f"job {slurm_id} has ended ({state or 'not in squeue'})")
-        if target.mode == "requeue" and state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+        if target.mode == "requeue" and state in _REQUEUED_STATES:
             return ReclaimResult("gone", f"job {slurm_id} is already pending again ({state})")
         if state.startswith("failed:"):
             return ReclaimResult("failed", state.removeprefix("failed:"))

@@ -64,11 +64,16 @@ def active_progress(conn: Connection) -> list[LadderProgress]:
 
 def mark_pending(conn: Connection, *, progress_id: int, step: int, now: datetime) -> bool:
     """Record the intent to take ``step`` (before a driver acts); False if another round has
-    already moved this ladder on (the step is done or the ladder stopped)."""
+    already recorded it, or moved this ladder on (the step is done or the ladder stopped)."""
     t = ladder_progress
     res = conn.execute(
         update(t)
-        .where(t.c.id == progress_id, t.c.state == "active", t.c.steps_done == step)
+        .where(
+            t.c.id == progress_id,
+            t.c.state == "active",
+            t.c.steps_done == step,
+            t.c.pending_step.is_(None),
+        )
         .values(pending_step=step, updated_at=now)
     )
     return res.rowcount == 1

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
+from service.actions.base import ReclaimResult
 from service.actions.slurm import SlurmDriver
 from service.clock import utc_now
 from tests.ladder_support import BUSY, STEPS, LadderWorld
@@ -127,3 +128,66 @@ def test_an_exempt_job_is_never_touched(
     world.idle_for(14)
     assert world.actions(f"slurm:{slurm_id}") == [("check", "skipped")]
     assert listed(cluster, slurm_id) == "RUNNING" and world.notices() == []
+
+
+def test_the_driver_is_idempotent_on_the_real_controller(cluster: Cluster) -> None:
+    from service.actions.base import ReclaimTarget
+
+    driver = SlurmDriver(env=cluster.env, timeout_seconds=30)
+    slurm_id = cluster.run(
+        "sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 600"
+    ).strip()  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while listed(cluster, slurm_id) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        requeue = ReclaimTarget(f"slurm:{slurm_id}", "requeue")
+        would = driver.reclaim(requeue, dry_run=True)
+        assert (would.outcome, would.detail) == ("would", f"would run: scontrol requeue {slurm_id}")
+        assert listed(cluster, slurm_id) == "RUNNING"
+        done = driver.reclaim(requeue, dry_run=False)
+        assert done.outcome == "reclaimed", done.detail
+        # Requeued: on its way back to the queue; a second requeue changes nothing.
+        again = driver.reclaim(requeue, dry_run=False)
+        assert again.outcome == "gone" and "already pending again" in again.detail
+        while (
+            listed(cluster, slurm_id) not in ("PENDING", "RUNNING") and time.monotonic() < deadline
+        ):
+            time.sleep(0.3)
+        cancel = ReclaimTarget(f"slurm:{slurm_id}", "cancel")
+        cancelled = driver.reclaim(cancel, dry_run=False)
+        assert cancelled.outcome == "reclaimed", cancelled.detail
+        cluster.wait_gone(slurm_id)
+        gone = driver.reclaim(cancel, dry_run=False)
+        assert gone.outcome == "gone", gone.detail
+        assert driver.reclaim(requeue, dry_run=False).outcome == "gone"
+    finally:
+        cluster.run("scancel", slurm_id, check=False)
+        cluster.wait_gone(slurm_id)
+
+
+def test_the_driver_answers_failed_and_never_raises(tmp_path) -> None:
+    from service.actions.base import ReclaimTarget
+
+    slow = tmp_path / "squeue"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.chmod(0o755)
+    target = ReclaimTarget("slurm:5", "cancel")
+    timed_out = SlurmDriver(squeue_command=str(slow), timeout_seconds=0.5).reclaim(
+        target, dry_run=False
+    )
+    assert timed_out == ReclaimResult("failed", "timed out after 0.5 s")
+    missing = SlurmDriver(squeue_command=str(tmp_path / "nowhere")).reclaim(target, dry_run=False)
+    assert missing.outcome == "failed" and "could not run" in missing.detail
+    assert (
+        SlurmDriver().reclaim(ReclaimTarget("slurm:5 -u root", "cancel"), dry_run=False).outcome
+        == "failed"
+    )
+    assert (
+        SlurmDriver().reclaim(ReclaimTarget("k8s:ns/p", "cancel"), dry_run=False).outcome
+        == "failed"
+    )
+    assert (
+        SlurmDriver().reclaim(ReclaimTarget("slurm:5", "suspend"), dry_run=False).outcome
+        == "failed"
+    )
