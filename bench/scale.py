@@ -1,0 +1,315 @@
+"""The whole service under a simulated fleet: ingest, rollups, evaluation, /metrics and pages.
+
+One `gpuwarden serve` (default settings: scheduler, default policies) on a fresh PostgreSQL
+database; --gpus GPUs as nodes of 8, each node a SimulatedBackend whose polls (every --poll
+seconds) are built and joined into one gzip batch every --batch seconds with the agent's own
+batch code (service.collectors.batch), posted with the agent's X-Request-Timeout. The nodes run
+in --senders processes (asyncio, staggered over the batch interval). Meanwhile the main process
+looks every --look seconds: GET /metrics (whole and shard 0 of 4: time and size), the fleet and
+jobs pages' API reads, the rollup backlog (rows of rollup_dirty) and the newest sample's age.
+
+Prints, with the machine and its load: accepted / offered batches and their latency, ingest lag
+(the age of the stalest GPU's newest stored sample, which one batch interval bounds when ingest
+keeps up), the rollup backlog, each background round's mean and worst time per run (from the
+service's histograms; skipped runs: a round still running when the next was due), /metrics and
+page times, and the central process's CPU. Usage (the machine is shared: take the bench lock):
+
+    flock /tmp/bench.lock .venv/bin/python -m bench.scale --gpus 1000 --seconds 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import statistics
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import func, select
+
+from bench.common import fresh_database, gpuwarden, machine, percentile, served
+from bench.console import PAGES, cpu_ms
+from service.clock import utc_now
+from service.collectors.batch import build_batch, gzip_body, join_polls, poll_json
+from service.collectors.simulated import SimulatedBackend
+from service.db import tokens_repo
+from service.db.engine import make_engine
+from service.db.schema import rollup_dirty
+
+GPUS_PER_NODE = 8
+AGENT_TIMEOUT_SECONDS = 30.0  # the agent's HTTP timeout, announced as X-Request-Timeout
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def _tokens(url: str, nodes: list[str]) -> tuple[list[str], str]:
+    """An agent token per node and one reader token, made in the database directly."""
+    engine = make_engine(url)
+    now = utc_now()
+    try:
+        with engine.begin() as conn:
+            agents = [
+                tokens_repo.create_token(
+                    conn, role=tokens_repo.Role.AGENT, node=n, name=None, now=now
+                )[0]
+                for n in nodes
+            ]
+            reader, _ = tokens_repo.create_token(
+                conn, role=tokens_repo.Role.READER, node=None, name=None, now=now
+            )
+    finally:
+        engine.dispose()
+    return agents, reader
+
+
+def senders_process(
+    base: str, nodes: list[tuple[str, str]], args: argparse.Namespace, out: Any
+) -> None:
+    """Each node polls its simulated GPUs and ships a batch every args.batch seconds; puts
+    [(status, seconds)] per request on ``out``."""
+
+    async def node(client: httpx.AsyncClient, k: int, hostname: str, token: str) -> list[Any]:
+        backend = SimulatedBackend(hostname=hostname, gpus=GPUS_PER_NODE, seed=k, start=utc_now())
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            "X-Request-Timeout": f"{AGENT_TIMEOUT_SECONDS:g}",
+        }
+        polls_per_batch = max(1, round(args.batch / args.poll))
+        results: list[tuple[int, float]] = []
+        polls: list[bytes] = []
+        start = time.monotonic()
+        await asyncio.sleep(args.batch * k / len(nodes))  # spread over the batch interval
+        due = time.monotonic()
+        while time.monotonic() - start < args.seconds:
+            snap = backend.sample(datetime.now(UTC))
+            polls.append(
+                poll_json(
+                    build_batch(
+                        hostname=hostname,
+                        labels={},
+                        devices=backend.devices(),
+                        snapshots=[snap],
+                    )
+                )
+            )
+            if len(polls) >= polls_per_batch:
+                body = gzip_body(join_polls(polls))
+                polls = []
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post("/api/v1/ingest", content=body, headers=headers)
+                    results.append((r.status_code, time.perf_counter() - t0))
+                except httpx.HTTPError:
+                    results.append((-1, time.perf_counter() - t0))
+            due += args.poll  # on the poll schedule, however long the post took
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        return results
+
+    async def main() -> list[Any]:
+        limits = httpx.Limits(max_connections=len(nodes) + 4)
+        async with httpx.AsyncClient(
+            base_url=base, timeout=AGENT_TIMEOUT_SECONDS, limits=limits
+        ) as client:
+            per = await asyncio.gather(*(node(client, k, h, t) for k, (h, t) in enumerate(nodes)))
+        return [x for xs in per for x in xs]
+
+    out.put(asyncio.run(main()))
+
+
+def _timed_get(client: httpx.Client, path: str, params: dict[str, str] | None) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    r = client.get(path, params=params)
+    r.raise_for_status()
+    return time.perf_counter() - t0, len(r.content)
+
+
+def _families(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def look(client: httpx.Client, url: str, seen: dict[str, list[float]]) -> None:
+    """One round of observations, appended to ``seen``."""
+    seconds, size = _timed_get(client, "/metrics", None)
+    seen["metrics_s"].append(seconds)
+    seen["metrics_mb"].append(size / 1e6)
+    seconds, size = _timed_get(client, "/metrics", {"shard": "0/4"})
+    seen["shard_s"].append(seconds)
+    seen["shard_mb"].append(size / 1e6)
+    for page in ("fleet", "jobs"):
+        total = 0.0
+        for path, params in PAGES[page]:
+            if path.startswith("/api/v1/") and path != "/api/v1/session":
+                total += _timed_get(client, path, params)[0]
+        seen[f"{page}_s"].append(total)
+    ages = [
+        v
+        for (name, _), v in _families(client.get("/metrics").text).items()
+        if name == "gpuwarden_gpu_sample_age_seconds"
+    ]
+    if ages:
+        seen["lag_s"].append(max(ages))
+    seen["gpus_exported"].append(len(ages))
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            backlog = conn.execute(select(func.count()).select_from(rollup_dirty)).scalar_one()
+    finally:
+        engine.dispose()
+    seen["backlog_rows"].append(float(backlog))
+
+
+def rounds(text: str) -> list[str]:
+    """Per background task: runs, mean seconds, the bucket its worst run fell in, skipped."""
+    fams = _families(text)
+    lines = []
+    tasks = sorted(
+        {
+            dict(k[1])["task"]
+            for k in fams
+            if k[0] == "gpuwarden_background_job_duration_seconds_count"
+        }
+    )
+    for task in tasks:
+        key = (("task", task),)
+        count = fams.get(("gpuwarden_background_job_duration_seconds_count", key), 0.0)
+        total = fams.get(("gpuwarden_background_job_duration_seconds_sum", key), 0.0)
+        buckets = sorted(
+            (float(dict(k[1])["le"]), v)
+            for k, v in fams.items()
+            if k[0] == "gpuwarden_background_job_duration_seconds_bucket"
+            and dict(k[1])["task"] == task
+        )
+        worst = next((le for le, v in buckets if v >= count), float("inf"))
+        skipped = fams.get(
+            ("gpuwarden_background_job_runs_total", (("outcome", "skipped"), ("task", task))), 0.0
+        )
+        if count:
+            lines.append(
+                f"  {task}: {count:.0f} runs, mean {total / count:.2f} s, worst <= {worst:g} s, "
+                f"{skipped:.0f} skipped"
+            )
+    return lines
+
+
+def run(args: argparse.Namespace) -> None:
+    n_nodes = args.gpus // GPUS_PER_NODE
+    hostnames = [f"sim-{k:05d}" for k in range(n_nodes)]
+    with fresh_database("postgresql") as url:
+        gpuwarden(url, "migrate")
+        agents, reader = _tokens(url, hostnames)
+        with served(url) as (base, proc):
+            cpu0, wall0 = cpu_ms(proc.pid), time.monotonic()
+            load_before = _load()
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            nodes = list(zip(hostnames, agents, strict=True))
+            parts = [nodes[i :: args.senders] for i in range(args.senders)]
+            procs = [
+                ctx.Process(target=senders_process, args=(base, part, args, queue))
+                for part in parts
+            ]
+            for p in procs:
+                p.start()
+            seen: dict[str, list[float]] = {
+                k: []
+                for k in (
+                    "metrics_s", "metrics_mb", "shard_s", "shard_mb", "fleet_s", "jobs_s",
+                    "lag_s", "gpus_exported", "backlog_rows",
+                )
+            }  # fmt: skip
+            headers = {"Authorization": f"Bearer {reader}"}
+            with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
+                time.sleep(min(args.seconds / 3, 2 * args.batch))  # past the first batches
+                while time.monotonic() - wall0 < args.seconds:
+                    look(client, url, seen)
+                    time.sleep(args.look)
+                shipped = [x for _ in procs for x in queue.get(timeout=args.seconds + 300)]
+                for p in procs:
+                    p.join(30)
+                cpu_share = (cpu_ms(proc.pid) - cpu0) / 1000 / (time.monotonic() - wall0)
+                final = client.get("/metrics").text
+            load_after = _load()
+    report(args, n_nodes, shipped, seen, final, cpu_share, load_before, load_after)
+
+
+def _range(values: list[float], unit: str, digits: int = 2) -> str:
+    if not values:
+        return "n/a"
+    return (
+        f"median {statistics.median(values):.{digits}f} {unit}, "
+        f"max {max(values):.{digits}f} {unit} ({len(values)} looks)"
+    )
+
+
+def report(
+    args: argparse.Namespace,
+    n_nodes: int,
+    shipped: list[tuple[int, float]],
+    seen: dict[str, list[float]],
+    final: str,
+    cpu_share: float,
+    load_before: str,
+    load_after: str,
+) -> None:
+    statuses = Counter(s for s, _ in shipped)
+    ok = [t for s, t in shipped if s == 200]
+    offered = len(shipped)
+    print(f"machine: {machine()}; PostgreSQL; {load_before} before, {load_after} after")
+    print(
+        f"fleet: {args.gpus} GPUs = {n_nodes} nodes x {GPUS_PER_NODE}, poll {args.poll:g} s, "
+        f"one batch per node every {args.batch:g} s, {args.senders} sender processes, "
+        f"{args.seconds:g} s"
+    )
+    print(
+        f"accepted / offered: {len(ok)} / {offered} = {100 * len(ok) / max(1, offered):.1f}% "
+        f"(answers {dict(sorted(statuses.items()))})"
+    )
+    if ok:
+        print(
+            f"ingest latency (client): p50 {percentile(ok, 50):.3f} s, p99 {percentile(ok, 99):.3f} s"
+        )
+    print(f"ingest lag (stalest GPU's newest sample): {_range(seen['lag_s'], 's', 1)}")
+    print(f"GPUs exported on /metrics: {_range(seen['gpus_exported'], 'GPUs', 0)}")
+    print(f"rollup backlog (rollup_dirty rows): {_range(seen['backlog_rows'], 'rows', 0)}")
+    print("background rounds (server histograms):")
+    for line in rounds(final):
+        print(line)
+    print(
+        f"GET /metrics: {_range(seen['metrics_s'], 's')}; size {_range(seen['metrics_mb'], 'MB')}"
+    )
+    print(
+        f"GET /metrics?shard=0/4: {_range(seen['shard_s'], 's')}; size {_range(seen['shard_mb'], 'MB')}"
+    )
+    print(f"fleet page API reads: {_range(seen['fleet_s'], 's', 3)}")
+    print(f"jobs page API reads: {_range(seen['jobs_s'], 's', 3)}")
+    print(f"central CPU: {100 * cpu_share:.0f}% of a core")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--poll", type=float, default=10.0, help="poll interval (s)")
+    parser.add_argument("--batch", type=float, default=30.0, help="batch interval (s)")
+    parser.add_argument("--senders", type=int, default=2, help="sender processes")
+    parser.add_argument("--look", type=float, default=15.0, help="seconds between looks")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
