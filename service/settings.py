@@ -248,6 +248,15 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _replica_of_postgresql(self) -> Settings:
+        if self.database_read_url and self.is_sqlite:
+            raise ValueError(
+                "database_read_url: a read replica follows a PostgreSQL primary; "
+                "GPUWARDEN_DATABASE_URL is SQLite"
+            )
+        return self
+
     @property
     def is_sqlite(self) -> bool:
         """Whether the store is the embedded SQLite database."""

@@ -68,11 +68,16 @@ def test_the_read_url_is_an_optional_postgresql_url(monkeypatch: pytest.MonkeyPa
     assert Settings().database_read_url is None
     monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "")
     assert Settings().database_read_url is None  # empty: no replica
+    monkeypatch.setenv("GPUWARDEN_DATABASE_URL", "postgresql://u@primary/gw")
     monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "postgresql://u@replica/gw")
     assert Settings().database_read_url == "postgresql+psycopg://u@replica/gw"
     monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "sqlite:///./copy.db")
     with pytest.raises(ValidationError, match="database_read_url"):
         Settings()
+    monkeypatch.setenv("GPUWARDEN_DATABASE_READ_URL", "postgresql://u@replica/gw")
+    monkeypatch.delenv("GPUWARDEN_DATABASE_URL")
+    with pytest.raises(ValidationError, match="follows a PostgreSQL primary"):
+        Settings()  # the primary is the default SQLite file
     monkeypatch.setenv("GPUWARDEN_DATABASE_URL", "")
     monkeypatch.delenv("GPUWARDEN_DATABASE_READ_URL")
     with pytest.raises(ValidationError, match="database_url"):
