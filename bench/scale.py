@@ -244,7 +244,27 @@ def run(args: argparse.Namespace) -> None:
                 cpu_share = (cpu_ms(proc.pid) - cpu0) / 1000 / (time.monotonic() - wall0)
                 final = client.get("/metrics").text
             load_after = _load()
+            sizes = row_bytes(url)
     report(args, n_nodes, shipped, seen, final, cpu_share, load_before, load_after)
+    print(f"stored bytes per row, indexes included: {sizes}")
+
+
+def row_bytes(url: str) -> str:
+    """Bytes per row of the raw samples (all partitions) and of rollup_1m, indexes included."""
+    engine = make_engine(url)
+    out = []
+    try:
+        with engine.connect() as conn:
+            for table in ("samples", "rollup_1m"):
+                size = conn.exec_driver_sql(
+                    "SELECT COALESCE(SUM(pg_total_relation_size(relid)), 0) "
+                    f"FROM pg_partition_tree('{table}')"
+                ).scalar_one()
+                rows = conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
+                out.append(f"{table} {size / max(1, rows):.0f} ({rows} rows)")
+    finally:
+        engine.dispose()
+    return ", ".join(out)
 
 
 def _range(values: list[float], unit: str, digits: int = 2) -> str:
