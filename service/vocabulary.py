@@ -356,6 +356,10 @@ def alert_page_path(alert_id: int) -> str:
 # How a job became known, in words for people (job pages, `gpuwarden job`): ``source`` is "api"
 # (registered: a Slurm prolog, the Kubernetes attribution, a POST /api/v1/jobs) or "observed"
 # (found from the processes the agents saw on its GPUs). console.js holds the same texts.
+# What a ladder step came to, as the audit log stores it: would (dry run), warned, reclaimed,
+# skipped (and why), failed (and why), gone (the job had ended).
+ACTION_OUTCOMES: tuple[str, ...] = ("would", "warned", "reclaimed", "skipped", "failed", "gone")
+
 JOB_SOURCE_TEXT: dict[str, str] = {
     "api": "registered by its scheduler or the API",
     "observed": "found from its processes on the GPUs",

@@ -24,6 +24,7 @@ from service.api.openapi import install_openapi
 from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
 from service.api.query import reject_unknown_query
 from service.api.reads import NoteWrites
+from service.api.routers import actions as actions_router
 from service.api.routers import (
     alerts,
     channels,
@@ -217,6 +218,7 @@ def create_app(
     app.include_router(prices_router.router, prefix="/api/v1")
     app.include_router(reports_router.router, prefix="/api/v1")
     app.include_router(periodic_router.router, prefix="/api/v1")
+    app.include_router(actions_router.router, prefix="/api/v1")
     app.include_router(session.router, prefix="/api/v1")
     app.include_router(console.router)
     app.mount(console.STATIC_PREFIX, StaticFiles(directory=console.STATIC_DIR), name="static")

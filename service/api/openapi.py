@@ -180,9 +180,10 @@ def _health(schema: dict[str, Any]) -> None:
             _declare(
                 op, code, "/metrics protected by a reader token (a setting)", code in "429 503"
             )
-    report = paths.get("/api/v1/reports/cost", {}).get("get")
-    if report is not None:
-        report["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
+    for csv_path in ("/api/v1/reports/cost", "/api/v1/actions"):
+        op = paths.get(csv_path, {}).get("get")
+        if op is not None:
+            op["responses"]["200"]["content"]["text/csv"] = {"schema": {"type": "string"}}
 
 
 def install_openapi(app: FastAPI) -> None:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from service.cli.actions import add_actions_parser
 from service.cli.fleet import add_fleet_parsers
 from service.cli.report import add_report_parser
 from service.clientsettings import ClientSettings
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 Handler = Callable[[argparse.Namespace, Any], int]
 # Commands that make HTTP calls only: they get ClientSettings, not the full Settings.
-HTTP_COMMANDS = frozenset({"gpus", "job", "report"})
+HTTP_COMMANDS = frozenset({"gpus", "job", "report", "actions"})
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -350,6 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(handler=cmd_policies_check)
     add_report_parser(sub)
     add_fleet_parsers(sub)
+    add_actions_parser(sub)
 
     p = sub.add_parser("agent", help="run the node agent (collect, attribute, ship)")
     _central_flags(p)

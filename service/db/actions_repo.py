@@ -5,13 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, and_, func, insert, or_, select
 
 from service.db.schema import ladder_actions
+from service.vocabulary import ACTION_OUTCOMES as ACTION_OUTCOMES  # its home; kept here too
 
-# What a step came to: would (dry run), warned, reclaimed, skipped (and why), failed (and why),
-# gone (the job had ended).
-ACTION_OUTCOMES: tuple[str, ...] = ("would", "warned", "reclaimed", "skipped", "failed", "gone")
 MAX_ACTIONS_LISTED = 1000
 
 
@@ -60,19 +58,28 @@ def list_actions(
     *,
     job_id: str | None = None,
     user: str | None = None,
+    team: str | None = None,
     policy: str | None = None,
     outcome: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    before_id: int | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     """Audit-log rows matching every filter given, newest first (``since`` inclusive, ``until``
-    exclusive), at most ``limit`` (capped at MAX_ACTIONS_LISTED); ``dry_run`` as a bool."""
+    exclusive), at most ``limit`` (capped at MAX_ACTIONS_LISTED); ``dry_run`` as a bool.
+
+    ``before_id`` pages on: only rows after row ``before_id`` in that order (none if no such row).
+    """
     t = ladder_actions
     q = select(t)
-    for col, val in ((t.c.job_id, job_id), (t.c.user, user), (t.c.policy, policy)):
+    filters = ((t.c.job_id, job_id), (t.c.user, user), (t.c.team, team), (t.c.policy, policy))
+    for col, val in filters:
         if val is not None:
             q = q.where(col == val)
+    if before_id is not None:
+        at = select(t.c.at).where(t.c.id == before_id).scalar_subquery()
+        q = q.where(or_(t.c.at < at, and_(t.c.at == at, t.c.id < before_id)))
     if outcome is not None:
         q = q.where(t.c.outcome == outcome)
     if since is not None:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, and_, func, or_, select
 
-from service.db.schema import gpus, job_gpus, jobs, nodes, samples
+from service.db.schema import gpus, job_gpus, jobs, ladder_actions, nodes, samples
 from service.exposition.shards import Shard
 from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRIC_NAMES
@@ -142,3 +142,12 @@ def node_last_seen(
         query = query.where(nodes.c.id.in_(node_ids))
     rows = conn.execute(query)
     return {host: max(seen, sample or seen) for host, seen, sample in rows}
+
+
+def count_actions(conn: Connection) -> list[tuple[str, str, str, int]]:
+    """(policy, action, outcome, rows) over the whole audit log of the ladders."""
+    t = ladder_actions
+    q = select(t.c.policy, t.c.action, t.c.outcome, func.count()).group_by(
+        t.c.policy, t.c.action, t.c.outcome
+    )
+    return [(p, a, o, int(n)) for p, a, o, n in conn.execute(q)]

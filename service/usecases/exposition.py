@@ -8,11 +8,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy import Connection
 
 from service.context import ServiceContext
-from service.db.metrics_repo import node_last_seen, read_fleet, shard_node_ids
+from service.db import policies_repo
+from service.db.metrics_repo import count_actions, node_last_seen, read_fleet, shard_node_ids
+from service.exposition.actions import actions_family, ladder_label_sets
 from service.exposition.fleet import fleet_families
 from service.exposition.shards import Shard
 from service.usecases.cost_report import effective_prices, fix_assumptions_of
@@ -63,6 +66,10 @@ class FleetCollector(Collector):
                 fleet_wide=shard is None or shard.carries_fleet,
             )
             families.append(node_last_seen_family(last_seen))
+            if shard is None or shard.carries_fleet:
+                # From the primary: a replica lagging behind it would read as a counter reset.
+                with ctx.engine.connect() as conn:
+                    families.append(actions_counter(conn))
             up = 1.0
         except Exception:
             log.exception("reading the fleet for /metrics failed")
@@ -79,6 +86,17 @@ class FleetCollector(Collector):
             "Time to read and build the fleet families of this scrape (seconds).",
             value=time.perf_counter() - started,
         )
+
+
+def actions_counter(conn: Connection) -> CounterMetricFamily:
+    """``gpuwarden_actions_total`` from the audit log (the same on every replica, as only the
+    leader acts), with each laddered policy's label sets from 0."""
+    ladders = [
+        (p.name, [step.action for step in p.ladder.steps])
+        for p in policies_repo.list_policies(conn)
+        if p.ladder is not None
+    ]
+    return actions_family(count_actions(conn), zero=ladder_label_sets(ladders))
 
 
 NODE_LAST_SEEN = "gpuwarden_node_last_seen_timestamp_seconds"

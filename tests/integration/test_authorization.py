@@ -66,6 +66,9 @@ def _protect_metrics(app: FastAPI) -> None:
     app.state.ctx.settings.metrics_token_required = True
 
 
+LADDER = {"steps": [{"action": "notify_owner", "after": "60m"},
+                    {"action": "reclaim", "after": "120m"}]}  # fmt: skip
+
 AGENT_WRITES = {"none": 401, "wrong": 401, "reader": 403}
 
 CASES = [
@@ -116,6 +119,15 @@ CASES = [
         "/api/v1/policies/kept",
         admin_only(200),
         body=lambda _, __: low_sm_policy([], name="kept", threshold=0.2),
+    ),
+    # A ladder (warn, then reclaim) changes only with an admin token, like the rest of a policy.
+    Case(
+        "policy-put-ladder",
+        "PUT",
+        "/api/v1/policies/{name}",
+        "/api/v1/policies/kept",
+        admin_only(200),
+        body=lambda _, __: low_sm_policy([], name="kept", ladder=LADDER),
     ),
     Case(
         "policy-delete",
@@ -262,6 +274,16 @@ CASES = [
         body=lambda _, __: {"token": "gw_not-a-token"},
     ),
     Case("fleet", "GET", "/api/v1/fleet", "/api/v1/fleet", reads()),
+    # The ladders' audit log: readers see it (filtered, to show the filter passes the check).
+    Case("actions", "GET", "/api/v1/actions", "/api/v1/actions", reads()),
+    Case(
+        "actions-filtered",
+        "GET",
+        "/api/v1/actions",
+        "/api/v1/actions",
+        reads(),
+        params={"job": "slurm:1", "outcome": "reclaimed", "format": "csv"},
+    ),
     Case("session-whoami", "GET", "/api/v1/session", "/api/v1/session", reads()),
     Case("session-logout", "DELETE", "/api/v1/session", "/api/v1/session", reads(204)),
 ]

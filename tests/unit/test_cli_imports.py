@@ -53,6 +53,8 @@ def loaded(*argv: str) -> dict[str, Any]:
         ["gpus"],
         ["job", "slurm:1"],
         ["report", "cost", "--since", "1h"],
+        ["actions", "--since", "24h"],
+        ["actions", "--help"],
     ],
 )
 def test_http_commands_and_help_import_no_heavy_package(argv: list[str]) -> None:

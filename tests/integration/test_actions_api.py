@@ -1,0 +1,180 @@
+"""``GET /api/v1/actions``: the ladders' audit log, filtered, paged and as CSV, on both stores.
+
+Rows are written the way the ladder writes them (``actions_repo.record_action``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from service.db import actions_repo
+from tests.alerting_support import auth
+from tests.support import FakeClock, iso
+
+# (minutes before now, policy, job, user, team, action, outcome)
+STEPS = [
+    (200, "gpu-idle", "slurm:1", "ana", "vision", "notify_owner", "warned"),
+    (150, "gpu-idle", "slurm:1", "ana", "vision", "notify_owner", "warned"),
+    (130, "gpu-idle", "slurm:1", "ana", "vision", "reclaim", "reclaimed"),
+    (90, "gpu-idle", "slurm:2", "bo", "nlp", "reclaim", "failed"),
+    (60, "held-dry", "k8s:ml/train-0", "cy", "vision", "reclaim", "would"),
+    (30, "held-dry", "slurm:3", "bo", "nlp", "notify_owner", "skipped"),
+]
+
+
+def record_steps(engine: Engine, now: datetime) -> list[int]:
+    """The STEPS in the audit log, oldest first; their ids."""
+    ids = []
+    with engine.begin() as conn:
+        for minutes, policy, job, user, team, action, outcome in STEPS:
+            row_id = actions_repo.record_action(
+                conn, at=now - timedelta(minutes=minutes), policy=policy, job_id=job,
+                user=user, team=team, action=action, outcome=outcome,
+                dry_run=outcome == "would", step=None if outcome == "skipped" else 0,
+                driver="slurm" if action == "reclaim" else None,
+                reason="=exempt user" if outcome == "skipped" else None,
+                detail="scancel 2: timed out" if outcome == "failed" else None,
+                value=0.01, threshold=0.05, since=now - timedelta(minutes=260),
+                waste_usd=12.5, idle_usd=12.5,
+            )  # fmt: skip
+            ids.append(row_id)
+    return ids
+
+
+@pytest.fixture
+def steps(engine: Engine, clock: FakeClock) -> list[int]:
+    return record_steps(engine, clock())
+
+
+def get(http: httpx.Client, token: str, **params: Any) -> httpx.Response:
+    return http.get("/api/v1/actions", params=params, headers=auth(token))
+
+
+def outcomes(r: httpx.Response) -> list[str]:
+    assert r.status_code == 200, r.text
+    return [a["outcome"] for a in r.json()]
+
+
+def test_every_step_newest_first_with_its_figures(http, tokens, steps, clock) -> None:
+    r = get(http, tokens["reader"])
+    assert outcomes(r) == ["skipped", "would", "failed", "reclaimed", "warned", "warned"]
+    newest, would = r.json()[0], r.json()[1]
+    assert newest["id"] == steps[-1] and newest["step"] is None
+    assert newest["reason"] == "=exempt user" and newest["dry_run"] is False
+    assert would["dry_run"] is True and would["driver"] == "slurm"
+    assert would["at"] == iso(clock() - timedelta(minutes=60))
+    assert (would["value"], would["threshold"], would["waste_usd"]) == (0.01, 0.05, 12.5)
+    assert would["since"] == iso(clock() - timedelta(minutes=260))
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"job": "slurm:1"}, ["reclaimed", "warned", "warned"]),
+        ({"job": "k8s:ml/train-0"}, ["would"]),
+        ({"user": "bo"}, ["skipped", "failed"]),
+        ({"team": "vision"}, ["would", "reclaimed", "warned", "warned"]),
+        ({"policy": "held-dry"}, ["skipped", "would"]),
+        ({"outcome": "warned"}, ["warned", "warned"]),
+        ({"policy": "gpu-idle", "user": "bo"}, ["failed"]),
+        ({"since": "2h"}, ["skipped", "would", "failed"]),
+        ({"start": "-140m", "end": "-60m"}, ["failed", "reclaimed"]),
+        ({"user": "nobody"}, []),
+    ],
+)
+def test_filters_filter(http, tokens, steps, params: dict[str, str], expected: list[str]) -> None:
+    assert outcomes(get(http, tokens["reader"], **params)) == expected
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"outcome": "cancelled"}, "outcome"),
+        ({"start": "yesterday-ish"}, "start"),
+        ({"since": "forever"}, "since"),
+        ({"start": "-1h", "since": "1h"}, "since"),
+        ({"start": "now", "end": "-1h"}, "start"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+        ({"before": "0"}, "before"),
+        ({"format": "xml"}, "format"),
+        ({"jobs": "slurm:1"}, "jobs"),
+    ],
+)
+def test_a_bad_filter_is_a_422_naming_it(http, tokens, params: dict[str, str], field: str) -> None:
+    r = get(http, tokens["reader"], **params)
+    assert r.status_code == 422, r.text
+    assert [d["loc"][-1] for d in r.json()["detail"]] == [field], r.text
+
+
+def test_a_full_page_links_the_next_until_the_last(http, tokens, steps) -> None:
+    seen: list[int] = []
+    r = get(http, tokens["reader"], limit=4, team="vision")
+    while True:
+        assert r.status_code == 200, r.text
+        seen += [a["id"] for a in r.json()]
+        link = r.headers.get("link")
+        if link is None:
+            break
+        found = re.fullmatch(r'<(/api/v1/actions\?[^>]+)>; rel="next"', link)
+        assert found is not None, link
+        assert "team=vision" in found.group(1) and "limit=4" in found.group(1)
+        r = http.get(found.group(1), headers=auth(tokens["reader"]))
+    vision = [i for i, s in zip(steps, STEPS, strict=True) if s[4] == "vision"]
+    assert seen == sorted(vision, reverse=True)
+    # A page that is exactly full links one more, which is empty and links none.
+    r = get(http, tokens["reader"], limit=2, before=steps[2])
+    assert [a["id"] for a in r.json()] == [steps[1], steps[0]] and "link" in r.headers
+    r = get(http, tokens["reader"], limit=2, before=steps[0])
+    assert r.json() == [] and "link" not in r.headers
+
+
+def test_steps_at_the_same_moment_page_without_loss(http, tokens, engine, clock) -> None:
+    ids = []
+    with engine.begin() as conn:
+        for i in range(5):
+            row_id = actions_repo.record_action(
+                conn, at=clock() - timedelta(minutes=1), policy="p", job_id=f"slurm:{i}",
+                action="notify_owner", outcome="warned", dry_run=False,
+            )  # fmt: skip
+            ids.append(row_id)
+    first = get(http, tokens["reader"], limit=3).json()
+    rest = get(http, tokens["reader"], limit=3, before=first[-1]["id"]).json()
+    assert [a["id"] for a in first + rest] == sorted(ids, reverse=True)
+
+
+def test_csv_has_the_columns_and_quotes_formulas(http, tokens, steps) -> None:
+    r = get(http, tokens["reader"], format="csv", user="bo")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "text/csv; charset=utf-8"
+    assert "gpuwarden-actions.csv" in r.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(r.text, newline="")))
+    assert [row["outcome"] for row in rows] == ["skipped", "failed"]
+    skipped, failed = rows
+    assert skipped["reason"] == "'=exempt user"  # a spreadsheet reads it as text
+    assert skipped["step"] == "" and failed["step"] == "0"
+    assert failed["detail"] == "scancel 2: timed out" and failed["dry_run"] == "False"
+    assert failed["job_id"] == "slurm:2" and failed["waste_usd"] == "12.5"
+    assert list(rows[0]) == [
+        "id", "at", "policy", "job_id", "user", "team", "alert_id", "step", "action",
+        "outcome", "reason", "dry_run", "driver", "mode", "detail", "value", "threshold",
+        "since", "waste_usd", "idle_usd",
+    ]  # fmt: skip
+
+
+def test_readers_read_node_tokens_do_not(http, tokens, steps, engine) -> None:
+    from tests.conftest import make_token
+
+    assert get(http, tokens["reader"]).status_code == 200
+    assert get(http, tokens["admin"]).status_code == 200
+    assert get(http, tokens["agent"]).status_code == 403
+    assert get(http, make_token(engine, "agent", "node-b")).status_code == 403
+    assert http.get("/api/v1/actions").status_code == 401
