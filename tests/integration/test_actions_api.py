@@ -19,29 +19,31 @@ from service.db import actions_repo
 from tests.alerting_support import auth
 from tests.support import FakeClock, iso
 
-# (minutes before now, policy, job, user, team, action, outcome)
+# (minutes before now, policy, job, user, team, action, outcome, step)
 STEPS = [
-    (200, "gpu-idle", "slurm:1", "ana", "vision", "notify_owner", "warned"),
-    (150, "gpu-idle", "slurm:1", "ana", "vision", "notify_owner", "warned"),
-    (130, "gpu-idle", "slurm:1", "ana", "vision", "reclaim", "reclaimed"),
-    (90, "gpu-idle", "slurm:2", "bo", "nlp", "reclaim", "failed"),
-    (60, "held-dry", "k8s:ml/train-0", "cy", "vision", "reclaim", "would"),
-    (30, "held-dry", "slurm:3", "bo", "nlp", "notify_owner", "skipped"),
+    (200, "gpu-idle", "slurm:1", "ana", "vision", "notify_owner", "warned", 0),
+    (150, "gpu-idle", "slurm:1", "ana", "vision", "notify_owner", "warned", 1),
+    (130, "gpu-idle", "slurm:1", "ana", "vision", "reclaim", "reclaimed", 2),
+    (90, "gpu-idle", "slurm:2", "bo", "nlp", "reclaim", "failed", 2),
+    (60, "held-dry", "k8s:ml/train-0", "cy", "vision", "reclaim", "would", 1),
+    (30, "held-dry", "slurm:3", "bo", "nlp", "notify_owner", "skipped", None),
 ]
+
+DETAILS = {"failed": "scancel 2: timed out", "would": "DELETE /api/v1/namespaces/ml/pods/train-0"}
 
 
 def record_steps(engine: Engine, now: datetime) -> list[int]:
     """The STEPS in the audit log, oldest first; their ids."""
     ids = []
     with engine.begin() as conn:
-        for minutes, policy, job, user, team, action, outcome in STEPS:
+        for minutes, policy, job, user, team, action, outcome, step in STEPS:
             row_id = actions_repo.record_action(
                 conn, at=now - timedelta(minutes=minutes), policy=policy, job_id=job,
                 user=user, team=team, action=action, outcome=outcome,
-                dry_run=outcome == "would", step=None if outcome == "skipped" else 0,
+                dry_run=outcome == "would", step=step,
                 driver="slurm" if action == "reclaim" else None,
-                reason="=exempt user" if outcome == "skipped" else None,
-                detail="scancel 2: timed out" if outcome == "failed" else None,
+                reason="exempt: user bo" if outcome == "skipped" else None,
+                detail=DETAILS.get(outcome),
                 value=0.01, threshold=0.05, since=now - timedelta(minutes=260),
                 waste_usd=12.5, idle_usd=12.5,
             )  # fmt: skip
@@ -68,7 +70,7 @@ def test_every_step_newest_first_with_its_figures(http, tokens, steps, clock) ->
     assert outcomes(r) == ["skipped", "would", "failed", "reclaimed", "warned", "warned"]
     newest, would = r.json()[0], r.json()[1]
     assert newest["id"] == steps[-1] and newest["step"] is None
-    assert newest["reason"] == "=exempt user" and newest["dry_run"] is False
+    assert newest["reason"] == "exempt: user bo" and newest["dry_run"] is False
     assert would["dry_run"] is True and would["driver"] == "slurm"
     assert would["at"] == iso(clock() - timedelta(minutes=60))
     assert (would["value"], would["threshold"], would["waste_usd"]) == (0.01, 0.05, 12.5)
@@ -151,16 +153,23 @@ def test_steps_at_the_same_moment_page_without_loss(http, tokens, engine, clock)
     assert [a["id"] for a in first + rest] == sorted(ids, reverse=True)
 
 
-def test_csv_has_the_columns_and_quotes_formulas(http, tokens, steps) -> None:
+def test_csv_has_the_columns_and_quotes_formulas(http, tokens, steps, engine, clock) -> None:
+    with engine.begin() as conn:
+        actions_repo.record_action(
+            conn, at=clock() - timedelta(minutes=10), policy="gpu-idle", job_id="slurm:5",
+            user="bo", action="notify_owner", outcome="skipped", dry_run=False,
+            reason='=HYPERLINK("http://evil.example")',
+        )  # fmt: skip
     r = get(http, tokens["reader"], format="csv", user="bo")
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "text/csv; charset=utf-8"
     assert "gpuwarden-actions.csv" in r.headers["content-disposition"]
     rows = list(csv.DictReader(io.StringIO(r.text, newline="")))
-    assert [row["outcome"] for row in rows] == ["skipped", "failed"]
-    skipped, failed = rows
-    assert skipped["reason"] == "'=exempt user"  # a spreadsheet reads it as text
-    assert skipped["step"] == "" and failed["step"] == "0"
+    assert [row["outcome"] for row in rows] == ["skipped", "skipped", "failed"]
+    formula, skipped, failed = rows
+    assert formula["reason"] == '\'=HYPERLINK("http://evil.example")'  # read as text
+    assert skipped["reason"] == "exempt: user bo"
+    assert skipped["step"] == "" and failed["step"] == "2"
     assert failed["detail"] == "scancel 2: timed out" and failed["dry_run"] == "False"
     assert failed["job_id"] == "slurm:2" and failed["waste_usd"] == "12.5"
     assert list(rows[0]) == [

@@ -31,8 +31,8 @@ def test_the_table_lists_steps_newest_first_and_the_flags_filter(capsys, base) -
     lines = rows(out)
     assert [next(o for o in ("skipped", "would", "failed", "reclaimed", "warned") if o in line)
             for line in lines] == ["skipped", "would", "failed", "reclaimed", "warned", "warned"]  # fmt: skip
-    assert "=exempt user" in lines[0] and "yes" in lines[1] and "$12.50" in lines[1]
-    assert "scancel 2: timed out" in lines[2] and "1. reclaim" in lines[2]
+    assert "exempt: user bo" in lines[0] and "yes" in lines[1] and "$12.50" in lines[1]
+    assert "scancel 2: timed out" in lines[2] and "3. reclaim" in lines[2]
     assert main([*base, "--job", "slurm:1"]) == 0
     lines = rows(capsys.readouterr().out)
     assert len(lines) == 3 and all("slurm:1" in line for line in lines)

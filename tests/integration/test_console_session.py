@@ -174,7 +174,9 @@ def test_another_replica_on_the_same_database_accepts_the_session(
         assert other.get("/api/v1/gpus").status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/", "/jobs", "/jobs/slurm:42", "/costs", "/alerts", "/login"])
+@pytest.mark.parametrize(
+    "path", ["/", "/jobs", "/jobs/slurm:42", "/costs", "/alerts", "/actions", "/login"]
+)
 def test_console_pages_carry_a_strict_csp_and_security_headers(
     http: httpx.Client, path: str
 ) -> None:

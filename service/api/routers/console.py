@@ -92,6 +92,19 @@ def costs_page(
     return console_page()
 
 
+@router.get("/actions", response_class=HTMLResponse)
+def actions_page(
+    policy: str | None = Query(None, description="the actions page's policy filter"),
+    outcome: str | None = Query(None, description="its outcome filter (e.g. reclaimed)"),
+    user: str | None = Query(None, description="its user filter"),
+    team: str | None = Query(None, description="its team filter"),
+    job: str | None = Query(None, description="its job filter"),
+    since: str | None = Query(None, description="its range (24h, 7d or 30d)"),
+) -> HTMLResponse:
+    """The ladders' audit log page (the shell; the script reads the filters from the URL)."""
+    return console_page()
+
+
 # Paths that are not the console's pages: their 404 stays the JSON error of the API.
 _NOT_CONSOLE = ("/api/", "/static/", "/console/", "/metrics", "/healthz", "/readyz", "/openapi")
 

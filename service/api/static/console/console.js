@@ -166,7 +166,7 @@
   // Where to go after logging in: `next` only when the browser itself resolves it to one of the
   // console's own pages on this origin (a backslash, `//`, a scheme or dot segments can make a
   // path that looks local lead elsewhere), else the fleet page.
-  const CONSOLE_PATHS = ["/", "/jobs", "/costs", "/alerts"];
+  const CONSOLE_PATHS = ["/", "/jobs", "/costs", "/alerts", "/actions"];
 
   function consoleTarget(next) {
     if (!next) return "/";
@@ -528,6 +528,9 @@
 
     const alerts = await api(`/alerts?${q({ job: job.id })}`);
     app.append(el("h2", { text: "Alerts" }), alerts.length ? alertsTable(alerts) : el("p", { class: "muted", text: "No alerts for this job." }));
+    const steps = await api(`/actions?${q({ job: job.id })}`);
+    app.append(el("h2", { text: "Actions" }), steps.length ? actionsTable(steps, { withJob: false })
+      : el("p", { class: "muted", id: "no-job-actions", text: "No ladder step has touched this job." }));
 
     app.append(el("h2", { text: "Per GPU" }));
     await jobCharts(job, [...new Set(job.gpus.map((g) => g.gpu_uuid))]);
@@ -662,13 +665,73 @@
     return form;
   }
 
+  // --- actions (the ladders' audit log) ---------------------------------------------------
+
+  // The audit log's outcomes (service.vocabulary.ACTION_OUTCOMES; a unit test keeps them equal).
+  const ACTION_OUTCOMES = ["would", "warned", "reclaimed", "skipped", "failed", "gone"];
+  const ACTION_FILTERS = ["policy", "outcome", "user", "team", "job", "since"];
+  const OUTCOME_CLASS = { would: "st-pending", warned: "st-pending", reclaimed: "st-firing", failed: "st-firing", skipped: "st-expired", gone: "st-expired" };
+
+  // What triggered a step: the policy's value against its threshold, since when, the waste then.
+  function triggerText(a) {
+    const parts = [];
+    if (a.value !== null && a.value !== undefined) parts.push(`${+a.value.toFixed(3)}${a.threshold === null || a.threshold === undefined ? "" : ` vs ${a.threshold}`}`);
+    if (a.since) parts.push(`since ${when(a.since)}`);
+    if (a.waste_usd !== null && a.waste_usd !== undefined) parts.push(`waste ${usd(a.waste_usd)}`);
+    return parts.join(" · ");
+  }
+
+  // One step per row, newest first: when, what, outcome, why and whether it was a dry run.
+  function actionsTable(actions, { withJob = true } = {}) {
+    const trs = actions.map((a) => el("tr", { "data-action": a.id, "data-outcome": a.outcome, "data-dry-run": a.dry_run ? "1" : "0" },
+      td(when(a.at)), td(a.policy), withJob ? td(jobLink(a.job_id), "clip") : "", withJob ? td(a.user || "", "clip", { title: a.user || "" }) : "",
+      td(`${a.step === null || a.step === undefined ? "" : `${a.step + 1}. `}${a.action.replaceAll("_", " ")}`),
+      td(el("span", { class: `chip ${OUTCOME_CLASS[a.outcome] || ""}`, text: a.outcome })),
+      td(a.dry_run ? "dry run" : ""), td([a.driver, a.mode].filter(Boolean).join(" ")),
+      td(a.reason || "", "wrap"), td(a.detail || "", "mono wrap"), td(triggerText(a), "wrap")));
+    const heads = ["when", "policy", ...(withJob ? ["job", "user"] : []), "step", "outcome", "dry run", "driver", "why", "detail", "triggered by"];
+    return table(heads, trs, { id: withJob ? "actions" : "job-actions" });
+  }
+
+  async function actionsPage() {
+    const chosen = Object.fromEntries(ACTION_FILTERS.map((k) => [k, urlParam(k) || ""]));
+    keepInUrl("/actions", chosen);
+    page("Actions", "Every step of the policies' ladders, newest first: warnings sent, jobs reclaimed, and what a dry run would have done; skipped and failed steps say why.");
+    const text = (name, placeholder) => el("label", {}, name, el("input", { id: `action-${name}`, value: chosen[name], size: 14, placeholder }));
+    const outcomeSel = el("select", { id: "action-outcome" }, el("option", { value: "", text: "all" }),
+      ACTION_OUTCOMES.map((o) => el("option", { value: o, text: o, selected: o === chosen.outcome })));
+    const sinceSel = el("select", { id: "action-since" }, [["", "all time"], ["24h", "last 24 hours"], ["7d", "last 7 days"], ["30d", "last 30 days"]]
+      .map(([v, t]) => el("option", { value: v, text: t, selected: v === chosen.since })));
+    const form = el("form", { class: "filters", id: "action-filters" }, text("policy", "gpu-idle"), el("label", {}, "outcome", outcomeSel),
+      text("user", "alice"), text("team", "vision"), text("job", "slurm:4242"), el("label", {}, "range", sinceSel), el("button", { type: "submit", text: "Show" }));
+    const apply = () => {
+      for (const k of ["policy", "user", "team", "job"]) chosen[k] = form.querySelector(`#action-${k}`).value.trim();
+      chosen.outcome = outcomeSel.value;
+      chosen.since = sinceSel.value;
+      keepInUrl("/actions", chosen);
+      actionsPage().catch(showError);
+    };
+    form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
+    outcomeSel.addEventListener("change", apply);
+    sinceSel.addEventListener("change", apply);
+    app.append(form);
+    const actions = await api(`/actions?${q({ ...chosen, limit: 500 })}`);
+    const count = (o) => actions.filter((a) => a.outcome === o).length;
+    app.append(el("div", { class: "cards", id: "action-cards" }, card("steps", actions.length),
+      ACTION_OUTCOMES.map((o) => { const c = card(o, count(o), count(o) && (o === "reclaimed" || o === "failed") ? "bad" : ""); c.dataset.outcome = o; return c; }),
+      el("div", { class: "card" }, el("div", { class: "k", text: "download" }),
+        el("a", { class: "button", id: "actions-csv", href: `/api/v1/actions?${q({ ...chosen, limit: 1000, format: "csv" })}`, download: "gpuwarden-actions.csv", text: "CSV" }))));
+    if (actions.length === 500) app.append(el("p", { class: "note", text: "The newest 500 steps; narrow the filters (or download the CSV) for older ones." }));
+    app.append(actions.length ? actionsTable(actions) : el("p", { class: "muted", id: "no-actions", text: "No ladder steps match." }));
+  }
+
   // --- start -----------------------------------------------------------------------------
 
   function notFoundPage() {
     document.title = "Not found · GPU Warden";
     page("Page not found", "", el("p", { id: "not-found" }, "The console has no page at ", el("code", { text: location.pathname }),
       ". Its pages: ", el("a", { href: "/", text: "Fleet" }), ", ", el("a", { href: "/jobs", text: "Jobs" }), ", ",
-      el("a", { href: "/costs", text: "Costs" }), ", ", el("a", { href: "/alerts", text: "Alerts" }), "."));
+      el("a", { href: "/costs", text: "Costs" }), ", ", el("a", { href: "/alerts", text: "Alerts" }), ", ", el("a", { href: "/actions", text: "Actions" }), "."));
   }
 
   async function start() {
@@ -688,6 +751,7 @@
     else if (path.startsWith("/jobs/")) await jobPage(decodeURIComponent(path.slice("/jobs/".length)));
     else if (path === "/costs") await costsPage();
     else if (path === "/alerts") await alertsPage();
+    else if (path === "/actions") await actionsPage();
     document.body.dataset.ready = "1";
   }
 
