@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, insert, or_, select
 
 from service.db.schema import ladder_actions
-from service.vocabulary import ACTION_OUTCOMES as ACTION_OUTCOMES  # its home; kept here too
+from service.vocabulary import ACTION_OUTCOMES
 
 MAX_ACTIONS_LISTED = 1000
 
