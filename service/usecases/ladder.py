@@ -209,10 +209,11 @@ def _advance(
     if _busy_again(ctx, ep, prog, step, now, result):
         return
     verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or {}
+    turn = _Turn(ctx, ep, prog, facts, step, verdict, now, result)
     if ep.ladder.steps[step].action == "notify_owner":
-        _warn(ctx, ep, prog, step, facts, verdict, now, result)
+        _warn(turn)
     else:
-        _reclaim(ctx, ep, prog, step, facts, verdict, drivers, now, result)
+        _reclaim(turn, drivers)
 
 
 def _backing_off(ctx: ServiceContext, ep: Episode, step: int, now: datetime) -> bool:
@@ -367,158 +368,145 @@ def owner_notice(
     return text, next_word, nxt[1]
 
 
-def _notice_rows(
-    ctx: ServiceContext,
-    ep: Episode,
-    prog: LadderProgress,
-    step: int,
-    facts: JobFacts,
-    verdict: Mapping[str, Any],
-    channel_types: Mapping[str, str],
-    now: datetime,
-    *,
-    outcome: str,
-) -> list[dict[str, Any]]:
-    """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
-    text, next_word, next_at = owner_notice(ep, prog, step, facts, verdict, outcome=outcome)
-    payload = notification(
-        ctx, ep.policy, ep.state, "notice", ep.alert_id, now, dict(verdict) or None
-    )
-    payload |= {
-        "notice": text,
-        "next_step": next_word,
-        "next_step_at": next_at.isoformat() if next_at else None,
-    }
-    rows = []
-    for channel in ep.policy.channels:
-        if channel_types.get(channel) in NOTICE_CHANNEL_TYPES:
-            delivery_id = f"msg_{uuid.uuid4().hex}"
-            rows.append(
-                {
-                    "delivery_id": delivery_id,
-                    "channel": channel,
-                    "alert_id": ep.alert_id,
-                    "payload": {**payload, "delivery_id": delivery_id},
-                }
-            )
-    return rows
+@dataclass
+class _Turn:
+    """One job's due step in one round: what every part of taking it needs."""
 
+    ctx: ServiceContext
+    ep: Episode
+    prog: LadderProgress
+    facts: JobFacts
+    step: int
+    verdict: Mapping[str, Any]
+    now: datetime
+    result: LadderRoundResult
 
-def _channel_types(ctx: ServiceContext) -> dict[str, str]:
-    with ctx.engine.connect() as conn:
-        return {c.name: c.type for c in policies_repo.list_channels(conn)}
+    @property
+    def last(self) -> bool:
+        """Whether this is the ladder's last step."""
+        return self.step == len(self.ep.ladder.steps) - 1
 
-
-def _warn(
-    ctx: ServiceContext,
-    ep: Episode,
-    prog: LadderProgress,
-    step: int,
-    facts: JobFacts,
-    verdict: Mapping[str, Any],
-    now: datetime,
-    result: LadderRoundResult,
-) -> None:
-    """Send the owner a notice (a dry run: the admins, saying it would), counted once."""
-    outcome = "would" if ep.ladder.dry_run else "warned"
-    rows = _notice_rows(
-        ctx, ep, prog, step, facts, verdict, _channel_types(ctx), now, outcome=outcome
-    )
-    with ctx.engine.begin() as conn:
-        if not rows:
-            # Never reclaim a job whose owner could not be warned: the ladder waits here.
-            _record(
-                conn,
-                ep,
-                prog,
-                now,
-                step=step,
-                outcome="failed",
-                dry_run=ep.ladder.dry_run,
-                verdict=verdict,
-                reason="no Slack or webhook channel on the policy to send the notice to",
-            )
-            result.count("failed")
-            return
-        last = step == len(ep.ladder.steps) - 1
-        if not ladder_repo.finish_step(conn, progress_id=prog.id, step=step, now=now, last=last):
-            return  # another round took this step
-        outbox_repo.enqueue(conn, rows, now=now)
+    def record(self, conn: Any, *, outcome: str, **extra: Any) -> None:
+        """This step's audit row, counted in the round's result."""
         _record(
             conn,
-            ep,
-            prog,
-            now,
-            step=step,
+            self.ep,
+            self.prog,
+            self.now,
+            step=self.step,
             outcome=outcome,
-            dry_run=ep.ladder.dry_run,
-            verdict=verdict,
-            detail=f"notice to {', '.join(r['channel'] for r in rows)}",
+            dry_run=self.ep.ladder.dry_run,
+            verdict=self.verdict,
+            **extra,
         )
-    result.count(outcome)
-    result.notices += len(rows)
+        self.result.count(outcome)
+
+    def finish(self, conn: Any) -> bool:
+        """Count the step done (False if another round already did)."""
+        return ladder_repo.finish_step(
+            conn, progress_id=self.prog.id, step=self.step, now=self.now, last=self.last
+        )
+
+    def notice_rows(self, *, outcome: str) -> list[dict[str, Any]]:
+        """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
+        ep = self.ep
+        text, next_word, next_at = owner_notice(
+            ep, self.prog, self.step, self.facts, self.verdict, outcome=outcome
+        )
+        payload = notification(
+            self.ctx,
+            ep.policy,
+            ep.state,
+            "notice",
+            ep.alert_id,
+            self.now,
+            dict(self.verdict) or None,
+        )
+        payload |= {
+            "notice": text,
+            "next_step": next_word,
+            "next_step_at": next_at.isoformat() if next_at else None,
+        }
+        with self.ctx.engine.connect() as conn:
+            types = {c.name: c.type for c in policies_repo.list_channels(conn)}
+        rows = []
+        for channel in ep.policy.channels:
+            if types.get(channel) in NOTICE_CHANNEL_TYPES:
+                delivery_id = f"msg_{uuid.uuid4().hex}"
+                payload_row = {**payload, "delivery_id": delivery_id}
+                rows.append(
+                    {
+                        "delivery_id": delivery_id,
+                        "channel": channel,
+                        "alert_id": ep.alert_id,
+                        "payload": payload_row,
+                    }
+                )
+        return rows
 
 
-def _reclaim(
-    ctx: ServiceContext,
-    ep: Episode,
-    prog: LadderProgress,
-    step: int,
-    facts: JobFacts,
-    verdict: Mapping[str, Any],
-    drivers: Mapping[str, ReclaimDriver],
-    now: datetime,
-    result: LadderRoundResult,
-) -> None:
-    """Free the job's GPUs through its driver: intent, then the driver, then the outcome."""
-    name = driver_for(ep.ladder, ep.job_id)
-    target = ReclaimTarget(
+def _warn(turn: _Turn) -> None:
+    """Send the owner a notice (a dry run: the admins, saying it would), counted once."""
+    outcome = "would" if turn.ep.ladder.dry_run else "warned"
+    rows = turn.notice_rows(outcome=outcome)
+    with turn.ctx.engine.begin() as conn:
+        if not rows:
+            # Never reclaim a job whose owner could not be warned: the ladder waits here.
+            turn.record(
+                conn,
+                outcome="failed",
+                reason="no Slack or webhook channel on the policy to send the notice to",
+            )
+            return
+        if not turn.finish(conn):
+            return  # another round took this step
+        outbox_repo.enqueue(conn, rows, now=turn.now)
+        turn.record(
+            conn, outcome=outcome, detail=f"notice to {', '.join(r['channel'] for r in rows)}"
+        )
+    turn.result.notices += len(rows)
+
+
+def _target(turn: _Turn, driver: str) -> ReclaimTarget:
+    """The job as the driver needs it, with the numbers behind the reclaim."""
+    ep, prog = turn.ep, turn.prog
+    return ReclaimTarget(
         job_id=ep.job_id,
-        mode=reclaim_mode(ep.ladder, name),
-        user=facts.user,
-        team=facts.team,
-        nodes=facts.nodes,
-        labels=dict(facts.labels),
+        mode=reclaim_mode(ep.ladder, driver),
+        user=turn.facts.user,
+        team=turn.facts.team,
+        nodes=turn.facts.nodes,
+        labels=dict(turn.facts.labels),
         policy=ep.policy.name,
         reason=f"{condition_words(ep.policy)} since {prog.episode_start.isoformat()}",
-        figures=_figures(verdict, prog, now),
+        figures=_figures(turn.verdict, prog, turn.now),
         # One step of one episode of this job's ladder: the same on every retry and restart.
-        idempotency_key=f"ladder-{prog.id}-{int(prog.episode_start.timestamp())}-step-{step}",
+        idempotency_key=f"ladder-{prog.id}-{int(prog.episode_start.timestamp())}-step-{turn.step}",
     )
+
+
+def _reclaim(turn: _Turn, drivers: Mapping[str, ReclaimDriver]) -> None:
+    """Free the job's GPUs through its driver: intent, then the driver, then the outcome."""
+    ep = turn.ep
+    name = driver_for(ep.ladder, ep.job_id)
+    target = _target(turn, name)
     driver = drivers.get(name)
-    dry = ep.ladder.dry_run
-    resumed = prog.pending_step is not None
-    if driver is None:
+    resumed = turn.prog.pending_step is not None
+    if driver is None and ep.ladder.dry_run:
+        word = step_word(ep.ladder, ep.ladder.steps[turn.step], ep.job_id)
+        res = ReclaimResult("would", f"would {word} (no {name} driver is configured yet)")
+    elif driver is None:
         res = ReclaimResult("failed", f"no {name} driver is configured on this service")
-        if dry:
-            res = ReclaimResult(
-                "would",
-                f"would {step_word(ep.ladder, ep.ladder.steps[step], ep.job_id)} "
-                f"(no {name} driver is configured yet)",
-            )
-    elif dry:
+    elif ep.ladder.dry_run:
         res = _call(driver, target, dry_run=True)
     else:
-        with ctx.engine.begin() as conn:
+        with turn.ctx.engine.begin() as conn:
             if not resumed and not ladder_repo.mark_pending(
-                conn, progress_id=prog.id, step=step, now=now
+                conn, progress_id=turn.prog.id, step=turn.step, now=turn.now
             ):
                 return
         res = _call(driver, target, dry_run=False)
-    _reclaim_outcome(
-        ctx,
-        ep,
-        prog,
-        step,
-        facts,
-        verdict,
-        now,
-        result,
-        res,
-        driver=name,
-        mode=target.mode,
-        resumed=resumed,
-    )
+    _reclaim_outcome(turn, res, driver=name, mode=target.mode, resumed=resumed)
 
 
 def _figures(verdict: Mapping[str, Any], prog: LadderProgress, now: datetime) -> dict[str, float]:
@@ -541,55 +529,31 @@ def _call(driver: ReclaimDriver, target: ReclaimTarget, *, dry_run: bool) -> Rec
 
 
 def _reclaim_outcome(
-    ctx: ServiceContext,
-    ep: Episode,
-    prog: LadderProgress,
-    step: int,
-    facts: JobFacts,
-    verdict: Mapping[str, Any],
-    now: datetime,
-    result: LadderRoundResult,
-    res: ReclaimResult,
-    *,
-    driver: str,
-    mode: str,
-    resumed: bool,
+    turn: _Turn, res: ReclaimResult, *, driver: str, mode: str, resumed: bool
 ) -> None:
     """Record what the driver did; a reclaim (or a dry run's would) also sends a notice."""
-    outcome = res.outcome if res.outcome != "would" or ep.ladder.dry_run else "failed"
+    outcome = res.outcome if res.outcome != "would" or turn.ep.ladder.dry_run else "failed"
     detail = res.detail
     if resumed and outcome == "gone":
         detail += " (an earlier attempt was interrupted: it most likely freed the job)"
-    rows: list[dict[str, Any]] = []
-    if outcome in ("reclaimed", "would"):
-        rows = _notice_rows(
-            ctx, ep, prog, step, facts, verdict, _channel_types(ctx), now, outcome=outcome
-        )
-    with ctx.engine.begin() as conn:
-        if outcome in ("reclaimed", "would"):
-            if not ladder_repo.finish_step(
-                conn, progress_id=prog.id, step=step, now=now, last=step == len(ep.ladder.steps) - 1
-            ):
-                return
-            outbox_repo.enqueue(conn, rows, now=now)
-            result.notices += len(rows)
+    done = outcome in ("reclaimed", "would")
+    rows = turn.notice_rows(outcome=outcome) if done else []
+    with turn.ctx.engine.begin() as conn:
+        if done and not turn.finish(conn):
+            return
+        if done:
+            outbox_repo.enqueue(conn, rows, now=turn.now)
+            turn.result.notices += len(rows)
         elif outcome == "gone":
-            ladder_repo.stop_ladder(conn, progress_id=prog.id, state="gone", now=now)
-        _record(
+            ladder_repo.stop_ladder(conn, progress_id=turn.prog.id, state="gone", now=turn.now)
+        turn.record(
             conn,
-            ep,
-            prog,
-            now,
-            step=step,
             outcome=outcome,
-            dry_run=ep.ladder.dry_run,
-            verdict=verdict,
             driver=driver,
             mode=mode,
             detail=detail,
             reason=detail if outcome == "failed" else None,
         )
-    result.count(outcome)
 
 
 class Ladder:

@@ -56,11 +56,19 @@ def job(
         cluster.wait_gone(slurm_id)
 
 
-def world_for(app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster,
-              registered: dict[str, Any]) -> LadderWorld:  # fmt: skip
+@pytest.fixture
+def slurm_world(
+    app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster,
+    job: tuple[str, dict[str, Any]],
+) -> tuple[str, LadderWorld]:  # fmt: skip
+    """The running job's Slurm id, and a world whose samples go to its GPUs and whose reclaims
+    go through the real driver."""
+    slurm_id, registered = job
     driver = SlurmDriver(env=cluster.env, timeout_seconds=30)
     gpus = tuple(g["gpu_uuid"] for g in registered["gpus"])
-    return LadderWorld(app.state.ctx, engine, clock, receiver, {"slurm": driver}, gpus=gpus)
+    return slurm_id, LadderWorld(
+        app.state.ctx, engine, clock, receiver, {"slurm": driver}, gpus=gpus
+    )
 
 
 def listed(cluster: Cluster, slurm_id: str) -> str:
@@ -69,10 +77,9 @@ def listed(cluster: Cluster, slurm_id: str) -> str:
 
 
 def test_an_idle_job_is_warned_twice_then_cancelled(
-    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+    cluster: Cluster, slurm_world: tuple[str, LadderWorld]
 ) -> None:
-    slurm_id, registered = job
-    world = world_for(app, engine, clock, receiver, cluster, registered)
+    slurm_id, world = slurm_world
     world.setup({"steps": STEPS, "dry_run": False})
     world.idle_for(11)
     assert world.actions(f"slurm:{slurm_id}") == [
@@ -93,10 +100,9 @@ def test_an_idle_job_is_warned_twice_then_cancelled(
 
 
 def test_a_job_busy_after_the_first_warning_is_not_cancelled(
-    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+    cluster: Cluster, slurm_world: tuple[str, LadderWorld]
 ) -> None:
-    slurm_id, registered = job
-    world = world_for(app, engine, clock, receiver, cluster, registered)
+    slurm_id, world = slurm_world
     world.setup({"steps": STEPS, "dry_run": False})
     world.idle_for(6)
     world.samples(0.5, BUSY)
@@ -108,10 +114,9 @@ def test_a_job_busy_after_the_first_warning_is_not_cancelled(
 
 
 def test_a_dry_run_records_would_cancel_and_the_job_keeps_running(
-    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+    cluster: Cluster, slurm_world: tuple[str, LadderWorld]
 ) -> None:
-    slurm_id, registered = job
-    world = world_for(app, engine, clock, receiver, cluster, registered)
+    slurm_id, world = slurm_world
     world.setup({"steps": STEPS, "dry_run": True})
     world.idle_for(14)
     assert world.actions(f"slurm:{slurm_id}")[-1] == ("reclaim", "would")
@@ -120,10 +125,9 @@ def test_a_dry_run_records_would_cancel_and_the_job_keeps_running(
 
 
 def test_an_exempt_job_is_never_touched(
-    app, engine: Engine, clock: FakeClock, receiver: Receiver, cluster: Cluster, job
+    cluster: Cluster, slurm_world: tuple[str, LadderWorld]
 ) -> None:
-    slurm_id, registered = job
-    world = world_for(app, engine, clock, receiver, cluster, registered)
+    slurm_id, world = slurm_world
     world.setup({"steps": STEPS, "dry_run": False, "exempt": {"partitions": ["gpu"]}})
     world.idle_for(14)
     assert world.actions(f"slurm:{slurm_id}") == [("check", "skipped")]
