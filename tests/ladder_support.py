@@ -71,14 +71,18 @@ class LadderWorld:
     gpus: tuple[str, ...] = ("GPU-a0",)
     hostname: str = "node-a"
 
-    def setup(self, ladder: Mapping[str, Any]) -> None:
-        """The owners' webhook channel and the idle-held policy with ``ladder``."""
+    def setup(self, ladder: Mapping[str, Any], **policy: Any) -> None:
+        """The owners' webhook channel and the idle-held policy with ``ladder`` (and ``policy``'s
+        fields changed)."""
         self.ctx.settings.webhook_allow_nets = "127.0.0.0/8"
         channel = parse_channel({"name": "owners", "type": "webhook", "url": self.receiver.url})
         with self.engine.begin() as conn:
             policies_repo.put_channel(conn, channel=channel, source="api", now=self.clock())
             policies_repo.put_policy(
-                conn, policy=parse_policy(idle_policy(ladder)), source="api", now=self.clock()
+                conn,
+                policy=parse_policy(idle_policy(ladder) | policy),
+                source="api",
+                now=self.clock(),
             )
 
     def samples(self, minutes: float, metrics: Mapping[str, Any]) -> None:

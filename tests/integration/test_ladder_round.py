@@ -210,3 +210,12 @@ def test_the_rest_api_takes_a_ladder_and_names_a_bad_field(http, tokens: dict[st
     (err,) = r.json()["detail"]
     assert err["loc"] == ["body", "ladder", "steps", 2, "after"]
     assert "must be later than steps.1.after (8m)" in err["msg"]
+
+
+def test_a_gpu_policy_acts_on_the_one_job_holding_the_gpu(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS}, scope="gpu")
+    start_job(world)
+    world.idle_for(16)
+    assert world.actions(JOB) == [
+        ("notify_owner", "would"), ("notify_owner", "would"), ("reclaim", "would"),
+    ]  # fmt: skip
