@@ -617,7 +617,7 @@ def test_screenshots_are_small_pngs() -> None:
     """The committed screenshots the docs show (and this run's, when it took them)."""
     folders = [DOC_SHOTS] + ([SHOTS] if (SHOTS / "fleet.png").exists() else [])
     for folder in folders:
-        for name in ("login", "fleet", "jobs", "job", "costs", "alerts", "docs"):
+        for name in ("login", "fleet", "jobs", "job", "costs", "alerts", "docs", "user"):
             data = (folder / f"{name}.png").read_bytes()
             assert data[:8] == b"\x89PNG\r\n\x1a\n"
             assert len(data) < 600_000, (name, len(data))
@@ -768,3 +768,50 @@ def test_an_unknown_job_shows_its_error_alone_and_an_unknown_path_a_404_page(
     assert sized.page.locator("#not-found a[href='/costs']").count() == 1
     sized.shot(f"not-found-{_width(sized)}")
     sized.errors.clear()  # the 404s log themselves as failed loads
+
+
+def test_a_users_page_shows_their_gpus_jobs_and_waste_as_the_api_does(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    """From the jobs page a user's name opens their page (the periodic report links there with
+    the report's week in the URL); its figures are the cost report's for that user."""
+    admin.open("/jobs")
+    admin.page.locator('#jobs a[href="/users/user0"]').first.click()
+    admin.page.wait_for_url("**/users/user0")
+    admin.ready()
+    report = demo["api"].get("/reports/cost", params={"group_by": "job", "user": "user0",
+                                                       "start": "-7d", "end": "now"}).json()  # fmt: skip
+    totals = report["totals"]
+    assert admin.usd("#owner-cost") == pytest.approx(totals["cost_usd"], abs=USD_TOLERANCE * 4)
+    assert admin.usd("#owner-waste") == pytest.approx(totals["waste_usd"], abs=USD_TOLERANCE * 4)
+    jobs = [r["key"] for r in report["rows"] if r["key"] != "__unallocated__"]
+    shown = admin.page.locator("#owner-jobs tbody tr").evaluate_all(
+        "rs => rs.map(r => r.dataset.job)"
+    )
+    assert sorted(shown) == sorted(jobs) and jobs
+    fleet = demo["api"].get("/fleet").json()["gpus"]
+    held = sorted(g["uuid"] for g in fleet if g["user"] == "user0")
+    gpus = admin.page.locator("#owner-gpus tbody tr").evaluate_all(
+        "rs => rs.map(r => r.dataset.gpu)"
+    )
+    assert sorted(gpus) == held
+    admin.shot("user")
+    # The report's link: its week in the URL, kept on reload; the team's page from a job row.
+    admin.open("/users/user0?start=2026-01-05T00:00:00Z&end=now")
+    assert admin.page.input_value("#start") == "2026-01-05T00:00:00Z"
+    admin.page.click("#owner-presets button >> text=24 h")
+    admin.page.wait_for_url("**/users/user0?start=-24h")
+    admin.ready()
+    admin.page.locator("#owner-jobs tbody a[href^='/teams/']").first.click()
+    admin.page.wait_for_url("**/teams/vision?start=-24h")
+    admin.ready()
+    assert admin.page.inner_text("h1") == "Team vision"
+    assert not admin.errors, admin.errors
+
+
+def test_a_users_page_shows_markup_in_a_name_as_text(admin: Console) -> None:
+    admin.open("/users/" + quote(EVIL_USER, safe=""))
+    assert admin.page.inner_text("h1") == f"User {EVIL_USER}"
+    assert admin.page.locator("#owner-jobs tbody tr").count() == 1  # evil:1
+    admin.no_script_ran()
+    assert not admin.errors, admin.errors

@@ -82,6 +82,12 @@
     return el("a", { href: `/jobs/${encodeURIComponent(id)}`, text: id });
   }
 
+  // A user's or team's own page (service.vocabulary.owner_page_path): the name one segment.
+  function ownerLink(kind, name, search = "") {
+    if (!name) return "";
+    return el("a", { href: `/${kind}s/${encodeURIComponent(name)}${search}`, text: name });
+  }
+
   function labelsText(labels) {
     return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
   }
@@ -167,12 +173,14 @@
   // console's own pages on this origin (a backslash, `//`, a scheme or dot segments can make a
   // path that looks local lead elsewhere), else the fleet page.
   const CONSOLE_PATHS = ["/", "/jobs", "/costs", "/alerts", "/actions"];
+  // Pages of one object: a job, a user, a team.
+  const OWN_PAGE = /^\/(jobs|users|teams)\/[^/]/;
 
   function consoleTarget(next) {
     if (!next) return "/";
     let url;
     try { url = new URL(next, location.origin); } catch { return "/"; }
-    const page = CONSOLE_PATHS.includes(url.pathname) || /^\/jobs\/[^/]/.test(url.pathname);
+    const page = CONSOLE_PATHS.includes(url.pathname) || OWN_PAGE.test(url.pathname);
     if (url.origin !== location.origin || !page) return "/";
     return url.pathname + url.search + url.hash;
   }
@@ -232,8 +240,8 @@
       td(current ? meter(g.activity, "") : "–"),
       td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
       td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
-      td(g.job ? jobLink(g.job) : "", "clip"), td(g.user || "", "clip", { title: g.user || "" }),
-      td(g.team || "", "clip", { title: g.team || "" }));
+      td(g.job ? jobLink(g.job) : "", "clip"), td(ownerLink("user", g.user), "clip", { title: g.user || "" }),
+      td(ownerLink("team", g.team), "clip", { title: g.team || "" }));
   }
 
   async function fleetPage() {
@@ -319,7 +327,7 @@
       sortSelect(sort, (v) => jobsPage(since, v).catch(showError))));
     const jobs = await api(`/jobs?${q({ since, sort })}`);
     const trs = jobs.map((j) => el("tr", { "data-job": j.id },
-      td(jobLink(j.id)), td(j.user || "", "clip", { title: j.user || "" }), td(j.team || "", "clip"), td(j.project || "", "clip"),
+      td(jobLink(j.id)), td(ownerLink("user", j.user), "clip", { title: j.user || "" }), td(ownerLink("team", j.team), "clip"), td(j.project || "", "clip"),
       td(when(j.started_at)), td(j.ended_at ? when(j.ended_at) : "running"),
       td(usd(j.cost_usd), "num"), td(usd(j.waste_usd), "num", { "data-usd": j.waste_usd?.toFixed(2) ?? "" }),
       td(usd(j.idle_usd), "num"), td(usd(j.fixable_usd), "num"),
@@ -589,15 +597,72 @@
     app.append(el("h2", { text: "Rows" }), table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause"], trs, { id: "costs" }));
   }
 
+
+  // --- a user's or team's own page: their GPUs now, their jobs and their waste -------------
+
+  const OWNER_DEFAULT = { start: "-7d", end: "now" };
+
+  function gpuNowRow(g) {
+    return el("tr", { "data-gpu": g.uuid },
+      td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")), td(g.job ? jobLink(g.job) : ""),
+      td(el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state })),
+      td(causeChip(g.cause)), td(meter(g.activity, "")), td(usd(g.cost_usd), "num"), td(usd(g.waste_usd), "num"));
+  }
+
+  async function ownerPage(kind, name, state = Object.fromEntries(Object.entries(OWNER_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
+    const path = `/${kind}s/${encodeURIComponent(name)}`;
+    keepInUrl(path, Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== OWNER_DEFAULT[k])));
+    document.title = `${kind} ${name} · GPU Warden`;
+    page(`${kind === "user" ? "User" : "Team"} ${name}`, `${kind === "user" ? "Their" : "The team's"} GPUs now, jobs and waste over the range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated). The ${kind}'s periodic report links here.`);
+    const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now or -7d" });
+    const endIn = el("input", { id: "end", value: state.end, size: 22 });
+    const apply = () => ownerPage(kind, name, { start: startIn.value.trim(), end: endIn.value.trim() }).catch(showError);
+    const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
+    const form = el("form", { class: "filters", id: "owner-range" }, el("label", {}, "start", startIn), el("label", {}, "end", endIn),
+      el("button", { type: "submit", text: "Show" }), el("span", { id: "owner-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
+    form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
+    app.append(form);
+    const [report, fleet] = await Promise.all([
+      api(`/reports/cost?${q({ group_by: "job", [kind]: name, start: state.start, end: state.end, sort: "cost" })}`),
+      api("/fleet"),
+    ]);
+    const t = report.totals;
+    app.append(el("p", { class: "muted", id: "owner-window", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
+    for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
+    app.append(el("div", { class: "cards", id: "owner-cards" },
+      el("div", { class: "card" }, el("div", { class: "k", text: "cost" }), el("div", { class: "v", id: "owner-cost", "data-usd": t.cost_usd?.toFixed(2) ?? "", text: usd(t.cost_usd) })),
+      wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
+    app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes")));
+
+    const mine = fleet.gpus.filter((g) => g[kind] === name);
+    app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
+      ? table(["node", ["GPU", "num"], "model", "job", "state", "cause", "activity", ["cost today", "num"], ["waste today", "num"]], mine.map(gpuNowRow), { id: "owner-gpus" })
+      : el("p", { class: "muted", id: "owner-gpus-none", text: `No GPU is held by a job of this ${kind} now.` }));
+
+    const jobs = report.rows.filter((r) => r.key !== "__unallocated__");
+    const other = kind === "user" ? "team" : "user";
+    const trs = jobs.map((r) => {
+      const fix = (r.fixes || [])[0];
+      return el("tr", { "data-job": r.key },
+        td(jobLink(r.key)), td(ownerLink(other, r[other], location.search), "clip"), td(hours(r.held_seconds), "num"),
+        td(usd(r.cost_usd), "num"), td(usd(r.waste_usd), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "" }),
+        td(usd(r.idle_usd), "num"), td(usd(r.fixable_usd), "num"), td(causeChip(r.top_cause)),
+        td(fix ? `${fix.action} (saves ${usd(fix.saving_usd)})` : "", "wrap"));
+    });
+    app.append(el("h2", { text: "Jobs, costliest first" }), jobs.length
+      ? table(["job", other, ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], "top cause", "top fix"], trs, { id: "owner-jobs" })
+      : el("p", { class: "muted", id: "owner-jobs-none", text: `No job of this ${kind} in the range.` }));
+  }
+
   // --- alerts and silences ---------------------------------------------------------------
 
   function alertScope(labels) {
     const l = labels || {};
     const parts = [];
     if (l.node) parts.push(l.gpu_index !== undefined && l.gpu_index !== "" ? `${l.node} GPU ${l.gpu_index}` : l.node);
-    if (l.user) parts.push(l.user);
-    if (l.team) parts.push(l.team);
-    return el("span", { title: labelsText(l) }, l.job_id ? [jobLink(l.job_id), parts.length ? " · " : ""] : "", parts.join(" · "));
+    const owners = [l.user && ownerLink("user", l.user), l.team && ownerLink("team", l.team)].filter(Boolean);
+    return el("span", { title: labelsText(l) }, l.job_id ? [jobLink(l.job_id), parts.length || owners.length ? " · " : ""] : "", parts.join(" · "),
+      owners.flatMap((o, i) => [i || parts.length ? " · " : "", o]));
   }
 
   const STATE_ORDER = { firing: 0, pending: 1, inactive: 2, resolved: 3 };
@@ -739,7 +804,7 @@
     const name = path === "/" ? "fleet" : path.split("/")[1];
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === name);
     if (path === "/login") { loginPage(); return; }
-    if (!CONSOLE_PATHS.includes(path) && !/^\/jobs\/[^/]/.test(path)) { notFoundPage(); return; }
+    if (!CONSOLE_PATHS.includes(path) && !OWN_PAGE.test(path)) { notFoundPage(); return; }
     session = await api("/session");
     [causes, states] = await Promise.all(["causes", "states"].map((n) => fetch(`/console/${n}.json`).then((r) => r.json())));
     document.getElementById("who").textContent = `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
@@ -749,6 +814,8 @@
     if (path === "/") await fleetPage();
     else if (path === "/jobs") await jobsPage();
     else if (path.startsWith("/jobs/")) await jobPage(decodeURIComponent(path.slice("/jobs/".length)));
+    else if (path.startsWith("/users/")) await ownerPage("user", decodeURIComponent(path.slice("/users/".length)));
+    else if (path.startsWith("/teams/")) await ownerPage("team", decodeURIComponent(path.slice("/teams/".length)));
     else if (path === "/costs") await costsPage();
     else if (path === "/alerts") await alertsPage();
     else if (path === "/actions") await actionsPage();
