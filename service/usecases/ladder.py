@@ -89,11 +89,12 @@ def ladder_once(ctx: ServiceContext, *, drivers: Mapping[str, ReclaimDriver]) ->
         active = ladder_repo.active_progress(conn)
         open_alerts = alert_state_repo.open_alerts(conn) if policies or active else {}
     episodes = _episodes(policies, open_alerts)
+    laddered = {p.name: p.ladder for p in policies if p.ladder is not None}
     open_ids = {st.id for states in open_alerts.values() for st in states.values()}
     result.episodes = len(episodes)
     for prog in active:
         if prog.alert_id not in open_ids:
-            _episode_over(ctx, prog, now, result)
+            _episode_over(ctx, prog, laddered.get(prog.policy), now, result)
     for ep in episodes:
         try:
             _advance(ctx, ep, drivers, now, result)
@@ -122,7 +123,11 @@ def _episodes(
 
 
 def _episode_over(
-    ctx: ServiceContext, prog: LadderProgress, now: datetime, result: LadderRoundResult
+    ctx: ServiceContext,
+    prog: LadderProgress,
+    ladder: LadderSpec | None,
+    now: datetime,
+    result: LadderRoundResult,
 ) -> None:
     """The alert resolved (or its policy went): the ladder resets, noted if it had begun."""
     with ctx.engine.begin() as conn:
@@ -134,13 +139,21 @@ def _episode_over(
                 policy=prog.policy,
                 job_id=prog.job_id,
                 alert_id=prog.alert_id,
-                action="reset",
+                action=_action_at(ladder, prog),
                 outcome="skipped",
                 dry_run=False,
                 since=prog.episode_start,
                 reason="the condition cleared (the alert resolved); the ladder starts over",
             )
             result.count("skipped")
+
+
+def _action_at(ladder: LadderSpec | None, prog: LadderProgress) -> str:
+    """The action of the step the ladder stands at (notify_owner, or reclaim once a reclaim is
+    pending or every warning is done); a ladder since removed: by the pending intent."""
+    if ladder is None:
+        return "reclaim" if prog.pending_step is not None else "notify_owner"
+    return ladder.steps[min(prog.steps_done, len(ladder.steps) - 1)].action
 
 
 def _facts(job: Mapping[str, Any]) -> JobFacts:
@@ -302,7 +315,8 @@ def _record(
     **extra: Any,
 ) -> None:
     """One audit row with the numbers behind it (value, threshold, since, dollars)."""
-    action = ep.ladder.steps[step].action if step is not None else "check"
+    # A skip or an end outside a step is filed under the step the ladder stood at.
+    action = ep.ladder.steps[step].action if step is not None else _action_at(ep.ladder, prog)
     actions_repo.record_action(
         conn,
         at=now,

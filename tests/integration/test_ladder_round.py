@@ -116,7 +116,7 @@ def test_an_exempt_job_is_skipped_once_and_never_touched(world: LadderWorld) -> 
     world.setup({"steps": STEPS, "dry_run": False, "exempt": {"users": ["alice"]}})
     start_job(world)
     world.idle_for(16)
-    assert world.actions(JOB) == [("check", "skipped")]
+    assert world.actions(JOB) == [("notify_owner", "skipped")]
     assert driver(world).calls == [] and world.notices() == []
 
 
@@ -124,7 +124,7 @@ def test_a_labelled_job_is_exempt_by_default(world: LadderWorld) -> None:
     world.setup({"steps": STEPS, "dry_run": False})
     start_job(world, labels={"gpuwarden.io/exempt": "true"})
     world.idle_for(16)
-    assert world.actions(JOB) == [("check", "skipped")]
+    assert world.actions(JOB) == [("notify_owner", "skipped")]
 
 
 def test_a_reclaim_cut_short_is_retried_once_and_a_failure_later(world: LadderWorld) -> None:
@@ -160,7 +160,7 @@ def test_an_ended_job_is_recorded_gone_and_left_alone(world: LadderWorld) -> Non
     with world.engine.begin() as conn:
         conn.execute(jobs.update().where(jobs.c.id == JOB).values(ended_at=start_job_end))
     world.idle_for(10)
-    assert world.actions(JOB) == [("notify_owner", "warned"), ("check", "gone")]
+    assert world.actions(JOB) == [("notify_owner", "warned"), ("notify_owner", "gone")]
     assert driver(world).calls == []
 
 

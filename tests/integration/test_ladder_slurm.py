@@ -130,7 +130,7 @@ def test_an_exempt_job_is_never_touched(
     slurm_id, world = slurm_world
     world.setup({"steps": STEPS, "dry_run": False, "exempt": {"partitions": ["gpu"]}})
     world.idle_for(14)
-    assert world.actions(f"slurm:{slurm_id}") == [("check", "skipped")]
+    assert world.actions(f"slurm:{slurm_id}") == [("notify_owner", "skipped")]
     assert listed(cluster, slurm_id) == "RUNNING" and world.notices() == []
 
 
