@@ -101,7 +101,11 @@ def served(url: str, **env_extra: str) -> Iterator[tuple[str, subprocess.Popen[b
         yield base, proc
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)  # a rollup in progress finishes its transaction first
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def peak_rss_mb(pid: int) -> float:
