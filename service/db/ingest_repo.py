@@ -21,6 +21,8 @@ MINUTE = timedelta(minutes=1)
 # The columns of a stored sample, in the order ingest writes them.
 SAMPLE_COLUMNS = ("gpu_id", "ts", "source", *METRIC_NAMES, "activity", "activity_rung", "cause")
 NODE_TOUCH_INTERVAL = timedelta(seconds=30)  # how stale nodes.last_seen_at may get
+# How long a GPU's cached owner is believed: another central replica may have moved the GPU.
+GPU_RECHECK_INTERVAL = timedelta(seconds=30)
 
 
 def minute_floor(ts: datetime) -> datetime:
@@ -52,6 +54,7 @@ class GpuState:
     node_id: int
     # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost, retired, pci_bus_id, driver)
     attrs: tuple[Any, ...]
+    read_at: datetime  # when it was last read from the database
 
 
 @dataclass
@@ -68,6 +71,13 @@ class IngestCache:
         """Merge what a committed batch learned."""
         self.nodes.update(pending.nodes)
         self.gpus.update(pending.gpus)
+
+    def owned(self, uuid: str, node_id: int, now: datetime) -> GpuState | None:
+        """The cached GPU ``uuid`` if node ``node_id`` owned it when last read, recently."""
+        state = self.gpus.get(uuid)
+        if state is None or state.node_id != node_id or now - state.read_at >= GPU_RECHECK_INTERVAL:
+            return None
+        return state
 
 
 def _attrs(g: GpuIn) -> tuple[Any, ...]:
@@ -106,7 +116,7 @@ def _node_id(
     return int(node_id)
 
 
-def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
+def _read_states(conn: Connection, uuids: Iterable[str], now: datetime) -> dict[str, GpuState]:
     """The stored state of the GPUs with ``uuids`` that exist."""
     out = {}
     for r in conn.execute(
@@ -134,7 +144,7 @@ def _read_states(conn: Connection, uuids: Iterable[str]) -> dict[str, GpuState]:
             r.pci_bus_id,
             r.driver_version,
         )
-        out[r.uuid] = GpuState(r.id, r.node_id, attrs)
+        out[r.uuid] = GpuState(r.id, r.node_id, attrs, now)
     return out
 
 
@@ -162,7 +172,7 @@ def _claim_gpus(
     there was moved (hardware moved, a node renamed). One still reported by both is two agents
     reading one GPU, which a move per batch would only make flap.
     """
-    check = [u for u in _wanted(batch) if u not in cache.gpus or cache.gpus[u].node_id != node_id]
+    check = [u for u in _wanted(batch) if cache.owned(u, node_id, now) is None]
     if not check:
         return batch, []
     rows = conn.execute(
@@ -217,13 +227,11 @@ def _gpu_ids(
     listed = {g.uuid: i for i, g in enumerate(batch.gpus)}
     wanted = _wanted(batch)
     # A GPU cached under another node may have just moved here: read it again.
-    states = {
-        u: cache.gpus[u] for u in wanted if u in cache.gpus and cache.gpus[u].node_id == node_id
-    }
+    states = {u: st for u in wanted if (st := cache.owned(u, node_id, now)) is not None}
     unsure = [g for g in batch.gpus if g.uuid not in states or states[g.uuid].attrs != _attrs(g)]
     unsure_uuids = {g.uuid for g in unsure} | (wanted - set(states))
     if unsure_uuids:
-        states.update(_read_states(conn, unsure_uuids))
+        states.update(_read_states(conn, unsure_uuids, now))
 
     for uuid, state in states.items():
         if state.node_id != node_id:
@@ -289,7 +297,7 @@ def _gpu_ids(
             row,
         )
     if new_rows or changed:
-        states.update(_read_states(conn, [g.uuid for g in unsure]))
+        states.update(_read_states(conn, [g.uuid for g in unsure], now))
     for uuid, state in states.items():
         pending.gpus[uuid] = state
     return {uuid: state.id for uuid, state in states.items()}

@@ -4,6 +4,7 @@ rewrite shared rows run on one at a time."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy import Engine, func, select, text
@@ -13,6 +14,7 @@ from service.db.leader import job_lock_key
 from service.db.schema import rollup_1m, rollup_dirty, samples
 from service.scheduler import one_replica_at_a_time, rollup_once, run_job
 from service.settings import Settings
+from tests.conftest import make_token
 from tests.support import FakeClock, live_server, make_batch
 
 
@@ -65,3 +67,29 @@ def test_the_rollup_runs_on_one_replica_at_a_time(
     buckets = run_job(ctx, "rollup", job)
     assert isinstance(buckets, int) and buckets > 0
     assert n(engine, rollup_dirty) == 0 and n(engine, rollup_1m) > 0
+
+
+def test_a_gpu_moved_through_another_replica_is_seen_by_this_one(
+    app, server: str, settings: Settings, tokens, engine: Engine, clock: FakeClock
+):
+    other = create_app(settings, engine=engine, clock=clock)
+    node_a = {"Authorization": f"Bearer {tokens['agent']}"}
+    node_b = {"Authorization": f"Bearer {make_token(engine, 'agent', 'node-b')}"}
+
+    def post(base: str, hostname: str, h: dict[str, str]) -> dict[str, Any]:
+        batch = make_batch(hostname=hostname, gpu_uuids=("GPU-a0",), start=clock())
+        r = httpx.post(f"{base}/api/v1/ingest", json=batch, headers=h, timeout=30)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    with live_server(other) as second:
+        assert post(server, "node-a", node_a)["gpu_claims"] == []  # this replica caches the GPU
+        clock.advance(600)  # node-a stops reporting it; node-b, through the other replica, takes it
+        assert post(second, "node-b", node_b)["gpu_claims"][0]["moved"]
+        clock.advance(10)
+        assert post(second, "node-b", node_b)["gpu_claims"] == []
+        # node-a's agent (reading node-b's GPU now) through the first replica: its cache of the
+        # GPU is older than the re-check interval, so it reads the owner again and leaves it out.
+        body = post(server, "node-a", node_a)
+    assert body["samples_stored"] == 0
+    assert [(c["gpu_uuid"], c["moved"]) for c in body["gpu_claims"]] == [("GPU-a0", False)]
