@@ -133,15 +133,18 @@ def _episode_over(
     with ctx.engine.begin() as conn:
         ladder_repo.stop_ladder(conn, progress_id=prog.id, state="reset", now=now)
         if prog.steps_done or prog.pending_step is not None:
+            job = jobs_repo.get_job(conn, job_id=prog.job_id) or {}
             actions_repo.record_action(
                 conn,
                 at=now,
                 policy=prog.policy,
                 job_id=prog.job_id,
+                user=job.get("user"),
+                team=job.get("team"),
                 alert_id=prog.alert_id,
                 action=_action_at(ladder, prog),
                 outcome="skipped",
-                dry_run=False,
+                dry_run=ladder.dry_run if ladder is not None else False,
                 since=prog.episode_start,
                 reason="the condition cleared (the alert resolved); the ladder starts over",
             )

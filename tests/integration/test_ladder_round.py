@@ -219,3 +219,19 @@ def test_a_gpu_policy_acts_on_the_one_job_holding_the_gpu(world: LadderWorld) ->
     assert world.actions(JOB) == [
         ("notify_owner", "would"), ("notify_owner", "would"), ("reclaim", "would"),
     ]  # fmt: skip
+
+
+def test_a_resolved_episode_resets_the_ladder(world: LadderWorld) -> None:
+    world.setup({"steps": STEPS, "dry_run": False})
+    start_job(world)
+    world.idle_for(6)
+    world.idle_for(3, BUSY)  # the alert resolves
+    world.idle_for(7)  # a new episode: its ladder starts from the first warning
+    assert world.actions(JOB) == [
+        ("notify_owner", "warned"), ("notify_owner", "skipped"), ("notify_owner", "warned"),
+    ]  # fmt: skip
+    with world.engine.connect() as conn:
+        rows = conn.execute(select(ladder_actions).order_by(ladder_actions.c.id)).all()
+    assert rows[1].reason.startswith("the condition cleared") and rows[1].user == "alice"
+    assert rows[0].alert_id == rows[1].alert_id != rows[2].alert_id
+    assert driver(world).calls == []
