@@ -82,6 +82,8 @@ def test_the_actions_page_lists_every_step_and_its_filters_live_in_the_url(
         "skipped",
         "failed",
     ]
+    user = console.page.locator("#actions tbody tr").first.locator("td").nth(3).locator("a")
+    expect(user).to_have_attribute("href", "/users/bo")
     href = console.page.get_attribute("#actions-csv", "href") or ""
     assert parse_qs(urlsplit(href).query) == {"user": ["bo"], "limit": ["1000"], "format": ["csv"]}
     console.open("/actions?team=nobody")

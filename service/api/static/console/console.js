@@ -749,7 +749,7 @@
   // One step per row, newest first: when, what, outcome, why and whether it was a dry run.
   function actionsTable(actions, { withJob = true } = {}) {
     const trs = actions.map((a) => el("tr", { "data-action": a.id, "data-outcome": a.outcome, "data-dry-run": a.dry_run ? "1" : "0" },
-      td(when(a.at)), td(a.policy), withJob ? td(jobLink(a.job_id), "clip") : "", withJob ? td(a.user || "", "clip", { title: a.user || "" }) : "",
+      td(when(a.at)), td(a.policy), withJob ? td(jobLink(a.job_id), "clip") : "", withJob ? td(ownerLink("user", a.user), "clip", { title: a.user || "" }) : "",
       td(`${a.step === null || a.step === undefined ? "" : `${a.step + 1}. `}${a.action.replaceAll("_", " ")}`),
       td(el("span", { class: `chip ${OUTCOME_CLASS[a.outcome] || ""}`, text: a.outcome })),
       td(a.dry_run ? "dry run" : ""), td([a.driver, a.mode].filter(Boolean).join(" ")),
