@@ -11,7 +11,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from service.costs.periodic import Ranked, Report, Totals, change
+from service.costs.periodic import JobLine, Ranked, Report, Totals, change
 
 # Slack's documented limits: header text 150 chars, section text 3000, 10 fields of 2000 chars,
 # 50 blocks a message; the top-level text is kept to a section's size.
@@ -94,13 +94,16 @@ def _job_lines(report: Report) -> list[tuple[str, str | None]]:
             f"{i}. {j.job_id}{owner}: {usd(j.cost_usd)} for {j.gpu_hours:,.2f} GPU-h, "
             f"waste {usd(j.waste_usd)}, top cause {j.top_cause or 'none'}"
         )
-        fix = None
-        if j.fix:
-            fix = f"fix: {j.fix}" + (
-                f" (saves about {usd(j.fix_saving_usd)})" if j.fix_saving_usd is not None else ""
-            )
-        out.append((line, fix))
+        out.append((line, f"fix: {_fix_text(j)}" if j.fix else None))
     return out
+
+
+def _fix_text(j: JobLine) -> str:
+    """A job's top fix and its saving, e.g. "... (saves about $2.00)"; empty without one."""
+    if not j.fix:
+        return ""
+    saving = f" (saves about {usd(j.fix_saving_usd)})" if j.fix_saving_usd is not None else ""
+    return j.fix + saving
 
 
 def _ranked_line(i: int, r: Ranked) -> str:
@@ -173,9 +176,9 @@ def render_html(report: Report) -> str:
                 [
                     f"<a href='{e(j.url, quote=True)}'>{e(j.job_id)}</a>", e(j.user or ""),
                     f"{j.gpu_hours:,.2f}", e(usd(j.cost_usd)), e(usd(j.waste_usd)),
-                    e(j.top_cause or "none"), e(fix or ""),
+                    e(j.top_cause or "none"), e(_fix_text(j)),
                 ]
-                for j, (_, fix) in zip(report.top_jobs, _job_lines(report), strict=True)
+                for j in report.top_jobs
             ]  # fmt: skip
             head = ["job", "user", "GPU-h", "cost", "waste", "top cause", "fix"]
             body += "<h2 style='font-size:15px'>Costliest jobs</h2>" + _table(head, rows)

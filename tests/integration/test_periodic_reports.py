@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,11 +54,12 @@ def service_settings(engine: Engine, **overrides: Any) -> Settings:
 
 @pytest.fixture
 def week(engine: Engine, receiver: Receiver) -> Iterator[tuple[httpx.Client, Any, FakeClock]]:
-    """Alice (team vision) ran the worked example this week, bob (team nlp) a job last week;
+    """Alice (team vision) ran the worked example this week and an idle job last week, bob
+    (team nlp) an idle job last week only;
     the clock stands on Monday 01:00 after that week, a webhook channel "hook" takes reports."""
     clock = FakeClock()
     store_series(engine, clock, uuid="GPU-b0", start=BOB_AT, hostname="node-b",
-                 metrics=worked_example_metrics()[:90])  # fmt: skip
+                 metrics=worked_example_metrics()[:180])  # fmt: skip
     store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=worked_example_metrics())
     roll_up(engine)
     clock.set(datetime(2026, 12, 7, 1, 0, tzinfo=UTC))
@@ -70,6 +72,7 @@ def week(engine: Engine, receiver: Receiver) -> Iterator[tuple[httpx.Client, Any
         for job_id, user, team, gpu, at, minutes in (
             ("slurm:1", "alice", "vision", "GPU-a0", T0, 60),
             ("slurm:0", "bob", "nlp", "GPU-b0", BOB_AT, 15),
+            ("slurm:00", "alice", "vision", "GPU-b0", BOB_AT + timedelta(minutes=15), 15),
         ):
             body = {"id": job_id, "user": user, "team": team, "gpus": [gpu],
                     "started_at": iso(at), "ended_at": iso(at + timedelta(minutes=minutes))}  # fmt: skip
@@ -79,8 +82,10 @@ def week(engine: Engine, receiver: Receiver) -> Iterator[tuple[httpx.Client, Any
         yield http, app.state.ctx, clock
 
 
-def cost_report(http: httpx.Client, **who: str) -> dict[str, Any]:
-    params = {"start": iso(WEEK[0]), "end": iso(WEEK[1]), "group_by": "job", **who}
+def cost_report(
+    http: httpx.Client, week: tuple[datetime, datetime] = WEEK, **who: str
+) -> dict[str, Any]:
+    params = {"start": iso(week[0]), "end": iso(week[1]), "group_by": "job", **who}
     r = http.get("/api/v1/reports/cost", params=params)
     assert r.status_code == 200, r.text
     report: dict[str, Any] = r.json()
@@ -131,7 +136,13 @@ def test_weekly_reports_carry_the_cost_reports_figures_once(week, receiver: Rece
     )
     assert f"GPU-hours: {api['held_seconds'] / 3600:,.2f} over 1 job" in text
     assert "Waste by cause: idle_held $2.00" in text
-    assert "Change since the week before: no jobs then" in text
+    before = cost_report(http, (WEEK[0] - timedelta(days=7), WEEK[0]), user="alice")["totals"]
+    cost_up, waste_up = api["cost_usd"] - before["cost_usd"], api["waste_usd"] - before["waste_usd"]
+    assert (
+        f"Change since the week before: cost +${cost_up:,.2f} "
+        f"(+{cost_up / before['cost_usd']:.0%}), waste +${waste_up:,.2f} "
+        f"(+{waste_up / before['waste_usd']:.0%})" in text
+    )
     job = alice["figures"]["top_jobs"][0]
     assert job["job_id"] == "slurm:1" and job["url"] == "https://warden.example/jobs/slurm%3A1"
     assert "1. slurm:1: $4.00 for 1.00 GPU-h, waste $2.00, top cause idle_held" in text
@@ -177,3 +188,17 @@ def test_opted_out_and_quiet_users_get_no_report(week, receiver: Receiver, engin
     assert done.outcomes["user:bob"] == "no_jobs" and done.outcomes["team:nlp"] == "no_jobs"
     Dispatcher(ctx).drain()
     assert sorted(by_recipient(receiver)) == ["admins", "team:vision"]
+
+
+SAMPLE = re.compile(r"<!-- sample-text -->\n```text\n(.*?)```", re.S)
+
+
+def test_the_docs_sample_is_the_report_as_it_arrives(week, receiver: Receiver) -> None:
+    _http, ctx, _clock = week
+    reports_once(ctx)
+    Dispatcher(ctx).drain()
+    alice = by_recipient(receiver)["user:alice"]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "reports.md").read_text()
+    found = SAMPLE.search(doc)
+    assert found is not None, "docs/reports.md lost its sample text block"
+    assert found.group(1) == alice["text"], alice["text"]
