@@ -93,12 +93,12 @@ def cost_report(
 
 
 def cost_totals(http: httpx.Client, **who: str) -> dict[str, Any]:
-    totals: dict[str, Any] = cost_report(http, **who)["totals"]
+    totals: dict[str, Any] = cost_report(http, WEEK, **who)["totals"]
     return totals
 
 
 def cost_rows(http: httpx.Client, **who: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = cost_report(http, **who)["rows"]
+    rows: list[dict[str, Any]] = cost_report(http, WEEK, **who)["rows"]
     return rows
 
 
