@@ -164,6 +164,7 @@ def test_csv_has_the_columns_and_quotes_formulas(http, tokens, steps, engine, cl
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "text/csv; charset=utf-8"
     assert "gpuwarden-actions.csv" in r.headers["content-disposition"]
+    assert r.content.count(b"\r\n") == 4 and not r.content.startswith(b"\xef\xbb\xbf")
     rows = list(csv.DictReader(io.StringIO(r.text, newline="")))
     assert [row["outcome"] for row in rows] == ["skipped", "skipped", "failed"]
     formula, skipped, failed = rows
