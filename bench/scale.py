@@ -78,7 +78,16 @@ def senders_process(
     [(status, seconds)] per request on ``out``."""
 
     async def node(client: httpx.AsyncClient, k: int, hostname: str, token: str) -> list[Any]:
-        backend = SimulatedBackend(hostname=hostname, gpus=GPUS_PER_NODE, seed=k, start=utc_now())
+        # Job ids of their own per node (the backend's ids repeat across nodes otherwise, and
+        # one job claimed by two nodes' users is a refused ownership conflict, not a load).
+        number = int(hostname.rsplit("-", 1)[1])  # the node's number over every sender
+        backend = SimulatedBackend(
+            hostname=hostname,
+            gpus=GPUS_PER_NODE,
+            seed=number,
+            start=utc_now(),
+            job_base=10_000 * (number + 1),
+        )
         headers = {
             "Authorization": f"Bearer {token}",
             "Content-Type": "application/json",
@@ -256,9 +265,11 @@ def row_bytes(url: str) -> str:
     try:
         with engine.connect() as conn:
             for table in ("samples", "rollup_1m"):
+                # A partitioned table's size is its partitions'; a plain table's its own.
                 size = conn.exec_driver_sql(
-                    "SELECT COALESCE(SUM(pg_total_relation_size(relid)), 0) "
-                    f"FROM pg_partition_tree('{table}')"
+                    "SELECT GREATEST(pg_total_relation_size(%(t)s::regclass), (SELECT COALESCE("
+                    "SUM(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%(t)s::regclass)))",
+                    {"t": table},
                 ).scalar_one()
                 rows = conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
                 out.append(f"{table} {size / max(1, rows):.0f} ({rows} rows)")
