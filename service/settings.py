@@ -140,6 +140,30 @@ class Settings(BaseSettings):
     # Standard Webhooks key (whsec_...); unset, ladders have no webhook driver.
     action_webhook_url: str | None = None
     action_webhook_secret: str | None = None
+    # --- owners: e-mail, Slack direct messages, the directory's lookup command ---------
+    # The SMTP server owner notices and e-mail channels send through (docs/actions.md): unset
+    # host, no e-mail is sent. smtp_tls: starttls (upgrade on the port, 587), tls (implicit TLS
+    # from the first byte, 465) or none (loopback relays only). User and password come from
+    # GPUWARDEN_SMTP_USER / GPUWARDEN_SMTP_PASSWORD; both unset: no login.
+    smtp_host: str | None = None
+    smtp_port: int = Field(587, ge=1, le=65535)
+    smtp_tls: Literal["starttls", "tls", "none"] = "starttls"
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_from: str = "GPU Warden <gpuwarden@localhost>"
+    smtp_timeout_seconds: float = Field(10.0, gt=0)
+    # The Slack bot token (xoxb-...) of slack_dm channels: chat.postMessage to a user id.
+    slack_bot_token: str | None = None
+    # A command that finds a user missing from the directory, e.g. "getent passwd {user}"
+    # (split like a shell line, {user} one argument, never run by a shell); its output is
+    # read by owner_lookup_pattern, a regular expression with named groups email, slack,
+    # team and cc_email; the answer (or its absence) is cached this long.
+    owner_lookup_command: str | None = None
+    # The default takes the first e-mail address anywhere in the output (a GECOS field of
+    # `getent passwd` that holds one, an LDAP ``mail:`` line).
+    owner_lookup_pattern: str = r"(?P<email>[^\s:,;<>]+@[^\s:,;<>]+\.[^\s:,;<>]+)"
+    owner_lookup_timeout_seconds: float = Field(5.0, gt=0)
+    owner_lookup_ttl_seconds: float = Field(3600.0, gt=0)
     # --- costs and reports -------------------------------------------------------------
     # Recommendations (service.costs.recommend; docs/diagnosis.md gives the sources): how many
     # times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer bytes.
@@ -284,11 +308,12 @@ def expand_env(value: Any) -> Any:
     return value
 
 
-CONFIG_KEYS = ("policies", "channels", "prices")  # the top level of the YAML config file
+CONFIG_KEYS = ("policies", "channels", "prices", "owners")  # the top level of the YAML config file
 
 
 def load_config_file(path: Path | None) -> dict[str, Any]:
-    """Read the optional YAML config file (policies, channels, prices) with ``${VAR}`` expanded."""
+    """Read the optional YAML config file (policies, channels, prices, owners), ``${VAR}``s
+    expanded."""
     if path is None:
         return {}
     try:

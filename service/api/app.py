@@ -33,6 +33,8 @@ from service.api.routers import (
     gpus,
     health,
     ingest,
+    notices,
+    owners,
     policies,
     session,
     silences,
@@ -212,7 +214,7 @@ def create_app(
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
     app.include_router(fleet.router, prefix="/api/v1")
-    for module in (policies, channels, silences, alerts):
+    for module in (policies, channels, silences, alerts, owners, notices):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")

@@ -178,7 +178,8 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
     if args.check_urls:
         nets = parse_allow_nets(settings.webhook_allow_nets)
         for i, c in enumerate(checked.channels):
-            check_url(c.url, nets, field=f"channels.{i}.url")
+            if c.is_http:
+                check_url(c.url, nets, field=f"channels.{i}.url")
     print(
         f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "
         f"and {len(checked.prices)} prices are valid"

@@ -578,3 +578,53 @@ report_opt_outs = Table(
     Column("opted_out_at", UTCDateTime, nullable=False),
     Column("by", String(255), nullable=True),
 )
+
+# --- owners and what was sent to them (migration 0024) ----------------------------------
+
+# The owner directory: a user, team or the admins and how to reach them. ``source``: file (the
+# config file's owners section), api (an admin's PUT) or lookup (the lookup command's answer,
+# cached until ``expires_at``; an answer without an address is cached too).
+owners = Table(
+    "owners",
+    metadata,
+    Column("kind", String(16), primary_key=True),  # user | team | admins
+    Column("name", String(255), primary_key=True),
+    Column("email", String(254), nullable=True),
+    Column("slack", String(32), nullable=True),
+    Column("cc_email", String(254), nullable=True),
+    Column("cc_slack", String(32), nullable=True),
+    Column("team", String(255), nullable=True),
+    Column("source", String(16), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# Every message queued for a person (owner notices, reports): what, to whom, when, and whether
+# it went. ``asked`` is whom it was meant for (user:alice), ``recipient`` whose address it
+# used (user:alice, team:vision, admins) with ``fallback`` (team | admins) and ``reason`` when
+# that differs; ``status`` follows the outbox row of ``delivery_id`` (pending | sent | failed,
+# or unreachable when no address was found at all and nothing was queued).
+notices = Table(
+    "notices",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("delivery_id", String(64), nullable=True, unique=True),
+    Column("kind", String(32), nullable=False),  # owner_notice | report | ...
+    Column("subject", Text, nullable=False),
+    Column("job_id", String(255), nullable=True),
+    Column("policy", String(255), nullable=True),
+    Column("asked", String(300), nullable=False),
+    Column("recipient", String(300), nullable=True),
+    Column("fallback", String(16), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("channel", String(255), nullable=True),
+    Column("address", String(300), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Index(None, "created_at"),
+    Index(None, "job_id"),
+    Index(None, "asked"),
+)

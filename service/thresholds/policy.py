@@ -238,23 +238,54 @@ def condition_words(policy: PolicySpec) -> str:
     return f"{policy.metric} {policy.op} {policy.threshold:g}"
 
 
+# The address a policy's ``channels`` writes for "the job's owner" (a job policy's only): the
+# owner's directory addresses on the e-mail and Slack DM channels (service.thresholds.owners).
+OWNER_CHANNEL = "owner"
+SLACK_API_URL = "https://slack.com/api/chat.postMessage"
+ChannelType = Literal["slack", "webhook", "alertmanager", "email", "slack_dm"]
+
+
 class ChannelSpec(BaseModel):
-    """A notification channel: Slack incoming webhook, signed generic webhook or Alertmanager."""
+    """A notification channel: Slack incoming webhook, signed generic webhook, Alertmanager,
+    e-mail (through the SMTP server of the settings) or Slack direct messages (a bot token).
+
+    ``to`` holds the fixed recipients of an e-mail or Slack DM channel (addresses, Slack user
+    or channel ids) for the alerts a policy sends it; owner notices bring their own.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN)
-    type: Literal["slack", "webhook", "alertmanager"]
-    url: str
+    type: ChannelType
+    url: str = ""  # email: none; slack_dm: Slack's chat.postMessage unless set
     secret: str | None = None
     rate_limit_per_second: float | None = Field(None, gt=0, allow_inf_nan=False)
+    to: list[str] = Field(default_factory=list, max_length=50)
 
-    @field_validator("url")
+    @field_validator("name")
     @classmethod
-    def _url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
+    def _not_owner(cls, value: str) -> str:
+        if value == OWNER_CHANNEL:
+            raise ValueError(f"{OWNER_CHANNEL!r} is the job's owner's address; pick another name")
         return value
+
+    @model_validator(mode="after")
+    def _url(self) -> ChannelSpec:
+        if self.type == "slack_dm" and not self.url:
+            self.url = SLACK_API_URL
+        if self.type == "email":
+            if self.url:
+                raise ValueError("url: an e-mail channel has none (SMTP is in the settings)")
+        elif not self.url.startswith(("http://", "https://")):
+            raise ValueError("url: must be an http:// or https:// URL")
+        if self.to and self.type not in ("email", "slack_dm"):
+            raise ValueError("to: only email and slack_dm channels have fixed recipients")
+        return self
+
+    @property
+    def is_http(self) -> bool:
+        """Whether the channel posts to its URL (every type but e-mail)."""
+        return self.type != "email"
 
     @field_validator("secret")
     @classmethod
@@ -269,7 +300,7 @@ class ChannelSpec(BaseModel):
         """The channel's send rate limit; Slack allows about one message a second."""
         if self.rate_limit_per_second is not None:
             return self.rate_limit_per_second
-        return 1.0 if self.type == "slack" else 20.0
+        return 1.0 if self.type in ("slack", "slack_dm") else 20.0
 
 
 def first_error(exc: ValidationError, prefix: str = "") -> ValidationFailed:
@@ -328,8 +359,13 @@ def parse_config(
 
 
 def check_policy_channels(policy: PolicySpec, channel_names: set[str], *, prefix: str = "") -> None:
-    """Raise ValidationFailed naming ``channels.N`` if the policy names an unknown channel."""
+    """Raise ValidationFailed naming ``channels.N`` if the policy names an unknown channel
+    (``owner``, the job's owner, is known to every job policy)."""
     for j, name in enumerate(policy.channels):
+        field = ".".join(p for p in (prefix, f"channels.{j}") if p)
+        if name == OWNER_CHANNEL:
+            if policy.scope != "job":
+                raise ValidationFailed(field, "only a job has an owner: write scope: job")
+            continue
         if name not in channel_names:
-            field = ".".join(p for p in (prefix, f"channels.{j}") if p)
             raise ValidationFailed(field, f"no channel named {name!r}")

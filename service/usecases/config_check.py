@@ -1,4 +1,5 @@
-"""The YAML config file checked whole before anything starts: keys, policies, channels, prices.
+"""The YAML config file checked whole before anything starts: keys, policies, channels, prices
+and the owner directory.
 
 Every item is checked even after one fails, so a file with three mistakes is reported with all
 three in one run.
@@ -16,6 +17,7 @@ from service.costs.prices import PriceRow, parse_price_row
 from service.errors import ConfigError, ValidationFailed
 from service.settings import load_config_file
 from service.thresholds.ladder import explain
+from service.thresholds.owners import OwnerEntry, parse_owners_section
 from service.thresholds.policy import (
     ChannelSpec,
     PolicySpec,
@@ -35,6 +37,7 @@ class CheckedConfig:
     policies: list[PolicySpec]
     channels: list[ChannelSpec]
     prices: list[PriceRow]
+    owners: list[OwnerEntry]
 
 
 def _each(
@@ -59,7 +62,7 @@ def _names(raw: Any) -> list[tuple[int, str]]:
     return [(i, str(d["name"])) for i, d in enumerate(items) if isinstance(d, dict) and "name" in d]
 
 
-SECTIONS = ("channels", "policies", "prices")
+SECTIONS = ("channels", "policies", "prices", "owners")
 
 
 def _position(error: str) -> tuple[int, int, str]:
@@ -90,9 +93,14 @@ def config_errors(config: dict[str, Any]) -> tuple[CheckedConfig, list[str]]:
             check_policy_channels(p, names, prefix=f"policies.{i}")
         except ValidationFailed as exc:
             errors.append(str(exc))
+    owners: list[OwnerEntry] = []
+    try:
+        owners = parse_owners_section(config.get("owners"))
+    except ValidationFailed as exc:
+        errors.append(str(exc))
     errors.sort(key=_position)
     checked = CheckedConfig(
-        [p for _, p in policies], [c for _, c in channels], [r for _, r in prices]
+        [p for _, p in policies], [c for _, c in channels], [r for _, r in prices], owners
     )
     return checked, errors
 

@@ -912,8 +912,8 @@ def job_waste_usd(
 def job_verdict(
     conn: Connection, *, job_id: str, now: datetime, settings: Settings
 ) -> dict[str, Any] | None:
-    """What a job alert says about the job so far: its waste (idle + fixable USD), its top
-    cause, that cause's fix and what it saves; None for an unknown job."""
+    """What a job alert says about the job so far: its cost and waste (idle + fixable USD), its
+    top cause, that cause's fix and what it saves; None for an unknown job."""
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         return None
@@ -923,6 +923,7 @@ def job_verdict(
     fixes = summary["recommendations"]
     fix = next((f for f in fixes if cause and f["cause"] == cause), fixes[0] if fixes else None)
     return {
+        "cost_usd": row["cost_usd"],
         "waste_usd": row["waste_usd"],
         "idle_usd": row["idle_usd"],
         "fixable_usd": row["fixable_usd"],

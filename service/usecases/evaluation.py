@@ -16,6 +16,7 @@ from service.context import ServiceContext
 from service.db import (
     alert_state_repo,
     outbox_repo,
+    owners_repo,
     policies_repo,
     set_aside,
     silences_repo,
@@ -36,8 +37,17 @@ from service.thresholds.evaluator import (
     observe_silence,
     route,
 )
+from service.thresholds.notify import Notification
+from service.thresholds.notify.message import owner_notice_of
 from service.thresholds.notify.outbox import Dispatcher
-from service.thresholds.policy import SILENT_SECONDS, PolicySpec, cause_of_metric, parse_config
+from service.thresholds.owners import Addressee, parse_owners_section
+from service.thresholds.policy import (
+    OWNER_CHANNEL,
+    SILENT_SECONDS,
+    PolicySpec,
+    cause_of_metric,
+    parse_config,
+)
 from service.thresholds.urlsafety import (
     HostDoesNotResolve,
     Resolver,
@@ -46,6 +56,7 @@ from service.thresholds.urlsafety import (
     system_resolver,
 )
 from service.usecases.cost_report import job_verdict
+from service.usecases.notices import queue_owner_notice, resolve_many
 from service.vocabulary import alert_page_path, job_path
 
 log = logging.getLogger(__name__)
@@ -69,6 +80,8 @@ def check_file_channels(
     """
     nets = parse_allow_nets(allow_nets_text)
     for i, c in enumerate(channels):
+        if not c.is_http:
+            continue
         try:
             check_url(c.url, nets, resolver=resolver, field=f"channels.{i}.url")
         except HostDoesNotResolve as exc:
@@ -92,6 +105,8 @@ def load_config(ctx: ServiceContext) -> tuple[int, int]:
         policies_repo.sync_from_file(
             conn, policy_specs=policy_specs, channel_specs=channel_specs, now=ctx.clock()
         )
+        owners = parse_owners_section(config.get("owners"))
+        owners_repo.sync_from_file(conn, entries=owners, now=ctx.clock())
     return len(policy_specs), len(channel_specs)
 
 
@@ -113,7 +128,43 @@ def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
     return state.labels.get("job_id") if policy.scope == "job" else None
 
 
-VERDICT_KEYS = ("waste_usd", "idle_usd", "fixable_usd", "top_cause", "fix", "fix_saving_usd")
+OWNER_KINDS = ("firing", "repeat")  # what a job's owner is told: not resolves or resends
+
+
+def _owner_of(policy: PolicySpec, change: Change) -> tuple[str | None, str | None] | None:
+    """The (user, team) a notification of ``change`` goes to as the job's owner, else None."""
+    if change.notify not in OWNER_KINDS or OWNER_CHANNEL not in policy.channels:
+        return None
+    if _job_of(policy, change.after) is None:
+        return None
+    labels = change.after.labels
+    return labels.get("user") or None, labels.get("team") or None
+
+
+def owner_addressees(
+    ctx: ServiceContext, changes: list[tuple[PolicySpec, Change]]
+) -> dict[tuple[str | None, str | None], Addressee]:
+    """Where this round's owner notices go, by (user, team), found before the write
+    transaction (the lookup command may take seconds); empty when that failed."""
+    owners = {o for p, ch in changes if (o := _owner_of(p, ch)) is not None}
+    if not owners:
+        return {}
+    try:
+        return resolve_many(ctx, owners)
+    except Exception:  # the alert still goes to the policy's channels
+        log.exception("the owners of this round's job alerts could not be resolved")
+        return {}
+
+
+VERDICT_KEYS = (
+    "cost_usd",
+    "waste_usd",
+    "idle_usd",
+    "fixable_usd",
+    "top_cause",
+    "fix",
+    "fix_saving_usd",
+)
 
 
 def verdict_by_job(
@@ -331,10 +382,11 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         job
         for p, ch in changes
         if ch.notify is not None
-        and route(ch.notify, p, channel_types)
+        and (route(ch.notify, p, channel_types) or _owner_of(p, ch))
         and (job := _job_of(p, ch.after))
     }
     verdicts = verdict_by_job(ctx, notified_jobs, now)
+    addressees = owner_addressees(ctx, changes)
     xids = fault_xids(ctx, changes, now)
     with ctx.engine.begin() as conn:
         ids = alert_state_repo.apply_changes(conn, changes, now=now)
@@ -349,7 +401,8 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
                 continue
             result.by_kind[ch.notify] = result.by_kind.get(ch.notify, 0) + 1
             targets = route(ch.notify, p, channel_types)
-            if not targets:
+            owner = _owner_of(p, ch)
+            if not targets and owner is None:
                 continue
             job = _job_of(p, ch.after)
             verdict = verdicts.get(job) if job else None
@@ -369,6 +422,13 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
                         "payload": {**payload, "delivery_id": delivery_id},
                     }
                 )
+            addressee = addressees.get(owner) if owner is not None else None
+            if addressee is not None:
+                note = Notification.model_validate({**payload, "delivery_id": "owner"})
+                queued = queue_owner_notice(
+                    conn, ctx, notice=owner_notice_of(note), addressee=addressee
+                )
+                result.notifications += sum(1 for n in queued if n["status"] == "pending")
         outbox_repo.enqueue(conn, rows, now=now)
         firing = alert_state_repo.firing_counts(conn)
     if cache is not None:  # only once the transaction has committed
@@ -377,7 +437,7 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
         ctx.telemetry.alerts_firing.labels(sev).set(firing.get(sev, 0))
     result.policies = len(policy_list)
     result.changes = len(changes)
-    result.notifications = len(rows)
+    result.notifications += len(rows)
     result.seconds = time.perf_counter() - started
     result.phase_seconds = {
         "read": t_read - started,

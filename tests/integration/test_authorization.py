@@ -164,6 +164,38 @@ CASES = [
         "/api/v1/channels/probe/test",
         admin_only(502),  # nothing listens on port 9: the send was tried
     ),
+    Case("owners", "GET", "/api/v1/owners", "/api/v1/owners", admin_only(200)),
+    Case(
+        "owner-create",
+        "POST",
+        "/api/v1/owners",
+        "/api/v1/owners",
+        admin_only(201),
+        body=lambda c, _: {"kind": "user", "name": f"u-{c}", "email": "u@example.org"},
+    ),
+    Case(
+        "owner",
+        "GET",
+        "/api/v1/owners/{kind}/{name}",
+        "/api/v1/owners/team/vision",
+        admin_only(200),
+    ),
+    Case(
+        "owner-put",
+        "PUT",
+        "/api/v1/owners/{kind}/{name}",
+        "/api/v1/owners/team/vision",
+        admin_only(200),
+        body=lambda _, __: {"email": "vision-leads@example.org"},
+    ),
+    Case(
+        "owner-delete",
+        "DELETE",
+        "/api/v1/owners/{kind}/{name}",
+        "/api/v1/owners/user/doomed",
+        admin_only(204),
+    ),
+    Case("notices", "GET", "/api/v1/notices", "/api/v1/notices", reads()),
     Case("silences", "GET", "/api/v1/silences", "/api/v1/silences", reads()),
     Case(
         "silence-create",
@@ -327,6 +359,9 @@ def world(
                                       "url": "http://127.0.0.1:9/s"}),
         ("POST", "/api/v1/channels", {"name": "probe", "type": "slack",
                                       "url": "http://127.0.0.1:9/s"}),
+        ("POST", "/api/v1/owners", {"kind": "team", "name": "vision",
+                                    "email": "vision@example.org"}),
+        ("POST", "/api/v1/owners", {"kind": "user", "name": "doomed", "slack": "U0DOOMED"}),
         ("POST", "/api/v1/silences", {"matchers": {"policy": "kept"}, "comment": "c",
                                       "ends_at": iso(now + timedelta(hours=1))}),
     ]  # fmt: skip

@@ -121,3 +121,23 @@ prices:
                   "prices.0.usd_per_gpu_hour"):  # fmt: skip
         assert f"\n  {field}: " in out, (field, out)
     assert "'low' is defined twice" in out and "no channel named 'nosuch'" in out
+
+
+def test_the_owners_section_is_checked_with_the_rest() -> None:
+    from service.usecases.config_check import config_errors
+
+    checked, errors = config_errors(
+        {
+            "owners": {
+                "admins": {"email": "gpu-admins@example.org"},
+                "users": [{"name": "alice", "email": "alice@example.org", "team": "ml"}],
+            }
+        }
+    )
+    assert errors == [] and [o.key for o in checked.owners] == ["admins", "user:alice"]
+    _, errors = config_errors({"owners": {"users": [{"name": "bob", "email": "bob"}]}})
+    assert errors == [
+        "owners.users.0.email: address must be one e-mail address like alice@example.org"
+    ]
+    _, errors = config_errors({"owners": {"user": []}})
+    assert errors == ["owners.user: unknown key; use admins, teams, users"]

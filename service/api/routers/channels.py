@@ -20,7 +20,8 @@ from service.thresholds.urlsafety import check_url, parse_allow_nets
 router = APIRouter(prefix="/channels", tags=["alerting"])
 
 _BODY = Body(
-    description="a channel: name, type (slack|webhook|alertmanager), url, secret (whsec_...)",
+    description="a channel: name, type (slack|webhook|alertmanager|email|slack_dm), url,"
+    " secret (whsec_...), to (email and slack_dm: fixed recipients)",
     examples=[{"name": "ops-webhook", "type": "webhook", "url": "https://hooks.example.com/gpu"}],
 )
 
@@ -37,11 +38,12 @@ def create_channel(
 ) -> ChannelPublic:
     """Create a channel; its URL must not resolve to a private address (see the allow-list)."""
     channel = parse_channel(doc)
-    check_url(
-        channel.url,
-        parse_allow_nets(ctx.settings.webhook_allow_nets),
-        admit_url=ctx.settings.local_sink_url,
-    )
+    if channel.is_http:
+        check_url(
+            channel.url,
+            parse_allow_nets(ctx.settings.webhook_allow_nets),
+            admit_url=ctx.settings.local_sink_url,
+        )
     policies_repo.create_channel(conn, channel=channel, source="api", now=ctx.clock())
     return ChannelPublic.of(channel)
 

@@ -41,19 +41,23 @@ class ChannelPublic(BaseModel):
     url: str
     has_secret: bool
     rate_limit_per_second: float
+    to: list[str] = Field(default_factory=list)  # email and slack_dm: fixed recipients
 
     @classmethod
     def of(cls, c: ChannelSpec) -> ChannelPublic:
         """The public view of ``c``."""
-        parts = urlsplit(c.url)
-        url = f"{parts.scheme}://{parts.netloc}"
-        url += "/…" if c.type == "slack" or parts.query else parts.path
+        url = ""
+        if c.is_http:
+            parts = urlsplit(c.url)
+            url = f"{parts.scheme}://{parts.netloc}"
+            url += "/…" if c.type == "slack" or parts.query else parts.path
         return cls(
             name=c.name,
             type=c.type,
             url=url,
             has_secret=c.secret is not None,
             rate_limit_per_second=c.messages_per_second,
+            to=c.to,
         )
 
 

@@ -2,21 +2,51 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import httpx
 
+from service.errors import ValidationFailed
+from service.settings import Settings
 from service.thresholds.notify.alertmanager import AlertmanagerNotifier
 from service.thresholds.notify.base import Notification, Notifier
+from service.thresholds.notify.email import EmailNotifier
+from service.thresholds.notify.message import Envelope
 from service.thresholds.notify.slack import SlackNotifier
+from service.thresholds.notify.slack_dm import SlackDMNotifier
 from service.thresholds.notify.webhook import WebhookNotifier
 from service.thresholds.policy import ChannelSpec
 
-__all__ = ["Notification", "Notifier", "notifier_for"]
+__all__ = ["MessageNotifier", "Notification", "Notifier", "notifier_for", "send_envelope"]
 
 
-def notifier_for(channel: ChannelSpec, client: httpx.Client) -> Notifier:
-    """The notifier of ``channel``'s type, sending through ``client``."""
+class MessageNotifier(Protocol):
+    """Sends a rendered message (an owner notice, a report) to its recipients."""
+
+    def send_message(self, env: Envelope) -> None: ...
+
+
+def notifier_for(channel: ChannelSpec, client: httpx.Client, settings: Settings) -> Notifier:
+    """The notifier of ``channel``'s type, sending through ``client`` (HTTP) or SMTP."""
     if channel.type == "slack":
         return SlackNotifier(channel, client)
     if channel.type == "webhook":
         return WebhookNotifier(channel, client)
+    if channel.type == "email":
+        return EmailNotifier(channel, settings)
+    if channel.type == "slack_dm":
+        return SlackDMNotifier(channel, client, settings.slack_bot_token)
     return AlertmanagerNotifier(channel, client)
+
+
+def send_envelope(
+    channel: ChannelSpec, client: httpx.Client, settings: Settings, env: Envelope
+) -> None:
+    """Send a rendered message through ``channel``: e-mail, a Slack DM, or a Slack webhook's
+    channel; ValidationFailed for a channel type that carries alerts only."""
+    notifier = notifier_for(channel, client, settings)
+    if not hasattr(notifier, "send_message"):
+        raise ValidationFailed(
+            "channel", f"{channel.type} channel {channel.name} takes no messages"
+        )
+    notifier.send_message(env)

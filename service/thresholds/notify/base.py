@@ -41,6 +41,7 @@ class Notification(BaseModel):
     # The job's verdict (job alerts): its waste so far (USD) = idle (certain) + fixable
     # (estimated), its top cause (the one whose fix saves most), that fix and its saving (USD).
     waste_usd: float | None = None
+    cost_usd: float | None = None  # the job's cost so far (USD), every held second priced
     idle_usd: float | None = None
     fixable_usd: float | None = None
     top_cause: str | None = None

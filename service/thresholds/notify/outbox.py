@@ -23,7 +23,7 @@ import httpx
 from pydantic import ValidationError
 
 from service.context import ServiceContext
-from service.db import outbox_repo, policies_repo, set_aside
+from service.db import notices_repo, outbox_repo, policies_repo, set_aside
 from service.db.set_aside import SetAside
 from service.delivery import (
     Action,
@@ -36,8 +36,9 @@ from service.delivery import (
 )
 from service.errors import DeliveryError, ValidationFailed
 from service.thresholds.backoff import RateLimiter
-from service.thresholds.notify import Notification, notifier_for
+from service.thresholds.notify import Notification, notifier_for, send_envelope
 from service.thresholds.notify.egress import Egress, egress_from
+from service.thresholds.notify.message import Envelope, is_envelope
 from service.thresholds.notify.pinned import PinnedTransport
 from service.thresholds.notify.report import ReportMessage, is_report, send_report
 from service.thresholds.policy import ChannelSpec
@@ -116,10 +117,12 @@ class Dispatcher:
         """The networks GPUWARDEN_WEBHOOK_ALLOW_NETS admits, read at each send."""
         return parse_allow_nets(self.ctx.settings.webhook_allow_nets)
 
-    def send_now(self, channel: ChannelSpec, note: Notification | ReportMessage) -> None:
-        """Send one notification or report to a checked address, raising ValidationFailed or
-        DeliveryError."""
-        if not self._checks_itself:
+    def send_now(
+        self, channel: ChannelSpec, note: Notification | ReportMessage | Envelope
+    ) -> None:
+        """Send one notification, report or rendered message to a checked address, raising
+        ValidationFailed or DeliveryError."""
+        if not self._checks_itself and channel.is_http:
             check_url(
                 channel.url,
                 self.allow_nets(),
@@ -128,8 +131,10 @@ class Dispatcher:
             )
         if isinstance(note, ReportMessage):
             send_report(channel, self.client, note)
+        elif isinstance(note, Envelope):
+            send_envelope(channel, self.client, self.ctx.settings, note)
         else:
-            notifier_for(channel, self.client).send(note)
+            notifier_for(channel, self.client, self.ctx.settings).send(note)
 
     def drain(self, *, budget_seconds: float = 5.0, limit: int = 200) -> int:
         """Send every due delivery (within ``budget_seconds`` of rate-limit waits); returns sent."""
@@ -183,14 +188,17 @@ class Dispatcher:
             tel.outbox_depth.set(outbox_repo.depth(conn))
         return sent
 
-    def _readable(self, row: outbox_repo.Due) -> Notification | ReportMessage | None:
-        """The notification or report ``row`` holds, or None when it holds none: then it is
-        failed at once, logged and counted as set aside (retrying cannot make it readable)."""
+    def _readable(self, row: outbox_repo.Due) -> Notification | ReportMessage | Envelope | None:
+        """The notification, report or rendered message ``row`` holds, or None when it holds
+        none: then it is failed at once, logged and counted as set aside (retrying cannot make
+        it readable)."""
         reason = row.unreadable
         if reason is None:
             try:
                 if is_report(row.payload):
                     return ReportMessage.model_validate(row.payload)
+                if is_envelope(row.payload):
+                    return Envelope.model_validate(row.payload)
                 return Notification.model_validate(row.payload)
             except ValidationError as exc:
                 reason = f"payload is not a notification ({exc.error_count()} errors)"
@@ -230,6 +238,14 @@ class Dispatcher:
         """Store one attempt's outcome in its own transaction and count it."""
         now = self.ctx.clock()
         with self.ctx.engine.begin() as conn:
+            # A message to a person is recorded beside the outbox, which forgets after a week.
+            notices_repo.mark(
+                conn,
+                delivery_id=row.delivery_id,
+                status="pending" if outcome == "retry" else outcome,
+                error=error,
+                now=now,
+            )
             if outcome == "sent":
                 outbox_repo.mark_sent(conn, row_id=row.id, now=now)
             elif outcome == "retry":

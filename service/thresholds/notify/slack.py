@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from service.thresholds.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
 from service.vocabulary import ALERT_LABELS
+
+if TYPE_CHECKING:
+    from service.thresholds.notify.message import Envelope
 
 # Slack's documented limits: header text 150 chars, section text 3000, at most 10 fields of
 # 2000 chars each, 50 blocks; top-level text is truncated past 40,000 (we keep it short).
@@ -111,5 +114,14 @@ class SlackNotifier:
             self.client,
             self.channel.url,
             content=dumps(render(note)),
+            what=f"slack channel {self.channel.name}",
+        )
+
+    def send_message(self, env: Envelope) -> None:
+        """Post a rendered message (its Slack text and blocks) to the webhook's channel."""
+        post_json(
+            self.client,
+            self.channel.url,
+            content=dumps({"text": env.message.slack_text, "blocks": env.message.slack_blocks}),
             what=f"slack channel {self.channel.name}",
         )

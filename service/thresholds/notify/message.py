@@ -1,0 +1,225 @@
+"""Messages for people, rendered once (plain text, HTML, Slack text and blocks) and queued.
+
+An owner notice says what was seen (GPU, node, since when), the cause, the dollars so far, the
+fix and its saving, what happens next and when, and links to the job's console page. The same
+``Message`` goes out by e-mail (text and HTML parts) or Slack (blocks) unchanged.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from service.delivery import rfc3339
+from service.thresholds.notify.base import Notification
+from service.thresholds.notify.slack import (
+    FIELD_MAX,
+    HEADER_MAX,
+    SECTION_MAX,
+    TEXT_MAX,
+    _cut,
+    _cut_escaped,
+    escape,
+    render,
+)
+
+BLOCKS_MAX = 50  # Slack's most blocks in one message
+
+
+class Message(BaseModel):
+    """One message for people in every form a channel needs; rendered once, sent as is."""
+
+    subject: str = Field(min_length=1, max_length=998)  # one e-mail header line at most
+    text: str
+    html: str
+    slack_text: str = Field(max_length=TEXT_MAX)
+    slack_blocks: list[dict[str, Any]] = Field(default_factory=list, max_length=BLOCKS_MAX)
+
+
+class Envelope(BaseModel):
+    """A message to its recipients (e-mail addresses, or one Slack user or channel id), as
+    queued in the outbox; ``kind`` tells it apart from an alert's ``Notification``."""
+
+    delivery_id: str
+    kind: Literal["message"] = "message"
+    to: list[str] = Field(min_length=1)
+    cc: list[str] = Field(default_factory=list)
+    message: Message
+
+
+def is_envelope(payload: Any) -> bool:
+    """Whether an outbox payload is a rendered message (else an alert's notification)."""
+    return isinstance(payload, dict) and payload.get("kind") == "message"
+
+
+class OwnerNotice(BaseModel):
+    """What a notice to a job's owner says, in figures; ``render_owner_notice`` words it."""
+
+    job_id: str
+    user: str | None = None
+    team: str | None = None
+    policy: str
+    description: str | None = None  # the policy's own words
+    node: str | None = None
+    gpus: str | None = None  # the GPUs as "0,1 (GPU-a0,GPU-a1)"
+    since: datetime
+    seen: str  # the condition in words: "avg sm_active over 10m = 0.1 (< 0.3)"
+    cause: str | None = None
+    cost_usd: float | None = None
+    waste_usd: float | None = None
+    idle_usd: float | None = None
+    fixable_usd: float | None = None
+    fix: str | None = None
+    fix_saving_usd: float | None = None
+    next_step: str | None = None  # "the job is cancelled", "another warning"
+    next_at: datetime | None = None
+    job_url: str | None = None
+    fallback_reason: str | None = None  # why this reached a team or the admins instead
+
+
+def owner_notice_of(
+    note: Notification,
+    *,
+    next_step: str | None = None,
+    next_at: datetime | None = None,
+    fallback_reason: str | None = None,
+) -> OwnerNotice:
+    """The owner notice of a job alert's notification (and the ladder's next step, if any)."""
+    labels = note.labels
+    index, uuid = labels.get("gpu_index"), labels.get("gpu_uuid")
+    gpus = f"{index} ({uuid})" if index and uuid else (uuid or index)
+    return OwnerNotice(
+        job_id=labels.get("job_id") or note.scope_key.removeprefix("job:"),
+        user=labels.get("user") or None,
+        team=labels.get("team") or None,
+        policy=note.policy,
+        description=note.description,
+        node=labels.get("node") or None,
+        gpus=gpus,
+        since=note.active_since,
+        seen=note.condition(),
+        cause=note.top_cause,
+        cost_usd=note.cost_usd,
+        waste_usd=note.waste_usd,
+        idle_usd=note.idle_usd,
+        fixable_usd=note.fixable_usd,
+        fix=note.fix,
+        fix_saving_usd=note.fix_saving_usd,
+        next_step=next_step,
+        next_at=next_at,
+        job_url=note.report_url,
+        fallback_reason=fallback_reason,
+    )
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def notice_lines(n: OwnerNotice) -> list[tuple[str, str]]:
+    """The notice as (heading, sentence) pairs, in the order every form shows them."""
+    where = " ".join(p for p in (n.node and f"node {n.node}", n.gpus and f"GPU {n.gpus}") if p)
+    lines = [("Seen", f"{n.seen} on {where or 'its GPUs'} since {rfc3339(n.since)}")]
+    if n.description:
+        lines.append(("Policy", n.description))
+    if n.cause:
+        lines.append(("Cause", n.cause))
+    if n.waste_usd is not None or n.cost_usd is not None:
+        money = []
+        if n.cost_usd is not None:
+            money.append(f"cost so far {_usd(n.cost_usd)}")
+        if n.waste_usd is not None:
+            waste = f"waste so far {_usd(n.waste_usd)}"
+            if n.idle_usd is not None and n.fixable_usd is not None:
+                waste += f" (idle {_usd(n.idle_usd)} + fixable {_usd(n.fixable_usd)}, estimated)"
+            money.append(waste)
+        lines.append(("Dollars", "; ".join(money)))
+    if n.fix:
+        saving = f" (saves about {_usd(n.fix_saving_usd)})" if n.fix_saving_usd is not None else ""
+        lines.append(("Fix", n.fix + saving))
+    if n.next_step:
+        when = f" at {rfc3339(n.next_at)}" if n.next_at is not None else ""
+        lines.append(("Next", f"{n.next_step}{when}"))
+    else:
+        lines.append(("Next", "nothing is done to the job; this notice repeats while it lasts"))
+    if n.fallback_reason:
+        lines.append(("Why you", n.fallback_reason))
+    return lines
+
+
+def render_owner_notice(n: OwnerNotice) -> Message:
+    """The notice as e-mail text, HTML and Slack blocks (within Block Kit's limits, escaped)."""
+    subject = f"GPU Warden: your job {n.job_id} — {n.policy}"
+    if n.waste_usd is not None:
+        subject += f", {_usd(n.waste_usd)} wasted so far"
+    lines = notice_lines(n)
+    greeting = f"Hello {n.user}," if n.user else "Hello,"
+    intro = f"GPU Warden's policy {n.policy} matched your job {n.job_id}."
+    text = "\n".join(
+        [greeting, "", intro, ""]
+        + [f"{head}: {body}" for head, body in lines]
+        + ([f"\nThe job's page: {n.job_url}"] if n.job_url else [])
+    )
+    rows = "".join(
+        f"<tr><th align='left' valign='top'>{html.escape(h)}</th><td>{html.escape(b)}</td></tr>"
+        for h, b in lines
+    )
+    link = (
+        f'<p><a href="{html.escape(n.job_url, quote=True)}">The job\'s page</a></p>'
+        if n.job_url
+        else ""
+    )
+    body_html = (
+        f"<html><body><p>{html.escape(greeting)}</p><p>{html.escape(intro)}</p>"
+        f"<table>{rows}</table>{link}</body></html>"
+    )
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(subject, HEADER_MAX)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _cut_escaped(intro, SECTION_MAX)}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": _cut_escaped(f"*{h}*\n{b}", FIELD_MAX)}
+                for h, b in lines[:10]
+            ],
+        },
+    ]
+    if n.job_url:
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"<{escape(n.job_url)}|The job's page>"}],
+            }
+        )
+    return Message(
+        subject=_cut(subject, 998),
+        text=text,
+        html=body_html,
+        slack_text=_cut_escaped(f"{subject}: {lines[0][1]}", TEXT_MAX),
+        slack_blocks=blocks,
+    )
+
+
+def message_of_notification(note: Notification) -> Message:
+    """An alert's notification as a message for an e-mail or Slack DM channel."""
+    lines = [note.condition(), f"since {rfc3339(note.fired_at or note.active_since)}"]
+    for extra in (note.waste(), note.verdict(), note.description):
+        if extra:
+            lines.append(extra)
+    labels = note.alert_labels()
+    lines += [f"{k}: {v}" for k, v in sorted(labels.items())]
+    links = [(note.report_url, "Job report"), (note.alert_url, "Alert")]
+    lines += [f"{label}: {url}" for url, label in links if url]
+    slack = render(note)
+    return Message(
+        subject=_cut(note.headline(), 998),
+        text="\n".join(lines),
+        html="<html><body><p>"
+        + "<br>".join(html.escape(line) for line in lines)
+        + "</p></body></html>",
+        slack_text=slack["text"],
+        slack_blocks=slack["blocks"],
+    )

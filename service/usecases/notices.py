@@ -1,0 +1,255 @@
+"""Messages to people: find the owner's addresses (directory, lookup command, fallback), queue a
+rendered message through the outbox, and record what went to whom.
+
+The one way to send a rendered message to a user or a team::
+
+    addressee = resolve(ctx, user="alice", team="vision")  # or resolve_team_addressee(...)
+    with ctx.engine.begin() as conn:
+        queue_message(conn, ctx, addressee=addressee, message=msg, kind="report",
+                      key="report:weekly:2026-12-07:user:alice")
+
+``key`` makes the queueing idempotent: a second call with the same key queues nothing, on any
+replica (the delivery ids derive from it and are unique in the store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from service.context import ServiceContext
+from service.db import notices_repo, outbox_repo, owners_repo, policies_repo
+from service.thresholds.notify.lookup import run_lookup
+from service.thresholds.notify.message import (
+    Envelope,
+    Message,
+    OwnerNotice,
+    render_owner_notice,
+)
+from service.thresholds.owners import (
+    ADMINS,
+    Addressee,
+    OwnerEntry,
+    resolve_owner,
+    resolve_team,
+)
+from service.thresholds.policy import ChannelSpec
+
+log = logging.getLogger(__name__)
+
+FAILED_LOOKUP_CACHE_SECONDS = 300.0  # a lookup that failed is tried again this soon at most
+OWNER_NOTICE = "owner_notice"
+
+
+def directory(
+    conn: Connection, *, users: Iterable[str], teams: Iterable[str], now: datetime
+) -> dict[str, OwnerEntry]:
+    """The entries of ``users``, ``teams`` and the admins, by key (expired lookups left out)."""
+    keys = [("user", u) for u in users] + [("team", t) for t in teams] + [("admins", ADMINS)]
+    out = {}
+    for s in owners_repo.get_owners(conn, keys=keys):
+        if s.source == "lookup" and (s.expires_at is None or s.expires_at <= now):
+            continue
+        out[s.entry.key] = s.entry
+    return out
+
+
+def look_up_missing(ctx: ServiceContext, users: Iterable[str]) -> None:
+    """Run the lookup command (if one is set) for each of ``users`` missing from the directory
+    or whose cached answer expired, and cache the answers; never raises."""
+    s = ctx.settings
+    if not s.owner_lookup_command:
+        return
+    now = ctx.clock()
+    wanted = sorted({u for u in users if u})
+    try:
+        with ctx.engine.connect() as conn:
+            known = directory(conn, users=wanted, teams=(), now=now)
+    except Exception:
+        log.exception("the owner directory could not be read for lookups")
+        return
+    for user in wanted:
+        if f"user:{user}" in known:
+            continue
+        answer = run_lookup(
+            s.owner_lookup_command,
+            s.owner_lookup_pattern,
+            user=user,
+            timeout_seconds=s.owner_lookup_timeout_seconds,
+        )
+        ttl = s.owner_lookup_ttl_seconds
+        if answer.error:
+            log.warning("looking up owner %s: %s", user, answer.error)
+            ttl = min(ttl, FAILED_LOOKUP_CACHE_SECONDS)
+        entry = answer.entry or OwnerEntry(kind="user", name=user)  # no address: cached too
+        try:
+            with ctx.engine.begin() as conn:
+                owners_repo.put_owner(
+                    conn,
+                    entry=entry,
+                    source="lookup",
+                    now=now,
+                    expires_at=now + timedelta(seconds=ttl),
+                )
+        except Exception:
+            log.exception("the lookup answer for %s could not be cached", user)
+
+
+def resolve(ctx: ServiceContext, *, user: str | None, team: str | None) -> Addressee:
+    """Where a message to the owner ``user`` (of ``team``) goes, running the lookup command
+    first when the user is not in the directory; call it outside a write transaction."""
+    resolved = resolve_many(ctx, [(user, team)])
+    return resolved[(user, team)]
+
+
+def resolve_many(
+    ctx: ServiceContext, owners: Iterable[tuple[str | None, str | None]]
+) -> dict[tuple[str | None, str | None], Addressee]:
+    """``resolve`` for many (user, team) pairs at once."""
+    pairs = sorted(set(owners), key=lambda p: (p[0] or "", p[1] or ""))
+    look_up_missing(ctx, (u for u, _ in pairs if u))
+    now = ctx.clock()
+    with ctx.engine.connect() as conn:
+        found = directory(
+            conn,
+            users={u for u, _ in pairs if u},
+            teams={t for _, t in pairs if t},
+            now=now,
+        )
+        # A user's own entry may name their team: read those too for the fallback.
+        extra = {e.team for e in found.values() if e.kind == "user" and e.team} - set(found)
+        if extra:
+            found |= directory(conn, users=(), teams=extra, now=now)
+    return {(u, t): resolve_owner(found, user=u, team=t) for u, t in pairs}
+
+
+def resolve_team_addressee(ctx: ServiceContext, *, team: str) -> Addressee:
+    """Where a message to ``team`` goes: the team, else the admins."""
+    with ctx.engine.connect() as conn:
+        found = directory(conn, users=(), teams=[team], now=ctx.clock())
+    return resolve_team(found, team=team)
+
+
+def _channels(conn: Connection) -> tuple[ChannelSpec | None, ChannelSpec | None]:
+    """The e-mail and Slack DM channels people's messages go out on (the first of each type
+    by name), or None where there is none."""
+    chans = policies_repo.list_channels(conn)
+    email = next((c for c in chans if c.type == "email"), None)
+    dm = next((c for c in chans if c.type == "slack_dm"), None)
+    return email, dm
+
+
+def _delivery_id(key: str | None, part: str) -> str:
+    if key is None:
+        return f"msg_{uuid.uuid4().hex}"
+    return "msg_" + hashlib.sha256(f"{key}\x00{part}".encode()).hexdigest()[:40]
+
+
+def queue_message(
+    conn: Connection,
+    ctx: ServiceContext,
+    *,
+    addressee: Addressee,
+    message: Message,
+    kind: str,
+    job_id: str | None = None,
+    policy: str | None = None,
+    key: str | None = None,
+) -> list[dict[str, Any]]:
+    """Queue ``message`` to ``addressee``'s e-mail address (copy: cc_email) and Slack id
+    (copy: cc_slack) in ``conn``'s transaction and record each as a notice; the notices made
+    (a single ``unreachable`` one when no address or channel was found). With ``key``, a
+    message already queued under it is not queued again."""
+    now = ctx.clock()
+    entry = addressee.entry
+    email_ch, dm_ch = _channels(conn)
+    parts: list[tuple[ChannelSpec, list[str], list[str]]] = []
+    if entry is not None and entry.email and email_ch is not None:
+        parts.append((email_ch, [entry.email], [entry.cc_email] if entry.cc_email else []))
+    if entry is not None and entry.slack and dm_ch is not None:
+        parts.append((dm_ch, [entry.slack], []))
+        if entry.cc_slack:
+            parts.append((dm_ch, [entry.cc_slack], []))
+    base = {
+        "kind": kind,
+        "subject": message.subject,
+        "job_id": job_id,
+        "policy": policy,
+        "asked": addressee.asked,
+        "recipient": entry.key if entry is not None else None,
+        "fallback": addressee.fallback,
+        "reason": addressee.reason,
+    }
+    if not parts:
+        why = "no address" if entry is None else "no e-mail or slack_dm channel for its addresses"
+        marker = _delivery_id(key, "unreachable") if key else None
+        notice = base | {
+            "delivery_id": marker,
+            "status": "unreachable",
+            "reason": "; ".join(r for r in (addressee.reason, why) if r),
+        }
+        if marker and notices_repo.delivered_ids(conn, delivery_ids=[marker]):
+            return []
+        notices_repo.record(conn, [notice], now=now)
+        log.warning("a %s for %s reached no one: %s", kind, addressee.asked, notice["reason"])
+        return [notice]
+    made = []
+    for channel, to, cc in parts:
+        delivery_id = _delivery_id(key, f"{channel.name}:{to[0]}")
+        made.append((channel, to, cc, delivery_id))
+    if key:
+        done = notices_repo.delivered_ids(conn, delivery_ids=[m[3] for m in made])
+        made = [m for m in made if m[3] not in done]
+    rows, notices = [], []
+    for channel, to, cc, delivery_id in made:
+        env = Envelope(delivery_id=delivery_id, to=to, cc=cc, message=message)
+        rows.append(
+            {
+                "delivery_id": delivery_id,
+                "channel": channel.name,
+                "alert_id": None,
+                "payload": env.model_dump(mode="json"),
+            }
+        )
+        notices.append(
+            base
+            | {
+                "delivery_id": delivery_id,
+                "channel": channel.name,
+                "address": ", ".join(to + cc),
+                "status": "pending",
+            }
+        )
+    outbox_repo.enqueue(conn, rows, now=now)
+    notices_repo.record(conn, notices, now=now)
+    return notices
+
+
+def queue_owner_notice(
+    conn: Connection,
+    ctx: ServiceContext,
+    *,
+    notice: OwnerNotice,
+    addressee: Addressee,
+    key: str | None = None,
+) -> list[dict[str, Any]]:
+    """Render ``notice`` (saying why it reached a team or the admins, if it did) and queue it
+    to ``addressee`` as ``queue_message`` does."""
+    if addressee.fallback is not None and notice.fallback_reason is None:
+        notice = notice.model_copy(update={"fallback_reason": addressee.reason})
+    return queue_message(
+        conn,
+        ctx,
+        addressee=addressee,
+        message=render_owner_notice(notice),
+        kind=OWNER_NOTICE,
+        job_id=notice.job_id,
+        policy=notice.policy,
+        key=key,
+    )
