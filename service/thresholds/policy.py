@@ -360,12 +360,15 @@ def parse_config(
 
 def check_policy_channels(policy: PolicySpec, channel_names: set[str], *, prefix: str = "") -> None:
     """Raise ValidationFailed naming ``channels.N`` if the policy names an unknown channel
-    (``owner``, the job's owner, is known to every job policy)."""
+    (``owner``, the job's owner, is known to every job policy and every ladder)."""
     for j, name in enumerate(policy.channels):
         field = ".".join(p for p in (prefix, f"channels.{j}") if p)
         if name == OWNER_CHANNEL:
-            if policy.scope != "job":
-                raise ValidationFailed(field, "only a job has an owner: write scope: job")
+            # A GPU policy's ladder acts on the job holding the GPU, so it has an owner too.
+            if policy.scope != "job" and not (policy.scope == "gpu" and policy.ladder):
+                raise ValidationFailed(
+                    field, "only a job has an owner: write scope: job (or a ladder on scope: gpu)"
+                )
             continue
         if name not in channel_names:
             raise ValidationFailed(field, f"no channel named {name!r}")

@@ -132,8 +132,11 @@ OWNER_KINDS = ("firing", "repeat")  # what a job's owner is told: not resolves o
 
 
 def _owner_of(policy: PolicySpec, change: Change) -> tuple[str | None, str | None] | None:
-    """The (user, team) a notification of ``change`` goes to as the job's owner, else None."""
+    """The (user, team) a notification of ``change`` goes to as the job's owner, else None
+    (a policy with a ladder tells the owner at its notify_owner steps instead)."""
     if change.notify not in OWNER_KINDS or OWNER_CHANNEL not in policy.channels:
+        return None
+    if policy.ladder is not None:
         return None
     if _job_of(policy, change.after) is None:
         return None

@@ -42,6 +42,7 @@ from service.thresholds.ladder import (
 )
 from service.thresholds.policy import PolicySpec, condition_words
 from service.usecases.evaluation import Alerting, notification, verdict_by_job
+from service.usecases.notices import OwnerPart, ladder_owner_part
 
 log = logging.getLogger(__name__)
 
@@ -424,8 +425,21 @@ class _Turn:
             conn, progress_id=self.prog.id, step=self.step, now=self.now, last=self.last
         )
 
-    def notice_rows(self, *, outcome: str) -> list[dict[str, Any]]:
-        """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
+    def owner_part(self, *, outcome: str) -> OwnerPart | None:
+        """The step's notice to the job's owner when the policy addresses ``owner``."""
+        return ladder_owner_part(
+            self.ctx,
+            policy=self.ep.policy,
+            job_id=self.ep.job_id,
+            facts=self.facts,
+            step=self.step,
+            progress_id=self.prog.id,
+            outcome=outcome,
+            payload=self.notice_payload(outcome=outcome),
+        )
+
+    def notice_payload(self, *, outcome: str) -> dict[str, Any]:
+        """The notification of the step's notice, as the outbox holds it (no delivery id)."""
         ep = self.ep
         text, next_word, next_at = owner_notice(
             ep, self.prog, self.step, self.facts, self.verdict, outcome=outcome
@@ -444,6 +458,11 @@ class _Turn:
             "next_step": next_word,
             "next_step_at": next_at.isoformat() if next_at else None,
         }
+        return payload
+
+    def notice_rows(self, *, outcome: str) -> list[dict[str, Any]]:
+        """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
+        ep, payload = self.ep, self.notice_payload(outcome=outcome)
         with self.ctx.engine.connect() as conn:
             types = {c.name: c.type for c in policies_repo.list_channels(conn)}
         rows = []
@@ -465,22 +484,25 @@ class _Turn:
 def _warn(turn: _Turn) -> None:
     """Send the owner a notice (a dry run: the admins, saying it would), counted once."""
     outcome = "would" if turn.ep.ladder.dry_run else "warned"
-    rows = turn.notice_rows(outcome=outcome)
+    rows, owner = turn.notice_rows(outcome=outcome), turn.owner_part(outcome=outcome)
     with turn.ctx.engine.begin() as conn:
-        if not rows:
+        if not rows and owner is None:
             # Never reclaim a job whose owner could not be warned: the ladder waits here.
             turn.record(
                 conn,
                 outcome="failed",
-                reason="no Slack or webhook channel on the policy to send the notice to",
+                reason="no Slack or webhook channel on the policy, and no owner address, to"
+                " send the notice to",
             )
             return
         if not turn.finish(conn):
             return  # another round took this step
         outbox_repo.enqueue(conn, rows, now=turn.now)
-        turn.record(
-            conn, outcome=outcome, detail=f"notice to {', '.join(r['channel'] for r in rows)}"
-        )
+        to = [r["channel"] for r in rows]
+        if owner is not None:
+            turn.result.notices += owner.queue(conn, turn.ctx)
+            to.append(owner.words)
+        turn.record(conn, outcome=outcome, detail=f"notice to {', '.join(to)}")
     turn.result.notices += len(rows)
 
 
@@ -555,12 +577,13 @@ def _reclaim_outcome(
         detail += " (an earlier attempt was interrupted: it most likely freed the job)"
     done = outcome in ("reclaimed", "would")
     rows = turn.notice_rows(outcome=outcome) if done else []
+    owner = turn.owner_part(outcome=outcome) if done else None
     with turn.ctx.engine.begin() as conn:
         if done and not turn.finish(conn):
             return
         if done:
             outbox_repo.enqueue(conn, rows, now=turn.now)
-            turn.result.notices += len(rows)
+            turn.result.notices += len(rows) + (owner.queue(conn, turn.ctx) if owner else 0)
         elif outcome == "gone":
             ladder_repo.stop_ladder(conn, progress_id=turn.prog.id, state="gone", now=turn.now)
         turn.record(

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,11 +26,14 @@ from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, owners_repo, policies_repo
+from service.thresholds.ladder import JobFacts, step_word
+from service.thresholds.notify import Notification
 from service.thresholds.notify.lookup import run_lookup
 from service.thresholds.notify.message import (
     Envelope,
     Message,
     OwnerNotice,
+    owner_notice_of,
     render_owner_notice,
 )
 from service.thresholds.owners import (
@@ -39,7 +43,7 @@ from service.thresholds.owners import (
     resolve_owner,
     resolve_team,
 )
-from service.thresholds.policy import ChannelSpec
+from service.thresholds.policy import OWNER_CHANNEL, ChannelSpec, PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -253,3 +257,92 @@ def queue_owner_notice(
         policy=notice.policy,
         key=key,
     )
+
+
+DRY_RUN_REASON = "a dry run: the admins hear what the ladder would do, the owner nothing yet"
+
+
+def ladder_addressee(
+    ctx: ServiceContext, *, user: str | None, team: str | None, dry_run: bool
+) -> Addressee:
+    """Where a ladder step's notice goes: the job's owner (with the usual fallback), or for a
+    dry run the admins; call it outside a write transaction (the lookup may run)."""
+    if not dry_run:
+        return resolve(ctx, user=user, team=team)
+    with ctx.engine.connect() as conn:
+        found = directory(conn, users=(), teams=(), now=ctx.clock())
+    asked = f"user:{user}" if user else (f"team:{team}" if team else ADMINS)
+    admins = found.get(ADMINS)
+    return Addressee(
+        asked, admins if admins and admins.reachable else None, "admins", DRY_RUN_REASON
+    )
+
+
+def ladder_action_words(outcome: str, word: str, *, step: int, steps: int) -> str:
+    """What a ladder step did, for the notice: warned, reclaimed, or (dry run) would."""
+    if outcome == "would":
+        return f"[dry run] GPU Warden would {word} now; nothing was done."
+    if outcome == "reclaimed":
+        return f"GPU Warden reclaimed the job ({word})."
+    return f"This is warning {step + 1} of the {steps} steps GPU Warden takes on such jobs."
+
+
+@dataclass(frozen=True)
+class OwnerPart:
+    """A ladder step's notice to the job's owner: what it says, where it goes, its key."""
+
+    notice: OwnerNotice
+    addressee: Addressee
+    key: str
+
+    @property
+    def words(self) -> str:
+        """Whom it goes to, for the audit log: ``owner (user:alice)``."""
+        return f"owner ({self.addressee.entry.key if self.addressee.entry else '-'})"
+
+    def queue(self, conn: Connection, ctx: ServiceContext) -> int:
+        """Queue it in ``conn``'s transaction (once per key); how many deliveries that made."""
+        made = queue_owner_notice(
+            conn, ctx, notice=self.notice, addressee=self.addressee, key=self.key
+        )
+        return sum(1 for n in made if n["status"] == "pending")
+
+
+def ladder_owner_part(
+    ctx: ServiceContext,
+    *,
+    policy: PolicySpec,
+    job_id: str,
+    facts: JobFacts,
+    step: int,
+    progress_id: int,
+    outcome: str,
+    payload: dict[str, Any],
+) -> OwnerPart | None:
+    """A ladder step's owner notice from the step's notification ``payload`` (a dry run's goes
+    to the admins), or None when the policy does not address ``owner`` or no one can be
+    reached; call it outside a write transaction (the lookup may run)."""
+    lad = policy.ladder
+    if lad is None or OWNER_CHANNEL not in policy.channels:
+        return None
+    addressee = ladder_addressee(ctx, user=facts.user, team=facts.team, dry_run=lad.dry_run)
+    if addressee.entry is None:
+        return None
+    note = Notification.model_validate({**payload, "delivery_id": "owner"})
+    next_word, next_at = payload.get("next_step"), payload.get("next_step_at")
+    verb = "would" if lad.dry_run else "will"
+    notice = owner_notice_of(
+        note,
+        next_step=f"GPU Warden {verb} {next_word}" if next_word else None,
+        next_at=datetime.fromisoformat(next_at) if next_at else None,
+    )
+    word = step_word(lad, lad.steps[step], job_id)
+    notice = notice.model_copy(
+        update={
+            "job_id": job_id,
+            "user": facts.user or notice.user,
+            "team": facts.team or notice.team,
+            "action": ladder_action_words(outcome, word, step=step, steps=len(lad.steps)),
+        }
+    )
+    return OwnerPart(notice, addressee, key=f"ladder:{progress_id}:{step}:{outcome}")

@@ -78,6 +78,7 @@ class OwnerNotice(BaseModel):
     next_at: datetime | None = None
     job_url: str | None = None
     fallback_reason: str | None = None  # why this reached a team or the admins instead
+    action: str | None = None  # what GPU Warden did or would do now (a ladder's step)
 
 
 def owner_notice_of(
@@ -152,12 +153,16 @@ def notice_lines(n: OwnerNotice) -> list[tuple[str, str]]:
 
 def render_owner_notice(n: OwnerNotice) -> Message:
     """The notice as e-mail text, HTML and Slack blocks (within Block Kit's limits, escaped)."""
-    subject = f"GPU Warden: your job {n.job_id} — {n.policy}"
+    subject = f"GPU Warden: your job {n.job_id} ({n.policy})"
+    if n.action and n.action.startswith("[dry run]"):
+        subject = f"[dry run] {subject}"
     if n.waste_usd is not None:
         subject += f", {_usd(n.waste_usd)} wasted so far"
     lines = notice_lines(n)
     greeting = f"Hello {n.user}," if n.user else "Hello,"
     intro = f"GPU Warden's policy {n.policy} matched your job {n.job_id}."
+    if n.action:
+        intro += f" {n.action}"
     text = "\n".join(
         [greeting, "", intro, ""]
         + [f"{head}: {body}" for head, body in lines]

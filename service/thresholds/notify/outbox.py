@@ -117,9 +117,7 @@ class Dispatcher:
         """The networks GPUWARDEN_WEBHOOK_ALLOW_NETS admits, read at each send."""
         return parse_allow_nets(self.ctx.settings.webhook_allow_nets)
 
-    def send_now(
-        self, channel: ChannelSpec, note: Notification | ReportMessage | Envelope
-    ) -> None:
+    def send_now(self, channel: ChannelSpec, note: Notification | ReportMessage | Envelope) -> None:
         """Send one notification, report or rendered message to a checked address, raising
         ValidationFailed or DeliveryError."""
         if not self._checks_itself and channel.is_http:
