@@ -575,23 +575,39 @@ def bench_day_sums(engine: Engine, days: int, runs: int) -> None:
                             group_by=group_by, day_sums=flag,
                         )  # fmt: skip
                         times[flag].append(time.perf_counter() - t)
-                before = {r["key"]: r for r in out[False]["rows"]}
-                worst = max(
-                    abs((r[f] or 0.0) - (before[r["key"]][f] or 0.0))
-                    for r in [*out[True]["rows"]]
-                    for f in MONEY_FIELDS
-                )
-                keys_same = sorted(before) == sorted(r["key"] for r in out[True]["rows"])
+                # Exactness: both read every edge from raw samples (the default reading takes
+                # a fleet's edges pro rata from their minute, the day sums' edges are raw).
+                exact = {
+                    flag: cost_report.cost_report(
+                        conn, settings=settings, start=start, end=end, now=END,
+                        group_by=group_by, day_sums=flag, raw_edges=True,
+                    )
+                    for flag in (False, True)
+                }  # fmt: skip
                 print(
                     f"  [{label}] report {days} d by {group_by}: before best "
                     f"{min(times[False]) * 1000:.0f} ms (median "
                     f"{statistics.median(times[False]) * 1000:.0f}); after best "
                     f"{min(times[True]) * 1000:.0f} ms (median "
-                    f"{statistics.median(times[True]) * 1000:.0f}); {len(before)} rows, same "
-                    f"keys {keys_same}, largest row difference ${worst:.6f}, total "
-                    f"${out[True]['totals']['cost_usd']:,.2f}",
+                    f"{statistics.median(times[True]) * 1000:.0f}); {len(out[True]['rows'])} "
+                    f"rows, total ${out[True]['totals']['cost_usd']:,.2f}; largest difference "
+                    f"edges raw in both {_worst(exact[False], exact[True])}, as timed "
+                    f"{_worst(out[False], out[True])}",
                     flush=True,
                 )
+
+
+def _worst(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The largest difference of a money field between two reports' rows (and whether they
+    have the same rows)."""
+    rows = {r["key"]: r for r in a["rows"]}
+    if sorted(rows) != sorted(r["key"] for r in b["rows"]):
+        return "(different rows)"
+    worst = {
+        f: max((abs((r[f] or 0.0) - (rows[r["key"]][f] or 0.0)) for r in b["rows"]), default=0.0)
+        for f in MONEY_FIELDS
+    }
+    return ", ".join(f"{f} ${v:.4f}" for f, v in worst.items())
 
 
 def engine_for(backend: str, args: argparse.Namespace) -> tuple[Engine, bool]:

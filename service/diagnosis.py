@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from functools import cached_property
 from typing import NamedTuple, Protocol
 
 GIB = 1024**3
@@ -47,7 +48,7 @@ class Cause(IntEnum):
     # only the video engines (NVENC/NVDEC) ran, which none of the above describes.
     UNCLASSIFIED = 9
 
-    @property
+    @cached_property  # kept on the member: reports ask for it tens of thousands of times
     def label(self) -> str:
         """The cause's canonical name (storage, API, CSV, CLI, policies)."""
         return self.name.lower()

@@ -61,6 +61,9 @@ def money_of(summary: Summary, a: FixAssumptions) -> Money:
     waste_by_cause: dict[str, float] = {}
     best, best_value = None, 0.0
     for cause in CAUSES:
+        if not summary.cause_usd(cause) and not summary.cause_seconds(cause):
+            waste_by_cause[cause.label] = 0.0  # no time in it: no share to work out
+            continue
         share = waste_share(cause, a, summary.usage)
         waste = summary.cause_usd(cause) * share
         waste_by_cause[cause.label] = waste

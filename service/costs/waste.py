@@ -266,7 +266,7 @@ class Summary:
 
     def cause_seconds(self, cause: Cause) -> float:
         """The covered seconds of one cause."""
-        return float(getattr(self.usage, f"{cause.label}_seconds"))
+        return float(getattr(self.usage, CAUSE_FIELDS[int(cause) - 1]))
 
     @property
     def efficiency(self) -> float | None:

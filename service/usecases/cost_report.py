@@ -89,7 +89,14 @@ def with_energy(row: dict[str, Any], settings: Settings) -> dict[str, Any]:
 
 def _for_gpus(a: FixAssumptions, att: Attribution, summary: Summary) -> FixAssumptions:
     """``a`` for the summary's GPUs: their model where they share one."""
-    return with_model(a, [att.gpus[g].model for g in summary.gpu_ids if g in att.gpus])
+    models = {att.gpus[g].model for g in summary.gpu_ids if g in att.gpus}
+    return _with_one_model(a, models.pop()) if len(models) == 1 else a
+
+
+@lru_cache(maxsize=64)
+def _with_one_model(a: FixAssumptions, model: str) -> FixAssumptions:
+    """``with_model`` for one model, kept: a report asks for each of its rows."""
+    return with_model(a, [model])
 
 
 def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[str, Any]:
