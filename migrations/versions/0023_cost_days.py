@@ -152,6 +152,14 @@ def upgrade() -> None:
         sa.Column("lo", UTCDateTime(), nullable=True),
         sa.Column("hi", UTCDateTime(), nullable=True),
     )
+    # A report by job names each job's hardware XIDs: the few buckets that carry one, found
+    # without reading a month of every GPU's hours.
+    for table in ("rollup_1h", "rollup_1m"):
+        op.create_index(
+            f"ix_{table}_xid", table, ["bucket_start"],
+            postgresql_where=sa.text("xid_last_max IS NOT NULL"),
+            sqlite_where=sa.text("xid_last_max IS NOT NULL"),
+        )  # fmt: skip
     if op.get_bind().dialect.name == "postgresql":
         op.execute(_PG_FUNCTIONS)
         for statement in _PG_TRIGGERS:
@@ -174,3 +182,5 @@ def downgrade() -> None:
             op.execute(f"DROP TRIGGER IF EXISTS {name}")
     for table in ("cost_day_dirty", "cost_job_1d", "cost_gpu_1d"):
         op.drop_table(table)
+    for table in ("rollup_1h", "rollup_1m"):
+        op.drop_index(f"ix_{table}_xid", table_name=table)

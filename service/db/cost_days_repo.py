@@ -3,8 +3,10 @@ written by the cost-days job, read by cost reports over whole UTC days."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -163,6 +165,35 @@ def summed_gpus(
 # --- reads for a report ---------------------------------------------------------------------
 
 
+@contextmanager
+def _report_read(conn: Connection) -> Iterator[None]:
+    """On PostgreSQL, enough work_mem to group a month of rows in memory and no JIT (it
+    would compile for longer than the query runs), for the statements inside."""
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+        conn.exec_driver_sql("SET LOCAL jit = off")
+    try:
+        yield
+    finally:
+        if pg:
+            conn.exec_driver_sql("SET LOCAL work_mem = DEFAULT")
+            conn.exec_driver_sql("SET LOCAL jit = DEFAULT")
+
+
+def _value_list(conn: Connection, column: Any) -> Any:
+    """An aggregate of the values of ``column`` as a JSON array."""
+    if conn.dialect.name == "postgresql":
+        return func.json_agg(column)
+    return func.json_group_array(column)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(json.loads(value) if isinstance(value, str) else value)
+
+
 def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int]) -> list[Any]:
     c = table.c
     cond = [c.day >= start, c.day < end]
@@ -172,26 +203,76 @@ def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int])
     return cond
 
 
-def job_sums(
+def group_sums(
     conn: Connection,
     *,
     start: datetime,
     end: datetime,
     excluded: Iterable[int],
     fields: Sequence[str],
-) -> list[tuple[Any, ...]]:
-    """Per job ("" for no job) over the days in [start, end), GPUs ``excluded`` left out:
-    (job id, user, team, project, the sums of ``fields``)."""
+    group_by: str,
+    user: str | None = None,
+    team: str | None = None,
+) -> list[tuple[bool, str | None, dict[str, Any], list[int], list[str], tuple[Any, ...]]]:
+    """The (job, GPU, day) rows of the days in [start, end) summed per ``group_by`` (job,
+    user, team or project, as the jobs are now), GPUs ``excluded`` left out, only jobs of
+    ``user`` and ``team`` if given: (time no job held, key, the owner fields of a job's group,
+    its GPU ids, its job ids, the sums of ``fields``)."""
     j = cost_job_1d.c
-    query = (
+    # Summed per job first (hashed on one key, no join), then joined to the jobs' owners and,
+    # unless grouping by job, summed again per group over those few rows.
+    per_job = (
         select(
-            j.job_id, jobs.c.user, jobs.c.team, jobs.c.project, *(func.sum(j[f]) for f in fields)
+            j.job_id,
+            _value_list(conn, j.gpu_id).label("gpu_list"),
+            *(func.sum(j[f]).label(f) for f in fields),
         )
-        .select_from(cost_job_1d.outerjoin(jobs, jobs.c.id == j.job_id))
         .where(*_within(cost_job_1d, start, end, excluded))
-        .group_by(j.job_id, jobs.c.user, jobs.c.team, jobs.c.project)
+        .group_by(j.job_id)
+        .subquery()
     )
-    return [tuple(row) for row in conn.execute(query)]
+    x = per_job.c
+    no_job = (x.job_id == UNALLOCATED_JOB).label("no_job")
+    cond = []
+    if user is not None:
+        cond.append(jobs.c.user == user)
+    if team is not None:
+        cond.append(jobs.c.team == team)
+    joined = per_job.outerjoin(jobs, jobs.c.id == x.job_id)
+    query: Any
+    if group_by == "job":
+        query = select(no_job, x.job_id, jobs.c.user, jobs.c.team, jobs.c.project,
+                       x.gpu_list,
+                       x.job_id, *(x[f] for f in fields))  # fmt: skip
+        query = query.select_from(joined).where(*cond)
+    else:
+        key = jobs.c[group_by]
+        query = (
+            select(
+                no_job,
+                key,
+                *(func.min(jobs.c[f]) for f in ("user", "team", "project")),
+                _value_list(conn, x.gpu_list),
+                _value_list(conn, x.job_id),
+                *(func.sum(x[f]) for f in fields),
+            )
+            .select_from(joined)
+            .where(*cond)
+            .group_by(no_job, key)
+        )
+    out = []
+    with _report_read(conn):
+        for unallocated, k, u, t, p, gpu_list, job_list, *values in conn.execute(query):
+            gpus_in = _as_list(gpu_list)
+            if group_by == "job":
+                gpu_ids = sorted({int(g) for g in gpus_in})
+                job_ids = [] if unallocated else [str(job_list)]
+            else:
+                gpu_ids = sorted({int(g) for part in gpus_in for g in _as_list(part)})
+                job_ids = sorted({str(v) for v in _as_list(job_list)} - {UNALLOCATED_JOB})
+            owner_of = {"user": u, "team": t, "project": p}
+            out.append((bool(unallocated), k, owner_of, gpu_ids, job_ids, tuple(values)))
+    return out
 
 
 def gpu_sums(
@@ -201,28 +282,26 @@ def gpu_sums(
     end: datetime,
     excluded: Iterable[int],
     fields: Sequence[str],
-) -> list[tuple[Any, ...]]:
-    """Per GPU over the days in [start, end), GPUs ``excluded`` left out: (GPU id, sums)."""
-    g = cost_gpu_1d.c
-    query = (
+) -> list[tuple[int, list[str], tuple[Any, ...]]]:
+    """Per GPU over the days in [start, end), GPUs ``excluded`` left out: (GPU id, the jobs
+    that held it, the sums of ``fields``)."""
+    g, j = cost_gpu_1d.c, cost_job_1d.c
+    sums = (
         select(g.gpu_id, *(func.sum(g[f]) for f in fields))
         .where(*_within(cost_gpu_1d, start, end, excluded))
         .group_by(g.gpu_id)
     )
-    return [tuple(row) for row in conn.execute(query)]
-
-
-def job_gpu_pairs(
-    conn: Connection, *, start: datetime, end: datetime, excluded: Iterable[int]
-) -> list[tuple[str, int]]:
-    """The distinct (job id, GPU id) of the days in [start, end) ("" for no job)."""
-    j = cost_job_1d.c
-    query = (
-        select(j.job_id, j.gpu_id)
-        .where(*_within(cost_job_1d, start, end, excluded))
-        .group_by(j.job_id, j.gpu_id)
+    held_by = (
+        select(j.gpu_id, _value_list(conn, j.job_id))
+        .where(*_within(cost_job_1d, start, end, excluded), j.job_id != UNALLOCATED_JOB)
+        .group_by(j.gpu_id)
     )
-    return [(str(job), int(gpu)) for job, gpu in conn.execute(query)]
+    with _report_read(conn):
+        job_lists = {int(gpu): sorted(set(_as_list(ids))) for gpu, ids in conn.execute(held_by)}
+        return [
+            (int(gpu), [str(x) for x in job_lists.get(int(gpu), [])], tuple(values))
+            for gpu, *values in conn.execute(sums)
+        ]
 
 
 # --- writes ---------------------------------------------------------------------------------

@@ -160,6 +160,13 @@ rollup_1m = Table(
         postgresql_where=text("cum_covered_seconds IS NULL"),
         sqlite_where=text("cum_covered_seconds IS NULL"),
     ),
+    # The few buckets with a hardware XID (a report by job names each job's).
+    Index(
+        "ix_rollup_1m_xid",
+        "bucket_start",
+        postgresql_where=text("xid_last_max IS NOT NULL"),
+        sqlite_where=text("xid_last_max IS NOT NULL"),
+    ),
 )
 
 rollup_1h = Table(
@@ -167,6 +174,12 @@ rollup_1h = Table(
     metadata,
     *bucket_columns(),
     Index(None, "bucket_start"),
+    Index(
+        "ix_rollup_1h_xid",
+        "bucket_start",
+        postgresql_where=text("xid_last_max IS NOT NULL"),
+        sqlite_where=text("xid_last_max IS NOT NULL"),
+    ),
 )
 
 # 1-minute buckets whose raw data changed since their rollup was last computed.

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 MINUTE = timedelta(minutes=1)
 _NEVER = datetime.max.replace(tzinfo=UTC)  # a raw-retention cutoff no edge is after
-UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
+UNKNOWN = day_sums_mod.UNKNOWN  # a job without the user or team a report groups by
 
 
 def thresholds_of(settings: Settings) -> Thresholds:
@@ -280,13 +280,16 @@ def report_attribution(
     end: datetime,
     now: datetime,
     raw_edges: bool | None,
-    hardware: bool,
+    group_by: str,
+    user: str | None = None,
+    team: str | None = None,
     day_sums: bool = True,
 ) -> tuple[Attribution, day_sums_mod.DaySums | None]:
     """A report window's lines and, with ``day_sums``, the sums of its whole UTC days: those of
-    every GPU whose days are all summed and current (``day_sums.stale_in``), per GPU when
-    ``hardware`` else per job. The days' edges, and the whole days of the other GPUs, are
-    attributed from finer data (rollups, tenant rows, raw edges) as without day sums."""
+    every GPU whose days are all summed and current (``day_sums.stale_in``), grouped by
+    ``group_by`` (jobs of ``user`` and ``team`` only, if given). The days' edges, and the whole
+    days of the other GPUs, are attributed from finer data (rollups, tenant rows, raw edges)
+    as without day sums."""
     window = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
     if window is None:
         return attribute(
@@ -312,7 +315,9 @@ def report_attribution(
         for a, b, ids in parts
         if a < min(b, now)
     ]  # fmt: skip
-    days = day_sums_mod.read_days(conn, start=d0, end=d1, excluded=stale, hardware=hardware)
+    days = day_sums_mod.read_days(
+        conn, start=d0, end=d1, excluded=stale, group_by=group_by, user=user, team=team
+    )
     warnings = {w for att in atts for w in att.warnings}
     warnings |= {unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale}
     merged = Attribution(
@@ -327,32 +332,14 @@ def report_attribution(
 
 
 def add_days(
-    groups: dict[str, Summary],
-    days: day_sums_mod.DaySums,
-    att: Attribution,
-    group_by: str,
-    keep: Callable[[dict[str, Any] | None], bool],
+    groups: dict[str, Summary], days: day_sums_mod.DaySums, att: Attribution, group_by: str
 ) -> None:
-    """Merge the summed days into the report's ``groups``, keyed as ``_key_fn`` keys lines
-    (``keep``: whether a job's owner fields pass the report's filters; None for no job)."""
-    pieces: list[tuple[str, Summary]] = []
-    if group_by in HARDWARE_GROUP_BYS:
-        for gpu_id, summary in days.by_gpu.items():
-            info = att.gpus[gpu_id]
-            key = {"node": info.node, "gpu_model": info.model}.get(group_by, info.uuid)
-            pieces.append((key, summary))
-    else:
-        for job_id, summary in days.by_job.items():
-            job = days.jobs.get(job_id)
-            if not keep(job):
-                continue
-            if job is None:
-                key = UNALLOCATED
-            elif group_by == "job":
-                key = job_id
-            else:
-                key = job.get(group_by) or UNKNOWN
-            pieces.append((key, summary))
+    """Merge the summed days (grouped already, or per GPU for hardware) into ``groups``."""
+    pieces = list(days.groups.items())
+    for gpu_id, summary in days.by_gpu.items():
+        info = att.gpus[gpu_id]
+        pieces.append(({"node": info.node, "gpu_model": info.model}.get(group_by, info.uuid),
+                       summary))  # fmt: skip
     for key, summary in pieces:
         group = groups.get(key)
         if group is None:
@@ -536,32 +523,28 @@ def cost_report(
     if causes:
         att, days = report_attribution(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
-            hardware=hardware, day_sums=day_sums,
+            group_by=group_by, user=user, team=team, day_sums=day_sums,
         )  # fmt: skip
     else:
         att, days = attribute(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
             causes=False,
         ), None  # fmt: skip
-    filtered = user is not None or team is not None
-
-    def keep_job(job: dict[str, Any] | None) -> bool:
-        if not filtered:
-            return True
-        if job is None:
-            return False
-        return (user is None or job.get("user") == user) and (
-            team is None or job.get("team") == team
-        )
-
     lines = att.lines
-    if filtered:
-        lines = [
-            ln for ln in lines if ln.job_id is not None and keep_job(att.jobs.get(ln.job_id, {}))
-        ]
+    if user is not None or team is not None:
+
+        def keep(line: Line) -> bool:
+            if line.job_id is None:
+                return False
+            job = att.jobs.get(line.job_id, {})
+            return (user is None or job.get("user") == user) and (
+                team is None or job.get("team") == team
+            )
+
+        lines = [ln for ln in lines if keep(ln)]
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=not hardware)
     if days is not None:
-        add_days(groups, days, att, group_by, keep_job)
+        add_days(groups, days, att, group_by)
     assumptions = fix_assumptions_of(settings)
     faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings) if (
         group_by == "job"

@@ -19,14 +19,15 @@ from sqlalchemy import Connection
 
 from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
 from service.costs.prices import PriceRow
-from service.costs.waste import USAGE_FIELDS, Summary
+from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary
 from service.db import cost_days_repo
-from service.db.cost_days_repo import DAY, UNALLOCATED_JOB, ceil_day, floor_day
+from service.db.cost_days_repo import DAY, ceil_day, floor_day
 from service.db.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
 from service.diagnosis import CAUSE_NAMES
 from service.settings import Settings
 
+UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 _CAUSE_USD = tuple(f"{name}_usd" for name in CAUSE_NAMES)
 # What a report reads of a row: all but the energy per cause, which no report row shows.
 REPORT_FIELDS: tuple[str, ...] = tuple(f for f in COST_SUM_FIELDS if f not in CAUSE_ENERGY_FIELDS)
@@ -103,13 +104,14 @@ _CAUSE_INDEX = {name: i for i, name in enumerate(_CAUSE_USD)}
 
 @dataclass(slots=True)
 class DaySums:
-    """The summed whole days [start, end) of a report: per job ("" for no job) and per GPU,
-    with the job's owner fields; the GPUs left out are read from finer data instead."""
+    """The summed whole days [start, end) of a report, already grouped as the report groups
+    (``UNALLOCATED`` for time no job held; per GPU id when grouping by hardware), with the
+    owner fields of each job when grouping by job; the GPUs left out are read from finer data."""
 
     start: datetime
     end: datetime
     excluded: set[int]
-    by_job: dict[str, Summary] = field(default_factory=dict)
+    groups: dict[str, Summary] = field(default_factory=dict)
     by_gpu: dict[int, Summary] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -170,32 +172,39 @@ def read_days(
     start: datetime,
     end: datetime,
     excluded: set[int],
-    hardware: bool,
+    group_by: str,
+    user: str | None = None,
+    team: str | None = None,
 ) -> DaySums:
-    """The sums of the days [start, end) of every GPU but ``excluded``: per GPU when grouping
-    by hardware, else per job (with its user, team and project as they are now)."""
+    """The sums of the days [start, end) of every GPU but ``excluded``, grouped in the
+    database: per GPU when grouping by hardware, else by ``group_by`` of the jobs as they are
+    now (only jobs of ``user`` and ``team`` if given; their filters drop time no job held)."""
     out = DaySums(start, end, excluded)
-    pairs = cost_days_repo.job_gpu_pairs(conn, start=start, end=end, excluded=excluded)
     fields = REPORT_FIELDS
-    if hardware:
-        for gpu_id, *values in cost_days_repo.gpu_sums(
+    if group_by in HARDWARE_GROUP_BYS:
+        for gpu_id, job_ids, values in cost_days_repo.gpu_sums(
             conn, start=start, end=end, excluded=excluded, fields=fields
         ):
-            s = out.by_gpu[int(gpu_id)] = summary_from(str(gpu_id), fields, values)
-            s.gpu_ids.add(int(gpu_id))
-        for job_id, gpu_id in pairs:
-            if job_id != UNALLOCATED_JOB and gpu_id in out.by_gpu:
-                out.by_gpu[gpu_id].job_ids.add(job_id)
+            s = out.by_gpu[gpu_id] = summary_from(str(gpu_id), fields, values)
+            s.gpu_ids.add(gpu_id)
+            s.job_ids.update(job_ids)
         return out
-    for job_id, user, team, project, *values in cost_days_repo.job_sums(
-        conn, start=start, end=end, excluded=excluded, fields=fields
-    ):
-        s = out.by_job[job_id] = summary_from(job_id, fields, values)
-        if job_id != UNALLOCATED_JOB:
-            s.job_ids.add(job_id)
-            out.jobs[job_id] = {"id": job_id, "user": user, "team": team, "project": project}
-    for job_id, gpu_id in pairs:
-        summary = out.by_job.get(job_id)
-        if summary is not None:
-            summary.gpu_ids.add(gpu_id)
+    filtered = user is not None or team is not None
+    for no_job, key, owner, gpu_ids, job_ids, values in cost_days_repo.group_sums(
+        conn, start=start, end=end, excluded=excluded, fields=fields, group_by=group_by,
+        user=user, team=team,
+    ):  # fmt: skip
+        if no_job and filtered:
+            continue
+        name = UNALLOCATED if no_job else (key or UNKNOWN)
+        s = summary_from(name, fields, values)
+        s.gpu_ids.update(gpu_ids)
+        s.job_ids.update(job_ids)
+        group = out.groups.get(name)
+        if group is None:
+            out.groups[name] = s
+        else:
+            group.merge(s)
+        if group_by == "job" and not no_job and key is not None:
+            out.jobs[key] = {"id": key, **owner}
     return out
