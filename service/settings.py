@@ -193,6 +193,9 @@ class Settings(BaseSettings):
     report_interval_seconds: float = Field(60.0, gt=0)  # how often the leader looks for one due
     # Comma-separated channel names that receive every report (user, team and admins').
     report_channels: str = ""
+    # Also send each report to its recipient's own addresses in the owner directory (through
+    # the email and slack_dm channels, when there are such).
+    report_to_owners: bool = True
     # A user or team that ran no job in the period: a one-line report (line) or none (skip).
     report_no_jobs: Literal["line", "skip"] = "line"
     report_top_jobs: int = Field(3, ge=0, le=20)  # the costliest jobs a report lists

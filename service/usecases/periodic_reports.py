@@ -24,11 +24,15 @@ from service.costs.periodic import (
     last_ended,
     period_name,
 )
-from service.costs.report_render import render
+from service.costs.report_render import Rendered, render
 from service.db import outbox_repo, policies_repo, reports_repo
 from service.db.leader import LeaderLock
-from service.errors import NotFound, ValidationFailed
+from service.errors import Conflict, NotFound, ValidationFailed
 from service.settings import Settings
+from service.thresholds.notify.message import Message
+from service.thresholds.notify.slack import TEXT_MAX
+from service.thresholds.owners import ADMINS, Addressee
+from service.usecases import notices
 from service.usecases.cost_report import cost_report
 
 log = logging.getLogger(__name__)
@@ -99,9 +103,9 @@ def _iso(value: object) -> str:
     raise TypeError(type(value).__name__)
 
 
-def message(report: Report, delivery_id: str) -> dict[str, Any]:
-    """The outbox payload of one report to one channel, rendered in every form."""
-    r = render(report)
+def message(report: Report, rendered: Rendered, delivery_id: str) -> dict[str, Any]:
+    """The outbox payload of one report to one channel, in every form it was rendered in."""
+    r = rendered
     return {
         "kind": "report",
         "delivery_id": delivery_id,
@@ -116,6 +120,17 @@ def message(report: Report, delivery_id: str) -> dict[str, Any]:
         "figures": figures_json(report),
         "page_url": report.page_url,
     }
+
+
+def people_message(rendered: Rendered) -> Message:
+    """The report as a message for a person's e-mail or Slack DM (the same rendering)."""
+    return Message(
+        subject=rendered.subject[:998],
+        text=rendered.text,
+        html=rendered.html,
+        slack_text=rendered.slack["text"][:TEXT_MAX],
+        slack_blocks=rendered.slack["blocks"],
+    )
 
 
 def channel_names(settings: Settings) -> list[str]:
@@ -133,25 +148,56 @@ class ReportRound:
     deliveries: int = 0
 
 
+PEOPLE_CHANNEL_TYPES = ("email", "slack_dm")  # channels that reach a person's own address
+
+
 def reports_once(ctx: ServiceContext) -> ReportRound:
     """Queue the reports of the period just ended unless some replica already did."""
     s, now = ctx.settings, ctx.clock()
     period = current_period(s, now)
-    wanted = channel_names(s)
-    if period is None or not wanted:
+    if period is None:
         return ReportRound()
+    wanted = channel_names(s)
     with ctx.engine.connect() as conn:
+        chans = policies_repo.list_channels(conn)
+        to_people = s.report_to_owners and any(c.type in PEOPLE_CHANNEL_TYPES for c in chans)
+        if not (wanted or to_people):
+            return ReportRound()
         if reports_repo.period_claimed(conn, period_start=period.start):
             return ReportRound()
-        known = {c.name for c in policies_repo.list_channels(conn)}
         opted_out = reports_repo.opted_out(conn)
     # A whole past period's figures: the read replica serves them when configured and fresh.
     with ctx.reads.connect() as conn:
         reports = reports_of(conn, settings=s, period=period, now=now)
+    known = {c.name for c in chans}
     channels = [n for n in wanted if n in known]
     for name in sorted(set(wanted) - known):
         log.warning("report channel %r does not exist: its reports are not sent", name)
-    return _claim_and_queue(ctx, period, reports, channels, opted_out, now)
+    sending = [r for r in reports if _status(s, r, opted_out) == "queued"]
+    people = addressees(ctx, sending) if to_people else {}
+    return _claim_and_queue(ctx, period, reports, channels, opted_out, people, now)
+
+
+def addressees(ctx: ServiceContext, reports: list[Report]) -> dict[str, Addressee]:
+    """Each report's recipient's own addresses from the owner directory (the lookup command run
+    for users missing from it). One without an address gets none: a report never falls back to
+    someone else (the team and the admins have their own), and the notice records why."""
+    by_user = notices.resolve_many(ctx, [(r.name, None) for r in reports if r.kind == "user"])
+    with ctx.engine.connect() as conn:
+        admins = notices.directory(conn, users=(), teams=(), now=ctx.clock()).get(ADMINS)
+    out = {}
+    for r in reports:
+        if r.kind == "user":
+            found = by_user[(r.name, None)]
+        elif r.kind == "team":
+            found = notices.resolve_team_addressee(ctx, team=r.name)
+        else:
+            found = Addressee(ADMINS, admins if admins is not None and admins.reachable else None)
+        if found.fallback is not None or found.entry is None:
+            why = f"{r.kind} {r.name} has no address in the owner directory"
+            found = Addressee(r.recipient, None, None, why)
+        out[r.recipient] = found
+    return out
 
 
 def _claim_and_queue(
@@ -160,6 +206,7 @@ def _claim_and_queue(
     reports: list[Report],
     channels: list[str],
     opted_out: set[str],
+    people: dict[str, Addressee],
     now: datetime,
 ) -> ReportRound:
     result = ReportRound(period)
@@ -171,27 +218,51 @@ def _claim_and_queue(
             recipient=reports_repo.PERIOD_MARKER, status="queued", delivery_ids=[], now=now,
         ):  # fmt: skip
             return ReportRound()
-        rows: list[dict[str, Any]] = []
         for report in reports:
             status = _status(ctx.settings, report, opted_out)
-            to = channels if status == "queued" else []
-            ids = [f"rep_{uuid.uuid4().hex}" for _ in to]
+            ids = _queue(conn, ctx, report, channels, people, now) if status == "queued" else []
             if not reports_repo.claim(
                 conn, period_start=period.start, period_end=period.end,
                 recipient=report.recipient, status=status, delivery_ids=ids, now=now,
             ):  # fmt: skip
-                continue
+                # The marker serialises the claims; a taken one undoes this whole transaction.
+                raise Conflict(f"the {period.label()} report of {report.recipient} was claimed")
             result.outcomes[report.recipient] = status
-            rows += [
-                {"delivery_id": i, "channel": ch, "alert_id": None, "payload": message(report, i)}
-                for i, ch in zip(ids, to, strict=True)
-            ]
-        outbox_repo.enqueue(conn, rows, now=now)
-    result.deliveries = len(rows)
+            result.deliveries += len(ids)
     for status in result.outcomes.values():
         ctx.telemetry.reports.labels(status).inc()
-    log.info("queued the %s reports of %s: %d deliveries", period.name, period.label(), len(rows))
+    log.info(
+        "queued the %s reports of %s: %d deliveries", period.name, period.label(), result.deliveries
+    )
     return result
+
+
+def _queue(
+    conn: Connection,
+    ctx: ServiceContext,
+    report: Report,
+    channels: list[str],
+    people: dict[str, Addressee],
+    now: datetime,
+) -> list[str]:
+    """Queue ``report``, rendered once, to the report channels and to its recipient's own
+    addresses; the delivery ids."""
+    rendered = render(report)
+    ids = [f"rep_{uuid.uuid4().hex}" for _ in channels]
+    rows = [
+        {"delivery_id": i, "channel": ch, "alert_id": None, "payload": message(report, rendered, i)}
+        for i, ch in zip(ids, channels, strict=True)
+    ]
+    outbox_repo.enqueue(conn, rows, now=now)
+    addressee = people.get(report.recipient)
+    if addressee is not None:
+        key = f"report:{report.period.name}:{report.period.start.isoformat()}:{report.recipient}"
+        made = notices.queue_message(
+            conn, ctx, addressee=addressee, message=people_message(rendered), kind="report",
+            key=key,
+        )  # fmt: skip
+        ids += [n["delivery_id"] for n in made if n["status"] == "pending"]
+    return ids
 
 
 def _status(settings: Settings, report: Report, opted_out: set[str]) -> str:

@@ -22,6 +22,7 @@ from service.usecases.periodic_reports import reports_once
 from tests.conftest import make_token
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.receivers import Receiver
+from tests.smtp_support import SmtpServer
 from tests.support import FakeClock, iso, live_server
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # alice's job: 06:00-07:00 on Wednesday
@@ -202,3 +203,73 @@ def test_the_docs_sample_is_the_report_as_it_arrives(week, receiver: Receiver) -
     found = SAMPLE.search(doc)
     assert found is not None, "docs/reports.md lost its sample text block"
     assert found.group(1) == alice["text"], alice["text"]
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    server = SmtpServer()
+    yield server
+    server.close()
+
+
+def test_the_weekly_report_arrives_by_mail_with_the_cost_reports_figures(
+    week, smtp: SmtpServer
+) -> None:
+    """A real SMTP server on loopback gets alice's, her team's and the admins' report; bob has
+    no address, so his report reaches no one else and the notice says why."""
+    http, ctx, _clock = week
+    for key, value in smtp.settings().items():
+        setattr(ctx.settings, key, value)
+    assert http.post("/api/v1/channels", json={"name": "mail", "type": "email"}).status_code == 201
+    for entry in (
+        {"kind": "user", "name": "alice", "email": "alice@example.org", "team": "vision"},
+        {"kind": "team", "name": "vision", "email": "vision@example.org"},
+        {"kind": "admins", "name": "admins", "email": "gpu-admins@example.org"},
+    ):
+        assert http.post("/api/v1/owners", json=entry).status_code == 201
+    done = reports_once(ctx)
+    assert done.outcomes["user:bob"] == "queued"  # to the report channel only
+    Dispatcher(ctx).drain()
+    by_to = {m.message["To"]: m for m in smtp.received}
+    assert sorted(by_to) == ["alice@example.org", "gpu-admins@example.org", "vision@example.org"]
+
+    mail = by_to["alice@example.org"]
+    msg = mail.message
+    api = cost_totals(http, user="alice")
+    assert msg["Subject"] == (
+        f"GPU Warden weekly report, user alice, week of 2026-11-30: ${api['waste_usd']:,.2f} of "
+        f"${api['cost_usd']:,.2f} wasted"
+    )
+    assert msg["From"] == "GPU Warden <warden@example.org>"
+    assert msg.get_content_type() == "multipart/alternative"
+    text, html = mail.part("plain"), mail.part("html")
+    for part in (text, html):
+        assert f"Cost: ${api['cost_usd']:,.2f}" in part
+        assert (
+            f"Waste: ${api['waste_usd']:,.2f} = idle ${api['idle_usd']:,.2f} + fixable "
+            f"${api['fixable_usd']:,.2f}" in part
+        )
+        assert "slurm:1" in part
+    page = "https://warden.example/users/alice?start=2026-11-30T00:00:00Z&end=2026-12-07T00:00:00Z"
+    assert f"Details: {page}" in text and page.replace("&", "&amp;") in html
+    # Every dollar in the mail is one of the cost report's, to the cent.
+    row = cost_rows(http, user="alice")[0]
+    figures = {f"${v:,.2f}" for v in (*api.values(), *row.values(), row["fixes"][0]["saving_usd"])
+               if isinstance(v, float)}  # fmt: skip
+    before = cost_report(http, (WEEK[0] - timedelta(days=7), WEEK[0]), user="alice")["totals"]
+    changes = {f"${abs(api[k] - before[k]):,.2f}" for k in ("cost_usd", "waste_usd")}
+    assert set(DOLLARS.findall(text)) <= figures | changes | {"$0.00"}
+
+    admins = by_to["gpu-admins@example.org"].part("plain")
+    fleet = cost_report(http, group_by="node")["totals"]
+    assert f"Cost: ${fleet['cost_usd']:,.2f}" in admins and "1. alice: waste $2.00" in admins
+
+    notices = http.get("/api/v1/notices", params={"kind": "report"}).json()
+    bob = next(n for n in notices if n["asked"] == "user:bob")
+    assert bob["status"] == "unreachable" and "no address" in bob["reason"]
+    sent = {n["asked"]: n["status"] for n in notices if n["status"] != "unreachable"}
+    assert sent == {"user:alice": "sent", "team:vision": "sent", "admins": "sent"}
+    # A second round (a restart, another replica) mails no one again.
+    assert reports_once(ctx).outcomes == {}
+    Dispatcher(ctx).drain()
+    assert len(smtp.received) == 3
