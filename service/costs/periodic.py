@@ -250,9 +250,11 @@ def admins_report(
             for r in rows[:worst]
         ]  # fmt: skip
 
+    fleet = current.by_node["totals"]
     return Report(
         kind="admins", name=ADMINS, period=period,
-        totals=Totals.of_row(current.by_node["totals"]),
+        # A fleet that held no GPU in the period (none had reported yet) ran nothing in it.
+        totals=Totals.of_row(fleet) if float(fleet["held_seconds"]) > 0 else None,
         previous=Totals.of_row(previous.by_node["totals"]),
         top_jobs=costliest_jobs(
             list((current.by_job or {"rows": []})["rows"]), base_url=base, n=top_jobs

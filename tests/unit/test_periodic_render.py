@@ -129,3 +129,14 @@ def test_no_jobs_is_one_line() -> None:
         "User bob ran no GPU jobs in the week of 2026-11-30 (https://warden.example/users/bob).\n"
     )
     assert r.subject.endswith(": no GPU jobs")
+
+
+def test_a_fleet_that_held_no_gpu_gets_the_one_line_report() -> None:
+    from service.costs.periodic import PeriodData, build_reports
+
+    empty = {"rows": [], "totals": {"held_seconds": 0.0, "cost_usd": 0.0, "waste_usd": 0.0,
+                                    "idle_usd": 0.0, "fixable_usd": 0.0, "jobs": 0, "causes": {}}}  # fmt: skip
+    data = PeriodData(empty, empty, empty, empty)
+    (admins,) = build_reports(WEEK, data, data, base_url="https://w")
+    assert admins.recipient == "admins" and admins.totals is None
+    assert render(admins).text.startswith("The fleet ran no GPU jobs in the week of 2026-11-30")
