@@ -11,6 +11,7 @@ never waste.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -54,9 +55,12 @@ class Money:
     cause_waste_usd: dict[str, float | None]
 
 
-def money_of(summary: Summary, a: FixAssumptions) -> Money:
+def money_of(
+    summary: Summary, a: FixAssumptions, shares: Mapping[Cause, float] | None = None
+) -> Money:
     """The cost, waste (idle + fixable), nodata and lost USD of a summary, and its top cause:
-    the waste cause whose fix saves the most (by dollars, or by seconds when unpriced)."""
+    the waste cause whose fix saves the most (by dollars, or by seconds when unpriced).
+    ``shares``: the waste shares of some causes (``waste_share``), where the caller has them."""
     priced = summary.priced
     waste_by_cause: dict[str, float] = {}
     best, best_value = None, 0.0
@@ -64,7 +68,8 @@ def money_of(summary: Summary, a: FixAssumptions) -> Money:
         if not summary.cause_usd(cause) and not summary.cause_seconds(cause):
             waste_by_cause[cause.label] = 0.0  # no time in it: no share to work out
             continue
-        share = waste_share(cause, a, summary.usage)
+        known = shares.get(cause) if shares is not None else None
+        share = waste_share(cause, a, summary.usage) if known is None else known
         waste = summary.cause_usd(cause) * share
         waste_by_cause[cause.label] = waste
         value = waste if priced else summary.cause_seconds(cause) * share
@@ -88,10 +93,12 @@ def money_of(summary: Summary, a: FixAssumptions) -> Money:
     )
 
 
-def figures(summary: Summary, a: FixAssumptions) -> dict[str, object]:
+def figures(
+    summary: Summary, a: FixAssumptions, shares: Mapping[Cause, float] | None = None
+) -> dict[str, object]:
     """A report row's seconds, joules and dollars of one group (dollars None if unpriced)."""
     u = summary.usage
-    m = money_of(summary, a)
+    m = money_of(summary, a, shares)
     priced = summary.priced
     return {
         "key": summary.key,

@@ -44,6 +44,7 @@ from service.costs.waste import (
     summarize,
 )
 from service.db import cost_sums, costs_repo, gpus_repo, jobs_repo, prices_repo, tenants_repo
+from service.diagnosis import CAUSE_BY_NAME
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
 from service.usecases import day_sums as day_sums_mod
@@ -102,8 +103,15 @@ def _with_one_model(a: FixAssumptions, model: str) -> FixAssumptions:
 def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[str, Any]:
     """A report row: the summary's figures, its energy and its top fixes by USD saved (their
     savings add up to the row's waste_usd)."""
-    row = with_energy(figures(summary, a), settings)
-    row["fixes"] = [f.as_dict() for f in cause_fixes(summary, a)[:TOP_FIXES]]
+    fixes = cause_fixes(summary, a)
+    # The fixes' saving fractions are the causes' waste shares: worked out once, not twice.
+    shares = {
+        cause: f.saving_fraction
+        for f in fixes
+        if f.cause is not None and (cause := CAUSE_BY_NAME[f.cause]) in diagnosis.WASTE_CAUSES
+    }
+    row = with_energy(figures(summary, a, shares), settings)
+    row["fixes"] = [f.as_dict() for f in fixes[:TOP_FIXES]]
     return row
 
 
