@@ -19,6 +19,7 @@ from service.db.schema import outbox, report_sends
 from service.settings import Settings
 from service.thresholds.notify.outbox import Dispatcher
 from service.usecases.periodic_reports import reports_once
+from tests.alerting_support import wait_until
 from tests.conftest import make_token
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.receivers import Receiver
@@ -273,3 +274,31 @@ def test_the_weekly_report_arrives_by_mail_with_the_cost_reports_figures(
     assert reports_once(ctx).outcomes == {}
     Dispatcher(ctx).drain()
     assert len(smtp.received) == 3
+
+
+def test_a_slack_channel_gets_blocks_within_block_kits_limits(week) -> None:
+    http, ctx, _clock = week
+    slack = Receiver()
+    try:
+        channel = {"name": "slack-reports", "type": "slack", "url": slack.url + "/services/T/B/X"}
+        assert http.post("/api/v1/channels", json=channel).status_code == 201
+        ctx.settings.report_channels = "slack-reports"
+        reports_once(ctx)
+        dispatcher = Dispatcher(ctx)
+        # Slack's channel is rate limited (a message a second): each drain sends what it may.
+        wait_until(lambda: dispatcher.drain() >= 0 and len(slack.received) == 5, timeout=30)
+        bodies = [m.json() for m in slack.received]
+    finally:
+        slack.close()
+    assert len(bodies) == 5  # alice, bob, vision, nlp, admins
+    alice = next(b for b in bodies if "user alice" in b["text"])
+    assert alice["text"].endswith(": $2.00 of $4.00 wasted")
+    kinds = [b["type"] for b in alice["blocks"]]
+    assert kinds == ["header", "section", "section", "context"]
+    assert len(alice["blocks"][0]["text"]["text"]) <= 150
+    assert all(len(b["text"]["text"]) <= 3000 for b in alice["blocks"] if b["type"] == "section")
+    assert "<https://warden.example/jobs/slurm%3A1|job page>" in alice["blocks"][2]["text"]["text"]
+    assert alice["blocks"][3]["elements"][0]["text"] == (
+        "<https://warden.example/users/alice?start=2026-11-30T00:00:00Z&amp;"
+        "end=2026-12-07T00:00:00Z|Details>"
+    )
