@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     smtp_password: str | None = None
     smtp_from: str = "GPU Warden <gpuwarden@localhost>"
     smtp_timeout_seconds: float = Field(10.0, gt=0)
+    # The CA bundle the SMTP server's certificate is checked against (a site's own CA); unset:
+    # the system's. The host name is always checked.
+    smtp_ca_file: Path | None = None
     # The Slack bot token (xoxb-...) of slack_dm channels: chat.postMessage to a user id.
     slack_bot_token: str | None = None
     # A command that finds a user missing from the directory, e.g. "getent passwd {user}"

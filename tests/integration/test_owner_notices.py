@@ -17,17 +17,19 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from service.db import notices_repo, policies_repo
 from service.db.schema import outbox
 from service.scheduler import rollup_once
 from service.thresholds.notify.message import Message, OwnerNotice, render_owner_notice
 from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.owners import Addressee, OwnerEntry
+from service.thresholds.policy import parse_channel
 from service.usecases import notices
 from service.usecases.evaluation import evaluate_once
 from tests.alerting_support import add_job, add_price, auth, ingest, low_sm_policy
 from tests.receivers import Receiver
 from tests.smtp_support import SmtpServer
-from tests.support import FakeClock, free_port
+from tests.support import FakeClock, free_port, self_signed_cert
 
 IDLE = {"sm_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 20 * 2**30}
 USD = re.compile(r"\$([\d,]+\.\d\d)")
@@ -366,3 +368,44 @@ def test_the_lookup_command_finds_a_user_and_its_answer_is_cached(
     clock.advance(601)
     notices.resolve(ctx, user="erin", team="ops")
     assert calls.read_text().split() == ["erin", "frank", "slow", "erin"]  # expired: asked again
+
+
+@pytest.mark.parametrize("tls", ["starttls", "tls"])
+def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
+    app: Any, tmp_path: Path, tls: str
+) -> None:
+    ctx = app.state.ctx
+    cert = self_signed_cert(tmp_path, "localhost")
+    server = SmtpServer(tls=tls, cert=cert, login=("warden", "s3cret"))  # type: ignore[arg-type]
+    try:
+        for key, value in server.settings().items():
+            setattr(ctx.settings, key, value)
+        with ctx.engine.begin() as conn:
+            policies_repo.put_channel(
+                conn, channel=parse_channel({"name": "mail", "type": "email"}), source="api",
+                now=ctx.clock(),
+            )  # fmt: skip
+        alice = OwnerEntry(kind="user", name="alice", email="alice@example.org")
+        ctx.settings.smtp_user, ctx.settings.smtp_password = "warden", "wrong"
+        _queue(ctx, alice)
+        Dispatcher(ctx).drain()
+        assert server.received == []
+        with ctx.engine.connect() as conn:
+            (row,) = notices_repo.list_notices(conn)
+        assert row["status"] == "pending" and "SMTP 535" in row["error"]  # kept, retried
+        ctx.settings.smtp_password = "s3cret"
+        with ctx.engine.begin() as conn:  # due again now
+            conn.execute(outbox.update().values(next_attempt_at=ctx.clock()))
+        assert Dispatcher(ctx).drain() == 1
+        (mail,) = server.received
+        assert mail.rcpt_tos == ["alice@example.org"] and mail.part("plain").strip() == "t"
+        # A certificate the client does not trust: kept and retried, never sent in the clear.
+        ctx.settings.smtp_ca_file = None
+        _queue(ctx, alice)
+        Dispatcher(ctx).drain()
+        with ctx.engine.connect() as conn:
+            newest = notices_repo.list_notices(conn)[0]
+        assert newest["status"] == "pending" and "not trusted" in newest["error"]
+        assert len(server.received) == 1
+    finally:
+        server.close()

@@ -3,7 +3,8 @@
 SMTP replies map onto the delivery table of ``service.delivery`` as HTTP answers do: 421 and
 no answer (refused, timed out, dropped) are the receiver being busy (retried without limit);
 other 4xx replies are temporary (retried, set aside after a few in a row); 530/534/535 are
-credentials refused (kept, retried, logged once a minute); other 5xx replies are permanent
+credentials refused, like a server certificate not trusted (kept, retried, logged once a
+minute); other 5xx replies are permanent
 (the message fails, the dead letter of a notification).
 """
 
@@ -93,6 +94,14 @@ class EmailNotifier:
             raise DeliveryError(
                 f"{what}: SMTP {exc.smtp_code}", status=http_status_of(exc.smtp_code)
             ) from None
+        except smtplib.SMTPNotSupportedError:  # a login set, and the server offers none
+            raise DeliveryError(f"{what}: the server offers no AUTH login", status=401) from None
+        except ssl.SSLCertVerificationError:
+            # A configuration fault like refused credentials: kept and retried, said once a
+            # minute, until GPUWARDEN_SMTP_CA_FILE or the server's certificate is fixed.
+            raise DeliveryError(
+                f"{what}: the server's certificate is not trusted", status=401
+            ) from None
         except (smtplib.SMTPException, OSError) as exc:
             raise DeliveryError(f"{what}: no answer ({type(exc).__name__})", status=None) from None
         if refused and len(refused) == len(env.to) + len(env.cc):
@@ -101,14 +110,14 @@ class EmailNotifier:
     def _connect(self) -> smtplib.SMTP:
         s = self.settings
         host, timeout = s.smtp_host or "", s.smtp_timeout_seconds
+        cafile = str(s.smtp_ca_file) if s.smtp_ca_file else None
         if s.smtp_tls == "tls":
-            return smtplib.SMTP_SSL(
-                host, s.smtp_port, timeout=timeout, context=ssl.create_default_context()
-            )
+            context = ssl.create_default_context(cafile=cafile)
+            return smtplib.SMTP_SSL(host, s.smtp_port, timeout=timeout, context=context)
         smtp = smtplib.SMTP(host, s.smtp_port, timeout=timeout)
         if s.smtp_tls == "starttls":
             try:
-                smtp.starttls(context=ssl.create_default_context())
+                smtp.starttls(context=ssl.create_default_context(cafile=cafile))
             except BaseException:
                 smtp.close()
                 raise
