@@ -86,7 +86,7 @@ def served(url: str, **env_extra: str) -> Iterator[tuple[str, subprocess.Popen[b
     }
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a loaded machine starts it slowly
     while True:
         try:
             if httpx.get(f"{base}/readyz").status_code == 200:
