@@ -155,6 +155,8 @@ class Settings(BaseSettings):
     # The CA bundle the SMTP server's certificate is checked against (a site's own CA); unset:
     # the system's. The host name is always checked.
     smtp_ca_file: Path | None = None
+    # How long the record of what was sent to people (GET /api/v1/notices) is kept, in days.
+    notices_retention_days: float = Field(400.0, gt=0)
     # The Slack bot token (xoxb-...) of slack_dm channels: chat.postMessage to a user id.
     slack_bot_token: str | None = None
     # A command that finds a user missing from the directory, e.g. "getent passwd {user}"

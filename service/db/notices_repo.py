@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from service.db.schema import notices
 
@@ -43,6 +43,12 @@ def mark(
     if status == "sent":
         values["sent_at"] = now
     conn.execute(update(notices).where(notices.c.delivery_id == delivery_id).values(**values))
+
+
+def prune(conn: Connection, *, before: datetime) -> int:
+    """Delete notices made before ``before`` that are no longer pending; returns how many."""
+    q = delete(notices).where(notices.c.created_at < before, notices.c.status != "pending")
+    return int(conn.execute(q).rowcount or 0)
 
 
 def delivered_ids(conn: Connection, *, delivery_ids: Sequence[str]) -> set[str]:

@@ -409,3 +409,21 @@ def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
         assert len(server.received) == 1
     finally:
         server.close()
+
+
+def test_the_sent_record_outlives_the_outbox_then_goes(
+    ctx: Any, http: httpx.Client, tokens: dict[str, str], smtp: SmtpServer, clock: FakeClock
+) -> None:
+    admin = auth(tokens["admin"])
+    assert http.post("/api/v1/channels", json={"name": "mail", "type": "email"},
+                     headers=admin).status_code == 201  # fmt: skip
+    _queue(ctx, OwnerEntry(kind="user", name="alice", email="alice@example.org"))
+    assert Dispatcher(ctx).drain() == 1
+    clock.advance(30 * 86400)  # the outbox forgets sent deliveries after a week
+    Dispatcher(ctx).drain()
+    with ctx.engine.connect() as conn:
+        assert conn.execute(select(outbox.c.id)).all() == []
+    assert [n["status"] for n in http.get("/api/v1/notices", headers=admin).json()] == ["sent"]
+    clock.advance(ctx.settings.notices_retention_days * 86400)
+    Dispatcher(ctx).drain()
+    assert http.get("/api/v1/notices", headers=admin).json() == []

@@ -181,6 +181,8 @@ class Dispatcher:
         if self._pruned_at is None or self.monotonic() - self._pruned_at > PRUNE_EVERY_SECONDS:
             with ctx.engine.begin() as conn:
                 outbox_repo.prune(conn, before=ctx.clock() - timedelta(days=KEEP_DAYS))
+                keep_notices = timedelta(days=ctx.settings.notices_retention_days)
+                notices_repo.prune(conn, before=ctx.clock() - keep_notices)
             self._pruned_at = self.monotonic()
         with ctx.engine.connect() as conn:
             tel.outbox_depth.set(outbox_repo.depth(conn))
