@@ -40,6 +40,7 @@ from service.usecases.exposition import FleetCollector
 from service.vocabulary import METRICS
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+SKEW_SECONDS = 300.0  # the default ingest_max_future_seconds
 GIB = 1024**3
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -168,7 +169,7 @@ def populate(engine: Engine, n_gpus: int, per_node: int = 8, history: int = 3) -
 def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
     """The same per-GPU values in ordinary labelled Gauges (a Counter for energy), already set."""
     with ctx.engine.connect() as conn:
-        snapshot = read_fleet(conn, now=NOW, max_age_seconds=60)
+        snapshot = read_fleet(conn, now=NOW, max_age_seconds=60, start_skew_seconds=SKEW_SECONDS)
     reg = CollectorRegistry(auto_describe=True)
     metrics: dict[str, Gauge | Counter] = {}
     for spec in METRICS:
@@ -233,7 +234,9 @@ def main() -> None:
         ours = timed(lambda: render(ctx.telemetry.registry), args.runs)
 
         with engine.connect() as conn:
-            snapshot = read_fleet(conn, now=NOW, max_age_seconds=60)
+            snapshot = read_fleet(
+                conn, now=NOW, max_age_seconds=60, start_skew_seconds=SKEW_SECONDS
+            )
         read = timed(lambda: _read(ctx), args.runs)
         build = timed(
             lambda: fleet_families(
@@ -276,7 +279,7 @@ def main() -> None:
 
 def _read(ctx: ServiceContext) -> object:
     with ctx.engine.connect() as conn:
-        return read_fleet(conn, now=NOW, max_age_seconds=60)
+        return read_fleet(conn, now=NOW, max_age_seconds=60, start_skew_seconds=SKEW_SECONDS)
 
 
 if __name__ == "__main__":

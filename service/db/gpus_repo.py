@@ -7,11 +7,10 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, select
 
+from service.db import holders_repo
 from service.db.schema import (
     gpu_moves,
     gpus,
-    job_gpus,
-    jobs,
     nodes,
     rollup_1h,
     rollup_1m,
@@ -24,9 +23,15 @@ Resolution = Literal["raw", "1m", "1h"]
 
 
 def list_gpus(
-    conn: Connection, *, node: str | None = None, model: str | None = None
+    conn: Connection,
+    *,
+    now: datetime,
+    start_skew_seconds: float,
+    node: str | None = None,
+    model: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every GPU with its node, model, last-seen time and the values of its latest sample."""
+    """Every GPU with its node, model, last-seen time, the values of its latest sample and the
+    job holding it at ``now`` (holders_repo's rule, ``start_skew_seconds`` its allowance)."""
     query = (
         select(
             gpus.c.id.label("gpu_id_"),
@@ -53,11 +58,12 @@ def list_gpus(
         query = query.where(nodes.c.hostname == node)
     if model is not None:
         query = query.where(gpus.c.model == model)
-    holders = current_jobs(conn)
+    holders = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
     out = []
     for r in conn.execute(query):
         latest = {m: getattr(r, m) for m in METRIC_NAMES if getattr(r, m) is not None}
-        job = holders.get(r.gpu_id_)
+        held = holders.get(r.gpu_id_)
+        job = held[-1] if held else None
         out.append(
             {
                 "uuid": r.uuid,
@@ -77,23 +83,12 @@ def list_gpus(
                 "activity_rung": None if r.activity_rung is None else Rung(r.activity_rung).label,
                 "cause": None if r.cause is None else Cause(r.cause).label,
                 "supported_causes": [c.label for c in supported_causes(latest)],
-                "job": job[0] if job else None,
-                "user": job[1] if job else None,
-                "team": job[2] if job else None,
+                "job": job.job_id if job else None,
+                "user": job.user if job else None,
+                "team": job.team if job else None,
             }
         )
     return out
-
-
-def current_jobs(conn: Connection) -> dict[int, tuple[str, str | None, str | None]]:
-    """The job holding each GPU now (the latest started of its open intervals): id, user, team."""
-    q = (
-        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team)
-        .join(jobs, jobs.c.id == job_gpus.c.job_id)
-        .where(job_gpus.c.ended_at.is_(None), jobs.c.ended_at.is_(None))
-        .order_by(job_gpus.c.started_at)
-    )
-    return {gpu_id: (job_id, user, team) for gpu_id, job_id, user, team in conn.execute(q).all()}
 
 
 def gpu_id_by_uuid(conn: Connection, *, uuid: str) -> int | None:

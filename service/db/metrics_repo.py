@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, func, select
 
-from service.db.schema import gpus, job_gpus, jobs, ladder_actions, nodes, samples
+from service.db import holders_repo
+from service.db.schema import gpus, ladder_actions, nodes, samples
 from service.exposition.shards import Shard
 from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
 from service.vocabulary import METRIC_NAMES
@@ -24,30 +25,16 @@ def read_fleet(
     *,
     now: datetime,
     max_age_seconds: float,
+    start_skew_seconds: float,
     node_ids: Collection[int] | None = None,
 ) -> FleetSnapshot:
-    """GPUs whose latest sample is at most ``max_age_seconds`` old, with their open job; only
-    those of ``node_ids`` when given."""
+    """GPUs whose latest sample is at most ``max_age_seconds`` old, with the job holding each
+    at ``now`` (holders_repo's rule, ``start_skew_seconds`` its allowance); only those of
+    ``node_ids`` when given."""
     fresh_since = now - timedelta(seconds=max_age_seconds)
-    open_jobs = (
-        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
-        .join(jobs, jobs.c.id == job_gpus.c.job_id)
-        .where(
-            job_gpus.c.started_at <= now,
-            or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > now),
-            or_(jobs.c.ended_at.is_(None), jobs.c.ended_at > now),
-        )
-        # A GPU shared by several open jobs shows the latest-started one.
-        .order_by(job_gpus.c.started_at, job_gpus.c.id)
+    held = holders_repo.holders_at(
+        conn, now=now, start_skew_seconds=start_skew_seconds, node_ids=node_ids
     )
-    if node_ids is not None:
-        open_jobs = open_jobs.join(gpus, gpus.c.id == job_gpus.c.gpu_id).where(
-            gpus.c.node_id.in_(node_ids)
-        )
-    # Two simple queries joined here: cheaper on both backends than an outer join to a subquery.
-    open_job: dict[int, tuple[str, str | None, str | None, str | None]] = {}
-    for gpu_id, job_id, user, team, project in conn.execute(open_jobs):
-        open_job[gpu_id] = (job_id, user, team, project)
 
     query = (
         select(
@@ -74,12 +61,13 @@ def read_fleet(
     if node_ids is not None:
         query = query.where(gpus.c.node_id.in_(node_ids))
     readings = []
-    no_job: tuple[None, None, None, None] = (None, None, None, None)
     for row in conn.execute(query):
         gpu_id, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
         activity, rung, cause, pci_bus_id, driver_version = row[9:14]
         values = {name: v for name, v in zip(METRIC_NAMES, row[14:], strict=True) if v is not None}
-        job_id, user, team, project = open_job.get(gpu_id, no_job)
+        holders = held.get(gpu_id)
+        # A GPU shared by several jobs shows the latest-started one.
+        job = holders[-1] if holders else None
         readings.append(
             GpuReading(
                 node=hostname,
@@ -93,10 +81,10 @@ def read_fleet(
                 mig_parent_uuid=mig_parent,
                 pci_bus_id=pci_bus_id,
                 driver_version=driver_version,
-                job_id=job_id,
-                user=user,
-                team=team,
-                project=project,
+                job_id=job.job_id if job else None,
+                user=job.user if job else None,
+                team=job.team if job else None,
+                project=job.project if job else None,
                 activity=activity,
                 rung=rung,
                 cause=cause,

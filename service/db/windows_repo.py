@@ -25,11 +25,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from service.costs.tenants import UNALLOCATED_TENANT
+from service.db import holders_repo
 from service.db.schema import (
     ROLLED_UP_DERIVED,
     gpus,
     job_gpus,
-    jobs,
     nodes,
     rollup_1m,
     samples,
@@ -69,8 +69,9 @@ def _joined(values: Iterable[str | None]) -> str:
     return ",".join(sorted({v for v in values if v}))
 
 
-def scope_members(conn: Connection, *, now: datetime) -> Scopes:
-    """Every GPU, node and running job with its labels and GPUs (jobs: intervals open at now)."""
+def scope_members(conn: Connection, *, now: datetime, start_skew_seconds: float) -> Scopes:
+    """Every GPU, node and running job with its labels and GPUs (jobs: those holding a GPU at
+    ``now`` by holders_repo's rule, ``start_skew_seconds`` its allowance)."""
     gpu_rows = conn.execute(
         select(
             gpus.c.id,
@@ -84,21 +85,13 @@ def scope_members(conn: Connection, *, now: datetime) -> Scopes:
         # A retired MIG instance no longer exists: nothing to alert on, never a lost GPU.
         .where(gpus.c.retired_at.is_(None))
     ).all()
-    held = conn.execute(
-        select(job_gpus.c.gpu_id, jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.project)
-        .join(jobs, jobs.c.id == job_gpus.c.job_id)
-        .where(
-            job_gpus.c.started_at <= now,
-            or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > now),
-        )
-    ).all()
-    by_gpu: dict[int, list[Any]] = defaultdict(list)
+    by_gpu = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
     by_job: dict[str, list[int]] = defaultdict(list)
-    job_info: dict[str, Any] = {}
-    for h in held:
-        by_gpu[h.gpu_id].append(h)
-        by_job[h.id].append(h.gpu_id)
-        job_info[h.id] = h
+    job_info: dict[str, holders_repo.Holder] = {}
+    for gpu_id, holders in by_gpu.items():
+        for h in holders:
+            by_job[h.job_id].append(gpu_id)
+            job_info[h.job_id] = h
     info = {g.id: g for g in gpu_rows}
     gpu_members, node_gpus = [], defaultdict(list)
     for g in gpu_rows:
@@ -111,7 +104,7 @@ def scope_members(conn: Connection, *, now: datetime) -> Scopes:
         }
         if js:
             labels |= {
-                "job_id": _joined(j.id for j in js),
+                "job_id": _joined(j.job_id for j in js),
                 "user": _joined(j.user for j in js),
                 "team": _joined(j.team for j in js),
                 "project": _joined(j.project for j in js),

@@ -293,7 +293,9 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     with ctx.engine.connect() as conn:
         policy_list = policies_repo.list_policies(conn)
         channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
-        scopes = windows_repo.scope_members(conn, now=now)
+        scopes = windows_repo.scope_members(
+            conn, now=now, start_skew_seconds=s.ingest_max_future_seconds
+        )
         by_window: dict[float, set[str]] = defaultdict(set)
         for p in policy_list:
             if p.metric != SILENT_SECONDS:

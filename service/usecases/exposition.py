@@ -49,7 +49,13 @@ class FleetCollector(Collector):
                 # A GPU whose data is late (ingest behind, a slow node) stays, with its age:
                 # dropping it would flap dashboards and absent() alerts fleet-wide.
                 keep = max(ctx.settings.metrics_keep_late_seconds, ctx.settings.max_gap_seconds)
-                snapshot = read_fleet(conn, now=now, max_age_seconds=keep, node_ids=fleet_ids)
+                snapshot = read_fleet(
+                    conn,
+                    now=now,
+                    max_age_seconds=keep,
+                    start_skew_seconds=ctx.settings.ingest_max_future_seconds,
+                    node_ids=fleet_ids,
+                )
                 # the same table in force as the cost reports: stored, else config, else default
                 prices = effective_prices(conn, ctx.settings).rows
                 # Nodes silent longer than raw retention are taken as gone for good.

@@ -181,7 +181,8 @@ def fleet_now(
         wasted = wasted_today(conn, settings=settings, now=now)
         if cache is not None:
             cache.put(wasted)
-    every = with_states(gpus_repo.list_gpus(conn), now=now)
+    skew = settings.ingest_max_future_seconds
+    every = with_states(gpus_repo.list_gpus(conn, now=now, start_skew_seconds=skew), now=now)
     _check_filter(conn, f, every)
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
     gpus = [g for g in every if _shown(g, f, usd)]

@@ -71,7 +71,7 @@ def test_a_destroyed_instance_is_retired_not_lost(
     assert listed[GONE]["retired_at"] is not None and listed[GONE]["lost"] is False
     assert listed[KEEP]["retired_at"] is None
     with engine.connect() as conn:
-        scopes = windows_repo.scope_members(conn, now=clock())
+        scopes = windows_repo.scope_members(conn, now=clock(), start_skew_seconds=300.0)
         ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())
         faults = windows_repo.window_stats(
             conn,

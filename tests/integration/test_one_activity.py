@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
 HELD = 20 * GIB
+SKEW = 300.0  # the default ingest_max_future_seconds
 
 # (source, metrics while busy at 0.8 activity, metrics while idle holding memory, rung)
 SOURCES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
@@ -82,7 +83,9 @@ def store_two_hours(ctx: ServiceContext, source: str) -> None:
 
 def family_values(ctx: ServiceContext) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with ctx.engine.connect() as conn:
-        snapshot = metrics_repo.read_fleet(conn, now=NOW, max_age_seconds=60)
+        snapshot = metrics_repo.read_fleet(
+            conn, now=NOW, max_age_seconds=60, start_skew_seconds=SKEW
+        )
     out = {}
     for fam in fleet_families(snapshot, thresholds=ctx.thresholds, now=NOW):
         for s in fam.samples:
@@ -137,7 +140,7 @@ def test_cost_model_metrics_and_alert_windows_agree(
 
     # The API: the latest sample's activity, rung and cause, and the causes the GPU supports.
     with engine.connect() as conn:
-        (gpu,) = gpus_repo.list_gpus(conn)
+        (gpu,) = gpus_repo.list_gpus(conn, now=NOW, start_skew_seconds=SKEW)
     assert (gpu["activity"], gpu["activity_rung"], gpu["cause"]) == (0.0, rung, "idle_held")
     if source == "nvml":  # the coarse duty cycle only: it cannot say why a busy GPU is busy
         assert gpu["supported_causes"] == ["idle_empty", "idle_held"]

@@ -31,7 +31,15 @@ def list_gpus(
     ctx: Ctx, conn: ReadConn, _: Reader, node: str | None = None, model: str | None = None
 ) -> list[dict[str, object]]:
     """Every GPU with its node, model, last-seen time, latest values and state now."""
-    return with_states(gpus_repo.list_gpus(conn, node=node, model=model), now=ctx.clock())
+    now = ctx.clock()
+    every = gpus_repo.list_gpus(
+        conn,
+        now=now,
+        start_skew_seconds=ctx.settings.ingest_max_future_seconds,
+        node=node,
+        model=model,
+    )
+    return with_states(every, now=now)
 
 
 @router.get("/{uuid}/moves", response_model=list[GpuMovePublic])
