@@ -232,6 +232,7 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     ctx.shutdown_hooks.append(alerting.close)
     # The warn-then-reclaim ladder acts on the leader's alerts, after it, at the same pace.
     ladder = Ladder(alerting)
+    ctx.shutdown_hooks.append(ladder.close)
     from service.usecases.periodic_reports import ReportScheduler
 
     reports = ReportScheduler(ctx, alerting.leader)

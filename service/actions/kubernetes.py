@@ -111,6 +111,13 @@ class KubernetesDriver:
                 self._apis = self._build()
             return self._apis
 
+    def close(self) -> None:
+        """Close the API client's connections, if it was ever built."""
+        with self._lock:
+            if self._apis is not None:
+                self._apis[0].api_client.close()
+                self._apis = None
+
     def _build(self) -> tuple[CoreV1Api, AppsV1Api]:
         from kubernetes import client, config
 

@@ -84,6 +84,10 @@ class WebhookDriver:
         self.client = client
         self.clock = clock
 
+    def close(self) -> None:
+        """Close the HTTP client it posts with."""
+        self.client.close()
+
     def reclaim(self, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult:
         """POST the signed action document (dry run: say so, send nothing)."""
         key = idempotency_key(target)

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from service.actions.base import ReclaimDriver, ReclaimResult, ReclaimTarget
+from service.actions.base import JobProbe, ProbeResult, ReclaimDriver, ReclaimResult, ReclaimTarget
 from service.actions.registry import drivers_from
 from service.context import ServiceContext
 from service.db import (
@@ -225,6 +225,8 @@ def _advance(
         return
     if _busy_again(ctx, ep, prog, step, now, result):
         return
+    if _gone_says_driver(ctx, ep, prog, facts, drivers, now, result):
+        return
     verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or {}
     turn = _Turn(ctx, ep, prog, facts, step, verdict, now, result)
     if ep.ladder.steps[step].action == "notify_owner":
@@ -272,6 +274,55 @@ def _busy_again(
             "the ladder starts over from then",
         )
     result.count("skipped")
+    return True
+
+
+def _probe(
+    ep: Episode, facts: JobFacts, drivers: Mapping[str, ReclaimDriver]
+) -> tuple[str, ProbeResult] | None:
+    """The job's driver's re-read of it (driver name, what it found), or None when that
+    driver cannot re-read a job."""
+    name = driver_for(ep.ladder, ep.job_id)
+    driver = drivers.get(name)
+    # Only some drivers offer JobProbe's re-read (Slurm's reads squeue inside its reclaim).
+    if driver is None or not callable(getattr(driver, "probe", None)):
+        return None
+    prober = cast(JobProbe, driver)
+    target = ReclaimTarget(
+        job_id=ep.job_id,
+        mode=reclaim_mode(ep.ladder, name),
+        user=facts.user,
+        team=facts.team,
+        nodes=facts.nodes,
+        labels=dict(facts.labels),
+        policy=ep.policy.name,
+    )
+    try:
+        return name, prober.probe(target)
+    except Exception:  # against its contract: read as unknown, so the ladder goes on
+        log.exception("the %s driver's probe raised on %s", name, ep.job_id)
+        return name, ProbeResult("unknown", "the probe raised")
+
+
+def _gone_says_driver(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    facts: JobFacts,
+    drivers: Mapping[str, ReclaimDriver],
+    now: datetime,
+    result: LadderRoundResult,
+) -> bool:
+    """If the job's driver re-reads the job and finds it gone, end the ladder (gone) and say
+    so; a driver without a re-read, or one that cannot tell, lets the step go ahead."""
+    if prog.pending_step is not None:
+        return False  # a reclaim cut short: the driver's own answer (gone) says what happened
+    probed = _probe(ep, facts, drivers)
+    if probed is None or probed[1].outcome != "gone":
+        return False
+    name, found = probed
+    reason = f"the {name} driver re-read the job: {found.detail}"
+    _stop(ctx, ep, prog, now, result, state="gone", outcome="gone", reason=reason, driver=name)
     return True
 
 
@@ -604,7 +655,21 @@ class Ladder:
         self, alerting: Alerting, drivers: Mapping[str, ReclaimDriver] | None = None
     ) -> None:
         self.alerting = alerting
+        self._owns_drivers = drivers is None
         self.drivers = drivers if drivers is not None else default_drivers(alerting.ctx.settings)
+
+    def close(self) -> None:
+        """Close the drivers it built (their HTTP and API clients); a failing close is logged."""
+        if not self._owns_drivers:
+            return
+        for name, driver in self.drivers.items():
+            close = getattr(driver, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception:  # shutting down: one driver's close must not stop the others'
+                log.exception("closing the %s driver failed", name)
 
     def tick(self) -> LadderRoundResult | None:
         """If this replica is the leader: take the due steps, then send their notices."""

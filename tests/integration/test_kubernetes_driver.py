@@ -1,23 +1,31 @@
 """The Kubernetes reclaim driver through the official client against a fake API server on
 loopback (no API server can run here): what it does to the cluster's objects, what it answers,
 and every request it sends checked against Kubernetes' OpenAPI document and the RBAC shipped in
-deploy/kubernetes/components/reclaim."""
+deploy/kubernetes/components/reclaim; and the ladder's re-read of a pod through it before a step
+(a pod the API no longer has is left alone, an API that cannot answer changes nothing)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from sqlalchemy import Engine
 
 from service.actions.base import ReclaimTarget
 from service.actions.kubernetes import KubernetesDriver, pod_of
+from service.db import actions_repo
+from tests.alerting_support import add_job
 from tests.k8s_support import K8S, check_request, rbac_grants, rbac_need, validate_schema
 from tests.kube_api_fake import TOKEN, FakeKubeApi
+from tests.ladder_support import IDLE_HELD, STEPS, LadderWorld
+from tests.receivers import Receiver
+from tests.support import FakeClock
 
 NS = "ml"
 
@@ -328,3 +336,57 @@ def test_the_rbac_check_has_teeth():
     assert rbac_need("DELETE", f"{POD_PATH}/p") == ("", "pods", "delete")
     with pytest.raises(AssertionError, match="wildcard"):
         rbac_grants([{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}])
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def pod_ladder(
+    app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, driver: KubernetesDriver
+) -> LadderWorld:
+    """The idle-held ladder (acting) on the pod ``k8s:ml/train-0``, reclaimed by ``driver``."""
+    world = LadderWorld(app.state.ctx, engine, clock, receiver, {"kubernetes": driver})
+    world.samples(1, IDLE_HELD)
+    world.setup({"steps": STEPS, "dry_run": False})
+    add_job(engine, POD_JOB, world.gpus, started_at=clock() - timedelta(minutes=1))
+    return world
+
+
+POD_JOB = f"k8s:{NS}/train-0"
+
+
+def test_the_ladder_leaves_a_pod_the_api_no_longer_has(
+    app: Any,
+    engine: Engine,
+    clock: FakeClock,
+    receiver: Receiver,
+    api: FakeKubeApi,
+    driver: KubernetesDriver,
+) -> None:
+    api.add_pod(NS, "train-0")
+    world = pod_ladder(app, engine, clock, receiver, driver)
+    world.idle_for(6)
+    assert world.actions(POD_JOB) == [("notify_owner", "warned")]
+    del api.pods[(NS, "train-0")]  # deleted, though its GPU's last minutes still read idle-held
+    world.idle_for(10)
+    assert world.actions(POD_JOB) == [("notify_owner", "warned"), ("notify_owner", "gone")]
+    with engine.connect() as conn:
+        last = actions_repo.list_actions(conn, job_id=POD_JOB)[0]
+    assert last["driver"] == "kubernetes"
+    assert last["reason"].startswith("the kubernetes driver re-read the job: GET pod ml/train-0")
+    assert {m for m, _ in sent(api)} == {"GET"} and len(world.notices()) == 1
+
+
+def test_the_ladder_goes_on_when_the_api_cannot_say(
+    app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, tmp_path: Path
+) -> None:
+    unreachable = KubernetesDriver(kubeconfig=tmp_path / "no-such-kubeconfig")
+    world = pod_ladder(app, engine, clock, receiver, unreachable)
+    world.idle_for(14)
+    assert world.actions(POD_JOB) == [
+        ("notify_owner", "warned"), ("notify_owner", "warned"), ("reclaim", "failed"),
+    ]  # fmt: skip

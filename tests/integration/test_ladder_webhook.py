@@ -1,6 +1,7 @@
 """The acting round with the real action webhook driver (both stores): the reclaim is POSTed to a
 real receiver on loopback, signed (verified with ``standardwebhooks``), carrying the policy, the
-reason and the figures; a refused attempt is retried later under the same idempotency key."""
+reason and the figures; a refused attempt is retried later under the same idempotency key; the
+service closes the driver's HTTP client when it stops."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from sqlalchemy import Engine
 from standardwebhooks.webhooks import Webhook
 
 from service.actions.registry import drivers_from
-from tests.alerting_support import add_job
+from service.actions.webhook import WebhookDriver
+from service.usecases.ladder import Ladder
+from tests.alerting_support import add_job, running_service
 from tests.ladder_support import IDLE_HELD, STEPS, LadderWorld
 from tests.receivers import Receiver
 from tests.support import FakeClock
@@ -60,3 +63,17 @@ def test_a_reclaim_through_the_action_webhook_is_signed_and_retried_under_one_ke
     assert data["figures"]["condition_seconds"] >= 12 * 60
     world.idle_for(3)
     assert len(actions.received) == 2  # done: never sent again
+
+
+def test_the_ladders_drivers_are_closed_when_the_service_stops(engine: Engine) -> None:
+    with running_service(
+        engine, action_webhook_url="http://127.0.0.1:9/reclaim", action_webhook_secret=SECRET
+    ) as (_, ctx):
+        ladder = next(
+            h.__self__
+            for h in ctx.shutdown_hooks
+            if isinstance(getattr(h, "__self__", None), Ladder)
+        )
+        webhook = ladder.drivers["webhook"]
+        assert isinstance(webhook, WebhookDriver) and not webhook.client.is_closed
+    assert webhook.client.is_closed
