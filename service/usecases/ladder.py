@@ -130,11 +130,15 @@ def _episode_over(
     now: datetime,
     result: LadderRoundResult,
 ) -> None:
-    """The alert resolved (or its policy went): the ladder resets, noted if it had begun."""
+    """The alert resolved (or its policy went): the ladder resets, noted if it had begun; a
+    job that ended (its end resolves its alerts) is noted gone."""
     with ctx.engine.begin() as conn:
-        ladder_repo.stop_ladder(conn, progress_id=prog.id, state="reset", now=now)
+        job = jobs_repo.get_job(conn, job_id=prog.job_id) or {}
+        ended = not job or job.get("ended_at") is not None
+        state = "gone" if ended else "reset"
+        ladder_repo.stop_ladder(conn, progress_id=prog.id, state=state, now=now)
         if prog.steps_done or prog.pending_step is not None:
-            job = jobs_repo.get_job(conn, job_id=prog.job_id) or {}
+            outcome = "gone" if ended else "skipped"
             actions_repo.record_action(
                 conn,
                 at=now,
@@ -144,12 +148,16 @@ def _episode_over(
                 team=job.get("team"),
                 alert_id=prog.alert_id,
                 action=_action_at(ladder, prog),
-                outcome="skipped",
+                outcome=outcome,
                 dry_run=ladder.dry_run if ladder is not None else False,
                 since=prog.episode_start,
-                reason="the condition cleared (the alert resolved); the ladder starts over",
+                reason=(
+                    "the job has ended"
+                    if ended
+                    else "the condition cleared (the alert resolved); the ladder starts over"
+                ),
             )
-            result.count("skipped")
+            result.count(outcome)
 
 
 def _action_at(ladder: LadderSpec | None, prog: LadderProgress) -> str:
