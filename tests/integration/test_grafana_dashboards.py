@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, insert
 
-from service.db.schema import prices
+from service.db.schema import ladder_actions, prices
 from service.vocabulary import METRICS
 from tests.integration.test_metrics_endpoint import add_job, ingest
 from tests.support import FakeClock, make_batch
@@ -151,6 +151,12 @@ def exported(http: httpx.Client, tokens, engine: Engine, clock: FakeClock) -> di
                 model_pattern="*",
                 usd_per_gpu_hour=1.0,
                 effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+            )
+        )
+        # gpuwarden_actions_total is read from the audit log: one recorded step makes it a series.
+        conn.execute(
+            insert(ladder_actions).values(
+                at=clock(), policy="idle", job_id="j1", action="reclaim", outcome="failed"
             )
         )
     lost = make_batch(hostname="node-a", gpu_uuids=("GPU-a0", "GPU-a9"), start=clock())

@@ -138,7 +138,10 @@ def test_a_database_outage_answers_503_with_retry_after_logged_once(
     assert http.get("/api/v1/gpus", headers=reader).status_code == 200  # token now cached
     good = ctx.engine
     # Nothing listens on this port: every connection is refused, as when PostgreSQL is down.
-    ctx.engine = make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x")
+    # Writes use ctx.engine, reads the read router's primary: both point at the dead server.
+    ctx.engine = ctx.reads.primary = make_engine(
+        f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x"
+    )
     try:
         with caplog.at_level(logging.WARNING, logger="service.api.outage"):
             answers = [http.get("/api/v1/gpus", headers=reader) for _ in range(5)]
@@ -149,5 +152,5 @@ def test_a_database_outage_answers_503_with_retry_after_logged_once(
         assert len(outage_lines) == 1 and outage_lines[0].exc_info is None
     finally:
         ctx.engine.dispose()
-        ctx.engine = good
+        ctx.engine = ctx.reads.primary = good
     assert http.get("/api/v1/gpus", headers=reader).status_code == 200
