@@ -539,6 +539,9 @@
     const steps = await api(`/actions?${q({ job: job.id })}`);
     app.append(el("h2", { text: "Actions" }), steps.length ? actionsTable(steps, { withJob: false })
       : el("p", { class: "muted", id: "no-job-actions", text: "No ladder step has touched this job." }));
+    const sent = await api(`/notices?${q({ job: job.id })}`);
+    app.append(el("h2", { text: "Notices" }), sent.length ? noticesTable(sent, "job-notices")
+      : el("p", { class: "muted", id: "no-job-notices", text: "No notice was sent about this job." }));
 
     app.append(el("h2", { text: "Per GPU" }));
     await jobCharts(job, [...new Set(job.gpus.map((g) => g.gpu_uuid))]);
@@ -622,9 +625,11 @@
       el("button", { type: "submit", text: "Show" }), el("span", { id: "owner-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
     app.append(form);
-    const [report, fleet] = await Promise.all([
+    const [report, fleet, optOuts, notices] = await Promise.all([
       api(`/reports/cost?${q({ group_by: "job", [kind]: name, start: state.start, end: state.end, sort: "cost" })}`),
       api("/fleet"),
+      api("/reports/opt-outs"),
+      api(`/notices?${q({ [kind]: name, start: state.start, end: state.end, limit: 50 })}`),
     ]);
     const t = report.totals;
     app.append(el("p", { class: "muted", id: "owner-window", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
@@ -652,6 +657,10 @@
     app.append(el("h2", { text: "Jobs, costliest first" }), jobs.length
       ? table(["job", other, ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], "top cause", "top fix"], trs, { id: "owner-jobs" })
       : el("p", { class: "muted", id: "owner-jobs-none", text: `No job of this ${kind} in the range.` }));
+    app.append(el("h2", { text: "Periodic report" }), reportOptPanel(kind, name, optOuts, () => ownerPage(kind, name, state)));
+    app.append(el("h2", { text: `Notices in the range (${notices.length}${notices.length === 50 ? ", the newest" : ""})` }), notices.length
+      ? noticesTable(notices, "owner-notices")
+      : el("p", { class: "muted", id: "owner-notices-none", text: `Nothing was sent to this ${kind} in the range.` }));
   }
 
   // --- alerts and silences ---------------------------------------------------------------
@@ -758,6 +767,37 @@
     return table(heads, trs, { id: withJob ? "actions" : "job-actions" });
   }
 
+  // Messages queued for people (owner notices, periodic reports): meant for whom, sent to
+  // whom (a fallback to the team or the admins says why), on which channel, and whether it went.
+  const NOTICE_CLASS = { pending: "st-pending", sent: "st-resolved", failed: "st-firing", unreachable: "st-firing" };
+
+  function noticesTable(notices, id) {
+    const trs = notices.map((n) => el("tr", { "data-notice": n.id, "data-status": n.status, "data-kind": n.kind },
+      td(when(n.created_at)), td(n.kind.replaceAll("_", " ")), td(n.subject, "wrap"), td(n.job_id ? jobLink(n.job_id) : "", "clip"),
+      td(n.asked), td([n.recipient || "", n.fallback ? ` (fallback: ${n.fallback}${n.reason ? `, ${n.reason}` : ""})` : ""].join(""), "wrap"),
+      td([n.channel, n.address].filter(Boolean).join(" "), "mono wrap"),
+      td(el("span", { class: `chip ${NOTICE_CLASS[n.status] || ""}`, text: n.status }), "", { title: n.error || "" }), td(when(n.sent_at))));
+    return table(["queued", "kind", "subject", "job", "meant for", "sent to", "channel", "status", "sent"], trs, { id });
+  }
+
+  // A user's or team's periodic report: whether they get it; an admin can opt them out or back in.
+  function reportOptPanel(kind, name, optOuts, reload) {
+    const mine = optOuts.find((o) => o.recipient === `${kind}:${name}`);
+    const box = el("div", { class: "panel", id: "owner-report", "data-opted-out": mine ? "1" : "0" }, el("span", { id: "owner-report-state",
+      text: mine ? `Opted out of the periodic report since ${when(mine.opted_out_at)}${mine.by ? ` (by ${mine.by})` : ""}.`
+        : "Not opted out: gets the periodic report the site sends (GPUWARDEN_REPORT_PERIOD)." }));
+    if (!(session && session.role === "admin")) {
+      box.append(" ", el("span", { class: "muted", text: "Admins can opt a user or team out." }));
+      return box;
+    }
+    box.append(" ", el("button", { type: "button", id: "owner-opt", class: mine ? "small" : "small danger", text: mine ? "Opt back in" : "Opt out",
+      onclick: async () => {
+        try { await api(`/reports/opt-outs/${kind}/${encodeURIComponent(name)}`, { method: mine ? "DELETE" : "PUT" }); await reload(); }
+        catch (err) { showError(err); }
+      } }));
+    return box;
+  }
+
   async function actionsPage() {
     const chosen = Object.fromEntries(ACTION_FILTERS.map((k) => [k, urlParam(k) || ""]));
     keepInUrl("/actions", chosen);
@@ -788,6 +828,10 @@
         el("a", { class: "button", id: "actions-csv", href: `/api/v1/actions?${q({ ...chosen, limit: 1000, format: "csv" })}`, download: "gpuwarden-actions.csv", text: "CSV" }))));
     if (actions.length === 500) app.append(el("p", { class: "note", text: "The newest 500 steps; narrow the filters (or download the CSV) for older ones." }));
     app.append(actions.length ? actionsTable(actions) : el("p", { class: "muted", id: "no-actions", text: "No ladder steps match." }));
+    // What was sent to people, with the same user, team, job and range (policy and outcome are the steps' own).
+    const notices = await api(`/notices?${q({ user: chosen.user, team: chosen.team, job: chosen.job, start: chosen.since && `-${chosen.since}`, limit: 200 })}`);
+    app.append(el("h2", { text: "Notices sent" }), notices.length ? noticesTable(notices, "notices")
+      : el("p", { class: "muted", id: "no-notices", text: "No notice matches." }));
   }
 
   // --- start -----------------------------------------------------------------------------
