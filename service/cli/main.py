@@ -184,14 +184,18 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
         f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "
         f"and {len(checked.prices)} prices are valid"
     )
-    firing: list[dict[str, object]] = []
+    firing: list[dict[str, Any]] = []
+    actions: list[dict[str, Any]] = []
     if args.live and any(p.ladder for p in checked.policies):
         from service.cli.http import api_get
         from service.localrun import resolve_service
 
         client = resolve_service(ClientSettings.load(vars(args), os.environ))
         firing = api_get(client, "/alerts", {"state": "firing"}).json()
-    for line in ladder_timelines(checked.policies, firing):
+        # The steps already taken, read per policy with a firing job alert (the newest first).
+        for name in sorted({a["policy"] for a in firing if (a.get("labels") or {}).get("job_id")}):
+            actions += api_get(client, "/actions", {"policy": name, "limit": "1000"}).json()
+    for line in ladder_timelines(checked.policies, firing, actions):
         print(line)
     return 0
 

@@ -295,15 +295,17 @@ def explain(
 
     With a job and the condition's start: ``slurm:123 idle-held since 10:02: warn 11:02, warn
     11:47, cancel 12:02``; without them, relative to the start: ``when idle-held begins (T):
-    warn at T+1h, warn at T+1h45m, cancel at T+2h``. Steps already done read ``warned``; a dry
-    run's steps read ``would ...``.
+    warn at T+1h, warn at T+1h45m, cancel at T+2h``. Steps already done read ``warned`` or
+    ``cancel (done)``; a dry run's steps read ``would ...`` (``would warn (done)`` once done).
     """
     prefix = "would " if ladder.dry_run else ""
     words: list[str] = []
     for i, step in enumerate(ladder.steps):
         word = step_word(ladder, step, job_id)
-        if i < steps_done:
-            word = "warned" if step.action == "notify_owner" else f"{word} (done)"
+        if i < steps_done and step.action == "notify_owner" and not ladder.dry_run:
+            word = "warned"
+        elif i < steps_done:
+            word = f"{prefix}{word} (done)"
         else:
             word = prefix + word
         if since is None:

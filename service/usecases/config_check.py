@@ -118,13 +118,34 @@ def check_config_file(path: Path) -> CheckedConfig:
     return checked
 
 
+# The audit log's outcomes that complete a step (a failed one is tried again; a skip or a job
+# gone ends the episode without completing one).
+DONE_OUTCOMES = frozenset({"warned", "would", "reclaimed"})
+
+
+def steps_done(actions: Iterable[Mapping[str, Any]], *, alert_id: object) -> int:
+    """How many of a ladder's steps the audit log (GET /actions rows) records done in the alert
+    episode ``alert_id``: one past the highest completed step."""
+    done = [
+        int(a["step"])
+        for a in actions
+        if a.get("alert_id") == alert_id and a.get("step") is not None
+        and a.get("outcome") in DONE_OUTCOMES
+    ]  # fmt: skip
+    return max(done) + 1 if done else 0
+
+
 def ladder_timelines(
-    policies: Iterable[PolicySpec], firing: Iterable[Mapping[str, Any]] = ()
+    policies: Iterable[PolicySpec],
+    firing: Iterable[Mapping[str, Any]] = (),
+    actions: Iterable[Mapping[str, Any]] = (),
 ) -> list[str]:
     """Each ladder in words: relative to its condition's start (``when idle-held begins (T):
-    warn at T+1h, ...``), then, from live data (firing alerts as GET /alerts lists them), one
-    line per job it runs on (``slurm:123 idle-held since 10:02: warn 11:02, ...``, UTC)."""
+    warn at T+1h, ...``), then, from live data (firing alerts as GET /alerts lists them, and
+    the steps GET /actions records), one line per job it runs on (``slurm:123 idle-held since
+    10:02: warned 11:02, warn 11:47, cancel 12:02``, UTC)."""
     alerts = list(firing)
+    steps = list(actions)
     lines = []
     for p in policies:
         if p.ladder is None:
@@ -136,5 +157,7 @@ def ladder_timelines(
             if a.get("policy") != p.name or not job:
                 continue
             since = datetime.fromisoformat(str(a["active_since"]).replace("Z", "+00:00"))
-            lines.append(f"  {explain(p.ladder, condition=words, job_id=job, since=since)}")
+            done = steps_done(steps, alert_id=a.get("id"))
+            line = explain(p.ladder, condition=words, job_id=job, since=since, steps_done=done)
+            lines.append(f"  {line}")
     return lines

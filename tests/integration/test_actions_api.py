@@ -153,6 +153,16 @@ def test_steps_at_the_same_moment_page_without_loss(http, tokens, engine, clock)
     assert [a["id"] for a in first + rest] == sorted(ids, reverse=True)
 
 
+def test_a_step_recorded_this_second_is_listed_without_an_end(http, tokens, engine, clock) -> None:
+    with engine.begin() as conn:
+        actions_repo.record_action(
+            conn, at=clock(), policy="p", job_id="slurm:1", action="notify_owner",
+            outcome="warned", dry_run=False,
+        )  # fmt: skip
+    assert outcomes(get(http, tokens["reader"])) == ["warned"]
+    assert outcomes(get(http, tokens["reader"], end=iso(clock()))) == []  # end is exclusive
+
+
 def test_csv_has_the_columns_and_quotes_formulas(http, tokens, steps, engine, clock) -> None:
     with engine.begin() as conn:
         actions_repo.record_action(

@@ -175,7 +175,8 @@ def test_policies_check_live_explains_the_ladder_on_the_job(
     ladder = {"steps": STEPS, "dry_run": False}
     world.setup(ladder)
     start_job(world)
-    world.idle_for(2)
+    world.idle_for(6)  # past the first warning (T+5m)
+    assert world.actions(JOB) == [("notify_owner", "warned")]
     config = tmp_path / "gpuwarden.yaml"
     channel = {"name": "owners", "type": "webhook", "url": world.receiver.url}
     config.write_text(yaml.safe_dump({"channels": [channel], "policies": [idle_policy(ladder)]}))
@@ -187,7 +188,7 @@ def test_policies_check_live_explains_the_ladder_on_the_job(
         "idle-held-job: when idle-held begins (T): warn at T+5m, warn at T+8m, reclaim at T+12m"
     )
     assert lines[2].startswith(f"  {JOB} idle-held since ")
-    assert ": warn " in lines[2] and ", cancel " in lines[2]
+    assert ": warned " in lines[2] and ", warn " in lines[2] and ", cancel " in lines[2]
 
 
 def test_the_rest_api_takes_a_ladder_and_names_a_bad_field(http, tokens: dict[str, str]) -> None:

@@ -144,7 +144,7 @@ def test_the_timeline_in_words() -> None:
     )
     requeue = ladder(reclaim={"slurm": "requeue"}, dry_run=True)
     assert explain(requeue, condition="idle-held", job_id="slurm:9", since=T0, steps_done=1) == (
-        "slurm:9 idle-held since 10:02: warned 11:02, would warn 11:47, would requeue 12:02"
+        "slurm:9 idle-held since 10:02: would warn (done) 11:02, would warn 11:47, would requeue 12:02"
     )
     k8s = ladder(reclaim={"kubernetes": "scale_to_zero"})
     assert explain(k8s, condition="idle-held", job_id="k8s:ml/train-0", since=T0).endswith(
@@ -157,7 +157,7 @@ def test_policies_check_explains_each_ladder_relative_and_on_live_jobs() -> None
 
     policy = parse_policy(POLICY | {"ladder": PRINCETON})
     plain = parse_policy(POLICY | {"name": "no-ladder"})
-    firing = [
+    firing: list[dict[str, Any]] = [
         {"policy": "idle", "labels": {"job_id": "slurm:123"}, "active_since": "2026-12-02T10:02:00Z"},
         {"policy": "idle", "labels": {"node": "n1"}, "active_since": "2026-12-02T10:02:00Z"},
         {"policy": "other", "labels": {"job_id": "slurm:9"}, "active_since": "2026-12-02T10:02:00Z"},
@@ -166,3 +166,19 @@ def test_policies_check_explains_each_ladder_relative_and_on_live_jobs() -> None
         "idle: when idle-held begins (T): warn at T+1h, warn at T+1h45m, reclaim at T+2h",
         "  slurm:123 idle-held since 10:02: warn 11:02, warn 11:47, cancel 12:02",
     ]
+    # The audit log's steps of this episode (alert 7) mark theirs done; a failed try, a skip and
+    # another episode's step do not.
+    firing[0]["id"] = 7
+    actions: list[dict[str, Any]] = [
+        {"alert_id": 7, "step": 0, "outcome": "warned"},
+        {"alert_id": 7, "step": 1, "outcome": "failed"},
+        {"alert_id": 7, "step": None, "outcome": "skipped"},
+        {"alert_id": 3, "step": 2, "outcome": "reclaimed"},
+    ]
+    assert ladder_timelines([policy], firing, actions)[1] == (
+        "  slurm:123 idle-held since 10:02: warned 11:02, warn 11:47, cancel 12:02"
+    )
+    actions.append({"alert_id": 7, "step": 1, "outcome": "warned"})
+    assert ladder_timelines([policy], firing, actions)[1] == (
+        "  slurm:123 idle-held since 10:02: warned 11:02, warned 11:47, cancel 12:02"
+    )

@@ -91,7 +91,9 @@ def get_actions(
         policy=policy,
         outcome=outcome,
         since=start_at,
-        until=end_at,
+        # Without an end, no bound: a step recorded this second (or by a replica whose clock is
+        # a little ahead) is listed.
+        until=end_at if end is not None else None,
         before_id=before,
         limit=limit,
     )
