@@ -359,6 +359,9 @@ def alert_page_path(alert_id: int) -> str:
 # What a ladder step came to, as the audit log stores it: would (dry run), warned, reclaimed,
 # skipped (and why), failed (and why), gone (the job had ended).
 ACTION_OUTCOMES: tuple[str, ...] = ("would", "warned", "reclaimed", "skipped", "failed", "gone")
+# Of those, the ones that complete a step (a failed step is tried again; skipped and gone end
+# the episode without completing one).
+STEP_DONE_OUTCOMES: frozenset[str] = frozenset({"would", "warned", "reclaimed"})
 
 JOB_SOURCE_TEXT: dict[str, str] = {
     "api": "registered by its scheduler or the API",

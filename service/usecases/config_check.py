@@ -26,6 +26,7 @@ from service.thresholds.policy import (
     parse_channel,
     parse_policy,
 )
+from service.vocabulary import STEP_DONE_OUTCOMES
 
 T = TypeVar("T")
 
@@ -118,11 +119,6 @@ def check_config_file(path: Path) -> CheckedConfig:
     return checked
 
 
-# The audit log's outcomes that complete a step (a failed one is tried again; a skip or a job
-# gone ends the episode without completing one).
-DONE_OUTCOMES = frozenset({"warned", "would", "reclaimed"})
-
-
 def steps_done(actions: Iterable[Mapping[str, Any]], *, alert_id: object) -> int:
     """How many of a ladder's steps the audit log (GET /actions rows) records done in the alert
     episode ``alert_id``: one past the highest completed step."""
@@ -130,7 +126,7 @@ def steps_done(actions: Iterable[Mapping[str, Any]], *, alert_id: object) -> int
         int(a["step"])
         for a in actions
         if a.get("alert_id") == alert_id and a.get("step") is not None
-        and a.get("outcome") in DONE_OUTCOMES
+        and a.get("outcome") in STEP_DONE_OUTCOMES
     ]  # fmt: skip
     return max(done) + 1 if done else 0
 

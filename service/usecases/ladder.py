@@ -43,6 +43,7 @@ from service.thresholds.ladder import (
 from service.thresholds.policy import PolicySpec, condition_words
 from service.usecases.evaluation import Alerting, notification, verdict_by_job
 from service.usecases.notices import OwnerPart, ladder_owner_part
+from service.vocabulary import STEP_DONE_OUTCOMES
 
 log = logging.getLogger(__name__)
 
@@ -634,7 +635,7 @@ def _reclaim_outcome(
     detail = res.detail
     if resumed and outcome == "gone":
         detail += " (an earlier attempt was interrupted: it most likely freed the job)"
-    done = outcome in ("reclaimed", "would")
+    done = outcome in STEP_DONE_OUTCOMES  # a reclaim comes to reclaimed or would
     rows = turn.notice_rows(outcome=outcome) if done else []
     owner = turn.owner_part(outcome=outcome) if done else None
     with turn.ctx.engine.begin() as conn:
