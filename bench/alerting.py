@@ -28,10 +28,10 @@ from service.db import partitions, policies_repo, tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import gpus, job_gpus, jobs, nodes, samples
-from service.scheduler import partitions_once
 from service.settings import Settings
 from service.thresholds.policy import PolicySpec
 from service.usecases.evaluation import StateCache, evaluate_once
+from service.usecases.upkeep import partitions_once
 from tests.receivers import Receiver
 from tests.support import live_server, make_batch
 

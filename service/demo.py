@@ -21,8 +21,8 @@ from service.clock import Clock
 from service.collectors.simulated import SimulatedBackend
 from service.context import ServiceContext
 from service.db import jobs_repo
-from service.scheduler import rollup_once
 from service.usecases.evaluation import evaluate_once
+from service.usecases.upkeep import rollup_once
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from sqlalchemy import Engine
 from service.actions.base import ReclaimDriver, ReclaimResult, ReclaimTarget
 from service.context import ServiceContext
 from service.db import actions_repo, policies_repo
-from service.scheduler import rollup_once
-from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import parse_channel, parse_policy
 from service.usecases.evaluation import evaluate_once
 from service.usecases.ladder import LadderRoundResult, ladder_once
+from service.usecases.outbox import Dispatcher
+from service.usecases.upkeep import rollup_once
 from tests.integration.cost_data import GIB, store_series
 from tests.receivers import Receiver
 from tests.support import FakeClock

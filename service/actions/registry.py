@@ -12,11 +12,11 @@ from service.actions.base import ReclaimDriver
 from service.actions.kubernetes import KubernetesDriver
 from service.actions.slurm import SlurmDriver
 from service.actions.webhook import WebhookDriver
+from service.notify.egress import egress_from
+from service.notify.pinned import make_client
+from service.notify.urlsafety import Resolver, parse_allow_nets, system_resolver
 from service.settings import Settings
-from service.thresholds.notify.egress import egress_from
-from service.thresholds.notify.outbox import make_client
 from service.thresholds.policy import ChannelSpec
-from service.thresholds.urlsafety import Resolver, parse_allow_nets, system_resolver
 
 ACTION_WEBHOOK = "action-webhook"  # the channel name its messages and audit rows carry
 

@@ -24,8 +24,8 @@ from service.actions.base import ReclaimResult, ReclaimTarget
 from service.clock import Clock, utc_now
 from service.delivery import Refusal, refusal, rfc3339
 from service.errors import DeliveryError, ValidationFailed
-from service.thresholds.notify.base import dumps, post_json
-from service.thresholds.notify.webhook import signature_headers
+from service.notify.base import dumps, post_json
+from service.notify.webhook import signature_headers
 from service.thresholds.policy import ChannelSpec
 
 ACTION_TYPE = "action.reclaim"

@@ -57,11 +57,12 @@ from service.errors import (
     WardenError,
 )
 from service.reads import ReadRouter
-from service.scheduler import partitions_once, start_scheduler
+from service.scheduler import start_scheduler
 from service.settings import Settings
 from service.telemetry import Telemetry
 from service.usecases.evaluation import load_config as load_alerting_config
 from service.usecases.fleet import WastedTodayCache
+from service.usecases.upkeep import partitions_once
 
 log = logging.getLogger(__name__)
 

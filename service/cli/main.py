@@ -171,7 +171,7 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
     """Validate a YAML config file (policies, channels, prices); exit 1 naming the bad field."""
     from pathlib import Path
 
-    from service.thresholds.urlsafety import check_url, parse_allow_nets
+    from service.notify.urlsafety import check_url, parse_allow_nets
     from service.usecases.config_check import check_config_file, ladder_timelines
 
     checked = check_config_file(Path(args.file))

@@ -26,6 +26,15 @@ from service.db.leader import LeaderLock
 from service.db.metrics_repo import node_last_seen
 from service.db.set_aside import SetAside
 from service.errors import ConfigError, ValidationFailed
+from service.notify import Notification
+from service.notify.message import owner_notice_of
+from service.notify.urlsafety import (
+    HostDoesNotResolve,
+    Resolver,
+    check_url,
+    parse_allow_nets,
+    system_resolver,
+)
 from service.settings import load_config_file
 from service.thresholds.evaluator import (
     AlertState,
@@ -37,9 +46,6 @@ from service.thresholds.evaluator import (
     observe_silence,
     route,
 )
-from service.thresholds.notify import Notification
-from service.thresholds.notify.message import owner_notice_of
-from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.owners import Addressee, parse_owners_section
 from service.thresholds.policy import (
     OWNER_CHANNEL,
@@ -48,15 +54,9 @@ from service.thresholds.policy import (
     cause_of_metric,
     parse_config,
 )
-from service.thresholds.urlsafety import (
-    HostDoesNotResolve,
-    Resolver,
-    check_url,
-    parse_allow_nets,
-    system_resolver,
-)
 from service.usecases.cost_report import job_verdict
 from service.usecases.notices import queue_owner_notice, resolve_many
+from service.usecases.outbox import Dispatcher
 from service.vocabulary import alert_page_path, job_path
 
 log = logging.getLogger(__name__)

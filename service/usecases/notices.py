@@ -26,16 +26,16 @@ from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, owners_repo, policies_repo
-from service.thresholds.ladder import JobFacts, step_word
-from service.thresholds.notify import Notification
-from service.thresholds.notify.lookup import run_lookup
-from service.thresholds.notify.message import (
+from service.notify import Notification
+from service.notify.lookup import run_lookup
+from service.notify.message import (
     Envelope,
     Message,
     OwnerNotice,
     owner_notice_of,
     render_owner_notice,
 )
+from service.thresholds.ladder import JobFacts, step_word
 from service.thresholds.owners import (
     ADMINS,
     Addressee,

@@ -28,9 +28,9 @@ from service.costs.report_render import Rendered, render
 from service.db import outbox_repo, policies_repo, reports_repo
 from service.db.leader import LeaderLock
 from service.errors import Conflict, NotFound, ValidationFailed
+from service.notify.message import Message
+from service.notify.slack import TEXT_MAX
 from service.settings import Settings
-from service.thresholds.notify.message import Message
-from service.thresholds.notify.slack import TEXT_MAX
 from service.thresholds.owners import ADMINS, Addressee
 from service.usecases import notices
 from service.usecases.cost_report import cost_report

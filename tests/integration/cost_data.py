@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from service import ingest as ingest_service
 from service.context import ServiceContext
 from service.costs.integrals import Thresholds
 from service.db import rollup_repo
 from service.settings import Settings
+from service.usecases import ingest as ingest_service
 from service.wire import IngestBatch
 from tests.support import FakeClock, iso
 

@@ -10,9 +10,9 @@ from sqlalchemy import Connection, select
 from standardwebhooks.webhooks import Webhook
 
 from service.db.schema import outbox
-from service.thresholds.notify.outbox import Dispatcher
 from service.thresholds.policy import parse_policy
 from service.usecases.evaluation import evaluate_once
+from service.usecases.outbox import Dispatcher
 from tests.alerting_support import SECRET, add_job, add_price, auth, ingest, low_sm_policy
 from tests.receivers import Receiver
 from tests.support import FakeClock, iso
@@ -134,7 +134,7 @@ def test_job_alert_fires_notifies_signed_and_resolves(
         )
         add_job(engine, "slurm:42", ("GPU-a0", "GPU-a1"), started_at=start)
         add_price(engine, "*H100*", 4.0, start)
-        from service.scheduler import rollup_once
+        from service.usecases.upkeep import rollup_once
 
         rollup_once(ctx)
         first = evaluate_once(ctx)
@@ -335,7 +335,7 @@ def test_config_file_policies_load_at_start_and_resync(engine, tmp_path, monkeyp
 def test_long_windows_read_minute_rollups(
     app, http: httpx.Client, tokens, clock: FakeClock
 ) -> None:
-    from service.scheduler import rollup_once
+    from service.usecases.upkeep import rollup_once
 
     ctx = app.state.ctx
     admin = auth(tokens["admin"])

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import yaml
 
-from service.scheduler import rollup_once
 from service.usecases.evaluation import evaluate_once
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, auth, ingest
 from tests.support import FakeClock, make_batch
 

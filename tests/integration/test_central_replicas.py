@@ -12,8 +12,9 @@ from sqlalchemy import Engine, func, select, text
 from service.api.app import create_app
 from service.db.leader import job_lock_key
 from service.db.schema import rollup_1m, rollup_dirty, samples
-from service.scheduler import one_replica_at_a_time, rollup_once, run_job
+from service.scheduler import one_replica_at_a_time, run_job
 from service.settings import Settings
+from service.usecases.upkeep import rollup_once
 from tests.conftest import make_token
 from tests.support import FakeClock, live_server, make_batch
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, auth
 from tests.support import FakeClock, make_batch
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import httpx
 
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.support import FakeClock, iso, make_batch
 
 

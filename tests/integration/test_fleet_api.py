@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import insert, select
 
 from service.db.schema import gpus, prices
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, auth, ingest
 from tests.conftest import make_token
 from tests.support import FakeClock, make_batch

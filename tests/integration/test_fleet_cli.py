@@ -9,7 +9,7 @@ import pytest
 
 from service.cli import fleet
 from service.cli.main import main
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.support import FakeClock, iso, make_batch
 
 

@@ -23,8 +23,8 @@ import pytest
 
 from service.costs.tenants import SplitRule
 from service.diagnosis import WASTE_CAUSES
-from service.scheduler import observed_jobs_once, rollup_once
 from service.settings import Settings
+from service.usecases.upkeep import observed_jobs_once, rollup_once
 from tests.conftest import make_token
 from tests.support import FakeClock
 

@@ -17,7 +17,7 @@ import pytest
 from service.costs.integrals import Integrals, Thresholds, integrate, point_of
 from service.costs.recommend import FixAssumptions, fix_fraction
 from service.diagnosis import WASTE_CAUSES, Cause
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.conftest import make_token
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"

@@ -41,7 +41,7 @@ def test_a_gpu_seen_from_a_new_node_moves_there_with_its_other_gpus_stored(
     clock.advance(600)
     node_b = auth(make_token(engine, "agent", "node-b"))
     batch = make_batch(hostname="node-b", gpu_uuids=("GPU-b0", "GPU-a0"), start=clock(), count=2)
-    with caplog.at_level(logging.WARNING, logger="service.ingest"):
+    with caplog.at_level(logging.WARNING, logger="service.usecases.ingest"):
         r = http.post("/api/v1/ingest", json=batch, headers=node_b)
     assert r.status_code == 200, r.text
     body = r.json()

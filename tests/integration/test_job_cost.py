@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import insert
 
 from service.db.schema import prices
-from service.scheduler import rollup_once
 from service.usecases.cost_report import job_waste_usd
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, auth, ingest
 from tests.receivers import Receiver
 from tests.support import FakeClock
@@ -59,7 +59,7 @@ def test_waste_usd_uses_most_specific_latest_price(
 
 
 def test_secrets_stay_out_of_logs_and_errors(app, http: httpx.Client, tokens, caplog) -> None:
-    from service.thresholds.notify.outbox import Dispatcher
+    from service.usecases.outbox import Dispatcher
 
     app.state.ctx.settings.webhook_allow_nets = "127.0.0.0/8"
     receiver = Receiver(script=[(500, {})])

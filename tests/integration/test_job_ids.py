@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from service.cli.main import main
-from service.scheduler import rollup_once
-from service.thresholds.notify import alertmanager, slack
-from service.thresholds.notify.base import Notification
-from service.thresholds.notify.outbox import Dispatcher
+from service.notify import alertmanager, slack
+from service.notify.base import Notification
 from service.usecases.evaluation import evaluate_once
+from service.usecases.outbox import Dispatcher
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import SECRET, add_price, auth, ingest, low_sm_policy
 from tests.receivers import Receiver
 from tests.support import FakeClock, iso

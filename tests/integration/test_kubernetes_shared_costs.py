@@ -18,7 +18,6 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
-from service import ingest as ingest_service
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.batch import build_batch
 from service.collectors.dcgm_exporter import DcgmExporterBackend
@@ -31,6 +30,7 @@ from service.db import observed_jobs_repo, rollup_repo
 from service.db.schema import gpu_processes, job_gpus, prices, samples, tenant_1m
 from service.diagnosis import Cause
 from service.settings import Settings
+from service.usecases import ingest as ingest_service
 from service.usecases.cost_report import cost_report
 from service.wire import IngestBatch
 from tests.fake_nvml import FakeGpu

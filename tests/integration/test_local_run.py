@@ -22,8 +22,8 @@ from service.launcher import (
     start_local_sink,
 )
 from service.localrun import LocalRun, find_running, record_running, resolve_database
+from service.notify.urlsafety import check_url
 from service.settings import Settings
-from service.thresholds.urlsafety import check_url
 
 WANTED = {
     "agent": ("agent", "gpuwarden up: local agent", "vm"),

@@ -21,12 +21,12 @@ import httpx
 import pytest
 
 from service.errors import ConfigError, ValidationFailed
-from service.thresholds.notify import Notification
-from service.thresholds.notify.outbox import Dispatcher
-from service.thresholds.notify.pinned import PinnedTransport
+from service.notify import Notification
+from service.notify.pinned import PinnedTransport
+from service.notify.urlsafety import parse_allow_nets
 from service.thresholds.policy import ChannelSpec
-from service.thresholds.urlsafety import parse_allow_nets
 from service.usecases.evaluation import load_config
+from service.usecases.outbox import Dispatcher
 from tests.receivers import Receiver
 from tests.support import self_signed_cert
 

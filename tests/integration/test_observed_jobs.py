@@ -10,8 +10,8 @@ from sqlalchemy import Engine, insert, select
 
 from service.api.app import create_app
 from service.db.schema import job_gpus, jobs
-from service.scheduler import observed_jobs_once
 from service.settings import Settings
+from service.usecases.upkeep import observed_jobs_once
 from tests.support import FakeClock, iso, make_batch
 
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from service import ingest as ingest_service
 from service.context import ServiceContext
 from service.db import gpus_repo, metrics_repo, windows_repo
 from service.db.schema import alerts, gpus
 from service.exposition.fleet import fleet_families
 from service.settings import Settings
+from service.usecases import ingest as ingest_service
 from service.usecases.cost_report import cost_report
 from service.usecases.evaluation import evaluate_once, load_config
 from service.wire import IngestBatch

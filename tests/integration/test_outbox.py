@@ -17,11 +17,11 @@ from sqlalchemy import select, text
 from service.db import outbox_repo, policies_repo
 from service.db.schema import outbox
 from service.errors import ValidationFailed
-from service.thresholds.notify import Notification
-from service.thresholds.notify.egress import egress_from
-from service.thresholds.notify.outbox import Dispatcher
-from service.thresholds.notify.pinned import PinnedTransport
+from service.notify import Notification
+from service.notify.egress import egress_from
+from service.notify.pinned import PinnedTransport
 from service.thresholds.policy import ChannelSpec
+from service.usecases.outbox import Dispatcher
 from tests.alerting_support import running_service
 from tests.receivers import ForwardProxy, Receiver
 from tests.support import FakeClock, self_signed_cert

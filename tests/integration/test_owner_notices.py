@@ -19,13 +19,13 @@ from sqlalchemy import select
 
 from service.db import notices_repo, policies_repo
 from service.db.schema import outbox
-from service.scheduler import rollup_once
-from service.thresholds.notify.message import Message, OwnerNotice, render_owner_notice
-from service.thresholds.notify.outbox import Dispatcher
+from service.notify.message import Message, OwnerNotice, render_owner_notice
 from service.thresholds.owners import Addressee, OwnerEntry
 from service.thresholds.policy import parse_channel
 from service.usecases import notices
 from service.usecases.evaluation import evaluate_once
+from service.usecases.outbox import Dispatcher
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, add_price, auth, ingest, low_sm_policy
 from tests.receivers import Receiver
 from tests.smtp_support import SmtpServer

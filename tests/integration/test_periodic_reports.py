@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select
 from service.api.app import create_app
 from service.db.schema import outbox, report_sends
 from service.settings import Settings
-from service.thresholds.notify.outbox import Dispatcher
+from service.usecases.outbox import Dispatcher
 from service.usecases.periodic_reports import reports_once
 from tests.alerting_support import wait_until
 from tests.conftest import make_token

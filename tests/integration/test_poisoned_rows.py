@@ -17,8 +17,8 @@ import httpx
 from sqlalchemy import Engine, func, select, update
 
 from service.db.schema import gpus, rollup_1m, rollup_dirty, samples
-from service.scheduler import retention_once, rollup_once
 from service.usecases.evaluation import evaluate_once
+from service.usecases.upkeep import retention_once, rollup_once
 from tests.support import FakeClock, make_batch
 
 HUGE = 1.797e308  # finite, and two of them overflow any sum

@@ -15,8 +15,8 @@ from service.db.engine import make_engine
 from service.db.migrate import check_at_head, upgrade
 from service.db.schema import rollup_1h, rollup_1m, samples
 from service.errors import SchemaOutOfDate
-from service.scheduler import partitions_once, retention_once, rollup_once
 from service.settings import Settings
+from service.usecases.upkeep import partitions_once, retention_once, rollup_once
 from tests.support import FakeClock, live_server, make_batch
 
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from service.db.schema import rollup_1h, rollup_1m, rollup_dirty
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.support import FakeClock, make_batch
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.scheduler import rollup_once
+from service.usecases.upkeep import rollup_once
 from tests.support import FakeClock, iso, make_batch
 
 # A Kubernetes id with the characters that end a path segment, a query or a fragment.

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert
 
-from service import ingest as ingest_service
 from service.context import ServiceContext
 from service.costs.integrals import Thresholds
 from service.costs.tenants import SplitRule
 from service.db import rollup_repo
 from service.db.schema import prices
 from service.settings import Settings
+from service.usecases import ingest as ingest_service
 from service.usecases.cost_report import cost_report
 from service.wire import IngestBatch
 from tests.support import FakeClock

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
-from service import ingest as ingest_service
 from service.context import ServiceContext
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
 from service.costs.prices import PriceRow, price_lookup
@@ -33,6 +32,7 @@ from service.db.schema import (
 )
 from service.settings import Settings
 from service.usecases import cost_report
+from service.usecases import ingest as ingest_service
 from service.wire import IngestBatch
 from tests.conftest import empty_engine
 from tests.support import FakeClock, iso

@@ -22,8 +22,8 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from service.thresholds.notify import Notification
-from service.thresholds.notify.webhook import WebhookNotifier
+from service.notify import Notification
+from service.notify.webhook import WebhookNotifier
 from service.thresholds.policy import ChannelSpec
 from tests.receivers import Received, Receiver
 

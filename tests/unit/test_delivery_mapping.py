@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from service.delivery import Action, RetryPolicy, decide
-from service.thresholds.notify.email import http_status_of
-from service.thresholds.notify.slack_dm import status_of_error
+from service.notify.email import http_status_of
+from service.notify.slack_dm import status_of_error
 
 
 def _action(status: int | None, failures: int = 0) -> Action:

@@ -9,9 +9,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from service.errors import ValidationFailed
-from service.thresholds.backoff import RateLimiter
-from service.thresholds.notify import Notification, alertmanager, slack, webhook
-from service.thresholds.urlsafety import check_url, parse_allow_nets
+from service.notify import Notification, alertmanager, slack, webhook
+from service.notify.ratelimit import RateLimiter
+from service.notify.urlsafety import check_url, parse_allow_nets
 from service.vocabulary import ALERT_LABELS
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from service.errors import ValidationFailed
-from service.thresholds.notify.egress import Egress, bypasses, egress_from
+from service.notify.egress import Egress, bypasses, egress_from
 
 HOOK = httpx.URL("https://hooks.slack.com/services/T/B/X")
 PLAIN = httpx.URL("http://hooks.example.com/x")

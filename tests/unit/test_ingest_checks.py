@@ -8,7 +8,7 @@ import pytest
 
 from service.db.ingest_repo import dirty_range
 from service.errors import Forbidden, ValidationFailed
-from service.ingest import check_node, check_times, parse_batch
+from service.usecases.ingest import check_node, check_times, parse_batch
 from tests.support import make_batch
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.thresholds.notify import alertmanager, slack, webhook
-from service.thresholds.notify.base import Notification
+from service.notify import alertmanager, slack, webhook
+from service.notify.base import Notification
 
 
 def note(**verdict: object) -> Notification:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from service.thresholds.notify.message import OwnerNotice, render_owner_notice
+from service.notify.message import OwnerNotice, render_owner_notice
 from service.thresholds.owners import parse_owners_section
 from service.thresholds.policy import parse_channel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.errors import ValidationFailed
-from service.thresholds.urlsafety import (
+from service.notify.urlsafety import (
     HostDoesNotResolve,
     Resolver,
     check_url,

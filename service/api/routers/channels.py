@@ -12,10 +12,10 @@ from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.schemas.alerting import ChannelPublic, ChannelTestResult
 from service.db import policies_repo
 from service.errors import DeliveryError
-from service.thresholds.notify import Notification
-from service.thresholds.notify.outbox import Dispatcher
+from service.notify import Notification
+from service.notify.urlsafety import check_url, parse_allow_nets
 from service.thresholds.policy import parse_channel
-from service.thresholds.urlsafety import check_url, parse_allow_nets
+from service.usecases.outbox import Dispatcher
 
 router = APIRouter(prefix="/channels", tags=["alerting"])
 

@@ -11,11 +11,11 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from service import ingest as ingest_service
 from service.api.deps import Agent, Ctx
 from service.context import ServiceContext
 from service.db.tokens_repo import TokenInfo
 from service.errors import Unavailable, ValidationFailed, WardenError
+from service.usecases import ingest as ingest_service
 from service.wire import IngestBatch, IngestResult
 
 router = APIRouter(tags=["ingest"])

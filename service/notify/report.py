@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 from service.clock import utc_now
 from service.errors import ValidationFailed
-from service.thresholds.notify.base import dumps, iso, post_json
-from service.thresholds.notify.webhook import signature_headers
+from service.notify.base import dumps, iso, post_json
+from service.notify.webhook import signature_headers
 from service.thresholds.policy import ChannelSpec
 
 

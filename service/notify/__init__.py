@@ -7,14 +7,14 @@ from typing import Protocol
 import httpx
 
 from service.errors import ValidationFailed
+from service.notify.alertmanager import AlertmanagerNotifier
+from service.notify.base import Notification, Notifier
+from service.notify.email import EmailNotifier
+from service.notify.message import Envelope
+from service.notify.slack import SlackNotifier
+from service.notify.slack_dm import SlackDMNotifier
+from service.notify.webhook import WebhookNotifier
 from service.settings import Settings
-from service.thresholds.notify.alertmanager import AlertmanagerNotifier
-from service.thresholds.notify.base import Notification, Notifier
-from service.thresholds.notify.email import EmailNotifier
-from service.thresholds.notify.message import Envelope
-from service.thresholds.notify.slack import SlackNotifier
-from service.thresholds.notify.slack_dm import SlackDMNotifier
-from service.thresholds.notify.webhook import WebhookNotifier
 from service.thresholds.policy import ChannelSpec
 
 __all__ = ["MessageNotifier", "Notification", "Notifier", "notifier_for", "send_envelope"]

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from service.delivery import rfc3339
-from service.thresholds.notify.base import Notification
-from service.thresholds.notify.slack import (
+from service.notify.base import Notification
+from service.notify.slack import (
     FIELD_MAX,
     HEADER_MAX,
     SECTION_MAX,

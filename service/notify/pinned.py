@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from service.thresholds.notify.egress import Egress
-from service.thresholds.urlsafety import (
+from service.delivery import quiet_http_logs
+from service.notify.egress import Egress
+from service.notify.urlsafety import (
     IPNetwork,
     Resolver,
     resolve_checked,
@@ -111,3 +112,26 @@ class PinnedTransport(httpx.BaseTransport):
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.close()
+
+
+def make_client(
+    timeout_seconds: float,
+    allow_nets: Callable[[], Sequence[IPNetwork]],
+    *,
+    resolver: Resolver = system_resolver,
+    admit_url: str | None = None,
+    egress: Egress | None = None,
+) -> httpx.Client:
+    """The HTTP client notifiers use: bounded timeout, redirects never followed, and every
+    connection made to an address that was resolved and checked for that very request."""
+    quiet_http_logs()  # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret
+    return httpx.Client(
+        timeout=timeout_seconds,
+        follow_redirects=False,
+        # Proxies come from GPUWARDEN_NOTIFY_PROXY_URL or the environment through ``egress``,
+        # after the URL's host is checked, never from httpx reading the environment itself.
+        trust_env=False,
+        transport=PinnedTransport(
+            allow_nets, resolver=resolver, admit_url=admit_url, egress=egress
+        ),
+    )

@@ -9,7 +9,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from service.clock import Clock, utc_now
-from service.thresholds.notify.base import Notification, dumps, iso, post_json
+from service.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
 
 

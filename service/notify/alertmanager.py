@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from service.thresholds.notify.base import Notification, dumps, iso, post_json
+from service.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
 
 

@@ -16,9 +16,9 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
 from service.errors import DeliveryError, ValidationFailed
+from service.notify.base import Notification
+from service.notify.message import Envelope, Message, message_of_notification
 from service.settings import Settings
-from service.thresholds.notify.base import Notification
-from service.thresholds.notify.message import Envelope, Message, message_of_notification
 from service.thresholds.policy import ChannelSpec
 
 CREDENTIAL_CODES = (530, 534, 535)

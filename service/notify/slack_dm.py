@@ -12,8 +12,8 @@ import json
 import httpx
 
 from service.errors import DeliveryError, ValidationFailed
-from service.thresholds.notify.base import Notification, dumps, post_json
-from service.thresholds.notify.message import Envelope, message_of_notification
+from service.notify.base import Notification, dumps, post_json
+from service.notify.message import Envelope, message_of_notification
 from service.thresholds.policy import ChannelSpec
 
 CREDENTIAL_ERRORS = frozenset(

@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -32,52 +32,28 @@ from service.delivery import (
     RetryPolicy,
     decide,
     parse_retry_after,
-    quiet_http_logs,
 )
 from service.errors import DeliveryError, ValidationFailed
-from service.thresholds.backoff import RateLimiter
-from service.thresholds.notify import Notification, notifier_for, send_envelope
-from service.thresholds.notify.egress import Egress, egress_from
-from service.thresholds.notify.message import Envelope, is_envelope
-from service.thresholds.notify.pinned import PinnedTransport
-from service.thresholds.notify.report import ReportMessage, is_report, send_report
-from service.thresholds.policy import ChannelSpec
-from service.thresholds.urlsafety import (
+from service.notify import Notification, notifier_for, send_envelope
+from service.notify.egress import egress_from
+from service.notify.message import Envelope, is_envelope
+from service.notify.pinned import make_client
+from service.notify.ratelimit import RateLimiter
+from service.notify.report import ReportMessage, is_report, send_report
+from service.notify.urlsafety import (
     IPNetwork,
     Resolver,
     check_url,
     parse_allow_nets,
     system_resolver,
 )
+from service.thresholds.policy import ChannelSpec
 
 log = logging.getLogger(__name__)
 
 KEEP_DAYS = 7  # sent and failed deliveries are kept this long for inspection
 PRUNE_EVERY_SECONDS = 3600.0
 RETRY_POLICY = RetryPolicy(base_seconds=2.0, cap_seconds=600.0)
-
-
-def make_client(
-    timeout_seconds: float,
-    allow_nets: Callable[[], Sequence[IPNetwork]],
-    *,
-    resolver: Resolver = system_resolver,
-    admit_url: str | None = None,
-    egress: Egress | None = None,
-) -> httpx.Client:
-    """The HTTP client notifiers use: bounded timeout, redirects never followed, and every
-    connection made to an address that was resolved and checked for that very request."""
-    quiet_http_logs()  # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret
-    return httpx.Client(
-        timeout=timeout_seconds,
-        follow_redirects=False,
-        # Proxies come from GPUWARDEN_NOTIFY_PROXY_URL or the environment through ``egress``,
-        # after the URL's host is checked, never from httpx reading the environment itself.
-        trust_env=False,
-        transport=PinnedTransport(
-            allow_nets, resolver=resolver, admit_url=admit_url, egress=egress
-        ),
-    )
 
 
 class Dispatcher:

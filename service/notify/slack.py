@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from service.thresholds.notify.base import Notification, dumps, iso, post_json
+from service.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
 from service.vocabulary import ALERT_LABELS
 
 if TYPE_CHECKING:
-    from service.thresholds.notify.message import Envelope
+    from service.notify.message import Envelope
 
 # Slack's documented limits: header text 150 chars, section text 3000, at most 10 fields of
 # 2000 chars each, 50 blocks; top-level text is truncated past 40,000 (we keep it short).
