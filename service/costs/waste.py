@@ -12,12 +12,11 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
+from service.core.buckets import HOUR, MINUTE, ceil_to, floor_to
 from service.costs.integrals import CAUSE_FIELDS, Integrals
 from service.diagnosis import Cause
 
 UNALLOCATED = "__unallocated__"
-HOUR = timedelta(hours=1)
-MINUTE = timedelta(minutes=1)
 
 
 @dataclass(slots=True)
@@ -117,17 +116,6 @@ def segment_gpu(
     return out
 
 
-def _ceil(ts: datetime, step: timedelta) -> datetime:
-    floor = _floor(ts, step)
-    return floor if floor == ts else floor + step
-
-
-def _floor(ts: datetime, step: timedelta) -> datetime:
-    epoch = ts.timestamp()
-    size = step.total_seconds()
-    return ts - timedelta(seconds=epoch % size)
-
-
 @dataclass(frozen=True, slots=True)
 class Read:
     """One part of a span: ``sign`` x the ``1h`` or ``1m`` buckets, or the ``raw`` samples,
@@ -144,7 +132,7 @@ def _partial_hour(lo: datetime, hi: datetime) -> list[Read]:
     when that touches fewer 1m buckets (at most 30 either way)."""
     if hi - lo <= timedelta(minutes=30):
         return [Read("1m", lo, hi)]
-    hour = _floor(lo, HOUR)
+    hour = floor_to(lo, HOUR)
     out = [Read("1h", hour, hour + HOUR)]
     for a, b in ((hour, lo), (hi, hour + HOUR)):
         if a < b:
@@ -157,10 +145,10 @@ def plan_reads(start: datetime, end: datetime) -> list[Read]:
     few buckets as possible) and the seconds at the edges (raw); the signed parts add up."""
     if start >= end:
         return []
-    m0, m1 = _ceil(start, MINUTE), _floor(end, MINUTE)
+    m0, m1 = ceil_to(start, MINUTE), floor_to(end, MINUTE)
     if m0 >= m1:
         return [Read("raw", start, end)]
-    h0, h1 = _ceil(start, HOUR), _floor(end, HOUR)
+    h0, h1 = ceil_to(start, HOUR), floor_to(end, HOUR)
     out: list[Read] = []
     if h0 <= h1:
         if h0 < h1:

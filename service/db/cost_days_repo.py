@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select
 
+from service.core.buckets import floor_day
 from service.db.schema import (
     cost_day_dirty,
     cost_gpu_1d,
@@ -19,19 +20,7 @@ from service.db.schema import (
     jobs,
 )
 
-DAY = timedelta(days=1)
 UNALLOCATED_JOB = ""  # the job_id of a GPU's time no job held
-
-
-def floor_day(ts: datetime) -> datetime:
-    """The UTC midnight at or before ``ts``."""
-    return ts.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def ceil_day(ts: datetime) -> datetime:
-    """The UTC midnight at or after ``ts``."""
-    floor = floor_day(ts)
-    return floor if floor == ts else floor + DAY
 
 
 def _utc(value: Any) -> datetime:

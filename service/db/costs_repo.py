@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, or_, select, type_coerce
 
+from service.core.buckets import HOUR, ceil_minute, ceil_to, floor_hour, floor_minute
 from service.costs.waste import Allocation
 from service.db.schema import (
     gpus,
@@ -135,15 +136,6 @@ def gpu_memory_totals(conn: Connection, *, gpu_ids: Sequence[int]) -> dict[int, 
     return {gpu_id: total for gpu_id, total in conn.execute(query).all()}
 
 
-def _floor(ts: datetime, seconds: int) -> datetime:
-    return ts - timedelta(seconds=ts.timestamp() % seconds)
-
-
-def _ceil(ts: datetime, seconds: int) -> datetime:
-    floor = _floor(ts, seconds)
-    return floor if floor == ts else floor + timedelta(seconds=seconds)
-
-
 # What a smaller allocation must hold, per GPU: the most memory in use, and the busiest
 # minute's DRAM activity and PCIe / NVLink throughput (each direction).
 PEAK_METRICS = (
@@ -187,7 +179,7 @@ def peak_usage(
                 if value is not None:
                     mine[name] = max(mine.get(name, 0.0), float(value))
 
-    lo, hi = _ceil(start, 60), _floor(end, 60)
+    lo, hi = ceil_minute(start), floor_minute(end)
     done = lo
     if lo < hi:
         m = rollup_1m.c
@@ -199,7 +191,7 @@ def peak_usage(
         lasts = [v for (v,) in conn.execute(select(last).where(gpus.c.id.in_(ids))).all()]
         if lasts and all(v is not None for v in lasts):
             done = min(hi, min(_as_utc(v) for v in lasts) + timedelta(minutes=1))
-        h0, h1 = _ceil(lo, 3600), _floor(done, 3600)
+        h0, h1 = ceil_to(lo, HOUR), floor_hour(done)
         parts = [(rollup_1m, [(lo, done)])]
         if h0 < h1:
             parts = [(rollup_1h, [(h0, h1)]), (rollup_1m, [(lo, h0), (h1, done)])]

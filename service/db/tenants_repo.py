@@ -24,6 +24,7 @@ from sqlalchemy import (
     text,
 )
 
+from service.core.buckets import DAY, HOUR, MINUTE, ceil_to, floor_minute, floor_to
 from service.costs.integrals import (
     INTEGRAL_FIELDS,
     SIGNAL_METRICS,
@@ -45,8 +46,6 @@ from service.db.schema import (
     tenant_1m,
 )
 from service.db.types import UTCDateTime
-
-MINUTE = timedelta(minutes=1)
 
 
 def _intervals(
@@ -233,8 +232,6 @@ def split_part(
 
 # --- hours: tenant_1h and shared_1h, kept by the rollup job, read by reports ---------------
 
-HOUR = timedelta(hours=1)
-DAY = timedelta(days=1)
 FULL_HOUR = (1 << 60) - 1  # a shared_1h mask with every minute of the hour shared
 
 
@@ -414,26 +411,15 @@ SUM_FIELDS = ("held_seconds", *INTEGRAL_FIELDS)  # what sum_ranges returns per t
 _LEVELS = (tenant_1m, tenant_1h, tenant_1d)
 
 
-def _ceil(ts: datetime, unit: timedelta) -> datetime:
-    floor = _floor(ts, unit)
-    return floor if floor == ts else floor + unit
-
-
-def _floor(ts: datetime, unit: timedelta) -> datetime:
-    if unit == DAY:
-        return ts.replace(hour=0, minute=0, second=0, microsecond=0)
-    return ts.replace(minute=0, second=0, microsecond=0)
-
-
 def _levels(lo: datetime, hi: datetime) -> list[tuple[datetime, datetime, int]]:
     """[lo, hi) (whole minutes) as parts read from tenant_1m (0), tenant_1h (1) and
     tenant_1d (2): minutes up to the first whole hour, hours up to the first whole day, days,
     then back down."""
     lo, hi = lo.astimezone(UTC), hi.astimezone(UTC)  # hours and days are UTC's
-    h_lo, h_hi = _ceil(lo, HOUR), _floor(hi, HOUR)
+    h_lo, h_hi = ceil_to(lo, HOUR), floor_to(hi, HOUR)
     if h_lo >= h_hi:
         return [(lo, hi, 0)]
-    d_lo, d_hi = _ceil(h_lo, DAY), _floor(h_hi, DAY)
+    d_lo, d_hi = ceil_to(h_lo, DAY), floor_to(h_hi, DAY)
     if d_lo >= d_hi:
         middle = [(h_lo, h_hi, 1)]
     else:
@@ -481,10 +467,6 @@ def sum_ranges(
     return out
 
 
-def _floor_minute(ts: datetime) -> datetime:
-    return ts.replace(second=0, microsecond=0)
-
-
 def _mark(conn: Connection, gpu_id: int, buckets: set[datetime]) -> int:
     if buckets:
         bulk_insert_ignore(
@@ -523,7 +505,7 @@ def mark_shared(
     for o_start, o_end in others:
         lo = max(start, o_start, first)
         hi = min(hi_all, o_end or last, last)
-        b = _floor_minute(lo)
+        b = floor_minute(lo)
         while b <= hi:
             buckets.add(b)
             b += MINUTE
@@ -538,7 +520,7 @@ def mark_after(conn: Connection, *, gpu_ids: Sequence[int], since: datetime) -> 
     t = tenant_1m.c
     rows = conn.execute(
         select(t.gpu_id, t.bucket_start)
-        .where(t.gpu_id.in_(list(gpu_ids)), t.bucket_start >= _floor_minute(since))
+        .where(t.gpu_id.in_(list(gpu_ids)), t.bucket_start >= floor_minute(since))
         .distinct()
     ).all()
     by_gpu: dict[int, set[datetime]] = defaultdict(set)

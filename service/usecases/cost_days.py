@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine
 
+from service.core.buckets import DAY, ceil_day, floor_day
 from service.costs.waste import Summary
 from service.db import cost_days_repo, costs_repo
-from service.db.cost_days_repo import DAY, UNALLOCATED_JOB, ceil_day, floor_day
+from service.db.cost_days_repo import UNALLOCATED_JOB
 from service.settings import Settings
 from service.usecases.cost_report import attribute, effective_prices
 from service.usecases.day_sums import basis_of, held_range, stored_bounds, summary_row

@@ -17,11 +17,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from service.core.buckets import DAY, ceil_day, floor_day
 from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
 from service.costs.prices import PriceRow
 from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary
 from service.db import cost_days_repo
-from service.db.cost_days_repo import DAY, ceil_day, floor_day
 from service.db.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
 from service.diagnosis import CAUSE_NAMES

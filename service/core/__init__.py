@@ -1,0 +1,1 @@
+"""The pure core's shared vocabulary: no database, HTTP, scheduler, settings or clock."""
