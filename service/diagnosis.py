@@ -68,22 +68,36 @@ WASTE_CAUSES: tuple[Cause, ...] = (
     Cause.MEMORY_BOUND,
     Cause.COMPUTE_NO_TENSOR,
 )
+# What each cause means, in the words the console, the CLI, the policy list and docs/diagnosis.md
+# show; what to do about it is CAUSE_FIX's.
 CAUSE_MEANING: dict[Cause, str] = {
-    Cause.IDLE_EMPTY: "nothing running, nothing held: release the allocation",
-    Cause.IDLE_HELD: "nothing running, memory held (or not reported): end the process or add "
-    "an idle timeout",
-    Cause.LAUNCH_BOUND: "kernels too small to fill the SMs: CUDA graphs, torch.compile, "
+    Cause.IDLE_EMPTY: "nothing running, nothing held (allocated but unused)",
+    Cause.IDLE_HELD: "nothing running, memory held (a process listed, or more than the held "
+    "threshold) or not reported",
+    Cause.LAUNCH_BOUND: "kernels run much of the time but occupy few SMs",
+    Cause.INPUT_STARVED: "full-size kernels run only a small part of the time",
+    Cause.TRANSFER_BOUND: "host-device (or peer) copies while the SMs wait",
+    Cause.MEMORY_BOUND: "SMs busy, DRAM bandwidth near its limit",
+    Cause.COMPUTE_NO_TENSOR: "SMs busy, tensor pipes idle on a GPU that has them",
+    Cause.COMPUTE_TENSOR: "SMs busy on tensor cores (healthy)",
+    Cause.UNCLASSIFIED: "something ran, but the GPU does not report the metrics that tell which "
+    "of the above; or only the video engines (NVENC/NVDEC) were busy",
+}
+# The fix of each waste cause, as every report, alert and page names it.
+CAUSE_FIX: dict[Cause, str] = {
+    Cause.IDLE_EMPTY: "release the GPU when nothing runs (shorter allocations, end the job "
+    "when its work is done)",
+    Cause.IDLE_HELD: "end the idle process or add an idle timeout, so the GPU is released",
+    Cause.LAUNCH_BOUND: "launch fewer, larger kernels: CUDA graphs, torch.compile, operator "
     "fusion, larger batches",
-    Cause.INPUT_STARVED: "kernels run only a small part of the time: more DataLoader "
-    "workers, pinned memory, prefetch",
-    Cause.TRANSFER_BOUND: "host-device copies while the SMs wait: pinned buffers, async "
-    "copies on their own stream, keep data on the GPU",
-    Cause.MEMORY_BOUND: "DRAM bandwidth is the limit: fusion, FlashAttention-style kernels, "
-    "lower precision",
-    Cause.COMPUTE_NO_TENSOR: "busy without tensor cores: bf16/fp16 autocast or TF32",
-    Cause.COMPUTE_TENSOR: "busy on tensor cores (healthy)",
-    Cause.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why (or only "
-    "its video engines are busy)",
+    Cause.INPUT_STARVED: "feed the GPU faster: more DataLoader workers, pin_memory, "
+    "prefetching, decode on the GPU",
+    Cause.TRANSFER_BOUND: "pinned buffers, async copies on their own stream overlapping "
+    "compute, keep the data on the GPU",
+    Cause.MEMORY_BOUND: "move fewer bytes: fuse the chain of kernels (torch.compile), "
+    "FlashAttention-style kernels, a narrower dtype where the maths allows",
+    Cause.COMPUTE_NO_TENSOR: "run the matrix maths on tensor cores: bf16/fp16 autocast, or "
+    "TF32 (torch.backends.cuda.matmul.allow_tf32 = True)",
 }
 
 

@@ -160,8 +160,8 @@ class TokenGate:
 
     def lane(self, client: str, digest: str, now: float) -> str:
         """Where the lookup of a token not in the caches runs: ``auth`` (the shared auth slots)
-        for a token seen valid within KNOWN_GOOD_SECONDS or a client with failure budget left, else ``suspect`` (one
-        lookup at a time, apart from everyone else's)."""
+        for a token seen valid within KNOWN_GOOD_SECONDS or a client with failure budget left,
+        else ``suspect`` (one lookup at a time, apart from everyone else's)."""
         with self._lock:
             seen_at = self._known_good.get(digest)
             if seen_at is not None and now - seen_at < KNOWN_GOOD_SECONDS:

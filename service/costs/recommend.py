@@ -19,7 +19,7 @@ from service.costs.integrals import Integrals
 from service.costs.prices import PriceRow, mig_share, price_at
 from service.costs.recoverable import recoverable_share
 from service.costs.waste import UNALLOCATED, Summary
-from service.diagnosis import CAUSE_NAMES, Cause
+from service.diagnosis import CAUSE_FIX, CAUSE_NAMES, Cause
 
 FixKind = Literal["cause", "fewer_gpus", "mig", "pool"]
 
@@ -94,23 +94,6 @@ class Recommendation:
             "gpus": self.gpus,
             "base": self.base,
         }
-
-
-FIX_ACTIONS: dict[Cause, str] = {
-    Cause.IDLE_EMPTY: "release the GPU when nothing runs (shorter allocations, end the job "
-    "when its work is done)",
-    Cause.IDLE_HELD: "end the idle process or add an idle timeout, so the GPU is released",
-    Cause.LAUNCH_BOUND: "launch fewer, larger kernels: CUDA graphs, torch.compile, operator "
-    "fusion, larger batches",
-    Cause.INPUT_STARVED: "feed the GPU faster: more DataLoader workers, pin_memory, "
-    "prefetching, decode on the GPU",
-    Cause.TRANSFER_BOUND: "pinned buffers, async copies on their own stream overlapping "
-    "compute, keep the data on the GPU",
-    Cause.MEMORY_BOUND: "move fewer bytes: fuse the chain of kernels (torch.compile), "
-    "FlashAttention-style kernels, a narrower dtype where the maths allows",
-    Cause.COMPUTE_NO_TENSOR: "run the matrix maths on tensor cores: bf16/fp16 autocast, or "
-    "TF32 (torch.backends.cuda.matmul.allow_tf32 = True)",
-}
 
 
 def fix_fraction(
@@ -207,7 +190,7 @@ def cause_fixes(
     taken_usd = taken_usd or {}
     priced = summary.priced
     out: list[Recommendation] = []
-    for cause, action in FIX_ACTIONS.items():
+    for cause, action in CAUSE_FIX.items():
         i = int(cause) - 1
         seconds = getattr(summary.usage, f"{CAUSE_NAMES[i]}_seconds") - taken_seconds.get(
             cause, 0.0

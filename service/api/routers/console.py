@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from service.diagnosis import (
+    CAUSE_FIX,
     CAUSE_MEANING,
     CAUSES,
     STATE_MEANING,
@@ -171,10 +172,19 @@ def team_page(
 
 @router.get("/console/causes.json")
 def causes() -> JSONResponse:
-    """The causes in their canonical order, with what each means and whether it is waste."""
+    """The causes in their canonical order, with what each means, its fix and whether it is
+    waste."""
     waste = set(WASTE_CAUSES)
     return JSONResponse(
-        [{"name": c.label, "meaning": CAUSE_MEANING[c], "waste": c in waste} for c in CAUSES],
+        [
+            {
+                "name": c.label,
+                "meaning": CAUSE_MEANING[c],
+                "fix": CAUSE_FIX.get(c),
+                "waste": c in waste,
+            }
+            for c in CAUSES
+        ],
         headers={"Cache-Control": "max-age=3600"},
     )
 

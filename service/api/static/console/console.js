@@ -68,7 +68,8 @@
 
   function causeMeaning(name) {
     const c = causes.find((x) => x.name === name);
-    return c ? c.meaning : "";
+    if (!c) return "";
+    return c.fix ? `${c.meaning}; fix: ${c.fix}` : c.meaning;
   }
 
   function meter(value, kind, label) {
