@@ -69,17 +69,3 @@ def parse_duration_param(text: str) -> float:
         raise ValueError(
             f"{text!r} is not a duration: give seconds (90, 2.5) or a duration like 30s or 1h30m"
         ) from None
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest Prometheus duration for ``seconds`` ("15m", "1h30m", "45s"), ms resolution."""
-    rest = round(seconds * 1000)
-    if rest == 0:
-        return "0s"
-    out = ""
-    for unit in ("w", "d", "h", "m", "s", "ms"):
-        size = _UNITS[unit]
-        if rest >= size:
-            n, rest = divmod(rest, size)
-            out += f"{n}{unit}"
-    return out

@@ -172,11 +172,6 @@ HARDWARE_XID_MEANINGS: dict[int, str] = {
 HARDWARE_XIDS: frozenset[int] = frozenset(HARDWARE_XID_MEANINGS)
 
 
-def is_hardware_xid(code: float | None) -> bool:
-    """Whether XID ``code`` means failing hardware rather than an application error."""
-    return code is not None and int(code) in HARDWARE_XIDS
-
-
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, decide, duty_of
+from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, duty_of
 
 __all__ = [
     "CAUSE_ENERGY_FIELDS",
@@ -24,7 +24,6 @@ __all__ = [
     "Integrals",
     "Thresholds",
     "integrate",
-    "point_of",
     "stored_point",
 ]
 
@@ -114,24 +113,6 @@ def busier_pcie(values: Mapping[str, float | None]) -> float | None:
     if tx is None and rx is None:
         return None
     return max(tx or 0.0, rx or 0.0)
-
-
-def point_of(
-    ts: float,
-    values: Mapping[str, float | None],
-    thresholds: Thresholds,
-    *,
-    has_process: bool = False,
-) -> ActivityPoint:
-    """The point of a sample given by its metric values, deciding activity and cause now."""
-    d = decide(values, thresholds, has_process=has_process)
-    power = values.get("power_watts")
-    if d is None:
-        return ActivityPoint(ts, None, None, None, power)
-    return ActivityPoint(
-        ts, d.activity, int(d.rung), int(d.cause), power, duty_of(values, d.rung),
-        values.get("dram_active"), busier_pcie(values),
-    )  # fmt: skip
 
 
 @dataclass(slots=True)

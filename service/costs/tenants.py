@@ -274,23 +274,6 @@ def _add_sample(
             setattr(integ, e, getattr(integ, e) + joules)
 
 
-def split_cents(total_cents: int, weights: Mapping[str, float]) -> dict[str, int]:
-    """``total_cents`` split by ``weights`` into whole cents that add up exactly (largest
-    remainder; ties by key)."""
-    total_w = sum(max(w, 0.0) for w in weights.values())
-    if not weights:
-        return {}
-    if total_w <= 0:
-        weights = {k: 1.0 for k in weights}
-        total_w = float(len(weights))
-    exact = {k: total_cents * max(w, 0.0) / total_w for k, w in weights.items()}
-    out = {k: int(v // 1) for k, v in exact.items()}
-    left = total_cents - sum(out.values())
-    for k in sorted(exact, key=lambda k: (-(exact[k] - out[k]), k))[: max(left, 0)]:
-        out[k] += 1
-    return out
-
-
 def without_stretches(
     segments: Sequence[Segment], stretches: Sequence[tuple[datetime, datetime]]
 ) -> list[Segment]:

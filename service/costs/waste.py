@@ -269,28 +269,6 @@ def _is_lost(seg: Segment, lost_at: Mapping[int, datetime]) -> bool:
     return at is not None and seg.start >= at
 
 
-def lines_from_segments(
-    segments: Sequence[Segment],
-    usages: Sequence[Usage],
-    price_of: Callable[[Segment], float | None],
-    lost_at: Mapping[int, datetime] | None = None,
-) -> list[Line]:
-    """Attribute each segment's usage: 1/k to each of its k jobs, or all of it to no job."""
-    lost_at = lost_at or {}
-    out: list[Line] = []
-    for seg, usage in zip(segments, usages, strict=True):
-        price = price_of(seg)
-        seconds = (seg.end - seg.start).total_seconds()
-        lost = _is_lost(seg, lost_at)
-        if not seg.job_ids:
-            out.append(Line(None, seg.gpu_id, seconds, usage, price, lost))
-            continue
-        share = 1.0 / len(seg.job_ids)
-        for job_id in seg.job_ids:
-            out.append(Line(job_id, seg.gpu_id, seconds * share, usage.scaled(share), price, lost))
-    return out
-
-
 # (job id or None, gpu id, USD per GPU-hour, after the GPU was lost)
 LineKey = tuple[str | None, int, float | None, bool]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, delete, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, and_, delete, insert, select, tuple_, update
 
 from service.db.schema import owners
 from service.errors import Conflict, NotFound
@@ -111,11 +111,3 @@ def sync_from_file(conn: Connection, *, entries: Sequence[OwnerEntry], now: date
     for e in entries:
         if (e.kind, e.name) not in api:  # an admin's change through the API wins
             put_owner(conn, entry=e, source="file", now=now)
-
-
-def prune_lookups(conn: Connection, *, now: datetime) -> int:
-    """Drop cached lookup answers past their time; returns how many."""
-    q = delete(owners).where(
-        owners.c.source == "lookup", or_(owners.c.expires_at.is_(None), owners.c.expires_at < now)
-    )
-    return int(conn.execute(q).rowcount or 0)

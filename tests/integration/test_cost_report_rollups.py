@@ -13,20 +13,13 @@ from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Thresholds, 
 from service.costs.money import figures
 from service.costs.prices import PriceRow
 from service.costs.recommend import FixAssumptions
-from service.costs.waste import (
-    UNALLOCATED,
-    Allocation,
-    Usage,
-    lines_from_segments,
-    plan_reads,
-    segment_gpu,
-    summarize,
-)
+from service.costs.waste import UNALLOCATED, Allocation, Usage, plan_reads, segment_gpu, summarize
 from service.db import cost_sums, jobs_repo, prices_repo
 from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
 from service.usecases import cost_report
 from tests.integration.cost_data import GIB, roll_up, store_series
+from tests.oracles import lines_from_segments
 from tests.support import FakeClock
 
 T0 = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)

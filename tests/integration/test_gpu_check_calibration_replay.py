@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from service.costs.integrals import Thresholds, integrate, point_of
+from service.costs.integrals import Thresholds, integrate
 from service.costs.recommend import FixAssumptions, cause_fix
 from service.diagnosis import Cause
 from tests.integration.test_gpu_check_live_replay import _at, _replay
+from tests.oracles import point_of
 from tests.support import FakeClock
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "docs" / "gpu-check" / "calibration"

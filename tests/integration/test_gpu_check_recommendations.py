@@ -14,11 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from service.costs.integrals import Integrals, Thresholds, integrate, point_of
+from service.costs.integrals import Integrals, Thresholds, integrate
 from service.costs.recommend import FixAssumptions, fix_fraction
 from service.diagnosis import WASTE_CAUSES, Cause
 from service.usecases.upkeep import rollup_once
 from tests.conftest import make_token
+from tests.oracles import point_of
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 PARTS = ("a", "b")

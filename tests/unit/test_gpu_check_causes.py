@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate, point_of
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.diagnosis import CAUSE_NAMES
+from tests.oracles import point_of
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 PARTS = sorted(p.name.removeprefix("causes_result_").removesuffix(".json")

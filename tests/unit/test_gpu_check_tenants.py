@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from service.costs.integrals import Thresholds, integrate, point_of
-from service.costs.tenants import SplitRule, TenantProcess, split_cents, split_stretch
+from service.costs.integrals import Thresholds, integrate
+from service.costs.tenants import SplitRule, TenantProcess, split_stretch
+from tests.oracles import point_of, split_cents
 
 CAPTURE = Path(__file__).parents[2] / "docs/gpu-check/shared/tenants_samples.jsonl"
 BUSY, STARVED, IDLE = "slurm:9101", "slurm:9102", "slurm:9103"

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from service.costs.integrals import ActivityPoint, Thresholds, integrate, point_of
+from service.costs.integrals import ActivityPoint, Thresholds, integrate
+from tests.oracles import point_of
 
 GIB = 1024**3
 T = Thresholds(max_gap_seconds=60, idle=0.05, held_bytes=GIB)

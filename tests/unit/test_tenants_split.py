@@ -11,13 +11,13 @@ from service.costs.tenants import (
     TenantProcess,
     TenantState,
     busy_shares,
-    split_cents,
     split_stretch,
     tenant_cause,
     tenant_states,
     time_shares,
 )
 from service.diagnosis import Cause, Rung
+from tests.oracles import split_cents
 
 GIB = 1024**3
 BUSY = TenantState(fb_used_bytes=2 * GIB, sm_util=0.9, has_process=True)

@@ -6,14 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.costs.integrals import (
-    INTEGRAL_FIELDS,
-    ActivityPoint,
-    Integrals,
-    Thresholds,
-    integrate,
-    point_of,
-)
+from service.costs.integrals import INTEGRAL_FIELDS, ActivityPoint, Integrals, Thresholds, integrate
 from service.costs.money import figures
 from service.costs.prices import PriceRow, change_points, price_at, specificity
 from service.costs.recommend import FixAssumptions
@@ -24,11 +17,11 @@ from service.costs.waste import (
     Summary,
     Usage,
     group_segments,
-    lines_from_segments,
     plan_reads,
     segment_gpu,
     summarize,
 )
+from tests.oracles import lines_from_segments, point_of
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 GIB = 1024**3
