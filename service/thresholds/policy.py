@@ -24,6 +24,9 @@ from service.thresholds.ladder import LadderSpec
 from service.vocabulary import LABEL_ALIASES, METRICS_BY_NAME, WHERE_LABELS, canonical_labels
 
 CAUSE_PREFIX = "cause:"
+# ``idle_held`` is ``cause:idle_held`` under its first name, kept so written policies stay valid:
+# one metric, read and described the same way under either name.
+IDLE_HELD_METRIC = "idle_held"
 
 # Metrics derived per sample from the decision stored with it at ingest, beside the canonical
 # ones: activity is the ladder (sm_active, else gr_engine_active, else gpu_util); idle_held is
@@ -34,7 +37,8 @@ CAUSE_PREFIX = "cause:"
 # replays rose, or it has fallen off the bus.
 DERIVED_METRICS: dict[str, str] = {
     "activity": "the activity ratio: sm_active, else gr_engine_active, else gpu_util",
-    "idle_held": "1 while nothing runs (no kernel, activity below idle) with memory held, else 0",
+    IDLE_HELD_METRIC: "1 while nothing runs (no kernel, activity below idle) with memory held, "
+    "else 0",
     "hardware_fault": "1 when, in the window, the GPU reported a hardware XID or a row-remap "
     "failure, its uncorrectable remapped rows or PCIe replays rose, or it is lost; else 0",
     **{f"{CAUSE_PREFIX}{c.label}": f"share of covered time that is {c.label}: {CAUSE_MEANING[c]}"
@@ -64,7 +68,9 @@ def metric_range(metric: str) -> tuple[float, float | None, str]:
 
 
 def cause_of_metric(metric: str) -> Cause | None:
-    """The cause a ``cause:<name>`` policy metric names, else None."""
+    """The cause a ``cause:<name>`` policy metric (or ``idle_held``) names, else None."""
+    if metric == IDLE_HELD_METRIC:
+        return Cause.IDLE_HELD
     if not metric.startswith(CAUSE_PREFIX):
         return None
     return CAUSE_BY_NAME.get(metric[len(CAUSE_PREFIX) :])
@@ -132,7 +138,7 @@ class PolicySpec(BaseModel):
         cause = cause_of_metric(self.metric)
         ratio = self.metric == "activity" or (spec is not None and spec.unit == "ratio")
         self._low_util = (
-            self.metric == "idle_held"
+            self.metric == IDLE_HELD_METRIC
             or (ratio and self.op in ("<", "<="))
             or (cause in WASTE_CAUSES and self.op in (">", ">="))
         )
@@ -230,8 +236,6 @@ class PolicySpec(BaseModel):
 def condition_words(policy: PolicySpec) -> str:
     """The policy's condition as a ladder's timeline names it: ``idle-held``, ``idle-empty``
     (a cause), or ``sm_active < 0.3``."""
-    if policy.metric == "idle_held":
-        return "idle-held"
     cause = cause_of_metric(policy.metric)
     if cause is not None:
         return cause.label.replace("_", "-")
