@@ -36,7 +36,7 @@ from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
 from service.exposition.fleet import GPU_LABELS, exported_name, fleet_families
 from service.exposition.render import render
 from service.settings import Settings
-from service.usecases.exposition import FleetCollector
+from service.usecases.metrics_endpoint import FleetCollector
 from service.vocabulary import METRICS
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from service.context import ServiceContext
 from service.db.engine import make_engine
 from service.db.schema import gpus, job_gpus, jobs, prices
 from service.settings import Settings
-from service.usecases.exposition import FleetCollector
+from service.usecases.metrics_endpoint import FleetCollector
 from service.vocabulary import DCGM_FIELDS
 from tests.support import FakeClock, make_batch
 

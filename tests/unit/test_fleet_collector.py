@@ -9,7 +9,7 @@ from service.context import ServiceContext
 from service.db.engine import make_engine
 from service.exposition.families import GpuFamily
 from service.settings import Settings
-from service.usecases.exposition import FleetCollector
+from service.usecases.metrics_endpoint import FleetCollector
 
 
 def test_registering_the_collector_does_not_touch_the_database(tmp_path):

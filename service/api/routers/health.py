@@ -16,7 +16,7 @@ from service.db.tokens_repo import Role
 from service.errors import SchemaOutOfDate
 from service.exposition.render import Joined, render
 from service.exposition.shards import parse_shard
-from service.usecases.exposition import FleetCollector
+from service.usecases.metrics_endpoint import FleetCollector
 
 router = APIRouter(tags=["health"])
 
