@@ -16,6 +16,7 @@ from service.costs.money import SORT_BYS, SORT_FIELDS
 from service.diagnosis import (
     CAUSE_BY_NAME,
     CAUSE_FIX,
+    CAUSE_MEANING,
     CAUSE_NAMES,
     STATE_MEANING,
     STATE_NAMES,
@@ -298,9 +299,14 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
             base = f.get("base") or f"{gpu_hours(f['seconds'])} GPU-h"
             lines.append(f"  - {money(f['saving_usd'])} {what}: {f['action']}")
             lines.append(f"      {f['saving_fraction']:.0%} of {base}, assuming {f['assumption']}")
-    elif CAUSE_BY_NAME.get(s.get("top_cause") or "") in CAUSE_FIX:  # priced nothing: its fix
-        top = s["top_cause"]
-        lines += ["", "Recommendations:", f"  - {top}: {CAUSE_FIX[CAUSE_BY_NAME[top]]}"]
+    elif CAUSE_BY_NAME.get(s.get("top_cause") or "") in CAUSE_FIX:  # priced nothing
+        top = CAUSE_BY_NAME[s["top_cause"]]
+        lines += [
+            "",
+            "Recommendations:",
+            f"  - {top.label}: {CAUSE_MEANING[top]}",
+            f"      fix: {CAUSE_FIX[top]}",
+        ]
     energy = job.get("energy")
     if energy:
         lines.append(
