@@ -45,6 +45,7 @@ from sqlalchemy import Engine, func, insert, select, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.api.app import freeze_start_up_objects
+from service.core.diagnosis import Cause, Rung
 from service.costs.integrals import INTEGRAL_FIELDS
 from service.costs.prices import PriceRow
 from service.db import cost_scratch, jobs_repo, partitions, prices_repo, tenants_repo
@@ -62,7 +63,6 @@ from service.db.schema import (
     shared_1h,
     tenant_1m,
 )
-from service.diagnosis import Cause, Rung
 from service.settings import Settings
 from service.usecases import cost_days, cost_report
 

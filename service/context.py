@@ -9,10 +9,10 @@ from datetime import date
 from sqlalchemy import Engine
 
 from service.clock import Clock, utc_now
+from service.core.diagnosis import thresholds_of
 from service.costs.integrals import Thresholds
 from service.db.ingest_repo import IngestCache
 from service.db.tokens_repo import TokenInfo
-from service.diagnosis import thresholds_of
 from service.reads import ReadRouter
 from service.settings import Settings
 from service.telemetry import Telemetry

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     metrics_keep_late_seconds: float = Field(900.0, gt=0)
     idle_threshold: float = Field(0.05, ge=0, le=1)
     held_threshold_bytes: int = Field(GIB, ge=0)
-    # The causes of a running sample (service.diagnosis.thresholds_of reads these;
+    # The causes of a running sample (service.core.diagnosis.thresholds_of reads these;
     # docs/diagnosis.md says why these values).
     # A change applies to samples stored from then on.
     cause_no_kernel_util: float = Field(0.02, ge=0, le=1)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
+from service.core.diagnosis import Thresholds, decide, duty_of
 from service.costs.integrals import ActivityPoint, busier_pcie
 from service.costs.waste import Line, Segment, Usage, _is_lost
-from service.diagnosis import Thresholds, decide, duty_of
 
 
 def point_of(

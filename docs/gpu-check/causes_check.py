@@ -34,7 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
-from service.diagnosis import Cause
+from service.core.diagnosis import Cause
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-check-out")
 PART = os.environ.get("PART", "a")

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from service.diagnosis import Thresholds, decide
+from service.core.diagnosis import Thresholds, decide
 
 revision = "0006"
 down_revision = "0005"

@@ -14,8 +14,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from service.core.diagnosis import CAUSE_NAMES, STATE_NAMES
 from service.costs.waste import GROUP_BYS
-from service.diagnosis import CAUSE_NAMES, STATE_NAMES
 from service.vocabulary import METRICS_BY_NAME
 from service.wire import IngestBatch
 

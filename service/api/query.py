@@ -10,8 +10,8 @@ from fastapi import HTTPException, Request, status
 from fastapi.routing import APIRoute
 from starlette.datastructures import QueryParams
 
+from service.core.querytime import parse_instant, parse_seconds, time_range
 from service.errors import ValidationFailed
-from service.querytime import parse_instant, parse_seconds, time_range
 
 TIME_HELP = "RFC 3339 with a zone, a date (midnight UTC), now, -1h (before now) or Unix seconds"
 SINCE_HELP = "instead of start: the last DURATION before end (1h, 7d)"

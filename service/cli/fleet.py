@@ -12,8 +12,7 @@ from service.cli.report import gpu_hours, money, terminal_console
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
 from service.clock import utc_now
-from service.costs.money import SORT_BYS, SORT_FIELDS
-from service.diagnosis import (
+from service.core.diagnosis import (
     CAUSE_BY_NAME,
     CAUSE_FIX,
     CAUSE_MEANING,
@@ -23,6 +22,7 @@ from service.diagnosis import (
     GpuState,
     causes_of_state,
 )
+from service.costs.money import SORT_BYS, SORT_FIELDS
 from service.localrun import resolve_service
 from service.vocabulary import JOB_SOURCE_TEXT, job_path
 

@@ -14,12 +14,12 @@ from service.cli.http import api_get
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
 from service.clock import utc_now
+from service.core.diagnosis import WASTE_CAUSES
+from service.core.querytime import INSTANT_FORMS, time_range
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
-from service.diagnosis import WASTE_CAUSES
 from service.errors import ValidationFailed
 from service.localrun import resolve_service
-from service.querytime import INSTANT_FORMS, time_range
 
 
 def add_report_parser(sub: Any) -> None:

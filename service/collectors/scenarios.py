@@ -14,7 +14,7 @@ SCENARIOS: tuple[str, ...] = (
     "transfer-bound",
     "no-tensor",
 )
-# The cause each scenario's samples get under the default thresholds (service.diagnosis).
+# The cause each scenario's samples get under the default thresholds (service.core.diagnosis).
 SCENARIO_CAUSES: dict[str, str] = {
     "training": "compute_tensor",
     "memory-bound": "memory_bound",

@@ -1,7 +1,7 @@
 """Per-GPU time integrals of the waste model (covered, idle, idle-held, unused seconds, and
 seconds per cause).
 
-Pure: takes samples (with the decision stored for each, see ``service.diagnosis``) and a window,
+Pure: takes samples (with the decision stored for each, see ``core.diagnosis``) and a window,
 returns numbers. Each sample stands for the time from its timestamp to the next sample's, cut
 at ``max_gap``; time no sample covers is nodata and is never counted as idle.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from service.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, duty_of
+from service.core.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, duty_of
 
 __all__ = [
     "CAUSE_ENERGY_FIELDS",

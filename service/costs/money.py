@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from service.core.diagnosis import CAUSES, IDLE_CAUSES, WASTE_CAUSES, Cause
 from service.costs.integrals import Integrals
 from service.costs.recommend import FixAssumptions, fix_fraction
 from service.costs.waste import Summary
-from service.diagnosis import CAUSES, IDLE_CAUSES, WASTE_CAUSES, Cause
 
 # What a list of groups can be sorted by (largest first); every list ranks by waste by default.
 SortBy = Literal["waste", "cost", "idle", "fixable"]

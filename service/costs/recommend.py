@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
+from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, Cause
 from service.costs.integrals import Integrals
 from service.costs.prices import PriceRow, mig_share, price_at
 from service.costs.recoverable import recoverable_share
 from service.costs.waste import UNALLOCATED, Summary
-from service.diagnosis import CAUSE_FIX, CAUSE_NAMES, Cause
 
 FixKind = Literal["cause", "fewer_gpus", "mig", "pool"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from service.core.diagnosis import Cause
 from service.costs.integrals import CAUSE_SIGNALS, Integrals
-from service.diagnosis import Cause
 
 __all__ = [
     "GPU_PEAKS",

@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from itertools import pairwise
 
+from service.core.diagnosis import IDLE_CAUSES, Cause, Rung
 from service.costs.integrals import (
     CAUSE_ENERGY_FIELDS,
     CAUSE_FIELDS,
@@ -25,7 +26,6 @@ from service.costs.integrals import (
     add_signal,
 )
 from service.costs.waste import Line, Segment, Usage
-from service.diagnosis import IDLE_CAUSES, Cause, Rung
 
 UNALLOCATED_TENANT = ""  # the key of GPU time no job held, in a shared minute
 

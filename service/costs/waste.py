@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple, get_args
 
 from service.core.buckets import HOUR, MINUTE, ceil_to, floor_to
+from service.core.diagnosis import Cause
 from service.costs.integrals import CAUSE_FIELDS, Integrals
-from service.diagnosis import Cause
 
 UNALLOCATED = "__unallocated__"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
 
+from service.core.diagnosis import Cause, Rung
 from service.costs.integrals import (
     CAUSE_ENERGY_FIELDS,
     CAUSE_FIELDS,
@@ -22,7 +23,6 @@ from service.costs.waste import Span, Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m, samples
 from service.db.set_aside import possible_text
-from service.diagnosis import Cause, Rung
 
 # The seconds (and signals) per cause beside the waste integrals (idle_held_seconds is both).
 _CAUSE_ONLY = (frozenset(CAUSE_FIELDS) - {"idle_held_seconds"}) | frozenset(SIGNAL_FIELDS)

@@ -7,6 +7,7 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, select
 
+from service.core.diagnosis import Cause, Rung, supported_causes
 from service.db import holders_repo
 from service.db.schema import (
     gpu_moves,
@@ -16,7 +17,6 @@ from service.db.schema import (
     rollup_1m,
     samples,
 )
-from service.diagnosis import Cause, Rung, supported_causes
 from service.vocabulary import HARDWARE_XIDS, METRIC_NAMES
 
 Resolution = Literal["raw", "1m", "1h"]

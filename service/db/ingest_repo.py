@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
+from service.core.diagnosis import Thresholds, decide
 from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, insert_ignore
 from service.db.schema import gpu_moves, gpu_processes, gpus, nodes, rollup_dirty, samples
-from service.diagnosis import Thresholds, decide
 from service.errors import Forbidden, ValidationFailed
 from service.vocabulary import METRIC_NAMES, ActivitySource
 from service.wire import GpuClaim, GpuIn, IngestBatch, ProcessIn

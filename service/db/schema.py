@@ -19,13 +19,13 @@ from sqlalchemy import (
     text,
 )
 
+from service.core.diagnosis import CAUSE_NAMES
 from service.costs.integrals import INTEGRAL_FIELDS
 from service.costs.waste import USAGE_FIELDS
 from service.db.types import UTCDateTime
-from service.diagnosis import CAUSE_NAMES
 from service.vocabulary import METRICS, MetricSpec
 
-# Per-sample figures decided at ingest (service.diagnosis) that rollups aggregate like metrics.
+# Per-sample figures decided at ingest (service.core.diagnosis) that rollups aggregate like metrics.
 ROLLED_UP_DERIVED: tuple[str, ...] = ("activity",)
 
 metadata = MetaData(

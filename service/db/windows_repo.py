@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from service.core.diagnosis import Cause
 from service.costs.tenants import UNALLOCATED_TENANT
 from service.db import holders_repo
 from service.db.schema import (
@@ -36,7 +37,6 @@ from service.db.schema import (
     tenant_1m,
 )
 from service.db.set_aside import SetAside, any_impossible, possible
-from service.diagnosis import Cause
 from service.thresholds.evaluator import ScopeMember, WindowStats
 from service.thresholds.policy import SAMPLE_METRICS, cause_of_metric
 from service.vocabulary import HARDWARE_XIDS, METRIC_BOUNDS, METRICS_BY_NAME

@@ -11,10 +11,7 @@ from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from service.costs.money import waste_share
-from service.costs.prices import price_at
-from service.costs.recommend import FixAssumptions
-from service.diagnosis import (
+from service.core.diagnosis import (
     CAUSE_NAMES,
     IDLE_CAUSES,
     STATE_NAMES,
@@ -26,6 +23,9 @@ from service.diagnosis import (
     decide,
     gpu_state,
 )
+from service.costs.money import waste_share
+from service.costs.prices import price_at
+from service.costs.recommend import FixAssumptions
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
 from service.exposition.types import FleetSnapshot, GpuReading

@@ -28,7 +28,7 @@ class GpuReading:
     user: str | None = None
     team: str | None = None
     project: str | None = None
-    # The decision stored with the sample at ingest (service.diagnosis); None when the
+    # The decision stored with the sample at ingest (service.core.diagnosis); None when the
     # sample has none (no activity figure), or when it was not read from storage.
     activity: float | None = None
     rung: int | None = None

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from service.durations import parse_duration
+from service.core.durations import parse_duration
 
 StepAction = Literal["notify_owner", "reclaim"]
 DriverName = Literal["slurm", "kubernetes", "webhook"]

@@ -16,9 +16,9 @@ from pydantic import (
     model_validator,
 )
 
+from service.core.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
+from service.core.durations import parse_duration
 from service.delivery import webhook_key_problem
-from service.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
-from service.durations import parse_duration
 from service.errors import ValidationFailed
 from service.thresholds.ladder import LadderSpec
 from service.vocabulary import LABEL_ALIASES, METRICS_BY_NAME, WHERE_LABELS, canonical_labels

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection
 
-from service import diagnosis
+from service.core import diagnosis
+from service.core.diagnosis import CAUSE_BY_NAME
 from service.costs.default_prices import DEFAULT_PRICES
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
 from service.costs.money import SORT_BYS, figures, sort_rows
@@ -44,7 +45,6 @@ from service.costs.waste import (
     summarize,
 )
 from service.db import cost_sums, costs_repo, gpus_repo, jobs_repo, prices_repo, tenants_repo
-from service.diagnosis import CAUSE_BY_NAME
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
 from service.usecases import day_sums as day_sums_mod

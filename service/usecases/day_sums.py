@@ -18,13 +18,13 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.core.buckets import DAY, ceil_day, floor_day
+from service.core.diagnosis import CAUSE_NAMES
 from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
 from service.costs.prices import PriceRow
 from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary
 from service.db import cost_days_repo
 from service.db.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
-from service.diagnosis import CAUSE_NAMES
 from service.settings import Settings
 
 UNKNOWN = "__unknown__"  # a job without the user or team a report groups by

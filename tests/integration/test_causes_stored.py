@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
+from service.core.diagnosis import CAUSE_NAMES, Cause
 from service.costs.integrals import CAUSE_FIELDS, ActivityPoint, Thresholds, integrate
 from service.db import jobs_repo, windows_repo
 from service.db.migrate import upgrade
 from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, rollup_dirty, samples
-from service.diagnosis import CAUSE_NAMES, Cause
 from service.settings import Settings
 from service.usecases.cost_report import cost_report, job_summary
 from tests.alerting_support import add_job

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.diagnosis import WASTE_CAUSES
 from service.costs.tenants import SplitRule
-from service.diagnosis import WASTE_CAUSES
 from service.settings import Settings
 from service.usecases.upkeep import observed_jobs_once, rollup_once
 from tests.conftest import make_token

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.diagnosis import WASTE_CAUSES, Cause
 from service.costs.integrals import Integrals, Thresholds, integrate
 from service.costs.recommend import FixAssumptions, fix_fraction
-from service.diagnosis import WASTE_CAUSES, Cause
 from service.usecases.upkeep import rollup_once
 from tests.conftest import make_token
 from tests.oracles import point_of

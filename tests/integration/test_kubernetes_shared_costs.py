@@ -24,11 +24,11 @@ from service.collectors.dcgm_exporter import DcgmExporterBackend
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 from service.context import ServiceContext
+from service.core.diagnosis import Cause
 from service.costs.integrals import Thresholds
 from service.costs.tenants import SplitRule
 from service.db import observed_jobs_repo, rollup_repo
 from service.db.schema import gpu_processes, job_gpus, prices, samples, tenant_1m
-from service.diagnosis import Cause
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
 from service.usecases.cost_report import cost_report

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, insert
 
+from service.core.diagnosis import Cause, Rung
 from service.costs.integrals import (
     INTEGRAL_FIELDS,
     SIGNAL_METRICS,
@@ -22,7 +23,6 @@ from service.costs.waste import Span, Usage
 from service.db.cost_sums import sum_raw
 from service.db.partitions import ensure_partitions
 from service.db.schema import CUMULATIVE_FIELDS, gpus, nodes, samples
-from service.diagnosis import Cause, Rung
 
 T0 = datetime(2026, 12, 2, 5, 0, 0, 250_000, tzinfo=UTC)
 GPUS = (1, 2)

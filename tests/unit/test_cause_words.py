@@ -1,11 +1,11 @@
-"""Each cause's meaning and fix are written once, in service.diagnosis, and docs/diagnosis.md
+"""Each cause's meaning and fix are written once, in service.core.diagnosis, and docs/diagnosis.md
 shows those very words."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from service.diagnosis import CAUSE_FIX, CAUSE_MEANING, CAUSES, WASTE_CAUSES
+from service.core.diagnosis import CAUSE_FIX, CAUSE_MEANING, CAUSES, WASTE_CAUSES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "diagnosis.md"
 

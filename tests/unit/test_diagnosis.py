@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from service.diagnosis import (
+from service.core.diagnosis import (
     CAUSE_NAMES,
     IDLE_CAUSES,
     Cause,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.durations import parse_duration, parse_duration_param
+from service.core.durations import parse_duration, parse_duration_param
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from service.core.diagnosis import CAUSE_NAMES
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
-from service.diagnosis import CAUSE_NAMES
 from tests.oracles import point_of
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"

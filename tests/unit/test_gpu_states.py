@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.diagnosis import (
+from service.core.diagnosis import (
     CAUSES,
     STALE_SECONDS,
     STATE_OF_CAUSE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.diagnosis import Cause
+from service.core.diagnosis import Cause
 from service.thresholds.policy import PolicySpec, cause_of_metric, condition_words
 
 

@@ -140,7 +140,7 @@ def test_the_worked_example_of_docs_diagnosis():
 
 def test_energy_is_split_by_cause() -> None:
     """Power integrated over each cause's seconds; the causes' energy adds up to the total."""
-    from service.diagnosis import Cause
+    from service.core.diagnosis import Cause
 
     points = [
         ActivityPoint(0.0, 0.0, 1, int(Cause.IDLE_HELD), 100.0),

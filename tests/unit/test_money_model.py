@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.core.diagnosis import CAUSES, IDLE_CAUSES, Cause
 from service.costs.integrals import CAUSE_FIELDS
 from service.costs.money import FIXABLE_CAUSES, money_of, waste_share
 from service.costs.recommend import FixAssumptions, GpuUse, cause_fixes, recommend_job
 from service.costs.waste import Line, Summary, Usage
-from service.diagnosis import CAUSES, IDLE_CAUSES, Cause
 
 CENT = 0.005
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

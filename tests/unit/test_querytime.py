@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from service.core.querytime import parse_instant, parse_seconds, time_range
 from service.errors import ValidationFailed
-from service.querytime import parse_instant, parse_seconds, time_range
 
 NOW = datetime(2026, 12, 3, 7, 30, 15, tzinfo=UTC)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from service.core.diagnosis import CAUSE_NAMES, WASTE_CAUSES
 from service.costs.prices import PriceRow
 from service.costs.recommend import (
     MIG_PROFILES,
@@ -20,7 +21,6 @@ from service.costs.recommend import (
     total_saving_usd,
 )
 from service.costs.waste import UNALLOCATED, Line, Summary, Usage
-from service.diagnosis import CAUSE_NAMES, WASTE_CAUSES
 
 H200_BYTES = 150_754_820_096  # what the lent H200 reports (docs/gpu-check)
 GIB = 1024**3

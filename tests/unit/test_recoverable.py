@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from service.core.diagnosis import WASTE_CAUSES, Cause
 from service.costs.integrals import CAUSE_SIGNALS, Integrals
 from service.costs.recommend import (
     FixAssumptions,
@@ -25,7 +26,6 @@ from service.costs.recoverable import (
     recoverable_share,
 )
 from service.costs.waste import Line, Summary, Usage
-from service.diagnosis import WASTE_CAUSES, Cause
 
 H200 = "NVIDIA H200"
 A = FixAssumptions(gpu_model=H200)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from service.api.routers.reports import CSV_COLUMNS
 from service.api.schemas.costs import CostRowPublic
+from service.core.diagnosis import CAUSE_NAMES
 from service.costs.recommend import FixAssumptions
 from service.costs.waste import Summary
-from service.diagnosis import CAUSE_NAMES
 from service.settings import Settings
 from service.usecases.cost_report import report_row
 

@@ -84,8 +84,8 @@ def test_unknown_scenario_is_refused():
 
 
 def test_every_scenario_gets_its_cause_and_every_cause_has_a_scenario():
+    from service.core.diagnosis import CAUSE_NAMES, decide
     from service.costs.integrals import Thresholds
-    from service.diagnosis import CAUSE_NAMES, decide
 
     b = SimulatedBackend(start=T0, gpus=len(SCENARIOS), lost_after_seconds=10_000)
     for t in range(0, 300, 7):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.core.diagnosis import Cause, Rung
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from service.costs.tenants import (
     UNALLOCATED_TENANT,
@@ -16,7 +17,6 @@ from service.costs.tenants import (
     tenant_states,
     time_shares,
 )
-from service.diagnosis import Cause, Rung
 from tests.oracles import split_cents
 
 GIB = 1024**3

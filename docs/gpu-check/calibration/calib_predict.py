@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from service.costs.integrals import ActivityPoint, Integrals, Thresholds, integrate, point_of
 from service.costs.recommend import FIX_ACTIONS, FixAssumptions, cause_fix
 from service.costs.recoverable import pcie_bytes_per_second, peaks_of
-from service.diagnosis import Cause
+from service.core.diagnosis import Cause
 
 TOLERANCE = 0.10  # predicted within 10 percentage points of the real saving
 # The words naming each pair's fix: the fixed run, which applies it, must not be told it.

@@ -14,8 +14,8 @@ from service.api.deps import Ctx, ReadConn, Reader
 from service.api.params import MAX_ROW_ID
 from service.api.routers.reports import csv_cell
 from service.api.schemas.actions import ActionPublic
+from service.core.querytime import EARLIEST, LATEST
 from service.db.actions_repo import MAX_ACTIONS_LISTED, list_actions
-from service.querytime import EARLIEST, LATEST
 from service.vocabulary import ACTION_OUTCOMES
 
 router = APIRouter(prefix="/actions", tags=["actions"])

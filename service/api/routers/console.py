@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from service.diagnosis import (
+from service.core.diagnosis import (
     CAUSE_FIX,
     CAUSE_MEANING,
     CAUSES,

@@ -14,9 +14,9 @@ from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic, CostRowPublic
+from service.core.diagnosis import CAUSE_NAMES
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
-from service.diagnosis import CAUSE_NAMES
 from service.errors import ValidationFailed
 from service.usecases import cost_report as cost_usecase
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from service.diagnosis import GpuState
+from service.core.diagnosis import GpuState
 
 
 class GpuPublic(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
-from service.querytime import within_range
+from service.core.querytime import within_range
 
 
 def time_text(value: object) -> object:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from service.durations import parse_duration, parse_duration_param
+from service.core.durations import parse_duration, parse_duration_param
 from service.errors import ValidationFailed
 
 INSTANT_FORMS = (
