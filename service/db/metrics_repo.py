@@ -10,7 +10,7 @@ from sqlalchemy import Connection, and_, func, select
 from service.db import holders_repo
 from service.db.schema import gpus, ladder_actions, nodes, samples
 from service.exposition.shards import Shard
-from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
+from service.exposition.types import FleetGpu, FleetSnapshot, LostGpu
 from service.vocabulary import METRIC_NAMES
 
 
@@ -69,7 +69,7 @@ def read_fleet(
         # A GPU shared by several jobs shows the latest-started one.
         job = holders[-1] if holders else None
         readings.append(
-            GpuReading(
+            FleetGpu(
                 node=hostname,
                 index=index,
                 uuid=uuid,

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 from prometheus_client.core import Metric
 
 from service.exposition.families import GpuFamily
-from service.exposition.types import GpuReading
+from service.exposition.types import FleetGpu
 from service.vocabulary import DCGM_FIELDS, MIB
 
 # GPU Warden's MIG identity (service/collectors/mig.py): MIG-<parent>/<gi>/<profile>@<created>.
 _MIG_ID = re.compile(r"^MIG-(?P<parent>.+)/(?P<gi>\d+)/(?P<profile>[^/@]+)@[0-9TZ]+$")
 
 
-def dcgm_labels(r: GpuReading) -> dict[str, str]:
+def dcgm_labels(r: FleetGpu) -> dict[str, str]:
     """The labels dcgm-exporter would put on this GPU's series, plus its node as ``instance``."""
     labels = {
         "gpu": str(r.index),
@@ -53,7 +53,7 @@ def dcgm_labels(r: GpuReading) -> dict[str, str]:
     return labels
 
 
-def dcgm_families(readings: Sequence[GpuReading]) -> list[Metric]:
+def dcgm_families(readings: Sequence[FleetGpu]) -> list[Metric]:
     """One family per dcgm-exporter field over ``readings``, typed as dcgm-exporter types it.
 
     Counters (TOTAL_ENERGY_CONSUMPTION, PCIE_REPLAY_COUNTER, UNCORRECTABLE_REMAPPED_ROWS) keep

@@ -28,7 +28,7 @@ from service.costs.prices import price_at
 from service.costs.recommend import FixAssumptions
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
-from service.exposition.types import FleetSnapshot, GpuReading
+from service.exposition.types import FleetGpu, FleetSnapshot
 from service.vocabulary import METRICS, MetricSpec
 
 # The alert label vocabulary, so rules built on these series label alerts as GPU Warden does.
@@ -72,12 +72,12 @@ def exported_name(spec: MetricSpec) -> str:
     return f"gpuwarden_gpu_{base}"
 
 
-def info_values(r: GpuReading) -> tuple[str, ...]:
+def info_values(r: FleetGpu) -> tuple[str, ...]:
     """The gpuwarden_gpu_info label values of a reading, in INFO_LABELS order."""
     return (r.node, str(r.index), r.uuid, r.model, r.source, r.mig_parent_uuid or "")
 
 
-def decision_of(r: GpuReading, thresholds: Thresholds) -> Decision | None:
+def decision_of(r: FleetGpu, thresholds: Thresholds) -> Decision | None:
     """The reading's stored decision, or (for a reading not from storage) the same rule
     applied to its values; None without an activity figure."""
     if r.activity is not None and r.rung is not None and r.cause is not None:
@@ -271,7 +271,7 @@ def fleet_families(
 
 
 def _gpu_rows(
-    r: GpuReading,
+    r: FleetGpu,
     i: int,
     label_sets: list[dict[str, str]],
     job_sets: list[dict[str, str]],

@@ -10,7 +10,7 @@ from service.costs.prices import PriceRow
 
 
 @dataclass(frozen=True, slots=True)
-class GpuReading:
+class FleetGpu:
     """A GPU that reported recently: who it is, who holds it, and its latest sample's values."""
 
     node: str
@@ -49,6 +49,6 @@ class LostGpu:
 class FleetSnapshot:
     """Everything the families are built from, as read at one instant."""
 
-    readings: Sequence[GpuReading]
+    readings: Sequence[FleetGpu]
     lost: Sequence[LostGpu] = ()
     prices: Sequence[PriceRow] = field(default_factory=tuple)

@@ -8,15 +8,15 @@ from typing import Any
 from service.collectors.dcgm_exporter import parse_exposition
 from service.collectors.mig import MigIdentities
 from service.exposition.dcgm import dcgm_families, dcgm_labels
-from service.exposition.types import GpuReading
+from service.exposition.types import FleetGpu
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 PARENT = "GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77"
 IDENTITY = f"MIG-{PARENT}/7/1g.10gb@20261203T080000Z"
 
 
-def mig_reading() -> GpuReading:
-    return GpuReading(
+def mig_reading() -> FleetGpu:
+    return FleetGpu(
         node="gsrh100-074",
         index=0,
         uuid=IDENTITY,
@@ -66,7 +66,7 @@ def test_what_compat_writes_the_dcgm_exporter_backend_reads_back_as_the_same_ins
     assert exp.readings[0].metrics["gr_engine_active"] == 0.25
 
 
-def compat_text(r: GpuReading) -> str:
+def compat_text(r: FleetGpu) -> str:
     """What /metrics renders of ``r``'s compat families."""
     from prometheus_client import CollectorRegistry
 
@@ -94,7 +94,7 @@ def test_compat_types_and_names_are_dcgm_exporters():
         "remapped_rows_uncorrectable": 1.0,
         "gpu_util": 0.5,
     }
-    text = compat_text(GpuReading("n", 0, "GPU-1", "NVIDIA H100", NOW, values=values))
+    text = compat_text(FleetGpu("n", 0, "GPU-1", "NVIDIA H100", NOW, values=values))
     # The TYPE dcgm-exporter gives each field is the one its default counters file names.
     stock = enabled(NVIDIA_DEFAULT)
     typed = {f.name: f.type for f in text_string_to_metric_families(text)}
@@ -118,7 +118,7 @@ def test_compat_fb_free_is_the_free_memory_reserved_memory_excluded():
         "fb_total_bytes": 81920.0 * mib,
         "fb_free_bytes": 78848.0 * mib,
     }
-    r = GpuReading("n", 0, "GPU-1", "NVIDIA H100", NOW, values=values)
+    r = FleetGpu("n", 0, "GPU-1", "NVIDIA H100", NOW, values=values)
     (dev_free,) = [
         line for line in compat_text(r).splitlines() if line.startswith("DCGM_FI_DEV_FB_FREE{")
     ]

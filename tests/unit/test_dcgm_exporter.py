@@ -13,7 +13,7 @@ from service.collectors.backend import BackendError
 from service.collectors.dcgm_exporter import DcgmExporterBackend, parse_exposition
 from service.exposition.dcgm import dcgm_families
 from service.exposition.render import render
-from service.exposition.types import GpuReading as FleetReading
+from service.exposition.types import FleetGpu
 from service.vocabulary import DCGM_FIELDS, METRICS_BY_NAME, ActivitySource
 
 L0 = 'gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-7"'
@@ -142,7 +142,7 @@ def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
         "pcie_replays": 17,
     }
     assert {f.metric for f in DCGM_FIELDS} <= set(values)
-    reading = FleetReading(
+    reading = FleetGpu(
         node="node-7",
         index=3,
         uuid="GPU-rt",

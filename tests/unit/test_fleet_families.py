@@ -10,7 +10,7 @@ from prometheus_client.core import Metric
 from service.costs.integrals import Thresholds
 from service.costs.prices import PriceRow
 from service.exposition.fleet import exported_name, fleet_families
-from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
+from service.exposition.types import FleetGpu, FleetSnapshot, LostGpu
 from service.vocabulary import METRICS, METRICS_BY_NAME
 
 NOW = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -18,8 +18,8 @@ GIB = 1024**3
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def reading(uuid: str, index: int = 0, **values: float) -> GpuReading:
-    return GpuReading(
+def reading(uuid: str, index: int = 0, **values: float) -> FleetGpu:
+    return FleetGpu(
         node="node-a",
         index=index,
         uuid=uuid,
@@ -53,7 +53,7 @@ def test_names_carry_units():
 
 
 def test_per_gpu_gauges_have_labels_and_skip_absent_metrics():
-    r = GpuReading(
+    r = FleetGpu(
         node="node-a",
         index=3,
         uuid="GPU-x",

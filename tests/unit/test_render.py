@@ -23,7 +23,7 @@ from service.costs.prices import PriceRow
 from service.exposition.families import GpuFamily
 from service.exposition.fleet import fleet_families
 from service.exposition.render import WithoutCreated, encode_text, render
-from service.exposition.types import FleetSnapshot, GpuReading, LostGpu
+from service.exposition.types import FleetGpu, FleetSnapshot, LostGpu
 from service.vocabulary import DCGM_FIELDS
 
 
@@ -79,7 +79,7 @@ def test_encode_text_is_byte_equal_to_generate_latest():
 def test_encode_text_equals_generate_latest_on_fleet_families():
     now = datetime(2026, 12, 2, 8, tzinfo=UTC)
     readings = [
-        GpuReading(
+        FleetGpu(
             node=f"node-{i // 8}",
             index=i % 8,
             uuid=f"GPU-{i}",
