@@ -12,7 +12,7 @@ from service.cli.report import money, short_time, terminal_console
 from service.cli.tables import Column, fit_table
 from service.clientsettings import ClientSettings
 from service.core.querytime import INSTANT_FORMS
-from service.localrun import resolve_service
+from service.local.run import resolve_service
 from service.vocabulary import ACTION_OUTCOMES
 
 # Query parameters of the route, as the flags' destinations name them.

@@ -23,7 +23,7 @@ from service.core.diagnosis import (
     causes_of_state,
 )
 from service.costs.money import SORT_BYS, SORT_FIELDS
-from service.localrun import resolve_service
+from service.local.run import resolve_service
 from service.vocabulary import JOB_SOURCE_TEXT, job_path
 
 GIB = 1024**3

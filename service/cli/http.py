@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from service.clientsettings import ClientSettings
 from service.errors import WardenError
-from service.localrun import state_dir
+from service.local.run import state_dir
 
 TIMEOUT_SECONDS = 60.0
 

@@ -95,10 +95,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _token_engine(settings: Settings) -> Engine:
     """The engine of the database token commands mean, said on stderr: a running up's or demo's
-    when nothing else is given (see service.localrun)."""
+    when nothing else is given (see service.local.run)."""
     from service.db.engine import check_database, make_engine
     from service.db.migrate import check_at_head
-    from service.localrun import resolve_database
+    from service.local.run import resolve_database
 
     settings, which = resolve_database(settings)
     print(f"gpuwarden: {which}", file=sys.stderr)
@@ -188,7 +188,7 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
     actions: list[dict[str, Any]] = []
     if args.live and any(p.ladder for p in checked.policies):
         from service.cli.http import api_get
-        from service.localrun import resolve_service
+        from service.local.run import resolve_service
 
         client = resolve_service(ClientSettings.load(vars(args), os.environ))
         firing = api_get(client, "/alerts", {"state": "firing"}).json()
@@ -209,14 +209,14 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     """Run the central service and a local agent (NVML, else simulated) in one process."""
-    from service.launcher import run_up
+    from service.local.launcher import run_up
 
     return run_up(settings)
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run the central service with a simulated multi-node fleet showing every scenario."""
-    from service.launcher import run_demo
+    from service.local.launcher import run_demo
 
     if args.interval_seconds is None:
         settings = settings.model_copy(update={"interval_seconds": 5.0})

@@ -19,7 +19,7 @@ from service.core.querytime import INSTANT_FORMS, time_range
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
-from service.localrun import resolve_service
+from service.local.run import resolve_service
 
 
 def add_report_parser(sub: Any) -> None:

@@ -14,14 +14,14 @@ from service.db import policies_repo, tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.errors import ConfigError, ValidationFailed
-from service.launcher import (
+from service.local.launcher import (
     LOCAL_CHANNEL,
     _own_tokens,
     check_port_free,
     install_default_alerting,
     start_local_sink,
 )
-from service.localrun import LocalRun, find_running, record_running, resolve_database
+from service.local.run import LocalRun, find_running, record_running, resolve_database
 from service.notify.urlsafety import check_url
 from service.settings import Settings
 

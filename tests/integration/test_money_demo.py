@@ -20,7 +20,7 @@ from sqlalchemy import Engine, insert
 from service.collectors.agent import backfill
 from service.collectors.simulated import SCENARIO_CAUSES, SCENARIOS, SimulatedBackend
 from service.db.schema import prices
-from service.launcher import DEMO_PRICE_USD_PER_GPU_HOUR
+from service.local.launcher import DEMO_PRICE_USD_PER_GPU_HOUR
 from service.usecases.upkeep import observed_jobs_once, rollup_once
 from tests.agent_support import Wire, make_agent
 from tests.conftest import make_token

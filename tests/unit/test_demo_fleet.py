@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
-from service.demo import DEMO_TEAMS, demo_jobs
+from service.local.demo import DEMO_TEAMS, demo_jobs
 
 
 def test_every_job_has_its_users_team_and_a_project() -> None:

@@ -31,9 +31,9 @@ from service.db.engine import check_database, service_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
 from service.delivery import quiet_http_logs
-from service.demo import HOT_NODE_EXTRA_CELSIUS, demo_jobs, register_jobs, replay_alerts
 from service.errors import ConfigError
-from service.localrun import (
+from service.local.demo import HOT_NODE_EXTRA_CELSIUS, demo_jobs, register_jobs, replay_alerts
+from service.local.run import (
     LocalRun,
     forget_running,
     local_database_url,

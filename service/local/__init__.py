@@ -1,0 +1,1 @@
+"""``gpuwarden up`` and ``gpuwarden demo``: the central service and local agents in one process."""
