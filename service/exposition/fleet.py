@@ -7,6 +7,7 @@ prometheus_client metric families. It reads no database and no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -104,135 +105,233 @@ def fleet_families(
     """
     assumptions = assumptions or FixAssumptions()
     node_exported: dict[str, bool] = {}
-    label_sets: list[dict[str, str]] = []
-
-    def gpu_family(name: str, doc: str, typ: str = "gauge") -> GpuFamily:
-        return GpuFamily(name, doc, typ, label_sets)
-
-    per_metric = [
-        (
-            spec.name,
-            gpu_family(
-                exported_name(spec),
-                f"{spec.help} ({spec.unit}), from the GPU's latest sample.",
-                "counter" if spec.counter else "gauge",
-            ),
-        )
-        for spec in METRICS
-    ]
-    fb_total_rows = next(f for name, f in per_metric if name == "fb_total_bytes").rows
-    last_ts = gpu_family(
-        "gpuwarden_gpu_last_sample_timestamp_seconds",
-        "Unix time of the GPU's latest sample (seconds).",
-    )
-    age_fam = gpu_family(
-        "gpuwarden_gpu_sample_age_seconds",
-        "Age of the GPU's latest sample at this scrape (seconds); past max_gap the GPU's data is "
-        "late (ingest behind, a slow node) and its series stay until metrics_keep_late_seconds.",
-    )
-    price_fam = gpu_family(
-        "gpuwarden_gpu_price_usd_per_hour",
-        "Price of the GPU from the price table (USD per GPU-hour).",
-    )
-    waste_fam = gpu_family(
-        "gpuwarden_gpu_waste_usd_per_hour",
-        "Waste now: the price x the waste share of the latest sample's cause (all of it when "
-        "idle, the fix's saving fraction when inefficient, none when healthy) (USD per hour).",
-    )
-    idle_fam = gpu_family(
-        "gpuwarden_gpu_idle",
-        "1 when nothing runs on the GPU now (idle_empty or idle_held), else 0 (boolean).",
-    )
-    # Activity and cause carry one more label each (the rung, the cause): own label sets.
-    activity_sets: list[dict[str, str]] = []
-    activity_fam = GpuFamily(
-        "gpuwarden_gpu_activity_ratio",
-        "Activity from the latest sample: sm_active, else gr_engine_active, else gpu_util; "
-        "the rung label says which (ratio).",
-        "gauge",
-        activity_sets,
-    )
-    cause_sets: list[dict[str, str]] = []
-    cause_fam = GpuFamily(
-        "gpuwarden_gpu_cause",
-        "Always 1; the cause label says why the GPU's latest sample went the way it did.",
-        "gauge",
-        cause_sets,
-    )
-    by_cause = dict.fromkeys(CAUSE_NAMES, 0)
-    by_state = dict.fromkeys(STATE_NAMES, 0)
-    by_state[GpuState.LOST] = len(snapshot.lost)
-    usd_by_cause = dict.fromkeys(CAUSE_NAMES, 0.0)
-    info_sets: list[dict[str, str]] = []
-    info_fam = GpuFamily(
-        "gpuwarden_gpu_info",
-        "Always 1; labels say where the GPU's activity figures come from (gpm, dcgm, nvml).",
-        "gauge",
-        info_sets,
-    )
-
-    job_sets: list[dict[str, str]] = []
-    job_info_fam = GpuFamily(
-        "gpuwarden_gpu_job_info",
-        "Always 1; labels say which job (job_id, user, team, project) holds the GPU now, "
-        "job_id empty while none does. Join it to the per-GPU families on gpu_uuid.",
-        "gauge",
-        job_sets,
-    )
-
-    price_cache: dict[str, float | None] = {}
-    n_idle = n_idle_held = n_unpriced = 0
-    waste_usd_per_hour = cost_usd_per_hour = 0.0
-    slots = [(name, fam.rows) for name, fam in per_metric]
+    gpus = _GpuFamilies()
+    tally = _Tally.starting(lost=len(snapshot.lost))
+    price_of = _model_prices(snapshot, now)
     for r in snapshot.readings:
         mine = node_exported.get(r.node)
         if mine is None:
             mine = node_exported[r.node] = exported is None or exported(r.node)
-        i = len(label_sets) if mine else -1
-        if mine:
-            _gpu_rows(r, i, label_sets, job_sets, info_sets, slots, fb_total_rows)
-            job_info_fam.rows.append((i, 1.0))
-            last_ts.rows.append((i, r.last_sample_at.timestamp()))
-            age_fam.rows.append((i, max(0.0, (now - r.last_sample_at).total_seconds())))
-            info_fam.rows.append((i, 1.0))
-
-        if r.model not in price_cache:
-            row = price_at(snapshot.prices, r.model, now)
-            price_cache[r.model] = None if row is None else row.usd_per_gpu_hour
-        price = price_cache[r.model]
-        if price is None:
-            n_unpriced += 1
-        else:
-            if mine:
-                price_fam.rows.append((i, price))
-            cost_usd_per_hour += price
-
+        i = gpus.add(r, now) if mine else -1
+        price = price_of(r.model)
+        tally.count_price(price)
+        if mine and price is not None:
+            gpus.price.rows.append((i, price))
         d = decision_of(r, thresholds)
         # The readings are the GPUs reporting now, so only their cause decides the state.
         state = gpu_state(cause=None if d is None else d.cause, lost=False, age_seconds=0.0)
-        by_state[state] += 1
+        tally.by_state[state] += 1
         if d is None:
             continue  # no activity figure: no data is never idle and never waste
-        idle = d.cause in IDLE_CAUSES
+        waste = tally.count_decision(d, price, assumptions)
         if mine:
-            labels = label_sets[i]
-            activity_sets.append({**labels, "rung": d.rung.label})
-            activity_fam.rows.append((len(activity_sets) - 1, d.activity))
-            cause_sets.append({**labels, "cause": d.cause.label})
-            cause_fam.rows.append((len(cause_sets) - 1, 1.0))
-            idle_fam.rows.append((i, 1.0 if idle else 0.0))
-        by_cause[d.cause.label] += 1
-        if idle:
-            n_idle += 1
-            if d.cause is Cause.IDLE_HELD:
-                n_idle_held += 1
-        if price is not None:
-            usd_by_cause[d.cause.label] += price
-            waste = price * waste_share(d.cause, assumptions)
-            if mine:
-                waste_fam.rows.append((i, waste))
-            waste_usd_per_hour += waste
+            gpus.add_decision(i, d, waste)
 
+    lost_fam, lost_usd_per_hour = _lost_family(snapshot, now, exported)
+    families = [*gpus.in_order(), lost_fam]
+    if fleet_wide:
+        families += _fleet_families(snapshot, tally, lost_usd_per_hour)
+    if dcgm_compat:
+        readings = snapshot.readings
+        if exported is not None:
+            readings = [r for r in readings if node_exported[r.node]]
+        families += dcgm_families(readings)
+    return families
+
+
+def _model_prices(snapshot: FleetSnapshot, now: datetime) -> Callable[[str], float | None]:
+    """A lookup of a model's price at ``now`` (USD per GPU-hour, None when unpriced), each model
+    matched against the price table once."""
+    cache: dict[str, float | None] = {}
+
+    def price_of(model: str) -> float | None:
+        if model not in cache:
+            row = price_at(snapshot.prices, model, now)
+            cache[model] = None if row is None else row.usd_per_gpu_hour
+        return cache[model]
+
+    return price_of
+
+
+class _GpuFamilies:
+    """The per-GPU families of one scrape; the GPU's identity labels are one shared list."""
+
+    def __init__(self) -> None:
+        self.label_sets: list[dict[str, str]] = []
+        self.samples = [
+            (
+                spec.name,
+                self._gauge(
+                    exported_name(spec),
+                    f"{spec.help} ({spec.unit}), from the GPU's latest sample.",
+                    "counter" if spec.counter else "gauge",
+                ),
+            )
+            for spec in METRICS
+        ]
+        self.slots = [(name, fam.rows) for name, fam in self.samples]
+        self.fb_total_rows = next(f for name, f in self.samples if name == "fb_total_bytes").rows
+        self.last_sample = self._gauge(
+            "gpuwarden_gpu_last_sample_timestamp_seconds",
+            "Unix time of the GPU's latest sample (seconds).",
+        )
+        self.age = self._gauge(
+            "gpuwarden_gpu_sample_age_seconds",
+            "Age of the GPU's latest sample at this scrape (seconds); past max_gap the GPU's data "
+            "is late (ingest behind, a slow node) and its series stay until "
+            "metrics_keep_late_seconds.",
+        )
+        self.price = self._gauge(
+            "gpuwarden_gpu_price_usd_per_hour",
+            "Price of the GPU from the price table (USD per GPU-hour).",
+        )
+        self.waste = self._gauge(
+            "gpuwarden_gpu_waste_usd_per_hour",
+            "Waste now: the price x the waste share of the latest sample's cause (all of it when "
+            "idle, the fix's saving fraction when inefficient, none when healthy) (USD per hour).",
+        )
+        self.idle = self._gauge(
+            "gpuwarden_gpu_idle",
+            "1 when nothing runs on the GPU now (idle_empty or idle_held), else 0 (boolean).",
+        )
+        self.activity, self.cause, self.info, self.job_info = _own_label_families()
+
+    def _gauge(self, name: str, doc: str, typ: str = "gauge") -> GpuFamily:
+        return GpuFamily(name, doc, typ, self.label_sets)
+
+    def add(self, r: FleetGpu, now: datetime) -> int:
+        """Add reading ``r`` as the next GPU: its label sets and its sample's values; its row."""
+        i = len(self.label_sets)
+        self.label_sets.append(
+            {"node": r.node, "gpu_index": str(r.index), "gpu_uuid": r.uuid, "model": r.model}
+        )
+        values = r.values
+        for name, rows in self.slots:
+            v = values.get(name)
+            if v is not None:
+                rows.append((i, v))
+        if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
+            self.fb_total_rows.append((i, r.fb_total_bytes))
+        self.last_sample.rows.append((i, r.last_sample_at.timestamp()))
+        self.age.rows.append((i, max(0.0, (now - r.last_sample_at).total_seconds())))
+        self.info.label_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
+        self.info.rows.append((i, 1.0))
+        self.job_info.label_sets.append(
+            {
+                "node": r.node,
+                "gpu_uuid": r.uuid,
+                "job_id": r.job_id or "",
+                "user": r.user or "",
+                "team": r.team or "",
+                "project": r.project or "",
+            }
+        )
+        self.job_info.rows.append((i, 1.0))
+        return i
+
+    def add_decision(self, i: int, d: Decision, waste_usd_per_hour: float | None) -> None:
+        """Add the decision of the GPU at row ``i``: activity, cause, idle and waste (if priced)."""
+        labels = self.label_sets[i]
+        self.activity.label_sets.append({**labels, "rung": d.rung.label})
+        self.activity.rows.append((len(self.activity.label_sets) - 1, d.activity))
+        self.cause.label_sets.append({**labels, "cause": d.cause.label})
+        self.cause.rows.append((len(self.cause.label_sets) - 1, 1.0))
+        self.idle.rows.append((i, 1.0 if d.cause in IDLE_CAUSES else 0.0))
+        if waste_usd_per_hour is not None:
+            self.waste.rows.append((i, waste_usd_per_hour))
+
+    def in_order(self) -> list[Metric]:
+        """The families in exposition order."""
+        families: list[Metric] = [fam for _, fam in self.samples]
+        families += [self.last_sample, self.age, self.price, self.waste, self.idle]
+        families += [self.activity, self.cause, self.info, self.job_info]
+        return families
+
+
+def _own_label_families() -> tuple[GpuFamily, GpuFamily, GpuFamily, GpuFamily]:
+    """Activity, cause, info and job-info: per-GPU families with label sets of their own (one
+    more label, the rung or the cause; or other labels than the GPU's identity)."""
+    activity = GpuFamily(
+        "gpuwarden_gpu_activity_ratio",
+        "Activity from the latest sample: sm_active, else gr_engine_active, else gpu_util; "
+        "the rung label says which (ratio).",
+        "gauge",
+        [],
+    )
+    cause = GpuFamily(
+        "gpuwarden_gpu_cause",
+        "Always 1; the cause label says why the GPU's latest sample went the way it did.",
+        "gauge",
+        [],
+    )
+    info = GpuFamily(
+        "gpuwarden_gpu_info",
+        "Always 1; labels say where the GPU's activity figures come from (gpm, dcgm, nvml).",
+        "gauge",
+        [],
+    )
+    job_info = GpuFamily(
+        "gpuwarden_gpu_job_info",
+        "Always 1; labels say which job (job_id, user, team, project) holds the GPU now, "
+        "job_id empty while none does. Join it to the per-GPU families on gpu_uuid.",
+        "gauge",
+        [],
+    )
+    return activity, cause, info, job_info
+
+
+@dataclass(slots=True)
+class _Tally:
+    """The fleet figures, counted over every reading (exported or not)."""
+
+    by_cause: dict[str, int]
+    by_state: dict[str, int]
+    usd_by_cause: dict[str, float]
+    idle: int = 0
+    idle_held: int = 0
+    unpriced: int = 0
+    waste_usd_per_hour: float = 0.0
+    cost_usd_per_hour: float = 0.0
+
+    @classmethod
+    def starting(cls, *, lost: int) -> _Tally:
+        """Every cause and state at 0 but the ``lost`` GPUs."""
+        by_state = dict.fromkeys(STATE_NAMES, 0)
+        by_state[GpuState.LOST] = lost
+        return cls(
+            by_cause=dict.fromkeys(CAUSE_NAMES, 0),
+            by_state=by_state,
+            usd_by_cause=dict.fromkeys(CAUSE_NAMES, 0.0),
+        )
+
+    def count_price(self, price: float | None) -> None:
+        """Count a reporting GPU's price (USD per hour) into the cost, or it as unpriced."""
+        if price is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd_per_hour += price
+
+    def count_decision(
+        self, d: Decision, price: float | None, assumptions: FixAssumptions
+    ) -> float | None:
+        """Count a reporting GPU's cause; its waste (USD per hour), None when unpriced."""
+        self.by_cause[d.cause.label] += 1
+        if d.cause in IDLE_CAUSES:
+            self.idle += 1
+            if d.cause is Cause.IDLE_HELD:
+                self.idle_held += 1
+        if price is None:
+            return None
+        self.usd_by_cause[d.cause.label] += price
+        waste = price * waste_share(d.cause, assumptions)
+        self.waste_usd_per_hour += waste
+        return waste
+
+
+def _lost_family(
+    snapshot: FleetSnapshot, now: datetime, exported: Callable[[str], bool] | None
+) -> tuple[GaugeMetricFamily, float]:
+    """gpuwarden_gpu_lost of the exported nodes, and the price of every lost GPU (USD per hour)."""
     lost_fam = GaugeMetricFamily(
         "gpuwarden_gpu_lost",
         "1 for a GPU its reporting node says is lost or fell off the bus (boolean).",
@@ -245,76 +344,11 @@ def fleet_families(
         row = price_at(snapshot.prices, g.model, now)
         if row is not None:
             lost_usd_per_hour += row.usd_per_gpu_hour
-
-    families: list[Metric] = [fam for _, fam in per_metric]
-    families += [last_ts, age_fam, price_fam, waste_fam, idle_fam, activity_fam, cause_fam]
-    families += [info_fam, job_info_fam, lost_fam]
-    if fleet_wide:
-        families += _fleet_families(
-            snapshot,
-            by_cause=by_cause,
-            usd_by_cause=usd_by_cause,
-            by_state=by_state,
-            idle=n_idle,
-            idle_held=n_idle_held,
-            unpriced=n_unpriced,
-            waste_usd_per_hour=waste_usd_per_hour,
-            cost_usd_per_hour=cost_usd_per_hour + lost_usd_per_hour,
-            lost_usd_per_hour=lost_usd_per_hour,
-        )
-    if dcgm_compat:
-        readings = snapshot.readings
-        if exported is not None:
-            readings = [r for r in readings if node_exported[r.node]]
-        families += dcgm_families(readings)
-    return families
-
-
-def _gpu_rows(
-    r: FleetGpu,
-    i: int,
-    label_sets: list[dict[str, str]],
-    job_sets: list[dict[str, str]],
-    info_sets: list[dict[str, str]],
-    slots: list[tuple[str, list[tuple[int, float]]]],
-    fb_total_rows: list[tuple[int, float]],
-) -> None:
-    """Append reading ``r`` as the GPU at row ``i``: its label sets and its metrics' values."""
-    label_sets.append(
-        {"node": r.node, "gpu_index": str(r.index), "gpu_uuid": r.uuid, "model": r.model}
-    )
-    job_sets.append(
-        {
-            "node": r.node,
-            "gpu_uuid": r.uuid,
-            "job_id": r.job_id or "",
-            "user": r.user or "",
-            "team": r.team or "",
-            "project": r.project or "",
-        }
-    )
-    values = r.values
-    for name, rows in slots:
-        v = values.get(name)
-        if v is not None:
-            rows.append((i, v))
-    if "fb_total_bytes" not in values and r.fb_total_bytes is not None:
-        fb_total_rows.append((i, r.fb_total_bytes))
-    info_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
+    return lost_fam, lost_usd_per_hour
 
 
 def _fleet_families(
-    snapshot: FleetSnapshot,
-    *,
-    by_cause: dict[str, int],
-    usd_by_cause: dict[str, float],
-    by_state: dict[str, int],
-    idle: int,
-    idle_held: int,
-    unpriced: int,
-    waste_usd_per_hour: float,
-    cost_usd_per_hour: float,
-    lost_usd_per_hour: float,
+    snapshot: FleetSnapshot, tally: _Tally, lost_usd_per_hour: float
 ) -> list[Metric]:
     """The fleet-wide families: GPUs by cause and state, and the fleet's figures."""
     cause_count = GaugeMetricFamily(
@@ -328,26 +362,26 @@ def _fleet_families(
         "per hour now (USD per hour).",
         labels=["cause"],
     )
-    for name, n in by_cause.items():
+    for name, n in tally.by_cause.items():
         cause_count.add_metric([name], n)
-        cause_usd.add_metric([name], usd_by_cause[name])
+        cause_usd.add_metric([name], tally.usd_by_cause[name])
     state_count = GaugeMetricFamily(
         "gpuwarden_fleet_gpus_by_state",
         "GPUs in each state (working, underused, idle-held, idle, lost, no-data, unclassified), "
         "from the cause of each reporting GPU's latest sample; lost GPUs as lost (GPUs).",
         labels=["state"],
     )
-    for name, n in by_state.items():
+    for name, n in tally.by_state.items():
         state_count.add_metric([name], n)
     families: list[Metric] = [cause_count, cause_usd, state_count]
     families += _fleet_figures(
         reporting=len(snapshot.readings),
-        idle=idle,
-        idle_held=idle_held,
+        idle=tally.idle,
+        idle_held=tally.idle_held,
         lost=len(snapshot.lost),
-        unpriced=unpriced,
-        waste_usd_per_hour=waste_usd_per_hour,
-        cost_usd_per_hour=cost_usd_per_hour,
+        unpriced=tally.unpriced,
+        waste_usd_per_hour=tally.waste_usd_per_hour,
+        cost_usd_per_hour=tally.cost_usd_per_hour + lost_usd_per_hour,
         lost_usd_per_hour=lost_usd_per_hour,
     )
     return families
