@@ -12,7 +12,6 @@ from fastapi import APIRouter, Query, Response
 
 from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
-from service.api.routers.jobs import query_error
 from service.api.schemas.costs import CostReportPublic, CostRowPublic
 from service.core.diagnosis import CAUSE_NAMES
 from service.costs.money import SORT_BYS
@@ -138,7 +137,7 @@ def cost_report(
             sort_by=sort,
         )
     except ValidationFailed as exc:
-        raise query_error(exc) from exc
+        raise query.query_error(exc.field, exc.message) from exc
     if format == "csv":
         headers = {"Content-Disposition": f'attachment; filename="gpuwarden-cost-{group_by}.csv"'}
         if data["warnings"]:
