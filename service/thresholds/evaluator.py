@@ -229,7 +229,7 @@ def evaluate(
         obs = observations.get(key)
         if obs is None:
             if prev is not None:
-                changes.append(_end(policy, prev, now))
+                changes.append(_end(prev, now))
             continue
         value = obs.value
         if value is None:
@@ -240,7 +240,7 @@ def evaluate(
             continue
         if not threshold_holds(value, threshold):
             if prev is not None:
-                changes.append(_end(policy, replace(prev, value=value, stale=False), now))
+                changes.append(_end(replace(prev, value=value, stale=False), now))
             continue
         suppressed, silenced = _muted(policy, obs, silences, now)
         # A firing alert keeps the labels it fired with until it resolves: Alertmanager knows an
@@ -313,12 +313,19 @@ def _notify_firing(
     return Change(before, after)
 
 
-def _end(policy: PolicySpec, prev: AlertState, now: datetime) -> Change:
+def _end(prev: AlertState, now: datetime) -> Change:
     """A pending alert goes back to inactive; a firing one resolves (notified if it was)."""
     if prev.state == "pending":
         return Change(prev, replace(prev, state="inactive", resolved_at=now))
     after = replace(prev, state="resolved", resolved_at=now)
     return Change(prev, after, "resolved" if prev.last_notified_at is not None else None)
+
+
+def retire(previous: Mapping[str, AlertState], now: datetime) -> list[Change]:
+    """Close the open alerts of a policy that no longer exists (``previous`` by scope key): a
+    pending one goes back to inactive, a firing one resolves, and none is notified (there is no
+    policy left to notify for)."""
+    return [replace(_end(prev, now), notify=None) for prev in previous.values()]
 
 
 def route(kind: NotifyKind, policy: PolicySpec, channel_types: Mapping[str, str]) -> list[str]:
