@@ -87,98 +87,132 @@ def pod_job(labels: dict[str, str]) -> str | None:
     return f"k8s:{uid}" if uid else None
 
 
+def _sample_name(family_name: str, sample_name: str) -> str:
+    """The DCGM field name of one sample, in upper case as dcgm-exporter writes it."""
+    # The parser names counter samples <family>_total; dcgm-exporter's names have none.
+    name = family_name if sample_name == family_name + "_total" else sample_name
+    if name.startswith("dcgm_fi_"):  # some pipelines lower-case the names
+        name = name.upper()
+    return name
+
+
+def _device(labels: dict[str, str], uuid: str, gi: str | None, mig: MigIdentities) -> Device:
+    """The device one sample's labels name: a whole GPU, or MIG instance ``gi`` of it."""
+    index = int(_label(labels, "gpu", "GPU") or 0)
+    model = _label(labels, "modelName", "model_name") or "unknown"
+    if gi is not None:
+        profile = (_label(labels, "GPU_I_PROFILE") or "unknown").lower()
+        dev = Device(
+            mig.identity(uuid, gi, profile),
+            index,
+            f"{model} MIG {profile}",
+            mig_parent_uuid=uuid,
+        )
+    else:
+        dev = Device(uuid, index, model)
+    dev.pci_bus_id = _label(labels, "pci_bus_id")
+    dev.driver_version = _label(labels, "DCGM_FI_DRIVER_VERSION")
+    return dev
+
+
+@dataclass
+class _ParseState:
+    """What the samples of one exposition said so far, keyed by device identity."""
+
+    mig: MigIdentities
+    per_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    fb: dict[str, dict[str, float]] = field(default_factory=dict)  # uuid -> field -> MiB
+    meta: dict[str, Device] = field(default_factory=dict)  # uuid or uuid/GPU_I_ID -> device
+    jobs: dict[tuple[str, str], ProcessReading] = field(default_factory=dict)
+    # uuid -> job -> metric -> value
+    pod_values: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    profiling: set[str] = field(default_factory=set)
+    hostname: str | None = None
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        """Take one sample: its device, its pod and, unless a DCGM sentinel, its value."""
+        uuid = _label(labels, "UUID", "uuid")
+        if uuid is None:
+            return
+        gi = _label(labels, "GPU_I_ID")
+        key = f"{uuid}/{gi}" if gi is not None else uuid
+        dev = self.meta.get(key)
+        if dev is None:
+            dev = self.meta[key] = _device(labels, uuid, gi, self.mig)
+        self.hostname = self.hostname or _label(labels, "Hostname", "hostname")
+        job = _label(labels, "hpc_job") or pod_job(labels)
+        if job is not None and (dev.uuid, job) not in self.jobs:
+            self.jobs[(dev.uuid, job)] = ProcessReading(
+                gpu_uuid=dev.uuid, pid=0, job_id=job, gpu_index=dev.index
+            )
+        # The parser hands integers back as int; DCGM's sentinels are compared as doubles.
+        raw = float(value)
+        if raw in DCGM_SENTINELS:  # blank, not supported, no permission
+            return  # the device and its pod are known; this value is absent
+        self._value(name, dev.uuid, job, raw)
+
+    def _value(self, name: str, uuid: str, job: str | None, raw: float) -> None:
+        """Record field ``name``'s raw value on device ``uuid`` in canonical units."""
+        if name in _FB_PARTS and math.isfinite(raw):
+            self.fb.setdefault(uuid, {})[name] = raw
+        mapped = _BY_NAME.get(name)
+        if mapped is None:
+            return
+        canonical = mapped.metric
+        value = raw * mapped.scale
+        # NaN and infinities pass on as they are: the agent drops them, counts and logs them.
+        if canonical in INT_METRICS and math.isfinite(value):
+            value = float(int(value))
+        if canonical == "xid_last" and value == 0:
+            return  # dcgm-exporter reports 0 for "no XID"; absent is the honest value
+        self.per_gpu.setdefault(uuid, {})[canonical] = value
+        if job is not None and canonical in _POD_RUNGS:
+            self.pod_values.setdefault(uuid, {}).setdefault(job, {})[canonical] = value
+        if name.startswith("DCGM_FI_PROF_"):
+            self.profiling.add(uuid)
+
+    def exposition(self) -> Exposition:
+        """The devices, readings and jobs of every sample taken."""
+        out = Exposition(hostname=self.hostname)
+        for dev in self.meta.values():
+            parts = self.fb.get(dev.uuid, {})
+            if "DCGM_FI_DEV_FB_USED" in parts and "DCGM_FI_DEV_FB_FREE" in parts:
+                dev.fb_total_bytes = int(sum(parts.values()) * MIB)
+                self.per_gpu.setdefault(dev.uuid, {})["fb_total_bytes"] = float(dev.fb_total_bytes)
+            out.devices.append(dev)
+            metrics = self.per_gpu.get(dev.uuid)
+            if metrics:
+                source = ActivitySource.DCGM if dev.uuid in self.profiling else ActivitySource.NVML
+                out.readings.append(GpuReading(dev.uuid, metrics, source))
+        for uuid, by_job in self.pod_values.items():
+            if len(by_job) > 1:  # one pod: the GPU's activity is its activity
+                self._share_pods(uuid, by_job, out)
+        out.jobs = list(self.jobs.values())
+        return out
+
+    def _share_pods(self, uuid: str, by_job: dict[str, dict[str, float]], out: Exposition) -> None:
+        """Give each of several pods on GPU ``uuid`` its own activity share (a 0..1 ratio)."""
+        shares, repeated = pod_shares(by_job)
+        if repeated:
+            out.repeated.append(uuid)
+        for job, share in (shares or {}).items():
+            self.jobs[(uuid, job)].sm_util = share
+        if shares:  # each pod's own share: the GPU did the sum of them
+            rung = next(r for r in _POD_RUNGS if all(r in v for v in by_job.values()))
+            # The reading holds this same dict, so the sum reaches it.
+            self.per_gpu.setdefault(uuid, {})[rung] = min(sum(shares.values()), 1.0)
+
+
 def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
     """Parse dcgm-exporter's text exposition into canonical devices and readings.
 
     MIG instances get their identity from ``mig`` (parent UUID, GPU_I_ID, GPU_I_PROFILE).
     """
-    mig = mig or MigIdentities()
-    per_gpu: dict[str, dict[str, float]] = {}
-    fb: dict[str, dict[str, float]] = {}
-    meta: dict[str, Device] = {}
-    jobs: dict[tuple[str, str], ProcessReading] = {}
-    pod_values: dict[str, dict[str, dict[str, float]]] = {}  # uuid -> job -> metric -> value
-    profiling: set[str] = set()
-    hostname: str | None = None
+    state = _ParseState(mig or MigIdentities())
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            # The parser names counter samples <family>_total; dcgm-exporter's names have none.
-            name = family.name if s.name == family.name + "_total" else s.name
-            if name.startswith("dcgm_fi_"):  # some pipelines lower-case the names
-                name = name.upper()
-            labels = s.labels
-            uuid = _label(labels, "UUID", "uuid")
-            if uuid is None:
-                continue
-            gi = _label(labels, "GPU_I_ID")
-            key = f"{uuid}/{gi}" if gi is not None else uuid
-            if key not in meta:
-                index = int(_label(labels, "gpu", "GPU") or 0)
-                model = _label(labels, "modelName", "model_name") or "unknown"
-                if gi is not None:
-                    profile = (_label(labels, "GPU_I_PROFILE") or "unknown").lower()
-                    meta[key] = Device(
-                        mig.identity(uuid, gi, profile),
-                        index,
-                        f"{model} MIG {profile}",
-                        mig_parent_uuid=uuid,
-                    )
-                else:
-                    meta[key] = Device(uuid, index, model)
-                meta[key].pci_bus_id = _label(labels, "pci_bus_id")
-                meta[key].driver_version = _label(labels, "DCGM_FI_DRIVER_VERSION")
-            hostname = hostname or _label(labels, "Hostname", "hostname")
-            dev = meta[key]
-            job = _label(labels, "hpc_job") or pod_job(labels)
-            if job is not None and (dev.uuid, job) not in jobs:
-                jobs[(dev.uuid, job)] = ProcessReading(
-                    gpu_uuid=dev.uuid, pid=0, job_id=job, gpu_index=dev.index
-                )
-            # The parser hands integers back as int; DCGM's sentinels are compared as doubles.
-            raw = float(s.value)
-            if raw in DCGM_SENTINELS:  # blank, not supported, no permission
-                continue  # the device and its pod are known; this value is absent
-            if name in _FB_PARTS and math.isfinite(raw):
-                fb.setdefault(dev.uuid, {})[name] = raw
-            mapped = _BY_NAME.get(name)
-            if mapped is None:
-                continue
-            canonical = mapped.metric
-            value = raw * mapped.scale
-            # NaN and infinities pass on as they are: the agent drops them, counts and logs them.
-            if canonical in INT_METRICS and math.isfinite(value):
-                value = float(int(value))
-            if canonical == "xid_last" and value == 0:
-                continue  # dcgm-exporter reports 0 for "no XID"; absent is the honest value
-            per_gpu.setdefault(dev.uuid, {})[canonical] = value
-            if job is not None and canonical in _POD_RUNGS:
-                pod_values.setdefault(dev.uuid, {}).setdefault(job, {})[canonical] = value
-            if name.startswith("DCGM_FI_PROF_"):
-                profiling.add(dev.uuid)
-    out = Exposition(hostname=hostname)
-    for dev in meta.values():
-        parts = fb.get(dev.uuid, {})
-        if "DCGM_FI_DEV_FB_USED" in parts and "DCGM_FI_DEV_FB_FREE" in parts:
-            dev.fb_total_bytes = int(sum(parts.values()) * MIB)
-            per_gpu.setdefault(dev.uuid, {})["fb_total_bytes"] = float(dev.fb_total_bytes)
-        out.devices.append(dev)
-        metrics = per_gpu.get(dev.uuid)
-        if metrics:
-            source = ActivitySource.DCGM if dev.uuid in profiling else ActivitySource.NVML
-            out.readings.append(GpuReading(dev.uuid, metrics, source))
-    for uuid, by_job in pod_values.items():
-        if len(by_job) < 2:
-            continue  # one pod: the GPU's activity is its activity
-        shares, repeated = pod_shares(by_job)
-        if repeated:
-            out.repeated.append(uuid)
-        for job, share in (shares or {}).items():
-            jobs[(uuid, job)].sm_util = share
-        if shares:  # each pod's own share: the GPU did the sum of them
-            rung = next(r for r in _POD_RUNGS if all(r in v for v in by_job.values()))
-            per_gpu.setdefault(uuid, {})[rung] = min(sum(shares.values()), 1.0)
-    out.jobs = list(jobs.values())
-    return out
+            state.add(_sample_name(family.name, s.name), s.labels, s.value)
+    return state.exposition()
 
 
 class DcgmExporterBackend:
