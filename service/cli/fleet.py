@@ -231,9 +231,8 @@ def fault_lines(faults: list[dict[str, Any]]) -> list[str]:
     return ["", "HARDWARE FAULT:"] + [f"  {fault_text(f)}" for f in faults]
 
 
-def job_report(job: dict[str, Any], *, now: datetime) -> str:
-    """A jobstats-style plain-text report of ``GET /jobs/{id}``'s answer."""
-    s = job["summary"]
+def _job_head(job: dict[str, Any], *, now: datetime) -> list[str]:
+    """The report's first lines: the job, who ran it, for how long and on which GPUs."""
     started = datetime.fromisoformat(job["started_at"].replace("Z", "+00:00"))
     ended = job.get("ended_at")
     stop = datetime.fromisoformat(ended.replace("Z", "+00:00")) if ended else now
@@ -247,14 +246,22 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
         f"  {'ran' if ended else 'running'} {_when(job['started_at'])} to "
         f"{_when(ended) if ended else 'now'}: {_span((stop - started).total_seconds())}",
     ]
-    gpus = job.get("gpus") or []
-    lines.append(f"  GPUs: {len({g['gpu_uuid'] for g in gpus})}")
+    return lines + _gpu_lines(job.get("gpus") or [])
+
+
+def _gpu_lines(gpus: list[dict[str, Any]]) -> list[str]:
+    """How many GPUs the job held, then each holding: GPU, node, from and until when."""
+    lines = [f"  GPUs: {len({g['gpu_uuid'] for g in gpus})}"]
     for g in gpus:
         until = _when(g["ended_at"]) if g.get("ended_at") else "now"
         lines.append(f"    {g['gpu_uuid']} on {g['node']}, {_when(g['started_at'])} to {until}")
-    lines += fault_lines(job.get("faults") or [])
+    return lines
+
+
+def _money_lines(s: dict[str, Any]) -> list[str]:
+    """The job's GPU-hours, cost, waste and efficiency, from its summary ``s``."""
     eff = s.get("efficiency")
-    lines += [
+    return [
         "",
         f"GPU time: {gpu_hours(s['held_seconds'])} GPU-h held, "
         f"{gpu_hours(s['allocated_seconds'])} with data",
@@ -269,53 +276,84 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
         f"{money(s['fixable_usd'])} (estimated)",
         f"Efficiency (time-weighted activity): {'n/a' if eff is None else f'{eff:.0%}'}",
     ]
-    causes = s.get("causes") or {}
-    if causes:
-        covered = sum(c["seconds"] for c in causes.values()) or 1.0
-        lines += ["", "Time and dollars by cause (cost, waste):"]
-        for name, c in sorted(causes.items(), key=lambda kv: -kv[1]["seconds"]):
-            if c["seconds"] <= 0:
-                continue
-            lines.append(
-                f"  {name:<18} {gpu_hours(c['seconds']):>7} GPU-h {money(c.get('usd')):>10}"
-                f" {money(c.get('waste_usd')):>10} {c['seconds'] / covered:>5.0%}"
-            )
-    per_gpu = job.get("per_gpu") or []
-    if len(per_gpu) > 1:
-        lines += ["", "Per GPU:"]
-        for g in per_gpu:
-            e = g.get("efficiency")
-            lines.append(
-                f"  {g['gpu_uuid']}  {gpu_hours(g['allocated_seconds'])} GPU-h  "
-                f"cost {money(g['cost_usd'])}  waste {money(g['waste_usd'])}  "
-                f"efficiency {'n/a' if e is None else f'{e:.0%}'}"
-            )
+
+
+def _cause_lines(causes: dict[str, dict[str, Any]]) -> list[str]:
+    """GPU-hours, cost, waste and share of time of each cause that had time, most first."""
+    if not causes:
+        return []
+    covered = sum(c["seconds"] for c in causes.values()) or 1.0
+    lines = ["", "Time and dollars by cause (cost, waste):"]
+    for name, c in sorted(causes.items(), key=lambda kv: -kv[1]["seconds"]):
+        if c["seconds"] <= 0:
+            continue
+        lines.append(
+            f"  {name:<18} {gpu_hours(c['seconds']):>7} GPU-h {money(c.get('usd')):>10}"
+            f" {money(c.get('waste_usd')):>10} {c['seconds'] / covered:>5.0%}"
+        )
+    return lines
+
+
+def _per_gpu_lines(per_gpu: list[dict[str, Any]]) -> list[str]:
+    """Each GPU's GPU-hours, cost, waste and efficiency, for a job of more than one GPU."""
+    if len(per_gpu) <= 1:
+        return []
+    lines = ["", "Per GPU:"]
+    for g in per_gpu:
+        e = g.get("efficiency")
+        lines.append(
+            f"  {g['gpu_uuid']}  {gpu_hours(g['allocated_seconds'])} GPU-h  "
+            f"cost {money(g['cost_usd'])}  waste {money(g['waste_usd'])}  "
+            f"efficiency {'n/a' if e is None else f'{e:.0%}'}"
+        )
+    return lines
+
+
+def _advice_lines(job: dict[str, Any]) -> list[str]:
+    """The priced fixes and their dollar saving, else the top cause's meaning and fix."""
     fixes = job.get("recommendations")
     if fixes:
         saved = job.get("savings_usd")
-        lines += ["", f"Recommendations (together they save {money(saved)}):"]
+        lines = ["", f"Recommendations (together they save {money(saved)}):"]
         for f in fixes:
             what = f["cause"] if f["kind"] == "cause" else f["kind"].replace("_", " ")
             base = f.get("base") or f"{gpu_hours(f['seconds'])} GPU-h"
             lines.append(f"  - {money(f['saving_usd'])} {what}: {f['action']}")
             lines.append(f"      {f['saving_fraction']:.0%} of {base}, assuming {f['assumption']}")
-    elif CAUSE_BY_NAME.get(s.get("top_cause") or "") in CAUSE_FIX:  # priced nothing
-        top = CAUSE_BY_NAME[s["top_cause"]]
-        lines += [
-            "",
-            "Recommendations:",
-            f"  - {top.label}: {CAUSE_MEANING[top]}",
-            f"      fix: {CAUSE_FIX[top]}",
-        ]
-    energy = job.get("energy")
-    if energy:
-        lines.append(
-            f"Energy: {energy['kwh']:.3f} kWh, {money(energy['usd'])} at "
-            f"${energy['usd_per_kwh']:g}/kWh ({energy['source'].replace('_', ' ')}); "
-            f"{energy['idle_kwh']:.3f} kWh ({money(energy['idle_usd'])}) while nothing ran"
-        )
-    for w in job.get("warnings") or []:
-        lines.append(f"warning: {w}")
+        return lines
+    top = CAUSE_BY_NAME.get(job["summary"].get("top_cause") or "")
+    if top not in CAUSE_FIX:  # no fix to name either
+        return []
+    return [
+        "",
+        "Recommendations:",
+        f"  - {top.label}: {CAUSE_MEANING[top]}",
+        f"      fix: {CAUSE_FIX[top]}",
+    ]
+
+
+def _energy_lines(energy: dict[str, Any] | None) -> list[str]:
+    """The job's energy in kWh and dollars, and the part drawn while nothing ran."""
+    if not energy:
+        return []
+    return [
+        f"Energy: {energy['kwh']:.3f} kWh, {money(energy['usd'])} at "
+        f"${energy['usd_per_kwh']:g}/kWh ({energy['source'].replace('_', ' ')}); "
+        f"{energy['idle_kwh']:.3f} kWh ({money(energy['idle_usd'])}) while nothing ran"
+    ]
+
+
+def job_report(job: dict[str, Any], *, now: datetime) -> str:
+    """A jobstats-style plain-text report of ``GET /jobs/{id}``'s answer."""
+    s = job["summary"]
+    lines = _job_head(job, now=now)
+    lines += fault_lines(job.get("faults") or [])
+    lines += _money_lines(s)
+    lines += _cause_lines(s.get("causes") or {})
+    lines += _per_gpu_lines(job.get("per_gpu") or [])
+    lines += _advice_lines(job)
+    lines += _energy_lines(job.get("energy"))
+    lines += [f"warning: {w}" for w in job.get("warnings") or []]
     return "\n".join(lines)
 
 
