@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, Select, and_, func, select
 
 from service.db import holders_repo
+from service.db.holders_repo import Holder
 from service.db.schema import gpus, ladder_actions, nodes, samples
 from service.exposition.shards import Shard
 from service.exposition.types import FleetGpu, FleetSnapshot, LostGpu
@@ -35,8 +37,17 @@ def read_fleet(
     held = holders_repo.holders_at(
         conn, now=now, start_skew_seconds=start_skew_seconds, node_ids=node_ids
     )
+    query = _latest_samples(fresh_since)
+    if node_ids is not None:
+        query = query.where(gpus.c.node_id.in_(node_ids))
+    readings = [_fleet_gpu(row, held.get(row[0])) for row in conn.execute(query)]
+    return FleetSnapshot(readings=readings, lost=_lost_gpus(conn, fresh_since, node_ids))
 
-    query = (
+
+def _latest_samples(fresh_since: datetime) -> Select[Any]:
+    """Every GPU's latest sample, if taken at ``fresh_since`` or later, with its node's name:
+    the columns _fleet_gpu reads, in its order."""
+    return (
         select(
             gpus.c.id,
             gpus.c.uuid,
@@ -58,39 +69,43 @@ def read_fleet(
         .join(samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at))
         .where(gpus.c.last_sample_at >= fresh_since)
     )
-    if node_ids is not None:
-        query = query.where(gpus.c.node_id.in_(node_ids))
-    readings = []
-    for row in conn.execute(query):
-        gpu_id, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
-        activity, rung, cause, pci_bus_id, driver_version = row[9:14]
-        values = {name: v for name, v in zip(METRIC_NAMES, row[14:], strict=True) if v is not None}
-        holders = held.get(gpu_id)
-        # A GPU shared by several jobs shows the latest-started one.
-        job = holders[-1] if holders else None
-        readings.append(
-            FleetGpu(
-                node=hostname,
-                index=index,
-                uuid=uuid,
-                model=model,
-                last_sample_at=last_at,
-                values=values,
-                source=source,
-                fb_total_bytes=fb_total,
-                mig_parent_uuid=mig_parent,
-                pci_bus_id=pci_bus_id,
-                driver_version=driver_version,
-                job_id=job.job_id if job else None,
-                user=job.user if job else None,
-                team=job.team if job else None,
-                project=job.project if job else None,
-                activity=activity,
-                rung=rung,
-                cause=cause,
-            )
-        )
-    lost_query = (
+
+
+def _fleet_gpu(row: Sequence[Any], holders: Sequence[Holder] | None) -> FleetGpu:
+    """A row of _latest_samples as a FleetGpu, held by the latest-started of ``holders``."""
+    _, uuid, index, model, fb_total, mig_parent, last_at, hostname, source = row[:9]
+    activity, rung, cause, pci_bus_id, driver_version = row[9:14]
+    values = {name: v for name, v in zip(METRIC_NAMES, row[14:], strict=True) if v is not None}
+    # A GPU shared by several jobs shows the latest-started one.
+    job = holders[-1] if holders else None
+    return FleetGpu(
+        node=hostname,
+        index=index,
+        uuid=uuid,
+        model=model,
+        last_sample_at=last_at,
+        values=values,
+        source=source,
+        fb_total_bytes=fb_total,
+        mig_parent_uuid=mig_parent,
+        pci_bus_id=pci_bus_id,
+        driver_version=driver_version,
+        job_id=job.job_id if job else None,
+        user=job.user if job else None,
+        team=job.team if job else None,
+        project=job.project if job else None,
+        activity=activity,
+        rung=rung,
+        cause=cause,
+    )
+
+
+def _lost_gpus(
+    conn: Connection, fresh_since: datetime, node_ids: Collection[int] | None
+) -> list[LostGpu]:
+    """GPUs lost and not retired, of nodes seen at ``fresh_since`` or later (of ``node_ids``
+    when given), by node and index."""
+    query = (
         select(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
         .join(nodes, nodes.c.id == gpus.c.node_id)
         .where(
@@ -101,12 +116,11 @@ def read_fleet(
         .order_by(nodes.c.hostname, gpus.c.gpu_index)
     )
     if node_ids is not None:
-        lost_query = lost_query.where(nodes.c.id.in_(node_ids))
-    lost = [
+        query = query.where(nodes.c.id.in_(node_ids))
+    return [
         LostGpu(node=r.hostname, index=r.gpu_index, uuid=r.uuid, model=r.model)
-        for r in conn.execute(lost_query)
+        for r in conn.execute(query)
     ]
-    return FleetSnapshot(readings=readings, lost=lost)
 
 
 def node_last_seen(
