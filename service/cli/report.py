@@ -87,10 +87,8 @@ def short_time(text: str) -> str:
     return text[:16].replace("T", " ") + "Z" if len(text) >= 16 else text
 
 
-def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
-    """Print the report as a table in the service's order (largest waste first, or --sort),
-    with the totals last."""
-    group_by = data["group_by"]
+def _table_columns(group_by: str) -> list[Column]:
+    """The report table's columns, first to last; ``drop`` orders which go first when narrow."""
     columns = [
         Column(group_by, whole=True, fold_last=True),
         Column("GPU-h", "right", drop=4),
@@ -106,36 +104,82 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     columns.append(Column("top fix saves", wrap=True, drop=8))
     if group_by == "job":
         columns.append(Column("user", drop=6))
+    return columns
+
+
+def _table_cells(r: dict[str, Any], group_by: str) -> list[str]:
+    """One report row's cells, in the order of ``_table_columns``."""
+    eff = r["efficiency"]
+    row = [
+        str(r["key"]),
+        gpu_hours(r["held_seconds"]),
+        money(r["cost_usd"]),
+        money(r["waste_usd"]),
+        money(r["idle_usd"]),
+        money(r["fixable_usd"]),
+        money(r["lost_usd"]) if r.get("lost_seconds") else "",
+        "" if eff is None else f"{eff:.0%}",
+        _pct(r["nodata_seconds"], r["held_seconds"]),
+        top_cause(r),
+        top_fix(r),
+    ]
+    if group_by == "job":
+        row.append(r.get("user") or "")
+    return row
+
+
+def _table_caption(data: dict[str, Any]) -> str:
+    """What cost and waste mean, which prices priced them and how shared GPUs were split."""
+    prices = "DEFAULT prices" if data.get("price_source") == "default" else "your prices"
+    return (
+        "cost = price x held time; waste = idle (nothing ran) + fixable (the causes' "
+        f"dollars x their fixes' saving fraction, estimated); {prices}"
+        + (f"; shared GPUs split by {rule}" if (rule := data.get("split_rule")) else "")
+    )
+
+
+def _fault_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per hardware fault of any row, with the dollars held lost where a GPU was."""
+    notes = []
+    for row in rows:
+        for f in row.get("faults") or []:
+            what = f"hardware XID {f['xid']}" if f["kind"] == "xid" else "fell off the bus"
+            notes.append(
+                f"HARDWARE FAULT {row['key']}: {f['node']} GPU {f['gpu_index']} {what} at "
+                f"{short_time(f['at'])}"
+                + (f", held lost {money(f.get('lost_usd'))}" if f["kind"] == "lost" else "")
+            )
+    return notes
+
+
+def _totals_notes(totals: dict[str, Any]) -> list[str]:
+    """The totals in words: time by cause, cost and waste, and the fixes that save most."""
+    notes = []
+    breakdown = cause_breakdown(totals)
+    if breakdown:
+        notes.append(f"time by cause: {breakdown}")
+    notes.append(waste_line(totals))
+    fixes = totals.get("fixes") or []
+    if fixes:
+        notes.append(
+            "top fixes: "
+            + "; ".join(f"{f['cause']} {money(f['saving_usd'])} ({f['action']})" for f in fixes)
+        )
+    return notes
+
+
+def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
+    """Print the report as a table in the service's order (largest waste first, or --sort),
+    with the totals last."""
+    group_by = data["group_by"]
     rows = data["rows"]
     shown = [*rows[:limit], {**data["totals"], "key": "TOTAL"}]
-    cells = []
-    for r in shown:
-        eff = r["efficiency"]
-        row = [
-            str(r["key"]),
-            gpu_hours(r["held_seconds"]),
-            money(r["cost_usd"]),
-            money(r["waste_usd"]),
-            money(r["idle_usd"]),
-            money(r["fixable_usd"]),
-            money(r["lost_usd"]) if r.get("lost_seconds") else "",
-            "" if eff is None else f"{eff:.0%}",
-            _pct(r["nodata_seconds"], r["held_seconds"]),
-            top_cause(r),
-            top_fix(r),
-        ]
-        if group_by == "job":
-            row.append(r.get("user") or "")
-        cells.append(row)
-    prices = "DEFAULT prices" if data.get("price_source") == "default" else "your prices"
     table, dropped = fit_table(
-        columns,
-        cells,
+        _table_columns(group_by),
+        [_table_cells(r, group_by) for r in shown],
         width=console.width,
         title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
-        caption="cost = price x held time; waste = idle (nothing ran) + fixable (the causes' "
-        f"dollars x their fixes' saving fraction, estimated); {prices}"
-        + (f"; shared GPUs split by {rule}" if (rule := data.get("split_rule")) else ""),
+        caption=_table_caption(data),
         section_before_last=True,
     )
     console.print(table)
@@ -147,25 +191,8 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         )
     if len(rows) > limit:
         console.print(f"{len(rows) - limit} more rows; use --limit, --csv or --json for all")
-    for row in rows:
-        for f in row.get("faults") or []:
-            what = f"hardware XID {f['xid']}" if f["kind"] == "xid" else "fell off the bus"
-            console.print(
-                f"HARDWARE FAULT {row['key']}: {f['node']} GPU {f['gpu_index']} {what} at "
-                f"{short_time(f['at'])}"
-                + (f", held lost {money(f.get('lost_usd'))}" if f["kind"] == "lost" else "")
-            )
-    breakdown = cause_breakdown(data["totals"])
-    if breakdown:
-        console.print(f"time by cause: {breakdown}")
-    totals = data["totals"]
-    console.print(waste_line(totals))
-    fixes = totals.get("fixes") or []
-    if fixes:
-        console.print(
-            "top fixes: "
-            + "; ".join(f"{f['cause']} {money(f['saving_usd'])} ({f['action']})" for f in fixes)
-        )
+    for note in _fault_notes(rows) + _totals_notes(data["totals"]):
+        console.print(note)
 
 
 def waste_line(row: dict[str, Any]) -> str:
