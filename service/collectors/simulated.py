@@ -147,61 +147,80 @@ class SimulatedBackend:
             if dev.lost:
                 continue
             prof = _PROFILES[scenario]
-            rng = random.Random(_seed(self.seed, self.hostname, i, stamp))
-            j = rng.random
-            sm = _clip(prof.sm + (j() - 0.5) * min(0.06, prof.sm)) if prof.sm else 0.0
-            if prof.engine is None:
-                engine, util = (_clip(sm + 0.03), 1.0) if sm else (0.0, 0.0)
-            else:  # a duty cycle of its own: kernels (or copies) run without filling the SMs
-                engine = prof.engine
-                util = 0.99 if prof.pcie_bytes_per_second else _clip(prof.engine * 1.1)
-            pcie = prof.pcie_bytes_per_second
-            power = prof.power_watts + (j() - 0.5) * 20.0
-            self._energy[i] += power * dt
-            fb = int(prof.fb_gib * GIB) + int(j() * 64) * 1024 * 1024
-            m: dict[str, float] = {
-                "sm_active": sm,
-                "sm_occupancy": _clip(sm * 0.45),
-                "tensor_active": _clip(prof.tensor + (j() - 0.5) * 0.06) if prof.tensor else 0.0,
-                "dram_active": _clip(prof.dram + (j() - 0.5) * 0.06) if prof.dram else 0.0,
-                "gr_engine_active": engine,
-                "gpu_util": util,
-                "mem_copy_util": _clip(prof.dram * 0.8),
-                "fb_used_bytes": fb,
-                "fb_total_bytes": _FB_TOTAL,
-                "power_watts": power,
-                "energy_joules": 1.0e6 * (i + 1) + self._energy[i],
-                "temperature_celsius": 32.0 + power / 15.0 + self.extra_celsius,
-                "sm_clock_hz": 1.98e9 if sm else 3.45e8,
-                "pcie_tx_bytes_per_second": 2.0e8 * sm if pcie is None else pcie,
-                "pcie_rx_bytes_per_second": 6.0e8 * sm if pcie is None else pcie,
-                # Peer traffic of multi-GPU training; the single-GPU scenarios have none.
-                "nvlink_tx_bytes_per_second": 4.0e10 * prof.tensor if prof.engine is None else 0.0,
-                "nvlink_rx_bytes_per_second": 4.0e10 * prof.tensor if prof.engine is None else 0.0,
-            }
-            if (
-                scenario == "xid-then-lost"
-                and elapsed >= self.xid_after_seconds
-                and not self._xid_sent[i]
-            ):
-                m["xid_last"] = XID_CODE
-                self._xid_sent[i] = True
+            m = self._metrics(i, prof, random.Random(_seed(self.seed, self.hostname, i, stamp)), dt)
+            if scenario == "xid-then-lost" and elapsed >= self.xid_after_seconds:
+                self._raise_xid_once(i, m)
             snap.readings.append(GpuReading(dev.uuid, m, ActivitySource.SIMULATED))
             if prof.has_job:
-                snap.processes.append(
-                    ProcessReading(
-                        gpu_uuid=dev.uuid,
-                        pid=40_000 + i,
-                        fb_used_bytes=fb - 512 * 1024 * 1024,
-                        job_id=self._jobs[i],
-                        user=self.user_of(i),
-                        gpu_index=i,
-                    )
-                )
+                snap.processes.append(self._process(i, dev, int(m["fb_used_bytes"])))
         return snap
+
+    def _metrics(self, i: int, prof: _Profile, rng: random.Random, dt: float) -> dict[str, float]:
+        """GPU ``i``'s reading in canonical units; adds its energy over the ``dt`` seconds since
+        the last poll."""
+        j = rng.random
+        # The draws come in a fixed order (SM, power, memory, tensor, DRAM): same seed, same values.
+        sm = _clip(prof.sm + (j() - 0.5) * min(0.06, prof.sm)) if prof.sm else 0.0
+        engine, util = _duty(prof, sm)
+        power = prof.power_watts + (j() - 0.5) * 20.0
+        self._energy[i] += power * dt
+        fb = int(prof.fb_gib * GIB) + int(j() * 64) * 1024 * 1024
+        return {
+            "sm_active": sm,
+            "sm_occupancy": _clip(sm * 0.45),
+            "tensor_active": _clip(prof.tensor + (j() - 0.5) * 0.06) if prof.tensor else 0.0,
+            "dram_active": _clip(prof.dram + (j() - 0.5) * 0.06) if prof.dram else 0.0,
+            "gr_engine_active": engine,
+            "gpu_util": util,
+            "mem_copy_util": _clip(prof.dram * 0.8),
+            "fb_used_bytes": fb,
+            "fb_total_bytes": _FB_TOTAL,
+            "power_watts": power,
+            "energy_joules": 1.0e6 * (i + 1) + self._energy[i],
+            "temperature_celsius": 32.0 + power / 15.0 + self.extra_celsius,
+            "sm_clock_hz": 1.98e9 if sm else 3.45e8,
+            **_links(prof, sm),
+        }
+
+    def _raise_xid_once(self, i: int, m: dict[str, float]) -> None:
+        """Put the XID into GPU ``i``'s reading ``m`` the first time it is due, never again."""
+        if not self._xid_sent[i]:
+            m["xid_last"] = XID_CODE
+            self._xid_sent[i] = True
+
+    def _process(self, i: int, dev: Device, fb_used_bytes: int) -> ProcessReading:
+        """The job's process on GPU ``i``, holding all but 512 MiB of the GPU's used memory."""
+        return ProcessReading(
+            gpu_uuid=dev.uuid,
+            pid=40_000 + i,
+            fb_used_bytes=fb_used_bytes - 512 * 1024 * 1024,
+            job_id=self._jobs[i],
+            user=self.user_of(i),
+            gpu_index=i,
+        )
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _duty(prof: _Profile, sm: float) -> tuple[float, float]:
+    """The engine's and the GPU's busy fractions (0..1) for a profile at SM activity ``sm``."""
+    if prof.engine is None:
+        return (_clip(sm + 0.03), 1.0) if sm else (0.0, 0.0)
+    # A duty cycle of its own: kernels (or copies) run without filling the SMs.
+    return prof.engine, 0.99 if prof.pcie_bytes_per_second else _clip(prof.engine * 1.1)
+
+
+def _links(prof: _Profile, sm: float) -> dict[str, float]:
+    """PCIe and NVLink bytes per second each way for a profile at SM activity ``sm``."""
+    pcie = prof.pcie_bytes_per_second
+    return {
+        "pcie_tx_bytes_per_second": 2.0e8 * sm if pcie is None else pcie,
+        "pcie_rx_bytes_per_second": 6.0e8 * sm if pcie is None else pcie,
+        # Peer traffic of multi-GPU training; the single-GPU scenarios have none.
+        "nvlink_tx_bytes_per_second": 4.0e10 * prof.tensor if prof.engine is None else 0.0,
+        "nvlink_rx_bytes_per_second": 4.0e10 * prof.tensor if prof.engine is None else 0.0,
+    }
 
 
 def _clip(v: float) -> float:
