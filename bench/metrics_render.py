@@ -33,7 +33,7 @@ from service.db.metrics_repo import read_fleet
 from service.db.migrate import upgrade
 from service.db.partitions import ensure_partitions
 from service.db.schema import gpus, job_gpus, jobs, nodes, prices, samples
-from service.exposition.fleet import GPU_LABELS, exported_name, fleet_families
+from service.exposition.fleet import LOST_LABELS, exported_name, fleet_families
 from service.exposition.render import render
 from service.settings import Settings
 from service.usecases.metrics_endpoint import FleetCollector
@@ -166,6 +166,11 @@ def populate(engine: Engine, n_gpus: int, per_node: int = 8, history: int = 3) -
         )
 
 
+# The plain registry's label set: the GPU's identity and its job on every series, the way a
+# naive exporter labels them (the collector puts the job on one info series instead).
+PLAIN_LABELS: tuple[str, ...] = (*LOST_LABELS, "job_id", "user", "team", "project")
+
+
 def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
     """The same per-GPU values in ordinary labelled Gauges (a Counter for energy), already set."""
     with ctx.engine.connect() as conn:
@@ -174,7 +179,7 @@ def plain_registry(ctx: ServiceContext) -> CollectorRegistry:
     metrics: dict[str, Gauge | Counter] = {}
     for spec in METRICS:
         cls = Counter if spec.counter else Gauge
-        metrics[spec.name] = cls(exported_name(spec), spec.help, list(GPU_LABELS), registry=reg)
+        metrics[spec.name] = cls(exported_name(spec), spec.help, list(PLAIN_LABELS), registry=reg)
     for r in snapshot.readings:
         labels = [r.node, str(r.index), r.uuid, r.model]
         labels += [r.job_id or "", r.user or "", r.team or "", r.project or ""]
