@@ -65,6 +65,7 @@ from service.db.schema import (
 )
 from service.settings import Settings
 from service.usecases import cost_days, cost_report
+from service.usecases.job_summary import job_summary
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 GPUS_PER_NODE = 8
@@ -303,7 +304,7 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
         job = jobs_repo.get_job(conn, job_id=jid)
         assert job is not None
         best, median, _summary = timed(
-            lambda: cost_report.job_summary(conn, settings=settings, job=job, now=END), 10
+            lambda: job_summary(conn, settings=settings, job=job, now=END), 10
         )
         print(
             f"  job summary ({jid}, {len(job['intervals'])} GPUs, "

@@ -170,8 +170,10 @@ class Settings(BaseSettings):
     owner_lookup_timeout_seconds: float = Field(5.0, gt=0)
     owner_lookup_ttl_seconds: float = Field(3600.0, gt=0)
     # --- costs and reports -------------------------------------------------------------
-    # Recommendations (service.costs.recommend; docs/diagnosis.md gives the sources): how many
-    # times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer bytes.
+    # Recommendations (service.costs.recommend; service.costs.assumptions.fix_assumptions_of
+    # reads these and the cause_* thresholds above; docs/diagnosis.md gives the sources): how
+    # many times faster matrix maths runs on tensor cores, and a DRAM-bound kernel with fewer
+    # bytes.
     fix_tensor_speedup: float = Field(4.0, ge=1)
     fix_memory_speedup: float = Field(2.0, ge=1)
     # A GPU of a multi-GPU job idle this share of its time is one the job could give back.

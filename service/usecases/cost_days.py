@@ -20,8 +20,9 @@ from service.costs.waste import Summary
 from service.db import cost_days_repo, costs_repo
 from service.db.cost_days_repo import UNALLOCATED_JOB
 from service.settings import Settings
-from service.usecases.cost_report import attribute, effective_prices
+from service.usecases.attribution import attribute
 from service.usecases.day_sums import basis_of, held_range, stored_bounds, summary_row
+from service.usecases.price_table import effective_prices
 
 Key = tuple[int, datetime]  # (GPU id, day)
 

@@ -54,7 +54,7 @@ from service.thresholds.policy import (
     cause_of_metric,
     parse_config,
 )
-from service.usecases.cost_report import job_verdict
+from service.usecases.job_summary import job_verdict
 from service.usecases.notices import queue_owner_notice, resolve_many
 from service.usecases.outbox import Dispatcher
 from service.vocabulary import alert_page_path, job_path

@@ -13,13 +13,14 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.core.diagnosis import CAUSE_BY_NAME, CAUSE_NAMES, STATE_NAMES, GpuState, gpu_state
+from service.costs.assumptions import fix_assumptions_of
 from service.costs.money import SORT_FIELDS, money_of
 from service.costs.recommend import with_model
 from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
 from service.errors import ValidationFailed
 from service.settings import Settings
-from service.usecases.cost_report import attribute, fix_assumptions_of
+from service.usecases.attribution import attribute
 
 # The money figures the fleet shows per GPU and sums over the fleet.
 GPU_MONEY: tuple[str, ...] = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")

@@ -13,12 +13,13 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
+from service.costs.assumptions import fix_assumptions_of
 from service.db import policies_repo
 from service.db.metrics_repo import count_actions, node_last_seen, read_fleet, shard_node_ids
 from service.exposition.actions import actions_family, ladder_label_sets
 from service.exposition.fleet import fleet_families
 from service.exposition.shards import Shard
-from service.usecases.cost_report import effective_prices, fix_assumptions_of
+from service.usecases.price_table import effective_prices
 
 log = logging.getLogger(__name__)
 

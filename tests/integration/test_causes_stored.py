@@ -17,7 +17,8 @@ from service.db import jobs_repo, windows_repo
 from service.db.migrate import upgrade
 from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, rollup_dirty, samples
 from service.settings import Settings
-from service.usecases.cost_report import cost_report, job_summary
+from service.usecases.cost_report import cost_report
+from service.usecases.job_summary import job_summary
 from tests.alerting_support import add_job
 from tests.conftest import empty_engine
 from tests.integration.cost_data import GIB, roll_up, store_series
@@ -78,7 +79,7 @@ def test_rollups_running_totals_report_and_job_summary_agree_per_cause(
         report = cost_report(conn, settings=stored, start=start, end=end, now=NOW, group_by="job")
         job = jobs_repo.get_job(conn, job_id="j1")
         assert job is not None
-        summary = job_summary(conn, settings=stored, job=job, now=NOW)
+        summary = job_summary(conn, settings=stored, job=job, now=NOW).as_dict()
     assert assert_totals_are_running_sums(engine) > 100
     row = next(r for r in report["rows"] if r["key"] == "j1")
     for name, field in zip(CAUSE_NAMES, CAUSE_FIELDS, strict=True):

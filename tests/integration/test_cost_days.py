@@ -30,7 +30,7 @@ from service.db.schema import (
     tenant_1m,
 )
 from service.settings import Settings
-from service.usecases import cost_days, cost_report, day_sums
+from service.usecases import cost_days, cost_report, day_sums, price_table
 from tests.conftest import truncate_all
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock
@@ -144,7 +144,7 @@ def _summed_everywhere(engine: Engine, s: Settings, start: datetime, end: dateti
     if window is None:
         return True
     with engine.connect() as conn:
-        table = cost_report.effective_prices(conn, s).rows
+        table = price_table.effective_prices(conn, s).rows
         stale, _ = day_sums.stale_in(
             conn, gpus=costs_repo.load_gpus(conn), start=window[0], end=window[1],
             basis=day_sums.basis_of(table, s),

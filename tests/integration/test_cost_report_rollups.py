@@ -18,6 +18,7 @@ from service.db import cost_sums, jobs_repo, prices_repo
 from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
 from service.usecases import cost_report
+from service.usecases.job_summary import job_summary
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.oracles import lines_from_segments
 from tests.support import FakeClock
@@ -216,7 +217,7 @@ def test_job_summary_with_raw_edges_is_exact(engine: Engine, clock: FakeClock, f
     with engine.connect() as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
         assert job is not None
-        summary = cost_report.job_summary(conn, settings=Settings(), job=job, now=clock())
+        summary = job_summary(conn, settings=Settings(), job=job, now=clock()).as_dict()
     want = expected_from_raw(engine, at(-600), at(HOURS * 3600 + 600))[job_id]
     assert_agree({job_id: summary["summary"]}, {job_id: want}, rel=1e-6)
 

@@ -88,7 +88,8 @@ def test_report_rows_equal_job_summaries_for_jobs_of_a_minute_to_days(
 ) -> None:
     from service.db import jobs_repo
     from service.settings import Settings
-    from service.usecases.cost_report import cost_report, job_summary
+    from service.usecases.cost_report import cost_report
+    from service.usecases.job_summary import job_summary
     from tests.integration.cost_data import roll_up, store_series
 
     t0 = clock() - timedelta(days=3)
@@ -114,7 +115,7 @@ def test_report_rows_equal_job_summaries_for_jobs_of_a_minute_to_days(
         for job_id, _, length in JOBS:
             job = jobs_repo.get_job(conn, job_id=job_id)
             assert job is not None
-            s = job_summary(conn, settings=settings, job=job, now=clock())["summary"]
+            s = job_summary(conn, settings=settings, job=job, now=clock()).summary
             row = rows[job_id]
             # Overlapping jobs share the GPU, so compare the report with the summary, not with
             # the job's length.
@@ -134,7 +135,8 @@ def test_report_rows_equal_job_summaries_when_hundreds_of_jobs_have_recent_edges
 
     from service.db import jobs_repo
     from service.settings import Settings
-    from service.usecases.cost_report import cost_report, job_summary
+    from service.usecases.cost_report import cost_report
+    from service.usecases.job_summary import job_summary
     from tests.integration.cost_data import roll_up, store_series
 
     t0 = clock() - timedelta(days=3)
@@ -174,7 +176,7 @@ def test_report_rows_equal_job_summaries_when_hundreds_of_jobs_have_recent_edges
         for job_id in ended:
             job = jobs_repo.get_job(conn, job_id=job_id)
             assert job is not None
-            s = job_summary(conn, settings=settings, job=job, now=clock())["summary"]
+            s = job_summary(conn, settings=settings, job=job, now=clock()).summary
             row = rows[job_id]
             for field in ("allocated_seconds", "unused_seconds", "idle_seconds", "cost_usd"):
                 assert row[field] == pytest.approx(s[field], rel=0.005), (job_id, field)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import insert
 
 from service.db.schema import prices
-from service.usecases.cost_report import job_waste_usd
+from service.usecases.job_summary import job_waste_usd
 from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, auth, ingest
 from tests.receivers import Receiver

@@ -13,7 +13,8 @@ from service.costs.prices import PriceRow
 from service.db import jobs_repo, prices_repo
 from service.errors import ConfigError
 from service.settings import Settings
-from service.usecases import cost_report
+from service.usecases import price_table
+from service.usecases.job_summary import job_waste_usd
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock
 
@@ -31,7 +32,7 @@ def test_config_file_prices_apply_until_a_table_is_put(engine: Engine, tmp_path:
     )
     settings = Settings(config=path)
     with engine.begin() as conn:
-        table = cost_report.effective_prices(conn, settings)
+        table = price_table.effective_prices(conn, settings)
         assert table.source == "config"
         assert [(r.model_pattern, r.usd_per_gpu_hour) for r in table.rows] == [
             ("*H100*", 3.5),
@@ -39,12 +40,12 @@ def test_config_file_prices_apply_until_a_table_is_put(engine: Engine, tmp_path:
         ]
         assert table.rows[0].effective_from == datetime(2026, 1, 1, tzinfo=UTC)
         prices_repo.replace_prices(conn, rows=[PriceRow("*H100*", 9.0, T0)])
-        assert cost_report.effective_prices(conn, settings).source == "api"
+        assert price_table.effective_prices(conn, settings).source == "api"
     path.write_text("prices:\n  - {model_pattern: '*H100*', effective_from: 2026-01-01}\n")
     with engine.begin() as conn:
         prices_repo.replace_prices(conn, rows=[])
         with pytest.raises(ConfigError, match=r"prices\.0"):
-            cost_report.effective_prices(conn, settings)
+            price_table.effective_prices(conn, settings)
 
 
 def test_job_waste_usd_has_the_alerting_signature(engine: Engine, clock: FakeClock):
@@ -63,17 +64,11 @@ def test_job_waste_usd_has_the_alerting_signature(engine: Engine, clock: FakeClo
         )
     with engine.connect() as conn:
         # Half an hour in: all of it idle so far.
-        half = cost_report.job_waste_usd(
-            conn, job_id="j", now=T0 + timedelta(minutes=30), settings=Settings()
-        )
+        half = job_waste_usd(conn, job_id="j", now=T0 + timedelta(minutes=30), settings=Settings())
         assert half == pytest.approx(2.0)
-        full = cost_report.job_waste_usd(
-            conn, job_id="j", now=T0 + timedelta(hours=1), settings=Settings()
-        )
+        full = job_waste_usd(conn, job_id="j", now=T0 + timedelta(hours=1), settings=Settings())
         assert full == pytest.approx(2.0)  # the second half ran on tensor cores: healthy
-        assert (
-            cost_report.job_waste_usd(conn, job_id="nope", now=clock(), settings=Settings()) is None
-        )
+        assert job_waste_usd(conn, job_id="nope", now=clock(), settings=Settings()) is None
 
 
 def test_config_file_is_read_again_only_when_it_changes(
@@ -91,21 +86,21 @@ def test_config_file_is_read_again_only_when_it_changes(
         reads.append(p)
         return real_load(p)
 
-    monkeypatch.setattr(cost_report, "load_config_file", counting_load)
+    monkeypatch.setattr(price_table, "load_config_file", counting_load)
     settings = Settings(config=path)
     with engine.connect() as conn:
         for _ in range(3):
             assert [
-                r.usd_per_gpu_hour for r in cost_report.effective_prices(conn, settings).rows
+                r.usd_per_gpu_hour for r in price_table.effective_prices(conn, settings).rows
             ] == [2.0]
         assert len(reads) == 1
         path.write_text(
             "prices:\n  - {model_pattern: '*H100*', usd_per_gpu_hour: 2.75, effective_from: 2026-01-01}\n"
         )
-        assert [r.usd_per_gpu_hour for r in cost_report.effective_prices(conn, settings).rows] == [
+        assert [r.usd_per_gpu_hour for r in price_table.effective_prices(conn, settings).rows] == [
             2.75
         ]
         assert len(reads) == 2
         path.unlink()
         with pytest.raises(ConfigError, match="does not exist"):
-            cost_report.effective_prices(conn, settings)
+            price_table.effective_prices(conn, settings)

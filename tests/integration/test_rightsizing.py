@@ -17,7 +17,7 @@ def test_a_job_whose_gpus_sat_idle_while_one_worked_is_told_to_ask_for_fewer(
     """Four H100s for 10 minutes: one runs bf16 GEMMs, three hold 2 GiB and run nothing."""
     from service.db import jobs_repo
     from service.settings import Settings
-    from service.usecases.cost_report import job_summary
+    from service.usecases.job_summary import job_summary
     from tests.integration.cost_data import roll_up, store_series
 
     start = clock() - timedelta(minutes=10)
@@ -36,7 +36,7 @@ def test_a_job_whose_gpus_sat_idle_while_one_worked_is_told_to_ask_for_fewer(
     with engine.connect() as conn:
         job = jobs_repo.get_job(conn, job_id="ddp")
         assert job is not None
-        out = job_summary(conn, settings=settings, job=job, now=clock())
+        out = job_summary(conn, settings=settings, job=job, now=clock()).as_dict()
     top = out["recommendations"][0]
     assert top["kind"] == "fewer_gpus" and top["gpus"] == 1, out["recommendations"]
     assert (
@@ -56,7 +56,7 @@ def test_gpus_that_talk_over_nvlink_are_ranks_not_spares(engine, clock: FakeCloc
     busy one (a collective's ranks waiting on it): none is given back."""
     from service.db import jobs_repo
     from service.settings import Settings
-    from service.usecases.cost_report import job_summary
+    from service.usecases.job_summary import job_summary
     from tests.integration.cost_data import roll_up, store_series
 
     start = clock() - timedelta(minutes=10)
@@ -75,6 +75,6 @@ def test_gpus_that_talk_over_nvlink_are_ranks_not_spares(engine, clock: FakeCloc
     with engine.connect() as conn:
         job = jobs_repo.get_job(conn, job_id="ddp")
         assert job is not None
-        out = job_summary(conn, settings=settings, job=job, now=clock())
+        out = job_summary(conn, settings=settings, job=job, now=clock()).as_dict()
     kinds = {f["kind"] for f in out["recommendations"]}
     assert "fewer_gpus" not in kinds and "mig" not in kinds, out["recommendations"]

@@ -31,7 +31,7 @@ from service.db.schema import (
     tenant_1m,
 )
 from service.settings import Settings
-from service.usecases import cost_report
+from service.usecases import cost_report, price_table, shared_minutes
 from service.usecases import ingest as ingest_service
 from service.wire import IngestBatch
 from tests.conftest import empty_engine
@@ -144,7 +144,7 @@ def _per_row(
     (a part of a cut minute raw samples still hold split again from them), summed per job,
     GPU and price."""
     end = min(end, now)
-    lookup = price_lookup(cost_report.effective_prices(conn, settings).rows)
+    lookup = price_lookup(price_table.effective_prices(conn, settings).rows)
     info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
     raw_from = now - timedelta(days=settings.retention_raw_days)
     t = tenant_1m.c
@@ -195,11 +195,11 @@ def _by_hours(
     """What a report reads now: the stretches of shared minutes, whole minutes summed in the
     database (whole hours from tenant_1h), cut minutes row by row."""
     end = min(end, now)
-    table = cost_report.effective_prices(conn, settings)
+    table = price_table.effective_prices(conn, settings)
     lookup = price_lookup(table.rows)
     info = costs_repo.load_gpus(conn, gpu_ids=gpu_ids)
     stretches = tenants_repo.shared_stretches(conn, start=start, end=end, gpu_ids=gpu_ids)
-    lines, rules = cost_report.shared_lines(
+    lines, rules = shared_minutes.shared_lines(
         conn, stretches=stretches, gpu_info=info,
         held_from_of={g: max(start, i.known_from) for g, i in info.items()}, end=end,
         prices=table.rows,

@@ -19,6 +19,7 @@ from service.api.schemas.costs import (
     JobUpdate,
 )
 from service.context import ServiceContext
+from service.costs.assumptions import fix_assumptions_of
 from service.costs.money import SORT_BYS, figures, sort_rows
 from service.costs.recommend import with_model
 from service.costs.waste import UNALLOCATED, summarize
@@ -26,6 +27,8 @@ from service.db import jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.usecases import cost_report
+from service.usecases.attribution import attribute
+from service.usecases.job_summary import job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 log = logging.getLogger(__name__)
@@ -184,8 +187,8 @@ def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
-    summary = cost_report.job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
-    return {**_public(job), **summary}
+    summary = job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
+    return {**_public(job), **summary.as_dict()}
 
 
 @router.get("", response_model=list[JobListItemPublic], dependencies=[Expensive])
@@ -214,9 +217,9 @@ def list_jobs(
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
     rows = jobs_repo.list_jobs(conn, start=start_at, end=end_at, user=user, team=team, limit=limit)
-    att = cost_report.attribute(conn, settings=ctx.settings, start=start_at, end=end_at, now=now)
+    att = attribute(conn, settings=ctx.settings, start=start_at, end=end_at, now=now)
     sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    assumptions = cost_report.fix_assumptions_of(ctx.settings)
+    assumptions = fix_assumptions_of(ctx.settings)
     money = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd", "efficiency")
     out: list[dict[str, Any]] = []
     for job in rows:

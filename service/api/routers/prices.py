@@ -11,12 +11,12 @@ from service.api.schemas.costs import PriceIn, PricePublic
 from service.costs.default_prices import KNOWN_MODEL_NAMES
 from service.costs.prices import PriceRow, matches
 from service.db import prices_repo
-from service.usecases import cost_report
+from service.usecases import price_table
 
 router = APIRouter(prefix="/prices", tags=["prices"])
 
 
-def _public(table: cost_report.PriceTable) -> list[dict[str, Any]]:
+def _public(table: price_table.PriceTable) -> list[dict[str, Any]]:
     return [
         {
             "model_pattern": r.model_pattern,
@@ -32,7 +32,7 @@ def _public(table: cost_report.PriceTable) -> list[dict[str, Any]]:
 @router.get("", response_model=list[PricePublic])
 def get_prices(ctx: Ctx, conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
     """The price table in force: the one PUT here, else the config file's, else the default."""
-    return _public(cost_report.effective_prices(conn, ctx.settings))
+    return _public(price_table.effective_prices(conn, ctx.settings))
 
 
 @router.put("", response_model=list[PricePublic])
@@ -73,4 +73,4 @@ def put_prices(body: list[PriceIn], ctx: Ctx, _: Admin) -> list[dict[str, Any]]:
             PriceRow(p.model_pattern, p.usd_per_gpu_hour, p.effective_from, p.note) for p in body
         ]
         prices_repo.replace_prices(conn, rows=rows)
-        return _public(cost_report.effective_prices(conn, ctx.settings))
+        return _public(price_table.effective_prices(conn, ctx.settings))

@@ -1,0 +1,67 @@
+"""The price table in force: the one PUT through the API, else the config file's, else defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection
+
+from service.costs.default_prices import DEFAULT_PRICES
+from service.costs.prices import PriceRow
+from service.costs.prices import parse_price_rows as parse_price_list
+from service.db import prices_repo
+from service.errors import ConfigError, ValidationFailed
+from service.settings import Settings, load_config_file
+
+
+def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
+    """Price rows from the YAML ``prices:`` list; ConfigError names the bad field."""
+    try:
+        return parse_price_list(items, where=where)
+    except ValidationFailed as exc:
+        raise ConfigError(f"config file: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable:
+    """The price rows in force and where they came from (api, config or default)."""
+
+    rows: list[PriceRow]
+    source: Literal["api", "config", "default"]
+
+
+def effective_prices(conn: Connection, settings: Settings) -> PriceTable:
+    """The stored table if one was PUT, else the config file's ``prices:``, else the defaults."""
+    stored = prices_repo.load_prices(conn)
+    if stored:
+        return PriceTable(stored, "api")
+    from_file = config_prices(settings.config)
+    if from_file:
+        return PriceTable(list(from_file), "config")
+    return PriceTable(list(DEFAULT_PRICES), "default")
+
+
+def config_prices(path: Path | None) -> tuple[PriceRow, ...]:
+    """The config file's ``prices:`` rows (none without a file or the key).
+
+    Reports, scrapes and notifications all ask; the file is read and parsed again only when its
+    modification time, size or inode changed, so an edit still takes effect without a restart.
+    """
+    if path is None:
+        return ()
+    try:
+        st = path.stat()
+    except OSError:
+        load_config_file(path)  # raises the ConfigError that names the missing file
+        raise
+    return _parsed_prices(path, st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@lru_cache(maxsize=8)
+def _parsed_prices(path: Path, mtime_ns: int, size: int, inode: int) -> tuple[PriceRow, ...]:
+    """The ``prices:`` rows of ``path`` as it was at (mtime_ns, size, inode): the cache key."""
+    config = load_config_file(path)
+    return tuple(parse_price_rows(config.get("prices") or [], where="prices"))
