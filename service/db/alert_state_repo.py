@@ -47,22 +47,29 @@ def _row(policy: PolicySpec, s: AlertState, now: datetime) -> dict[str, Any]:
         "policy": s.policy,
         "scope_key": s.key,
         "severity": policy.severity,
-        "state": s.state,
-        "labels": labels,
-        "value": s.value,
         "threshold": policy.threshold,
         "active_since": s.active_since,
+        "last_eval_at": now,
+        "job_id": labels.get("job_id"),
+        "node": labels.get("node"),
+        "gpu_uuid": labels.get("gpu_uuid") if policy.scope == "gpu" else None,
+        **_mutable(s),
+    }
+
+
+def _mutable(s: AlertState) -> dict[str, Any]:
+    """The columns of an alert that change with its state (``_MUTABLE``); no policy needed."""
+    return {
+        "state": s.state,
+        "labels": dict(s.labels),
+        "value": s.value,
         "fired_at": s.fired_at,
         "resolved_at": s.resolved_at,
-        "last_eval_at": now,
         "last_notified_at": s.last_notified_at,
         "last_resent_at": s.last_resent_at,
         "stale": int(s.stale),
         "suppressed": int(s.suppressed),
         "silenced": int(s.silenced),
-        "job_id": labels.get("job_id"),
-        "node": labels.get("node"),
-        "gpu_uuid": labels.get("gpu_uuid") if policy.scope == "gpu" else None,
     }
 
 
@@ -81,9 +88,13 @@ _MUTABLE = (
 
 
 def apply_changes(
-    conn: Connection, changes: Iterable[tuple[PolicySpec, Change]], *, now: datetime
+    conn: Connection, changes: Iterable[tuple[PolicySpec | None, Change]], *, now: datetime
 ) -> list[int]:
-    """Store a round's changes (new alerts, updates, events); returns each change's alert id."""
+    """Store a round's changes (new alerts, updates, events); returns each change's alert id.
+
+    A change without a policy (one retired with its deleted policy) may only update an alert
+    already stored: a new alert's row needs its policy's severity, threshold and scope.
+    """
     changes = list(changes)
     ids: list[int | None] = [None] * len(changes)
     new_rows: list[dict[str, Any]] = []
@@ -94,16 +105,17 @@ def apply_changes(
         if ch.before is ch.after and ch.before.id is not None:
             ids[i] = ch.before.id  # unchanged: nothing to write
             continue
-        row = _row(policy, ch.after, now)
         if ch.before is None or ch.before.id is None:
-            new_rows.append(row)
+            if policy is None:
+                raise ValueError(f"alert {ch.after.key!r} of a deleted policy was never stored")
+            new_rows.append(_row(policy, ch.after, now))
             new_idx.append(i)
             continue
         alert_id = ch.before.id
         ids[i] = alert_id
-        old = _row(policy, ch.before, now)
-        if any(old[k] != row[k] for k in _MUTABLE):
-            updates.append({"b_id": alert_id, **{k: row[k] for k in _MUTABLE}, "last_eval_at": now})
+        row = _mutable(ch.after)
+        if row != _mutable(ch.before):
+            updates.append({"b_id": alert_id, **row, "last_eval_at": now})
         if ch.before.state != ch.after.state:
             events.append(_event(alert_id, ch.before.state, ch.after.state, now, ch.after.value))
     if new_rows:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from service.context import ServiceContext
 from service.db import (
@@ -25,6 +25,7 @@ from service.db import (
 from service.db.leader import LeaderLock
 from service.db.metrics_repo import node_last_seen
 from service.db.set_aside import SetAside
+from service.db.windows_repo import OwnStats, Scopes, WindowStatsByGpu
 from service.errors import ConfigError, ValidationFailed
 from service.notify import Notification
 from service.notify.message import owner_notice_of
@@ -39,11 +40,14 @@ from service.settings import load_config_file
 from service.thresholds.evaluator import (
     AlertState,
     Change,
+    NotifyKind,
     Observation,
+    Silence,
     alert_labels,
     evaluate,
     observe,
     observe_silence,
+    retire,
     route,
 )
 from service.thresholds.owners import Addressee, parse_owners_section
@@ -56,7 +60,7 @@ from service.thresholds.policy import (
 )
 from service.usecases.job_summary import job_verdict
 from service.usecases.notices import queue_owner_notice, resolve_many
-from service.usecases.outbox import Dispatcher
+from service.usecases.outbox import Dispatcher, outbox_row
 from service.vocabulary import alert_page_path, job_path
 
 log = logging.getLogger(__name__)
@@ -196,46 +200,46 @@ def notification(
     ctx: ServiceContext,
     policy: PolicySpec,
     state: AlertState,
-    kind: str,
+    kind: NotifyKind | Literal["notice"],
     alert_id: int | None,
     now: datetime,
     verdict: dict[str, Any] | None = None,
     xid_code: int | None = None,
-) -> dict[str, Any]:
-    """The outbox payload of one notification about ``state`` (without the delivery id)."""
+) -> Notification:
+    """The notification of one alert ``state``; its delivery id is empty until ``outbox_row``
+    queues it to a channel."""
     base = ctx.settings.public_url.rstrip("/")
     job = _job_of(policy, state)
     resend = ctx.settings.alertmanager_resend_seconds
-    return {
-        "kind": kind,
-        "status": "resolved" if state.state == "resolved" else "firing",
-        "policy": policy.name,
-        "severity": policy.severity,
-        "description": policy.description,
-        "metric": policy.metric,
-        "aggregate": policy.aggregate,
-        "window": policy.window,
-        "op": policy.op,
-        "threshold": policy.threshold,
-        "value": state.value,
-        "scope": policy.scope,
-        "scope_key": state.key,
-        "labels": alert_labels(policy, state.labels),
-        "active_since": state.active_since.isoformat(),
-        "fired_at": state.fired_at.isoformat() if state.fired_at else None,
-        "resolved_at": state.resolved_at.isoformat() if state.resolved_at else None,
+    return Notification(
+        delivery_id="",
+        kind=kind,
+        status="resolved" if state.state == "resolved" else "firing",
+        policy=policy.name,
+        severity=policy.severity,
+        description=policy.description,
+        metric=policy.metric,
+        aggregate=policy.aggregate,
+        window=policy.window,
+        op=policy.op,
+        threshold=policy.threshold,
+        value=state.value,
+        scope=policy.scope,
+        scope_key=state.key,
+        labels=alert_labels(policy, state.labels),
+        active_since=state.active_since,
+        fired_at=state.fired_at,
+        resolved_at=state.resolved_at,
         # Like Prometheus: an alert not re-sent within 4 resend periods is considered gone.
-        "ends_at": (
-            now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds))
-        ).isoformat(),
-        "stale": state.stale,
+        ends_at=now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds)),
+        stale=state.stale,
         **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
-        "xid_code": xid_code,
+        xid_code=xid_code,
         # Links for people: the console's pages, not the JSON API.
-        "report_url": base + job_path(job) if job else None,
-        "alert_url": base + alert_page_path(alert_id) if alert_id is not None else None,
-        "alert_id": alert_id,
-    }
+        report_url=base + job_path(job) if job else None,
+        alert_url=base + alert_page_path(alert_id) if alert_id is not None else None,
+        alert_id=alert_id,
+    )
 
 
 def fault_xids(
@@ -284,165 +288,58 @@ def evaluate_once(ctx: ServiceContext, *, cache: StateCache | None = None) -> Ro
         raise
 
 
+@dataclass
+class _Round:
+    """One round's clock reading and tallies, passed along its steps."""
+
+    ctx: ServiceContext
+    now: datetime
+    result: RoundResult = field(default_factory=RoundResult)
+
+
+@dataclass
+class _Reads:
+    """What a round reads before it evaluates, on one connection."""
+
+    policies: list[PolicySpec]
+    channel_types: Mapping[str, str]
+    scopes: Scopes
+    last_seen: dict[str, datetime]  # each node's last report, for silent_seconds policies
+    stats: dict[float, WindowStatsByGpu]  # by window (seconds)
+    own: dict[float, OwnStats]  # jobs' own cause stats on shared GPUs, by window (seconds)
+    faults: dict[int, bool]  # a fresh hardware fault, by GPU id
+    silences: list[Silence]
+    # Open alerts by policy and scope key; evaluation pops each policy's, leaving the deleted.
+    previous: dict[str, dict[str, AlertState]]
+
+
+@dataclass
+class _Extras:
+    """What this round's notifications say beyond the alert, each found before the write."""
+
+    verdicts: dict[str, dict[str, Any] | None]  # by job id
+    addressees: dict[tuple[str | None, str | None], Addressee]  # by (user, team)
+    xids: dict[str, int]  # by GPU uuid
+
+
 def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult:
     started = time.perf_counter()
-    s = ctx.settings
-    now = ctx.clock()
-    result = RoundResult()
-    left_out: list[SetAside] = []
-    with ctx.engine.connect() as conn:
-        policy_list = policies_repo.list_policies(conn)
-        channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
-        scopes = windows_repo.scope_members(
-            conn, now=now, start_skew_seconds=s.ingest_max_future_seconds
-        )
-        by_window: dict[float, set[str]] = defaultdict(set)
-        for p in policy_list:
-            if p.metric != SILENT_SECONDS:
-                by_window[p.window_seconds].add(p.metric)
-        silent_horizons = [p.window_seconds for p in policy_list if p.metric == SILENT_SECONDS]
-        last_seen = (
-            node_last_seen(conn, since=now - timedelta(seconds=max(silent_horizons)))
-            if silent_horizons
-            else {}
-        )
-        # The fault window rides along in the same scan; it feeds inhibition.
-        by_window[FRESH_FAULT_SECONDS].add("hardware_fault")
-        stats = windows_repo.window_stats(
-            conn,
-            windows=by_window if policy_list else {},
-            now=now,
-            gpu_ids=scopes.gpu_ids,
-            lost_gpu_ids=scopes.lost_gpu_ids,
-            set_aside=left_out,
-        )
-        # A job's cause on a GPU it shares is its own, from its tenant rows.
-        job_causes: dict[float, set[str]] = defaultdict(set)
-        for p in policy_list:
-            if p.scope == "job" and cause_of_metric(p.metric) is not None:
-                job_causes[p.window_seconds].add(p.metric)
-        own = windows_repo.tenant_cause_stats(conn, windows=job_causes, now=now, gpu_stats=stats)
-        faults = {
-            gid: per["hardware_fault"].max > 0
-            for gid, per in stats.get(FRESH_FAULT_SECONDS, {}).items()
-            if "hardware_fault" in per
-        }
-        silences = silences_repo.active_silences(conn, now=now)
-        if cache is not None and cache.open is not None:
-            previous = {name: dict(states) for name, states in cache.open.items()}
-        else:
-            previous = alert_state_repo.open_alerts(conn)
-    set_aside.report(left_out, counter=ctx.telemetry.set_aside_rows, log=log)
+    rnd = _Round(ctx, ctx.clock())
+    reads = _read(rnd, cache)
     t_read = time.perf_counter()
-    changes: list[tuple[PolicySpec, Change]] = []
-    # Policies that differ only in threshold, for or channels see the same observations.
-    seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
-    for p in policy_list:
-        ctx.telemetry.policy(p.name, p.channels)
-        obs_key = (
-            p.scope,
-            p.metric,
-            p.window_seconds,
-            p.aggregate,
-            tuple(sorted(p.match.items())),
-            p.low_utilization,
-        )
-        # Popped first: a policy that fails keeps its open alerts (they are not "deleted").
-        before = previous.pop(p.name, {})
-        try:
-            obs = seen.get(obs_key)
-            if obs is None and p.metric == SILENT_SECONDS:
-                node_labels = {m.labels["node"]: m.labels for m in scopes.of("node")}
-                obs = observe_silence(p, last_seen, node_labels, now)
-                seen[obs_key] = obs
-            elif obs is None:
-                obs = observe(
-                    p,
-                    scopes.of(p.scope),
-                    stats[p.window_seconds],
-                    faults,
-                    own.get(p.window_seconds) if p.scope == "job" else None,
-                )
-                seen[obs_key] = obs
-            policy_changes = evaluate(
-                p, obs, before, silences, now, resend_seconds=s.alertmanager_resend_seconds
-            )
-        except Exception:
-            # One policy that cannot be evaluated must not stop the others' evaluation.
-            log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
-            ctx.telemetry.policy_failures.labels(p.name).inc()
-            result.failed_policies.append(p.name)
-            continue
-        changes.extend((p, ch) for ch in policy_changes)
+    changes = _evaluate_policies(rnd, reads)
     # Alerts of deleted policies resolve quietly: there is no policy left to notify for.
-    for name, states in previous.items():
-        gone = PolicySpec(name=name, metric="sm_active", op="<", threshold=0.0)
-        for st in states.values():
-            after = AlertState(**{**_fields(st), "state": "resolved", "resolved_at": now})
-            if st.state == "pending":
-                after = AlertState(**{**_fields(st), "state": "inactive", "resolved_at": now})
-            changes.append((gone, Change(st, after)))
+    retired = [ch for states in reads.previous.values() for ch in retire(states, rnd.now)]
     t_eval = time.perf_counter()
-    notified_jobs = {
-        job
-        for p, ch in changes
-        if ch.notify is not None
-        and (route(ch.notify, p, channel_types) or _owner_of(p, ch))
-        and (job := _job_of(p, ch.after))
-    }
-    verdicts = verdict_by_job(ctx, notified_jobs, now)
-    addressees = owner_addressees(ctx, changes)
-    xids = fault_xids(ctx, changes, now)
-    with ctx.engine.begin() as conn:
-        ids = alert_state_repo.apply_changes(conn, changes, now=now)
-        still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
-        for (_p, ch), alert_id in zip(changes, ids, strict=True):
-            if ch.after.state in ("pending", "firing"):
-                still_open[ch.after.policy][ch.after.key] = replace(ch.after, id=alert_id)
-        rows = []
-        for (p, ch), alert_id in zip(changes, ids, strict=True):
-            result.transitions += ch.transition
-            if ch.notify is None:
-                continue
-            result.by_kind[ch.notify] = result.by_kind.get(ch.notify, 0) + 1
-            targets = route(ch.notify, p, channel_types)
-            owner = _owner_of(p, ch)
-            if not targets and owner is None:
-                continue
-            job = _job_of(p, ch.after)
-            verdict = verdicts.get(job) if job else None
-            xid = (
-                xids.get(ch.after.labels.get("gpu_uuid", ""))
-                if p.metric == "hardware_fault"
-                else None
-            )
-            payload = notification(ctx, p, ch.after, ch.notify, alert_id, now, verdict, xid)
-            for channel in targets:
-                delivery_id = f"msg_{uuid.uuid4().hex}"
-                rows.append(
-                    {
-                        "delivery_id": delivery_id,
-                        "channel": channel,
-                        "alert_id": alert_id,
-                        "payload": {**payload, "delivery_id": delivery_id},
-                    }
-                )
-            addressee = addressees.get(owner) if owner is not None else None
-            if addressee is not None:
-                note = Notification.model_validate({**payload, "delivery_id": "owner"})
-                queued = queue_owner_notice(
-                    conn, ctx, notice=owner_notice_of(note), addressee=addressee
-                )
-                result.notifications += sum(1 for n in queued if n["status"] == "pending")
-        outbox_repo.enqueue(conn, rows, now=now)
-        firing = alert_state_repo.firing_counts(conn)
+    extras = _extras(rnd, changes, reads.channel_types)
+    still_open, firing = _write(rnd, changes, retired, reads.channel_types, extras)
     if cache is not None:  # only once the transaction has committed
-        cache.open = dict(still_open)
+        cache.open = still_open
     for sev in ("info", "warning", "critical"):
         ctx.telemetry.alerts_firing.labels(sev).set(firing.get(sev, 0))
-    result.policies = len(policy_list)
-    result.changes = len(changes)
-    result.notifications += len(rows)
+    result = rnd.result
+    result.policies = len(reads.policies)
+    result.changes = len(changes) + len(retired)
     result.seconds = time.perf_counter() - started
     result.phase_seconds = {
         "read": t_read - started,
@@ -453,8 +350,221 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     return result
 
 
-def _fields(st: AlertState) -> dict[str, Any]:
-    return {f: getattr(st, f) for f in AlertState.__dataclass_fields__}
+def _metric_windows(policies: list[PolicySpec]) -> dict[float, set[str]]:
+    """The metrics each window (seconds) is read for, the fresh-fault window included."""
+    by_window: dict[float, set[str]] = defaultdict(set)
+    for p in policies:
+        if p.metric != SILENT_SECONDS:
+            by_window[p.window_seconds].add(p.metric)
+    # The fault window rides along in the same scan; it feeds inhibition.
+    by_window[FRESH_FAULT_SECONDS].add("hardware_fault")
+    return by_window
+
+
+def _job_cause_windows(policies: list[PolicySpec]) -> dict[float, set[str]]:
+    """The cause metrics each window (seconds) is read for as jobs' own shares."""
+    # A job's cause on a GPU it shares is its own, from its tenant rows.
+    job_causes: dict[float, set[str]] = defaultdict(set)
+    for p in policies:
+        if p.scope == "job" and cause_of_metric(p.metric) is not None:
+            job_causes[p.window_seconds].add(p.metric)
+    return job_causes
+
+
+def _last_seen(conn: Connection, policies: list[PolicySpec], now: datetime) -> dict[str, datetime]:
+    """Each node's last report within the widest silent_seconds window; empty without one."""
+    silent_horizons = [p.window_seconds for p in policies if p.metric == SILENT_SECONDS]
+    if not silent_horizons:
+        return {}
+    return node_last_seen(conn, since=now - timedelta(seconds=max(silent_horizons)))
+
+
+def _read(rnd: _Round, cache: StateCache | None) -> _Reads:
+    """Read policies, scopes, window stats, silences and open alerts (these from ``cache``
+    when it holds them); rows that could not be read are reported and left out."""
+    s, now = rnd.ctx.settings, rnd.now
+    left_out: list[SetAside] = []
+    with rnd.ctx.engine.connect() as conn:
+        policies = policies_repo.list_policies(conn)
+        channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
+        scopes = windows_repo.scope_members(
+            conn, now=now, start_skew_seconds=s.ingest_max_future_seconds
+        )
+        last_seen = _last_seen(conn, policies, now)
+        stats = windows_repo.window_stats(
+            conn,
+            windows=_metric_windows(policies) if policies else {},
+            now=now,
+            gpu_ids=scopes.gpu_ids,
+            lost_gpu_ids=scopes.lost_gpu_ids,
+            set_aside=left_out,
+        )
+        own = windows_repo.tenant_cause_stats(
+            conn, windows=_job_cause_windows(policies), now=now, gpu_stats=stats
+        )
+        silences = silences_repo.active_silences(conn, now=now)
+        if cache is not None and cache.open is not None:
+            previous = {name: dict(states) for name, states in cache.open.items()}
+        else:
+            previous = alert_state_repo.open_alerts(conn)
+    set_aside.report(left_out, counter=rnd.ctx.telemetry.set_aside_rows, log=log)
+    faults = {
+        gid: per["hardware_fault"].max > 0
+        for gid, per in stats.get(FRESH_FAULT_SECONDS, {}).items()
+        if "hardware_fault" in per
+    }
+    return _Reads(
+        policies, channel_types, scopes, last_seen, stats, own, faults, silences, previous
+    )
+
+
+def _observe(
+    p: PolicySpec, reads: _Reads, seen: dict[tuple[Any, ...], dict[str, Observation]], now: datetime
+) -> dict[str, Observation]:
+    """What ``p`` observes, shared through ``seen`` with the round's other policies that
+    differ only in threshold, for or channels."""
+    key = (
+        p.scope,
+        p.metric,
+        p.window_seconds,
+        p.aggregate,
+        tuple(sorted(p.match.items())),
+        p.low_utilization,
+    )
+    obs = seen.get(key)
+    if obs is not None:
+        return obs
+    if p.metric == SILENT_SECONDS:
+        node_labels = {m.labels["node"]: m.labels for m in reads.scopes.of("node")}
+        obs = observe_silence(p, reads.last_seen, node_labels, now)
+    else:
+        obs = observe(
+            p,
+            reads.scopes.of(p.scope),
+            reads.stats[p.window_seconds],
+            reads.faults,
+            reads.own.get(p.window_seconds) if p.scope == "job" else None,
+        )
+    seen[key] = obs
+    return obs
+
+
+def _evaluate_policies(rnd: _Round, reads: _Reads) -> list[tuple[PolicySpec, Change]]:
+    """Each policy's changes; a policy that fails is logged, counted and skipped. Every
+    policy's open alerts are popped from ``reads.previous``, leaving the deleted policies'."""
+    ctx, resend = rnd.ctx, rnd.ctx.settings.alertmanager_resend_seconds
+    changes: list[tuple[PolicySpec, Change]] = []
+    seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
+    for p in reads.policies:
+        ctx.telemetry.policy(p.name, p.channels)
+        # Popped first: a policy that fails keeps its open alerts (they are not "deleted").
+        before = reads.previous.pop(p.name, {})
+        try:
+            obs = _observe(p, reads, seen, rnd.now)
+            policy_changes = evaluate(
+                p, obs, before, reads.silences, rnd.now, resend_seconds=resend
+            )
+        except Exception:
+            # One policy that cannot be evaluated must not stop the others' evaluation.
+            log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
+            ctx.telemetry.policy_failures.labels(p.name).inc()
+            rnd.result.failed_policies.append(p.name)
+            continue
+        changes.extend((p, ch) for ch in policy_changes)
+    return changes
+
+
+def _extras(
+    rnd: _Round, changes: list[tuple[PolicySpec, Change]], channel_types: Mapping[str, str]
+) -> _Extras:
+    """The verdicts, owners' addresses and XIDs this round's notifications need, each read
+    on its own connection before the write transaction."""
+    notified_jobs = {
+        job
+        for p, ch in changes
+        if ch.notify is not None
+        and (route(ch.notify, p, channel_types) or _owner_of(p, ch))
+        and (job := _job_of(p, ch.after))
+    }
+    return _Extras(
+        verdicts=verdict_by_job(rnd.ctx, notified_jobs, rnd.now),
+        addressees=owner_addressees(rnd.ctx, changes),
+        xids=fault_xids(rnd.ctx, changes, rnd.now),
+    )
+
+
+def _write(
+    rnd: _Round,
+    changes: list[tuple[PolicySpec, Change]],
+    retired: list[Change],
+    channel_types: Mapping[str, str],
+    extras: _Extras,
+) -> tuple[dict[str, dict[str, AlertState]], dict[str, int]]:
+    """Store the changes and queue their notifications in one transaction; returns the alerts
+    still open (by policy and scope key) and the firing counts by severity."""
+    ctx, result = rnd.ctx, rnd.result
+    with ctx.engine.begin() as conn:
+        # A retired alert is written without a policy: it is stored, only its state changes.
+        stored = [*changes, *((None, ch) for ch in retired)]
+        ids = alert_state_repo.apply_changes(conn, stored, now=rnd.now)[: len(changes)]
+        still_open: dict[str, dict[str, AlertState]] = defaultdict(dict)
+        for (_p, ch), alert_id in zip(changes, ids, strict=True):
+            if ch.after.state in ("pending", "firing"):
+                still_open[ch.after.policy][ch.after.key] = replace(ch.after, id=alert_id)
+        result.transitions += sum(ch.transition for _p, ch in stored)
+        rows = []
+        for (p, ch), alert_id in zip(changes, ids, strict=True):
+            rows += _queue(conn, rnd, p, ch, alert_id, channel_types, extras)
+        outbox_repo.enqueue(conn, rows, now=rnd.now)
+        firing = alert_state_repo.firing_counts(conn)
+    result.notifications += len(rows)
+    return dict(still_open), firing
+
+
+def _queue(
+    conn: Connection,
+    rnd: _Round,
+    p: PolicySpec,
+    ch: Change,
+    alert_id: int,
+    channel_types: Mapping[str, str],
+    extras: _Extras,
+) -> list[dict[str, Any]]:
+    """The outbox rows of ``ch``'s notification, one per channel it routes to; a notice to the
+    job's owner is queued here too and counted in the round's result."""
+    if ch.notify is None:
+        return []
+    result = rnd.result
+    result.by_kind[ch.notify] = result.by_kind.get(ch.notify, 0) + 1
+    targets = route(ch.notify, p, channel_types)
+    owner = _owner_of(p, ch)
+    if not targets and owner is None:
+        return []
+    note = _note(rnd, p, ch.after, ch.notify, alert_id, extras)
+    addressee = extras.addressees.get(owner) if owner is not None else None
+    if addressee is not None:
+        to_owner = note.model_copy(update={"delivery_id": "owner"})
+        queued = queue_owner_notice(
+            conn, rnd.ctx, notice=owner_notice_of(to_owner), addressee=addressee
+        )
+        result.notifications += sum(1 for n in queued if n["status"] == "pending")
+    return [outbox_row(note, channel=c, alert_id=alert_id) for c in targets]
+
+
+def _note(
+    rnd: _Round,
+    p: PolicySpec,
+    state: AlertState,
+    kind: NotifyKind,
+    alert_id: int,
+    extras: _Extras,
+) -> Notification:
+    """The notification of ``state`` with its job's verdict and, for a fault, its XID."""
+    job = _job_of(p, state)
+    verdict = extras.verdicts.get(job) if job else None
+    gpu_uuid = state.labels.get("gpu_uuid", "")
+    xid = extras.xids.get(gpu_uuid) if p.metric == "hardware_fault" else None
+    return notification(rnd.ctx, p, state, kind, alert_id, rnd.now, verdict, xid)
 
 
 class Alerting:

@@ -9,7 +9,6 @@ the same reclaim and never takes a step twice or skips one.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -27,6 +26,7 @@ from service.db import (
     policies_repo,
     windows_repo,
 )
+from service.notify import Notification
 from service.settings import Settings
 from service.thresholds.evaluator import AlertState
 from service.thresholds.ladder import (
@@ -43,6 +43,7 @@ from service.thresholds.ladder import (
 from service.thresholds.policy import PolicySpec, condition_words
 from service.usecases.evaluation import Alerting, notification, verdict_by_job
 from service.usecases.notices import OwnerPart, ladder_owner_part
+from service.usecases.outbox import outbox_row
 from service.vocabulary import STEP_DONE_OUTCOMES
 
 log = logging.getLogger(__name__)
@@ -495,16 +496,16 @@ class _Turn:
             step=self.step,
             progress_id=self.prog.id,
             outcome=outcome,
-            payload=self.notice_payload(outcome=outcome),
+            payload=self.notice(outcome=outcome).model_dump(mode="json"),
         )
 
-    def notice_payload(self, *, outcome: str) -> dict[str, Any]:
-        """The notification of the step's notice, as the outbox holds it (no delivery id)."""
+    def notice(self, *, outcome: str) -> Notification:
+        """The notification of the step's notice (its delivery id set as it is queued)."""
         ep = self.ep
         text, next_word, next_at = owner_notice(
             ep, self.prog, self.step, self.facts, self.verdict, outcome=outcome
         )
-        payload = notification(
+        note = notification(
             self.ctx,
             ep.policy,
             ep.state,
@@ -513,32 +514,20 @@ class _Turn:
             self.now,
             dict(self.verdict) or None,
         )
-        payload |= {
-            "notice": text,
-            "next_step": next_word,
-            "next_step_at": next_at.isoformat() if next_at else None,
-        }
-        return payload
+        return note.model_copy(
+            update={"notice": text, "next_step": next_word, "next_step_at": next_at}
+        )
 
     def notice_rows(self, *, outcome: str) -> list[dict[str, Any]]:
         """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
-        ep, payload = self.ep, self.notice_payload(outcome=outcome)
+        ep, note = self.ep, self.notice(outcome=outcome)
         with self.ctx.engine.connect() as conn:
             types = {c.name: c.type for c in policies_repo.list_channels(conn)}
-        rows = []
-        for channel in ep.policy.channels:
-            if types.get(channel) in NOTICE_CHANNEL_TYPES:
-                delivery_id = f"msg_{uuid.uuid4().hex}"
-                payload_row = {**payload, "delivery_id": delivery_id}
-                rows.append(
-                    {
-                        "delivery_id": delivery_id,
-                        "channel": channel,
-                        "alert_id": ep.alert_id,
-                        "payload": payload_row,
-                    }
-                )
-        return rows
+        return [
+            outbox_row(note, channel=channel, alert_id=ep.alert_id)
+            for channel in ep.policy.channels
+            if types.get(channel) in NOTICE_CHANNEL_TYPES
+        ]
 
 
 def _warn(turn: _Turn) -> None:

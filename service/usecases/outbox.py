@@ -15,6 +15,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -54,6 +55,19 @@ log = logging.getLogger(__name__)
 KEEP_DAYS = 7  # sent and failed deliveries are kept this long for inspection
 PRUNE_EVERY_SECONDS = 3600.0
 RETRY_POLICY = RetryPolicy(base_seconds=2.0, cap_seconds=600.0)
+
+
+def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> dict[str, Any]:
+    """The outbox row of ``note`` to ``channel`` under a new delivery id: its payload is the
+    notification's JSON, as ``Dispatcher`` reads it back."""
+    delivery_id = f"msg_{uuid.uuid4().hex}"
+    addressed = note.model_copy(update={"delivery_id": delivery_id})
+    return {
+        "delivery_id": delivery_id,
+        "channel": channel,
+        "alert_id": alert_id,
+        "payload": addressed.model_dump(mode="json"),
+    }
 
 
 class Dispatcher:
