@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exception_handlers import http_exception_handler
@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from service import __version__
-from service.api.deps import session_key
+from service.api.deps import ApiState, session_key
 from service.api.gate import Admission, FailFast, TokenGate
 from service.api.input_guard import BodyBudget, RequestGuard
 from service.api.openapi import install_openapi
@@ -130,15 +130,10 @@ def freeze_start_up_objects() -> None:
     gc.freeze()
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    engine: Engine | None = None,
-    clock: Clock = utc_now,
-    telemetry: Telemetry | None = None,
-) -> FastAPI:
-    """Build the central service; it checks the schema and starts background jobs on startup."""
-    settings = settings or Settings()
+def _service_context(
+    settings: Settings, engine: Engine | None, clock: Clock, telemetry: Telemetry | None
+) -> ServiceContext:
+    """The ServiceContext of the app: its engines (main, ingest, read replica), clock, telemetry."""
     main_engine = engine or service_engine(settings)
     # Agents are the lifeline: their batches (and token lookups) get connections reads cannot take.
     ingest_pool = ingest_engine(settings, main_engine.url.render_as_string(hide_password=False))
@@ -157,6 +152,13 @@ def create_app(
             max_lag_seconds=settings.database_read_max_lag_seconds,
             check_seconds=settings.database_read_check_seconds,
         )
+    return ctx
+
+
+def _lifespan(
+    ctx: ServiceContext, *, dispose_engine: bool
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Startup (schema check, partitions, config file, session key, scheduler) and shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -164,10 +166,7 @@ def create_app(
         partitions_once(ctx)
         load_alerting_config(ctx)  # policies and channels of the YAML file
         session_key(ctx)  # made at the first start, so every replica reads the same one
-        scheduler = None
-        if settings.run_scheduler:
-            scheduler = start_scheduler(ctx)
-        app.state.started_at = clock()
+        scheduler = start_scheduler(ctx) if ctx.settings.run_scheduler else None
         try:
             yield
         finally:
@@ -175,42 +174,46 @@ def create_app(
                 scheduler.shutdown(wait=True)
             for hook in ctx.shutdown_hooks:
                 hook()
-            ingest_pool.dispose()
+            if ctx.ingest_engine is not None:
+                ctx.ingest_engine.dispose()
             if ctx.reads.replica is not None:
                 ctx.reads.replica.dispose()
-            if engine is None:
+            if dispose_engine:
                 ctx.engine.dispose()
 
-    app = FastAPI(
-        title="GPU Warden",
-        version=__version__,
-        summary="GPU telemetry, idle-GPU alerting and wasted-spend reports",
-        lifespan=lifespan,
-        dependencies=[Depends(reject_unknown_query)],
-        # Served by the console router from the package's own copies, never from a CDN.
-        docs_url=None,
-        redoc_url=None,
+    return lifespan
+
+
+def _api_state(ctx: ServiceContext) -> ApiState:
+    """The app's runtime state around ``ctx``: token gate, admission, budgets, caches."""
+    settings = ctx.settings
+    return ApiState(
+        ctx=ctx,
+        outage_log=request_outage_log(),
+        gate=TokenGate(settings),
+        # The fleet page's dollars move only as rollups run: reuse them for one rollup interval.
+        fleet_cache=WastedTodayCache(max_age_seconds=settings.rollup_interval_seconds),
+        admission=Admission(settings),
+        body_budget=BodyBudget(settings.body_memory_budget_bytes),
     )
-    app.state.ctx = ctx
-    app.state.outage_log = request_outage_log()
-    app.state.gate = TokenGate(settings)
-    # The fleet page's dollars move only as rollups run: reuse them for one rollup interval.
-    app.state.fleet_cache = WastedTodayCache(max_age_seconds=settings.rollup_interval_seconds)
-    app.state.admission = Admission(settings)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(WardenError, _warden_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, request_validation_error)
     for error in OUTAGE_ERRORS:
         app.add_exception_handler(error, database_unavailable)
-    app.state.body_budget = BodyBudget(settings.body_memory_budget_bytes)
-    app.add_middleware(
-        RequestGuard,
-        settings=settings,
-        budget=app.state.body_budget,
-    )
-    app.add_middleware(NoteWrites, reads=ctx.reads)
+
+
+def _add_middleware(app: FastAPI, state: ApiState) -> None:
+    app.add_middleware(RequestGuard, settings=state.ctx.settings, budget=state.body_budget)
+    app.add_middleware(NoteWrites, reads=state.ctx.reads)
     # Added last, so it runs first: a throttled client's refusal costs no parsing or routing.
-    app.add_middleware(FailFast, gate=app.state.gate)
+    app.add_middleware(FailFast, gate=state.gate)
+
+
+def _include_routers(app: FastAPI) -> None:
     app.include_router(health.router)
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
@@ -225,5 +228,32 @@ def create_app(
     app.include_router(session.router, prefix="/api/v1")
     app.include_router(console.router)
     app.mount(console.STATIC_PREFIX, StaticFiles(directory=console.STATIC_DIR), name="static")
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    engine: Engine | None = None,
+    clock: Clock = utc_now,
+    telemetry: Telemetry | None = None,
+) -> FastAPI:
+    """Build the central service; it checks the schema and starts background jobs on startup."""
+    settings = settings or Settings()
+    ctx = _service_context(settings, engine, clock, telemetry)
+    app = FastAPI(
+        title="GPU Warden",
+        version=__version__,
+        summary="GPU telemetry, idle-GPU alerting and wasted-spend reports",
+        lifespan=_lifespan(ctx, dispose_engine=engine is None),
+        dependencies=[Depends(reject_unknown_query)],
+        # Served by the console router from the package's own copies, never from a CDN.
+        docs_url=None,
+        redoc_url=None,
+    )
+    state = _api_state(ctx)
+    app.state = state
+    _add_error_handlers(app)
+    _add_middleware(app, state)
+    _include_routers(app)
     install_openapi(app)
     return app

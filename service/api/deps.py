@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the service context, database connections and token checks.
+"""FastAPI dependencies: the app's runtime state, database connections and token checks.
 
 Order matters under load: the token is checked (on the event loop, from caches when it can be)
 and the read admitted before a database connection is taken, so a flood of bad tokens or readers
@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 import anyio
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import Connection
+from starlette.datastructures import State
 
 from service.api import sessions
 from service.api.gate import (
@@ -26,18 +27,67 @@ from service.api.gate import (
     TokenGate,
     monotonic,
 )
+from service.api.input_guard import BodyBudget
 from service.api.reads import WRITER_KEY
 from service.context import ServiceContext
 from service.db import secrets_repo, sessions_repo, tokens_repo
+from service.db.outages import OutageLog
 from service.db.tokens_repo import Role, TokenInfo
+from service.usecases.fleet import WastedTodayCache
 
 T = TypeVar("T")
 
 
+class ApiState(State):
+    """Everything the running API holds, as ``app.state``: the ServiceContext and the HTTP
+    edge's own token gate, admission slots, body budget, outage log and fleet-page cache."""
+
+    ctx: ServiceContext
+    gate: TokenGate
+    admission: Admission
+    body_budget: BodyBudget
+    outage_log: OutageLog
+    fleet_cache: WastedTodayCache
+
+    def __init__(
+        self,
+        *,
+        ctx: ServiceContext,
+        gate: TokenGate,
+        admission: Admission,
+        body_budget: BodyBudget,
+        outage_log: OutageLog,
+        fleet_cache: WastedTodayCache,
+    ) -> None:
+        super().__init__(
+            {
+                "ctx": ctx,
+                "gate": gate,
+                "admission": admission,
+                "body_budget": body_budget,
+                "outage_log": outage_log,
+                "fleet_cache": fleet_cache,
+            }
+        )
+
+
+def api_state(request: Request) -> ApiState:
+    """The ApiState the app factory put on the app."""
+    state: ApiState = request.app.state
+    return state
+
+
+async def get_api_state(request: Request) -> ApiState:
+    """api_state as a dependency; async, so it runs on the event loop with no thread hop."""
+    return api_state(request)
+
+
+AppState = Annotated[ApiState, Depends(get_api_state)]
+
+
 def get_ctx(request: Request) -> ServiceContext:
-    """The ServiceContext the app factory stored on the app."""
-    ctx: ServiceContext = request.app.state.ctx
-    return ctx
+    """The ServiceContext of the app's ApiState."""
+    return api_state(request).ctx
 
 
 Ctx = Annotated[ServiceContext, Depends(get_ctx)]
@@ -111,10 +161,11 @@ async def _shared_lookup(
     When a cached token expires, every request carrying it would otherwise queue a lookup of its
     own on the few auth slots, and agents' lookups would wait behind them.
     """
-    gate: TokenGate = request.app.state.gate
+    state = api_state(request)
+    gate = state.gate
     pending = gate.lookups.get(key)
     if pending is None:
-        admission: Admission = request.app.state.admission
+        admission = state.admission
         pending = asyncio.ensure_future(
             anyio.to_thread.run_sync(look_up, limiter=admission.limiter(lane))
         )
@@ -190,7 +241,7 @@ async def authenticated(request: Request, ctx: Ctx) -> TokenInfo:
     Known tokens come from the cache; a token looked up and refused within the cache time is
     refused without a lookup; other lookups run a few at a time on the ingest pool.
     """
-    gate: TokenGate = request.app.state.gate
+    gate = api_state(request).gate
     client = gate.client_of(request)
     token = bearer_token(request)
     if token is None:
@@ -207,7 +258,7 @@ async def authenticated(request: Request, ctx: Ctx) -> TokenInfo:
 
 async def check_token(request: Request, ctx: ServiceContext, token: str) -> TokenInfo:
     """The live token ``token``, from the cache or the database; 401 (or 429) if none."""
-    gate: TokenGate = request.app.state.gate
+    gate = api_state(request).gate
     client = gate.client_of(request)
     digest = tokens_repo.hash_token(token)
     now = monotonic()
@@ -243,7 +294,7 @@ Authenticated = Annotated[TokenInfo, Depends(authenticated)]
 
 async def admit_read(request: Request, _: Authenticated) -> AsyncIterator[None]:
     """Hold one of the bounded read slots for the request, or answer 503 with Retry-After."""
-    admission: Admission = request.app.state.admission
+    admission = api_state(request).admission
     async with admission.enter("read"):
         yield
 
@@ -272,7 +323,7 @@ async def admit_expensive(request: Request, _: Authenticated) -> AsyncIterator[N
     if request.url.path.endswith("/series") and _span_seconds(request) <= LONG_SERIES_SECONDS:
         yield
         return
-    admission: Admission = request.app.state.admission
+    admission = api_state(request).admission
     async with admission.enter("expensive"):
         yield
 

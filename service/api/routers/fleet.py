@@ -3,21 +3,21 @@ first page)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 
 from service.api import query
-from service.api.deps import Ctx, Expensive, ReadConn, Reader
+from service.api.deps import AppState, Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.gpus import FleetPublic
 from service.costs.money import SORT_BYS
 from service.errors import ValidationFailed
-from service.usecases.fleet import FleetFilter, WastedTodayCache, fleet_now
+from service.usecases.fleet import FleetFilter, fleet_now
 
 router = APIRouter(prefix="/fleet", tags=["gpus"])
 
 
 @router.get("", response_model=FleetPublic, dependencies=[Expensive])
 def fleet(
-    request: Request,
+    app_state: AppState,
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
@@ -42,7 +42,7 @@ def fleet(
     node, model, team, state or cause is a 422 naming the nearest."""
     if sort not in SORT_BYS:
         raise query.query_error("sort", f"unknown sort {sort!r}; one of {SORT_BYS}")
-    cache: WastedTodayCache | None = getattr(request.app.state, "fleet_cache", None)
+    cache = app_state.fleet_cache
     only = FleetFilter(node=node, model=model, team=team, state=state, cause=cause)
     try:
         data = fleet_now(

@@ -11,8 +11,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from service.api.deps import Agent, Ctx
-from service.context import ServiceContext
+from service.api.deps import Agent, ApiState, AppState
 from service.db.tokens_repo import TokenInfo
 from service.errors import Unavailable, ValidationFailed, WardenError
 from service.usecases import ingest as ingest_service
@@ -61,11 +60,11 @@ async def _watch_disconnect(
 
 
 @router.post("/ingest", response_model=IngestResult)
-async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
+async def ingest(request: Request, app_state: AppState, token: Agent) -> IngestResult:
     """Store one batch whole, or reject it whole with a 4xx naming the item and the reason; 503
     with Retry-After (nothing stored) when no slot frees in time or the client gave up."""
     started = time.perf_counter()
-    t = ctx.telemetry
+    t = app_state.ctx.telemetry
     timeout = client_timeout(request)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
@@ -76,7 +75,7 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_disconnect, request, gone, wait)
             try:
-                stored = await _store(request, ctx, token, body, wait, gone, deadline)
+                stored = await _store(request, app_state, token, body, wait, gone, deadline)
             except Exception as exc:  # raised below, not wrapped in the task group's group
                 stored = exc
             finally:
@@ -105,7 +104,7 @@ async def ingest(request: Request, ctx: Ctx, token: Agent) -> IngestResult:
 
 async def _store(
     request: Request,
-    ctx: ServiceContext,
+    app_state: ApiState,
     token: TokenInfo,
     body: bytes,
     wait: anyio.CancelScope,
@@ -113,6 +112,7 @@ async def _store(
     deadline: float | None,
 ) -> tuple[IngestBatch, IngestResult]:
     """Wait a bounded time for an ingest slot, then validate and store off the event loop."""
+    ctx = app_state.ctx
     wait_seconds = ctx.settings.ingest_wait_seconds
     if deadline is not None:
         # Half the client's time for waiting, the rest for storing and the answer.
@@ -131,7 +131,7 @@ async def _store(
         batch = parse(body)
         return batch, ingest_service.ingest(ctx, batch, token_node=token.node, given_up=given_up)
 
-    admission = request.app.state.admission
+    admission = app_state.admission
     async with admission.ingest_slot(wait_seconds, wait):
         # Validating and storing take a while: off the event loop (kept free for /healthz and
         # the other agents), on worker threads of ingest's own that reads cannot take.

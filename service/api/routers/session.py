@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api import sessions
-from service.api.deps import Ctx, Reader, check_token, session_key, signing_key
+from service.api.deps import AppState, Ctx, Reader, check_token, session_key, signing_key
 from service.api.gate import monotonic
 from service.db import sessions_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
@@ -58,7 +58,7 @@ def _same_origin(request: Request) -> bool:
 
 @router.post("", response_model=SessionPublic)
 async def login(
-    body: SessionCreate, request: Request, response: Response, ctx: Ctx
+    body: SessionCreate, request: Request, response: Response, ctx: Ctx, app_state: AppState
 ) -> SessionPublic:
     """Exchange a reader or admin token for an HttpOnly, SameSite=Strict session cookie.
 
@@ -91,7 +91,7 @@ async def login(
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.app.state.gate.https(request),
+        secure=app_state.gate.https(request),
     )
     response.headers["Cache-Control"] = "no-store"
     return _public(info, session, key)
@@ -105,7 +105,9 @@ def whoami(request: Request, response: Response, ctx: Ctx, info: Reader) -> Sess
 
 
 @router.delete("", status_code=status.HTTP_204_NO_CONTENT)
-async def logout(request: Request, response: Response, ctx: Ctx, _: Reader) -> None:
+async def logout(
+    request: Request, response: Response, ctx: Ctx, app_state: AppState, _: Reader
+) -> None:
     """End the session server-side (a copy of its cookie stops working on every replica) and
     drop the cookie; the token itself stays valid (revoke it to end every session)."""
     key = await signing_key(ctx)
@@ -126,5 +128,5 @@ async def logout(request: Request, response: Response, ctx: Ctx, _: Reader) -> N
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.app.state.gate.https(request),
+        secure=app_state.gate.https(request),
     )
