@@ -32,7 +32,13 @@ from service.db.migrate import upgrade
 from service.db.schema import prices
 from service.delivery import quiet_http_logs
 from service.errors import ConfigError
-from service.local.demo import HOT_NODE_EXTRA_CELSIUS, demo_jobs, register_jobs, replay_alerts
+from service.local.demo import (
+    HOT_NODE_EXTRA_CELSIUS,
+    DemoJob,
+    demo_jobs,
+    register_jobs,
+    replay_alerts,
+)
 from service.local.run import (
     LocalRun,
     forget_running,
@@ -408,11 +414,8 @@ def _running(command: str, settings: Settings, reader: str) -> LocalRun:
     return LocalRun(command, os.getpid(), url, settings.database_url, reader)
 
 
-def run_demo(
-    settings: Settings, *, nodes: int, gpus: int, history_minutes: float, seed: int
-) -> int:
-    """A simulated multi-node fleet with every scenario, an hour of history, then live data."""
-    settings, engine, state, sink = _prepare(settings, "demo")
+def _demo_price(engine: Engine) -> None:
+    """The demo's price for *H100*, unless the database already has prices."""
     with engine.begin() as conn:
         if conn.execute(select(func.count()).select_from(prices)).scalar_one() == 0:
             conn.execute(
@@ -423,8 +426,72 @@ def run_demo(
                     note="gpuwarden demo",
                 )
             )
+
+
+@dataclass(frozen=True, slots=True)
+class _DemoFleet:
+    """What ``demo`` simulates: node and GPU counts, seed, and history from ``start``."""
+
+    nodes: int
+    gpus: int
+    seed: int
+    start: datetime
+    history_minutes: float
+
+
+def _demo_node(
+    fleet: _DemoFleet, i: int, hostname: str, token: str, spools: Settings
+) -> tuple[LocalNode, SimulatedBackend]:
+    """Node ``i`` of the demo: its simulated backend and the agent shipping it with ``token``."""
+    # Continue the scenarios from node to node so the fleet shows every one (and so every
+    # cause) as soon as it has as many GPUs as there are scenarios.
+    gpus = fleet.gpus
+    scen = [SCENARIOS[(i * gpus + k) % len(SCENARIOS)] for k in range(gpus)]
+    history_seconds = fleet.history_minutes * 60
+    backend = SimulatedBackend(
+        hostname=hostname,
+        gpus=gpus,
+        seed=fleet.seed + i,
+        scenarios=scen,
+        start=fleet.start,
+        xid_after_seconds=history_seconds * 0.5,
+        lost_after_seconds=history_seconds * 0.75,
+        job_base=1000 + 100 * i,
+        extra_celsius=HOT_NODE_EXTRA_CELSIUS if i == min(1, fleet.nodes - 1) else 0.0,
+    )
+    agent = build_agent(
+        spools.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
+        backend=backend,
+        hostname=hostname,
+        state=agent_state(spools, env={}, suffix=hostname),
+    )
+    return LocalNode(agent), backend
+
+
+def _demo_after_history(engine: Engine, jobs: list[DemoJob], start: datetime) -> AfterHistory:
+    """What the demo does once its history is shipped: jobs, alerts over it, then the scheduler."""
+
+    def after_history(ctx: ServiceContext) -> None:
+        # Teams and projects as a prolog registers them, then the policies over the history,
+        # then the background jobs (held back so that no round runs at "now" in the meantime).
+        register_jobs(engine, jobs, started_at=start, now=datetime.now(UTC))
+        replay_alerts(ctx, start=start, end=datetime.now(UTC))
+        from service.scheduler import start_scheduler
+
+        sched = start_scheduler(ctx)
+        ctx.shutdown_hooks.insert(0, lambda: sched.shutdown(wait=True))
+
+    return after_history
+
+
+def run_demo(
+    settings: Settings, *, nodes: int, gpus: int, history_minutes: float, seed: int
+) -> int:
+    """A simulated multi-node fleet with every scenario, an hour of history, then live data."""
+    settings, engine, state, sink = _prepare(settings, "demo")
+    _demo_price(engine)
     now = datetime.now(UTC)
-    start = now - timedelta(minutes=history_minutes)
+    fleet = _DemoFleet(nodes, gpus, seed, now - timedelta(minutes=history_minutes), history_minutes)
     # The demo's spools are throw-away: a fresh directory per run, whatever the environment says.
     spools = settings.model_copy(
         update={"state_dir": Path(tempfile.mkdtemp(prefix="gpuwarden-demo-"))}
@@ -438,32 +505,8 @@ def run_demo(
             **{h: ("agent", "gpuwarden demo", h) for h in hostnames},
         },
     )
-    local: list[LocalNode] = []
-    backends: list[SimulatedBackend] = []
-    for i, hostname in enumerate(hostnames):
-        # Continue the scenarios from node to node so the fleet shows every one (and so every
-        # cause) as soon as it has as many GPUs as there are scenarios.
-        scen = [SCENARIOS[(i * gpus + k) % len(SCENARIOS)] for k in range(gpus)]
-        backend = SimulatedBackend(
-            hostname=hostname,
-            gpus=gpus,
-            seed=seed + i,
-            scenarios=scen,
-            start=start,
-            xid_after_seconds=history_minutes * 60 * 0.5,
-            lost_after_seconds=history_minutes * 60 * 0.75,
-            job_base=1000 + 100 * i,
-            extra_celsius=HOT_NODE_EXTRA_CELSIUS if i == min(1, nodes - 1) else 0.0,
-        )
-        backends.append(backend)
-        token = tokens[hostname]
-        agent = build_agent(
-            spools.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
-            backend=backend,
-            hostname=hostname,
-            state=agent_state(spools, env={}, suffix=hostname),
-        )
-        local.append(LocalNode(agent))
+    made = [_demo_node(fleet, i, h, tokens[h], spools) for i, h in enumerate(hostnames)]
+    local = [node for node, _ in made]
     reader = tokens["reader"]
     print(
         f"demo: {nodes} simulated nodes x {gpus} GPUs ({', '.join(SCENARIOS)}), "
@@ -471,25 +514,13 @@ def run_demo(
         f"price ${DEMO_PRICE_USD_PER_GPU_HOUR:.2f}/GPU-hour for *H100*"
     )
     _banner(settings, reader, sink.log_path)
-    history = (start, now, settings.interval_seconds)
-    jobs = demo_jobs(backends)
+    jobs = demo_jobs([backend for _, backend in made])
     sink.history_until = now
-
-    def after_history(ctx: ServiceContext) -> None:
-        # Teams and projects as a prolog registers them, then the policies over the history,
-        # then the background jobs (held back so that no round runs at "now" in the meantime).
-        register_jobs(engine, jobs, started_at=start, now=datetime.now(UTC))
-        replay_alerts(ctx, start=start, end=datetime.now(UTC))
-        from service.scheduler import start_scheduler
-
-        sched = start_scheduler(ctx)
-        ctx.shutdown_hooks.insert(0, lambda: sched.shutdown(wait=True))
-
     return _serve(
         settings.model_copy(update={"run_scheduler": False}),
         engine,
         local,
-        history,
+        (fleet.start, now, settings.interval_seconds),
         running=_running("demo", settings, reader),
-        after_history=after_history,
+        after_history=_demo_after_history(engine, jobs, fleet.start),
     )
