@@ -48,33 +48,11 @@ def upsert_job(
     never an existing job (other nodes may still hold it).
     """
     known = gpu_ids_by_uuid(conn, uuids=gpu_uuids)
-    for i, uuid in enumerate(gpu_uuids):
-        if uuid not in known:
-            raise ValidationFailed(f"gpus.{i}", f"no GPU with uuid {uuid!r} is known")
-        if only_node is not None and known[uuid][1] != only_node:
-            raise Forbidden(f"gpus.{i}: GPU {uuid} is not on this agent's node {only_node!r}")
+    _check_gpus(known, gpu_uuids, only_node)
     existing = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
     created = False
     if existing is None:
-        created = (
-            conn.execute(
-                insert_ignore(conn, jobs, ["id"])
-                .values(
-                    id=job_id,
-                    user=fields.get("user"),
-                    team=fields.get("team"),
-                    project=fields.get("project"),
-                    labels=fields.get("labels") or {},
-                    source="api",
-                    started_at=started_at,
-                    ended_at=ended_at,
-                    created_at=now,
-                    updated_at=now,
-                )
-                .returning(jobs.c.id)
-            ).first()
-            is not None
-        )
+        created = _insert_job(conn, job_id, fields, started_at, ended_at, now)
         if not created:
             # Another request made it meanwhile (each node's prolog of a multi-node job runs at
             # once): merge into that one. Its metadata was set at creation; an agent keeps it.
@@ -82,14 +60,84 @@ def upsert_job(
             if only_node is not None:
                 fields = {}
     if existing is not None:
-        changes: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
-        if "labels" in changes:
-            changes["labels"] = {**(existing.labels or {}), **changes["labels"]}
-        changes["started_at"] = min(existing.started_at, started_at)
-        if ended_at is not None and only_node is None:
-            changes["ended_at"] = ended_at
-        changes["updated_at"] = now
-        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changes))
+        # An agent's end ends only the intervals it adds: other nodes may still hold the job.
+        end = ended_at if only_node is None else None
+        _merge_job(conn, existing, fields, started_at, end, now)
+    gpu_ids = [known[u][0] for u in dict.fromkeys(gpu_uuids)]
+    _add_api_intervals(conn, job_id, gpu_ids, started_at, ended_at)
+    return created
+
+
+def _check_gpus(
+    known: Mapping[str, tuple[int, str]], gpu_uuids: Sequence[str], only_node: str | None
+) -> None:
+    """Raise unless every uuid of ``gpu_uuids`` is ``known`` and, for an agent, on its node."""
+    for i, uuid in enumerate(gpu_uuids):
+        if uuid not in known:
+            raise ValidationFailed(f"gpus.{i}", f"no GPU with uuid {uuid!r} is known")
+        if only_node is not None and known[uuid][1] != only_node:
+            raise Forbidden(f"gpus.{i}: GPU {uuid} is not on this agent's node {only_node!r}")
+
+
+def _insert_job(
+    conn: Connection,
+    job_id: str,
+    fields: Mapping[str, Any],
+    started_at: datetime,
+    ended_at: datetime | None,
+    now: datetime,
+) -> bool:
+    """Insert job ``job_id`` (source 'api') unless a row of that id exists; True if inserted."""
+    return (
+        conn.execute(
+            insert_ignore(conn, jobs, ["id"])
+            .values(
+                id=job_id,
+                user=fields.get("user"),
+                team=fields.get("team"),
+                project=fields.get("project"),
+                labels=fields.get("labels") or {},
+                source="api",
+                started_at=started_at,
+                ended_at=ended_at,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(jobs.c.id)
+        ).first()
+        is not None
+    )
+
+
+def _merge_job(
+    conn: Connection,
+    existing: Any,
+    fields: Mapping[str, Any],
+    started_at: datetime,
+    ended_at: datetime | None,
+    now: datetime,
+) -> None:
+    """Update stored job ``existing`` with the set ``fields`` (labels merged), the earlier start
+    and ``ended_at`` when given."""
+    changes: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
+    if "labels" in changes:
+        changes["labels"] = {**(existing.labels or {}), **changes["labels"]}
+    changes["started_at"] = min(existing.started_at, started_at)
+    if ended_at is not None:
+        changes["ended_at"] = ended_at
+    changes["updated_at"] = now
+    conn.execute(update(jobs).where(jobs.c.id == existing.id).values(**changes))
+
+
+def _add_api_intervals(
+    conn: Connection,
+    job_id: str,
+    gpu_ids: Sequence[int],
+    started_at: datetime,
+    ended_at: datetime | None,
+) -> None:
+    """Give job ``job_id`` an 'api' interval from ``started_at`` on each of ``gpu_ids`` it does
+    not already hold then, and tenant rows for the minutes it shares with other jobs."""
     open_gpus = set(
         conn.execute(
             select(job_gpus.c.gpu_id).where(
@@ -100,25 +148,24 @@ def upsert_job(
             )
         ).scalars()
     )
-    new_rows = [
-        {
-            "job_id": job_id,
-            "gpu_id": known[u][0],
-            "started_at": started_at,
-            "ended_at": ended_at,
-            "source": "api",
-        }
-        for u in dict.fromkeys(gpu_uuids)
-        if known[u][0] not in open_gpus
-    ]
-    if new_rows:
-        conn.execute(insert(job_gpus), new_rows)
-        for u in dict.fromkeys(gpu_uuids):  # minutes shared with other jobs get tenant rows
-            if known[u][0] not in open_gpus:
-                tenants_repo.mark_shared(
-                    conn, gpu_id=known[u][0], job_id=job_id, start=started_at, end=ended_at
-                )
-    return created
+    added = [g for g in gpu_ids if g not in open_gpus]
+    if not added:
+        return
+    conn.execute(
+        insert(job_gpus),
+        [
+            {
+                "job_id": job_id,
+                "gpu_id": gpu_id,
+                "started_at": started_at,
+                "ended_at": ended_at,
+                "source": "api",
+            }
+            for gpu_id in added
+        ],
+    )
+    for gpu_id in added:  # minutes shared with other jobs get tenant rows
+        tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=job_id, start=started_at, end=ended_at)
 
 
 def end_earlier_jobs(

@@ -104,6 +104,37 @@ def observe(
     """
     if not seen:
         return {"jobs": 0, "opened": 0, "reopened": 0}
+    seen = _undisputed(conn, seen, disputed)
+    if not seen:
+        return {"jobs": 0, "opened": 0, "reopened": 0}
+    ids = dict(
+        conn.execute(
+            select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))
+        ).all()
+    )
+    created = _create_jobs(conn, seen, now)
+    by_gpu = _intervals_by_gpu(conn, {ids[s.gpu_uuid] for s in seen if s.gpu_uuid in ids})
+    counts = {"opened": 0, "reopened": 0}
+    touched_jobs: set[str] = set()
+    for s in seen:
+        gpu_id = ids.get(s.gpu_uuid)
+        if gpu_id is None:
+            continue
+        how = _open_interval(conn, s, gpu_id, by_gpu.get(gpu_id, []))
+        if how is not None:
+            counts[how] += 1
+            touched_jobs.add(s.job_id)
+    if touched_jobs:
+        conn.execute(
+            update(jobs)
+            .where(and_(jobs.c.id.in_(touched_jobs), jobs.c.source == OBSERVED))
+            .values(ended_at=None, updated_at=now)
+        )
+    return {"jobs": created, "opened": counts["opened"], "reopened": counts["reopened"]}
+
+
+def _undisputed(conn: Connection, seen: list[Seen], disputed: list[Disputed] | None) -> list[Seen]:
+    """``seen`` less the hints ``_disputed`` refuses, which go to ``disputed``."""
     node_of = {
         r.uuid: (r.node_id, r.hostname)
         for r in conn.execute(
@@ -113,18 +144,17 @@ def observe(
         )
     }
     refused = _disputed(conn, seen, node_of)
-    if refused:
-        if disputed is not None:
-            disputed.extend(d for _, d in refused)
-        skip = {id(s) for s, _ in refused}
-        seen = [s for s in seen if id(s) not in skip]
-        if not seen:
-            return {"jobs": 0, "opened": 0, "reopened": 0}
-    ids = dict(
-        conn.execute(
-            select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))
-        ).all()
-    )
+    if not refused:
+        return seen
+    if disputed is not None:
+        disputed.extend(d for _, d in refused)
+    skip = {id(s) for s, _ in refused}
+    return [s for s in seen if id(s) not in skip]
+
+
+def _create_jobs(conn: Connection, seen: list[Seen], now: datetime) -> int:
+    """Insert an observed jobs row for each job of ``seen`` not stored yet, from its first
+    sighting; returns how many were new."""
     first_by_job: dict[str, Seen] = {}
     for s in seen:
         cur = first_by_job.get(s.job_id)
@@ -148,8 +178,11 @@ def observe(
             for job, s in first_by_job.items()
         ],
     )
-    created = max(res.rowcount or 0, 0)
-    gpu_ids = {ids[s.gpu_uuid] for s in seen if s.gpu_uuid in ids}
+    return max(res.rowcount or 0, 0)
+
+
+def _intervals_by_gpu(conn: Connection, gpu_ids: set[int]) -> dict[int, list[Any]]:
+    """Every job_gpus interval (any job, any source) of the GPUs ``gpu_ids``, by GPU id."""
     rows = conn.execute(
         select(
             job_gpus.c.id,
@@ -163,48 +196,35 @@ def observe(
     by_gpu: dict[int, list[Any]] = {}
     for r in rows:
         by_gpu.setdefault(r.gpu_id, []).append(r)
-    opened = reopened = 0
-    touched_jobs: set[str] = set()
-    for s in seen:
-        gpu_id = ids.get(s.gpu_uuid)
-        if gpu_id is None:
-            continue
-        mine = [r for r in by_gpu.get(gpu_id, []) if r.job_id == s.job_id]
-        if any(r.ended_at is None or r.ended_at >= s.last for r in mine):
-            continue  # already covered (an open interval, or one set via the API that spans it)
-        observed = [r for r in mine if r.source == OBSERVED]
-        latest = max(observed, key=lambda r: r.ended_at, default=None)
-        if latest is not None:
-            others_since = [
-                r
-                for r in by_gpu.get(gpu_id, [])
-                if r.job_id != s.job_id and r.started_at >= latest.ended_at
-            ]
-            if not others_since:
-                conn.execute(
-                    update(job_gpus).where(job_gpus.c.id == latest.id).values(ended_at=None)
-                )
-                tenants_repo.mark_shared(
-                    conn, gpu_id=gpu_id, job_id=s.job_id, start=latest.ended_at, end=None
-                )
-                reopened += 1
-                touched_jobs.add(s.job_id)
-                continue
-        conn.execute(
-            insert(job_gpus).values(
-                job_id=s.job_id, gpu_id=gpu_id, started_at=s.first, ended_at=None, source=OBSERVED
+    return by_gpu
+
+
+def _open_interval(conn: Connection, s: Seen, gpu_id: int, on_gpu: list[Any]) -> str | None:
+    """Reopen the latest observed interval of ``s``'s job on GPU ``gpu_id`` (``on_gpu``: its
+    intervals) if no other job took the GPU since, else open one from ``s.first``; returns
+    'reopened', 'opened', or None where an interval already covers ``s``."""
+    mine = [r for r in on_gpu if r.job_id == s.job_id]
+    if any(r.ended_at is None or r.ended_at >= s.last for r in mine):
+        return None  # already covered (an open interval, or one set via the API that spans it)
+    observed = [r for r in mine if r.source == OBSERVED]
+    latest = max(observed, key=lambda r: r.ended_at, default=None)
+    if latest is not None:
+        others_since = [
+            r for r in on_gpu if r.job_id != s.job_id and r.started_at >= latest.ended_at
+        ]
+        if not others_since:
+            conn.execute(update(job_gpus).where(job_gpus.c.id == latest.id).values(ended_at=None))
+            tenants_repo.mark_shared(
+                conn, gpu_id=gpu_id, job_id=s.job_id, start=latest.ended_at, end=None
             )
+            return "reopened"
+    conn.execute(
+        insert(job_gpus).values(
+            job_id=s.job_id, gpu_id=gpu_id, started_at=s.first, ended_at=None, source=OBSERVED
         )
-        tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=s.job_id, start=s.first, end=None)
-        opened += 1
-        touched_jobs.add(s.job_id)
-    if touched_jobs:
-        conn.execute(
-            update(jobs)
-            .where(and_(jobs.c.id.in_(touched_jobs), jobs.c.source == OBSERVED))
-            .values(ended_at=None, updated_at=now)
-        )
-    return {"jobs": created, "opened": opened, "reopened": reopened}
+    )
+    tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=s.job_id, start=s.first, end=None)
+    return "opened"
 
 
 def close_unseen(conn: Connection, *, now: datetime, grace_seconds: float) -> int:
