@@ -224,7 +224,9 @@ def _gpu_ids(
     pending: IngestCache,
     max_gap_seconds: float = 60.0,
 ) -> dict[str, int]:
-    listed = {g.uuid: i for i, g in enumerate(batch.gpus)}
+    """The stored id of every GPU uuid the batch lists or refers to, after inserting the new
+    GPUs and updating the changed ones; raises before writing if one is another node's or
+    unknown."""
     wanted = _wanted(batch)
     # A GPU cached under another node may have just moved here: read it again.
     states = {u: st for u in wanted if (st := cache.owned(u, node_id, now)) is not None}
@@ -232,7 +234,35 @@ def _gpu_ids(
     unsure_uuids = {g.uuid for g in unsure} | (wanted - set(states))
     if unsure_uuids:
         states.update(_read_states(conn, unsure_uuids, now))
+    _check_gpus(batch, states, node_id)
+    new_rows, changed = _gpu_writes(conn, batch, unsure, states, node_id, now, max_gap_seconds)
+    if _write_gpus(conn, new_rows, changed):
+        states.update(_read_states(conn, [g.uuid for g in unsure], now))
+    for uuid, state in states.items():
+        pending.gpus[uuid] = state
+    return {uuid: state.id for uuid, state in states.items()}
 
+
+def _write_gpus(
+    conn: Connection, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+) -> bool:
+    """Insert ``new_rows`` into gpus and apply the ``changed`` updates; True if it wrote any."""
+    if new_rows:
+        conn.execute(insert_ignore(conn, gpus, ["uuid"]), new_rows)
+    for row in changed:
+        conn.execute(
+            update(gpus)
+            .where(gpus.c.id == bindparam("b_id"))
+            .values({k[2:]: bindparam(k) for k in row if k != "b_id"}),
+            row,
+        )
+    return bool(new_rows or changed)
+
+
+def _check_gpus(batch: IngestBatch, states: dict[str, GpuState], node_id: int) -> None:
+    """Raise if a stored GPU of the batch (``states``) belongs to another node, or if a sample
+    or process names a GPU neither stored nor listed in the batch."""
+    listed = {g.uuid: i for i, g in enumerate(batch.gpus)}
     for uuid, state in states.items():
         if state.node_id != node_id:
             where = f"gpus.{listed[uuid]}.uuid" if uuid in listed else "gpu_uuid"
@@ -243,6 +273,18 @@ def _gpu_ids(
         if uuid not in listed and uuid not in states:
             raise ValidationFailed(f"{where}.gpu_uuid", f"unknown GPU {uuid}; list it in gpus")
 
+
+def _gpu_writes(
+    conn: Connection,
+    batch: IngestBatch,
+    unsure: list[GpuIn],
+    states: dict[str, GpuState],
+    node_id: int,
+    now: datetime,
+    max_gap_seconds: float,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The gpus rows to insert for the GPUs of ``unsure`` not stored yet, and the updates
+    (columns prefixed ``b_``, the id as ``b_id``) of those whose attributes changed."""
     # Times the batch speaks for, not when it arrived: a spool replayed (or a history shipped)
     # later must not make a GPU first seen after its samples, nor lost after its last one.
     first_sample: dict[str, datetime] = {}
@@ -287,20 +329,7 @@ def _gpu_ids(
             if g.retired != known.attrs[5]:
                 row["b_retired_at"] = now if g.retired else None
             changed.append(row)
-    if new_rows:
-        conn.execute(insert_ignore(conn, gpus, ["uuid"]), new_rows)
-    for row in changed:
-        conn.execute(
-            update(gpus)
-            .where(gpus.c.id == bindparam("b_id"))
-            .values({k[2:]: bindparam(k) for k in row if k != "b_id"}),
-            row,
-        )
-    if new_rows or changed:
-        states.update(_read_states(conn, [g.uuid for g in unsure], now))
-    for uuid, state in states.items():
-        pending.gpus[uuid] = state
-    return {uuid: state.id for uuid, state in states.items()}
+    return new_rows, changed
 
 
 def _lost_since(
@@ -404,41 +433,59 @@ def store_batch(
     node_id = _node_id(conn, batch, now, cache, pending)
     batch, claims = _claim_gpus(conn, batch, node_id, now, cache, move_after_seconds)
     ids = _gpu_ids(conn, batch, node_id, now, cache, pending, thresholds.max_gap_seconds)
+    taken, stored = _store_samples(conn, batch, ids, thresholds) if batch.samples else (0, 0)
+    processes = _store_processes(conn, batch, ids)
+    return {
+        "samples": taken,
+        "samples_new": stored,
+        "processes": processes,
+        "gpus": len(ids),
+        "claims": claims,
+    }
 
-    stored = 0
+
+def _store_samples(
+    conn: Connection, batch: IngestBatch, ids: dict[str, int], thresholds: Thresholds
+) -> tuple[int, int]:
+    """Insert the batch's samples, each with its decision under ``thresholds``, mark their
+    minutes dirty and advance the GPUs' last sample; returns (samples taken, rows new)."""
     seen: set[tuple[int, datetime]] = set()
-    if batch.samples:
-        rows: list[tuple[Any, ...]] = []
-        span: dict[int, tuple[datetime, datetime]] = {}
-        # A process listed at a sample's time holds the GPU even below the held threshold; a
-        # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
-        listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
-        for s in batch.samples:
-            gpu_id = ids[s.gpu_uuid]
-            ts = s.ts.astimezone(UTC)
-            if (gpu_id, ts) in seen:
-                continue  # the first of a repeated (GPU, ts) wins, as a resent batch's would
-            seen.add((gpu_id, ts))
-            metrics = s.metrics.__dict__  # every field, None when absent; no copy
-            d = decide(metrics, thresholds, has_process=(s.gpu_uuid, s.ts) in listed)
-            decision = (None, None, None) if d is None else (d.activity, int(d.rung), int(d.cause))
-            source = (s.source or infer_source(metrics)).value
-            rows.append((gpu_id, ts, source, *[metrics[m] for m in METRIC_NAMES], *decision))
-            lo, hi = span.get(gpu_id, (ts, ts))
-            span[gpu_id] = (min(lo, ts), max(hi, ts))
-        stored = copy_insert_ignore(conn, samples, ["gpu_id", "ts"], SAMPLE_COLUMNS, rows)
-        bulk_insert_ignore(
-            conn,
-            rollup_dirty,
-            ["gpu_id", "bucket_start"],
-            [
-                {"gpu_id": gpu_id, "bucket_start": b}
-                for gpu_id, (lo, hi) in span.items()
-                for b in dirty_range(lo, hi, thresholds.max_gap_seconds)
-            ],
-        )
-        _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})
+    rows: list[tuple[Any, ...]] = []
+    span: dict[int, tuple[datetime, datetime]] = {}
+    # A process listed at a sample's time holds the GPU even below the held threshold; a
+    # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
+    listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
+    for s in batch.samples:
+        gpu_id = ids[s.gpu_uuid]
+        ts = s.ts.astimezone(UTC)
+        if (gpu_id, ts) in seen:
+            continue  # the first of a repeated (GPU, ts) wins, as a resent batch's would
+        seen.add((gpu_id, ts))
+        metrics = s.metrics.__dict__  # every field, None when absent; no copy
+        d = decide(metrics, thresholds, has_process=(s.gpu_uuid, s.ts) in listed)
+        decision = (None, None, None) if d is None else (d.activity, int(d.rung), int(d.cause))
+        source = (s.source or infer_source(metrics)).value
+        rows.append((gpu_id, ts, source, *[metrics[m] for m in METRIC_NAMES], *decision))
+        lo, hi = span.get(gpu_id, (ts, ts))
+        span[gpu_id] = (min(lo, ts), max(hi, ts))
+    stored = copy_insert_ignore(conn, samples, ["gpu_id", "ts"], SAMPLE_COLUMNS, rows)
+    bulk_insert_ignore(
+        conn,
+        rollup_dirty,
+        ["gpu_id", "bucket_start"],
+        [
+            {"gpu_id": gpu_id, "bucket_start": b}
+            for gpu_id, (lo, hi) in span.items()
+            for b in dirty_range(lo, hi, thresholds.max_gap_seconds)
+        ],
+    )
+    _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})
+    return len(seen), stored
 
+
+def _store_processes(conn: Connection, batch: IngestBatch, ids: dict[str, int]) -> int:
+    """Insert the batch's processes (one per GPU, ts and pid; holder rows numbered by
+    ``_holders_numbered``); returns how many it took."""
     procs: dict[tuple[int, datetime, int], dict[str, Any]] = {}
     for p in _holders_numbered(batch.processes):
         key = (ids[p.gpu_uuid], p.ts.astimezone(UTC), p.pid)
@@ -455,10 +502,4 @@ def store_batch(
             }
     if procs:
         bulk_insert_ignore(conn, gpu_processes, ["gpu_id", "ts", "pid"], list(procs.values()))
-    return {
-        "samples": len(seen),
-        "samples_new": stored,
-        "processes": len(procs),
-        "gpus": len(ids),
-        "claims": claims,
-    }
+    return len(procs)

@@ -302,6 +302,28 @@ def process_dirty(
     by_gpu: dict[int, list[datetime]] = defaultdict(list)
     for gpu_id, bucket in keys:
         by_gpu[gpu_id].append(bucket)
+    minute_rows, hours, shared = _roll_minutes(conn, by_gpu, thresholds, split_rule, set_aside)
+    _write_minutes(conn, keys, minute_rows, firsts={g: min(b) for g, b in by_gpu.items()})
+    hour_keys = sorted(hours)
+    _replace(conn, rollup_1h, hour_keys, [])
+    if hour_keys:
+        conn.execute(
+            _hour_from_minutes(),
+            [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in hour_keys],
+        )
+    tenants_repo.rollup_hours(conn, hour_keys, shared)
+    return len(keys)
+
+
+def _roll_minutes(
+    conn: Connection,
+    by_gpu: dict[int, list[datetime]],
+    thresholds: Thresholds,
+    split_rule: SplitRule,
+    set_aside: list[SetAside] | None,
+) -> tuple[list[dict[str, Any]], set[tuple[int, datetime]], list[tuple[int, datetime]]]:
+    """The rollup_1m rows of the minute buckets ``by_gpu`` (GPU id -> buckets), the (GPU, hour)
+    keys they fall in, and the (GPU, minute) keys jobs shared, whose tenant rows it writes."""
     gap = timedelta(seconds=thresholds.max_gap_seconds)
     gap_s = thresholds.max_gap_seconds
     minute_rows: list[dict[str, Any]] = []
@@ -335,8 +357,19 @@ def process_dirty(
             if row is not None:
                 minute_rows.append(row)
             hours.add((gpu_id, bucket.replace(minute=0)))
+    return minute_rows, hours, shared
+
+
+def _write_minutes(
+    conn: Connection,
+    keys: list[tuple[int, datetime]],
+    minute_rows: list[dict[str, Any]],
+    *,
+    firsts: dict[int, datetime],
+) -> None:
+    """Replace the rollup_1m rows of ``keys`` by ``minute_rows`` with their running totals, and
+    bring the totals of later buckets up to date (``firsts``: each GPU's first bucket of keys)."""
     _delete_keys(conn, rollup_1m, keys)
-    firsts = {g: min(b) for g, b in by_gpu.items()}
     late = _add_running_totals(conn, minute_rows, firsts=firsts)
     if minute_rows:
         columns = tuple(minute_rows[0])
@@ -357,16 +390,6 @@ def process_dirty(
             .values(cum_covered_seconds=None)
         )
     fill_cumulative(conn)
-
-    hour_keys = sorted(hours)
-    _replace(conn, rollup_1h, hour_keys, [])
-    if hour_keys:
-        conn.execute(
-            _hour_from_minutes(),
-            [{"gpu_id": g, "hour": h, "hour_end": h + HOUR} for g, h in hour_keys],
-        )
-    tenants_repo.rollup_hours(conn, hour_keys, shared)
-    return len(keys)
 
 
 @cache
