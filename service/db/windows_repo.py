@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,6 +12,7 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
+    RowMapping,
     and_,
     any_,
     bindparam,
@@ -86,13 +87,25 @@ def scope_members(conn: Connection, *, now: datetime, start_skew_seconds: float)
         .where(gpus.c.retired_at.is_(None))
     ).all()
     by_gpu = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
-    by_job: dict[str, list[int]] = defaultdict(list)
-    job_info: dict[str, holders_repo.Holder] = {}
-    for gpu_id, holders in by_gpu.items():
-        for h in holders:
-            by_job[h.job_id].append(gpu_id)
-            job_info[h.job_id] = h
-    info = {g.id: g for g in gpu_rows}
+    gpu_members, node_gpus = _gpu_members(gpu_rows, by_gpu)
+    node_members = [
+        ScopeMember(
+            f"node:{host}",
+            {"node": host, "model": _joined(g.model for g in gs)},
+            tuple(g.id for g in gs),
+        )
+        for host, gs in sorted(node_gpus.items())
+    ]
+    job_members = _job_members(gpu_rows, by_gpu)
+    lost = frozenset(g.id for g in gpu_rows if g.lost_at is not None and g.lost_at <= now)
+    return Scopes(gpu_members, node_members, job_members, lost)
+
+
+def _gpu_members(
+    gpu_rows: Iterable[Any], by_gpu: Mapping[int, Sequence[holders_repo.Holder]]
+) -> tuple[list[ScopeMember], dict[str, list[Any]]]:
+    """The GPU scope's members (labelled with their holders, ``by_gpu``), and the GPU rows of
+    each node by hostname."""
     gpu_members, node_gpus = [], defaultdict(list)
     for g in gpu_rows:
         js = by_gpu.get(g.id, [])
@@ -111,14 +124,21 @@ def scope_members(conn: Connection, *, now: datetime, start_skew_seconds: float)
             }
         gpu_members.append(ScopeMember(f"gpu:{g.uuid}", labels, (g.id,)))
         node_gpus[g.hostname].append(g)
-    node_members = [
-        ScopeMember(
-            f"node:{host}",
-            {"node": host, "model": _joined(g.model for g in gs)},
-            tuple(g.id for g in gs),
-        )
-        for host, gs in sorted(node_gpus.items())
-    ]
+    return gpu_members, node_gpus
+
+
+def _job_members(
+    gpu_rows: Iterable[Any], by_gpu: Mapping[int, Sequence[holders_repo.Holder]]
+) -> list[ScopeMember]:
+    """The job scope's members: each job holding a GPU (``by_gpu``), with the labels of the
+    GPUs it holds among ``gpu_rows``."""
+    by_job: dict[str, list[int]] = defaultdict(list)
+    job_info: dict[str, holders_repo.Holder] = {}
+    for gpu_id, holders in by_gpu.items():
+        for h in holders:
+            by_job[h.job_id].append(gpu_id)
+            job_info[h.job_id] = h
+    info = {g.id: g for g in gpu_rows}
     job_members = []
     for job_id, gpu_ids in sorted(by_job.items()):
         j = job_info[job_id]
@@ -140,8 +160,7 @@ def scope_members(conn: Connection, *, now: datetime, start_skew_seconds: float)
             "model": _joined(g.model for g in held_gpus),
         }
         job_members.append(ScopeMember(f"job:{job_id}", labels, tuple(sorted(gpu_ids))))
-    lost = frozenset(g.id for g in gpu_rows if g.lost_at is not None and g.lost_at <= now)
-    return Scopes(gpu_members, node_members, job_members, lost)
+    return job_members
 
 
 def _among(conn: Connection, column: Any, ids: list[int]) -> Any:
@@ -227,57 +246,81 @@ def window_stats(
             raw[w] = sorted(set(ms) & set(SAMPLE_METRICS))
             out[w] = {}
     if raw:
-        widest = max(raw)
-        cols: list[Any] = [samples.c.gpu_id]
-        plan: list[tuple[float, str, int]] = []  # (window, metric, first column index)
-        for w, ms in sorted(raw.items()):
-            recent = None if w == widest else samples.c.ts > now - timedelta(seconds=w)
-            for m in ms:
-                plan.append((w, m, len(cols)))
-                if m == "hardware_fault":
-                    cols += _fault_aggregates(samples, rollup=False, recent=recent)
-                    continue
-                e = _sample_expr(m)
-                aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
-                cols += [a if recent is None else a.filter(recent) for a in aggs]
-        read = {m for ms in raw.values() for m in ms if m in METRICS_BY_NAME}
-        if any(m == "hardware_fault" for _, m, _ in plan):
-            read |= set(_FAULT_METRICS)
-        if read:  # last column: how many samples hold a value past its bounds
-            cols.append(func.sum(any_impossible([(samples.c[n], n) for n in sorted(read)])))
-        # Naming the GPUs lets PostgreSQL walk the (gpu_id, ts) primary key per GPU instead
-        # of scanning the whole day's partition for the time range.
-        q = (
-            select(*cols)
-            .where(
-                _among(conn, samples.c.gpu_id, ids),
-                samples.c.ts > now - timedelta(seconds=widest),
-                samples.c.ts <= now,
-            )
-            .group_by(samples.c.gpu_id)
-        )
-        for r in conn.execute(q):
-            gid = r[0]
-            bad = int(r[-1] or 0) if read else 0
-            if bad and set_aside is not None:
-                what = f"{bad} samples of GPU {gid} in the last {widest:g} s"
-                why = f"a value past its bounds in {', '.join(sorted(read))}"
-                set_aside.append(SetAside("evaluate", what, why, bad))
-            for w, m, i in plan:
-                if m == "hardware_fault":
-                    v = 1.0 if _faulted(r[i : i + 3]) else 0.0
-                    out[w].setdefault(gid, {})[m] = WindowStats(v, 1, v, v)
-                    continue
-                count = int(r[i + 1] or 0)
-                if count:
-                    out[w].setdefault(gid, {})[m] = WindowStats(
-                        float(r[i]), count, float(r[i + 2]), float(r[i + 3])
-                    )
+        _raw_stats(conn, raw, now, ids, out, set_aside)
     for w, ms in raw.items():
         if "hardware_fault" in ms:
             for gid in lost_gpu_ids:
                 out[w].setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
     return out
+
+
+def _raw_columns(
+    raw: Mapping[float, list[str]], now: datetime
+) -> tuple[list[Any], list[tuple[float, str, int]], set[str]]:
+    """The aggregate columns after gpu_id that read the metrics of every window of ``raw`` in
+    one scan of the widest, each (window, metric)'s first column index, and the metrics read
+    (whose values past their bounds the last column counts, when there are any)."""
+    widest = max(raw)
+    cols: list[Any] = [samples.c.gpu_id]
+    plan: list[tuple[float, str, int]] = []  # (window, metric, first column index)
+    for w, ms in sorted(raw.items()):
+        recent = None if w == widest else samples.c.ts > now - timedelta(seconds=w)
+        for m in ms:
+            plan.append((w, m, len(cols)))
+            if m == "hardware_fault":
+                cols += _fault_aggregates(samples, rollup=False, recent=recent)
+                continue
+            e = _sample_expr(m)
+            aggs = [func.sum(e), func.count(e), func.min(e), func.max(e)]
+            cols += [a if recent is None else a.filter(recent) for a in aggs]
+    read = {m for ms in raw.values() for m in ms if m in METRICS_BY_NAME}
+    if any(m == "hardware_fault" for _, m, _ in plan):
+        read |= set(_FAULT_METRICS)
+    if read:  # last column: how many samples hold a value past its bounds
+        cols.append(func.sum(any_impossible([(samples.c[n], n) for n in sorted(read)])))
+    return cols, plan, read
+
+
+def _raw_stats(
+    conn: Connection,
+    raw: Mapping[float, list[str]],
+    now: datetime,
+    ids: list[int],
+    out: dict[float, WindowStatsByGpu],
+    set_aside: list[SetAside] | None,
+) -> None:
+    """Fill ``out`` with the raw-sample windows ``raw`` (seconds -> metrics) of GPUs ``ids``,
+    all read by one statement."""
+    widest = max(raw)
+    cols, plan, read = _raw_columns(raw, now)
+    # Naming the GPUs lets PostgreSQL walk the (gpu_id, ts) primary key per GPU instead
+    # of scanning the whole day's partition for the time range.
+    q = (
+        select(*cols)
+        .where(
+            _among(conn, samples.c.gpu_id, ids),
+            samples.c.ts > now - timedelta(seconds=widest),
+            samples.c.ts <= now,
+        )
+        .group_by(samples.c.gpu_id)
+    )
+    for r in conn.execute(q):
+        gid = r[0]
+        bad = int(r[-1] or 0) if read else 0
+        if bad and set_aside is not None:
+            what = f"{bad} samples of GPU {gid} in the last {widest:g} s"
+            why = f"a value past its bounds in {', '.join(sorted(read))}"
+            set_aside.append(SetAside("evaluate", what, why, bad))
+        for w, m, i in plan:
+            if m == "hardware_fault":
+                v = 1.0 if _faulted(r[i : i + 3]) else 0.0
+                out[w].setdefault(gid, {})[m] = WindowStats(v, 1, v, v)
+                continue
+            count = int(r[i + 1] or 0)
+            if count:
+                out[w].setdefault(gid, {})[m] = WindowStats(
+                    float(r[i]), count, float(r[i + 2]), float(r[i + 3])
+                )
 
 
 def _rollup_stats(
@@ -292,10 +335,42 @@ def _rollup_stats(
     """Like window_stats from whole 1-minute buckets (long windows)."""
     since = now - timedelta(seconds=window_seconds)
     c = rollup_1m.c
-    cols: list[Any] = [c.gpu_id]
     rolled = [m for m in wanted if m in METRICS_BY_NAME or m in ROLLED_UP_DERIVED]
     causes = {m: Cause.IDLE_HELD if m == "idle_held" else cause_of_metric(m) for m in wanted}
     cause_fields = {m: f"{c.label}_seconds" for m, c in causes.items() if c is not None}
+    cols = _rollup_columns(wanted, rolled, cause_fields)
+    q = (
+        select(*cols)
+        .where(_among(conn, c.gpu_id, gpu_ids), c.bucket_start >= since, c.bucket_start < now)
+        .group_by(c.gpu_id)
+    )
+    out: dict[int, dict[str, WindowStats]] = {}
+    for r in conn.execute(q):
+        m_ = r._mapping
+        if rolled and m_["set_aside"] and set_aside is not None:
+            what = f"{m_['set_aside']} minutes of GPU {r.gpu_id} in the last {window_seconds:g} s"
+            why = f"a figure past its bounds in {', '.join(rolled)}"
+            set_aside.append(SetAside("evaluate", what, why, int(m_["set_aside"])))
+        per = _rolled_up(m_, rolled, cause_fields)
+        if "hardware_fault" in wanted:
+            faulted = _faulted(m_[f"fault{k}"] for k in range(3))
+            v = 1.0 if faulted or r.gpu_id in lost_gpu_ids else 0.0
+            per["hardware_fault"] = WindowStats(v, 1, v, v)
+        out[r.gpu_id] = per
+    if "hardware_fault" in wanted:
+        for gid in lost_gpu_ids:
+            out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
+    return out
+
+
+def _rollup_columns(
+    wanted: list[str], rolled: list[str], cause_fields: Mapping[str, str]
+) -> list[Any]:
+    """The columns ``_rollup_stats`` reads per GPU from rollup_1m: the ``rolled`` metrics'
+    figures of sane minutes, the count of other minutes, each cause's seconds
+    (``cause_fields``), covered seconds and, if ``wanted``, the hardware fault aggregates."""
+    c = rollup_1m.c
+    cols: list[Any] = [c.gpu_id]
     sane = {m: _sane_minute(m) for m in rolled}
     for m in rolled:
         cols += [
@@ -315,42 +390,30 @@ def _rollup_stats(
         cols += [
             a.label(f"fault{k}") for k, a in enumerate(_fault_aggregates(rollup_1m, rollup=True))
         ]
-    q = (
-        select(*cols)
-        .where(_among(conn, c.gpu_id, gpu_ids), c.bucket_start >= since, c.bucket_start < now)
-        .group_by(c.gpu_id)
-    )
-    out: dict[int, dict[str, WindowStats]] = {}
-    for r in conn.execute(q):
-        m_ = r._mapping
-        per: dict[str, WindowStats] = {}
-        if rolled and m_["set_aside"] and set_aside is not None:
-            what = f"{m_['set_aside']} minutes of GPU {r.gpu_id} in the last {window_seconds:g} s"
-            why = f"a figure past its bounds in {', '.join(rolled)}"
-            set_aside.append(SetAside("evaluate", what, why, int(m_["set_aside"])))
-        for m in rolled:
-            if m_[f"{m}__count"]:
-                per[m] = WindowStats(
-                    float(m_[f"{m}__sum"]),
-                    int(m_[f"{m}__count"]),
-                    float(m_[f"{m}__min"]),
-                    float(m_[f"{m}__max"]),
-                )
-        cov = float(r.cov or 0.0)
-        for m in cause_fields:
-            if cov > 0:
-                ratio = float(m_[f"{m}__seconds"] or 0.0) / cov
-                # Weighted by covered seconds: avg is exact; min and max are the window's mean.
-                per[m] = WindowStats(ratio, 1, ratio, ratio)
-        if "hardware_fault" in wanted:
-            faulted = _faulted(m_[f"fault{k}"] for k in range(3))
-            v = 1.0 if faulted or r.gpu_id in lost_gpu_ids else 0.0
-            per["hardware_fault"] = WindowStats(v, 1, v, v)
-        out[r.gpu_id] = per
-    if "hardware_fault" in wanted:
-        for gid in lost_gpu_ids:
-            out.setdefault(gid, {})["hardware_fault"] = WindowStats(1.0, 1, 1.0, 1.0)
-    return out
+    return cols
+
+
+def _rolled_up(
+    row: RowMapping, rolled: list[str], cause_fields: Mapping[str, str]
+) -> dict[str, WindowStats]:
+    """One GPU's window stats of the ``rolled`` metrics and cause metrics from its row of
+    ``_rollup_columns``."""
+    per: dict[str, WindowStats] = {}
+    for m in rolled:
+        if row[f"{m}__count"]:
+            per[m] = WindowStats(
+                float(row[f"{m}__sum"]),
+                int(row[f"{m}__count"]),
+                float(row[f"{m}__min"]),
+                float(row[f"{m}__max"]),
+            )
+    cov = float(row["cov"] or 0.0)
+    for m in cause_fields:
+        if cov > 0:
+            ratio = float(row[f"{m}__seconds"] or 0.0) / cov
+            # Weighted by covered seconds: avg is exact; min and max are the window's mean.
+            per[m] = WindowStats(ratio, 1, ratio, ratio)
+    return per
 
 
 def _sane_minute(metric: str) -> Any:
@@ -405,45 +468,66 @@ def tenant_cause_stats(
         ).all()
         if not tenant_rows:
             continue
-        r = rollup_1m.c
-        shared_minute = (
-            select(tenant_1m.c.gpu_id)
-            .where(tenant_1m.c.gpu_id == r.gpu_id, tenant_1m.c.bucket_start == r.bucket_start)
-            .exists()
-        )
-        alone = {
-            row[0]: row[1:]
-            for row in conn.execute(
-                select(
-                    r.gpu_id,
-                    func.sum(r.covered_seconds),
-                    *(func.sum(r[f]) for f in fields.values()),
-                )
-                .where(
-                    r.gpu_id.in_(sorted({int(row[1]) for row in tenant_rows})),
-                    r.bucket_start >= since,
-                    r.bucket_start < now,
-                    ~shared_minute,
-                )
-                .group_by(r.gpu_id)
-            )
-        }
-        own: OwnStats = {}
-        for tenant, gpu_id, covered, *seconds in tenant_rows:
-            rest = alone.get(gpu_id)
-            cov = float(covered or 0.0) + float((rest[0] if rest else 0.0) or 0.0)
-            if cov <= 0:
-                continue
-            per: dict[str, WindowStats] = {}
-            for k, m in enumerate(fields):
-                e = float(seconds[k] or 0.0) + float((rest[k + 1] if rest else 0.0) or 0.0)
-                ratio = e / cov
-                gpu_stat = gpu_stats.get(w, {}).get(gpu_id, {}).get(m)
-                n = gpu_stat.count if gpu_stat is not None and gpu_stat.count else 1
-                per[m] = WindowStats(ratio * n, n, ratio, ratio)
-            own[(f"job:{tenant}", int(gpu_id))] = per
-        out[w] = own
+        gpu_ids = sorted({int(row[1]) for row in tenant_rows})
+        alone = _unshared_seconds(conn, fields, gpu_ids, since, now)
+        out[w] = _own_shares(tenant_rows, alone, fields, gpu_stats.get(w, {}))
     return out
+
+
+def _unshared_seconds(
+    conn: Connection, fields: Mapping[str, str], gpu_ids: list[int], since: datetime, now: datetime
+) -> dict[int, Any]:
+    """Per GPU of ``gpu_ids``, its covered seconds then each of ``fields`` summed over its
+    1-minute rollups in [``since``, ``now``) that no tenant rows split."""
+    r = rollup_1m.c
+    shared_minute = (
+        select(tenant_1m.c.gpu_id)
+        .where(tenant_1m.c.gpu_id == r.gpu_id, tenant_1m.c.bucket_start == r.bucket_start)
+        .exists()
+    )
+    return {
+        row[0]: row[1:]
+        for row in conn.execute(
+            select(
+                r.gpu_id,
+                func.sum(r.covered_seconds),
+                *(func.sum(r[f]) for f in fields.values()),
+            )
+            .where(
+                r.gpu_id.in_(gpu_ids),
+                r.bucket_start >= since,
+                r.bucket_start < now,
+                ~shared_minute,
+            )
+            .group_by(r.gpu_id)
+        )
+    }
+
+
+def _own_shares(
+    tenant_rows: Iterable[Any],
+    alone: Mapping[int, Any],
+    fields: Mapping[str, str],
+    gpu_stats: WindowStatsByGpu,
+) -> OwnStats:
+    """Each job's share of covered time in each cause metric of ``fields`` on each GPU, from
+    its tenant seconds (``tenant_rows``) plus the GPU's unshared ones (``alone``), weighted by
+    the GPU's sample count in ``gpu_stats``."""
+    own: OwnStats = {}
+    for tenant, gpu_id, covered, *seconds in tenant_rows:
+        rest = alone.get(gpu_id)
+        cov = float(covered or 0.0) + float((rest[0] if rest else 0.0) or 0.0)
+        if cov <= 0:
+            continue
+        per: dict[str, WindowStats] = {}
+        for k, m in enumerate(fields):
+            e = float(seconds[k] or 0.0) + float((rest[k + 1] if rest else 0.0) or 0.0)
+            ratio = e / cov
+            gpu_stat = gpu_stats.get(gpu_id, {}).get(m)
+            n = gpu_stat.count if gpu_stat is not None and gpu_stat.count else 1
+            per[m] = WindowStats(ratio * n, n, ratio, ratio)
+        own[(f"job:{tenant}", int(gpu_id))] = per
+    return own
 
 
 def last_hardware_xids(
