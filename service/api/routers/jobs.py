@@ -19,15 +19,11 @@ from service.api.schemas.costs import (
     JobUpdate,
 )
 from service.context import ServiceContext
-from service.costs.assumptions import fix_assumptions_of
-from service.costs.money import SORT_BYS, figures, sort_rows
-from service.costs.recommend import with_model
-from service.costs.waste import UNALLOCATED, summarize
+from service.costs.money import SORT_BYS
 from service.db import jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
-from service.usecases import cost_report
-from service.usecases.attribution import attribute
+from service.usecases import job_list
 from service.usecases.job_summary import job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -210,28 +206,10 @@ def list_jobs(
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
-    if sort not in SORT_BYS:
-        raise query.query_error("sort", f"unknown sort {sort!r}; one of {SORT_BYS}")
     try:
-        cost_report.check_range(ctx.settings, start=start_at, end=end_at, now=now)
+        return job_list.jobs_with_costs(
+            conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
+            user=user, team=team, sort=sort, limit=limit,
+        )  # fmt: skip
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
-    rows = jobs_repo.list_jobs(conn, start=start_at, end=end_at, user=user, team=team, limit=limit)
-    att = attribute(conn, settings=ctx.settings, start=start_at, end=end_at, now=now)
-    sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    assumptions = fix_assumptions_of(ctx.settings)
-    money = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd", "efficiency")
-    out: list[dict[str, Any]] = []
-    for job in rows:
-        s = sums.get(job["id"])
-        models = [att.gpus[g].model for g in s.gpu_ids] if s else []
-        d = figures(s, with_model(assumptions, models)) if s else {}
-        out.append(
-            {
-                **job,
-                "labels": job.get("labels") or {},
-                **{name: d.get(name) for name in money},
-                "top_cause": d.get("top_cause"),
-            }
-        )
-    return sort_rows(out, sort)
