@@ -203,6 +203,18 @@ def silenced_now(
     return any(s.mutes(full, now) for s in silences)
 
 
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """What every scope key of one evaluation round is judged with."""
+
+    policy: PolicySpec
+    silences: list[Silence]
+    now: datetime
+    resend_seconds: float
+    threshold_holds: Callable[[float, float], bool]
+    for_delta: timedelta
+
+
 def evaluate(
     policy: PolicySpec,
     observations: Mapping[str, Observation],
@@ -218,67 +230,83 @@ def evaluate(
     ``observations`` has left the scope and resolves; a key whose value is None has no data and
     keeps its state, marked stale.
     """
-    silences = list(silences)
-    threshold_holds, threshold = _OPS[policy.op], policy.threshold
-    for_delta = timedelta(seconds=policy.for_seconds)
+    rnd = _Round(
+        policy=policy,
+        silences=list(silences),
+        now=now,
+        resend_seconds=resend_seconds,
+        threshold_holds=_OPS[policy.op],
+        for_delta=timedelta(seconds=policy.for_seconds),
+    )
     changes: list[Change] = []
     keys = list(observations)
     keys += [k for k in previous if k not in observations]
     for key in keys:
-        prev = previous.get(key)
-        obs = observations.get(key)
-        if obs is None:
-            if prev is not None:
-                changes.append(_end(prev, now))
-            continue
-        value = obs.value
-        if value is None:
-            if prev is not None:
-                suppressed, silenced = _muted(policy, obs, silences, now)
-                after = replace(prev, stale=True, suppressed=suppressed, silenced=silenced)
-                changes.append(_notify_firing(policy, prev, after, now, resend_seconds))
-            continue
-        if not threshold_holds(value, threshold):
-            if prev is not None:
-                changes.append(_end(replace(prev, value=value, stale=False), now))
-            continue
-        suppressed, silenced = _muted(policy, obs, silences, now)
-        # A firing alert keeps the labels it fired with until it resolves: Alertmanager knows an
-        # alert by its label set, and a changed set (the job ended, a label dropped out) would
-        # let the fired one expire there as resolved while it still fires here.
-        labels = prev.labels if prev is not None and prev.state == "firing" else obs.labels
-        if prev is None:
-            state = AlertState(
-                policy=policy.name,
-                key=key,
-                state="pending",
-                labels=obs.labels,
-                value=value,
-                active_since=now,
-                suppressed=suppressed,
-                silenced=silenced,
-            )
-        elif (
-            prev.value == value
-            and not prev.stale
-            and prev.suppressed == suppressed
-            and prev.silenced == silenced
-            and prev.labels == labels
-        ):
-            state = prev  # nothing changed: the common case for a long-firing alert
-        else:
-            state = replace(
-                prev,
-                labels=labels,
-                value=value,
-                stale=False,
-                suppressed=suppressed,
-                silenced=silenced,
-            )
-        if state.state == "pending" and now - state.active_since >= for_delta:
-            state = replace(state, state="firing", fired_at=now)
-        changes.append(_notify_firing(policy, prev, state, now, resend_seconds))
+        change = _key_change(rnd, key, previous.get(key), observations.get(key))
+        if change is not None:
+            changes.append(change)
     return changes
+
+
+def _key_change(
+    rnd: _Round, key: str, prev: AlertState | None, obs: Observation | None
+) -> Change | None:
+    """The change to the alert of one scope key in round ``rnd`` (None: no alert after it)."""
+    policy, now = rnd.policy, rnd.now
+    if obs is None:
+        return _end(prev, now) if prev is not None else None
+    value = obs.value
+    if value is None:
+        if prev is None:
+            return None
+        suppressed, silenced = _muted(policy, obs, rnd.silences, now)
+        after = replace(prev, stale=True, suppressed=suppressed, silenced=silenced)
+        return _notify_firing(policy, prev, after, now, rnd.resend_seconds)
+    if not rnd.threshold_holds(value, policy.threshold):
+        return _end(replace(prev, value=value, stale=False), now) if prev is not None else None
+    state = _holding(rnd, key, prev, obs, value)
+    if state.state == "pending" and now - state.active_since >= rnd.for_delta:
+        state = replace(state, state="firing", fired_at=now)
+    return _notify_firing(policy, prev, state, now, rnd.resend_seconds)
+
+
+def _holding(
+    rnd: _Round, key: str, prev: AlertState | None, obs: Observation, value: float
+) -> AlertState:
+    """The alert of a scope key whose condition holds at ``value``: a new pending one, the
+    previous one untouched, or the previous one with its new value, labels and muting."""
+    suppressed, silenced = _muted(rnd.policy, obs, rnd.silences, rnd.now)
+    # A firing alert keeps the labels it fired with until it resolves: Alertmanager knows an
+    # alert by its label set, and a changed set (the job ended, a label dropped out) would
+    # let the fired one expire there as resolved while it still fires here.
+    labels = prev.labels if prev is not None and prev.state == "firing" else obs.labels
+    if prev is None:
+        return AlertState(
+            policy=rnd.policy.name,
+            key=key,
+            state="pending",
+            labels=obs.labels,
+            value=value,
+            active_since=rnd.now,
+            suppressed=suppressed,
+            silenced=silenced,
+        )
+    if (
+        prev.value == value
+        and not prev.stale
+        and prev.suppressed == suppressed
+        and prev.silenced == silenced
+        and prev.labels == labels
+    ):
+        return prev  # nothing changed: the common case for a long-firing alert
+    return replace(
+        prev,
+        labels=labels,
+        value=value,
+        stale=False,
+        suppressed=suppressed,
+        silenced=silenced,
+    )
 
 
 def _muted(
