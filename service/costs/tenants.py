@@ -78,21 +78,36 @@ def tenant_states(
     if not holders:
         return out
     nobodys = [p for p in procs if p.job_id is None and p.is_process]
-    part_fb = sum(p.fb_used_bytes or 0.0 for p in nobodys) / len(holders)
-    nobodys_sm = [p.sm_util for p in nobodys if p.sm_util is not None]
-    part_sm = sum(nobodys_sm) / len(holders) if nobodys_sm else None
+    part_fb, part_sm = _nobodys_parts(nobodys, len(holders))
+    unknown = bool(nobodys) or unseen
     for job in holders:
-        mine = [p for p in procs if p.job_id == job]
-        utils = [p.sm_util for p in mine if p.sm_util is not None]
-        if part_sm is not None:
-            utils.append(part_sm)
-        own = any(p.is_process for p in mine)
-        out[job] = TenantState(
-            fb_used_bytes=float(sum(p.fb_used_bytes or 0.0 for p in mine)) + part_fb,
-            sm_util=float(sum(utils)) if utils else None,
-            has_process=True if own else (None if nobodys or unseen else False),
-        )
+        out[job] = _holder_state([p for p in procs if p.job_id == job], part_fb, part_sm, unknown)
     return out
+
+
+def _nobodys_parts(nobodys: Sequence[TenantProcess], n_holders: int) -> tuple[float, float | None]:
+    """Each holder's equal part of the memory (bytes) and SM utilisation (None if none was
+    given) of the processes without a job."""
+    part_fb = sum(p.fb_used_bytes or 0.0 for p in nobodys) / n_holders
+    nobodys_sm = [p.sm_util for p in nobodys if p.sm_util is not None]
+    part_sm = sum(nobodys_sm) / n_holders if nobodys_sm else None
+    return part_fb, part_sm
+
+
+def _holder_state(
+    mine: Sequence[TenantProcess], part_fb: float, part_sm: float | None, unknown: bool
+) -> TenantState:
+    """One holder's state from its own rows ``mine`` plus its part of the processes without a
+    job; ``unknown``: without a process of its own it is not known to have none."""
+    utils = [p.sm_util for p in mine if p.sm_util is not None]
+    if part_sm is not None:
+        utils.append(part_sm)
+    own = any(p.is_process for p in mine)
+    return TenantState(
+        fb_used_bytes=float(sum(p.fb_used_bytes or 0.0 for p in mine)) + part_fb,
+        sm_util=float(sum(utils)) if utils else None,
+        has_process=True if own else (None if unknown else False),
+    )
 
 
 def _normalised(values: Mapping[str, float]) -> dict[str, float] | None:
