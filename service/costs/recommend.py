@@ -443,28 +443,42 @@ def _spare_gpus(gpus: Sequence[GpuUse], a: FixAssumptions) -> list[GpuUse]:
     not talking to their peers over NVLink, when the GPUs kept can take the rest of their work
     (SM work within the kept GPUs' time, every GPU's busiest PCIe rate within the kept GPUs'
     links); none otherwise."""
-    spare = [
-        g
-        for g in gpus
-        if g.summary.usage.covered_seconds > 0
-        and g.summary.usage.idle_seconds >= a.idle_gpu_fraction * g.summary.usage.covered_seconds
-        and not g.talks_to_peers(a)
-    ]
+    spare = [g for g in gpus if _idle_alone(g, a)]
     if len(gpus) < 2 or not spare or len(spare) == len(gpus):
         return []
     kept = [g for g in gpus if g not in spare]
     work = sum(g.summary.usage.covered_seconds - g.summary.usage.unused_seconds for g in gpus)
     if work > sum(g.summary.usage.covered_seconds for g in kept):
         return []
-    pcie = [g.peak_pcie_bytes_per_second for g in gpus]
+    if not _links_take_copies(gpus, kept, a):
+        return []
+    return spare
+
+
+def _idle_alone(gpu: GpuUse, a: FixAssumptions) -> bool:
+    """Whether ``gpu`` sat idle ``idle_gpu_fraction`` of its covered seconds or more and moved
+    no data over NVLink."""
+    u = gpu.summary.usage
+    return (
+        u.covered_seconds > 0
+        and u.idle_seconds >= a.idle_gpu_fraction * u.covered_seconds
+        and not gpu.talks_to_peers(a)
+    )
+
+
+def _links_take_copies(gpus: Sequence[GpuUse], kept: Sequence[GpuUse], a: FixAssumptions) -> bool:
+    """Whether the kept GPUs' host links (with headroom) carry every GPU's busiest PCIe rate
+    (bytes/s) together; True for a family whose link speed is not known, False where a GPU
+    never reported its rate."""
     family = mig_family(kept[0].model, kept[0].fb_total_bytes)
     link = PCIE_BYTES_PER_SECOND.get(family[0]) if family else None
-    if link is not None:
-        if any(p is None for p in pcie):
-            return []
-        if sum(p or 0.0 for p in pcie) > a.mig_memory_headroom * link * len(kept):
-            return []
-    return spare
+    if link is None:
+        return True
+    pcie = [g.peak_pcie_bytes_per_second for g in gpus]
+    if any(p is None for p in pcie):
+        return False
+    # "Not over" rather than "<=": a NaN rate (never false over) does not keep the GPUs.
+    return not sum(p or 0.0 for p in pcie) > a.mig_memory_headroom * link * len(kept)
 
 
 def _fewer_gpus(
@@ -521,9 +535,8 @@ def _mig(
     # The slice is priced on what the fixes leave, so it must hold the job as they leave it:
     # the same work and bytes in less time.
     speedup = fixes_speedup(total, fixes)
-    fits = [fit_mig(g, activity, a, speedup=speedup) for g in gpus]
-    first = fits[0]
-    if first is None or not all(f is not None and f.name == first.name for f in fits):
+    first = _common_fit(gpus, activity, a, speedup)
+    if first is None:
         return None
     model = gpus[0].model
     ratio = (
@@ -536,34 +549,63 @@ def _mig(
     # A job all idle is told to release the GPU; a slice of the few cents left is noise.
     if left is not None and left < MIG_MIN_LEFT * covered_usd:
         return None
-    peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
-    pcie = max(g.peak_pcie_bytes_per_second or 0.0 for g in gpus)
-    dram = max(g.peak_dram_active or 0.0 for g in gpus)
-    per_gpu_total = gpus[0].fb_total_bytes
-    n, m = first.compute_slices, first.memory_eighths
     return Recommendation(
         kind="mig",
         cause=None,
-        action=f"run on a MIG {first.name} slice instead of a whole {model}: peak memory "
-        f"{_gib(peak)}"
-        + (f" of {_gib(per_gpu_total)}" if per_gpu_total else "")
-        + f", activity while running {activity:.2f}, busiest minute's DRAM {dram:.2f} and PCIe "
-        f"{pcie / 1e9:.1f} GB/s, no NVLink traffic",
+        action=_mig_action(gpus, first, activity),
         seconds=total.usage.covered_seconds,
         usd=left,
         saving_fraction=1.0 - ratio,
         saving_usd=None if left is None else left * (1.0 - ratio),
-        assumption=f"the slice costs {ratio:.3g} of the GPU (its compute share unless a price "
+        assumption=_mig_assumption(first, a, ratio=ratio, activity=activity, speedup=speedup),
+        profile=first.name,
+        base="what the fixes above leave"
+        if left is None
+        else f"the ${left:,.2f} the fixes above leave",
+    )
+
+
+def _common_fit(
+    gpus: Sequence[GpuUse], activity: float, a: FixAssumptions, speedup: float
+) -> MigProfile | None:
+    """The MIG profile ``fit_mig`` finds for every GPU of the job alike, None where one GPU
+    fits none or the GPUs fit different ones."""
+    fits = [fit_mig(g, activity, a, speedup=speedup) for g in gpus]
+    first = fits[0]
+    if first is None or not all(f is not None and f.name == first.name for f in fits):
+        return None
+    return first
+
+
+def _mig_action(gpus: Sequence[GpuUse], profile: MigProfile, activity: float) -> str:
+    """The MIG fix's action: the slice, with the busiest figures (over the job's GPUs) it holds."""
+    peak = max(g.peak_fb_used_bytes or 0.0 for g in gpus)
+    pcie = max(g.peak_pcie_bytes_per_second or 0.0 for g in gpus)
+    dram = max(g.peak_dram_active or 0.0 for g in gpus)
+    per_gpu_total = gpus[0].fb_total_bytes
+    return (
+        f"run on a MIG {profile.name} slice instead of a whole {gpus[0].model}: peak memory "
+        f"{_gib(peak)}"
+        + (f" of {_gib(per_gpu_total)}" if per_gpu_total else "")
+        + f", activity while running {activity:.2f}, busiest minute's DRAM {dram:.2f} and PCIe "
+        f"{pcie / 1e9:.1f} GB/s, no NVLink traffic"
+    )
+
+
+def _mig_assumption(
+    profile: MigProfile, a: FixAssumptions, *, ratio: float, activity: float, speedup: float
+) -> str:
+    """The MIG fix's assumption: the slice's price ``ratio`` of the GPU and what its shares hold
+    at ``speedup`` times today's rates."""
+    n, m = profile.compute_slices, profile.memory_eighths
+    return (
+        f"the slice costs {ratio:.3g} of the GPU (its compute share unless a price "
         f"names the profile); its {n}/7 of the SMs hold the job's SM work while running "
         f"({activity:.2f}), its {m}/8 of the memory the peak with "
         f"{1 - a.mig_memory_headroom:.0%} spare and the busiest minute's DRAM bandwidth, its "
         f"{n}/7 of the copy engines the busiest minute's PCIe rate with the same spare, all "
         f"{speedup:.2g}x as fast as now once the fixes above run it in less time; MIG has no "
-        f"NVLink; priced on the dollars the other fixes leave",
-        profile=first.name,
-        base="what the fixes above leave"
-        if left is None
-        else f"the ${left:,.2f} the fixes above leave",
+        f"NVLink; priced on the dollars the other fixes leave"
     )
 
 
