@@ -155,6 +155,10 @@ def _delivery_id(key: str | None, part: str) -> str:
     return "msg_" + hashlib.sha256(f"{key}\x00{part}".encode()).hexdigest()[:40]
 
 
+# One message part: the channel, the addresses it goes to, and those copied.
+_Part = tuple[ChannelSpec, list[str], list[str]]
+
+
 def queue_message(
     conn: Connection,
     ctx: ServiceContext,
@@ -171,16 +175,45 @@ def queue_message(
     (a single ``unreachable`` one when no address or channel was found). With ``key``, a
     message already queued under it is not queued again."""
     now = ctx.clock()
-    entry = addressee.entry
-    email_ch, dm_ch = _channels(conn)
-    parts: list[tuple[ChannelSpec, list[str], list[str]]] = []
+    parts = _parts(addressee.entry, *_channels(conn))
+    base = _notice_base(addressee, message, kind=kind, job_id=job_id, policy=policy)
+    if not parts:
+        return _record_unreachable(conn, base, addressee, kind=kind, key=key, now=now)
+    made = [
+        (channel, to, cc, _delivery_id(key, f"{channel.name}:{to[0]}")) for channel, to, cc in parts
+    ]
+    if key:
+        done = notices_repo.delivered_ids(conn, delivery_ids=[m[3] for m in made])
+        made = [m for m in made if m[3] not in done]
+    return _enqueue(conn, made, base, message, now=now)
+
+
+def _parts(
+    entry: OwnerEntry | None, email_ch: ChannelSpec | None, dm_ch: ChannelSpec | None
+) -> list[_Part]:
+    """The parts a message to ``entry`` goes out as: its e-mail (with its cc) on ``email_ch``,
+    its Slack id and its cc Slack id each on ``dm_ch``, where both address and channel exist."""
+    parts: list[_Part] = []
     if entry is not None and entry.email and email_ch is not None:
         parts.append((email_ch, [entry.email], [entry.cc_email] if entry.cc_email else []))
     if entry is not None and entry.slack and dm_ch is not None:
         parts.append((dm_ch, [entry.slack], []))
         if entry.cc_slack:
             parts.append((dm_ch, [entry.cc_slack], []))
-    base = {
+    return parts
+
+
+def _notice_base(
+    addressee: Addressee,
+    message: Message,
+    *,
+    kind: str,
+    job_id: str | None,
+    policy: str | None,
+) -> dict[str, Any]:
+    """The fields every notice of one message shares."""
+    entry = addressee.entry
+    return {
         "kind": kind,
         "subject": message.subject,
         "job_id": job_id,
@@ -190,26 +223,47 @@ def queue_message(
         "fallback": addressee.fallback,
         "reason": addressee.reason,
     }
-    if not parts:
-        why = "no address" if entry is None else "no e-mail or slack_dm channel for its addresses"
-        marker = _delivery_id(key, "unreachable") if key else None
-        notice = base | {
-            "delivery_id": marker,
-            "status": "unreachable",
-            "reason": "; ".join(r for r in (addressee.reason, why) if r),
-        }
-        if marker and notices_repo.delivered_ids(conn, delivery_ids=[marker]):
-            return []
-        notices_repo.record(conn, [notice], now=now)
-        log.warning("a %s for %s reached no one: %s", kind, addressee.asked, notice["reason"])
-        return [notice]
-    made = []
-    for channel, to, cc in parts:
-        delivery_id = _delivery_id(key, f"{channel.name}:{to[0]}")
-        made.append((channel, to, cc, delivery_id))
-    if key:
-        done = notices_repo.delivered_ids(conn, delivery_ids=[m[3] for m in made])
-        made = [m for m in made if m[3] not in done]
+
+
+def _record_unreachable(
+    conn: Connection,
+    base: dict[str, Any],
+    addressee: Addressee,
+    *,
+    kind: str,
+    key: str | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Record the one ``unreachable`` notice of a message that has no address or channel
+    (none if ``key``'s was recorded already); the notices recorded."""
+    why = (
+        "no address"
+        if addressee.entry is None
+        else "no e-mail or slack_dm channel for its addresses"
+    )
+    marker = _delivery_id(key, "unreachable") if key else None
+    notice = base | {
+        "delivery_id": marker,
+        "status": "unreachable",
+        "reason": "; ".join(r for r in (addressee.reason, why) if r),
+    }
+    if marker and notices_repo.delivered_ids(conn, delivery_ids=[marker]):
+        return []
+    notices_repo.record(conn, [notice], now=now)
+    log.warning("a %s for %s reached no one: %s", kind, addressee.asked, notice["reason"])
+    return [notice]
+
+
+def _enqueue(
+    conn: Connection,
+    made: list[tuple[ChannelSpec, list[str], list[str], str]],
+    base: dict[str, Any],
+    message: Message,
+    *,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Put each part of ``made`` (channel, to, cc, delivery id) in the outbox and record it as
+    a pending notice; the notices recorded."""
     rows, notices = [], []
     for channel, to, cc, delivery_id in made:
         env = Envelope(delivery_id=delivery_id, to=to, cc=cc, message=message)
