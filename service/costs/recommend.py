@@ -477,7 +477,7 @@ def _links_take_copies(gpus: Sequence[GpuUse], kept: Sequence[GpuUse], a: FixAss
     pcie = [g.peak_pcie_bytes_per_second for g in gpus]
     if any(p is None for p in pcie):
         return False
-    # "Not over" rather than "<=": a NaN rate (never false over) does not keep the GPUs.
+    # "Not over" rather than "<=": a NaN sum (false either way) does not stop the give-back.
     return not sum(p or 0.0 for p in pcie) > a.mig_memory_headroom * link * len(kept)
 
 
