@@ -11,15 +11,16 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+from service.core.slack_text import (
+    BLOCKS_MAX,
+    FIELD_MAX,
+    FIELDS_MAX,
+    HEADER_MAX,
+    SECTION_MAX,
+    cut_escaped,
+    escape,
+)
 from service.costs.periodic import JobLine, Ranked, Report, Totals, change
-
-# Slack's documented limits: header text 150 chars, section text 3000, 10 fields of 2000 chars,
-# 50 blocks a message; the top-level text is kept to a section's size.
-SLACK_HEADER_MAX = 150
-SLACK_SECTION_MAX = 3000
-SLACK_FIELD_MAX = 2000
-SLACK_FIELDS_MAX = 10
-SLACK_BLOCKS_MAX = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,46 +199,28 @@ def render_html(report: Report) -> str:
     )
 
 
-def slack_escape(text: str) -> str:
-    """``text`` safe inside Slack mrkdwn: ``&``, ``<`` and ``>`` as Slack's entities (a
-    ``<!channel>`` in a job id must not ping anyone)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _cut(text: str, limit: int) -> str:
-    """Escape ``text`` and cut it to ``limit`` characters without splitting an entity."""
-    out = slack_escape(text)
-    if len(out) <= limit:
-        return out
-    cut = out[: limit - 1]
-    amp = cut.rfind("&")
-    if amp != -1 and ";" not in cut[amp:]:
-        cut = cut[:amp]
-    return cut + "…"
-
-
 def _link(url: str, label: str) -> str:
     # A link's label ends at "|" and the link at ">": both escaped or cut away.
-    return f"<{slack_escape(url)}|{slack_escape(label.replace('|', '/'))[:200]}>"
+    return f"<{escape(url)}|{escape(label.replace('|', '/'))[:200]}>"
 
 
 def render_slack(report: Report) -> dict[str, Any]:
     """The Slack message (``text`` and ``blocks``), within Block Kit's limits."""
     head = subject(report)
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": head[:SLACK_HEADER_MAX]}}
+        {"type": "header", "text": {"type": "plain_text", "text": head[:HEADER_MAX]}}
     ]
     t = report.totals
     lines = [no_jobs_line(report)] if t is None else _summary_lines(report, t)
     blocks.append(_section("\n".join(lines)))
     for job, (line, fix) in zip(report.top_jobs, _job_lines(report), strict=True):
-        text = _cut(line + (f"\n{fix}" if fix else ""), SLACK_SECTION_MAX - 250)
+        text = cut_escaped(line + (f"\n{fix}" if fix else ""), SECTION_MAX - 250)
         blocks.append(_section_raw(text + "\n" + _link(job.url, "job page")))
     for title, ranked in _rankings(report):
         fields = [
-            {"type": "mrkdwn", "text": _cut(_ranked_line(i, r), SLACK_FIELD_MAX)}
+            {"type": "mrkdwn", "text": cut_escaped(_ranked_line(i, r), FIELD_MAX)}
             for i, r in enumerate(ranked, 1)
-        ][:SLACK_FIELDS_MAX]
+        ][:FIELDS_MAX]
         blocks += [_section(f"{title} (by waste)"), {"type": "section", "fields": fields}]
     blocks.append(
         {
@@ -245,11 +228,11 @@ def render_slack(report: Report) -> dict[str, Any]:
             "elements": [{"type": "mrkdwn", "text": _link(report.page_url, "Details")}],
         }
     )
-    return {"text": _cut(head, SLACK_SECTION_MAX), "blocks": blocks[:SLACK_BLOCKS_MAX]}
+    return {"text": cut_escaped(head, SECTION_MAX), "blocks": blocks[:BLOCKS_MAX]}
 
 
 def _section(text: str) -> dict[str, Any]:
-    return _section_raw(_cut(text, SLACK_SECTION_MAX))
+    return _section_raw(cut_escaped(text, SECTION_MAX))
 
 
 def _section_raw(mrkdwn: str) -> dict[str, Any]:

@@ -13,20 +13,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from service.delivery import rfc3339
-from service.notify.base import Notification
-from service.notify.slack import (
+from service.core.slack_text import (
+    BLOCKS_MAX,
     FIELD_MAX,
     HEADER_MAX,
     SECTION_MAX,
     TEXT_MAX,
-    _cut,
-    _cut_escaped,
+    cut,
+    cut_escaped,
     escape,
-    render,
 )
-
-BLOCKS_MAX = 50  # Slack's most blocks in one message
+from service.delivery import rfc3339
+from service.notify.base import Notification
+from service.notify.slack import render
 
 
 class Message(BaseModel):
@@ -182,12 +181,12 @@ def render_owner_notice(n: OwnerNotice) -> Message:
         f"<table>{rows}</table>{link}</body></html>"
     )
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _cut(subject, HEADER_MAX)}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _cut_escaped(intro, SECTION_MAX)}},
+        {"type": "header", "text": {"type": "plain_text", "text": cut(subject, HEADER_MAX)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": cut_escaped(intro, SECTION_MAX)}},
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": _cut_escaped(f"*{h}*\n{b}", FIELD_MAX)}
+                {"type": "mrkdwn", "text": cut_escaped(f"*{h}*\n{b}", FIELD_MAX)}
                 for h, b in lines[:10]
             ],
         },
@@ -200,10 +199,10 @@ def render_owner_notice(n: OwnerNotice) -> Message:
             }
         )
     return Message(
-        subject=_cut(subject, 998),
+        subject=cut(subject, 998),
         text=text,
         html=body_html,
-        slack_text=_cut_escaped(f"{subject}: {lines[0][1]}", TEXT_MAX),
+        slack_text=cut_escaped(f"{subject}: {lines[0][1]}", TEXT_MAX),
         slack_blocks=blocks,
     )
 
@@ -220,7 +219,7 @@ def message_of_notification(note: Notification) -> Message:
     lines += [f"{label}: {url}" for url, label in links if url]
     slack = render(note)
     return Message(
-        subject=_cut(note.headline(), 998),
+        subject=cut(note.headline(), 998),
         text="\n".join(lines),
         html="<html><body><p>"
         + "<br>".join(html.escape(line) for line in lines)

@@ -6,6 +6,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from service.core.slack_text import (
+    FIELD_MAX,
+    FIELDS_MAX,
+    HEADER_MAX,
+    SECTION_MAX,
+    TEXT_MAX,
+    cut,
+    cut_escaped,
+    escape,
+)
 from service.notify.base import Notification, dumps, iso, post_json
 from service.thresholds.policy import ChannelSpec
 from service.vocabulary import ALERT_LABELS
@@ -13,41 +23,8 @@ from service.vocabulary import ALERT_LABELS
 if TYPE_CHECKING:
     from service.notify.message import Envelope
 
-# Slack's documented limits: header text 150 chars, section text 3000, at most 10 fields of
-# 2000 chars each, 50 blocks; top-level text is truncated past 40,000 (we keep it short).
-HEADER_MAX = 150
-SECTION_MAX = 3000
-FIELD_MAX = 2000
-FIELDS_MAX = 10
-TEXT_MAX = 3000
-
 # Every alert label but the policy, which the header already names: at most FIELDS_MAX.
 _FIELD_LABELS = tuple(label for label in ALERT_LABELS if label != "policy")
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def escape(text: str) -> str:
-    """``text`` safe inside Slack mrkdwn: ``&``, ``<`` and ``>`` as the entities Slack expects.
-
-    Unescaped, ``<!channel>`` in a description or a label pings the whole channel and a stray
-    ``<`` turns the text up to the next ``>`` into a link.
-    """
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _cut_escaped(text: str, limit: int) -> str:
-    """Escape, then cut to ``limit`` characters without splitting an entity."""
-    out = escape(text)
-    if len(out) <= limit:
-        return out
-    cut = out[: limit - 1]
-    amp = cut.rfind("&")
-    if amp != -1 and ";" not in cut[amp:]:
-        cut = cut[:amp]
-    return cut + "…"
 
 
 def render(note: Notification) -> dict[str, Any]:
@@ -72,18 +49,18 @@ def render(note: Notification) -> dict[str, Any]:
         lines.append(note.description)
     labels = note.alert_labels()
     fields = [
-        {"type": "mrkdwn", "text": _cut_escaped(f"*{label}*\n{labels[label]}", FIELD_MAX)}
+        {"type": "mrkdwn", "text": cut_escaped(f"*{label}*\n{labels[label]}", FIELD_MAX)}
         for label in _FIELD_LABELS
         if labels.get(label)
     ]
     blocks: list[dict[str, Any]] = [
         {
             "type": "header",
-            "text": {"type": "plain_text", "text": _cut(note.headline(), HEADER_MAX)},
+            "text": {"type": "plain_text", "text": cut(note.headline(), HEADER_MAX)},
         },
         {
             "type": "section",
-            "text": {"type": "mrkdwn", "text": _cut_escaped("\n".join(lines), SECTION_MAX)},
+            "text": {"type": "mrkdwn", "text": cut_escaped("\n".join(lines), SECTION_MAX)},
         },
         {"type": "section", "fields": fields[:FIELDS_MAX]},
     ]
@@ -98,7 +75,7 @@ def render(note: Notification) -> dict[str, Any]:
         text += f", waste so far ${note.waste_usd:,.2f}"
     if note.top_cause:
         text += f"; top cause: {note.top_cause}"
-    return {"text": f"{icon} {_cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
+    return {"text": f"{icon} {cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
 
 
 class SlackNotifier:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
+from service.core.slack_text import TEXT_MAX
 from service.costs.periodic import (
     PERIOD_SECONDS,
     Period,
@@ -29,7 +30,6 @@ from service.db import outbox_repo, policies_repo, reports_repo
 from service.db.leader import LeaderLock
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.notify.message import Message
-from service.notify.slack import TEXT_MAX
 from service.settings import Settings
 from service.thresholds.owners import ADMINS, Addressee
 from service.usecases import notices

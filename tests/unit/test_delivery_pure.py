@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from service.core import slack_text
 from service.errors import ValidationFailed
 from service.notify import Notification, alertmanager, slack, webhook
 from service.notify.ratelimit import RateLimiter
@@ -112,7 +113,7 @@ def test_slack_message_has_text_blocks_and_stays_within_limits() -> None:
     msg = slack.render(
         note(labels={"job_id": "j" * 5000, "node": "<" * 5000}, description="&" * 9000)
     )
-    assert msg["text"] and len(msg["text"]) <= slack.TEXT_MAX
+    assert msg["text"] and len(msg["text"]) <= slack_text.TEXT_MAX
     assert len(msg["blocks"]) <= 50
     header = msg["blocks"][0]
     assert header["type"] == "header" and len(header["text"]["text"]) <= 150
@@ -196,5 +197,5 @@ def test_slack_escapes_what_mrkdwn_would_read_as_mentions_or_links() -> None:
 def test_slack_cut_never_splits_an_entity() -> None:
     msg = slack.render(note(description="<" * 4000))
     section = msg["blocks"][1]["text"]["text"]
-    assert len(section) <= slack.SECTION_MAX
+    assert len(section) <= slack_text.SECTION_MAX
     assert section.endswith("&lt;…")

@@ -7,6 +7,11 @@ import html.parser
 from datetime import UTC, datetime
 from typing import Any
 
+from service.core.slack_text import BLOCKS_MAX as SLACK_BLOCKS_MAX
+from service.core.slack_text import FIELD_MAX as SLACK_FIELD_MAX
+from service.core.slack_text import FIELDS_MAX as SLACK_FIELDS_MAX
+from service.core.slack_text import HEADER_MAX as SLACK_HEADER_MAX
+from service.core.slack_text import SECTION_MAX as SLACK_SECTION_MAX
 from service.costs.periodic import (
     JobLine,
     Period,
@@ -16,14 +21,7 @@ from service.costs.periodic import (
     change,
     last_ended,
 )
-from service.costs.report_render import (
-    SLACK_BLOCKS_MAX,
-    SLACK_FIELD_MAX,
-    SLACK_FIELDS_MAX,
-    SLACK_HEADER_MAX,
-    SLACK_SECTION_MAX,
-    render,
-)
+from service.costs.report_render import render
 
 WEEK = Period(datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC), "weekly")
 EVIL = "<!channel> & <script>alert(1)</script>|x"
