@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -41,12 +42,12 @@ def render(note: Notification) -> list[dict[str, Any]]:
     return [alert]
 
 
+@dataclass(frozen=True, slots=True)
 class AlertmanagerNotifier:
     """Posts to an Alertmanager base URL (``http://am:9093``); re-sent while firing."""
 
-    def __init__(self, channel: ChannelSpec, client: httpx.Client) -> None:
-        self.channel = channel
-        self.client = client
+    channel: ChannelSpec
+    client: httpx.Client
 
     def send(self, note: Notification) -> None:
         """Post ``note`` to ``<url>/api/v2/alerts``; DeliveryError on failure."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -78,27 +79,26 @@ def render(note: Notification) -> dict[str, Any]:
     return {"text": f"{icon} {cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
 
 
+@dataclass(frozen=True, slots=True)
 class SlackNotifier:
     """Posts to a Slack incoming webhook URL (the URL is the secret; it is never logged)."""
 
-    def __init__(self, channel: ChannelSpec, client: httpx.Client) -> None:
-        self.channel = channel
-        self.client = client
+    channel: ChannelSpec
+    client: httpx.Client
 
     def send(self, note: Notification) -> None:
         """Post ``note`` to Slack; DeliveryError on failure."""
-        post_json(
-            self.client,
-            self.channel.url,
-            content=dumps(render(note)),
-            what=f"slack channel {self.channel.name}",
-        )
+        self._post(render(note))
 
     def send_message(self, env: Envelope) -> None:
         """Post a rendered message (its Slack text and blocks) to the webhook's channel."""
+        self._post({"text": env.message.slack_text, "blocks": env.message.slack_blocks})
+
+    def _post(self, message: dict[str, Any]) -> None:
+        """Post one Slack message document; DeliveryError on failure."""
         post_json(
             self.client,
             self.channel.url,
-            content=dumps({"text": env.message.slack_text, "blocks": env.message.slack_blocks}),
+            content=dumps(message),
             what=f"slack channel {self.channel.name}",
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -85,13 +86,13 @@ def signature_headers(secret: str, msg_id: str, when: datetime, body: bytes) -> 
     }
 
 
+@dataclass(frozen=True, slots=True)
 class WebhookNotifier:
     """Posts signed JSON; the delivery id is the webhook-id, so a retry is recognisable."""
 
-    def __init__(self, channel: ChannelSpec, client: httpx.Client, clock: Clock = utc_now) -> None:
-        self.channel = channel
-        self.client = client
-        self.clock = clock
+    channel: ChannelSpec
+    client: httpx.Client
+    clock: Clock = utc_now
 
     def send(self, note: Notification) -> None:
         """Post ``note``, signed when the channel has a secret; DeliveryError on failure."""
