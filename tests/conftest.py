@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -36,10 +36,10 @@ def _pg_url(dbname: str) -> str:
     return base.replace("postgresql://", "postgresql+psycopg://", 1) + "/" + dbname
 
 
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session; dropped at the end."""
-    name = f"gpuwarden_test_{uuid.uuid4().hex[:10]}"
+@contextmanager
+def new_pg_database(prefix: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database named ``prefix_<random>``; dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -49,25 +49,26 @@ def pg_database() -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session; dropped at the end."""
+    with new_pg_database("gpuwarden_test") as url:
+        yield url
+
+
 @contextmanager
 def empty_engine(backend: str, tmp_path: Path) -> Iterator[Engine]:
     """An engine on a new, unmigrated database of ``backend`` (sqlite or postgresql); dropped after."""
-    name = None
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-    else:
-        name = f"gpuwarden_mig_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        url = _pg_url(name)
-    engine = make_engine(url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-        if name:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'old.db'}"
+        else:
+            url = stack.enter_context(new_pg_database("gpuwarden_mig"))
+        engine = make_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
 
 
 @pytest.fixture(scope="session")

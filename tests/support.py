@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -173,3 +174,23 @@ def prometheus_query(prom: str, promql: str, *, timeout_s: float = 60) -> list[d
         if result or time.monotonic() > deadline:
             return result
         time.sleep(0.25)
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def doc_block(doc: str, after_heading: str, lang: str) -> str:
+    """The first ``lang`` code block after ``after_heading`` in docs/``doc``."""
+    text = (DOCS / doc).read_text()
+    section = text[text.index(after_heading) :]
+    found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
+    assert found is not None, (doc, after_heading, lang)
+    return found.group(1)
+
+
+def query_field(r: httpx.Response) -> str:
+    """The query parameter a 422 answer names (asserting that it is one)."""
+    assert r.status_code == 422, r.text
+    loc = r.json()["detail"][0]["loc"]
+    assert loc[0] == "query", r.text
+    return str(loc[1])

@@ -16,14 +16,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
 import httpx
-import psycopg
 import pytest
 
 from service.clock import utc_now
@@ -31,7 +29,7 @@ from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from tests.alerting_support import auth, wait_until
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import new_pg_database
 from tests.receivers import Receiver
 from tests.support import free_port, make_batch
 
@@ -58,14 +56,8 @@ policies:
 
 @pytest.fixture
 def fresh_pg() -> Iterator[str]:
-    name = f"gpuwarden_failover_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield _pg_url(name)
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with new_pg_database("gpuwarden_failover") as url:
+        yield url
 
 
 def start_replica(db_url: str, config: Path, log: BinaryIO) -> tuple[subprocess.Popen[bytes], str]:

@@ -5,22 +5,11 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-import httpx
 import pytest
 
 from service.cli.main import main
-from tests.support import FakeClock, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def query_field(r: httpx.Response) -> str:
-    assert r.status_code == 422, r.text
-    loc = r.json()["detail"][0]["loc"]
-    assert loc[0] == "query", r.text
-    return str(loc[1])
+from tests.alerting_support import auth
+from tests.support import FakeClock, make_batch, query_field
 
 
 def test_every_route_refuses_an_unknown_query_parameter(app, http, tokens):

@@ -9,22 +9,12 @@ import httpx
 import pytest
 
 from service.usecases.upkeep import rollup_once
-from tests.support import FakeClock, iso, make_batch
+from tests.alerting_support import auth
+from tests.support import FakeClock, iso, make_batch, query_field
 
 # A Kubernetes id with the characters that end a path segment, a query or a fragment.
 JOB = "k8s:ml team/train-7f9c|run?1#a%b ü"
 METRICS = ["activity", "sm_active", "fb_used_bytes"]
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def query_field(r: httpx.Response) -> str:
-    assert r.status_code == 422, r.text
-    loc = r.json()["detail"][0]["loc"]
-    assert loc[0] == "query", r.text
-    return str(loc[1])
 
 
 @pytest.fixture

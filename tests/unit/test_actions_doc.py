@@ -4,7 +4,6 @@ ladder, and the action document shown has the fields the driver sends."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import yaml
@@ -12,17 +11,13 @@ import yaml
 from service.actions.base import ReclaimTarget
 from service.actions.webhook import action_document
 from service.thresholds.policy import parse_config
-from tests.support import FakeClock
+from tests.support import FakeClock, doc_block
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "actions.md").read_text()
 
 
 def block(after_heading: str, lang: str) -> str:
-    """The first ``lang`` code block after the heading."""
-    section = DOC[DOC.index(after_heading) :]
-    found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
-    assert found is not None, (after_heading, lang)
-    return found.group(1)
+    """The first ``lang`` code block after the heading in docs/actions.md."""
+    return doc_block("actions.md", after_heading, lang)
 
 
 def test_the_kubernetes_example_policy_is_valid():

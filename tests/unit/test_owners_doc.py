@@ -3,7 +3,6 @@ notice is what the renderer writes for those figures."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,15 +11,13 @@ import yaml
 from service.notify.message import OwnerNotice, render_owner_notice
 from service.thresholds.owners import parse_owners_section
 from service.thresholds.policy import parse_channel
+from tests.support import doc_block
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "actions.md").read_text()
 
 
 def block(after_heading: str, lang: str) -> str:
-    section = DOC[DOC.index(after_heading) :]
-    found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
-    assert found is not None, (after_heading, lang)
-    return found.group(1)
+    """The first ``lang`` code block after the heading in docs/actions.md."""
+    return doc_block("actions.md", after_heading, lang)
 
 
 def test_the_directory_and_channels_shown_are_valid() -> None:
