@@ -4,7 +4,6 @@ ladder, and the action document shown has the fields the driver sends."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import yaml
 
@@ -12,7 +11,6 @@ from service.actions.base import ReclaimTarget
 from service.actions.webhook import action_document
 from service.thresholds.policy import parse_config
 from tests.support import FakeClock, doc_block
-
 
 
 def block(after_heading: str, lang: str) -> str:

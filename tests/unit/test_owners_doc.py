@@ -4,7 +4,6 @@ notice is what the renderer writes for those figures."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import yaml
 
@@ -12,7 +11,6 @@ from service.notify.message import OwnerNotice, render_owner_notice
 from service.thresholds.owners import parse_owners_section
 from service.thresholds.policy import parse_channel
 from tests.support import doc_block
-
 
 
 def block(after_heading: str, lang: str) -> str:
