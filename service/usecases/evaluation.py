@@ -327,14 +327,14 @@ def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult
     rnd = _Round(ctx, ctx.clock())
     reads = _read(rnd, cache)
     t_read = time.perf_counter()
-    changes = _evaluate_policies(rnd, reads)
+    changes, kept = _evaluate_policies(rnd, reads)
     # Alerts of deleted policies resolve quietly: there is no policy left to notify for.
     retired = [ch for states in reads.previous.values() for ch in retire(states, rnd.now)]
     t_eval = time.perf_counter()
     extras = _extras(rnd, changes, reads.channel_types)
     still_open, firing = _write(rnd, changes, retired, reads.channel_types, extras)
     if cache is not None:  # only once the transaction has committed
-        cache.open = still_open
+        cache.open = {**still_open, **kept}
     for sev in ("info", "warning", "critical"):
         ctx.telemetry.alerts_firing.labels(sev).set(firing.get(sev, 0))
     result = rnd.result
@@ -449,11 +449,15 @@ def _observe(
     return obs
 
 
-def _evaluate_policies(rnd: _Round, reads: _Reads) -> list[tuple[PolicySpec, Change]]:
-    """Each policy's changes; a policy that fails is logged, counted and skipped. Every
-    policy's open alerts are popped from ``reads.previous``, leaving the deleted policies'."""
+def _evaluate_policies(
+    rnd: _Round, reads: _Reads
+) -> tuple[list[tuple[PolicySpec, Change]], dict[str, dict[str, AlertState]]]:
+    """Each policy's changes, and the open alerts of the policies that failed (logged, counted,
+    skipped, their alerts kept as they were). Every policy's open alerts are popped from
+    ``reads.previous``, leaving the deleted policies'."""
     ctx, resend = rnd.ctx, rnd.ctx.settings.alertmanager_resend_seconds
     changes: list[tuple[PolicySpec, Change]] = []
+    kept: dict[str, dict[str, AlertState]] = {}
     seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
     for p in reads.policies:
         ctx.telemetry.policy(p.name, p.channels)
@@ -469,9 +473,11 @@ def _evaluate_policies(rnd: _Round, reads: _Reads) -> list[tuple[PolicySpec, Cha
             log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
             ctx.telemetry.policy_failures.labels(p.name).inc()
             rnd.result.failed_policies.append(p.name)
+            if before:
+                kept[p.name] = before
             continue
         changes.extend((p, ch) for ch in policy_changes)
-    return changes
+    return changes, kept
 
 
 def _extras(
