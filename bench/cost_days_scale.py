@@ -158,20 +158,23 @@ def bench(url: str, days: int, runs: int) -> None:
     with engine.connect() as conn:
         n = conn.execute(select(func.count()).select_from(cost_job_1d)).scalar_one()
         print(f"  rows: cost_job_1d {n:,}")
-        for group_by in ("team", "user", "job", "gpu"):
+        for group_by, limit in (("team", None), ("user", None), ("job", 100), ("job", None),
+                                ("gpu", None)):  # fmt: skip
             times = []
             data: Any = None
             cost_report.cost_report(conn, settings=settings, start=start, end=END, now=END,
-                                    group_by=group_by)  # fmt: skip
+                                    group_by=group_by, limit=limit)  # fmt: skip
             for _ in range(runs):
                 t = time.perf_counter()
                 data = cost_report.cost_report(conn, settings=settings, start=start, end=END,
-                                               now=END, group_by=group_by)  # fmt: skip
+                                               now=END, group_by=group_by, limit=limit)  # fmt: skip
                 times.append(time.perf_counter() - t)
+            page = "" if limit is None else f", the first {limit} rows"
             print(
-                f"  report {days} d (whole days, all summed) by {group_by}: best "
+                f"  report {days} d (whole days, all summed) by {group_by}{page}: best "
                 f"{min(times) * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms "
-                f"({len(data['rows'])} rows, total ${data['totals']['cost_usd']:,.0f})",
+                f"({len(data['rows'])} of {data['row_count']} rows, total "
+                f"${data['totals']['cost_usd']:,.0f})",
                 flush=True,
             )
     engine.dispose()

@@ -189,8 +189,9 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
         console.print(
             f"left out to fit {console.width} columns: {', '.join(dropped)} (--csv has all)"
         )
-    if len(rows) > limit:
-        console.print(f"{len(rows) - limit} more rows; use --limit, --csv or --json for all")
+    count = int(data.get("row_count", len(rows)))
+    if count > limit:
+        console.print(f"{count - limit} more rows; use --limit, --csv or --json for all")
     for note in _fault_notes(rows) + _totals_notes(data["totals"]):
         console.print(note)
 
@@ -260,6 +261,8 @@ def cmd_report_cost(args: argparse.Namespace, settings: ClientSettings) -> int:
         ("cause", args.cause),
         ("user", args.filter_user),
         ("team", args.filter_team),
+        # The table shows the first rows only: the service builds no more than those.
+        ("limit", None if args.csv or args.json else str(args.limit)),
     ):
         if value:
             params[key] = value

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from math import fsum
+from operator import attrgetter
 from typing import Literal, NamedTuple, get_args
 
 from service.core.buckets import HOUR, MINUTE, ceil_to, floor_to
@@ -46,6 +48,9 @@ class Usage(Integrals):
 
 # Base (integral) fields first, in Integrals' order: cost_sums maps query columns by position.
 USAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
+# A Summary's own summed figures (beside its usage and USD per cause).
+_SUMMED = ("held_seconds", "cost_usd", "nodata_seconds", "lost_seconds", "nodata_usd",
+           "lost_usd", "unpriced_seconds")  # fmt: skip
 
 
 @dataclass(slots=True)  # not frozen: reports build tens of thousands, and frozen costs 3x
@@ -242,6 +247,26 @@ class Summary:
             self.cause_cost_usd[i] += v
         self.gpu_ids |= other.gpu_ids
         self.job_ids |= other.job_ids
+
+    @classmethod
+    def total_of(cls, key: str, summaries: Iterable[Summary]) -> Summary:
+        """One summary of all ``summaries``: what merging each in turn gives, summed a field at a
+        time (a report's totals sum tens of thousands of rows) and correctly rounded."""
+        parts = list(summaries)
+        out = cls(key)
+        if not parts:
+            return out
+        for name in _SUMMED:
+            setattr(out, name, fsum(map(attrgetter(name), parts)))
+        usages = [s.usage for s in parts]
+        for name in USAGE_FIELDS:
+            setattr(out.usage, name, fsum(map(attrgetter(name), usages)))
+        out.cause_cost_usd = [
+            fsum(column) for column in zip(*(s.cause_cost_usd for s in parts), strict=True)
+        ]
+        out.gpu_ids = set().union(*(s.gpu_ids for s in parts))
+        out.job_ids = set().union(*(s.job_ids for s in parts))
+        return out
 
     @property
     def priced(self) -> bool:

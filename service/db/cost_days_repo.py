@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select
+from sqlalchemy.types import NullType
 
 from service.core.buckets import floor_day
 from service.db.schema import (
@@ -173,10 +174,13 @@ def _report_read(conn: Connection) -> Iterator[None]:
             conn.exec_driver_sql("SET LOCAL jit = DEFAULT")
 
 
-def _value_list(conn: Connection, column: Any) -> Any:
-    """An aggregate of the values of ``column`` as a JSON array."""
+def _value_list(conn: Connection, column: Any, *, flat: bool = False) -> Any:
+    """An aggregate of the values of ``column`` as a JSON array; on PostgreSQL a native array
+    where ``flat`` (no list of lists to aggregate later): one per job of a report by job, and
+    psycopg reads an array without decoding JSON."""
     if conn.dialect.name == "postgresql":
-        return func.json_agg(column)
+        # Untyped: psycopg already gives a list, and SQLAlchemy's ARRAY would copy each one.
+        return func.array_agg(column, type_=NullType()) if flat else func.json_agg(column)
     return func.json_group_array(column)
 
 
@@ -216,7 +220,7 @@ def group_sums(
     per_job = (
         select(
             j.job_id,
-            _value_list(conn, j.gpu_id).label("gpu_list"),
+            _value_list(conn, j.gpu_id, flat=group_by == "job").label("gpu_list"),
             *(func.sum(j[f]).label(f) for f in fields),
         )
         .where(*_within(cost_job_1d, start, end, excluded))
@@ -254,10 +258,10 @@ def group_sums(
         )
     out = []
     with _report_read(conn):
-        for unallocated, k, u, t, p, gpu_list, job_list, *values in conn.execute(query):
+        for unallocated, k, u, t, p, gpu_list, job_list, *values in conn.execute(query).all():
             gpus_in = _as_list(gpu_list)
             if group_by == "job":
-                gpu_ids = sorted({int(g) for g in gpus_in})
+                gpu_ids = sorted(set(map(int, gpus_in)))
                 job_ids = [] if unallocated else [str(job_list)]
             else:
                 gpu_ids = sorted({int(g) for part in gpus_in for g in _as_list(part)})

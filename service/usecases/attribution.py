@@ -293,5 +293,8 @@ def add_days(
     for key, summary in pieces:
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Summary(key)
-        group.merge(summary)
+            # The day sums are read for this report alone: taken as they are, not copied.
+            summary.key = key
+            groups[key] = summary
+        else:
+            group.merge(summary)

@@ -15,13 +15,15 @@ from sqlalchemy import Connection
 from service.core import diagnosis
 from service.core.diagnosis import CAUSE_BY_NAME
 from service.costs.assumptions import fix_assumptions_of
-from service.costs.money import SORT_BYS, figures, sort_rows
+from service.costs.money import SORT_BYS, Money, figures, money_of
+from service.costs.paging import Page, page_of
 from service.costs.recommend import FixAssumptions, cause_fixes, with_model
 from service.costs.waste import GROUP_BYS, HARDWARE_GROUP_BYS, UNALLOCATED, Line, Summary, summarize
 from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases import day_sums as day_sums_mod
 from service.usecases.attribution import Attribution, add_days, attribute, report_attribution
+from service.usecases.gc_pause import gc_paused
 from service.usecases.job_faults import report_faults
 
 UNKNOWN = day_sums_mod.UNKNOWN  # a job without the user or team a report groups by
@@ -123,15 +125,45 @@ def cost_report(
     causes: bool = True,
     raw_edges: bool | None = None,
     day_sums: bool = True,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
     ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
     if given, with totals over the rows shown (seconds per cause left at 0 without ``causes``,
     which only the benchmark asks for; edges read as ``attribute``'s ``raw_edges`` says).
     Whole UTC days are read from the day sums where they are current (without ``day_sums``,
-    which only the benchmark and tests ask for, every second from finer data)."""
+    which only the benchmark and tests ask for, every second from finer data). Only the rows
+    [offset, offset + limit) of that order are built (all from ``offset`` without ``limit``);
+    the totals and ``row_count`` cover every row the filters keep."""
     _check_query(group_by, sort_by, cause)
     check_range(settings, start=start, end=end, now=now)
+    with gc_paused():
+        return _report(
+            conn, settings=settings, start=start, end=end, now=now, group_by=group_by,
+            user=user, team=team, cause=cause, sort_by=sort_by, causes=causes,
+            raw_edges=raw_edges, day_sums=day_sums, page=Page(sort_by, offset, limit),
+        )  # fmt: skip
+
+
+def _report(
+    conn: Connection,
+    *,
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    group_by: str,
+    user: str | None,
+    team: str | None,
+    cause: str | None,
+    sort_by: str,
+    causes: bool,
+    raw_edges: bool | None,
+    day_sums: bool,
+    page: Page,
+) -> dict[str, Any]:
+    """``cost_report`` once its query is checked."""
     if causes:
         att, days = report_attribution(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
@@ -146,18 +178,25 @@ def cost_report(
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
     if days is not None:
         add_days(groups, days, att, group_by)
-    faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings) if (
+    assumptions = fix_assumptions_of(settings)
+    chosen, total, count = _choose(groups, att, assumptions, cause=cause, page=page)
+    faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings,
+                           gpu_ids=_job_gpus(chosen)) if (
         group_by == "job"
     ) else {}  # fmt: skip
-    assumptions = fix_assumptions_of(settings)
-    rows, total = _rows(groups, att, settings, assumptions, group_by=group_by, cause=cause,
-                        faults=faults)  # fmt: skip
+    rows = [
+        _row(summary, att, settings, assumptions, group_by=group_by, faults=faults)
+        for summary in chosen
+    ]
     return {
         "start": start,
         "end": end,
         "group_by": group_by,
         "sort": sort_by,
-        "rows": sort_rows(rows, sort_by),
+        "rows": rows,
+        "row_count": count,
+        "offset": page.offset,
+        "limit": page.limit,
         "totals": report_row(total, settings, _for_gpus(assumptions, att, total)),
         "price_source": att.price_source,
         "split_rule": settings.cost_split_rule,
@@ -214,32 +253,49 @@ def _lines_of(att: Attribution, *, user: str | None, team: str | None) -> list[L
     return [ln for ln in att.lines if keep(ln)]
 
 
-def _rows(
-    groups: dict[str, Summary],
+def _row(
+    summary: Summary,
     att: Attribution,
     settings: Settings,
     assumptions: FixAssumptions,
     *,
     group_by: str,
-    cause: str | None,
     faults: dict[str, list[dict[str, Any]]],
-) -> tuple[list[dict[str, Any]], Summary]:
-    """The report's rows (those whose top cause is ``cause`` where given; a job's with its user,
-    team, project and faults) and the summary of the rows kept."""
-    total = Summary("__total__")
-    rows = []
-    for summary in groups.values():
-        row = report_row(summary, settings, _for_gpus(assumptions, att, summary))
-        if cause is not None and row["top_cause"] != cause:
-            continue
-        total.merge(summary)
-        if group_by == "job" and summary.key != UNALLOCATED:
-            job = att.jobs.get(summary.key, {})
-            row.update(
-                user=job.get("user"),
-                team=job.get("team"),
-                project=job.get("project"),
-                faults=faults.get(summary.key, []),
-            )
-        rows.append(row)
-    return rows, total
+) -> dict[str, Any]:
+    """One report row; a job's with its user, team, project and faults."""
+    row = report_row(summary, settings, _for_gpus(assumptions, att, summary))
+    if group_by == "job" and summary.key != UNALLOCATED:
+        job = att.jobs.get(summary.key, {})
+        row.update(
+            user=job.get("user"),
+            team=job.get("team"),
+            project=job.get("project"),
+            faults=faults.get(summary.key, []),
+        )
+    return row
+
+
+def _job_gpus(summaries: list[Summary]) -> set[int]:
+    """The GPUs of the job rows among ``summaries`` (time no job held has no faults to show)."""
+    return set().union(*(s.gpu_ids for s in summaries if s.key != UNALLOCATED))
+
+
+def _choose(
+    groups: dict[str, Summary],
+    att: Attribution,
+    assumptions: FixAssumptions,
+    *,
+    cause: str | None,
+    page: Page,
+) -> tuple[list[Summary], Summary, int]:
+    """The groups of the page in order (those whose top cause is ``cause`` where given), the
+    summary of every group kept, and how many were kept."""
+    kept = list(groups.values())
+
+    def money(summary: Summary) -> Money:
+        return money_of(summary, _for_gpus(assumptions, att, summary))
+
+    if cause is not None:
+        kept = [s for s in kept if money(s).top_cause == cause]
+    total = Summary.total_of("__total__", kept)
+    return page_of(kept, page, money), total, len(kept)

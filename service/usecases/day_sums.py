@@ -10,9 +10,11 @@ report is the same whether or not its days were summed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection
@@ -21,7 +23,7 @@ from service.core.buckets import DAY, ceil_day, floor_day
 from service.core.diagnosis import CAUSE_NAMES
 from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
 from service.costs.prices import PriceRow
-from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary
+from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary, Usage
 from service.db import cost_days_repo
 from service.db.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
@@ -85,18 +87,40 @@ def summary_row(summary: Summary) -> dict[str, Any]:
 
 def summary_from(key: str, fields: Sequence[str], values: Sequence[Any]) -> Summary:
     """A Summary keyed ``key`` from the sums of ``fields`` (a subset of COST_SUM_FIELDS)."""
-    s = Summary(key)
-    usage = s.usage
-    cause_usd = s.cause_cost_usd
-    for name, value in zip(fields, values, strict=True):
-        v = float(value or 0.0)
-        if name in _USAGE:
-            setattr(usage, name, v)
-        elif name.endswith("_usd") and name in _CAUSE_INDEX:
-            cause_usd[_CAUSE_INDEX[name]] = v
-        else:
-            setattr(s, name, v)
+    if len(values) != len(fields):
+        raise ValueError(f"{len(values)} values for {len(fields)} fields")
+    plan = _plan_of(tuple(fields))
+    # A trailing 0.0 is the value of every field not read (index -1); NULL sums read as 0.
+    v = (*values, 0.0) if None not in values else (*(x or 0.0 for x in values), 0.0)
+    s = Summary(key, usage=Usage(*plan.usage(v)), cause_cost_usd=list(plan.cause_usd(v)))
+    for name, i in plan.scalars:
+        setattr(s, name, v[i])
     return s
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Where each part of a Summary sits in a row of ``fields``: getters of the usage fields
+    and of the causes' USD (index -1: not read), and (attribute, index) for the summary's own
+    figures."""
+
+    usage: Callable[[Sequence[float]], tuple[float, ...]]
+    cause_usd: Callable[[Sequence[float]], tuple[float, ...]]
+    scalars: tuple[tuple[str, int], ...]
+
+
+@lru_cache(maxsize=8)
+def _plan_of(fields: tuple[str, ...]) -> _Plan:
+    """The plan of a row of ``fields``: worked out once, since a report builds a Summary per
+    row (tens of thousands by job)."""
+    at = {name: i for i, name in enumerate(fields)}
+    return _Plan(
+        usage=itemgetter(*(at.get(name, -1) for name in USAGE_FIELDS)),
+        cause_usd=itemgetter(*(at.get(name, -1) for name in _CAUSE_USD)),
+        scalars=tuple(
+            (name, i) for name, i in at.items() if name not in _USAGE and name not in _CAUSE_INDEX
+        ),
+    )
 
 
 _CAUSE_INDEX = {name: i for i, name in enumerate(_CAUSE_USD)}

@@ -4,7 +4,7 @@ with the seconds and USD a lost GPU was held lost."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,13 +27,19 @@ def report_faults(
     end: datetime,
     now: datetime,
     settings: Settings,
+    gpu_ids: Iterable[int] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Each job's hardware faults in a report's window: the 1h rollups' XIDs up to two hours
-    before its end, finer reads after; the jobs' intervals read only for GPUs with a fault."""
+    """Each job's hardware faults in a report's window on ``gpu_ids`` (every GPU of ``att`` if
+    None): the 1h rollups' XIDs up to two hours before its end, finer reads after; the jobs'
+    intervals read only for GPUs with a fault."""
     hourly = end.replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
     end = min(end, now)
     found = gpus_repo.gpu_faults(
-        conn, gpu_ids=sorted(att.gpus), start=start, end=end, hourly_before=hourly
+        conn,
+        gpu_ids=sorted(att.gpus if gpu_ids is None else gpu_ids),
+        start=start,
+        end=end,
+        hourly_before=hourly,
     )
     if not found:
         return {}

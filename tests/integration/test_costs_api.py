@@ -403,3 +403,41 @@ def test_agent_token_registers_jobs_only_on_its_own_node(
         "/api/v1/jobs/s:1", json={"ended_at": iso(start + timedelta(minutes=5))}, headers=ag
     )
     assert r.json()["ended_at"] == iso(start + timedelta(minutes=5))
+
+
+def test_report_pages_with_limit_and_offset(http: httpx.Client, tokens, worked):
+    """A page is the whole report's rows sliced, with the totals and row count of all of them;
+    a bad count is a 422 that names it."""
+    put_prices(http, tokens)
+    for i, minutes in enumerate((10, 25, 40)):
+        post_job(http, tokens, f"j{i}", minutes, user=f"u{i}").raise_for_status()
+    params = {"start": iso(T0), "end": iso(T0 + timedelta(hours=2)), "group_by": "job"}
+    head = auth(tokens["reader"])
+    for sort in ("waste", "cost", "fixable"):
+        whole = http.get("/api/v1/reports/cost", params={**params, "sort": sort}, headers=head)
+        assert whole.status_code == 200, whole.text
+        full = whole.json()
+        assert full["row_count"] == len(full["rows"]) == 4  # three jobs and the unallocated time
+        for offset, limit in ((0, 1), (1, 2), (3, 5), (4, 1), (0, 0)):
+            r = http.get(
+                "/api/v1/reports/cost",
+                params={**params, "sort": sort, "offset": offset, "limit": limit},
+                headers=head,
+            )
+            assert r.status_code == 200, r.text
+            page = r.json()
+            assert [x["key"] for x in page["rows"]] == [
+                x["key"] for x in full["rows"][offset : offset + limit]
+            ]
+            assert page["rows"] == full["rows"][offset : offset + limit]
+            assert (page["row_count"], page["offset"], page["limit"]) == (4, offset, limit)
+            assert page["totals"] == full["totals"]
+    r = http.get(
+        "/api/v1/reports/cost", params={**params, "limit": 1, "format": "csv"}, headers=head
+    )
+    lines = list(csv.DictReader(io.StringIO(r.text)))
+    first = http.get("/api/v1/reports/cost", params=params, headers=head).json()["rows"][0]
+    assert [ln["job"] for ln in lines] == [first["key"], "__total__"]
+    for bad in ({"limit": -1}, {"offset": -3}, {"limit": "ten"}):
+        r = http.get("/api/v1/reports/cost", params={**params, **bad}, headers=head)
+        assert r.status_code == 422 and next(iter(bad)) in r.text, r.text

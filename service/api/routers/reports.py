@@ -117,6 +117,10 @@ def cost_report(
     team: str | None = None,
     cause: str | None = Query(None, description="only the groups whose top cause is this"),
     sort: str = Query("waste", description=f"largest first by one of {', '.join(SORT_BYS)}"),
+    limit: int | None = Query(
+        None, ge=0, description="at most this many rows (default all); totals cover every row"
+    ),
+    offset: int = Query(0, ge=0, description="rows to skip before the first one returned"),
 ) -> Any:
     """Cost and waste (idle + fixable) per group over [start, end), largest waste first."""
     now = ctx.clock()
@@ -135,6 +139,8 @@ def cost_report(
             team=team,
             cause=cause,
             sort_by=sort,
+            limit=limit,
+            offset=offset,
         )
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc

@@ -132,14 +132,17 @@ class CostRowPublic(BaseModel):
 
 
 class CostReportPublic(BaseModel):
-    """A cost report: rows largest ``sort`` dollars first (waste by default), totals of the
-    rows shown, and warnings."""
+    """A cost report: rows largest ``sort`` dollars first (waste by default), the page
+    [offset, offset + limit) of them, totals of every row (not only the page), and warnings."""
 
     start: datetime
     end: datetime
     group_by: str
     sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
     rows: list[CostRowPublic]
+    row_count: int = Field(description="rows the report has, before offset and limit")
+    offset: int = 0
+    limit: int | None = None
     totals: CostRowPublic
     price_source: Literal["api", "config", "default"]  # default: the shipped list prices
     split_rule: Literal["equal", "memory", "activity"] = Field(

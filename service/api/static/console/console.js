@@ -552,6 +552,8 @@
 
   const COSTS_DEFAULT = { group_by: "team", start: "-7d", end: "now", sort: "waste" };
 
+  const COSTS_ROWS = 500; // rows a costs table shows: a month by job can have tens of thousands
+
   async function costsPage(state = Object.fromEntries(Object.entries(COSTS_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
     keepInUrl("/costs", Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== COSTS_DEFAULT[k])));
     page("Costs", "Cost and waste per group over a range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated).");
@@ -568,7 +570,7 @@
     groupSel.addEventListener("change", apply);
     app.append(form);
     const params = { group_by: state.group_by, start: state.start, end: state.end, sort: state.sort || "waste" };
-    const report = await api(`/reports/cost?${q(params)}`);
+    const report = await api(`/reports/cost?${q({ ...params, limit: COSTS_ROWS })}`);
     const t = report.totals;
     app.append(el("p", { class: "muted", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
     for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
@@ -598,7 +600,10 @@
       td(hours(r.held_seconds), "num"), td(usd(r.cost_usd), "num"),
       td(usd(r.waste_usd), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "" }), td(usd(r.idle_usd), "num"), td(usd(r.fixable_usd), "num"),
       td(pct(r.efficiency), "num"), td(causeChip(r.top_cause))));
-    app.append(el("h2", { text: "Rows" }), table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause"], trs, { id: "costs" }));
+    const more = report.row_count - report.rows.length;
+    app.append(el("h2", { text: "Rows" }));
+    if (more > 0) app.append(el("p", { class: "muted", id: "costs-more", text: `The first ${report.rows.length} of ${report.row_count} rows; the totals and the CSV cover all of them.` }));
+    app.append(table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause"], trs, { id: "costs" }));
   }
 
 
