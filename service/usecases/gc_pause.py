@@ -14,26 +14,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _lock = threading.Lock()
-_holders = 0
+_holders = 0  # reports inside gc_paused now, in every thread
+_was_enabled = True  # whether the collector was on when the first of them entered
 
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Hold off the cyclic collector inside the block (if it was on when the first holder
     entered)."""
-    global _holders
+    global _holders, _was_enabled
     with _lock:
         _holders += 1
         if _holders == 1:
-            _holders_found_it_on[0] = gc.isenabled()
+            _was_enabled = gc.isenabled()
             gc.disable()
     try:
         yield
     finally:
         with _lock:
             _holders -= 1
-            if _holders == 0 and _holders_found_it_on[0]:
+            if _holders == 0 and _was_enabled:
                 gc.enable()
-
-
-_holders_found_it_on = [True]
