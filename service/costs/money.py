@@ -133,13 +133,13 @@ def figures(
     }
 
 
+def rank(value: object, key: str) -> tuple[bool, float, str]:
+    """Where a row with ``value`` dollars sorts in a list: largest first, unpriced (None)
+    last, then by key."""
+    return (value is None, -float(value) if isinstance(value, int | float) else 0.0, key)
+
+
 def sort_rows(rows: list[dict[str, object]], sort_by: str = "waste") -> list[dict[str, object]]:
     """Rows largest ``sort_by`` dollars first (unpriced last), then by key."""
     name = SORT_FIELDS[sort_by]
-
-    def key(row: dict[str, object]) -> tuple[bool, float, str]:
-        value = row.get(name)
-        return (value is None, -float(value) if isinstance(value, int | float) else 0.0,
-                str(row.get("key", row.get("id", ""))))  # fmt: skip
-
-    return sorted(rows, key=key)
+    return sorted(rows, key=lambda row: rank(row.get(name), str(row.get("key", row.get("id", "")))))

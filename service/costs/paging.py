@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.core.diagnosis import IDLE_CAUSES
-from service.costs.money import FIXABLE_CAUSES, SORT_BYS, SORT_FIELDS, Money
+from service.costs.money import FIXABLE_CAUSES, SORT_BYS, SORT_FIELDS, Money, rank
 from service.costs.waste import Summary
 
 # A bound is trusted this much less than it says: shares are products of floats.
@@ -49,8 +49,7 @@ class Page:
 
 def order_key(summary: Summary, money: Money, sort_by: str) -> tuple[bool, float, str]:
     """Where a group sorts: largest ``sort_by`` dollars first, unpriced last, then by key."""
-    value = getattr(money, SORT_FIELDS[sort_by])
-    return (value is None, -value if value is not None else 0.0, summary.key)
+    return rank(getattr(money, SORT_FIELDS[sort_by]), summary.key)
 
 
 def bounds(summary: Summary, sort_by: str) -> tuple[float, float]:

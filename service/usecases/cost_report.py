@@ -110,6 +110,7 @@ def _check_query(group_by: str, sort_by: str, cause: str | None) -> None:
         raise ValidationFailed("cause", f"unknown cause {cause!r}; one of {waste_causes}")
 
 
+@gc_paused()
 def cost_report(
     conn: Connection,
     *,
@@ -130,7 +131,7 @@ def cost_report(
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
     ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
-    if given, with totals over the rows shown (seconds per cause left at 0 without ``causes``,
+    if given, with totals over every row kept (seconds per cause left at 0 without ``causes``,
     which only the benchmark asks for; edges read as ``attribute``'s ``raw_edges`` says).
     Whole UTC days are read from the day sums where they are current (without ``day_sums``,
     which only the benchmark and tests ask for, every second from finer data). Only the rows
@@ -138,32 +139,7 @@ def cost_report(
     the totals and ``row_count`` cover every row the filters keep."""
     _check_query(group_by, sort_by, cause)
     check_range(settings, start=start, end=end, now=now)
-    with gc_paused():
-        return _report(
-            conn, settings=settings, start=start, end=end, now=now, group_by=group_by,
-            user=user, team=team, cause=cause, sort_by=sort_by, causes=causes,
-            raw_edges=raw_edges, day_sums=day_sums, page=Page(sort_by, offset, limit),
-        )  # fmt: skip
-
-
-def _report(
-    conn: Connection,
-    *,
-    settings: Settings,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    group_by: str,
-    user: str | None,
-    team: str | None,
-    cause: str | None,
-    sort_by: str,
-    causes: bool,
-    raw_edges: bool | None,
-    day_sums: bool,
-    page: Page,
-) -> dict[str, Any]:
-    """``cost_report`` once its query is checked."""
+    page = Page(sort_by, offset, limit)
     if causes:
         att, days = report_attribution(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
