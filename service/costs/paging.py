@@ -12,8 +12,9 @@ visit, no later group can reach the page.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.diagnosis import IDLE_CAUSES
 from service.costs.money import FIXABLE_CAUSES, SORT_BYS, SORT_FIELDS, Money, rank
@@ -22,8 +23,9 @@ from service.costs.waste import Summary
 # A bound is trusted this much less than it says: shares are products of floats.
 _MARGIN = 1e-9
 # Where the idle and the fixable causes sit in a Summary's USD per cause.
-_IDLE_AT = tuple(int(c) - 1 for c in IDLE_CAUSES)
-_FIXABLE_AT = tuple(int(c) - 1 for c in FIXABLE_CAUSES)
+IDLE_AT = tuple(int(c) - 1 for c in IDLE_CAUSES)
+FIXABLE_AT = tuple(int(c) - 1 for c in FIXABLE_CAUSES)
+RankKey = tuple[bool, float, str]  # where a group sorts: ``money.rank``
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,24 +49,57 @@ class Page:
         return None if self.limit is None else self.offset + self.limit
 
 
-def order_key(summary: Summary, money: Money, sort_by: str) -> tuple[bool, float, str]:
+def order_key(summary: Summary, money: Money, sort_by: str) -> RankKey:
     """Where a group sorts: largest ``sort_by`` dollars first, unpriced last, then by key."""
     return rank(getattr(money, SORT_FIELDS[sort_by]), summary.key)
 
 
+class Dollars(NamedTuple):
+    """What bounds a group's ``sort_by`` dollars before its fix shares are known: its idle
+    and its fixable causes' USD, its cost in USD, and whether every held second had a price.
+    (A tuple: a report by job makes one per job, tens of thousands.)"""
+
+    idle_usd: float
+    fixable_usd: float
+    cost_usd: float
+    priced: bool
+
+    @classmethod
+    def of(cls, summary: Summary) -> Dollars:
+        """A summary's dollars."""
+        usd = summary.cause_cost_usd
+        return cls(
+            sum(map(usd.__getitem__, IDLE_AT)),
+            sum(map(usd.__getitem__, FIXABLE_AT)),
+            summary.cost_usd,
+            summary.priced,
+        )
+
+    def plus(self, other: Dollars) -> Dollars:
+        """The dollars of two parts of one group."""
+        return Dollars(
+            self.idle_usd + other.idle_usd,
+            self.fixable_usd + other.fixable_usd,
+            self.cost_usd + other.cost_usd,
+            self.priced and other.priced,
+        )
+
+    def bounds(self, sort_by: str) -> tuple[float, float]:
+        """The least and most the group's ``sort_by`` dollars can be (every fix share is in
+        [0, 1])."""
+        if sort_by == "cost":
+            return self.cost_usd, self.cost_usd
+        if sort_by == "idle":
+            return self.idle_usd, self.idle_usd
+        if sort_by == "fixable":
+            return 0.0, self.fixable_usd
+        return self.idle_usd, self.idle_usd + self.fixable_usd
+
+
 def bounds(summary: Summary, sort_by: str) -> tuple[float, float]:
     """The least and most a priced group's ``sort_by`` dollars can be, from its causes' dollars
-    alone (every fix share is in [0, 1])."""
-    usd = summary.cause_cost_usd
-    idle = sum(map(usd.__getitem__, _IDLE_AT))
-    fixable = sum(map(usd.__getitem__, _FIXABLE_AT))
-    if sort_by == "cost":
-        return summary.cost_usd, summary.cost_usd
-    if sort_by == "idle":
-        return idle, idle
-    if sort_by == "fixable":
-        return 0.0, fixable
-    return idle, idle + fixable
+    alone."""
+    return Dollars.of(summary).bounds(sort_by)
 
 
 def page_of(
@@ -73,32 +108,59 @@ def page_of(
     """The groups of ``page`` in report order; ``money`` is called for the groups that could be
     on it (every group when the page reaches the unpriced ones, or has no limit)."""
     stop = page.stop
-    priced = [s for s in summaries if s.priced]
+    priced = {s.key: s for s in summaries if s.priced}
     if stop is None or stop >= len(priced):
         ranked = sorted(summaries, key=lambda s: order_key(s, money(s), page.sort_by))
         return ranked[page.offset : stop]
+
+    def ranks(keys: Sequence[str]) -> dict[str, RankKey]:
+        return {k: order_key(priced[k], money(priced[k]), page.sort_by) for k in keys}
+
+    uppers = {k: bounds(s, page.sort_by)[1] for k, s in priced.items()}
+    return [priced[k] for k in page_keys(uppers, page, ranks, first_batch=1)]
+
+
+def page_keys(
+    uppers: Mapping[str, float],
+    page: Page,
+    ranks: Callable[[Sequence[str]], Mapping[str, RankKey]],
+    *,
+    first_batch: int,
+) -> list[str]:
+    """The keys of ``page`` among priced groups whose ``sort_by`` dollars are at most
+    ``uppers``, in report order. ``ranks`` gives the order keys of a batch of groups, asked
+    for in order of their upper bound, the first ``first_batch`` at once and then batches
+    twice as large each time, until no group left can reach the page (the page must end
+    before the last priced group: ``page.stop < len(uppers)``)."""
+    stop = page.stop
+    if stop is None or stop >= len(uppers):
+        raise ValueError("a walk by bounds needs a page that ends before the last priced group")
     if stop == 0:
         return []
-    candidates = _candidates(priced, page.sort_by, stop, money)
-    candidates.sort(key=lambda pair: pair[0])
-    return [s for _, s in candidates[page.offset : stop]]
-
-
-def _candidates(
-    priced: Sequence[Summary], sort_by: str, stop: int, money: Callable[[Summary], Money]
-) -> list[tuple[tuple[bool, float, str], Summary]]:
-    """The priced groups that could be among the first ``stop``, each with its order key."""
-    by_upper = sorted(((bounds(s, sort_by)[1], s) for s in priced), key=lambda p: -p[0])
+    order = sorted(uppers, key=lambda k: -uppers[k])
     top: list[float] = []  # the ``stop`` largest values seen, smallest first
-    out = []
-    for upper, summary in by_upper:
-        if len(top) == stop and upper < top[0] - _MARGIN * max(1.0, abs(top[0])):
+    seen: list[tuple[RankKey, str]] = []
+    batch, i = max(1, first_batch), 0
+    while i < len(order):
+        chunk = order[i : i + batch]
+        i, batch = i + batch, 2 * batch
+        if _full_above(top, stop, uppers[chunk[0]]):
             break
-        key = order_key(summary, money(summary), sort_by)
-        out.append((key, summary))
-        value = -key[1]
-        if len(top) < stop:
-            heapq.heappush(top, value)
-        elif value > top[0]:
-            heapq.heapreplace(top, value)
-    return out
+        got = ranks(chunk)
+        for key in chunk:
+            if _full_above(top, stop, uppers[key]):
+                i = len(order)
+                break
+            seen.append((got[key], key))
+            value = -got[key][1]
+            if len(top) < stop:
+                heapq.heappush(top, value)
+            elif value > top[0]:
+                heapq.heapreplace(top, value)
+    seen.sort()
+    return [key for _, key in seen[page.offset : stop]]
+
+
+def _full_above(top: list[float], stop: int, upper: float) -> bool:
+    """Whether the page's ``stop`` places are all held by values above ``upper``."""
+    return len(top) == stop and upper < top[0] - _MARGIN * max(1.0, abs(top[0]))

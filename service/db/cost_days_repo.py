@@ -199,6 +199,74 @@ def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int])
     return cond
 
 
+def _owned_by(user: str | None, team: str | None) -> list[Any]:
+    """Conditions on cost_job_1d: only rows of jobs of ``user`` and ``team`` where given (so
+    none of the time no job held)."""
+    cond = []
+    if user is not None:
+        cond.append(jobs.c.user == user)
+    if team is not None:
+        cond.append(jobs.c.team == team)
+    return [cost_job_1d.c.job_id.in_(select(jobs.c.id).where(*cond))] if cond else []
+
+
+def job_dollars(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    excluded: Iterable[int],
+    idle_fields: Sequence[str],
+    fixable_fields: Sequence[str],
+    user: str | None = None,
+    team: str | None = None,
+) -> list[tuple[str, float, float, float, float]]:
+    """Per job over the days in [start, end), GPUs ``excluded`` left out, only jobs of ``user``
+    and ``team`` if given: (job id, the sums of ``idle_fields`` and of ``fixable_fields``, cost
+    USD, unpriced seconds); a few sums a row, so the statement runs in parallel and reads back
+    light."""
+    j = cost_job_1d.c
+
+    def total(names: Sequence[str]) -> Any:
+        return func.sum(sum((j[f] for f in names[1:]), j[names[0]]))
+
+    sums = (total(idle_fields), total(fixable_fields), func.sum(j.cost_usd),
+            func.sum(j.unpriced_seconds))  # fmt: skip
+    query = (
+        select(j.job_id, *sums)
+        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team))
+        .group_by(j.job_id)
+    )
+    with _report_read(conn):
+        return [
+            (str(k), float(i or 0.0), float(f or 0.0), float(c or 0.0), float(u or 0.0))
+            for k, i, f, c, u in conn.execute(query).all()
+        ]
+
+
+def total_sums(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    excluded: Iterable[int],
+    fields: Sequence[str],
+    user: str | None = None,
+    team: str | None = None,
+) -> tuple[list[int], tuple[Any, ...]]:
+    """The (job, GPU, day) rows of the days in [start, end) summed, GPUs ``excluded`` left out,
+    only jobs of ``user`` and ``team`` if given: (the GPUs they cover, the sums of ``fields``).
+    Two statements that each run in parallel: one grouped by GPU with every sum took longer."""
+    j = cost_job_1d.c
+    cond = [*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team)]
+    with _report_read(conn):
+        gpu_ids = [
+            int(g) for (g,) in conn.execute(select(j.gpu_id).where(*cond).group_by(j.gpu_id))
+        ]
+        values = conn.execute(select(*(func.sum(j[f]) for f in fields)).where(*cond)).one()
+    return gpu_ids, tuple(values)
+
+
 def group_sums(
     conn: Connection,
     *,
@@ -209,12 +277,15 @@ def group_sums(
     group_by: str,
     user: str | None = None,
     team: str | None = None,
+    job_ids: Sequence[str] | None = None,
 ) -> list[tuple[bool, str | None, dict[str, Any], list[int], list[str], tuple[Any, ...]]]:
     """The (job, GPU, day) rows of the days in [start, end) summed per ``group_by`` (job,
     user, team or project, as the jobs are now), GPUs ``excluded`` left out, only jobs of
-    ``user`` and ``team`` if given: (time no job held, key, the owner fields of a job's group,
-    its GPU ids, its job ids, the sums of ``fields``)."""
+    ``user`` and ``team`` if given, and only the jobs ``job_ids`` if given (UNALLOCATED_JOB
+    for time no job held): (time no job held, key, the owner fields of a job's group, its GPU
+    ids, its job ids, the sums of ``fields``)."""
     j = cost_job_1d.c
+    only = [] if job_ids is None else [j.job_id.in_(sorted(set(job_ids)))]
     # Summed per job first (hashed on one key, no join), then joined to the jobs' owners and,
     # unless grouping by job, summed again per group over those few rows.
     per_job = (
@@ -223,7 +294,7 @@ def group_sums(
             _value_list(conn, j.gpu_id, flat=group_by == "job").label("gpu_list"),
             *(func.sum(j[f]).label(f) for f in fields),
         )
-        .where(*_within(cost_job_1d, start, end, excluded))
+        .where(*_within(cost_job_1d, start, end, excluded), *only)
         .group_by(j.job_id)
         .subquery()
     )

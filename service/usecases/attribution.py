@@ -230,22 +230,18 @@ def report_attribution(
     end: datetime,
     now: datetime,
     raw_edges: bool | None,
-    group_by: str,
-    user: str | None = None,
-    team: str | None = None,
     day_sums: bool = True,
-) -> tuple[Attribution, day_sums_mod.DaySums | None]:
-    """A report window's lines and, with ``day_sums``, the sums of its whole UTC days: those of
-    every GPU whose days are all summed and current (``day_sums.stale_in``), grouped by
-    ``group_by`` (jobs of ``user`` and ``team`` only, if given). The days' edges, and the whole
-    days of the other GPUs, are attributed from finer data (rollups, tenant rows, raw edges)
-    as without day sums."""
-    window = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
-    if window is None:
+) -> tuple[Attribution, day_sums_mod.DayWindow | None]:
+    """A report window's lines and, with ``day_sums``, the whole UTC days to read from the day
+    sums: those of every GPU whose days are all summed and current (``day_sums.stale_in``).
+    The days' edges, and the whole days of the other GPUs, are attributed from finer data
+    (rollups, tenant rows, raw edges) as without day sums."""
+    whole = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
+    if whole is None:
         return attribute(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges
         ), None  # fmt: skip
-    d0, d1 = window
+    d0, d1 = whole
     gpus = costs_repo.load_gpus(conn)
     basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
     stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
@@ -265,20 +261,17 @@ def report_attribution(
         for a, b, ids in parts
         if a < min(b, now)
     ]  # fmt: skip
-    days = day_sums_mod.read_days(
-        conn, start=d0, end=d1, excluded=stale, group_by=group_by, user=user, team=team
-    )
     warnings = {w for att in atts for w in att.warnings}
     warnings |= {unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale}
     merged = Attribution(
         [line for att in atts for line in att.lines],
         gpus,
-        {k: v for att in atts for k, v in att.jobs.items()} | days.jobs,
+        {k: v for att in atts for k, v in att.jobs.items()},
         sorted(warnings),
         atts[0].price_source if atts else effective_prices(conn, settings).source,
         {rule for att in atts for rule in att.split_rules},
     )
-    return merged, days
+    return merged, day_sums_mod.DayWindow(d0, d1, frozenset(stale))
 
 
 def add_days(

@@ -6,6 +6,7 @@ This is the edge that reads the database; the arithmetic lives in ``waste`` and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -22,6 +23,7 @@ from service.costs.waste import GROUP_BYS, HARDWARE_GROUP_BYS, UNALLOCATED, Line
 from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases import day_sums as day_sums_mod
+from service.usecases import report_pages
 from service.usecases.attribution import Attribution, add_days, attribute, report_attribution
 from service.usecases.gc_pause import gc_paused
 from service.usecases.job_faults import report_faults
@@ -141,21 +143,32 @@ def cost_report(
     check_range(settings, start=start, end=end, now=now)
     page = Page(sort_by, offset, limit)
     if causes:
-        att, days = report_attribution(
+        att, window = report_attribution(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
-            group_by=group_by, user=user, team=team, day_sums=day_sums,
+            day_sums=day_sums,
         )  # fmt: skip
     else:
-        att, days = attribute(
+        att, window = attribute(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
             causes=False,
         ), None  # fmt: skip
     lines = _lines_of(att, user=user, team=team)
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
-    if days is not None:
-        add_days(groups, days, att, group_by)
     assumptions = fix_assumptions_of(settings)
-    chosen, total, count = _choose(groups, att, assumptions, cause=cause, page=page)
+    money = _money_of(att, assumptions)
+    paged = None
+    if window is not None and group_by == "job" and cause is None:
+        paged = report_pages.day_page(conn, window, edges=groups, page=page, money=money,
+                                      user=user, team=team)  # fmt: skip
+    if paged is not None:
+        att.jobs.update(paged.jobs)
+        chosen, total, count = paged.rows, paged.total, paged.count
+    else:
+        if window is not None:
+            days = day_sums_mod.read_days(conn, window, group_by=group_by, user=user, team=team)
+            att.jobs.update(days.jobs)
+            add_days(groups, days, att, group_by)
+        chosen, total, count = _choose(groups, money, cause=cause, page=page)
     faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings,
                            gpu_ids=_job_gpus(chosen)) if (
         group_by == "job"
@@ -256,10 +269,18 @@ def _job_gpus(summaries: list[Summary]) -> set[int]:
     return set().union(*(s.gpu_ids for s in summaries if s.key != UNALLOCATED))
 
 
+def _money_of(att: Attribution, assumptions: FixAssumptions) -> Callable[[Summary], Money]:
+    """A group's money under the assumptions for its GPUs."""
+
+    def money(summary: Summary) -> Money:
+        return money_of(summary, _for_gpus(assumptions, att, summary))
+
+    return money
+
+
 def _choose(
     groups: dict[str, Summary],
-    att: Attribution,
-    assumptions: FixAssumptions,
+    money: Callable[[Summary], Money],
     *,
     cause: str | None,
     page: Page,
@@ -267,10 +288,6 @@ def _choose(
     """The groups of the page in order (those whose top cause is ``cause`` where given), the
     summary of every group kept, and how many were kept."""
     kept = list(groups.values())
-
-    def money(summary: Summary) -> Money:
-        return money_of(summary, _for_gpus(assumptions, att, summary))
-
     if cause is not None:
         kept = [s for s in kept if money(s).top_cause == cause]
     total = Summary.total_of("__total__", kept)

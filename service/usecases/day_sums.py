@@ -10,7 +10,7 @@ report is the same whether or not its days were summed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -22,6 +22,7 @@ from sqlalchemy import Connection
 from service.core.buckets import DAY, ceil_day, floor_day
 from service.core.diagnosis import CAUSE_NAMES
 from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
+from service.costs.paging import FIXABLE_AT, IDLE_AT, Dollars
 from service.costs.prices import PriceRow
 from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary, Usage
 from service.db import cost_days_repo
@@ -31,6 +32,8 @@ from service.settings import Settings
 
 UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
 _CAUSE_USD = tuple(f"{name}_usd" for name in CAUSE_NAMES)
+_IDLE_USD = tuple(_CAUSE_USD[i] for i in IDLE_AT)
+_FIXABLE_USD = tuple(_CAUSE_USD[i] for i in FIXABLE_AT)
 # What a report reads of a row: all but the energy per cause, which no report row shows.
 REPORT_FIELDS: tuple[str, ...] = tuple(f for f in COST_SUM_FIELDS if f not in CAUSE_ENERGY_FIELDS)
 _USAGE = frozenset(USAGE_FIELDS)
@@ -190,19 +193,62 @@ def stale_in(
     return stale, {g for g, (_, unpriced) in have.items() if unpriced > 0}
 
 
+@dataclass(frozen=True, slots=True)
+class DayWindow:
+    """The whole UTC days [start, end) a report reads from the day sums, for every GPU but
+    ``excluded`` (read from finer data)."""
+
+    start: datetime
+    end: datetime
+    excluded: frozenset[int]
+
+
+def read_dollars(
+    conn: Connection, window: DayWindow, *, user: str | None = None, team: str | None = None
+) -> dict[str, Dollars]:
+    """Per job (``UNALLOCATED`` for time no job held, left out where ``user`` or ``team`` is
+    given), the dollars of its summed days in ``window`` that bound its place in a report."""
+    rows = cost_days_repo.job_dollars(
+        conn, start=window.start, end=window.end, excluded=window.excluded,
+        idle_fields=_IDLE_USD, fixable_fields=_FIXABLE_USD, user=user, team=team,
+    )  # fmt: skip
+    return {
+        UNALLOCATED if job_id == cost_days_repo.UNALLOCATED_JOB else job_id: Dollars(
+            idle, fixable, cost, unpriced == 0
+        )
+        for job_id, idle, fixable, cost, unpriced in rows
+    }
+
+
+def read_total(
+    conn: Connection, window: DayWindow, *, user: str | None = None, team: str | None = None
+) -> Summary:
+    """The sum of every job's summed days in ``window`` (only jobs of ``user`` and ``team``
+    where given), with its GPUs; its job ids are left to the caller."""
+    fields = REPORT_FIELDS
+    gpu_ids, values = cost_days_repo.total_sums(
+        conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields,
+        user=user, team=team,
+    )  # fmt: skip
+    total = summary_from("__total__", fields, values)
+    total.gpu_ids.update(gpu_ids)
+    return total
+
+
 def read_days(
     conn: Connection,
+    window: DayWindow,
     *,
-    start: datetime,
-    end: datetime,
-    excluded: set[int],
     group_by: str,
     user: str | None = None,
     team: str | None = None,
+    job_ids: Collection[str] | None = None,
 ) -> DaySums:
-    """The sums of the days [start, end) of every GPU but ``excluded``, grouped in the
-    database: per GPU when grouping by hardware, else by ``group_by`` of the jobs as they are
-    now (only jobs of ``user`` and ``team`` if given; their filters drop time no job held)."""
+    """The sums of the days of ``window``, grouped in the database: per GPU when grouping by
+    hardware, else by ``group_by`` of the jobs as they are now (only jobs of ``user`` and
+    ``team`` if given, whose filters drop time no job held; only the jobs ``job_ids`` if
+    given, ``UNALLOCATED`` among them for time no job held)."""
+    start, end, excluded = window.start, window.end, set(window.excluded)
     out = DaySums(start, end, excluded)
     fields = REPORT_FIELDS
     if group_by in HARDWARE_GROUP_BYS:
@@ -214,16 +260,19 @@ def read_days(
             s.job_ids.update(job_ids)
         return out
     filtered = user is not None or team is not None
-    for no_job, key, owner, gpu_ids, job_ids, values in cost_days_repo.group_sums(
+    only = None if job_ids is None else [
+        cost_days_repo.UNALLOCATED_JOB if k == UNALLOCATED else k for k in job_ids
+    ]  # fmt: skip
+    for no_job, key, owner, gpu_ids, ids, values in cost_days_repo.group_sums(
         conn, start=start, end=end, excluded=excluded, fields=fields, group_by=group_by,
-        user=user, team=team,
+        user=user, team=team, job_ids=only,
     ):  # fmt: skip
         if no_job and filtered:
             continue
         name = UNALLOCATED if no_job else (key or UNKNOWN)
         s = summary_from(name, fields, values)
         s.gpu_ids.update(gpu_ids)
-        s.job_ids.update(job_ids)
+        s.job_ids.update(ids)
         group = out.groups.get(name)
         if group is None:
             out.groups[name] = s

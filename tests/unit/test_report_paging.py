@@ -4,13 +4,15 @@ summed a field at a time equal the groups merged one by one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.costs.integrals import CAUSE_FIELDS, CAUSE_SIGNALS
-from service.costs.money import SORT_BYS, Money, money_of, sort_rows
-from service.costs.paging import Page, bounds, page_of
+from service.costs.money import SORT_BYS, Money, money_of, rank, sort_rows
+from service.costs.paging import Page, RankKey, bounds, page_keys, page_of
 from service.costs.recommend import FixAssumptions
 from service.costs.waste import USAGE_FIELDS, Line, Summary, Usage
 
@@ -137,3 +139,44 @@ def test_totals_a_field_at_a_time_equal_merging_one_by_one(groups: list[Summary]
         )
     assert total.cause_cost_usd == pytest.approx(merged.cause_cost_usd, rel=1e-12, abs=1e-9)
     assert (total.gpu_ids, total.job_ids) == (merged.gpu_ids, merged.job_ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, 1.0, 5.0]) | st.floats(0, 1e4), share), max_size=60),
+    st.integers(0, 30),
+    st.integers(1, 30),
+    st.integers(1, 80),
+)
+def test_a_walk_by_bounds_asks_in_growing_batches_and_finds_the_page(
+    groups: list[tuple[float, float]], offset: int, limit: int, first_batch: int
+) -> None:
+    """Groups with upper bounds and a value at or under each: the walk's page is the groups
+    sorted by value and sliced, its batches start at ``first_batch`` and double, and it asks
+    for no batch once the page is decided."""
+    uppers = {f"g{i:02d}": upper for i, (upper, _) in enumerate(groups)}
+    values = {f"g{i:02d}": upper * s for i, (upper, s) in enumerate(groups)}
+    page = Page("waste", offset, limit)
+    if page.stop is None or page.stop >= len(uppers):
+        with pytest.raises(ValueError, match="ends before the last"):
+            page_keys(uppers, page, lambda keys: {}, first_batch=first_batch)
+        return
+    batches: list[list[str]] = []
+
+    def ranks(keys: Sequence[str]) -> dict[str, RankKey]:
+        batches.append(list(keys))
+        return {k: rank(values[k], k) for k in keys}
+
+    got = page_keys(uppers, page, ranks, first_batch=first_batch)
+    want = sorted(values, key=lambda k: rank(values[k], k))[offset : page.stop]
+    assert got == want
+    sizes = [len(b) for b in batches]
+    assert sizes[:-1] == [first_batch * 2**i for i in range(len(sizes) - 1)]
+    asked = [k for b in batches for k in b]
+    assert len(asked) == len(set(asked))
+    by_upper = sorted(uppers, key=lambda k: -uppers[k])
+    # Every batch but the first was asked for because the page was not decided before it.
+    for b in batches[1:]:
+        before = by_upper[: by_upper.index(b[0])]
+        top = sorted((values[k] for k in before), reverse=True)[: page.stop]
+        assert len(top) < page.stop or uppers[b[0]] >= top[-1] - 1e-9 * max(1.0, top[-1])
