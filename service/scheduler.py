@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -58,6 +59,28 @@ def one_replica_at_a_time(
     return run
 
 
+def shard_by_shard(
+    ctx: ServiceContext, name: str, count: int, fn: Callable[[tuple[int, int]], int]
+) -> Callable[[], object]:
+    """``fn`` run for each shard (index, count) whose turn (``job_turn`` of ``name:i/count``)
+    no other replica holds, starting at a random shard so replicas that tick together start
+    apart; returns the sum of ``fn``'s counts, or ``ELSEWHERE`` when other replicas held every
+    shard. One shard is ``name`` alone; every replica must split ``name`` alike."""
+    if count == 1:
+        return one_replica_at_a_time(ctx, name, lambda: fn((0, 1)))
+
+    def run() -> object:
+        first = random.randrange(count)
+        results: list[int] = []
+        for i in ((first + k) % count for k in range(count)):
+            with job_turn(ctx.engine, f"{name}:{i}/{count}") as mine:
+                if mine:
+                    results.append(fn((i, count)))
+        return sum(results) if results else ELSEWHERE
+
+    return run
+
+
 def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     """Run ``fn`` as background job ``name``: time it, count the outcome, never raise."""
     started = time.perf_counter()
@@ -89,7 +112,9 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     jobs: list[tuple[str, Callable[[], object], float]] = [
         (
             "rollup",
-            one_replica_at_a_time(ctx, "rollup", lambda: rollup_once(ctx)),
+            shard_by_shard(
+                ctx, "rollup", s.rollup_shards, lambda shard: rollup_once(ctx, shard=shard)
+            ),
             s.rollup_interval_seconds,
         ),
         (

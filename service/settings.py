@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     trusted_proxies: str = ""
 
     rollup_interval_seconds: float = Field(15.0, gt=0)
+    # The rollup's work split by GPU id into this many shards, each run by one replica at a time
+    # (PostgreSQL advisory lock per shard): with several central replicas, set it to their
+    # number or more so they share a round instead of one replica doing it all.
+    rollup_shards: int = Field(1, ge=1, le=64)
     retention_raw_days: float = Field(7.0, gt=0)
     retention_1m_days: float = Field(90.0, gt=0)
     retention_1h_days: float = Field(730.0, gt=0)

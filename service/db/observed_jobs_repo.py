@@ -230,20 +230,19 @@ def _open_interval(conn: Connection, s: Seen, gpu_id: int, on_gpu: list[Any]) ->
 def close_unseen(conn: Connection, *, now: datetime, grace_seconds: float) -> int:
     """Close observed intervals not seen for ``grace_seconds``, at the time they were last seen."""
     cutoff = now - timedelta(seconds=grace_seconds)
-    open_rows = conn.execute(
-        select(job_gpus.c.id, job_gpus.c.job_id, job_gpus.c.gpu_id, job_gpus.c.started_at).where(
-            and_(job_gpus.c.source == OBSERVED, job_gpus.c.ended_at.is_(None))
+    jg, p = job_gpus.c, gpu_processes.c
+    # One statement for every open interval (the primary key finds each GPU's recent rows):
+    # asked one by one, 10,000 GPUs' intervals took a round trip each, 10-30 s a round.
+    seen = exists().where(p.gpu_id == jg.gpu_id, p.job_id == jg.job_id, p.ts >= cutoff)
+    unseen = conn.execute(
+        select(jg.id, jg.job_id, jg.gpu_id, jg.started_at).where(
+            jg.source == OBSERVED, jg.ended_at.is_(None), ~seen
         )
     ).all()
     closed_jobs: set[str] = set()
     closed = 0
-    for r in open_rows:
+    for r in unseen:
         match = and_(gpu_processes.c.gpu_id == r.gpu_id, gpu_processes.c.job_id == r.job_id)
-        recent = conn.execute(
-            select(exists().where(and_(match, gpu_processes.c.ts >= cutoff)))
-        ).scalar()
-        if recent:
-            continue
         last = conn.execute(
             select(func.max(gpu_processes.c.ts)).where(
                 and_(match, gpu_processes.c.ts >= r.started_at)

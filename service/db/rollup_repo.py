@@ -185,11 +185,17 @@ def _add_running_totals(
     return {gpu_id for gpu_id, acc in running.items() if acc is None}
 
 
-def dirty_keys(conn: Connection, *, limit: int) -> list[tuple[int, datetime]]:
-    """The first ``limit`` (GPU id, minute) buckets waiting to be recomputed."""
+def dirty_keys(
+    conn: Connection, *, limit: int, shard: tuple[int, int] | None = None
+) -> list[tuple[int, datetime]]:
+    """The first ``limit`` (GPU id, minute) buckets waiting to be recomputed; with ``shard``
+    (index, count), only those of GPUs whose id modulo count is index."""
+    c = rollup_dirty.c
+    cond = [] if shard is None or shard[1] == 1 else [c.gpu_id % shard[1] == shard[0]]
     dirty = conn.execute(
-        select(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
-        .order_by(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)
+        select(c.gpu_id, c.bucket_start)
+        .where(*cond)
+        .order_by(c.gpu_id, c.bucket_start)
         .limit(limit)
     ).all()
     return [(g, b) for g, b in dirty]
@@ -286,12 +292,14 @@ def process_dirty(
     split_rule: SplitRule = SplitRule.EQUAL,
     keys: list[tuple[int, datetime]] | None = None,
     set_aside: list[SetAside] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> int:
-    """Recompute up to ``limit`` dirty minute buckets (or just ``keys``), their hours and, where
-    jobs shared the GPU, each job's part of the minute (split by ``split_rule``); returns how
-    many buckets. Samples it cannot use are left out and appended to ``set_aside``."""
+    """Recompute up to ``limit`` dirty minute buckets (or just ``keys``; of ``shard``'s GPUs
+    only where given, as ``dirty_keys`` says), their hours and, where jobs shared the GPU,
+    each job's part of the minute (split by ``split_rule``); returns how many buckets. Samples
+    it cannot use are left out and appended to ``set_aside``."""
     if keys is None:
-        keys = dirty_keys(conn, limit=limit)
+        keys = dirty_keys(conn, limit=limit, shard=shard)
     if not keys:
         return 0
     # Delete first: an ingest that commits after this re-marks its buckets for the next round.

@@ -30,8 +30,11 @@ SQLITE_ROLLUP_LIMIT = 250
 SQLITE_WRITER_PAUSE_SECONDS = 0.02
 
 
-def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
-    """Recompute dirty rollup buckets until none are left, ``limit`` per transaction.
+def rollup_once(
+    ctx: ServiceContext, *, limit: int = 2_000, shard: tuple[int, int] | None = None
+) -> int:
+    """Recompute dirty rollup buckets until none are left, ``limit`` per transaction; with
+    ``shard`` (index, count), only those of the GPUs whose id modulo count is index.
 
     Small transactions keep memory flat when a replayed spool leaves a large backlog.
     """
@@ -43,12 +46,12 @@ def rollup_once(ctx: ServiceContext, *, limit: int = 2_000) -> int:
         found: list[SetAside] = []
         try:
             with ctx.engine.begin() as conn:
-                n = _rollup_keys(ctx, conn, None, limit, found)
+                n = _rollup_keys(ctx, conn, None, limit, found, shard)
         except Exception as exc:
             if is_outage(exc):
                 raise
             found.clear()  # that transaction was rolled back: the one-by-one pass says them
-            n = _rollup_one_by_one(ctx, limit, found)
+            n = _rollup_one_by_one(ctx, limit, found, shard)
         report_set_aside(ctx, found)
         total += n
         ctx.telemetry.rollup_buckets.inc(n)
@@ -65,6 +68,7 @@ def _rollup_keys(
     keys: list[tuple[int, datetime]] | None,
     limit: int,
     found: list[SetAside],
+    shard: tuple[int, int] | None = None,
 ) -> int:
     return rollup_repo.process_dirty(
         conn,
@@ -73,14 +77,18 @@ def _rollup_keys(
         split_rule=SplitRule(ctx.settings.cost_split_rule),
         keys=keys,
         set_aside=found,
+        shard=shard,
     )
 
 
-def _rollup_one_by_one(ctx: ServiceContext, limit: int, found: list[SetAside]) -> int:
-    """The next ``limit`` dirty buckets each in a transaction of its own (a batch of them
-    failed): one that still fails is set aside, so it cannot hold back the others."""
+def _rollup_one_by_one(
+    ctx: ServiceContext, limit: int, found: list[SetAside], shard: tuple[int, int] | None
+) -> int:
+    """The next ``limit`` dirty buckets (of ``shard``) each in a transaction of its own (a
+    batch of them failed): one that still fails is set aside, so it cannot hold back the
+    others."""
     with ctx.engine.connect() as conn:
-        keys = rollup_repo.dirty_keys(conn, limit=limit)
+        keys = rollup_repo.dirty_keys(conn, limit=limit, shard=shard)
     for gpu_id, bucket in keys:
         try:
             with ctx.engine.begin() as conn:

@@ -3,6 +3,7 @@ rewrite shared rows run on one at a time."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +13,7 @@ from sqlalchemy import Engine, func, select, text
 from service.api.app import create_app
 from service.db.leader import job_lock_key
 from service.db.schema import rollup_1m, rollup_dirty, samples
-from service.scheduler import one_replica_at_a_time, run_job
+from service.scheduler import one_replica_at_a_time, run_job, shard_by_shard
 from service.settings import Settings
 from service.usecases.upkeep import rollup_once
 from tests.conftest import make_token
@@ -68,6 +69,65 @@ def test_the_rollup_runs_on_one_replica_at_a_time(
     buckets = run_job(ctx, "rollup", job)
     assert isinstance(buckets, int) and buckets > 0
     assert n(engine, rollup_dirty) == 0 and n(engine, rollup_1m) > 0
+
+
+def _rolled_gpus(engine: Engine) -> set[int]:
+    with engine.connect() as conn:
+        return {int(g) for (g,) in conn.execute(select(rollup_1m.c.gpu_id).distinct())}
+
+
+def _dirty_gpus(engine: Engine) -> set[int]:
+    with engine.connect() as conn:
+        return {int(g) for (g,) in conn.execute(select(rollup_dirty.c.gpu_id).distinct())}
+
+
+def test_a_rollup_in_shards_shares_a_round_between_replicas(
+    app, http, tokens, engine: Engine, clock: FakeClock
+):
+    """Split in 4 shards by GPU id: a shard another replica holds is left to it, the rest
+    rolled up; two replicas at once roll up every minute once."""
+    ctx = app.state.ctx
+    h = {"Authorization": f"Bearer {tokens['agent']}"}
+    uuids = tuple(f"GPU-s{i}" for i in range(8))
+    batch = make_batch(start=clock() - timedelta(minutes=5), count=12, gpu_uuids=uuids)
+    assert http.post("/api/v1/ingest", json=batch, headers=h).status_code == 200
+    gpu_ids = _dirty_gpus(engine)
+    assert len(gpu_ids) == 8
+    job = shard_by_shard(ctx, "rollup", 4, lambda shard: rollup_once(ctx, shard=shard))
+    if engine.dialect.name == "postgresql":
+        key = job_lock_key("rollup:1/4")
+        with engine.connect() as holder:
+            holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            assert (done := run_job(ctx, "rollup", job)) and isinstance(done, int)
+            assert _dirty_gpus(engine) == {g for g in gpu_ids if g % 4 == 1}
+            assert _rolled_gpus(engine) == {g for g in gpu_ids if g % 4 != 1}
+            holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            holder.commit()
+    assert (done := run_job(ctx, "rollup", job)) and isinstance(done, int)
+    assert _dirty_gpus(engine) == set() and _rolled_gpus(engine) == gpu_ids
+    with engine.connect() as conn:
+        alone = conn.execute(select(rollup_1m).order_by("gpu_id", "bucket_start")).all()
+
+    if engine.dialect.name != "postgresql":
+        return  # SQLite serves one process: there are no other replicas
+    # The same minutes again, marked dirty, rolled up by two replicas' rounds at once.
+    keys = {(r.gpu_id, r.bucket_start) for r in alone}
+    with engine.begin() as conn:
+        conn.execute(rollup_dirty.insert(), [{"gpu_id": g, "bucket_start": b} for g, b in keys])
+    url = engine.url.render_as_string(hide_password=False)
+    other = create_app(Settings(database_url=url, run_scheduler=False), engine=engine,
+                       clock=clock).state.ctx  # fmt: skip
+
+    def round_of(c: Any) -> object:
+        return run_job(c, "rollup", shard_by_shard(
+            c, "rollup", 4, lambda shard: rollup_once(c, shard=shard)))  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        counts = list(pool.map(round_of, (ctx, other)))
+    assert sum(c for c in counts if isinstance(c, int)) == len(keys)
+    with engine.connect() as conn:
+        again = conn.execute(select(rollup_1m).order_by("gpu_id", "bucket_start")).all()
+    assert [r._mapping for r in again] == [r._mapping for r in alone]
 
 
 def test_a_gpu_moved_through_another_replica_is_seen_by_this_one(
