@@ -15,6 +15,10 @@ service's histograms; skipped runs: a round still running when the next was due)
 page times, and the central process's CPU. Usage (the machine is shared: take the bench lock):
 
     flock /tmp/bench.lock .venv/bin/python -m bench.scale --gpus 1000 --seconds 600
+
+--serves N runs N central processes on the database (the nodes spread over them by number, as
+a load balancer would) with the rollup in --rollup-shards shards; each process's background
+rounds are printed apart.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import statistics
 import time
 from collections import Counter
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,12 +77,15 @@ def _tokens(url: str, nodes: list[str]) -> tuple[list[str], str]:
 
 
 def senders_process(
-    base: str, nodes: list[tuple[str, str]], args: argparse.Namespace, out: Any
+    bases: list[str], nodes: list[tuple[str, str]], args: argparse.Namespace, out: Any
 ) -> None:
-    """Each node polls its simulated GPUs and ships a batch every args.batch seconds; puts
+    """Each node polls its simulated GPUs and ships a batch every args.batch seconds to one of
+    ``bases`` (node number modulo their count, as a load balancer would spread them); puts
     [(status, seconds)] per request on ``out``."""
 
-    async def node(client: httpx.AsyncClient, k: int, hostname: str, token: str) -> list[Any]:
+    async def node(
+        clients: list[httpx.AsyncClient], k: int, hostname: str, token: str
+    ) -> list[Any]:
         # Job ids of their own per node (the backend's ids repeat across nodes otherwise, and
         # one job claimed by two nodes' users is a refused ownership conflict, not a load).
         number = int(hostname.rsplit("-", 1)[1])  # the node's number over every sender
@@ -88,6 +96,7 @@ def senders_process(
             start=utc_now(),
             job_base=10_000 * (number + 1),
         )
+        client = clients[number % len(clients)]
         headers = {
             "Authorization": f"Bearer {token}",
             "Content-Type": "application/json",
@@ -127,10 +136,15 @@ def senders_process(
 
     async def main() -> list[Any]:
         limits = httpx.Limits(max_connections=len(nodes) + 4)
-        async with httpx.AsyncClient(
-            base_url=base, timeout=AGENT_TIMEOUT_SECONDS, limits=limits
-        ) as client:
-            per = await asyncio.gather(*(node(client, k, h, t) for k, (h, t) in enumerate(nodes)))
+        clients = [
+            httpx.AsyncClient(base_url=base, timeout=AGENT_TIMEOUT_SECONDS, limits=limits)
+            for base in bases
+        ]
+        try:
+            per = await asyncio.gather(*(node(clients, k, h, t) for k, (h, t) in enumerate(nodes)))
+        finally:
+            for client in clients:
+                await client.aclose()
         return [x for xs in per for x in xs]
 
     out.put(asyncio.run(main()))
@@ -221,15 +235,22 @@ def run(args: argparse.Namespace) -> None:
     with fresh_database("postgresql") as url:
         gpuwarden(url, "migrate")
         agents, reader = _tokens(url, hostnames)
-        with served(url) as (base, proc):
-            cpu0, wall0 = cpu_ms(proc.pid), time.monotonic()
+        with ExitStack() as stack:
+            shards = str(args.rollup_shards)
+            servers = [
+                stack.enter_context(served(url, GPUWARDEN_ROLLUP_SHARDS=shards))
+                for _ in range(args.serves)
+            ]
+            bases = [base for base, _ in servers]
+            base = bases[0]
+            cpu0, wall0 = sum(cpu_ms(p.pid) for _, p in servers), time.monotonic()
             load_before = _load()
             ctx = mp.get_context("spawn")
             queue = ctx.Queue()
             nodes = list(zip(hostnames, agents, strict=True))
             parts = [nodes[i :: args.senders] for i in range(args.senders)]
             procs = [
-                ctx.Process(target=senders_process, args=(base, part, args, queue))
+                ctx.Process(target=senders_process, args=(bases, part, args, queue))
                 for part in parts
             ]
             for p in procs:
@@ -250,11 +271,13 @@ def run(args: argparse.Namespace) -> None:
                 shipped = [x for _ in procs for x in queue.get(timeout=args.seconds + 300)]
                 for p in procs:
                     p.join(30)
-                cpu_share = (cpu_ms(proc.pid) - cpu0) / 1000 / (time.monotonic() - wall0)
-                final = client.get("/metrics").text
+                cpu = sum(cpu_ms(p.pid) for _, p in servers) - cpu0
+                cpu_share = cpu / 1000 / (time.monotonic() - wall0)
+                finals = [httpx.get(f"{b}/metrics", headers=headers, timeout=120).text
+                          for b in bases]  # fmt: skip
             load_after = _load()
             sizes = row_bytes(url)
-    report(args, n_nodes, shipped, seen, final, cpu_share, load_before, load_after)
+    report(args, n_nodes, shipped, seen, finals, cpu_share, load_before, load_after)
     print(f"stored bytes per row, indexes included: {sizes}")
 
 
@@ -292,7 +315,7 @@ def report(
     n_nodes: int,
     shipped: list[tuple[int, float]],
     seen: dict[str, list[float]],
-    final: str,
+    finals: list[str],
     cpu_share: float,
     load_before: str,
     load_after: str,
@@ -304,7 +327,8 @@ def report(
     print(
         f"fleet: {args.gpus} GPUs = {n_nodes} nodes x {GPUS_PER_NODE}, poll {args.poll:g} s, "
         f"one batch per node every {args.batch:g} s, {args.senders} sender processes, "
-        f"{args.seconds:g} s"
+        f"{args.seconds:g} s; {args.serves} central process(es), rollup in "
+        f"{args.rollup_shards} shard(s)"
     )
     print(
         f"accepted / offered: {len(ok)} / {offered} = {100 * len(ok) / max(1, offered):.1f}% "
@@ -317,9 +341,10 @@ def report(
     print(f"ingest lag (stalest GPU's newest sample): {_range(seen['lag_s'], 's', 1)}")
     print(f"GPUs exported on /metrics: {_range(seen['gpus_exported'], 'GPUs', 0)}")
     print(f"rollup backlog (rollup_dirty rows): {_range(seen['backlog_rows'], 'rows', 0)}")
-    print("background rounds (server histograms):")
-    for line in rounds(final):
-        print(line)
+    for i, final in enumerate(finals):
+        print(f"background rounds (server histograms, central process {i}):")
+        for line in rounds(final):
+            print(line)
     print(
         f"GET /metrics: {_range(seen['metrics_s'], 's')}; size {_range(seen['metrics_mb'], 'MB')}"
     )
@@ -328,7 +353,7 @@ def report(
     )
     print(f"fleet page API reads: {_range(seen['fleet_s'], 's', 3)}")
     print(f"jobs page API reads: {_range(seen['jobs_s'], 's', 3)}")
-    print(f"central CPU: {100 * cpu_share:.0f}% of a core")
+    print(f"central CPU (all processes): {100 * cpu_share:.0f}% of a core")
 
 
 def main() -> None:
@@ -339,6 +364,8 @@ def main() -> None:
     parser.add_argument("--batch", type=float, default=30.0, help="batch interval (s)")
     parser.add_argument("--senders", type=int, default=2, help="sender processes")
     parser.add_argument("--look", type=float, default=15.0, help="seconds between looks")
+    parser.add_argument("--serves", type=int, default=1, help="central processes")
+    parser.add_argument("--rollup-shards", type=int, default=1, help="GPUWARDEN_ROLLUP_SHARDS")
     run(parser.parse_args())
 
 
