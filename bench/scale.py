@@ -150,11 +150,17 @@ def senders_process(
     out.put(asyncio.run(main()))
 
 
-def _timed_get(client: httpx.Client, path: str, params: dict[str, str] | None) -> tuple[float, int]:
+def _timed_get(
+    client: httpx.Client, path: str, params: dict[str, str] | None
+) -> tuple[float, int, float]:
+    """(wall seconds, bytes, the server's own seconds from its Server-Timing header)."""
     t0 = time.perf_counter()
     r = client.get(path, params=params)
     r.raise_for_status()
-    return time.perf_counter() - t0, len(r.content)
+    wall = time.perf_counter() - t0
+    timing = r.headers.get("server-timing", "")
+    server = float(timing.split("dur=")[1]) / 1000 if "dur=" in timing else float("nan")
+    return wall, len(r.content), server
 
 
 def _families(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -167,18 +173,20 @@ def _families(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def look(client: httpx.Client, url: str, seen: dict[str, list[float]]) -> None:
     """One round of observations, appended to ``seen``."""
-    seconds, size = _timed_get(client, "/metrics", None)
+    seconds, size, _ = _timed_get(client, "/metrics", None)
     seen["metrics_s"].append(seconds)
     seen["metrics_mb"].append(size / 1e6)
-    seconds, size = _timed_get(client, "/metrics", {"shard": "0/4"})
+    seconds, size, _ = _timed_get(client, "/metrics", {"shard": "0/4"})
     seen["shard_s"].append(seconds)
     seen["shard_mb"].append(size / 1e6)
     for page in ("fleet", "jobs"):
-        total = 0.0
+        total = server = 0.0
         for path, params in PAGES[page]:
             if path.startswith("/api/v1/") and path != "/api/v1/session":
-                total += _timed_get(client, path, params)[0]
+                wall, _, own = _timed_get(client, path, params)
+                total, server = total + wall, server + own
         seen[f"{page}_s"].append(total)
+        seen[f"{page}_server_s"].append(server)
     ages = [
         v
         for (name, _), v in _families(client.get("/metrics").text).items()
@@ -259,7 +267,7 @@ def run(args: argparse.Namespace) -> None:
                 k: []
                 for k in (
                     "metrics_s", "metrics_mb", "shard_s", "shard_mb", "fleet_s", "jobs_s",
-                    "lag_s", "gpus_exported", "backlog_rows",
+                    "fleet_server_s", "jobs_server_s", "lag_s", "gpus_exported", "backlog_rows",
                 )
             }  # fmt: skip
             headers = {"Authorization": f"Bearer {reader}"}
@@ -351,8 +359,11 @@ def report(
     print(
         f"GET /metrics?shard=0/4: {_range(seen['shard_s'], 's')}; size {_range(seen['shard_mb'], 'MB')}"
     )
-    print(f"fleet page API reads: {_range(seen['fleet_s'], 's', 3)}")
-    print(f"jobs page API reads: {_range(seen['jobs_s'], 's', 3)}")
+    for page in ("fleet", "jobs"):
+        print(
+            f"{page} page API reads: wall {_range(seen[f'{page}_s'], 's', 3)}; server "
+            f"{_range(seen[f'{page}_server_s'], 's', 3)}"
+        )
     print(f"central CPU (all processes): {100 * cpu_share:.0f}% of a core")
 
 

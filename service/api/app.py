@@ -43,6 +43,7 @@ from service.api.routers import jobs as jobs_router
 from service.api.routers import periodic_reports as periodic_router
 from service.api.routers import prices as prices_router
 from service.api.routers import reports as reports_router
+from service.api.timing import ServerTiming
 from service.api.validation import request_validation_error
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
@@ -211,6 +212,8 @@ def _add_middleware(app: FastAPI, state: ApiState) -> None:
     app.add_middleware(NoteWrites, reads=state.ctx.reads)
     # Added last, so it runs first: a throttled client's refusal costs no parsing or routing.
     app.add_middleware(FailFast, gate=state.gate)
+    # Outermost: the time it reports covers everything the service does for the request.
+    app.add_middleware(ServerTiming)
 
 
 def _include_routers(app: FastAPI) -> None:
