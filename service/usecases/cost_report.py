@@ -157,7 +157,7 @@ def cost_report(
     assumptions = fix_assumptions_of(settings)
     money = _money_of(att, assumptions)
     paged = None
-    if window is not None and group_by == "job" and cause is None:
+    if window is not None and group_by == "job" and cause is None and limit is not None:
         paged = report_pages.day_page(conn, window, edges=groups, page=page, money=money,
                                       user=user, team=team)  # fmt: skip
     if paged is not None:
