@@ -294,24 +294,19 @@ def group_sums(
             _value_list(conn, j.gpu_id, flat=group_by == "job").label("gpu_list"),
             *(func.sum(j[f]).label(f) for f in fields),
         )
-        .where(*_within(cost_job_1d, start, end, excluded), *only)
+        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team), *only)
         .group_by(j.job_id)
         .subquery()
     )
     x = per_job.c
     no_job = (x.job_id == UNALLOCATED_JOB).label("no_job")
-    cond = []
-    if user is not None:
-        cond.append(jobs.c.user == user)
-    if team is not None:
-        cond.append(jobs.c.team == team)
     joined = per_job.outerjoin(jobs, jobs.c.id == x.job_id)
     query: Any
     if group_by == "job":
         query = select(no_job, x.job_id, jobs.c.user, jobs.c.team, jobs.c.project,
                        x.gpu_list,
                        x.job_id, *(x[f] for f in fields))  # fmt: skip
-        query = query.select_from(joined).where(*cond)
+        query = query.select_from(joined)
     else:
         key = jobs.c[group_by]
         query = (
@@ -324,7 +319,6 @@ def group_sums(
                 *(func.sum(x[f]) for f in fields),
             )
             .select_from(joined)
-            .where(*cond)
             .group_by(no_job, key)
         )
     out = []

@@ -131,13 +131,10 @@ _CAUSE_INDEX = {name: i for i, name in enumerate(_CAUSE_USD)}
 
 @dataclass(slots=True)
 class DaySums:
-    """The summed whole days [start, end) of a report, already grouped as the report groups
+    """The summed whole days of a report's ``DayWindow``, already grouped as the report groups
     (``UNALLOCATED`` for time no job held; per GPU id when grouping by hardware), with the
-    owner fields of each job when grouping by job; the GPUs left out are read from finer data."""
+    owner fields of each job when grouping by job."""
 
-    start: datetime
-    end: datetime
-    excluded: set[int]
     groups: dict[str, Summary] = field(default_factory=dict)
     by_gpu: dict[int, Summary] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -248,8 +245,8 @@ def read_days(
     hardware, else by ``group_by`` of the jobs as they are now (only jobs of ``user`` and
     ``team`` if given, whose filters drop time no job held; only the jobs ``job_ids`` if
     given, ``UNALLOCATED`` among them for time no job held)."""
-    start, end, excluded = window.start, window.end, set(window.excluded)
-    out = DaySums(start, end, excluded)
+    start, end, excluded = window.start, window.end, window.excluded
+    out = DaySums()
     fields = REPORT_FIELDS
     if group_by in HARDWARE_GROUP_BYS:
         for gpu_id, job_ids, values in cost_days_repo.gpu_sums(

@@ -75,10 +75,10 @@ def day_page(
 
 def _joined(key: str, edge: Summary | None, summed: Summary | None) -> Summary:
     """One job's group: its edges' part and its summed days' part, either of which may be
-    missing."""
+    missing (both, where the cost-days job re-wrote its days between the two reads: then an
+    empty group, never an error)."""
     if edge is None:
-        if summed is None:
-            raise LookupError(f"job {key!r} has dollars but no sums")
+        summed = summed if summed is not None else Summary(key)
         summed.key = key
         return summed
     if summed is not None:
