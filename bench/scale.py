@@ -205,7 +205,8 @@ def look(client: httpx.Client, url: str, seen: dict[str, list[float]]) -> None:
 
 
 def rounds(text: str) -> list[str]:
-    """Per background task: runs, mean seconds, the bucket its worst run fell in, skipped."""
+    """Per background task: runs, mean seconds, the bucket its worst run fell in, ticks skipped
+    (the last run still busy) and ticks left to another process (its turn or leadership)."""
     fams = _families(text)
     lines = []
     tasks = sorted(
@@ -226,13 +227,17 @@ def rounds(text: str) -> list[str]:
             and dict(k[1])["task"] == task
         )
         worst = next((le for le, v in buckets if v >= count), float("inf"))
-        skipped = fams.get(
-            ("gpuwarden_background_job_runs_total", (("outcome", "skipped"), ("task", task))), 0.0
-        )
+        runs = {
+            outcome: fams.get(
+                ("gpuwarden_background_job_runs_total", (("outcome", outcome), ("task", task))), 0.0
+            )
+            for outcome in ("skipped", "elsewhere")
+        }
         if count:
             lines.append(
                 f"  {task}: {count:.0f} runs, mean {total / count:.2f} s, worst <= {worst:g} s, "
-                f"{skipped:.0f} skipped"
+                f"{runs['skipped']:.0f} skipped (still busy), {runs['elsewhere']:.0f} elsewhere "
+                "(another process's turn)"
             )
     return lines
 

@@ -12,7 +12,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from service.context import ServiceContext
-from service.db.leader import job_turn
+from service.db.leader import LeaderLock, job_turn
 from service.db.outages import OutageLog, is_outage
 from service.usecases.upkeep import (
     cost_days_once,
@@ -41,7 +41,7 @@ class _SkippedRunFilter(logging.Filter):
 logging.getLogger("apscheduler.scheduler").addFilter(_SkippedRunFilter())
 
 
-# What a job returns when another replica holds its turn (counted as skipped).
+# What a job returns when another replica holds its turn (counted as elsewhere, not timed).
 ELSEWHERE = object()
 
 
@@ -81,14 +81,25 @@ def shard_by_shard(
     return run
 
 
+def on_the_leader(leader: LeaderLock, tick: Callable[[], object]) -> Callable[[], object]:
+    """``tick`` (which acts only while this replica is the evaluator's leader), returning
+    ``ELSEWHERE`` when this replica was not the leader."""
+
+    def run() -> object:
+        result = tick()
+        return result if leader.held else ELSEWHERE
+
+    return run
+
+
 def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
-    """Run ``fn`` as background job ``name``: time it, count the outcome, never raise."""
+    """Run ``fn`` as background job ``name``: time it, count the outcome, never raise.
+
+    A run that found another replica holding its turn counts as ``elsewhere`` and is not timed,
+    so the duration histogram holds only runs that did the work."""
     started = time.perf_counter()
     try:
         result = fn()
-        if result is ELSEWHERE:
-            ctx.telemetry.job_runs.labels(name, "skipped").inc()
-            return None
     except Exception as exc:
         if is_outage(exc):
             _OUTAGES.failed(exc, f"background job {name}")  # one line, not one per tick
@@ -96,9 +107,12 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
             log.exception("background job %s failed", name)
         ctx.telemetry.job_runs.labels(name, "error").inc()
         ctx.telemetry.db_errors.labels(name).inc()
-        return None
-    finally:
         ctx.telemetry.job_seconds.labels(name).observe(time.perf_counter() - started)
+        return None
+    if result is ELSEWHERE:
+        ctx.telemetry.job_runs.labels(name, "elsewhere").inc()
+        return None
+    ctx.telemetry.job_seconds.labels(name).observe(time.perf_counter() - started)
     ctx.telemetry.job_runs.labels(name, "ok").inc()
     return result
 
@@ -147,11 +161,12 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     from service.usecases.periodic_reports import ReportScheduler
 
     reports = ReportScheduler(ctx, alerting.leader)
+    leader = alerting.leader
     jobs += [
-        ("evaluate", alerting.evaluate_tick, s.eval_interval_seconds),
-        ("ladder", ladder.tick, s.eval_interval_seconds),
-        ("deliver", alerting.deliver_tick, s.outbox_interval_seconds),
-        ("reports", reports.tick, s.report_interval_seconds),
+        ("evaluate", on_the_leader(leader, alerting.evaluate_tick), s.eval_interval_seconds),
+        ("ladder", on_the_leader(leader, ladder.tick), s.eval_interval_seconds),
+        ("deliver", on_the_leader(leader, alerting.deliver_tick), s.outbox_interval_seconds),
+        ("reports", on_the_leader(leader, reports.tick), s.report_interval_seconds),
     ]
 
     def count_skip(event: JobSubmissionEvent) -> None:

@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 INGEST_OUTCOMES: tuple[str, ...] = ("stored", "rejected", "refused", "error")
 # Database operations counted by the API (background tasks add their own names, see ``task``).
 DB_OPERATIONS: tuple[str, ...] = ("ingest", "metrics", "readyz", "statement_timeout", "unavailable")
-TASK_OUTCOMES: tuple[str, ...] = ("ok", "error", "skipped")
+# skipped: a tick came while the task's previous run was still busy (it is falling behind);
+# elsewhere: another replica held the task's turn (or every shard of it), so this one had none.
+TASK_OUTCOMES: tuple[str, ...] = ("ok", "error", "skipped", "elsewhere")
 NOTIFY_OUTCOMES: tuple[str, ...] = ("sent", "retry", "failed")
 
 

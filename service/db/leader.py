@@ -63,6 +63,11 @@ class LeaderLock:
                 self._drop()
                 return False
 
+    @property
+    def held(self) -> bool:
+        """Whether this process held the lock at its last ``check`` (asks the database nothing)."""
+        return self.engine.dialect.name != "postgresql" or self._conn is not None
+
     def release(self) -> None:
         """Give the lock up (on shutdown) so another replica takes over at once."""
         with self._mutex:

@@ -11,9 +11,9 @@ import httpx
 from sqlalchemy import Engine, func, select, text
 
 from service.api.app import create_app
-from service.db.leader import job_lock_key
+from service.db.leader import LOCK_KEY, job_lock_key
 from service.db.schema import rollup_1m, rollup_dirty, samples
-from service.scheduler import one_replica_at_a_time, run_job, shard_by_shard
+from service.scheduler import build_scheduler, one_replica_at_a_time, run_job, shard_by_shard
 from service.settings import Settings
 from service.usecases.upkeep import rollup_once
 from tests.conftest import make_token
@@ -55,20 +55,55 @@ def test_the_rollup_runs_on_one_replica_at_a_time(
     batch = make_batch(start=clock() - timedelta(minutes=5), count=6)
     assert http.post("/api/v1/ingest", json=batch, headers=h).status_code == 200
     job = one_replica_at_a_time(ctx, "rollup", lambda: rollup_once(ctx))
-    skipped = ctx.telemetry.job_runs.labels("rollup", "skipped")
+    elsewhere = ctx.telemetry.job_runs.labels("rollup", "elsewhere")
     if engine.dialect.name == "postgresql":
         # Another replica's rollup holds the turn: this one leaves the dirty minutes alone.
         with engine.connect() as holder:
             holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": job_lock_key("rollup")})
-            before = skipped._value.get()
+            before = elsewhere._value.get()
             assert run_job(ctx, "rollup", job) is None
-            assert skipped._value.get() == before + 1
+            assert elsewhere._value.get() == before + 1
             assert n(engine, rollup_dirty) > 0 and n(engine, rollup_1m) == 0
             holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": job_lock_key("rollup")})
             holder.commit()
     buckets = run_job(ctx, "rollup", job)
     assert isinstance(buckets, int) and buckets > 0
     assert n(engine, rollup_dirty) == 0 and n(engine, rollup_1m) > 0
+
+
+def _count(ctx: Any, task: str, outcome: str) -> float:
+    return float(ctx.telemetry.job_runs.labels(task, outcome)._value.get())
+
+
+def _timed(ctx: Any, task: str) -> float:
+    return float(ctx.telemetry.job_seconds.labels(task)._sum.get())
+
+
+def test_a_tick_on_a_replica_that_is_not_the_leader_counts_as_elsewhere(app, engine: Engine):
+    """Leader-only rounds on a follower, and a rollup whose turn another replica holds, are
+    counted ``elsewhere`` (not ``skipped``, which says a task falls behind) and left untimed."""
+    if engine.dialect.name != "postgresql":
+        return  # SQLite has one process: it is always the leader
+    ctx = app.state.ctx
+    sched = build_scheduler(ctx)
+    ticks = {job.id: job.args for job in sched.get_jobs()}
+    with engine.connect() as leader:  # another replica is the evaluator's leader
+        assert leader.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar()
+        leader.commit()
+        for task in ("evaluate", "ladder", "deliver", "reports"):
+            before = (_count(ctx, task, "elsewhere"), _count(ctx, task, "ok"), _timed(ctx, task))
+            assert run_job(*ticks[task]) is None
+            after = (_count(ctx, task, "elsewhere"), _count(ctx, task, "ok"), _timed(ctx, task))
+            assert after == (before[0] + 1, before[1], before[2]), task
+        leader.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+        leader.commit()
+    # The lock is free: this replica becomes the leader and its rounds run, counted and timed.
+    ok, timed = _count(ctx, "evaluate", "ok"), _timed(ctx, "evaluate")
+    run_job(*ticks["evaluate"])
+    assert _count(ctx, "evaluate", "ok") == ok + 1
+    assert _timed(ctx, "evaluate") > timed
+    for hook in ctx.shutdown_hooks:
+        hook()
 
 
 def _rolled_gpus(engine: Engine) -> set[int]:
