@@ -336,12 +336,20 @@ def read_conn(
     ctx: Ctx, info: Authenticated, _: Annotated[None, Depends(admit_read)]
 ) -> Iterator[Connection]:
     """A connection for reading, closed after the request; taken only once the read is admitted,
-    on the read replica when the read router allows it for this caller, else on the primary."""
+    on the read replica when the read router allows it for this caller, else on the primary.
+
+    Every read of one request sees one snapshot, so a page's rows and its totals agree while
+    ingest, rollups and the cost-days job write."""
     with ctx.reads.connect(info.id) as conn:
         if conn.dialect.name == "postgresql":
             # For this request's transaction only: background jobs keep no limit.
             seconds = ctx.settings.db_statement_timeout_seconds
             conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
+            # Allowed on a hot standby too; a read-only transaction never fails to serialize.
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        else:
+            # The driver begins no transaction for reads: each SELECT would see the newest data.
+            conn.exec_driver_sql("BEGIN")
         yield conn
 
 

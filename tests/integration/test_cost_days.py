@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, select, update
 
+from service.api.app import create_app
 from service.costs.prices import PriceRow
 from service.db import costs_repo, jobs_repo, prices_repo
 from service.db.schema import (
@@ -31,9 +33,9 @@ from service.db.schema import (
 )
 from service.settings import Settings
 from service.usecases import cost_days, cost_report, day_sums, price_table, report_pages
-from tests.conftest import truncate_all
+from tests.conftest import make_token, truncate_all
 from tests.integration.cost_data import GIB, roll_up, store_series
-from tests.support import FakeClock
+from tests.support import FakeClock, live_server
 
 START = datetime(2026, 11, 27, 18, 0, tzinfo=UTC)  # three whole days, Nov 28-30, and edges
 END = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
@@ -330,3 +332,55 @@ def test_a_job_change_marks_its_days_and_the_job_re_writes_them(loaded: Engine) 
         _assert_same(engine, s, START, NOW, group_by)
     with engine.begin() as conn:
         conn.execute(update(gpus).where(gpus.c.id == 3).values(lost_at=None))
+
+
+def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Engine) -> None:
+    """A page's rows and totals are read from one snapshot: the cost-days job committing new
+    day sums between the request's reads changes none of that answer; the next request sees
+    them."""
+    engine = loaded
+    s = Settings(database_url=engine.url.render_as_string(hide_password=False),
+                 run_scheduler=False)  # fmt: skip
+    _reset(engine)
+    with engine.begin() as conn:
+        prices_repo.replace_prices(conn, rows=_prices(4.0, None))
+        for k, (uuid, *_) in enumerate(GPUS):
+            jobs_repo.upsert_job(
+                conn, job_id=f"slurm:{k}", fields={"team": "vision"}, gpu_uuids=[uuid],
+                started_at=START, ended_at=None, now=NOW,
+            )  # fmt: skip
+    _write_days(engine, s)
+    usd = [c for c in cost_job_1d.c if c.name.endswith("_usd")]
+    original = day_sums.read_total
+    rewrites = []
+
+    def days_re_written_then_read_total(*args: Any, **kwargs: Any) -> Any:
+        # The cost-days job commits between this request's first reads and its totals.
+        rewrites.append(1)
+        with engine.begin() as other:
+            other.execute(update(cost_job_1d).values({c: c * 2 for c in usd}))
+            other.execute(
+                update(cost_gpu_1d).values(
+                    {c: c * 2 for c in cost_gpu_1d.c if c.name.endswith("_usd")}
+                )
+            )
+        return original(*args, **kwargs)
+
+    app = create_app(s, engine=engine, clock=FakeClock(NOW))
+    auth = {"Authorization": f"Bearer {make_token(engine, 'reader')}"}
+    params = {"start": START.isoformat(), "end": NOW.isoformat(), "group_by": "job", "limit": "2"}
+    with live_server(app) as base, httpx.Client(base_url=base, headers=auth, timeout=60) as http:
+
+        def report() -> dict[str, Any]:
+            r = http.get("/api/v1/reports/cost", params=params)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        before = report()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(day_sums, "read_total", days_re_written_then_read_total)
+            during = report()
+        after = report()
+    assert rewrites == [1]  # the page was chosen in the database, between the two reads
+    assert during == before
+    assert after["totals"]["cost_usd"] > before["totals"]["cost_usd"] + 1.0
