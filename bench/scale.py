@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -242,6 +243,19 @@ def rounds(text: str) -> list[str]:
     return lines
 
 
+def postgres_cpu_ms() -> float:
+    """CPU time (ms) of this machine's PostgreSQL processes alive now (the server's own and its
+    backends; a backend that exited meanwhile is missed, the pools keep theirs open)."""
+    total = 0.0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "postgres":
+                total += cpu_ms(int(comm.parent.name))
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return total
+
+
 def run(args: argparse.Namespace) -> None:
     n_nodes = args.gpus // GPUS_PER_NODE
     hostnames = [f"sim-{k:05d}" for k in range(n_nodes)]
@@ -257,6 +271,7 @@ def run(args: argparse.Namespace) -> None:
             bases = [base for base, _ in servers]
             base = bases[0]
             cpu0, wall0 = sum(cpu_ms(p.pid) for _, p in servers), time.monotonic()
+            pg0 = postgres_cpu_ms()
             load_before = _load()
             ctx = mp.get_context("spawn")
             queue = ctx.Queue()
@@ -282,15 +297,20 @@ def run(args: argparse.Namespace) -> None:
                     look(client, url, seen)
                     time.sleep(args.look)
                 shipped = [x for _ in procs for x in queue.get(timeout=args.seconds + 300)]
+                senders_ms = sum(cpu_ms(p.pid) for p in procs if p.pid is not None)
+                elapsed = time.monotonic() - wall0
+                shares = {
+                    "central": (sum(cpu_ms(p.pid) for _, p in servers) - cpu0) / 1000 / elapsed,
+                    "PostgreSQL": (postgres_cpu_ms() - pg0) / 1000 / elapsed,
+                    "senders (the simulated fleet)": senders_ms / 1000 / elapsed,
+                }
                 for p in procs:
                     p.join(30)
-                cpu = sum(cpu_ms(p.pid) for _, p in servers) - cpu0
-                cpu_share = cpu / 1000 / (time.monotonic() - wall0)
                 finals = [httpx.get(f"{b}/metrics", headers=headers, timeout=120).text
                           for b in bases]  # fmt: skip
             load_after = _load()
             sizes = row_bytes(url)
-    report(args, n_nodes, shipped, seen, finals, cpu_share, load_before, load_after)
+    report(args, n_nodes, shipped, seen, finals, shares, load_before, load_after)
     print(f"stored bytes per row, indexes included: {sizes}")
 
 
@@ -329,7 +349,7 @@ def report(
     shipped: list[tuple[int, float]],
     seen: dict[str, list[float]],
     finals: list[str],
-    cpu_share: float,
+    shares: dict[str, float],
     load_before: str,
     load_after: str,
 ) -> None:
@@ -369,7 +389,11 @@ def report(
             f"{page} page API reads: wall {_range(seen[f'{page}_s'], 's', 3)}; server "
             f"{_range(seen[f'{page}_server_s'], 's', 3)}"
         )
-    print(f"central CPU (all processes): {100 * cpu_share:.0f}% of a core")
+    print(
+        "CPU, in cores: "
+        + ", ".join(f"{who} {share:.2f}" for who, share in shares.items())
+        + " (central: all its processes; PostgreSQL: where it runs on this machine)"
+    )
 
 
 def main() -> None:
