@@ -234,9 +234,10 @@ def rounds(text: str) -> list[str]:
             )
             for outcome in ("skipped", "elsewhere")
         }
-        if count:
+        if count or runs["elsewhere"]:
+            timed = f"mean {total / count:.2f} s, worst <= {worst:g} s" if count else "none timed"
             lines.append(
-                f"  {task}: {count:.0f} runs, mean {total / count:.2f} s, worst <= {worst:g} s, "
+                f"  {task}: {count:.0f} runs, {timed}, "
                 f"{runs['skipped']:.0f} skipped (still busy), {runs['elsewhere']:.0f} elsewhere "
                 "(another process's turn)"
             )
