@@ -122,7 +122,7 @@ PAGES: dict[str, list[tuple[str, dict[str, str] | None]]] = {
         ("/", None),
         ("/api/v1/session", None),
         ("/console/causes.json", None),
-        ("/api/v1/fleet", None),
+        ("/api/v1/fleet", {"sort": "waste", "limit": "200"}),
     ],
     # What the fleet page read before /fleet existed, for comparison (not a page).
     "fleet-before": [
@@ -132,7 +132,7 @@ PAGES: dict[str, list[tuple[str, dict[str, str] | None]]] = {
     "jobs": [
         ("/jobs", None),
         ("/api/v1/session", None),
-        ("/api/v1/jobs", {"since": "7d"}),
+        ("/api/v1/jobs", {"since": "7d", "sort": "waste", "limit": "100"}),
     ],
     "costs": [
         ("/costs", None),

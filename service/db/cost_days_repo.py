@@ -199,15 +199,17 @@ def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int])
     return cond
 
 
-def _owned_by(user: str | None, team: str | None) -> list[Any]:
+def _owned_by(user: str | None, team: str | None, jobs_only: bool = False) -> list[Any]:
     """Conditions on cost_job_1d: only rows of jobs of ``user`` and ``team`` where given (so
-    none of the time no job held)."""
+    none of the time no job held), only rows of jobs with ``jobs_only``."""
     cond = []
     if user is not None:
         cond.append(jobs.c.user == user)
     if team is not None:
         cond.append(jobs.c.team == team)
-    return [cost_job_1d.c.job_id.in_(select(jobs.c.id).where(*cond))] if cond else []
+    if cond:
+        return [cost_job_1d.c.job_id.in_(select(jobs.c.id).where(*cond))]
+    return [cost_job_1d.c.job_id != UNALLOCATED_JOB] if jobs_only else []
 
 
 def job_dollars(
@@ -220,11 +222,12 @@ def job_dollars(
     fixable_fields: Sequence[str],
     user: str | None = None,
     team: str | None = None,
+    jobs_only: bool = False,
 ) -> list[tuple[str, float, float, float, float]]:
     """Per job over the days in [start, end), GPUs ``excluded`` left out, only jobs of ``user``
-    and ``team`` if given: (job id, the sums of ``idle_fields`` and of ``fixable_fields``, cost
-    USD, unpriced seconds); a few sums a row, so the statement runs in parallel and reads back
-    light."""
+    and ``team`` if given (of any job with ``jobs_only``): (job id, the sums of
+    ``idle_fields`` and of ``fixable_fields``, cost USD, unpriced seconds); a few sums a row,
+    so the statement runs in parallel and reads back light."""
     j = cost_job_1d.c
 
     def total(names: Sequence[str]) -> Any:
@@ -234,7 +237,7 @@ def job_dollars(
             func.sum(j.unpriced_seconds))  # fmt: skip
     query = (
         select(j.job_id, *sums)
-        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team))
+        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only))
         .group_by(j.job_id)
     )
     with _report_read(conn):
@@ -253,12 +256,14 @@ def total_sums(
     fields: Sequence[str],
     user: str | None = None,
     team: str | None = None,
+    jobs_only: bool = False,
 ) -> tuple[list[int], tuple[Any, ...]]:
     """The (job, GPU, day) rows of the days in [start, end) summed, GPUs ``excluded`` left out,
-    only jobs of ``user`` and ``team`` if given: (the GPUs they cover, the sums of ``fields``).
+    only jobs of ``user`` and ``team`` if given (of any job with ``jobs_only``): (the GPUs they
+    cover, the sums of ``fields``).
     Two statements that each run in parallel: one grouped by GPU with every sum took longer."""
     j = cost_job_1d.c
-    cond = [*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team)]
+    cond = [*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only)]
     with _report_read(conn):
         gpu_ids = [
             int(g) for (g,) in conn.execute(select(j.gpu_id).where(*cond).group_by(j.gpu_id))
@@ -277,13 +282,14 @@ def group_sums(
     group_by: str,
     user: str | None = None,
     team: str | None = None,
+    jobs_only: bool = False,
     job_ids: Sequence[str] | None = None,
 ) -> list[tuple[bool, str | None, dict[str, Any], list[int], list[str], tuple[Any, ...]]]:
     """The (job, GPU, day) rows of the days in [start, end) summed per ``group_by`` (job,
     user, team or project, as the jobs are now), GPUs ``excluded`` left out, only jobs of
-    ``user`` and ``team`` if given, and only the jobs ``job_ids`` if given (UNALLOCATED_JOB
-    for time no job held): (time no job held, key, the owner fields of a job's group, its GPU
-    ids, its job ids, the sums of ``fields``)."""
+    ``user`` and ``team`` if given (of any job with ``jobs_only``), and only the jobs
+    ``job_ids`` if given (UNALLOCATED_JOB for time no job held): (time no job held, key, the
+    owner fields of a job's group, its GPU ids, its job ids, the sums of ``fields``)."""
     j = cost_job_1d.c
     only = [] if job_ids is None else [j.job_id.in_(sorted(set(job_ids)))]
     # Summed per job first (hashed on one key, no join), then joined to the jobs' owners and,
@@ -294,7 +300,9 @@ def group_sums(
             _value_list(conn, j.gpu_id, flat=group_by == "job").label("gpu_list"),
             *(func.sum(j[f]).label(f) for f in fields),
         )
-        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team), *only)
+        .where(
+            *_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only), *only
+        )
         .group_by(j.job_id)
         .subquery()
     )

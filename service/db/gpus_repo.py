@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
@@ -22,6 +23,52 @@ from service.vocabulary import HARDWARE_XIDS, METRIC_NAMES
 Resolution = Literal["raw", "1m", "1h"]
 
 
+def fleet_index(
+    conn: Connection, *, now: datetime, start_skew_seconds: float
+) -> list[dict[str, Any]]:
+    """Every GPU's few fields a fleet view filters and sorts by (id, uuid, node, index, model,
+    last-seen time, lost, latest cause, and the job holding it at ``now``), in node and index
+    order: a page is chosen from these before any GPU's full row is read."""
+    query = (
+        select(
+            gpus.c.id,
+            gpus.c.uuid,
+            gpus.c.gpu_index,
+            gpus.c.model,
+            gpus.c.last_sample_at,
+            gpus.c.lost_at,
+            nodes.c.hostname,
+            samples.c.cause,
+        )
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .outerjoin(
+            samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at)
+        )
+        .order_by(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid)
+    )
+    holders = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
+    out = []
+    for r in conn.execute(query):
+        held = holders.get(r.id)
+        job = held[-1] if held else None
+        out.append(
+            {
+                "gpu_id": r.id,
+                "uuid": r.uuid,
+                "index": r.gpu_index,
+                "model": r.model,
+                "node": r.hostname,
+                "last_seen_at": r.last_sample_at,
+                "lost": r.lost_at is not None,
+                "cause": None if r.cause is None else Cause(r.cause).label,
+                "job": job.job_id if job else None,
+                "user": job.user if job else None,
+                "team": job.team if job else None,
+            }
+        )
+    return out
+
+
 def list_gpus(
     conn: Connection,
     *,
@@ -29,9 +76,11 @@ def list_gpus(
     start_skew_seconds: float,
     node: str | None = None,
     model: str | None = None,
+    gpu_ids: Collection[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every GPU with its node, model, last-seen time, the values of its latest sample and the
-    job holding it at ``now`` (holders_repo's rule, ``start_skew_seconds`` its allowance)."""
+    """Every GPU (only ``gpu_ids`` where given) with its node, model, last-seen time, the
+    values of its latest sample and the job holding it at ``now`` (holders_repo's rule,
+    ``start_skew_seconds`` its allowance), in node and index order."""
     query = (
         select(
             gpus.c.id.label("gpu_id_"),
@@ -46,6 +95,7 @@ def list_gpus(
             gpus.c.retired_at,
             nodes.c.hostname,
             nodes.c.labels,
+            nodes.c.id.label("node_id_"),
             samples,
         )
         .join(nodes, nodes.c.id == gpus.c.node_id)
@@ -58,37 +108,44 @@ def list_gpus(
         query = query.where(nodes.c.hostname == node)
     if model is not None:
         query = query.where(gpus.c.model == model)
-    holders = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
-    out = []
-    for r in conn.execute(query):
-        latest = {m: getattr(r, m) for m in METRIC_NAMES if getattr(r, m) is not None}
-        held = holders.get(r.gpu_id_)
-        job = held[-1] if held else None
-        out.append(
-            {
-                "uuid": r.uuid,
-                "index": r.gpu_index,
-                "model": r.model,
-                "node": r.hostname,
-                "node_labels": r.labels,
-                "fb_total_bytes": r.fb_total_bytes,
-                "mig_parent_uuid": r.mig_parent_uuid,
-                "first_seen_at": r.first_seen_at,
-                "last_seen_at": r.last_sample_at,
-                "lost": r.lost_at is not None,
-                "retired_at": r.retired_at,
-                "source": r.source,
-                "latest": latest,
-                "activity": r.activity,
-                "activity_rung": None if r.activity_rung is None else Rung(r.activity_rung).label,
-                "cause": None if r.cause is None else Cause(r.cause).label,
-                "supported_causes": [c.label for c in supported_causes(latest)],
-                "job": job.job_id if job else None,
-                "user": job.user if job else None,
-                "team": job.team if job else None,
-            }
-        )
-    return out
+    if gpu_ids is not None:
+        query = query.where(gpus.c.id.in_(list(gpu_ids)))
+    rows = conn.execute(query).all()
+    # A page's few GPUs ask only their nodes' holders, not the fleet's.
+    node_ids = None if gpu_ids is None else {r.node_id_ for r in rows}
+    holders = holders_repo.holders_at(
+        conn, now=now, start_skew_seconds=start_skew_seconds, node_ids=node_ids
+    )
+    return [_gpu_row(r, holders) for r in rows]
+
+
+def _gpu_row(r: Any, holders: Mapping[int, Sequence[holders_repo.Holder]]) -> dict[str, Any]:
+    """One row of ``list_gpus`` as the API has it."""
+    latest = {m: getattr(r, m) for m in METRIC_NAMES if getattr(r, m) is not None}
+    held = holders.get(r.gpu_id_)
+    job = held[-1] if held else None
+    return {
+        "uuid": r.uuid,
+        "index": r.gpu_index,
+        "model": r.model,
+        "node": r.hostname,
+        "node_labels": r.labels,
+        "fb_total_bytes": r.fb_total_bytes,
+        "mig_parent_uuid": r.mig_parent_uuid,
+        "first_seen_at": r.first_seen_at,
+        "last_seen_at": r.last_sample_at,
+        "lost": r.lost_at is not None,
+        "retired_at": r.retired_at,
+        "source": r.source,
+        "latest": latest,
+        "activity": r.activity,
+        "activity_rung": None if r.activity_rung is None else Rung(r.activity_rung).label,
+        "cause": None if r.cause is None else Cause(r.cause).label,
+        "supported_causes": [c.label for c in supported_causes(latest)],
+        "job": job.job_id if job else None,
+        "user": job.user if job else None,
+        "team": job.team if job else None,
+    }
 
 
 def gpu_id_by_uuid(conn: Connection, *, uuid: str) -> int | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -333,26 +333,12 @@ def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
     return out
 
 
-def list_jobs(
-    conn: Connection,
-    *,
-    start: datetime | None,
-    end: datetime | None,
-    user: str | None = None,
-    team: str | None = None,
-    limit: int = 1000,
-) -> list[dict[str, Any]]:
-    """Jobs that ran during [start, end) (newest first), optionally of one user or team."""
-    q = select(jobs).order_by(jobs.c.started_at.desc(), jobs.c.id).limit(limit)
-    if end is not None:
-        q = q.where(jobs.c.started_at < end)
-    if start is not None:
-        q = q.where(or_(jobs.c.ended_at.is_(None), jobs.c.ended_at > start))
-    if user is not None:
-        q = q.where(jobs.c.user == user)
-    if team is not None:
-        q = q.where(jobs.c.team == team)
-    return [dict(r._mapping) for r in conn.execute(q)]
+def jobs_by_id(conn: Connection, *, job_ids: Collection[str]) -> dict[str, dict[str, Any]]:
+    """The stored rows of the jobs ``job_ids`` (those that exist), by id."""
+    if not job_ids:
+        return {}
+    query = select(jobs).where(jobs.c.id.in_(sorted(set(job_ids))))
+    return {r.id: dict(r._mapping) for r in conn.execute(query)}
 
 
 def team_names(conn: Connection) -> list[str]:

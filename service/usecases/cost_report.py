@@ -130,6 +130,7 @@ def cost_report(
     day_sums: bool = True,
     limit: int | None = None,
     offset: int = 0,
+    jobs_only: bool = False,
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
     ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
@@ -138,7 +139,8 @@ def cost_report(
     Whole UTC days are read from the day sums where they are current (without ``day_sums``,
     which only the benchmark and tests ask for, every second from finer data). Only the rows
     [offset, offset + limit) of that order are built (all from ``offset`` without ``limit``);
-    the totals and ``row_count`` cover every row the filters keep."""
+    the totals and ``row_count`` cover every row the filters keep (with ``jobs_only`` no time
+    no job held)."""
     _check_query(group_by, sort_by, cause)
     check_range(settings, start=start, end=end, now=now)
     page = Page(sort_by, offset, limit)
@@ -152,20 +154,22 @@ def cost_report(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
             causes=False,
         ), None  # fmt: skip
-    lines = _lines_of(att, user=user, team=team)
+    lines = _lines_of(att, user=user, team=team, jobs_only=jobs_only)
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
     assumptions = fix_assumptions_of(settings)
     money = _money_of(att, assumptions)
     paged = None
     if window is not None and group_by == "job" and cause is None and limit is not None:
         paged = report_pages.day_page(conn, window, edges=groups, page=page, money=money,
-                                      user=user, team=team)  # fmt: skip
+                                      user=user, team=team, jobs_only=jobs_only)  # fmt: skip
     if paged is not None:
         att.jobs.update(paged.jobs)
         chosen, total, count = paged.rows, paged.total, paged.count
     else:
         if window is not None:
-            days = day_sums_mod.read_days(conn, window, group_by=group_by, user=user, team=team)
+            days = day_sums_mod.read_days(
+                conn, window, group_by=group_by, user=user, team=team, jobs_only=jobs_only
+            )
             att.jobs.update(days.jobs)
             add_days(groups, days, att, group_by)
         chosen, total, count = _choose(groups, money, cause=cause, page=page)
@@ -226,10 +230,13 @@ def split_rule_notes(stored: set[str], current: str) -> list[str]:
     ]
 
 
-def _lines_of(att: Attribution, *, user: str | None, team: str | None) -> list[Line]:
-    """The attribution's lines, only those of jobs of ``user`` and ``team`` where given."""
+def _lines_of(
+    att: Attribution, *, user: str | None, team: str | None, jobs_only: bool = False
+) -> list[Line]:
+    """The attribution's lines, only those of jobs of ``user`` and ``team`` where given, only
+    those of any job with ``jobs_only``."""
     if user is None and team is None:
-        return att.lines
+        return [ln for ln in att.lines if ln.job_id is not None] if jobs_only else att.lines
 
     def keep(line: Line) -> bool:
         if line.job_id is None:

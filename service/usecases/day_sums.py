@@ -201,13 +201,20 @@ class DayWindow:
 
 
 def read_dollars(
-    conn: Connection, window: DayWindow, *, user: str | None = None, team: str | None = None
+    conn: Connection,
+    window: DayWindow,
+    *,
+    user: str | None = None,
+    team: str | None = None,
+    jobs_only: bool = False,
 ) -> dict[str, Dollars]:
     """Per job (``UNALLOCATED`` for time no job held, left out where ``user`` or ``team`` is
-    given), the dollars of its summed days in ``window`` that bound its place in a report."""
+    given or with ``jobs_only``), the dollars of its summed days in ``window`` that bound its
+    place in a report."""
     rows = cost_days_repo.job_dollars(
         conn, start=window.start, end=window.end, excluded=window.excluded,
         idle_fields=_IDLE_USD, fixable_fields=_FIXABLE_USD, user=user, team=team,
+        jobs_only=jobs_only,
     )  # fmt: skip
     return {
         UNALLOCATED if job_id == cost_days_repo.UNALLOCATED_JOB else job_id: Dollars(
@@ -218,14 +225,20 @@ def read_dollars(
 
 
 def read_total(
-    conn: Connection, window: DayWindow, *, user: str | None = None, team: str | None = None
+    conn: Connection,
+    window: DayWindow,
+    *,
+    user: str | None = None,
+    team: str | None = None,
+    jobs_only: bool = False,
 ) -> Summary:
     """The sum of every job's summed days in ``window`` (only jobs of ``user`` and ``team``
-    where given), with its GPUs; its job ids are left to the caller."""
+    where given, no time no job held with ``jobs_only``), with its GPUs; its job ids are left
+    to the caller."""
     fields = REPORT_FIELDS
     gpu_ids, values = cost_days_repo.total_sums(
         conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields,
-        user=user, team=team,
+        user=user, team=team, jobs_only=jobs_only,
     )  # fmt: skip
     total = summary_from("__total__", fields, values)
     total.gpu_ids.update(gpu_ids)
@@ -239,12 +252,13 @@ def read_days(
     group_by: str,
     user: str | None = None,
     team: str | None = None,
+    jobs_only: bool = False,
     job_ids: Collection[str] | None = None,
 ) -> DaySums:
     """The sums of the days of ``window``, grouped in the database: per GPU when grouping by
     hardware, else by ``group_by`` of the jobs as they are now (only jobs of ``user`` and
-    ``team`` if given, whose filters drop time no job held; only the jobs ``job_ids`` if
-    given, ``UNALLOCATED`` among them for time no job held)."""
+    ``team`` if given, whose filters drop time no job held as ``jobs_only`` does; only the
+    jobs ``job_ids`` if given, ``UNALLOCATED`` among them for time no job held)."""
     start, end, excluded = window.start, window.end, window.excluded
     out = DaySums()
     fields = REPORT_FIELDS
@@ -256,13 +270,13 @@ def read_days(
             s.gpu_ids.add(gpu_id)
             s.job_ids.update(job_ids)
         return out
-    filtered = user is not None or team is not None
+    filtered = user is not None or team is not None or jobs_only
     only = None if job_ids is None else [
         cost_days_repo.UNALLOCATED_JOB if k == UNALLOCATED else k for k in job_ids
     ]  # fmt: skip
     for no_job, key, owner, gpu_ids, ids, values in cost_days_repo.group_sums(
         conn, start=start, end=end, excluded=excluded, fields=fields, group_by=group_by,
-        user=user, team=team, job_ids=only,
+        user=user, team=team, jobs_only=jobs_only, job_ids=only,
     ):  # fmt: skip
         if no_job and filtered:
             continue

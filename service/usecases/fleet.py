@@ -120,17 +120,18 @@ def nearest(value: str, known: Sequence[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FleetFilter:
-    """Which GPUs a fleet view shows: a node's, a model's, a team's (held today or now), those
-    in a state, those whose latest sample has a cause."""
+    """Which GPUs a fleet view shows: a node's, a model's, a team's (held today or now), a
+    user's (held now), those in a state, those whose latest sample has a cause."""
 
     node: str | None = None
     model: str | None = None
     team: str | None = None
+    user: str | None = None
     state: str | None = None
     cause: str | None = None
 
 
-def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) -> None:
+def _check_filter(f: FleetFilter, gpus: list[dict[str, Any]], teams: Sequence[str]) -> None:
     """ValidationFailed naming the filter and the nearest known value, for a name not known."""
     if f.state is not None and f.state not in STATE_NAMES:
         raise ValidationFailed(
@@ -146,10 +147,8 @@ def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) 
     models = sorted({g["model"] for g in gpus})
     if f.model is not None and f.model not in models:
         raise ValidationFailed("model", f"no GPU of model {f.model!r}" + nearest(f.model, models))
-    if f.team is not None:
-        teams = jobs_repo.team_names(conn)
-        if f.team not in teams:
-            raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
+    if f.team is not None and f.team not in teams:
+        raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
 
 
 def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, Any]) -> bool:
@@ -157,9 +156,23 @@ def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, Any]) -> boo
         (f.node is None or gpu["node"] == f.node)
         and (f.model is None or gpu["model"] == f.model)
         and (f.team is None or gpu["uuid"] in team_usd or gpu["team"] == f.team)
+        and (f.user is None or gpu["user"] == f.user)
         and (f.state is None or gpu["state"] == f.state)
         and (f.cause is None or (gpu["cause"] == f.cause and gpu["state"] != GpuState.NO_DATA))
     )
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPage:
+    """Which GPUs of the sorted view a fleet answer carries in full: from ``offset``, at most
+    ``limit`` (all without)."""
+
+    offset: int = 0
+    limit: int | None = None
+
+    def of(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The page's part of ``rows``."""
+        return rows[self.offset :] if self.limit is None else rows[self.offset :][: self.limit]
 
 
 def fleet_now(
@@ -170,12 +183,15 @@ def fleet_now(
     cache: WastedTodayCache | None = None,
     only: FleetFilter | None = None,
     sort_by: str = "waste",
+    page: FleetPage | None = None,
 ) -> dict[str, Any]:
-    """Every GPU (as ``GET /gpus`` has it) with its state and money figures since midnight UTC,
-    or those ``only`` lets through (a team's dollars then only its jobs'), largest ``sort_by``
-    dollars first; the totals are of the GPUs shown. ValidationFailed for a node, team, state
-    or cause not known."""
+    """The GPUs ``only`` lets through (a team's dollars then only its jobs'), largest
+    ``sort_by`` dollars of today first: counted per state and summed over all of them, and
+    the ``page`` of them in full (as ``GET /gpus`` has them, with state and dollars), with the
+    whole fleet's nodes, models and teams to filter by. ValidationFailed for a node, model,
+    team, state or cause not known."""
     f = only or FleetFilter()
+    p = page or FleetPage()
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     wasted = cache.get(day_start) if cache is not None else None
     if wasted is None:
@@ -183,27 +199,65 @@ def fleet_now(
         if cache is not None:
             cache.put(wasted)
     skew = settings.ingest_max_future_seconds
-    every = with_states(gpus_repo.list_gpus(conn, now=now, start_skew_seconds=skew), now=now)
-    _check_filter(conn, f, every)
+    # Filter, sort and sum over the light index; read only the page's GPUs in full.
+    every = with_states(gpus_repo.fleet_index(conn, now=now, start_skew_seconds=skew), now=now)
+    _check_filter(f, every, jobs_repo.team_names(conn))
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
-    gpus = [g for g in every if _shown(g, f, usd)]
-    for gpu in gpus:
+    shown = [g for g in every if _shown(g, f, usd)]
+    for gpu in shown:
         figures = usd.get(gpu["uuid"])
         for name in GPU_MONEY:
             gpu[name] = (
                 figures.get(name) if figures is not None else None if f.team is None else 0.0
             )
     field = SORT_FIELDS[sort_by]
-    # Stable: GPUs of equal dollars stay in node and index order.
-    gpus.sort(key=lambda g: (g[field] is None, -(g[field] or 0.0)))
-    shown = [usd[g["uuid"]] for g in gpus if g["uuid"] in usd]
-    totals = {name: sum(v.get(name) or 0.0 for v in shown) for name in FLEET_MONEY}
+    rank = {name: i for i, name in enumerate(STATE_NAMES)}
+    # Stable: GPUs of equal dollars go worst state first, then in node and index order.
+    shown.sort(key=lambda g: (g[field] is None, -(g[field] or 0.0), rank[g["state"]]))
+    summed = [usd[g["uuid"]] for g in shown if g["uuid"] in usd]
+    totals = {name: sum(v.get(name) or 0.0 for v in summed) for name in FLEET_MONEY}
     return {
         "start": day_start,
         "now": now,
         "sort": sort_by,
-        "gpus": gpus,
+        "gpu_count": len(shown),
+        "fleet_gpu_count": len(every),
+        "offset": p.offset,
+        "limit": p.limit,
+        "state_counts": {name: sum(g["state"] == name for g in shown) for name in STATE_NAMES},
+        "gpus": _in_full(conn, p.of(shown), now=now, start_skew_seconds=skew),
         **totals,
+        "choices": {
+            "node": sorted({g["node"] for g in every}),
+            "model": sorted({g["model"] for g in every}),
+            "team": sorted({g["team"] for g in every if g["team"]} | set(wasted.by_team)),
+        },
         "price_source": wasted.price_source,
         "warnings": wasted.warnings,
     }
+
+
+def _in_full(
+    conn: Connection, chosen: list[dict[str, Any]], *, now: datetime, start_skew_seconds: float
+) -> list[dict[str, Any]]:
+    """The ``chosen`` index rows, in their order, as ``gpus_repo.list_gpus`` has them, with the
+    state and dollars the index rows carry."""
+    if not chosen:
+        return []
+    full = {
+        g["uuid"]: g
+        for g in gpus_repo.list_gpus(
+            conn,
+            now=now,
+            start_skew_seconds=start_skew_seconds,
+            gpu_ids=[g["gpu_id"] for g in chosen],
+        )
+    }
+    out = []
+    for g in chosen:
+        row = full.get(g["uuid"])
+        if row is None:  # retired between the two reads of one snapshot: cannot happen
+            continue
+        row["state"] = g["state"]
+        out.append(row | {name: g[name] for name in GPU_MONEY})
+    return out

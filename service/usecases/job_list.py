@@ -1,24 +1,26 @@
-"""The jobs list: jobs that ran in a window, each with its cost, waste and top cause over it."""
+"""The jobs list: a page of the jobs that held GPUs in a window, each with its cost, waste and
+top cause over it, ranked as the cost report by job ranks them."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 
-from service.costs.assumptions import fix_assumptions_of
-from service.costs.money import SORT_BYS, figures, sort_rows
-from service.costs.recommend import with_model
-from service.costs.waste import UNALLOCATED, summarize
 from service.db import jobs_repo
-from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases import cost_report
-from service.usecases.attribution import attribute
 
 # The money figures each listed job carries (USD, and efficiency as a ratio).
 LISTED_FIGURES = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd", "efficiency")
+
+
+class JobsPage(NamedTuple):
+    """The page's jobs in order, and how many jobs the whole list holds (``total``)."""
+
+    jobs: list[dict[str, Any]]
+    total: int
 
 
 def jobs_with_costs(
@@ -32,27 +34,28 @@ def jobs_with_costs(
     team: str | None,
     sort: str,
     limit: int,
-) -> list[dict[str, Any]]:
-    """Jobs that ran in [start, end) with their figures over that window, largest ``sort``
-    (USD) first; raises ValidationFailed naming ``sort`` or the range's field."""
-    if sort not in SORT_BYS:
-        raise ValidationFailed("sort", f"unknown sort {sort!r}; one of {SORT_BYS}")
-    cost_report.check_range(settings, start=start, end=end, now=now)
-    rows = jobs_repo.list_jobs(conn, start=start, end=end, user=user, team=team, limit=limit)
-    att = attribute(conn, settings=settings, start=start, end=end, now=now)
-    sums = summarize(att.lines, lambda ln: ln.job_id or UNALLOCATED)
-    assumptions = fix_assumptions_of(settings)
+    offset: int = 0,
+) -> JobsPage:
+    """The jobs [offset, offset + limit) of those that held GPUs in [start, end) (of ``user``
+    and ``team`` where given), largest ``sort`` USD first, each with its stored fields and its
+    figures over that window; the figures and the order are the cost report's by job (whole
+    days read from the day sums). Raises ValidationFailed naming ``sort`` or the range's field."""
+    report = cost_report.cost_report(
+        conn, settings=settings, start=start, end=end, now=now, group_by="job", user=user,
+        team=team, sort_by=sort, limit=limit, offset=offset, jobs_only=True,
+    )  # fmt: skip
+    stored = jobs_repo.jobs_by_id(conn, job_ids=[row["key"] for row in report["rows"]])
     out: list[dict[str, Any]] = []
-    for job in rows:
-        s = sums.get(job["id"])
-        models = [att.gpus[g].model for g in s.gpu_ids] if s else []
-        d = figures(s, with_model(assumptions, models)) if s else {}
+    for row in report["rows"]:
+        job = stored.get(row["key"])
+        if job is None:  # removed by retention between the two reads
+            continue
         out.append(
             {
                 **job,
                 "labels": job.get("labels") or {},
-                **{name: d.get(name) for name in LISTED_FIGURES},
-                "top_cause": d.get("top_cause"),
+                **{name: row.get(name) for name in LISTED_FIGURES},
+                "top_cause": row.get("top_cause"),
             }
         )
-    return sort_rows(out, sort)
+    return JobsPage(out, report["row_count"])

@@ -38,11 +38,12 @@ def day_page(
     money: Callable[[Summary], Money],
     user: str | None = None,
     team: str | None = None,
+    jobs_only: bool = False,
 ) -> DayPage | None:
     """The ``page`` of a report by job over the summed days of ``window`` plus the groups
     ``edges`` read from finer data (taken, not copied); None where the page reaches the
     unpriced jobs or has no limit, which only the whole report can order."""
-    summed = day_sums.read_dollars(conn, window, user=user, team=team)
+    summed = day_sums.read_dollars(conn, window, user=user, team=team, jobs_only=jobs_only)
     dollars = dict(summed)
     for key, s in edges.items():
         own = Dollars.of(s)
@@ -52,14 +53,14 @@ def day_page(
         return None
     # The totals first: the walk merges the summed days into the edges' groups.
     total = Summary.total_of("__total__", list(edges.values()))
-    total.merge(day_sums.read_total(conn, window, user=user, team=team))
+    total.merge(day_sums.read_total(conn, window, user=user, team=team, jobs_only=jobs_only))
     total.job_ids.update(k for k in summed if k != UNALLOCATED)
     out = DayPage([], total, len(dollars))
     full: dict[str, Summary] = {}
 
     def ranks(keys: Sequence[str]) -> dict[str, RankKey]:
         read = day_sums.read_days(
-            conn, window, group_by="job", user=user, team=team,
+            conn, window, group_by="job", user=user, team=team, jobs_only=jobs_only,
             job_ids=[k for k in keys if k in summed],
         )  # fmt: skip
         out.jobs.update(read.jobs)

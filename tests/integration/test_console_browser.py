@@ -256,6 +256,74 @@ def test_fleet_page_matches_the_api(admin: Console, demo: dict[str, Any]) -> Non
     assert not admin.errors, admin.errors
 
 
+def test_fleet_page_reads_a_page_at_a_time_and_shows_more_on_demand(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    # The console asks for a page of 200; at 4 a page the demo's 15 GPUs take four reads.
+    asked: list[str] = []
+
+    def smaller_pages(route: Any) -> None:
+        url = route.request.url.replace("limit=200", "limit=4")
+        asked.append(url)
+        route.continue_(url=url)
+
+    # The admin page is the module's: the smaller pages must not outlive this test.
+    admin.page.route("**/api/v1/fleet?*", smaller_pages)
+    try:
+        admin.open("/")
+        whole = demo["api"].get("/fleet").json()
+        rows = admin.page.locator("#fleet tbody tr")
+        expect(rows).to_have_count(4)
+        assert admin.page.inner_text("#fleet-count").startswith("4 of 15 GPUs")
+        # The cards count and sum every GPU, not the page.
+        assert admin.page.inner_text("#fleet-cards .card .v") == "15"
+        assert admin.usd("#waste-today .v") == pytest.approx(
+            whole["waste_usd"], abs=USD_TOLERANCE * 4
+        )
+        for shown in (8, 12, 15):
+            admin.page.click("#fleet-more")
+            expect(rows).to_have_count(shown)
+        expect(admin.page.locator("#fleet-more")).to_be_hidden()
+        # Page after page, the rows are the service's one order (worst first), none twice.
+        order = rows.evaluate_all("rs => rs.map(r => r.dataset.uuid)")
+        assert order == [g["uuid"] for g in whole["gpus"]]
+        assert [u.split("offset=")[-1] if "offset=" in u else "0" for u in asked] == [
+            "0",
+            "4",
+            "8",
+            "12",
+        ]
+    finally:
+        admin.page.unroute("**/api/v1/fleet?*")
+    assert not admin.errors, admin.errors
+
+
+def test_jobs_page_reads_a_page_at_a_time_and_shows_more_on_demand(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    # The console asks for 100 jobs a page; at 2 a page the demo's jobs take several reads.
+    def smaller_pages(route: Any) -> None:
+        route.continue_(url=route.request.url.replace("limit=100", "limit=2"))
+
+    whole = demo["api"].get("/jobs", params={"since": "7d"})
+    jobs = [j["id"] for j in whole.json()]
+    assert len(jobs) == int(whole.headers["X-Total-Count"]) >= 3
+    admin.page.route("**/api/v1/jobs?*", smaller_pages)
+    try:
+        admin.open("/jobs")
+        rows = admin.page.locator("#jobs tbody tr")
+        expect(rows).to_have_count(2)
+        assert admin.page.inner_text("#jobs-count").startswith(f"2 of {len(jobs)} jobs")
+        while admin.page.locator("#jobs-more").is_visible():
+            shown = rows.count()
+            admin.page.click("#jobs-more")
+            expect(rows).to_have_count(min(shown + 2, len(jobs)))
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.job)") == jobs
+    finally:
+        admin.page.unroute("**/api/v1/jobs?*")
+    assert not admin.errors, admin.errors
+
+
 def _green(page: Any, selector: str) -> bool:
     """Whether the element is drawn in the console's "ok" green (text or background)."""
     return bool(

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, delete, func, select, update
 
 from service.api.app import create_app
 from service.costs.prices import PriceRow
+from service.costs.waste import UNALLOCATED
 from service.db import costs_repo, jobs_repo, prices_repo
 from service.db.schema import (
     cost_day_dirty,
@@ -195,6 +196,26 @@ def _assert_pages(engine: Engine, s: Settings, start: datetime, end: datetime,
     return chosen_in_db
 
 
+def _assert_jobs_only(engine: Engine, s: Settings, start: datetime, end: datetime) -> None:
+    """The report by job of jobs only is the report by job without its unallocated row: the
+    same rows in the same order, its totals less that row's."""
+    with engine.connect() as conn:
+        every, jobs_only = (
+            cost_report.cost_report(
+                conn, settings=s, start=start, end=end, now=NOW, group_by="job",
+                raw_edges=True, jobs_only=only,
+            )
+            for only in (False, True)
+        )  # fmt: skip
+    kept = [r for r in every["rows"] if r["key"] != UNALLOCATED]
+    assert [r["key"] for r in jobs_only["rows"]] == [r["key"] for r in kept]
+    assert jobs_only["row_count"] == len(kept)
+    left = [r for r in every["rows"] if r["key"] == UNALLOCATED]
+    for f in SECONDS:
+        want = every["totals"][f] - sum(r[f] for r in left)
+        assert _close(jobs_only["totals"][f], want, 1e-6), f
+
+
 def _summed_everywhere(engine: Engine, s: Settings, start: datetime, end: datetime) -> bool:
     """Whether every GPU's whole days of [start, end) are read from the day sums."""
     window = day_sums.whole_days(start, min(end, NOW))
@@ -267,6 +288,9 @@ def test_day_sums_equal_the_minute_level_reading(
     if len(job_list) >= 3:
         assert _assert_pages(engine, s, start, stop, ("waste", "fixable")) > 0
     _assert_pages(engine, s, start, stop, ("idle",), user="u0")
+    # The jobs list's reading: the report by job without time no job held, paged alike.
+    _assert_jobs_only(engine, s, start, stop)
+    _assert_pages(engine, s, start, stop, ("waste",), jobs_only=True)
 
     # Late data: samples inside GPU-d1's gap, on a day already summed.
     at = GAP[0] + timedelta(minutes=late[0])

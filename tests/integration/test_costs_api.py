@@ -441,3 +441,37 @@ def test_report_pages_with_limit_and_offset(http: httpx.Client, tokens, worked):
     for bad in ({"limit": -1}, {"offset": -3}, {"limit": "ten"}):
         r = http.get("/api/v1/reports/cost", params={**params, **bad}, headers=head)
         assert r.status_code == 422 and next(iter(bad)) in r.text, r.text
+
+
+def test_pages_of_the_jobs_list_join_to_the_whole_list_without_time_no_job_held(
+    http: httpx.Client, tokens, worked
+):
+    # GPU-a0 idles 06:00-06:30 and works 06:30-07:00; 06:00-06:05 is held by no job.
+    put_prices(http, tokens)
+    for job_id, first, last in [("j1", 5, 8), ("j2", 8, 30), ("j3", 30, 40), ("j4", 40, 60)]:
+        body = {"id": job_id, "user": "ann", "gpus": ["GPU-a0"],
+                "started_at": iso(T0 + timedelta(minutes=first)),
+                "ended_at": iso(T0 + timedelta(minutes=last))}  # fmt: skip
+        http.post("/api/v1/jobs", json=body, headers=auth(tokens["admin"])).raise_for_status()
+    window = {"start": iso(T0), "end": iso(T0 + timedelta(hours=1))}
+    rd = auth(tokens["reader"])
+
+    def listed(**params: str | int) -> tuple[list[str], int]:
+        r = http.get("/api/v1/jobs", params={**window, **params}, headers=rd)
+        assert r.status_code == 200, r.text
+        return [j["id"] for j in r.json()], int(r.headers["X-Total-Count"])
+
+    # The unallocated five minutes would rank second by waste; the list holds jobs only.
+    report = http.get("/api/v1/reports/cost", params={**window, "group_by": "job"}, headers=rd)
+    assert [r["key"] for r in report.json()["rows"]][:3] == ["j2", "__unallocated__", "j1"]
+    assert listed() == (["j2", "j1", "j3", "j4"], 4)
+    assert listed(sort="cost") == (["j2", "j4", "j3", "j1"], 4)
+    for sort in ("waste", "cost"):
+        whole, _ = listed(sort=sort)
+        pages = [listed(sort=sort, limit=3, offset=offset) for offset in (0, 3, 6)]
+        assert [ids for ids, _ in pages] == [whole[:3], whole[3:], []]
+        assert {total for _, total in pages} == {4}
+    assert listed(user="bob") == ([], 0)
+    for bad in ({"offset": -1}, {"limit": 0}):
+        r = http.get("/api/v1/jobs", params={**window, **bad}, headers=rd)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", next(iter(bad))]

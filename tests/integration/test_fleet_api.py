@@ -4,6 +4,7 @@ same dollars as the cost report grouped by GPU, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -173,3 +174,60 @@ def test_a_gpu_shipped_late_is_first_seen_and_lost_at_its_samples_times(
     with engine.connect() as conn:
         lost_at = conn.execute(select(gpus.c.lost_at).where(gpus.c.uuid == "GPU-a1")).scalar_one()
     assert last < lost_at <= start + timedelta(minutes=32)  # its batch's time, not arrival
+
+
+def test_pages_of_the_fleet_join_to_the_whole_view_with_its_counts_and_totals(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    # Six GPUs of distinct waste (more idle time, more waste) and two jobs of one user.
+    start = clock() - timedelta(minutes=20)
+    for i in range(6):
+        busy = 20 * (i + 1)
+        ingest(http, tokens["agent"], start=start, count=busy, metrics={"sm_active": 0.9,
+               "tensor_active": 0.8}, gpu_uuids=(f"GPU-p{i}",))  # fmt: skip
+        ingest(http, tokens["agent"], start=start + timedelta(seconds=10 * busy),
+               count=120 - busy, metrics={"sm_active": 0.0}, gpu_uuids=(f"GPU-p{i}",))  # fmt: skip
+    add_job(engine, "j-ann-1", ("GPU-p1", "GPU-p4"), started_at=start, team="vision", user="ann")
+    add_job(engine, "j-bob-1", ("GPU-p2",), started_at=start, team="nlp", user="bob")
+    with engine.begin() as conn:
+        conn.execute(insert(prices).values(model_pattern="*H100*", usd_per_gpu_hour=4.0,
+                                           effective_from=start - timedelta(days=1)))  # fmt: skip
+    clock.advance(60)
+    rollup_once(app.state.ctx)
+    reader = auth(tokens["reader"])
+
+    def fleet(**params: str | int) -> dict[str, Any]:
+        r = http.get("/api/v1/fleet", params=params, headers=reader)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+    whole = fleet()
+    assert whole["gpu_count"] == whole["fleet_gpu_count"] == len(whole["gpus"]) == 6
+    assert whole["limit"] is None and whole["offset"] == 0
+    wastes = [g["waste_usd"] for g in whole["gpus"]]
+    assert len(set(wastes)) == 6 and wastes == sorted(wastes, reverse=True)
+    assert sum(whole["state_counts"].values()) == 6
+    assert whole["choices"] == {"node": ["node-a"], "model": [whole["gpus"][0]["model"]],
+                                "team": ["nlp", "vision"]}  # fmt: skip
+    for sort in ("waste", "cost"):
+        every = fleet(sort=sort)
+        pages = [fleet(sort=sort, limit=4, offset=offset) for offset in (0, 4, 8)]
+        assert [len(p["gpus"]) for p in pages] == [4, 2, 0]
+        # Each page: the whole view's rows, in full, in the same order; counts and totals of all.
+        assert [g for p in pages for g in p["gpus"]] == every["gpus"]
+        for p in pages:
+            for name in ("gpu_count", "state_counts", "waste_usd", "cost_usd", "choices"):
+                assert p[name] == every[name], name
+    # A filter counts and sums the GPUs it lets through, however few the page shows.
+    ann = fleet(user="ann", limit=1)
+    assert ann["gpu_count"] == 2 and ann["fleet_gpu_count"] == 6
+    assert [g["uuid"] for g in ann["gpus"]] == ["GPU-p1"]  # GPU-p1 idles longer than GPU-p4
+    by_uuid = {g["uuid"]: g for g in whole["gpus"]}
+    assert ann["waste_usd"] == pytest.approx(by_uuid["GPU-p1"]["waste_usd"]
+                                             + by_uuid["GPU-p4"]["waste_usd"])  # fmt: skip
+    assert fleet(user="carol")["gpu_count"] == 0
+    for bad in ({"limit": 0}, {"offset": -1}, {"limit": "ten"}):
+        r = http.get("/api/v1/fleet", params=bad, headers=reader)
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["query", next(iter(bad))]

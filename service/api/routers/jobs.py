@@ -192,24 +192,29 @@ def list_jobs(
     ctx: Ctx,
     conn: ReadConn,
     _: Reader,
+    response: Response,
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
     user: str | None = None,
     team: str | None = None,
     sort: str = Query("waste", description=f"largest first by one of {', '.join(SORT_BYS)} (USD)"),
-    limit: int = Query(1000, ge=1, le=10_000),
+    limit: int = Query(1000, ge=1, le=10_000, description="at most this many jobs"),
+    offset: int = Query(0, ge=0, description="skip this many jobs of the sorted list first"),
 ) -> list[dict[str, Any]]:
-    """Jobs that ran in [start, end) with their cost, waste (idle + fixable) and top cause
-    over that window, largest waste first (or ``sort``)."""
+    """Jobs that held GPUs in [start, end) with their cost, waste (idle + fixable) and top
+    cause over that window, largest waste first (or ``sort``): the page [offset, offset +
+    limit) of them, with how many there are in the ``X-Total-Count`` header."""
     now = ctx.clock()
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
     try:
-        return job_list.jobs_with_costs(
+        page = job_list.jobs_with_costs(
             conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
-            user=user, team=team, sort=sort, limit=limit,
+            user=user, team=team, sort=sort, limit=limit, offset=offset,
         )  # fmt: skip
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
+    response.headers["X-Total-Count"] = str(page.total)
+    return page.jobs

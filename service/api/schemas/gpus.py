@@ -52,15 +52,30 @@ class FleetGpuPublic(GpuPublic):
     lost_usd: float | None = None
 
 
+class FleetChoicesPublic(BaseModel):
+    """What the whole fleet can be filtered by: its nodes, models and the teams holding a GPU
+    now or today."""
+
+    node: list[str]
+    model: list[str]
+    team: list[str]
+
+
 class FleetPublic(BaseModel):
-    """The fleet now: every GPU (or those the filters let through; largest ``sort`` dollars of
-    today first, waste by default) with its money figures since ``start``, the totals of the
-    GPUs shown, the price source."""
+    """The fleet now: the GPUs the filters let through (every GPU without), largest ``sort``
+    dollars of today first (waste by default), counted per state and summed since ``start``;
+    ``gpus`` the page [offset, offset + limit) of them in full; the price source."""
 
     start: datetime  # midnight UTC: "today" as the service's clock has it
     now: datetime
     sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
+    gpu_count: int  # GPUs the filters let through; the page holds at most limit of them
+    fleet_gpu_count: int  # every GPU, filters or not
+    offset: int
+    limit: int | None
+    state_counts: dict[GpuState, int]  # of the GPUs the filters let through
     gpus: list[FleetGpuPublic]
+    choices: FleetChoicesPublic
     cost_usd: float
     waste_usd: float
     idle_usd: float

@@ -136,7 +136,8 @@
 
   const BUSY_RETRIES = 3; // a read the service turned away as busy (503) is asked again
 
-  async function api(path, { method = "GET", body } = {}) {
+  // With `counted`, a list's rows and the total its X-Total-Count header gives.
+  async function api(path, { method = "GET", body, counted = false } = {}) {
     const headers = { Accept: "application/json" };
     if (method !== "GET") {
       headers["Content-Type"] = "application/json";
@@ -163,6 +164,7 @@
       if (Array.isArray(detail)) detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
       throw new ApiError(response.status, detail);
     }
+    if (counted) return { rows: await response.json(), total: Number(response.headers.get("X-Total-Count")) };
     return response.status === 204 ? null : response.json();
   }
 
@@ -214,11 +216,11 @@
   const FLEET_FILTERS = ["node", "model", "team", "state", "cause"];
 
   function fleetCards(fleet) {
-    // The cards count and add up the GPUs the filters let through, as the table below does.
-    const count = (name) => fleet.gpus.filter((g) => g.state === name).length;
+    // The cards count and add up every GPU the filters let through, not only the page shown.
+    const count = (name) => fleet.state_counts[name] || 0;
     const total = fleet.waste_usd;
     const cards = states.map((s) => card(s.name, count(s.name), !count(s.name) ? "" : s.name === "working" ? "ok" : s.waste ? "bad" : ""));
-    return el("div", { class: "cards", id: "fleet-cards" }, card("GPUs", fleet.gpus.length),
+    return el("div", { class: "cards", id: "fleet-cards" }, card("GPUs", fleet.gpu_count),
       cards.map((c, i) => { c.dataset.state = states[i].name; c.title = states[i].meaning; return c; }),
       card("cost today", usd(fleet.cost_usd)),
       el("div", { class: "card", id: "waste-today" }, el("div", { class: "k", text: "waste today" }),
@@ -245,16 +247,18 @@
       td(ownerLink("team", g.team), "clip", { title: g.team || "" }));
   }
 
+  // The fleet page reads the worst GPUs a page at a time (the service sorts, counts and sums
+  // every GPU), so ten thousand GPUs cost the browser and the service a page, not the fleet.
+  const FLEET_PAGE_GPUS = 200;
+
   async function fleetPage() {
     page("Fleet now", "Every GPU with its state (from the cause of its latest sample), and its cost and waste today (UTC). Only working is healthy.");
     const chosen = Object.fromEntries(FLEET_FILTERS.map((k) => [k, new URLSearchParams(location.search).get(k) || ""]));
-    // The choices come from the whole fleet; the table and the cards from the filtered read.
-    const every = await api("/fleet");
-    const options = (key) => [...new Set(every.gpus.map(key).filter(Boolean))].sort();
-    const choices = {
-      node: options((g) => g.node), model: options((g) => g.model), team: options((g) => g.team),
-      state: states.map((x) => x.name), cause: causes.map((c) => c.name),
-    };
+    let sortBy = "waste";
+    const read = (offset) => api(`/fleet?${q({ ...chosen, sort: sortBy, limit: FLEET_PAGE_GPUS, offset })}`);
+    const first = await read(0);
+    // The choices are the whole fleet's, whatever the filters.
+    const choices = { ...first.choices, state: states.map((x) => x.name), cause: causes.map((c) => c.name) };
     const holder = el("div", { id: "fleet-view" });
     const select = (name) => {
       const s = el("select", { id: `filter-${name}` }, el("option", { value: "", text: "all" }),
@@ -266,24 +270,35 @@
       });
       return el("label", {}, name, s);
     };
-    let sortBy = "waste";
     app.append(el("div", { class: "filters" }, FLEET_FILTERS.map(select),
       sortSelect(sortBy, (v) => { sortBy = v; draw().catch(showError); })), holder);
 
-    async function draw() {
+    async function draw(fleet) {
       holder.dataset.loading = "1";
-      const fleet = q(chosen) ? await api(`/fleet?${q(chosen)}`) : every;
-      const rank = Object.fromEntries(states.map((x, i) => [x.name, i]));
-      const field = SORT_FIELD[sortBy];
-      const rows = [...fleet.gpus].sort((a, b) => (b[field] || 0) - (a[field] || 0)
-        || rank[a.state] - rank[b.state] || a.node.localeCompare(b.node) || a.index - b.index);
-      clear(holder).append(fleetCards(fleet),
-        el("p", { class: "muted", text: `${rows.length} of ${every.gpus.length} GPUs, worst first` }),
-        table(["node", ["gpu", "num"], "model", "state", "cause", ["$ cost today", "num"], ["$ waste today", "num"], "activity", "tensor", "memory", "job", "user", "team"],
-          rows.map(fleetRow), { id: "fleet" }));
+      fleet = fleet || await read(0);
+      const headers = ["node", ["gpu", "num"], "model", "state", "cause", ["$ cost today", "num"], ["$ waste today", "num"], "activity", "tensor", "memory", "job", "user", "team"];
+      const t = table(headers, fleet.gpus.map(fleetRow), { id: "fleet" });
+      const body = t.querySelector("tbody");
+      const count = el("p", { class: "muted", id: "fleet-count" });
+      const more = el("button", { type: "button", id: "fleet-more", class: "small" });
+      const shown = () => body.children.length;
+      const recount = () => {
+        count.textContent = `${shown()} of ${fleet.gpu_count} GPUs${fleet.gpu_count < fleet.fleet_gpu_count ? ` (${fleet.fleet_gpu_count} in the fleet)` : ""}, worst first`;
+        more.hidden = shown() >= fleet.gpu_count;
+        more.textContent = `show ${Math.min(FLEET_PAGE_GPUS, fleet.gpu_count - shown())} more`;
+      };
+      more.addEventListener("click", async () => {
+        more.disabled = true;
+        try {
+          body.append(...(await read(shown())).gpus.map(fleetRow));
+          recount();
+        } catch (e) { showError(e); } finally { more.disabled = false; }
+      });
+      recount();
+      clear(holder).append(fleetCards(fleet), count, t, more);
       delete holder.dataset.loading;
     }
-    await draw();
+    await draw(first);
   }
 
   // --- jobs ------------------------------------------------------------------------------
@@ -321,22 +336,48 @@
 
   const urlParam = (name) => new URLSearchParams(location.search).get(name);
 
+  // The jobs page reads a page of the worst jobs at a time; the service ranks every job.
+  const JOBS_PAGE = 100;
+
   async function jobsPage(since = urlParam("since") || "7d", sort = urlParam("sort") || "waste") {
     keepInUrl("/jobs", { ...(since === "7d" ? {} : { since }), ...(sort === "waste" ? {} : { sort }) });
-    page("Jobs", "Jobs that ran in the range, ranked by waste (idle + fixable dollars), with the cause whose fix saves the most.");
+    page("Jobs", "Jobs that held GPUs in the range, ranked by waste (idle + fixable dollars), with the cause whose fix saves the most.");
     app.append(el("div", { class: "filters" }, rangeSelect(since, (v) => jobsPage(v, sort).catch(showError)),
       sortSelect(sort, (v) => jobsPage(since, v).catch(showError))));
-    const jobs = await api(`/jobs?${q({ since, sort })}`);
-    const trs = jobs.map((j) => el("tr", { "data-job": j.id },
+    const read = (offset) => api(`/jobs?${q({ since, sort, limit: JOBS_PAGE, offset })}`, { counted: true });
+    const first = await read(0);
+    const row = (j) => el("tr", { "data-job": j.id },
       td(jobLink(j.id)), td(ownerLink("user", j.user), "clip", { title: j.user || "" }), td(ownerLink("team", j.team), "clip"), td(j.project || "", "clip"),
       td(when(j.started_at)), td(j.ended_at ? when(j.ended_at) : "running"),
       td(usd(j.cost_usd), "num"), td(usd(j.waste_usd), "num", { "data-usd": j.waste_usd?.toFixed(2) ?? "" }),
       td(usd(j.idle_usd), "num"), td(usd(j.fixable_usd), "num"),
       td(pct(j.efficiency), "num"), td(causeChip(j.top_cause)),
-      td(labelsText(j.labels), "mono clip", { title: labelsText(j.labels) })));
-    app.append(jobs.length
-      ? table(["job", "user", "team", "project", "started", "ended", ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause", "labels"], trs, { id: "jobs" })
-      : el("p", { class: "muted", text: "No jobs in this range." }));
+      td(labelsText(j.labels), "mono clip", { title: labelsText(j.labels) }));
+    if (!first.rows.length) {
+      app.append(el("p", { class: "muted", text: "No jobs in this range." }));
+      return;
+    }
+    const t = table(["job", "user", "team", "project", "started", "ended", ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause", "labels"], first.rows.map(row), { id: "jobs" });
+    const body = t.querySelector("tbody");
+    const count = el("p", { class: "muted", id: "jobs-count" });
+    const more = el("button", { type: "button", id: "jobs-more", class: "small" });
+    let total = first.total;
+    const recount = () => {
+      count.textContent = `${body.children.length} of ${total} jobs, worst first`;
+      more.hidden = body.children.length >= total;
+      more.textContent = `show ${Math.min(JOBS_PAGE, total - body.children.length)} more`;
+    };
+    more.addEventListener("click", async () => {
+      more.disabled = true;
+      try {
+        const next = await read(body.children.length);
+        body.append(...next.rows.map(row));
+        total = next.total;
+        recount();
+      } catch (e) { showError(e); } finally { more.disabled = false; }
+    });
+    recount();
+    app.append(count, t, more);
   }
 
   // --- one job ---------------------------------------------------------------------------
@@ -633,7 +674,7 @@
     app.append(form);
     const [report, fleet, optOuts, notices] = await Promise.all([
       api(`/reports/cost?${q({ group_by: "job", [kind]: name, start: state.start, end: state.end, sort: "cost" })}`),
-      api("/fleet"),
+      api(`/fleet?${q({ [kind]: name })}`),
       api("/reports/opt-outs"),
       api(`/notices?${q({ [kind]: name, start: state.start, end: state.end, limit: 50 })}`),
     ]);
