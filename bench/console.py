@@ -9,6 +9,7 @@ sum is an upper bound); the target is under 200 ms for the fleet page.
 
     .venv/bin/python -m bench.console                 # SQLite
     .venv/bin/python -m bench.console --backend postgresql
+    .venv/bin/python -m bench.console --backend postgresql --nodes 1250 --minutes 20  # 10k GPUs
 """
 
 from __future__ import annotations
@@ -44,20 +45,27 @@ def _uuid(node: int, index: int) -> str:
     return f"GPU-bench-{node:03d}-{index}"
 
 
-def seed(api: httpx.Client, now: datetime, rng: random.Random) -> None:
-    """1,000 GPUs with two hours of minute samples, 500 jobs of two GPUs each, and prices."""
-    start = now - timedelta(minutes=HISTORY_MINUTES)
+def seed(
+    api: httpx.Client,
+    now: datetime,
+    rng: random.Random,
+    nodes: int = NODES,
+    minutes: int = HISTORY_MINUTES,
+) -> None:
+    """``nodes`` x 8 GPUs with ``minutes`` of minute samples, 4 jobs of two GPUs per node, and
+    prices (1,000 GPUs, two hours and 500 jobs by default)."""
+    start = now - timedelta(minutes=minutes)
     r = api.put(
         "/prices",
         json=[{"model_pattern": "*H100*", "usd_per_gpu_hour": 4.0,
                "effective_from": "2020-01-01T00:00:00Z"}],
     )  # fmt: skip
     r.raise_for_status()
-    for node in range(NODES):
+    for node in range(nodes):
         uuids = [_uuid(node, i) for i in range(GPUS_PER_NODE)]
         kinds = [rng.random() for _ in uuids]
         samples = []
-        for minute in range(HISTORY_MINUTES):
+        for minute in range(minutes):
             ts = _iso(start + timedelta(minutes=minute, seconds=30))
             for u, kind in zip(uuids, kinds, strict=True):
                 busy = kind > 0.3
@@ -84,7 +92,7 @@ def seed(api: httpx.Client, now: datetime, rng: random.Random) -> None:
             "samples": samples,
         }  # fmt: skip
         api.post("/ingest", json=batch).raise_for_status()
-    for job in range(JOBS):
+    for job in range(nodes * JOBS // NODES):
         node, pair = divmod(job, GPUS_PER_NODE // 2)
         api.post(
             "/jobs",
@@ -185,7 +193,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=NODES, help="nodes of 8 GPUs")
+    parser.add_argument("--minutes", type=int, default=HISTORY_MINUTES, help="of history")
     args = parser.parse_args()
+    gpus = args.nodes * GPUS_PER_NODE
     rng = random.Random(19)
     with fresh_database(args.backend) as url:
         gpuwarden(url, "migrate")
@@ -195,10 +206,10 @@ def main() -> None:
             bearer = {"Authorization": f"Bearer {admin}"}
             with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
                 t0 = time.perf_counter()
-                seed(api, datetime.now(UTC), rng)
+                seed(api, datetime.now(UTC), rng, args.nodes, args.minutes)
                 wait_for_rollups(url)
-                print(f"seeded {NODES * GPUS_PER_NODE} GPUs, {JOBS} jobs, "
-                      f"{HISTORY_MINUTES} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+                print(f"seeded {gpus} GPUs, {args.nodes * JOBS // NODES} jobs, "
+                      f"{args.minutes} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
             with httpx.Client(base_url=base, timeout=120) as browser:
                 browser.post("/api/v1/session", json={"token": reader}).raise_for_status()
                 load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -217,7 +228,7 @@ def main() -> None:
     fleet = statistics.median(results["fleet"]["page"])
     verdict = "under" if fleet < 200 else "OVER"
     print(
-        f"fleet page for {NODES * GPUS_PER_NODE} GPUs: {fleet:.1f} ms median wall, "
+        f"fleet page for {gpus} GPUs: {fleet:.1f} ms median wall, "
         f"{cpu['fleet']:.1f} ms service CPU; {verdict} 200 ms"
     )
 

@@ -263,6 +263,9 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
     digest = tokens_repo.hash_token(token)
     now = monotonic()
     info = gate.cached(digest, now)
+    if info is None and gate.needs_revocations(digest, now):
+        await _read_revocations(request, ctx)
+        info = gate.cached(digest, monotonic())
     if info is not None:
         return info
     if gate.known_bad(digest, now):
@@ -278,6 +281,7 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
         with engine.connect() as conn:
             return tokens_repo.authenticate(conn, token=token)
 
+    generation = gate.generation
     gate.suspect_waiting += lane == "suspect"
     try:
         info = await _shared_lookup(request, digest, look_up, lane)
@@ -285,8 +289,22 @@ async def check_token(request: Request, ctx: ServiceContext, token: str) -> Toke
         gate.suspect_waiting -= lane == "suspect"
     if info is None:
         raise _refused(gate, client, digest, looked_up=True)
-    gate.accept(digest, info, monotonic())
+    gate.accept(digest, info, monotonic(), generation)
     return info
+
+
+async def _read_revocations(request: Request, ctx: ServiceContext) -> None:
+    """Read how many tokens are revoked (one query for all the requests waiting on it) and
+    tell the token gate, so tokens looked up since the last revocation keep passing."""
+    engine = ctx.ingest_engine or ctx.engine
+
+    def read() -> tuple[int, float]:
+        started = monotonic()
+        with engine.connect() as conn:
+            return tokens_repo.revoked_count(conn), started
+
+    count, started = await _shared_lookup(request, "revocations", read)
+    api_state(request).gate.saw_revocations(count, started)
 
 
 Authenticated = Annotated[TokenInfo, Depends(authenticated)]

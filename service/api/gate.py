@@ -37,7 +37,9 @@ from service.db.tokens_repo import TokenInfo, hash_token
 from service.errors import Unavailable
 from service.settings import Settings
 
-# A revoked token stops working within this many seconds; agents otherwise cost a query per batch.
+# A revoked token stops working within this many seconds: a token looked up valid passes that
+# long, and after it as long as the count of revoked tokens, read at most this often per
+# process, has not changed since its lookup began (one query per process, not one per batch).
 TOKEN_CACHE_SECONDS = 5.0
 # A token seen valid keeps passing the failure throttle of its client for this long.
 KNOWN_GOOD_SECONDS = 7 * 86400.0
@@ -98,7 +100,13 @@ class TokenGate:
         self.refill_per_second = settings.auth_failure_refill_per_second
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
         self._lock = threading.Lock()
-        self._good: dict[str, tuple[TokenInfo, float]] = {}
+        # digest -> (token, when its lookup ended, the revocation generation its lookup began in)
+        self._good: dict[str, tuple[TokenInfo, float, int]] = {}
+        # Revocations seen: how many tokens were revoked, when that count was last read (its
+        # read's start, monotonic), and a generation that moves whenever the count does.
+        self._revoked_count: int | None = None
+        self._revoked_read_at = -math.inf
+        self.generation = 0
         self._bad = _Bounded()
         self._known_good = _Bounded()
         # Token lookups under way (by digest, or session:<token id>): when a cached token expires,
@@ -145,12 +153,38 @@ class TokenGate:
             return self._refilled(client, now).tokens < 1
 
     def cached(self, digest: str, now: float) -> TokenInfo | None:
-        """The token's record if it was looked up valid within TOKEN_CACHE_SECONDS."""
+        """The token's record if it was looked up valid within TOKEN_CACHE_SECONDS, or looked up
+        in the current revocation generation, read within TOKEN_CACHE_SECONDS."""
         with self._lock:
             hit = self._good.get(digest)
-        if hit is not None and now - hit[1] < TOKEN_CACHE_SECONDS:
-            return hit[0]
+            current = now - self._revoked_read_at < TOKEN_CACHE_SECONDS
+            generation = self.generation
+        if hit is None:
+            return None
+        info, looked_up_at, looked_up_in = hit
+        if now - looked_up_at < TOKEN_CACHE_SECONDS or (current and looked_up_in == generation):
+            return info
         return None
+
+    def needs_revocations(self, digest: str, now: float) -> bool:
+        """Whether reading the count of revoked tokens would let a cached token pass: it was
+        looked up in the current generation, and the count was read too long ago."""
+        with self._lock:
+            hit = self._good.get(digest)
+            stale = now - self._revoked_read_at >= TOKEN_CACHE_SECONDS
+            return stale and hit is not None and hit[2] == self.generation
+
+    def saw_revocations(self, count: int, read_at: float) -> None:
+        """Record the count of revoked tokens read from ``read_at`` (monotonic, the read's
+        start); a count unlike the last one (the first one too: a token may have been revoked
+        before it) starts a new generation, so every token looked up before is looked up again."""
+        with self._lock:
+            if read_at <= self._revoked_read_at:
+                return
+            if count != self._revoked_count:
+                self.generation += 1
+                self._revoked_count = count
+            self._revoked_read_at = read_at
 
     def known_bad(self, digest: str, now: float) -> bool:
         """Whether the token was looked up and refused within TOKEN_CACHE_SECONDS."""
@@ -168,10 +202,14 @@ class TokenGate:
                 return "auth"
             return "auth" if self._refilled(client, now).tokens >= 1 else "suspect"
 
-    def accept(self, digest: str, info: TokenInfo, now: float) -> None:
-        """Remember a valid token."""
+    def accept(
+        self, digest: str, info: TokenInfo, now: float, generation: int | None = None
+    ) -> None:
+        """Remember a valid token, looked up from revocation generation ``generation`` (the
+        current one if not given)."""
         with self._lock:
-            self._good[digest] = (info, now)
+            begun_in = self.generation if generation is None else generation
+            self._good[digest] = (info, now, begun_in)
             self._bad.pop(digest, None)
             self._known_good.put(digest, now)
             if len(self._good) > MAX_ENTRIES:

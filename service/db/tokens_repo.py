@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from service.db.schema import api_tokens
 from service.errors import NotFound, ValidationFailed
@@ -87,6 +87,12 @@ def authenticate(conn: Connection, *, token: str) -> TokenInfo | None:
     if row is None or not hmac.compare_digest(row.token_hash, digest):
         return None
     return _info(row)
+
+
+def revoked_count(conn: Connection) -> int:
+    """How many tokens have been revoked (tokens are never deleted, so it only grows)."""
+    query = select(func.count()).select_from(api_tokens).where(api_tokens.c.revoked_at.is_not(None))
+    return int(conn.execute(query).scalar_one())
 
 
 def live_token_by_id(conn: Connection, *, token_id: int) -> tuple[TokenInfo, str] | None:
