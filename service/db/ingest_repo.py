@@ -23,6 +23,11 @@ SAMPLE_COLUMNS = ("gpu_id", "ts", "source", *METRIC_NAMES, "activity", "activity
 NODE_TOUCH_INTERVAL = timedelta(seconds=30)  # how stale nodes.last_seen_at may get
 # How long a GPU's cached owner is believed: another central replica may have moved the GPU.
 GPU_RECHECK_INTERVAL = timedelta(seconds=30)
+# How long a (GPU, job, user) attributed by a batch is believed still observed: a job ended or
+# an interval closed elsewhere (the API, another replica) is seen again within this long.
+OBSERVED_RECHECK_INTERVAL = timedelta(seconds=60)
+# (GPU, job, user) sightings remembered at most; past it the stale ones are dropped.
+MAX_OBSERVED = 200_000
 
 
 def minute_floor(ts: datetime) -> datetime:
@@ -66,11 +71,27 @@ class IngestCache:
 
     nodes: dict[str, tuple[int, dict[str, str], datetime]] = field(default_factory=dict)
     gpus: dict[str, GpuState] = field(default_factory=dict)
+    # (GPU uuid, job id, user) -> when a committed batch last made sure its job and interval.
+    observed: dict[tuple[str, str, str | None], datetime] = field(default_factory=dict)
 
     def apply(self, pending: IngestCache) -> None:
         """Merge what a committed batch learned."""
         self.nodes.update(pending.nodes)
         self.gpus.update(pending.gpus)
+        self.observed.update(pending.observed)
+        if len(self.observed) > MAX_OBSERVED and pending.observed:
+            newest = max(pending.observed.values())
+            self.observed = {
+                k: at for k, at in self.observed.items() if newest - at < OBSERVED_RECHECK_INTERVAL
+            }
+
+    def observed_lately(
+        self, key: tuple[str, str, str | None], now: datetime, within: timedelta
+    ) -> bool:
+        """Whether a committed batch made sure of (GPU uuid, job id, user) ``key`` less than
+        ``within`` before ``now``."""
+        at = self.observed.get(key)
+        return at is not None and timedelta(0) <= now - at < within
 
     def owned(self, uuid: str, node_id: int, now: datetime) -> GpuState | None:
         """The cached GPU ``uuid`` if node ``node_id`` owned it when last read, recently."""

@@ -51,6 +51,28 @@ def check_node(batch: IngestBatch, *, token_node: str | None) -> None:
         )
 
 
+def _not_seen_lately(
+    ctx: ServiceContext, batch: IngestBatch, *, now: datetime, pending: ingest_repo.IngestCache
+) -> list[observed_jobs_repo.Seen]:
+    """The batch's (GPU, job) sightings that this process has not made sure of lately (its job
+    stored, its interval open), each noted in ``pending`` as made sure of at ``now``: a steady
+    node's batches then cost no statement for its jobs."""
+    within = min(
+        ingest_repo.OBSERVED_RECHECK_INTERVAL,
+        timedelta(seconds=ctx.settings.observed_job_grace_seconds / 2),
+    )
+    seen = observed_jobs_repo.summarise(
+        (p.gpu_uuid, p.job_id, p.ts, p.user) for p in batch.processes
+    )
+    fresh = [
+        s
+        for s in seen
+        if not ctx.ingest_cache.observed_lately((s.gpu_uuid, s.job_id, s.user), now, within)
+    ]
+    pending.observed.update(((s.gpu_uuid, s.job_id, s.user), now) for s in fresh)
+    return fresh
+
+
 def _record_disputed(
     ctx: ServiceContext,
     conn: Connection,
@@ -117,12 +139,12 @@ def ingest(
         disputed: list[observed_jobs_repo.Disputed] = []
         observed_jobs_repo.observe(
             conn,
-            seen=observed_jobs_repo.summarise(
-                (p.gpu_uuid, p.job_id, p.ts, p.user) for p in batch.processes
-            ),
+            seen=_not_seen_lately(ctx, batch, now=now, pending=pending),
             now=now,
             disputed=disputed,
         )
+        for d in disputed:  # refused: asked again next batch, so the conflict is recorded
+            pending.observed = {k: at for k, at in pending.observed.items() if k[1] != d.job_id}
         _record_disputed(ctx, conn, disputed, now=now)
         # A client that gave up counts the batch as unsent and keeps it in its spool: storing it
         # behind its back is work done twice, under the load that made it give up.

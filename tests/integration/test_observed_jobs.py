@@ -6,9 +6,11 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import Engine, insert, select
+import pytest
+from sqlalchemy import Engine, insert, select, update
 
 from service.api.app import create_app
+from service.db import observed_jobs_repo
 from service.db.schema import job_gpus, jobs
 from service.settings import Settings
 from service.usecases.upkeep import observed_jobs_once
@@ -146,3 +148,42 @@ def test_processes_without_a_job_make_no_jobs(
     b["processes"][0]["job_id"] = None
     post(http, tokens["agent"], b)
     assert intervals(engine) == []
+
+
+def test_a_steady_node_costs_no_job_statements_and_a_change_elsewhere_is_seen_within_a_minute(
+    http: httpx.Client,
+    engine: Engine,
+    clock: FakeClock,
+    tokens: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[int] = []
+    observe = observed_jobs_repo.observe
+
+    def spy(conn: Any, **kwargs: Any) -> dict[str, int]:
+        asked.append(len(kwargs["seen"]))
+        return observe(conn, **kwargs)
+
+    monkeypatch.setattr(observed_jobs_repo, "observe", spy)
+    same = {"GPU-a0": "slurm:1", "GPU-a1": "slurm:1"}
+    for _ in range(5):
+        post(http, tokens["agent"], batch_with_jobs(clock, 0, same))
+        clock.advance(10)
+    # The first batch made sure of both GPUs' job; the next four had nothing new to ask.
+    assert asked == [2, 0, 0, 0, 0]
+    # A new job on one GPU is asked about at once, the other GPU's is not.
+    post(http, tokens["agent"], batch_with_jobs(clock, 0, {**same, "GPU-a1": "slurm:2"}))
+    assert asked[-1] == 1
+    # Closed behind this process's back (another replica, a script): reopened once the
+    # sighting is a minute old, with no gap in the job's time.
+    with engine.begin() as conn:
+        conn.execute(
+            update(job_gpus).where(job_gpus.c.job_id == "slurm:1").values(ended_at=clock())
+        )
+    clock.advance(61)
+    post(http, tokens["agent"], batch_with_jobs(clock, 0, same))
+    assert asked[-1] == 2
+    rows = [r for r in intervals(engine) if r[0] == "slurm:1"]
+    # Open again on both GPUs: GPU-a0's interval reopened (nobody took it since), GPU-a1 a new
+    # one after slurm:2's time on it.
+    assert len({r[1] for r in rows if r[3] is None}) == 2 and len(rows) == 3
