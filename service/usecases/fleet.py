@@ -25,6 +25,8 @@ from service.usecases.attribution import attribute
 # The money figures the fleet shows per GPU and sums over the fleet.
 GPU_MONEY: tuple[str, ...] = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")
 FLEET_MONEY: tuple[str, ...] = (*GPU_MONEY, "nodata_usd")
+# Past this many GPUs a fleet answer reads every GPU's row rather than bind each id.
+PAGE_BY_IDS_MAX = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,19 +246,19 @@ def _in_full(
     state and dollars the index rows carry."""
     if not chosen:
         return []
+    # A page is read by its ids; a view of many GPUs (the CLI's whole fleet) in one scan, not
+    # with thousands of bound ids.
+    ids = [g["gpu_id"] for g in chosen] if len(chosen) <= PAGE_BY_IDS_MAX else None
     full = {
         g["uuid"]: g
         for g in gpus_repo.list_gpus(
-            conn,
-            now=now,
-            start_skew_seconds=start_skew_seconds,
-            gpu_ids=[g["gpu_id"] for g in chosen],
+            conn, now=now, start_skew_seconds=start_skew_seconds, gpu_ids=ids
         )
     }
     out = []
     for g in chosen:
         row = full.get(g["uuid"])
-        if row is None:  # retired between the two reads of one snapshot: cannot happen
+        if row is None:  # the index and the rows are read in one snapshot: cannot happen
             continue
         row["state"] = g["state"]
         out.append(row | {name: g[name] for name in GPU_MONEY})
