@@ -133,7 +133,7 @@ class FleetFilter:
     cause: str | None = None
 
 
-def _check_filter(f: FleetFilter, gpus: list[dict[str, Any]], teams: Sequence[str]) -> None:
+def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) -> None:
     """ValidationFailed naming the filter and the nearest known value, for a name not known."""
     if f.state is not None and f.state not in STATE_NAMES:
         raise ValidationFailed(
@@ -149,8 +149,11 @@ def _check_filter(f: FleetFilter, gpus: list[dict[str, Any]], teams: Sequence[st
     models = sorted({g["model"] for g in gpus})
     if f.model is not None and f.model not in models:
         raise ValidationFailed("model", f"no GPU of model {f.model!r}" + nearest(f.model, models))
-    if f.team is not None and f.team not in teams:
-        raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
+    if f.team is not None:
+        # Read only when asked: every job's distinct team is no cost a plain page should pay.
+        teams = jobs_repo.team_names(conn)
+        if f.team not in teams:
+            raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
 
 
 def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, Any]) -> bool:
@@ -203,7 +206,7 @@ def fleet_now(
     skew = settings.ingest_max_future_seconds
     # Filter, sort and sum over the light index; read only the page's GPUs in full.
     every = with_states(gpus_repo.fleet_index(conn, now=now, start_skew_seconds=skew), now=now)
-    _check_filter(f, every, jobs_repo.team_names(conn))
+    _check_filter(conn, f, every)
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
     shown = [g for g in every if _shown(g, f, usd)]
     for gpu in shown:

@@ -143,8 +143,9 @@ def ingest(
             now=now,
             disputed=disputed,
         )
-        for d in disputed:  # refused: asked again next batch, so the conflict is recorded
-            pending.observed = {k: at for k, at in pending.observed.items() if k[1] != d.job_id}
+        refused = {d.job_id for d in disputed}
+        if refused:  # asked again next batch, so each batch's conflict is recorded
+            pending.observed = {k: at for k, at in pending.observed.items() if k[1] not in refused}
         _record_disputed(ctx, conn, disputed, now=now)
         # A client that gave up counts the batch as unsent and keeps it in its spool: storing it
         # behind its back is work done twice, under the load that made it give up.
