@@ -9,6 +9,7 @@ GPU's cost whatever the rule.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -178,6 +179,10 @@ def _holders(holding: Mapping[str, Sequence[tuple[float, float]]], t: float) -> 
     return sorted(j for j, spans in holding.items() if any(s <= t < e for s, e in spans))
 
 
+def _ts_of(point: ActivityPoint) -> float:
+    return point.ts
+
+
 def split_stretch(
     points: Sequence[ActivityPoint],
     procs: Mapping[float, Sequence[TenantProcess]],
@@ -204,7 +209,11 @@ def split_stretch(
 
     covered: list[tuple[float, float]] = []
     n = len(points)
-    for i, p in enumerate(points):
+    # Only the last sample before start and those before end can cover a second of the
+    # stretch: a caller passes a GPU's whole series for each of its minutes.
+    first = max(bisect_left(points, start, key=_ts_of) - 1, 0)
+    for i in range(first, bisect_left(points, end, lo=first, key=_ts_of)):
+        p = points[i]
         cover_end = p.ts + thresholds.max_gap_seconds
         if i + 1 < n and points[i + 1].ts < cover_end:
             cover_end = points[i + 1].ts

@@ -254,7 +254,8 @@ job_st = st.tuples(
     group_by=st.sampled_from(("job", "team", "user", "gpu", "node")),
 )
 @settings(
-    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=8, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_day_sums_equal_the_minute_level_reading(
     loaded: Engine,

@@ -159,6 +159,32 @@ def test_stretch_adds_up_to_the_gpu(rule: SplitRule) -> None:
         assert a.compute_tensor_seconds == pytest.approx(2 * b.compute_tensor_seconds)
 
 
+@pytest.mark.parametrize("rule", list(SplitRule))
+def test_a_minute_of_a_long_series_is_split_as_from_its_own_samples(rule: SplitRule) -> None:
+    """A caller passes a GPU's whole series for each shared minute: the minute's shares are
+    those its own samples give (the one before it included), whatever lies further away."""
+    t = Thresholds(max_gap_seconds=25.0)
+    # Samples every 7 s with two gaps (longer than max_gap, and shorter), over ten minutes.
+    stamps = [float(s) for s in range(0, 600, 7) if not (130 <= s < 190 or 300 <= s < 320)]
+    points = [_point(s, (s % 11) / 10, Cause.COMPUTE_TENSOR if s % 3 else Cause.IDLE_HELD)
+              for s in stamps]  # fmt: skip
+    procs = {
+        s: [TenantProcess("a", 2 * GIB, 0.5), TenantProcess("b", 6 * GIB, 0.2)] for s in stamps
+    }
+    holding = {"a": [(0.0, 600.0)], "b": [(45.0, 400.0)]}
+    for minute in range(10):
+        lo, hi = 60.0 * minute, 60.0 * minute + 60.0
+        before = [p for p in points if p.ts < lo][-1:]
+        own = (
+            before + [p for p in points if lo <= p.ts < hi] + [p for p in points if p.ts >= hi][:1]
+        )
+        whole = split_stretch(points, procs, holding, lo, hi, t, rule)
+        assert whole == split_stretch(own, procs, holding, lo, hi, t, rule), minute
+        assert sum(s.held_seconds for s in whole.values()) == pytest.approx(60.0), minute
+        covered = integrate(points, lo, hi, t).covered_seconds
+        assert sum(s.integrals.covered_seconds for s in whole.values()) == pytest.approx(covered)
+
+
 @pytest.mark.parametrize(
     ("cents", "weights", "expected"),
     [
