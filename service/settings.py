@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     # slower); a report reads each summed whole day from one row per job and GPU.
     cost_days_interval_seconds: float = Field(60.0, gt=0)
     cost_days_backfill_days: int = Field(92, ge=0)
+    # Today so far: in a fleet of this many GPUs or more (0: any), the cost-days job also sums
+    # today up to a minute cost_today_settle_seconds old (late batches have arrived by then),
+    # and a report reaching the present ends there: read in a few statements, not GPU by GPU.
+    cost_today_min_gpus: int = Field(1000, ge=0)
+    cost_today_settle_seconds: float = Field(120.0, ge=0)
 
     eval_interval_seconds: float = Field(30.0, gt=0)
     webhook_allow_nets: str = ""  # comma-separated CIDRs that channel URLs may resolve to

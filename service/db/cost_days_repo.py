@@ -37,8 +37,9 @@ def _utc(value: Any) -> datetime:
 
 def mark_minutes(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> int:
     """Mark stale the summed days of the (GPU, minute) ``keys`` the rollup job recomputed (and
-    the minutes after them a sample there covers); only GPUs with a summed day in that range get
-    a row, so the usual round (today's minutes, not summed yet) writes none. Returns how many."""
+    the minutes after them a sample there covers); only GPUs with a summed part of a day in
+    that range get a row, so the usual round (minutes after today's sums end) writes none.
+    Returns how many."""
     if not keys:
         return 0
     spans: dict[int, list[datetime]] = {}
@@ -56,13 +57,14 @@ def mark_minutes(conn: Connection, keys: Sequence[tuple[int, datetime]]) -> int:
     summed: set[int] = set()
     ids = sorted(spans)
     for i in range(0, len(ids), 1000):
+        query = select(g.gpu_id, g.held_until).where(
+            g.day >= first, g.day < last, g.gpu_id.in_(ids[i : i + 1000])
+        )
+        # Today is summed only up to a few minutes ago: the minutes after that are not in it.
         summed |= {
             int(gpu_id)
-            for (gpu_id,) in conn.execute(
-                select(g.gpu_id)
-                .where(g.day >= first, g.day < last, g.gpu_id.in_(ids[i : i + 1000]))
-                .distinct()
-            )
+            for gpu_id, until in conn.execute(query)
+            if until is None or _utc(until) > spans[int(gpu_id)][0]
         }
     rows = [
         {"gpu_id": gpu_id, "lo": floor_day(lo), "hi": hi + timedelta(minutes=2)}
@@ -133,11 +135,26 @@ def partial_days(
     ]
 
 
-def day_counts(conn: Connection, *, since: datetime, basis: str) -> dict[datetime, int]:
-    """Per day from ``since``, how many GPUs are summed under ``basis``."""
+def day_counts(
+    conn: Connection, *, since: datetime, until: datetime, basis: str
+) -> dict[datetime, int]:
+    """Per day in [since, until), how many GPUs are summed under ``basis``."""
     g = cost_gpu_1d.c
-    query = select(g.day, func.count()).where(g.day >= since, g.basis == basis).group_by(g.day)
+    query = (
+        select(g.day, func.count())
+        .where(g.day >= since, g.day < until, g.basis == basis)
+        .group_by(g.day)
+    )
     return {_utc(day): int(n) for day, n in conn.execute(query)}
+
+
+def summed_until(conn: Connection, *, day: datetime, basis: str) -> datetime | None:
+    """Up to when ``day`` (today) is summed under ``basis``: the latest end of its rows held
+    only in part; None where it has no such row."""
+    g = cost_gpu_1d.c
+    query = select(func.max(g.held_until)).where(g.day == day, g.basis == basis)
+    value = conn.execute(query).scalar_one_or_none()
+    return None if value is None else _utc(value)
 
 
 def summed_gpus(
@@ -373,6 +390,27 @@ def gpu_sums(
         ]
 
 
+def team_gpu_sums(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    excluded: Iterable[int],
+    fields: Sequence[str],
+) -> list[tuple[str, int, tuple[Any, ...]]]:
+    """Per (team, GPU) over the days in [start, end), GPUs ``excluded`` left out, of the
+    jobs with a team as they are now: (team, GPU id, the sums of ``fields``)."""
+    j = cost_job_1d.c
+    query = (
+        select(jobs.c.team, j.gpu_id, *(func.sum(j[f]) for f in fields))
+        .join(jobs, jobs.c.id == j.job_id)
+        .where(*_within(cost_job_1d, start, end, excluded), jobs.c.team.is_not(None))
+        .group_by(jobs.c.team, j.gpu_id)
+    )
+    with _report_read(conn):
+        return [(str(team), int(gpu), tuple(values)) for team, gpu, *values in conn.execute(query)]
+
+
 # --- writes ---------------------------------------------------------------------------------
 
 
@@ -394,6 +432,25 @@ def replace_days(
                 conn.execute(
                     delete(table).where(and_(table.c.day == day, table.c.gpu_id.in_(chunk)))
                 )
+    _insert(conn, gpu_rows, job_rows)
+
+
+def replace_day(
+    conn: Connection,
+    *,
+    day: datetime,
+    gpu_rows: Sequence[dict[str, Any]],
+    job_rows: Sequence[dict[str, Any]],
+) -> None:
+    """Replace every sum of ``day`` with these rows."""
+    for table in (cost_gpu_1d, cost_job_1d):
+        conn.execute(delete(table).where(table.c.day == day))
+    _insert(conn, gpu_rows, job_rows)
+
+
+def _insert(
+    conn: Connection, gpu_rows: Sequence[dict[str, Any]], job_rows: Sequence[dict[str, Any]]
+) -> None:
     for table, rows in ((cost_gpu_1d, gpu_rows), (cost_job_1d, job_rows)):
         for i in range(0, len(rows), 2000):
             conn.execute(insert(table), list(rows[i : i + 2000]))

@@ -72,9 +72,13 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
     }
 
 
-def rolled_until(conn: Connection, *, gpu_ids: Sequence[int]) -> dict[int, datetime | None]:
-    """Per GPU, up to when its 1m rollups are complete: its first minute with samples not
-    rolled up yet, else the end of its last bucket; None for a GPU with no bucket at all."""
+BIND_IDS_MAX = 1000  # past this many GPU ids, reading every GPU costs less than binding them
+
+
+def rolled_until(conn: Connection, *, gpu_ids: Sequence[int] | None) -> dict[int, datetime | None]:
+    """Per GPU (all, or ``gpu_ids``), up to when its 1m rollups are complete: its first minute
+    with samples not rolled up yet, else the end of its last bucket; None for a GPU with no
+    bucket at all."""
     last = select(func.max(rollup_1m.c.bucket_start)).where(rollup_1m.c.gpu_id == gpus.c.id)
     first_dirty = select(func.min(rollup_dirty.c.bucket_start)).where(
         rollup_dirty.c.gpu_id == gpus.c.id
@@ -83,7 +87,9 @@ def rolled_until(conn: Connection, *, gpu_ids: Sequence[int]) -> dict[int, datet
         gpus.c.id,
         type_coerce(last.scalar_subquery(), UTCDateTime()),
         type_coerce(first_dirty.scalar_subquery(), UTCDateTime()),
-    ).where(gpus.c.id.in_(list(gpu_ids)))
+    )
+    if gpu_ids is not None:
+        query = query.where(gpus.c.id.in_(list(gpu_ids)))
     out: dict[int, datetime | None] = {}
     for gpu_id, last_bucket, dirty in conn.execute(query).all():
         ends = [t for t in (last_bucket and last_bucket + timedelta(minutes=1), dirty) if t]

@@ -48,25 +48,29 @@ def fleet_index(
     )
     holders = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
     out = []
-    for r in conn.execute(query):
-        held = holders.get(r.id)
+    # fetchall and tuple unpacking: ten thousand rows fetched one by one cost a third more.
+    for gpu_id, uuid, index, model, last_seen, lost_at, node, cause in conn.execute(query).all():
+        held = holders.get(gpu_id)
         job = held[-1] if held else None
         out.append(
             {
-                "gpu_id": r.id,
-                "uuid": r.uuid,
-                "index": r.gpu_index,
-                "model": r.model,
-                "node": r.hostname,
-                "last_seen_at": r.last_sample_at,
-                "lost": r.lost_at is not None,
-                "cause": None if r.cause is None else Cause(r.cause).label,
+                "gpu_id": gpu_id,
+                "uuid": uuid,
+                "index": index,
+                "model": model,
+                "node": node,
+                "last_seen_at": last_seen,
+                "lost": lost_at is not None,
+                "cause": None if cause is None else _LABELS[cause],
                 "job": job.job_id if job else None,
                 "user": job.user if job else None,
                 "team": job.team if job else None,
             }
         )
     return out
+
+
+_LABELS = {int(c): c.label for c in Cause}
 
 
 def list_gpus(

@@ -13,6 +13,7 @@ from typing import Any, Literal, NamedTuple
 from sqlalchemy import Connection
 
 from service.core import diagnosis
+from service.core.buckets import ceil_day
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.tenants import without_stretches
 from service.costs.waste import Line, Segment, Summary, group_segments, segment_gpu
@@ -83,7 +84,7 @@ def attribute(
     price_of, unpriced = _pricer(table.rows, gpu_info)
     raw_from = now - timedelta(days=settings.retention_raw_days)
     lines = _segment_lines(
-        conn, held, price_of, gpu_ids=list(gpu_info), settings=settings, now=now,
+        conn, held, price_of, whole_fleet=gpu_ids is None, settings=settings, now=now,
         raw_from=raw_from, raw_edges=raw_edges, causes=causes, cause_energy=cause_energy,
     )  # fmt: skip
     tenant_lines, rules = shared_lines(
@@ -166,7 +167,7 @@ def _segment_lines(
     held: _Held,
     price_of: PriceOf,
     *,
-    gpu_ids: list[int],
+    whole_fleet: bool,
     settings: Settings,
     now: datetime,
     raw_from: datetime,
@@ -186,7 +187,7 @@ def _segment_lines(
         minute_cutoff=now - timedelta(days=settings.retention_1m_days),
         causes=causes,
         cause_energy=cause_energy,
-        rolled_until=costs_repo.rolled_until(conn, gpu_ids=gpu_ids),
+        rolled_until=_rolled_until(conn, spans, whole_fleet=whole_fleet),
         raw_kept_from=raw_from,
     )
     return [
@@ -195,6 +196,20 @@ def _segment_lines(
             keys, held_seconds, usages, strict=True
         )
     ]
+
+
+def _rolled_until(
+    conn: Connection, spans: Sequence[Any], *, whole_fleet: bool
+) -> dict[int, datetime | None]:
+    """``costs_repo.rolled_until`` of the GPUs with a span: none read where no GPU has one,
+    every GPU read (no ids bound) where the spans are the ``whole_fleet``'s and many."""
+    spanned = {span.gpu_id for span in spans}
+    if not spanned:
+        return {}
+    # Binding ten thousand ids costs more than reading the few GPUs without a span.
+    if whole_fleet and 2 * len(spanned) > costs_repo.BIND_IDS_MAX:
+        return costs_repo.rolled_until(conn, gpu_ids=None)
+    return costs_repo.rolled_until(conn, gpu_ids=sorted(spanned))
 
 
 def _raw_edges(
@@ -232,22 +247,29 @@ def report_attribution(
     raw_edges: bool | None,
     day_sums: bool = True,
 ) -> tuple[Attribution, day_sums_mod.DayWindow | None]:
-    """A report window's lines and, with ``day_sums``, the whole UTC days to read from the day
-    sums: those of every GPU whose days are all summed and current (``day_sums.stale_in``).
-    The days' edges, and the whole days of the other GPUs, are attributed from finer data
-    (rollups, tenant rows, raw edges) as without day sums."""
+    """A report window's lines and, with ``day_sums``, the days to read from the day sums:
+    those of every GPU whose days are all summed and current (``day_sums.stale_in``). Where
+    today is summed so far and the window reaches it (``day_sums.today_until``), the window
+    ends where those sums do: the DayWindow's end. The days' edges, and the days of the other
+    GPUs, are attributed from finer data (rollups, tenant rows, raw edges) as without sums."""
     whole = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
+    basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+    until = day_sums_mod.today_until(
+        conn, start=start, end=end, now=now, basis=basis, settings=settings
+    ) if day_sums else None  # fmt: skip
+    asked_end = end
+    if until is not None:
+        end, whole = until, (ceil_day(start), until)
     if whole is None:
         return attribute(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges
         ), None  # fmt: skip
     d0, d1 = whole
     gpus = costs_repo.load_gpus(conn)
-    basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
     stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
     if len(stale) >= len(gpus):
         return attribute(
-            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
+            conn, settings=settings, start=start, end=asked_end, now=now, raw_edges=raw_edges,
             gpu_info=gpus,
         ), None  # fmt: skip
     parts: list[tuple[datetime, datetime, list[int] | None]] = [(start, d0, None), (d1, end, None)]

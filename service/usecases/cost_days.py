@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine
 
-from service.core.buckets import DAY, ceil_day, floor_day
+from service.core.buckets import DAY, ceil_day, floor_day, floor_minute
 from service.costs.waste import Summary
 from service.db import cost_days_repo, costs_repo
 from service.db.cost_days_repo import UNALLOCATED_JOB
@@ -69,7 +69,7 @@ def _todo(
     }
     missing = {k for k, bounds in partial.items() if summed_partial.get(k) != bounds}
     missing |= {k for k in summed_partial if k not in partial}
-    counts = cost_days_repo.day_counts(conn, since=since, basis=basis)
+    counts = cost_days_repo.day_counts(conn, since=since, until=today, basis=basis)
     for day in sorted(set(expected) | set(counts)):
         if counts.get(day, 0) == expected.get(day, 0):
             continue
@@ -82,15 +82,18 @@ def _todo(
 
 def _rows(
     conn: Connection, *, settings: Settings, gpus: dict[int, costs_repo.GpuInfo], day: datetime,
-    gpu_ids: list[int], now: datetime, basis: str,
+    gpu_ids: list[int] | None, now: datetime, basis: str, until: datetime | None = None,
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:  # fmt: skip
-    """The cost_gpu_1d and cost_job_1d rows of ``gpu_ids`` for ``day``."""
-    held = {g: h for g in gpu_ids if g in gpus and (h := held_range(gpus[g], day)) is not None}
+    """The cost_gpu_1d and cost_job_1d rows of ``gpu_ids`` (None: every GPU) for ``day``, or
+    for its part up to ``until`` (today so far)."""
+    wanted = gpus if gpu_ids is None else [g for g in gpu_ids if g in gpus]
+    held = {g: h for g in wanted if (h := held_range(gpus[g], day, until)) is not None}
     if not held:
         return [], []
     att = attribute(
-        conn, settings=settings, start=day, end=day + DAY, now=now, gpu_ids=sorted(held),
-        raw_edges=True, cause_energy=True, gpu_info=gpus,
+        conn, settings=settings, start=day, end=until or day + DAY, now=now,
+        gpu_ids=None if len(held) == len(gpus) else sorted(held), raw_edges=True,
+        cause_energy=True, gpu_info=gpus,
     )  # fmt: skip
     per_gpu: dict[int, Summary] = {}
     per_job: dict[tuple[int, str], Summary] = {}
@@ -146,6 +149,24 @@ def write_round(conn: Connection, *, settings: Settings, now: datetime) -> int |
     return len(keys)
 
 
+def write_today(conn: Connection, *, settings: Settings, now: datetime) -> int:
+    """In a fleet of ``cost_today_min_gpus`` or more, replace today's sums with those of today
+    up to a whole minute ``cost_today_settle_seconds`` old; returns how many GPUs' rows."""
+    cost_days_repo.take_write_lock(conn)
+    gpus = costs_repo.load_gpus(conn)
+    today = floor_day(now)
+    until = floor_minute(now - timedelta(seconds=settings.cost_today_settle_seconds))
+    if len(gpus) < settings.cost_today_min_gpus or until <= today:
+        return 0
+    basis = basis_of(effective_prices(conn, settings).rows, settings)
+    gpu_rows, job_rows = _rows(
+        conn, settings=settings, gpus=gpus, day=today, gpu_ids=None, now=now, basis=basis,
+        until=until,
+    )  # fmt: skip
+    cost_days_repo.replace_day(conn, day=today, gpu_rows=gpu_rows, job_rows=job_rows)
+    return len(gpu_rows)
+
+
 def write_days(
     engine: Engine,
     *,
@@ -154,7 +175,8 @@ def write_days(
     budget_seconds: float = 10.0,
 ) -> int:
     """Run ``write_round`` transaction after transaction until nothing is left to write or
-    ``budget_seconds`` have passed; returns how many GPU-days were written."""
+    ``budget_seconds`` have passed, then ``write_today``; returns how many GPU-days were
+    written (today's rows not counted)."""
     started = time.monotonic()
     total = 0
     while time.monotonic() - started < budget_seconds:
@@ -163,6 +185,8 @@ def write_days(
         if n is None:
             break
         total += n
+    with engine.begin() as conn:
+        write_today(conn, settings=settings, now=clock())
     return total
 
 

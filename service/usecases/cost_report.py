@@ -154,6 +154,8 @@ def cost_report(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
             causes=False,
         ), None  # fmt: skip
+    if window is not None and window.report_end is not None:
+        end = window.report_end  # today is read from its sums, which end a little before now
     lines = _lines_of(att, user=user, team=team, jobs_only=jobs_only)
     groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
     assumptions = fix_assumptions_of(settings)

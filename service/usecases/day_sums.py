@@ -10,9 +10,10 @@ report is the same whether or not its days were summed.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any
@@ -55,10 +56,15 @@ def basis_of(prices: Sequence[PriceRow], settings: Settings) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def held_range(info: GpuInfo, day: datetime) -> tuple[datetime, datetime] | None:
-    """The part [from, until) of ``day`` that the report counts the GPU as held, None if none."""
+def held_range(
+    info: GpuInfo, day: datetime, until: datetime | None = None
+) -> tuple[datetime, datetime] | None:
+    """The part [from, until) of ``day`` that the report counts the GPU as held (only up to
+    ``until`` where given: today so far), None if none."""
     held_from = max(day, info.known_from)
-    held_until = day + DAY if info.retired_at is None else min(day + DAY, info.retired_at)
+    held_until = min(day + DAY, until) if until is not None else day + DAY
+    if info.retired_at is not None:
+        held_until = min(held_until, info.retired_at)
     return (held_from, held_until) if held_from < held_until else None
 
 
@@ -156,7 +162,8 @@ def stale_in(
 ) -> tuple[set[int], set[int]]:
     """The GPUs whose days in [start, end) cannot all be read from the sums (a day not summed
     under ``basis``, summed for another held part of the day, or under a stale range), and the
-    GPUs whose summed days have unpriced seconds."""
+    GPUs whose summed days have unpriced seconds. ``end`` is midnight, or the end of today's
+    sums (``today_until``): then the last day is summed up to it."""
     have = cost_days_repo.coverage(conn, start=start, end=end, basis=basis)
     stale = cost_days_repo.stale_gpus(conn, start=start, end=end)
     partial = {
@@ -165,17 +172,20 @@ def stale_in(
             conn, start=start, end=end, basis=basis
         )
     }
-    whole = round((end - start) / DAY)
+    days = math.ceil((end - start) / DAY)
+    today = floor_day(end) if end != floor_day(end) else None
     for gpu_id, info in gpus.items():
         if info.known_from <= start and (info.retired_at is None or info.retired_at >= end):
-            # Held every second of the window (the usual GPU): every day, none in part.
-            if have.get(gpu_id, (0, 0.0))[0] != whole:
+            # Held every second of the window (the usual GPU): every day, whole but today.
+            if have.get(gpu_id, (0, 0.0))[0] != days:
+                stale.add(gpu_id)
+            if today is not None and partial.pop((gpu_id, today), None) != (None, end):
                 stale.add(gpu_id)
             continue
         n_days = 0
         day = start
         while day < end:
-            held = held_range(info, day)
+            held = held_range(info, day, end)
             if held is not None:
                 n_days += 1
                 bounds = stored_bounds(held, day)
@@ -190,14 +200,42 @@ def stale_in(
     return stale, {g for g, (_, unpriced) in have.items() if unpriced > 0}
 
 
+def today_lag_seconds(settings: Settings) -> float:
+    """How old today's sums may be for a report reaching the present to end where they end:
+    their settling time plus three rounds of the cost-days job."""
+    return settings.cost_today_settle_seconds + 3 * settings.cost_days_interval_seconds
+
+
+def today_until(
+    conn: Connection, *, start: datetime, end: datetime, now: datetime, basis: str,
+    settings: Settings,
+) -> datetime | None:  # fmt: skip
+    """Where a report over [start, end) ends when it reads today from the sums of today so
+    far: the instant they were summed up to, if the window covers today from midnight on and
+    reaches past that instant, and they are at most ``today_lag_seconds`` old; else None."""
+    today = floor_day(now)
+    if start > today or end < now - timedelta(seconds=today_lag_seconds(settings)):
+        return None
+    until = cost_days_repo.summed_until(conn, day=today, basis=basis)
+    if until is None or until > end or (now - until).total_seconds() > today_lag_seconds(settings):
+        return None
+    return until
+
+
 @dataclass(frozen=True, slots=True)
 class DayWindow:
-    """The whole UTC days [start, end) a report reads from the day sums, for every GPU but
-    ``excluded`` (read from finer data)."""
+    """The UTC days [start, end) a report reads from the day sums, for every GPU but
+    ``excluded`` (read from finer data): whole days, and today up to ``end`` where the report
+    ends where today's sums do (``today_until``)."""
 
     start: datetime
     end: datetime
     excluded: frozenset[int]
+
+    @property
+    def report_end(self) -> datetime | None:
+        """Where the report ends instead of the end asked (today's sums' end), None if not."""
+        return self.end if self.end != floor_day(self.end) else None
 
 
 def read_dollars(
@@ -291,4 +329,17 @@ def read_days(
             group.merge(s)
         if group_by == "job" and not no_job and key is not None:
             out.jobs[key] = {"id": key, **owner}
+    return out
+
+
+def read_team_gpus(conn: Connection, window: DayWindow) -> dict[tuple[str, int], Summary]:
+    """The sums of the days of ``window`` per (team, GPU id), of the jobs with a team."""
+    fields = REPORT_FIELDS
+    out: dict[tuple[str, int], Summary] = {}
+    for team, gpu_id, values in cost_days_repo.team_gpu_sums(
+        conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields
+    ):
+        if team:
+            s = out[(team, gpu_id)] = summary_from(team, fields, values)
+            s.gpu_ids.add(gpu_id)
     return out

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from service.core.buckets import floor_day
 from service.core.diagnosis import CAUSE_BY_NAME, CAUSE_NAMES, STATE_NAMES, GpuState, gpu_state
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.money import SORT_FIELDS, money_of
@@ -20,7 +21,8 @@ from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
 from service.errors import ValidationFailed
 from service.settings import Settings
-from service.usecases.attribution import attribute
+from service.usecases import day_sums
+from service.usecases.attribution import add_days, report_attribution
 
 # The money figures the fleet shows per GPU and sums over the fleet.
 GPU_MONEY: tuple[str, ...] = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")
@@ -39,6 +41,7 @@ class WastedToday:
     price_source: str
     warnings: list[str]
     by_team: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
+    until: datetime | None = None  # the figures' end: now, or where today's sums end
 
 
 @dataclass
@@ -68,31 +71,44 @@ class WastedTodayCache:
 
 def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> WastedToday:
     """Each GPU's cost, waste, idle, fixable, nodata and lost USD since midnight UTC: the cost
-    report's figures grouped by GPU, read from whole 1m buckets at the job edges as long
-    reports do."""
-    day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    att = attribute(conn, settings=settings, start=day_start, end=now, now=now, raw_edges=False)
+    report's figures grouped by GPU (whole 1m buckets at the job edges, as long reports read
+    them), through ``until``: now, or where today's sums end when the report reads them."""
+    day_start = floor_day(now)
+    att, window = report_attribution(
+        conn, settings=settings, start=day_start, end=now, now=now, raw_edges=False
+    )
     by_gpu = summarize(att.lines, lambda line: att.gpus[line.gpu_id].uuid, jobs_only=False)
+    team_of = {job_id: job.get("team") for job_id, job in att.jobs.items()}
+    teams_lines = [ln for ln in att.lines if ln.job_id is not None and team_of.get(ln.job_id)]
+    by_team_gpu = summarize(
+        teams_lines, lambda ln: f"{team_of[ln.job_id or '']}\0{att.gpus[ln.gpu_id].uuid}"
+    )
+    if window is not None:
+        add_days(by_gpu, day_sums.read_days(conn, window, group_by="gpu"), att, "gpu")
+        for (team, gpu_id), summed in day_sums.read_team_gpus(conn, window).items():
+            key = f"{team}\0{att.gpus[gpu_id].uuid}"
+            if key in by_team_gpu:
+                by_team_gpu[key].merge(summed)
+            else:
+                by_team_gpu[key] = summed
     a = fix_assumptions_of(settings)
 
     def money(s: Summary) -> dict[str, float | None]:
         m = money_of(s, with_model(a, [att.gpus[g].model for g in s.gpu_ids]))
         return {name: getattr(m, name) for name in FLEET_MONEY}
 
-    team_of = {job_id: job.get("team") for job_id, job in att.jobs.items()}
-    teams_lines = [ln for ln in att.lines if ln.job_id is not None and team_of.get(ln.job_id)]
     by_team: dict[str, dict[str, dict[str, float | None]]] = {}
-    for key, s in summarize(
-        teams_lines, lambda ln: f"{team_of[ln.job_id or '']}\0{att.gpus[ln.gpu_id].uuid}"
-    ).items():
+    for key, s in by_team_gpu.items():
         team, uuid = key.split("\0", 1)
         by_team.setdefault(team, {})[uuid] = money(s)
+    until = window.report_end if window is not None else None
     return WastedToday(
         day_start,
         {uuid: money(s) for uuid, s in by_gpu.items()},
         att.price_source,
         att.warnings,
         by_team,
+        until or now,
     )
 
 
@@ -224,6 +240,7 @@ def fleet_now(
     return {
         "start": day_start,
         "now": now,
+        "dollars_until": wasted.until or now,
         "sort": sort_by,
         "gpu_count": len(shown),
         "fleet_gpu_count": len(every),

@@ -17,10 +17,12 @@ LISTED_FIGURES = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd"
 
 
 class JobsPage(NamedTuple):
-    """The page's jobs in order, and how many jobs the whole list holds (``total``)."""
+    """The page's jobs in order, how many jobs the whole list holds (``total``), and where
+    the window read ends (before the end asked where today is read from its sums)."""
 
     jobs: list[dict[str, Any]]
     total: int
+    end: datetime
 
 
 def jobs_with_costs(
@@ -58,4 +60,4 @@ def jobs_with_costs(
                 "top_cause": row.get("top_cause"),
             }
         )
-    return JobsPage(out, report["row_count"])
+    return JobsPage(out, report["row_count"], report["end"])

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, select, update
 
 from service.api.app import create_app
+from service.core.buckets import DAY, floor_day
 from service.costs.prices import PriceRow
 from service.costs.waste import UNALLOCATED
 from service.db import costs_repo, jobs_repo, prices_repo
@@ -33,7 +34,7 @@ from service.db.schema import (
     tenant_1m,
 )
 from service.settings import Settings
-from service.usecases import cost_days, cost_report, day_sums, price_table, report_pages
+from service.usecases import cost_days, cost_report, day_sums, fleet, price_table, report_pages
 from tests.conftest import make_token, truncate_all
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock, live_server
@@ -45,6 +46,7 @@ GPUS = (("GPU-d0", "node-a", "NVIDIA H100 80GB HBM3", 0), ("GPU-d1", "node-a",
         "NVIDIA H100 80GB HBM3", 1), ("GPU-d2", "node-b", "NVIDIA A100-SXM4-80GB", 0))  # fmt: skip
 GAP = (datetime(2026, 11, 29, 10, 0, tzinfo=UTC), datetime(2026, 11, 29, 13, 0, tzinfo=UTC))
 STEP = 60.0
+TODAY_UNTIL = NOW - timedelta(minutes=2)  # today's sums end a settling time before NOW
 MONEY = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd", "lost_usd")
 SECONDS = ("held_seconds", "allocated_seconds", "nodata_seconds", "idle_seconds",
            "unused_seconds", "unpriced_seconds", "energy_used_joules")  # fmt: skip
@@ -116,15 +118,17 @@ def _close(a: float | None, b: float | None, tol: float) -> bool:
 
 
 def _assert_same(engine: Engine, s: Settings, start: datetime, end: datetime, group_by: str,
-                 **filters: Any) -> None:  # fmt: skip
-    """The report with day sums equals the minute-level report (edges raw in both)."""
+                 **filters: Any) -> datetime:  # fmt: skip
+    """The report with day sums equals the minute-level report (edges raw in both) over the
+    window it read, which ends where today's sums do if it reads them; returns that end."""
     with engine.connect() as conn:
-        fast, slow = (
-            cost_report.cost_report(
-                conn, settings=s, start=start, end=end, now=NOW, group_by=group_by,
-                raw_edges=True, day_sums=days, **filters,
-            )
-            for days in (True, False)
+        fast = cost_report.cost_report(
+            conn, settings=s, start=start, end=end, now=NOW, group_by=group_by, raw_edges=True,
+            **filters,
+        )  # fmt: skip
+        slow = cost_report.cost_report(
+            conn, settings=s, start=start, end=fast["end"], now=NOW, group_by=group_by,
+            raw_edges=True, day_sums=False, **filters,
         )  # fmt: skip
     rows = {r["key"]: r for r in slow["rows"]}
     assert sorted(r["key"] for r in fast["rows"]) == sorted(rows)
@@ -139,6 +143,8 @@ def _assert_same(engine: Engine, s: Settings, start: datetime, end: datetime, gr
         for cause, figures in want["causes"].items():
             assert _close(got["causes"][cause]["usd"], figures["usd"], 0.005), (cause, got["key"])
     assert fast["warnings"] == slow["warnings"]
+    read_until: datetime = fast["end"]
+    return read_until
 
 
 def _same_fixes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
@@ -254,7 +260,9 @@ job_st = st.tuples(
     group_by=st.sampled_from(("job", "team", "user", "gpu", "node")),
 )
 @settings(
-    max_examples=8, deadline=None, derandomize=True,
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_day_sums_equal_the_minute_level_reading(
@@ -266,7 +274,8 @@ def test_day_sums_equal_the_minute_level_reading(
     group_by: str,
 ) -> None:
     engine = loaded
-    s = Settings(database_url="sqlite://", run_scheduler=False)
+    # Today (Dec 1, to NOW) is summed so far too: three GPUs are fleet enough.
+    s = Settings(database_url="sqlite://", run_scheduler=False, cost_today_min_gpus=0)
     _reset(engine)
     with engine.begin() as conn:
         prices_repo.replace_prices(conn, rows=_prices(4.0, change))
@@ -284,7 +293,9 @@ def test_day_sums_equal_the_minute_level_reading(
     stop = min(start + timedelta(seconds=window[1]), NOW)
     _write_days(engine, s)
     assert _summed_everywhere(engine, s, start, stop)
-    _assert_same(engine, s, start, stop, group_by)
+    read_until = _assert_same(engine, s, start, stop, group_by)
+    # A window reaching the present from before midnight ends where today's sums end.
+    assert read_until == (TODAY_UNTIL if start <= floor_day(NOW) and stop == NOW else stop)
     _assert_same(engine, s, start, stop, "job", team="vision")
     # The jobs list's reading: the report by job without time no job held, paged alike.
     _assert_jobs_only(engine, s, start, stop)
@@ -409,3 +420,86 @@ def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Eng
     assert rewrites == [1]  # the page was chosen in the database, between the two reads
     assert during == before
     assert after["totals"]["cost_usd"] > before["totals"]["cost_usd"] + 1.0
+
+
+def _today_rows(engine: Engine, day: datetime) -> list[tuple[int, datetime | None]]:
+    """The (GPU id, held_until) of ``day``'s summed rows."""
+    g = cost_gpu_1d.c
+    with engine.connect() as conn:
+        rows = conn.execute(select(g.gpu_id, g.held_until).where(g.day == day)).all()
+    return sorted((int(gpu), None if until is None else _as_utc(until)) for gpu, until in rows)
+
+
+def _as_utc(value: Any) -> datetime:
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def test_today_is_summed_so_far_and_a_report_reaching_now_ends_there(loaded: Engine) -> None:
+    """In a fleet large enough, today is summed up to a settled minute; a report reaching
+    the present reads it and ends there, equal to the minute-level reading of that window; a
+    window from after midnight, a smaller fleet or sums grown old read through now; late data
+    before the sums' end marks them stale, minutes after it do not; the next day re-writes
+    today's rows as a whole day."""
+    engine = loaded
+    today = floor_day(NOW)
+    small = Settings(database_url="sqlite://", run_scheduler=False)  # 1,000 GPUs at least
+    s = small.model_copy(update={"cost_today_min_gpus": 3})
+    _reset(engine)
+    with engine.begin() as conn:
+        prices_repo.replace_prices(conn, rows=_prices(4.0, None))
+        for k, (uuid, *_) in enumerate(GPUS):
+            jobs_repo.upsert_job(
+                conn, job_id=f"slurm:{k}", fields={"team": "vision"}, gpu_uuids=[uuid],
+                started_at=START, ended_at=None, now=NOW,
+            )  # fmt: skip
+    _write_days(engine, small)
+    assert _today_rows(engine, today) == []
+    _write_days(engine, s)
+    assert _today_rows(engine, today) == [(1, TODAY_UNTIL), (2, TODAY_UNTIL), (3, TODAY_UNTIL)]
+    for group_by in ("job", "team", "gpu"):
+        assert _assert_same(engine, s, START, NOW, group_by) == TODAY_UNTIL
+    # The fleet's dollars of today: from the same sums, per GPU and per team and GPU.
+    with engine.connect() as conn:
+        wasted = fleet.wasted_today(conn, settings=s, now=NOW)
+        by_gpu = cost_report.cost_report(
+            conn, settings=s, start=today, end=TODAY_UNTIL, now=NOW, group_by="gpu",
+            raw_edges=True, day_sums=False,
+        )  # fmt: skip
+    assert wasted.until == TODAY_UNTIL and len(by_gpu["rows"]) == 3
+    for row in by_gpu["rows"]:
+        for f in ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd"):
+            assert _close(wasted.by_uuid[row["key"]][f], row[f], 0.005), (row["key"], f)
+            # Each GPU is held all day by one job of team vision.
+            assert _close(wasted.by_team["vision"][row["key"]][f], row[f], 0.005), f
+    # A window from after midnight has no day to read: it ends now.
+    assert _assert_same(engine, s, today + timedelta(hours=1), NOW, "job") == NOW
+    # Sums older than the settling time and three rounds of the job are not read.
+    late = NOW + timedelta(seconds=day_sums.today_lag_seconds(s) + 60)
+    with engine.connect() as conn:
+        old = cost_report.cost_report(conn, settings=s, start=START, end=late, now=late,
+                                      group_by="team")  # fmt: skip
+    assert old["end"] == late
+
+    # A sample after the sums' end (and the gap one covers at most: it may end the cover of
+    # the sample before it) marks nothing; one before it marks its GPU stale.
+    for at, marked in ((TODAY_UNTIL + timedelta(seconds=70), set()),
+                       (TODAY_UNTIL - timedelta(minutes=9), {1})):  # fmt: skip
+        store_series(engine, FakeClock(NOW), uuid=GPUS[0][0], start=at,
+                     metrics=[_metrics(0, 5)], interval_seconds=STEP, hostname=GPUS[0][1],
+                     model=GPUS[0][2], index=0)  # fmt: skip
+        roll_up(engine)
+        with engine.connect() as conn:
+            assert {g for (g,) in conn.execute(select(cost_day_dirty.c.gpu_id))} == marked
+    assert _assert_same(engine, s, START, NOW, "job") == TODAY_UNTIL  # GPU-d0 read finer
+    _write_days(engine, s)
+    assert _summed_everywhere(engine, s, START, today)
+    assert _assert_same(engine, s, START, NOW, "job") == TODAY_UNTIL
+
+    # Tomorrow: today is re-written as a whole day, tomorrow summed so far.
+    tomorrow = NOW + timedelta(days=1)
+    cost_days.write_days(engine, settings=s, clock=lambda: tomorrow, budget_seconds=1e9)
+    assert _today_rows(engine, today) == [(1, None), (2, None), (3, None)]
+    assert {until for _, until in _today_rows(engine, today + DAY)} == {
+        TODAY_UNTIL + timedelta(days=1)
+    }

@@ -68,6 +68,8 @@ class FleetPublic(BaseModel):
 
     start: datetime  # midnight UTC: "today" as the service's clock has it
     now: datetime
+    # The dollars' end: now, or (fleets summing today so far) where today's sums end.
+    dollars_until: datetime
     sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
     gpu_count: int  # GPUs the filters let through; the page holds at most limit of them
     fleet_gpu_count: int  # every GPU, filters or not

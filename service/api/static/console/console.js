@@ -164,7 +164,7 @@
       if (Array.isArray(detail)) detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
       throw new ApiError(response.status, detail);
     }
-    if (counted) return { rows: await response.json(), total: Number(response.headers.get("X-Total-Count")) };
+    if (counted) return { rows: await response.json(), total: Number(response.headers.get("X-Total-Count")), end: response.headers.get("X-Report-End") };
     return response.status === 204 ? null : response.json();
   }
 
@@ -363,7 +363,7 @@
     const more = el("button", { type: "button", id: "jobs-more", class: "small" });
     let total = first.total;
     const recount = () => {
-      count.textContent = `${body.children.length} of ${total} jobs, worst first`;
+      count.textContent = `${body.children.length} of ${total} jobs, worst first, up to ${when(first.end)}`;
       more.hidden = body.children.length >= total;
       more.textContent = `show ${Math.min(JOBS_PAGE, total - body.children.length)} more`;
     };
