@@ -370,13 +370,8 @@ def test_a_job_change_marks_its_days_and_the_job_re_writes_them(loaded: Engine) 
         conn.execute(update(gpus).where(gpus.c.id == 3).values(lost_at=None))
 
 
-def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Engine) -> None:
-    """A page's rows and totals are read from one snapshot: the cost-days job committing new
-    day sums between the request's reads changes none of that answer; the next request sees
-    them."""
-    engine = loaded
-    s = Settings(database_url=engine.url.render_as_string(hide_password=False),
-                 run_scheduler=False)  # fmt: skip
+def _one_job_per_gpu(engine: Engine) -> None:
+    """Forget the last test's jobs; one job of team vision holds each GPU from START on."""
     _reset(engine)
     with engine.begin() as conn:
         prices_repo.replace_prices(conn, rows=_prices(4.0, None))
@@ -385,6 +380,16 @@ def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Eng
                 conn, job_id=f"slurm:{k}", fields={"team": "vision"}, gpu_uuids=[uuid],
                 started_at=START, ended_at=None, now=NOW,
             )  # fmt: skip
+
+
+def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Engine) -> None:
+    """A page's rows and totals are read from one snapshot: the cost-days job committing new
+    day sums between the request's reads changes none of that answer; the next request sees
+    them."""
+    engine = loaded
+    s = Settings(database_url=engine.url.render_as_string(hide_password=False),
+                 run_scheduler=False)  # fmt: skip
+    _one_job_per_gpu(engine)
     _write_days(engine, s)
     usd = [c for c in cost_job_1d.c if c.name.endswith("_usd")]
     original = day_sums.read_total
@@ -445,14 +450,7 @@ def test_today_is_summed_so_far_and_a_report_reaching_now_ends_there(loaded: Eng
     today = floor_day(NOW)
     small = Settings(database_url="sqlite://", run_scheduler=False)  # 1,000 GPUs at least
     s = small.model_copy(update={"cost_today_min_gpus": 3})
-    _reset(engine)
-    with engine.begin() as conn:
-        prices_repo.replace_prices(conn, rows=_prices(4.0, None))
-        for k, (uuid, *_) in enumerate(GPUS):
-            jobs_repo.upsert_job(
-                conn, job_id=f"slurm:{k}", fields={"team": "vision"}, gpu_uuids=[uuid],
-                started_at=START, ended_at=None, now=NOW,
-            )  # fmt: skip
+    _one_job_per_gpu(engine)
     _write_days(engine, small)
     assert _today_rows(engine, today) == []
     _write_days(engine, s)
