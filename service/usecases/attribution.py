@@ -13,7 +13,7 @@ from typing import Any, Literal, NamedTuple
 from sqlalchemy import Connection
 
 from service.core import diagnosis
-from service.core.buckets import ceil_day
+from service.core.buckets import ceil_day, floor_day
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.tenants import without_stretches
 from service.costs.waste import Line, Segment, Summary, group_segments, segment_gpu
@@ -253,14 +253,17 @@ def report_attribution(
     ends where those sums do: the DayWindow's end. The days' edges, and the days of the other
     GPUs, are attributed from finer data (rollups, tenant rows, raw edges) as without sums."""
     whole = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
-    basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
-    until = day_sums_mod.today_until(
+    # A window of less than a day that does not reach today from midnight reads no sums.
+    basis = None
+    if day_sums and (whole is not None or start <= floor_day(now) <= end):
+        basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+    until = None if basis is None else day_sums_mod.today_until(
         conn, start=start, end=end, now=now, basis=basis, settings=settings
-    ) if day_sums else None  # fmt: skip
+    )  # fmt: skip
     asked_end = end
     if until is not None:
         end, whole = until, (ceil_day(start), until)
-    if whole is None:
+    if whole is None or basis is None:
         return attribute(
             conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges
         ), None  # fmt: skip
