@@ -33,15 +33,16 @@ PAGE_BY_IDS_MAX = 1000
 
 @dataclass(frozen=True, slots=True)
 class WastedToday:
-    """Each GPU's money figures since ``day_start`` (USD, None: unpriced), and how priced;
-    ``by_team`` the same per team, of the team's jobs' time only."""
+    """Each GPU's money figures from ``day_start`` to ``until`` (now, or where today's sums
+    end; USD, None: unpriced), and how priced; ``by_team`` the same per team, of the team's
+    jobs' time only."""
 
     day_start: datetime
+    until: datetime
     by_uuid: dict[str, dict[str, float | None]]
     price_source: str
     warnings: list[str]
     by_team: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
-    until: datetime | None = None  # the figures' end: now, or where today's sums end
 
 
 @dataclass
@@ -104,11 +105,11 @@ def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> Wast
     until = window.report_end if window is not None else None
     return WastedToday(
         day_start,
+        until or now,
         {uuid: money(s) for uuid, s in by_gpu.items()},
         att.price_source,
         att.warnings,
         by_team,
-        until or now,
     )
 
 
@@ -240,7 +241,7 @@ def fleet_now(
     return {
         "start": day_start,
         "now": now,
-        "dollars_until": wasted.until or now,
+        "dollars_until": wasted.until,
         "sort": sort_by,
         "gpu_count": len(shown),
         "fleet_gpu_count": len(every),

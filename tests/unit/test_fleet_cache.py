@@ -10,7 +10,9 @@ DAY = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 def _figures(day: datetime) -> WastedToday:
-    return WastedToday(day, {"GPU-a": {"waste_usd": 1.5}, "GPU-b": {"waste_usd": None}}, "api", [])
+    return WastedToday(
+        day, day, {"GPU-a": {"waste_usd": 1.5}, "GPU-b": {"waste_usd": None}}, "api", []
+    )
 
 
 def test_fresh_figures_of_the_same_day_are_reused() -> None:
