@@ -27,7 +27,8 @@ from sqlalchemy import func, select
 
 from bench.common import fresh_database, gpuwarden, machine, percentile, served
 from service.db.engine import make_engine
-from service.db.schema import rollup_dirty
+from service.db.schema import cost_day_dirty, cost_gpu_1d, rollup_dirty
+from service.db.schema import gpus as gpus_table
 
 NODES = 125
 GPUS_PER_NODE = 8
@@ -51,10 +52,14 @@ def seed(
     rng: random.Random,
     nodes: int = NODES,
     minutes: int = HISTORY_MINUTES,
+    week_ago: bool = False,
 ) -> None:
     """``nodes`` x 8 GPUs with ``minutes`` of minute samples, 4 jobs of two GPUs per node, and
-    prices (1,000 GPUs, two hours and 500 jobs by default)."""
+    prices (1,000 GPUs, two hours and 500 jobs by default); with ``week_ago`` the same minutes
+    also start 7 days ago, less an hour, and the jobs run from then on."""
     start = now - timedelta(minutes=minutes)
+    bursts = [start] + ([now - timedelta(days=7, hours=-1)] if week_ago else [])
+    jobs_from = bursts[-1]
     r = api.put(
         "/prices",
         json=[{"model_pattern": "*H100*", "usd_per_gpu_hour": 4.0,
@@ -65,8 +70,8 @@ def seed(
         uuids = [_uuid(node, i) for i in range(GPUS_PER_NODE)]
         kinds = [rng.random() for _ in uuids]
         samples = []
-        for minute in range(minutes):
-            ts = _iso(start + timedelta(minutes=minute, seconds=30))
+        for minute, burst in ((m, b) for b in bursts for m in range(minutes)):
+            ts = _iso(burst + timedelta(minutes=minute, seconds=30))
             for u, kind in zip(uuids, kinds, strict=True):
                 busy = kind > 0.3
                 samples.append(
@@ -102,7 +107,7 @@ def seed(
                 "team": f"team{job % 12}",
                 "project": f"proj{job % 30}",
                 "gpus": [_uuid(node, 2 * pair), _uuid(node, 2 * pair + 1)],
-                "started_at": _iso(start + timedelta(minutes=rng.randint(0, 30))),
+                "started_at": _iso(jobs_from + timedelta(minutes=rng.randint(0, 30))),
             },
         ).raise_for_status()
 
@@ -125,6 +130,29 @@ def wait_for_rollups(url: str, timeout: float = 600) -> None:
     raise RuntimeError("rollups did not catch up")
 
 
+def wait_for_day_sums(url: str, *, days: int, timeout: float = 1200) -> None:
+    """Until the cost-days job has summed every GPU's last ``days`` whole days and today (and
+    nothing is left to re-sum), as a fleet running for a week has them."""
+    engine = make_engine(url)
+    deadline = time.monotonic() + timeout
+    first = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first -= timedelta(days=days)
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                gpus = conn.execute(select(func.count()).select_from(gpus_table)).scalar_one()
+                summed = conn.execute(
+                    select(func.count()).select_from(cost_gpu_1d).where(cost_gpu_1d.c.day >= first)
+                ).scalar_one()
+                dirty = conn.execute(select(func.count()).select_from(cost_day_dirty)).scalar_one()
+            if summed >= gpus * (days + 1) and dirty == 0:
+                return
+            time.sleep(5)
+    finally:
+        engine.dispose()
+    raise RuntimeError("day sums did not catch up")
+
+
 PAGES: dict[str, list[tuple[str, dict[str, str] | None]]] = {
     "fleet": [
         ("/", None),
@@ -140,12 +168,16 @@ PAGES: dict[str, list[tuple[str, dict[str, str] | None]]] = {
     "jobs": [
         ("/jobs", None),
         ("/api/v1/session", None),
+        ("/api/v1/jobs", {"start": "today-6d", "sort": "waste", "limit": "100"}),
+    ],
+    # The jobs page's read over a rolling week (its first day starts mid-day), for comparison.
+    "jobs-rolling": [
         ("/api/v1/jobs", {"since": "7d", "sort": "waste", "limit": "100"}),
     ],
     "costs": [
         ("/costs", None),
         ("/api/v1/session", None),
-        ("/api/v1/reports/cost", {"group_by": "team", "start": "-7d", "end": "now"}),
+        ("/api/v1/reports/cost", {"group_by": "team", "start": "today-6d", "end": "now"}),
     ],
     "alerts": [
         ("/alerts", None),
@@ -195,6 +227,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=NODES, help="nodes of 8 GPUs")
     parser.add_argument("--minutes", type=int, default=HISTORY_MINUTES, help="of history")
+    parser.add_argument(
+        "--week-ago", action="store_true",
+        help="the same minutes also a week ago, the jobs running since; waits for the day sums",
+    )  # fmt: skip
     args = parser.parse_args()
     gpus = args.nodes * GPUS_PER_NODE
     rng = random.Random(19)
@@ -206,8 +242,10 @@ def main() -> None:
             bearer = {"Authorization": f"Bearer {admin}"}
             with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
                 t0 = time.perf_counter()
-                seed(api, datetime.now(UTC), rng, args.nodes, args.minutes)
+                seed(api, datetime.now(UTC), rng, args.nodes, args.minutes, args.week_ago)
                 wait_for_rollups(url)
+                if args.week_ago:
+                    wait_for_day_sums(url, days=7)
                 print(f"seeded {gpus} GPUs, {args.nodes * JOBS // NODES} jobs, "
                       f"{args.minutes} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
             with httpx.Client(base_url=base, timeout=120) as browser:

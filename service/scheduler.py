@@ -14,8 +14,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from service.context import ServiceContext
 from service.db.leader import LeaderLock, job_turn
 from service.db.outages import OutageLog, is_outage
+from service.usecases.fleet import WastedTodayCache
 from service.usecases.upkeep import (
     cost_days_once,
+    fleet_dollars_once,
     observed_jobs_once,
     partitions_once,
     retention_once,
@@ -117,8 +119,11 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
-def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
-    """A scheduler with the storage jobs; the caller starts and stops it."""
+def build_scheduler(
+    ctx: ServiceContext, *, fleet_cache: WastedTodayCache | None = None
+) -> BackgroundScheduler:
+    """A scheduler with the storage jobs (and, given the API's ``fleet_cache``, one keeping the
+    fleet's dollars in it current); the caller starts and stops it."""
     s = ctx.settings
     sched = BackgroundScheduler(timezone="UTC")
     # Rollups, retention and closing observed jobs run on one replica at a time (whichever
@@ -148,6 +153,15 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
             s.cost_days_interval_seconds,
         ),
     ]
+    if fleet_cache is not None:
+        # Every replica keeps its own copy of the fleet's dollars, read once as today's sums move.
+        jobs.append(
+            (
+                "fleet_dollars",
+                lambda: fleet_dollars_once(ctx, fleet_cache),
+                s.rollup_interval_seconds,
+            )
+        )
     # Alerting: only the leader (PostgreSQL advisory lock) evaluates and sends, so two replicas
     # never notify twice.
     from service.usecases.evaluation import Alerting
@@ -188,9 +202,11 @@ def build_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
     return sched
 
 
-def start_scheduler(ctx: ServiceContext) -> BackgroundScheduler:
+def start_scheduler(
+    ctx: ServiceContext, *, fleet_cache: WastedTodayCache | None = None
+) -> BackgroundScheduler:
     """Build the scheduler, start it and run every job once now; the caller shuts it down."""
-    sched = build_scheduler(ctx)
+    sched = build_scheduler(ctx, fleet_cache=fleet_cache)
     sched.start()
     now = datetime.now(UTC)
     for job in sched.get_jobs():

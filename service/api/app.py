@@ -61,6 +61,7 @@ from service.reads import ReadRouter
 from service.scheduler import start_scheduler
 from service.settings import Settings
 from service.telemetry import Telemetry
+from service.usecases.day_sums import today_lag_seconds
 from service.usecases.evaluation import load_config as load_alerting_config
 from service.usecases.fleet import WastedTodayCache
 from service.usecases.upkeep import partitions_once
@@ -157,7 +158,7 @@ def _service_context(
 
 
 def _lifespan(
-    ctx: ServiceContext, *, dispose_engine: bool
+    ctx: ServiceContext, *, fleet_cache: WastedTodayCache, dispose_engine: bool
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Startup (schema check, partitions, config file, session key, scheduler) and shutdown."""
 
@@ -167,7 +168,9 @@ def _lifespan(
         partitions_once(ctx)
         load_alerting_config(ctx)  # policies and channels of the YAML file
         session_key(ctx)  # made at the first start, so every replica reads the same one
-        scheduler = start_scheduler(ctx) if ctx.settings.run_scheduler else None
+        scheduler = None
+        if ctx.settings.run_scheduler:
+            scheduler = start_scheduler(ctx, fleet_cache=fleet_cache)
         try:
             yield
         finally:
@@ -192,8 +195,11 @@ def _api_state(ctx: ServiceContext) -> ApiState:
         ctx=ctx,
         outage_log=request_outage_log(),
         gate=TokenGate(settings),
-        # The fleet page's dollars move only as rollups run: reuse them for one rollup interval.
-        fleet_cache=WastedTodayCache(max_age_seconds=settings.rollup_interval_seconds),
+        # The fleet page's dollars move only as rollups run, or as today's sums are written.
+        fleet_cache=WastedTodayCache(
+            max_age_seconds=settings.rollup_interval_seconds,
+            sums_lag_seconds=today_lag_seconds(settings),
+        ),
         admission=Admission(settings),
         body_budget=BodyBudget(settings.body_memory_budget_bytes),
     )
@@ -243,17 +249,17 @@ def create_app(
     """Build the central service; it checks the schema and starts background jobs on startup."""
     settings = settings or Settings()
     ctx = _service_context(settings, engine, clock, telemetry)
+    state = _api_state(ctx)
     app = FastAPI(
         title="GPU Warden",
         version=__version__,
         summary="GPU telemetry, idle-GPU alerting and wasted-spend reports",
-        lifespan=_lifespan(ctx, dispose_engine=engine is None),
+        lifespan=_lifespan(ctx, fleet_cache=state.fleet_cache, dispose_engine=engine is None),
         dependencies=[Depends(reject_unknown_query)],
         # Served by the console router from the package's own copies, never from a CDN.
         docs_url=None,
         redoc_url=None,
     )
-    state = _api_state(ctx)
     app.state = state
     _add_error_handlers(app)
     _add_middleware(app, state)

@@ -15,7 +15,8 @@ from service.errors import ValidationFailed
 
 INSTANT_FORMS = (
     "an RFC 3339 time with a zone (2026-12-01T08:00:00Z), a date (2026-12-01, its midnight "
-    "UTC), now, today (its midnight UTC), a time relative to now (-1h, now-30m) or Unix seconds"
+    "UTC), now, today (its midnight UTC), a time relative to now (-1h, now-30m) or to today "
+    "(today-6d) or Unix seconds"
 )
 # Times outside this range cannot be stored or shifted by a default span without overflowing
 # Python's datetime; no telemetry is that old or that far ahead.
@@ -49,18 +50,21 @@ def parse_instant(text: str, *, now: datetime) -> datetime:
 def _instant(text: str, *, now: datetime) -> datetime:
     value = text.strip()
     lowered = value.lower()
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     if lowered == "now":
         return now
     if lowered == "today":
-        return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    relative = lowered.removeprefix("now")
+        return midnight
+    # Relative to midnight, "last 7 days" can be whole days: today-6d to now.
+    base, relative = (midnight, lowered[5:]) if lowered.startswith("today") else (now, lowered)
+    relative = relative.removeprefix("now") if base is now else relative
     if relative[:1] in ("-", "+"):
         sign = -1 if relative[0] == "-" else 1
         try:
             seconds = parse_duration(relative[1:])
         except ValueError:
             raise ValueError(f"{text!r} is not {INSTANT_FORMS}") from None
-        return now + sign * timedelta(seconds=seconds)
+        return base + sign * timedelta(seconds=seconds)
     if _DATE.fullmatch(value):
         try:
             return datetime.fromisoformat(value).replace(tzinfo=UTC)

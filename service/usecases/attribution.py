@@ -237,6 +237,34 @@ def unpriced_warning(model: str) -> str:
     )
 
 
+def _sums_basis(
+    conn: Connection,
+    *,
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    whole: tuple[datetime, datetime] | None,
+) -> str | None:
+    """The price basis to read day sums under, None where the window reads none: a window of
+    less than a day that does not reach today from midnight."""
+    if whole is None and not start <= floor_day(now) <= end:
+        return None
+    return day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+
+
+def today_sums_end(conn: Connection, *, settings: Settings, now: datetime) -> datetime | None:
+    """Where a report of today from midnight to ``now`` ends when it reads today's sums so far
+    (``day_sums.today_until``); None where it reads none."""
+    start = floor_day(now)
+    basis = _sums_basis(conn, settings=settings, start=start, end=now, now=now, whole=None)
+    if basis is None:
+        return None
+    return day_sums_mod.today_until(
+        conn, start=start, end=now, now=now, basis=basis, settings=settings
+    )
+
+
 def report_attribution(
     conn: Connection,
     *,
@@ -253,10 +281,9 @@ def report_attribution(
     ends where those sums do: the DayWindow's end. The days' edges, and the days of the other
     GPUs, are attributed from finer data (rollups, tenant rows, raw edges) as without sums."""
     whole = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
-    # A window of less than a day that does not reach today from midnight reads no sums.
     basis = None
-    if day_sums and (whole is not None or start <= floor_day(now) <= end):
-        basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+    if day_sums:
+        basis = _sums_basis(conn, settings=settings, start=start, end=end, now=now, whole=whole)
     until = None if basis is None else day_sums_mod.today_until(
         conn, start=start, end=end, now=now, basis=basis, settings=settings
     )  # fmt: skip

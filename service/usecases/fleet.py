@@ -22,7 +22,7 @@ from service.db import gpus_repo, jobs_repo
 from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases import day_sums
-from service.usecases.attribution import add_days, report_attribution
+from service.usecases.attribution import add_days, report_attribution, today_sums_end
 
 # The money figures the fleet shows per GPU and sums over the fleet.
 GPU_MONEY: tuple[str, ...] = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")
@@ -34,8 +34,8 @@ PAGE_BY_IDS_MAX = 1000
 @dataclass(frozen=True, slots=True)
 class WastedToday:
     """Each GPU's money figures from ``day_start`` to ``until`` (now, or where today's sums
-    end; USD, None: unpriced), and how priced; ``by_team`` the same per team, of the team's
-    jobs' time only."""
+    end: ``from_sums``; USD, None: unpriced), and how priced; ``by_team`` the same per team,
+    of the team's jobs' time only."""
 
     day_start: datetime
     until: datetime
@@ -43,26 +43,39 @@ class WastedToday:
     price_source: str
     warnings: list[str]
     by_team: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
+    from_sums: bool = False
 
 
 @dataclass
 class WastedTodayCache:
-    """The last WastedToday, reused for ``max_age_seconds`` (monotonic) within the same day.
+    """The last WastedToday, reused within the same day: figures read from today's sums while a
+    report would still read those sums (their end at most ``sums_lag_seconds`` before now),
+    others for ``max_age_seconds`` (monotonic).
 
-    The dollars come from rollups that move every rollup interval; reusing them for that long
-    keeps a 1,000-GPU fleet page to reading the GPUs' latest samples, most of the time.
+    The dollars come from rollups that move every rollup interval, or from today's sums that
+    move once a cost-days round; ``refresh_wasted_today`` reads the new sums as they land, so
+    no page waits for the fleet's money (1-1.5 s at 10,000 GPUs).
     """
 
     max_age_seconds: float
+    sums_lag_seconds: float = 0.0
     _entry: tuple[float, WastedToday] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, day_start: datetime) -> WastedToday | None:
-        """The cached figures of ``day_start`` if fresh enough, else None."""
+    def get(self, day_start: datetime, now: datetime) -> WastedToday | None:
+        """The cached figures of ``day_start`` if fresh enough at ``now``, else None."""
         entry = self._entry
         if entry is None or entry[1].day_start != day_start:
             return None
-        return entry[1] if time.monotonic() - entry[0] < self.max_age_seconds else None
+        made, value = entry
+        if value.from_sums and (now - value.until).total_seconds() <= self.sums_lag_seconds:
+            return value
+        return value if time.monotonic() - made < self.max_age_seconds else None
+
+    def latest(self) -> WastedToday | None:
+        """The figures last kept, however old."""
+        entry = self._entry
+        return None if entry is None else entry[1]
 
     def put(self, value: WastedToday) -> None:
         """Keep ``value`` as the latest figures."""
@@ -110,7 +123,21 @@ def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> Wast
         att.price_source,
         att.warnings,
         by_team,
+        from_sums=until is not None,
     )
+
+
+def refresh_wasted_today(
+    conn: Connection, *, settings: Settings, now: datetime, cache: WastedTodayCache
+) -> bool:
+    """Read the fleet's dollars of today into ``cache`` when today's sums end past those kept
+    (nothing where no sums are read); True if it read them."""
+    end = today_sums_end(conn, settings=settings, now=now)
+    kept = cache.latest()
+    if end is None or (kept is not None and kept.from_sums and kept.until == end):
+        return False
+    cache.put(wasted_today(conn, settings=settings, now=now))
+    return True
 
 
 def with_states(gpus: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
@@ -215,7 +242,7 @@ def fleet_now(
     f = only or FleetFilter()
     p = page or FleetPage()
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    wasted = cache.get(day_start) if cache is not None else None
+    wasted = cache.get(day_start, now) if cache is not None else None
     if wasted is None:
         wasted = wasted_today(conn, settings=settings, now=now)
         if cache is not None:

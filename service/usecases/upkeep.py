@@ -1,4 +1,5 @@
-"""Upkeep rounds: rollups, retention, partitions, cost days, observed-job closes."""
+"""Upkeep rounds: rollups, retention, partitions, cost days, observed-job closes, the fleet's
+dollars."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from service.db.outages import is_outage
 from service.db.retention import enforce_retention
 from service.db.set_aside import SetAside
 from service.usecases import cost_days
+from service.usecases.fleet import WastedTodayCache, refresh_wasted_today
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,13 @@ def partitions_once(ctx: ServiceContext) -> list[str]:
 def cost_days_once(ctx: ServiceContext) -> int:
     """Write the cost day sums that are missing or stale, for at most 10 s; returns GPU-days."""
     return cost_days.write_days(ctx.engine, settings=ctx.settings, clock=ctx.clock)
+
+
+def fleet_dollars_once(ctx: ServiceContext, cache: WastedTodayCache) -> bool:
+    """Read the fleet page's dollars of today into ``cache`` once today's sums have moved;
+    True if it read them."""
+    with ctx.reads.connect() as conn:
+        return refresh_wasted_today(conn, settings=ctx.settings, now=ctx.clock(), cache=cache)
 
 
 def observed_jobs_once(ctx: ServiceContext) -> int:

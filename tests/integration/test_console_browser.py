@@ -302,10 +302,13 @@ def test_jobs_page_reads_a_page_at_a_time_and_shows_more_on_demand(
     admin: Console, demo: dict[str, Any]
 ) -> None:
     # The console asks for 100 jobs a page; at 2 a page the demo's jobs take several reads.
+    asked: list[str] = []
+
     def smaller_pages(route: Any) -> None:
+        asked.append(route.request.url)
         route.continue_(url=route.request.url.replace("limit=100", "limit=2"))
 
-    whole = demo["api"].get("/jobs", params={"since": "7d"})
+    whole = demo["api"].get("/jobs", params={"start": "today-6d"})
     jobs = [j["id"] for j in whole.json()]
     assert len(jobs) == int(whole.headers["X-Total-Count"]) >= 3
     admin.page.route("**/api/v1/jobs?*", smaller_pages)
@@ -313,7 +316,10 @@ def test_jobs_page_reads_a_page_at_a_time_and_shows_more_on_demand(
         admin.open("/jobs")
         rows = admin.page.locator("#jobs tbody tr")
         expect(rows).to_have_count(2)
-        assert admin.page.inner_text("#jobs-count").startswith(f"2 of {len(jobs)} jobs")
+        counted = admin.page.inner_text("#jobs-count")
+        assert counted.startswith(f"2 of {len(jobs)} jobs") and " from " in counted
+        # "Last 7 days" is whole UTC days, today included: the day sums serve all but today.
+        assert "start=today-6d" in asked[0]
         while admin.page.locator("#jobs-more").is_visible():
             shown = rows.count()
             admin.page.click("#jobs-more")
@@ -386,7 +392,7 @@ def test_jobs_page_ranks_by_waste_and_shows_markup_as_text(
     admin: Console, demo: dict[str, Any]
 ) -> None:
     admin.open("/jobs")
-    jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
+    jobs = demo["api"].get("/jobs", params={"start": "today-6d"}).json()
     rows = admin.page.locator("#jobs tbody tr")
     assert rows.count() == len(jobs)
     shown = [
@@ -428,7 +434,7 @@ def test_a_read_turned_away_as_busy_is_asked_again(browser: Any, demo: dict[str,
 def test_job_page_shows_causes_timelines_advice_and_alerts(
     admin: Console, demo: dict[str, Any]
 ) -> None:
-    jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
+    jobs = demo["api"].get("/jobs", params={"start": "today-6d"}).json()
     top = max(jobs, key=lambda j: j["waste_usd"] or -1)
     job = demo["api"].get(f"/jobs/{top['id']}").json()
     admin.open(f"/jobs/{top['id']}")
@@ -473,7 +479,7 @@ def test_the_xid_job_page_names_the_fault(admin: Console, demo: dict[str, Any]) 
     api = demo["api"]
     lost = [g for g in api.get("/gpus").json() if g["lost"]]
     assert lost  # the demo's xid-then-lost scenario
-    jobs = api.get("/jobs", params={"since": "7d"}).json()
+    jobs = api.get("/jobs", params={"start": "today-6d"}).json()
     faulted = []
     for j in jobs:
         detail = api.get(f"/jobs/{quote(j['id'], safe='')}").json()
@@ -513,7 +519,7 @@ def test_job_pages_read_their_series_in_one_request_and_are_never_turned_away(
     """Every demo job page, one after the other as a user walks them: one series read per
     page, and no answer of the walk is a 503 (the pages used to fire 6 reads per GPU at once
     past the service's bound of 2 expensive reads)."""
-    jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
+    jobs = demo["api"].get("/jobs", params={"start": "today-6d"}).json()
     answers: list[tuple[int, str]] = []
     sized.page.on("response", lambda r: answers.append((r.status, r.url)))
     for job in jobs:
@@ -530,7 +536,7 @@ def test_job_pages_read_their_series_in_one_request_and_are_never_turned_away(
 def test_a_series_read_still_refused_says_busy_and_asks_again_on_retry(
     sized: Console, demo: dict[str, Any]
 ) -> None:
-    job = demo["api"].get("/jobs", params={"since": "7d"}).json()[0]
+    job = demo["api"].get("/jobs", params={"start": "today-6d"}).json()[0]
     refused: list[str] = []
 
     def busy(route: Any) -> None:
@@ -560,7 +566,7 @@ def _inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
 def test_job_charts_show_every_series_on_its_own_unit_with_utc_times(
     sized: Console, demo: dict[str, Any]
 ) -> None:
-    jobs = demo["api"].get("/jobs", params={"since": "7d"}).json()
+    jobs = demo["api"].get("/jobs", params={"start": "today-6d"}).json()
     listed = next(j for j in jobs if j["top_cause"] == "transfer_bound")
     copy = demo["api"].get("/jobs/" + quote(listed["id"], safe="")).json()
     sized.open("/jobs/" + quote(copy["id"], safe=""))
@@ -622,7 +628,7 @@ def test_costs_page_matches_the_report_and_downloads_csv(
     admin.open("/costs")
     report = (
         demo["api"]
-        .get("/reports/cost", params={"group_by": "team", "start": "-7d", "end": "now"})
+        .get("/reports/cost", params={"group_by": "team", "start": "today-6d", "end": "now"})
         .json()
     )
     assert admin.usd("#total-waste") == pytest.approx(
@@ -850,7 +856,7 @@ def test_a_users_page_shows_their_gpus_jobs_and_waste_as_the_api_does(
     admin.page.wait_for_url("**/users/user0")
     admin.ready()
     report = demo["api"].get("/reports/cost", params={"group_by": "job", "user": "user0",
-                                                       "start": "-7d", "end": "now"}).json()  # fmt: skip
+                                                       "start": "today-6d", "end": "now"}).json()  # fmt: skip
     totals = report["totals"]
     assert admin.usd("#owner-cost") == pytest.approx(totals["cost_usd"], abs=USD_TOLERANCE * 4)
     assert admin.usd("#owner-waste") == pytest.approx(totals["waste_usd"], abs=USD_TOLERANCE * 4)

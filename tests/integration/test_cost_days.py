@@ -501,3 +501,37 @@ def test_today_is_summed_so_far_and_a_report_reaching_now_ends_there(loaded: Eng
     assert {until for _, until in _today_rows(engine, today + DAY)} == {
         TODAY_UNTIL + timedelta(days=1)
     }
+
+
+def test_the_fleet_dollars_are_read_again_only_as_today_s_sums_move(loaded: Engine) -> None:
+    """The fleet's dollars of today are read into the cache when today's sums end past those
+    kept, and only then; without sums (a small fleet) nothing is read ahead of a page."""
+    engine = loaded
+    small = Settings(database_url="sqlite://", run_scheduler=False)
+    s = small.model_copy(update={"cost_today_min_gpus": 3})
+    _one_job_per_gpu(engine)
+    cache = fleet.WastedTodayCache(
+        max_age_seconds=0, sums_lag_seconds=day_sums.today_lag_seconds(s)
+    )
+    _write_days(engine, small)
+    with engine.connect() as conn:
+        assert not fleet.refresh_wasted_today(conn, settings=small, now=NOW, cache=cache)
+    assert cache.latest() is None
+    _write_days(engine, s)
+    with engine.connect() as conn:
+        assert fleet.refresh_wasted_today(conn, settings=s, now=NOW, cache=cache)
+        read = cache.get(floor_day(NOW), NOW)
+        assert read == fleet.wasted_today(conn, settings=s, now=NOW)
+        assert read is not None and read.from_sums and read.until == TODAY_UNTIL
+        # The same sums a minute on: kept, not read again, and still served.
+        later = NOW + timedelta(minutes=1)
+        assert not fleet.refresh_wasted_today(conn, settings=s, now=later, cache=cache)
+        assert cache.get(floor_day(NOW), later) is read
+    # The cost-days job sums a minute more: read again, ending there.
+    later = NOW + timedelta(minutes=1)
+    cost_days.write_days(engine, settings=s, clock=lambda: later, budget_seconds=1e9)
+    with engine.connect() as conn:
+        assert fleet.refresh_wasted_today(conn, settings=s, now=later, cache=cache)
+    again = cache.latest()
+    assert again is not None and again.until == TODAY_UNTIL + timedelta(minutes=1)
+    assert again.by_uuid["GPU-d0"]["cost_usd"] > read.by_uuid["GPU-d0"]["cost_usd"]  # type: ignore[operator]

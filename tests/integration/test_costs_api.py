@@ -459,6 +459,7 @@ def test_pages_of_the_jobs_list_join_to_the_whole_list_without_time_no_job_held(
     def listed(**params: str | int) -> tuple[list[str], int]:
         r = http.get("/api/v1/jobs", params={**window, **params}, headers=rd)
         assert r.status_code == 200, r.text
+        assert datetime.fromisoformat(r.headers["X-Report-Start"]) == T0
         assert datetime.fromisoformat(r.headers["X-Report-End"]) == T0 + timedelta(hours=1)
         return [j["id"] for j in r.json()], int(r.headers["X-Total-Count"])
 

@@ -1,4 +1,5 @@
-"""The fleet page's dollars are reused for one rollup interval, and never across midnight."""
+"""The fleet page's dollars are reused for one rollup interval (while a report would still read
+the sums they come from, where they do), and never across midnight."""
 
 from __future__ import annotations
 
@@ -9,21 +10,32 @@ from service.usecases.fleet import WastedToday, WastedTodayCache
 DAY = datetime(2026, 12, 3, tzinfo=UTC)
 
 
-def _figures(day: datetime) -> WastedToday:
+def _figures(day: datetime, *, from_sums: bool = False) -> WastedToday:
     return WastedToday(
-        day, day, {"GPU-a": {"waste_usd": 1.5}, "GPU-b": {"waste_usd": None}}, "api", []
-    )
+        day, day, {"GPU-a": {"waste_usd": 1.5}, "GPU-b": {"waste_usd": None}}, "api", [],
+        from_sums=from_sums,
+    )  # fmt: skip
 
 
 def test_fresh_figures_of_the_same_day_are_reused() -> None:
     cache = WastedTodayCache(max_age_seconds=3600)
-    assert cache.get(DAY) is None
+    assert cache.get(DAY, DAY) is None
     cache.put(_figures(DAY))
-    assert cache.get(DAY) == _figures(DAY)
-    assert cache.get(DAY + timedelta(days=1)) is None  # a new day starts from nothing
+    assert cache.get(DAY, DAY) == _figures(DAY)
+    assert (
+        cache.get(DAY + timedelta(days=1), DAY + timedelta(days=1)) is None
+    )  # a new day starts from nothing
 
 
 def test_figures_older_than_the_interval_are_not() -> None:
     cache = WastedTodayCache(max_age_seconds=0)
     cache.put(_figures(DAY))
-    assert cache.get(DAY) is None
+    assert cache.get(DAY, DAY) is None
+
+
+def test_figures_read_from_today_s_sums_are_reused_while_those_sums_would_be_read() -> None:
+    cache = WastedTodayCache(max_age_seconds=0, sums_lag_seconds=300)
+    cache.put(_figures(DAY, from_sums=True))  # summed up to DAY
+    assert cache.get(DAY, DAY + timedelta(seconds=300)) == _figures(DAY, from_sums=True)
+    assert cache.get(DAY, DAY + timedelta(seconds=301)) is None  # a report reads finer data
+    assert cache.latest() == _figures(DAY, from_sums=True)

@@ -17,6 +17,8 @@ NOW = datetime(2026, 12, 3, 7, 30, 15, tzinfo=UTC)
     [
         ("now", NOW),
         ("today", datetime(2026, 12, 3, tzinfo=UTC)),
+        ("today-6d", datetime(2026, 11, 27, tzinfo=UTC)),
+        ("Today+1d", datetime(2026, 12, 4, tzinfo=UTC)),
         ("-1h", NOW - timedelta(hours=1)),
         ("now-30m", NOW - timedelta(minutes=30)),
         ("-1h30m", NOW - timedelta(minutes=90)),
@@ -39,6 +41,8 @@ def test_instants(text: str, expected: datetime) -> None:
         ("yesterday", "RFC 3339"),
         ("1h", "write -1h"),
         ("-1.5h", "RFC 3339"),
+        ("today-soon", "today-6d"),
+        ("todaynow-1h", "RFC 3339"),
         ("2026-13-01", "not a calendar date"),
     ],
 )

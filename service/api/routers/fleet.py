@@ -45,7 +45,8 @@ def fleet(
     offset: int = Query(0, ge=0, description="skip this many GPUs of the sorted view first"),
 ) -> Response:
     """Every GPU as ``GET /gpus`` shows it, with its cost, waste (idle + fixable) and lost USD
-    since midnight UTC (the dollars at most one rollup interval old), largest waste first (or
+    since midnight UTC (the dollars at most one rollup interval old, or up to where today's
+    sums end: ``dollars_until``), largest waste first (or
     ``sort``); with filters only the GPUs they let through, and the counts and totals of
     those; with ``limit`` only a page of them in full. An unknown node, model, team, state or
     cause is a 422 naming the nearest."""

@@ -204,9 +204,9 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     """Jobs that held GPUs in [start, end) with their cost, waste (idle + fixable) and top
     cause over that window, largest waste first (or ``sort``): the page [offset, offset +
-    limit) of them, with how many there are in the ``X-Total-Count`` header and where the
-    window read ends in ``X-Report-End`` (a little before now where today is read from its
-    sums)."""
+    limit) of them, with how many there are in the ``X-Total-Count`` header, and the window
+    read in ``X-Report-Start`` and ``X-Report-End`` (a little before now where today is read
+    from its sums)."""
     now = ctx.clock()
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
@@ -219,5 +219,6 @@ def list_jobs(
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
     response.headers["X-Total-Count"] = str(page.total)
+    response.headers["X-Report-Start"] = start_at.isoformat()
     response.headers["X-Report-End"] = page.end.isoformat()
     return page.jobs

@@ -164,7 +164,7 @@
       if (Array.isArray(detail)) detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
       throw new ApiError(response.status, detail);
     }
-    if (counted) return { rows: await response.json(), total: Number(response.headers.get("X-Total-Count")), end: response.headers.get("X-Report-End") };
+    if (counted) return { rows: await response.json(), total: Number(response.headers.get("X-Total-Count")), start: response.headers.get("X-Report-Start"), end: response.headers.get("X-Report-End") };
     return response.status === 204 ? null : response.json();
   }
 
@@ -320,8 +320,13 @@
       el("div", { class: "muted small", text: `idle ${usd(row.idle_usd)} + fixable ${usd(row.fixable_usd)} (estimated)` }));
   }
 
+  // "7 days" and "30 days" are whole UTC days, today included: the service reads whole days
+  // from its day sums, where a window starting mid-day reads that day GPU by GPU.
+  const RANGE_START = { "24h": "-24h", "7d": "today-6d", "30d": "today-29d" };
+  const rangeStart = (range) => RANGE_START[range] ?? `-${range}`;
+
   function rangeSelect(current, onChange) {
-    const s = el("select", { id: "range" }, [["24h", "last 24 hours"], ["7d", "last 7 days"], ["30d", "last 30 days"]]
+    const s = el("select", { id: "range" }, [["24h", "last 24 hours"], ["7d", "last 7 days (UTC, today included)"], ["30d", "last 30 days (UTC, today included)"]]
       .map(([v, t]) => el("option", { value: v, text: t, selected: v === current })));
     s.addEventListener("change", () => onChange(s.value));
     return el("label", {}, "range", s);
@@ -344,7 +349,7 @@
     page("Jobs", "Jobs that held GPUs in the range, ranked by waste (idle + fixable dollars), with the cause whose fix saves the most.");
     app.append(el("div", { class: "filters" }, rangeSelect(since, (v) => jobsPage(v, sort).catch(showError)),
       sortSelect(sort, (v) => jobsPage(since, v).catch(showError))));
-    const read = (offset) => api(`/jobs?${q({ since, sort, limit: JOBS_PAGE, offset })}`, { counted: true });
+    const read = (offset) => api(`/jobs?${q({ start: rangeStart(since), sort, limit: JOBS_PAGE, offset })}`, { counted: true });
     const first = await read(0);
     const row = (j) => el("tr", { "data-job": j.id },
       td(jobLink(j.id)), td(ownerLink("user", j.user), "clip", { title: j.user || "" }), td(ownerLink("team", j.team), "clip"), td(j.project || "", "clip"),
@@ -363,7 +368,7 @@
     const more = el("button", { type: "button", id: "jobs-more", class: "small" });
     let total = first.total;
     const recount = () => {
-      count.textContent = `${body.children.length} of ${total} jobs, worst first, up to ${when(first.end)}`;
+      count.textContent = `${body.children.length} of ${total} jobs, worst first, from ${when(first.start)} up to ${when(first.end)}`;
       more.hidden = body.children.length >= total;
       more.textContent = `show ${Math.min(JOBS_PAGE, total - body.children.length)} more`;
     };
@@ -591,7 +596,7 @@
 
   // --- costs -----------------------------------------------------------------------------
 
-  const COSTS_DEFAULT = { group_by: "team", start: "-7d", end: "now", sort: "waste" };
+  const COSTS_DEFAULT = { group_by: "team", start: "today-6d", end: "now", sort: "waste" };
 
   const COSTS_ROWS = 500; // rows a costs table shows: a month by job can have tens of thousands
 
@@ -600,13 +605,13 @@
     page("Costs", "Cost and waste per group over a range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated).");
     const groupSel = el("select", { id: "group-by" }, ["team", "user", "project", "node", "gpu_model", "job"]
       .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === state.group_by })));
-    const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now or -7d" });
+    const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now, -24h or today-6d" });
     const endIn = el("input", { id: "end", value: state.end, size: 22 });
     const sortSel = sortSelect(state.sort || "waste", () => apply());
     const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim(), sort: sortSel.querySelector("select").value }).catch(showError);
     const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
     const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel), el("label", {}, "start", startIn),
-      el("label", {}, "end", endIn), sortSel, el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
+      el("label", {}, "end", endIn), sortSel, el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "today-6d"), preset("30 days", "today-29d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
     groupSel.addEventListener("change", apply);
     app.append(form);
@@ -650,7 +655,7 @@
 
   // --- a user's or team's own page: their GPUs now, their jobs and their waste -------------
 
-  const OWNER_DEFAULT = { start: "-7d", end: "now" };
+  const OWNER_DEFAULT = { start: "today-6d", end: "now" };
 
   function gpuNowRow(g) {
     return el("tr", { "data-gpu": g.uuid },
@@ -664,12 +669,12 @@
     keepInUrl(path, Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== OWNER_DEFAULT[k])));
     document.title = `${kind} ${name} · GPU Warden`;
     page(`${kind === "user" ? "User" : "Team"} ${name}`, `${kind === "user" ? "Their" : "The team's"} GPUs now, jobs and waste over the range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated). The ${kind}'s periodic report links here.`);
-    const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now or -7d" });
+    const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now, -24h or today-6d" });
     const endIn = el("input", { id: "end", value: state.end, size: 22 });
     const apply = () => ownerPage(kind, name, { start: startIn.value.trim(), end: endIn.value.trim() }).catch(showError);
     const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
     const form = el("form", { class: "filters", id: "owner-range" }, el("label", {}, "start", startIn), el("label", {}, "end", endIn),
-      el("button", { type: "submit", text: "Show" }), el("span", { id: "owner-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "-7d"), preset("30 days", "-30d")));
+      el("button", { type: "submit", text: "Show" }), el("span", { id: "owner-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "today-6d"), preset("30 days", "today-29d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
     app.append(form);
     const [report, fleet, optOuts, notices] = await Promise.all([
