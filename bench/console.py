@@ -19,8 +19,10 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import func, select
@@ -46,57 +48,68 @@ def _uuid(node: int, index: int) -> str:
     return f"GPU-bench-{node:03d}-{index}"
 
 
+def _node_batch(
+    node: int, kinds: list[float], burst: datetime, minutes: int, rng: random.Random
+) -> dict[str, Any]:
+    """Node ``node``'s batch: ``minutes`` minute samples from ``burst`` of its 8 GPUs, each busy
+    (or idle, with or without memory held) as its ``kinds`` draw says."""
+    uuids = [_uuid(node, i) for i in range(GPUS_PER_NODE)]
+    samples = []
+    for minute in range(minutes):
+        ts = _iso(burst + timedelta(minutes=minute, seconds=30))
+        for u, kind in zip(uuids, kinds, strict=True):
+            busy = kind > 0.3
+            samples.append(
+                {
+                    "gpu_uuid": u,
+                    "ts": ts,
+                    "metrics": {
+                        "sm_active": rng.uniform(0.6, 0.95) if busy else 0.0,
+                        "tensor_active": rng.uniform(0.3, 0.8) if kind > 0.6 else 0.0,
+                        "dram_active": rng.uniform(0.1, 0.4) if busy else 0.0,
+                        "gpu_util": 1.0 if busy else 0.0,
+                        "fb_used_bytes": int((40 if busy else 20 if kind > 0.15 else 0.5) * GIB),
+                        "power_watts": 500.0 if busy else 90.0,
+                    },
+                }
+            )
+    return {
+        "node": {"hostname": f"bench-node-{node:03d}", "labels": {"rack": f"r{node % 8}"}},
+        "gpus": [{"uuid": u, "index": i, "model": MODEL, "fb_total_bytes": 80 * GIB}
+                 for i, u in enumerate(uuids)],
+        "samples": samples,
+    }  # fmt: skip
+
+
 def seed(
     api: httpx.Client,
     now: datetime,
     rng: random.Random,
     nodes: int = NODES,
     minutes: int = HISTORY_MINUTES,
-    week_ago: bool = False,
+    week_ago: Callable[[], None] | None = None,
 ) -> None:
     """``nodes`` x 8 GPUs with ``minutes`` of minute samples, 4 jobs of two GPUs per node, and
-    prices (1,000 GPUs, two hours and 500 jobs by default); with ``week_ago`` the same minutes
-    also start 7 days ago, less an hour, and the jobs run from then on."""
+    prices (1,000 GPUs, two hours and 500 jobs by default). With ``week_ago`` the same minutes
+    also start 7 days ago less an hour, sent first and settled by calling it (rolled up: sent
+    together, the rollup would recompute every minute of the week between), and the jobs run
+    from then on."""
     start = now - timedelta(minutes=minutes)
-    bursts = [start] + ([now - timedelta(days=7, hours=-1)] if week_ago else [])
-    jobs_from = bursts[-1]
+    bursts = ([now - timedelta(days=7, hours=-1)] if week_ago else []) + [start]
+    jobs_from = bursts[0]
     r = api.put(
         "/prices",
         json=[{"model_pattern": "*H100*", "usd_per_gpu_hour": 4.0,
                "effective_from": "2020-01-01T00:00:00Z"}],
     )  # fmt: skip
     r.raise_for_status()
-    for node in range(nodes):
-        uuids = [_uuid(node, i) for i in range(GPUS_PER_NODE)]
-        kinds = [rng.random() for _ in uuids]
-        samples = []
-        for minute, burst in ((m, b) for b in bursts for m in range(minutes)):
-            ts = _iso(burst + timedelta(minutes=minute, seconds=30))
-            for u, kind in zip(uuids, kinds, strict=True):
-                busy = kind > 0.3
-                samples.append(
-                    {
-                        "gpu_uuid": u,
-                        "ts": ts,
-                        "metrics": {
-                            "sm_active": rng.uniform(0.6, 0.95) if busy else 0.0,
-                            "tensor_active": rng.uniform(0.3, 0.8) if kind > 0.6 else 0.0,
-                            "dram_active": rng.uniform(0.1, 0.4) if busy else 0.0,
-                            "gpu_util": 1.0 if busy else 0.0,
-                            "fb_used_bytes": int(
-                                (40 if busy else 20 if kind > 0.15 else 0.5) * GIB
-                            ),
-                            "power_watts": 500.0 if busy else 90.0,
-                        },
-                    }
-                )
-        batch = {
-            "node": {"hostname": f"bench-node-{node:03d}", "labels": {"rack": f"r{node % 8}"}},
-            "gpus": [{"uuid": u, "index": i, "model": MODEL, "fb_total_bytes": 80 * GIB}
-                     for i, u in enumerate(uuids)],
-            "samples": samples,
-        }  # fmt: skip
-        api.post("/ingest", json=batch).raise_for_status()
+    kinds = [[rng.random() for _ in range(GPUS_PER_NODE)] for _ in range(nodes)]
+    for burst in bursts:
+        for node in range(nodes):
+            batch = _node_batch(node, kinds[node], burst, minutes, rng)
+            api.post("/ingest", json=batch).raise_for_status()
+        if week_ago is not None and burst != start:
+            week_ago()
     for job in range(nodes * JOBS // NODES):
         node, pair = divmod(job, GPUS_PER_NODE // 2)
         api.post(
@@ -242,7 +255,8 @@ def main() -> None:
             bearer = {"Authorization": f"Bearer {admin}"}
             with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
                 t0 = time.perf_counter()
-                seed(api, datetime.now(UTC), rng, args.nodes, args.minutes, args.week_ago)
+                settle = (lambda: wait_for_rollups(url)) if args.week_ago else None
+                seed(api, datetime.now(UTC), rng, args.nodes, args.minutes, settle)
                 wait_for_rollups(url)
                 if args.week_ago:
                     wait_for_day_sums(url, days=7)

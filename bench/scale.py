@@ -172,12 +172,15 @@ def _families(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
     }
 
 
-def look(client: httpx.Client, url: str, seen: dict[str, list[float]]) -> None:
-    """One round of observations, appended to ``seen``."""
+def look(
+    client: httpx.Client, url: str, seen: dict[str, list[float]], metrics_shards: int = 4
+) -> None:
+    """One round of observations, appended to ``seen``: /metrics whole and its first shard of
+    ``metrics_shards``, the pages, the lag and the rollup backlog."""
     seconds, size, _ = _timed_get(client, "/metrics", None)
     seen["metrics_s"].append(seconds)
     seen["metrics_mb"].append(size / 1e6)
-    seconds, size, _ = _timed_get(client, "/metrics", {"shard": "0/4"})
+    seconds, size, _ = _timed_get(client, "/metrics", {"shard": f"0/{metrics_shards}"})
     seen["shard_s"].append(seconds)
     seen["shard_mb"].append(size / 1e6)
     for page in ("fleet", "jobs"):
@@ -295,7 +298,7 @@ def run(args: argparse.Namespace) -> None:
             with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
                 time.sleep(min(args.seconds / 3, 2 * args.batch))  # past the first batches
                 while time.monotonic() - wall0 < args.seconds:
-                    look(client, url, seen)
+                    look(client, url, seen, args.metrics_shards)
                     time.sleep(args.look)
                 shipped = [x for _ in procs for x in queue.get(timeout=args.seconds + 300)]
                 senders_ms = sum(cpu_ms(p.pid) for p in procs if p.pid is not None)
@@ -383,7 +386,7 @@ def report(
         f"GET /metrics: {_range(seen['metrics_s'], 's')}; size {_range(seen['metrics_mb'], 'MB')}"
     )
     print(
-        f"GET /metrics?shard=0/4: {_range(seen['shard_s'], 's')}; size {_range(seen['shard_mb'], 'MB')}"
+        f"GET /metrics?shard=0/{args.metrics_shards}: {_range(seen['shard_s'], 's')}; size {_range(seen['shard_mb'], 'MB')}"
     )
     for page in ("fleet", "jobs"):
         print(
@@ -407,6 +410,7 @@ def main() -> None:
     parser.add_argument("--look", type=float, default=15.0, help="seconds between looks")
     parser.add_argument("--serves", type=int, default=1, help="central processes")
     parser.add_argument("--rollup-shards", type=int, default=1, help="GPUWARDEN_ROLLUP_SHARDS")
+    parser.add_argument("--metrics-shards", type=int, default=4, help="n of /metrics?shard=0/n")
     run(parser.parse_args())
 
 

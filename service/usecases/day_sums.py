@@ -183,8 +183,10 @@ def stale_in(
                 stale.add(gpu_id)
             continue
         n_days = 0
-        day = start
-        while day < end:
+        # Only the days from the GPU's first to its retirement can hold it.
+        day = max(start, floor_day(info.known_from))
+        last = end if info.retired_at is None else min(end, info.retired_at)
+        while day < last:
             held = held_range(info, day, end)
             if held is not None:
                 n_days += 1
