@@ -56,8 +56,10 @@ def _instant(text: str, *, now: datetime) -> datetime:
     if lowered == "today":
         return midnight
     # Relative to midnight, "last 7 days" can be whole days: today-6d to now.
-    base, relative = (midnight, lowered[5:]) if lowered.startswith("today") else (now, lowered)
-    relative = relative.removeprefix("now") if base is now else relative
+    if lowered.startswith("today"):
+        base, relative = midnight, lowered.removeprefix("today")
+    else:
+        base, relative = now, lowered.removeprefix("now")
     if relative[:1] in ("-", "+"):
         sign = -1 if relative[0] == "-" else 1
         try:
