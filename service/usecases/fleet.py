@@ -241,7 +241,7 @@ def fleet_now(
     team, state or cause not known."""
     f = only or FleetFilter()
     p = page or FleetPage()
-    day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    day_start = floor_day(now)
     wasted = cache.get(day_start, now) if cache is not None else None
     if wasted is None:
         wasted = wasted_today(conn, settings=settings, now=now)
