@@ -19,13 +19,14 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from bench.common import fresh_database, gpuwarden, machine, percentile, served
 from service.db.engine import make_engine
@@ -234,6 +235,37 @@ def time_pages(
     return out, cpu
 
 
+@contextmanager
+def _database(backend: str, url: str | None) -> Iterator[tuple[str, bool]]:
+    """A database to time and whether it is seeded already: ``url`` as it is, or a fresh one
+    of ``backend`` removed afterwards."""
+    if url is None:
+        with fresh_database(backend) as fresh:
+            yield fresh, False
+        return
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            seeded = bool(inspect(conn).has_table("gpus")) and bool(
+                conn.execute(select(func.count()).select_from(gpus_table)).scalar()
+            )
+    finally:
+        engine.dispose()
+    yield url, seeded
+
+
+def _seed_all(api: httpx.Client, url: str, args: argparse.Namespace, rng: random.Random) -> None:
+    """Seed the fleet ``args`` asks for and wait until it is rolled up (and summed per day)."""
+    t0 = time.perf_counter()
+    settle = (lambda: wait_for_rollups(url)) if args.week_ago else None
+    seed(api, datetime.now(UTC), rng, args.nodes, args.minutes, settle)
+    wait_for_rollups(url)
+    if args.week_ago:
+        wait_for_day_sums(url, days=7)
+    print(f"seeded {args.nodes * GPUS_PER_NODE} GPUs, {args.nodes * JOBS // NODES} jobs, "
+          f"{args.minutes} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
@@ -244,24 +276,23 @@ def main() -> None:
         "--week-ago", action="store_true",
         help="the same minutes also a week ago, the jobs running since; waits for the day sums",
     )  # fmt: skip
+    parser.add_argument(
+        "--database", metavar="URL",
+        help="time this database, seeding it only if it has no GPU (and keeping it): seed "
+        "10,000 GPUs once, then time the pages again after each change",
+    )  # fmt: skip
     args = parser.parse_args()
     gpus = args.nodes * GPUS_PER_NODE
     rng = random.Random(19)
-    with fresh_database(args.backend) as url:
+    with _database(args.backend, args.database) as (url, seeded):
         gpuwarden(url, "migrate")
         admin = gpuwarden(url, "token", "create", "--role", "admin").strip().splitlines()[-1]
         reader = gpuwarden(url, "token", "create", "--role", "reader").strip().splitlines()[-1]
         with served(url, GPUWARDEN_EVAL_INTERVAL_SECONDS="3600") as (base, proc):
             bearer = {"Authorization": f"Bearer {admin}"}
-            with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
-                t0 = time.perf_counter()
-                settle = (lambda: wait_for_rollups(url)) if args.week_ago else None
-                seed(api, datetime.now(UTC), rng, args.nodes, args.minutes, settle)
-                wait_for_rollups(url)
-                if args.week_ago:
-                    wait_for_day_sums(url, days=7)
-                print(f"seeded {gpus} GPUs, {args.nodes * JOBS // NODES} jobs, "
-                      f"{args.minutes} min of samples in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+            if not seeded:
+                with httpx.Client(base_url=f"{base}/api/v1", headers=bearer, timeout=120) as api:
+                    _seed_all(api, url, args, rng)
             with httpx.Client(base_url=base, timeout=120) as browser:
                 browser.post("/api/v1/session", json={"token": reader}).raise_for_status()
                 load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])

@@ -39,37 +39,30 @@ class GpuInfo:
 
 def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict[int, GpuInfo]:
     """The GPUs (all, or ``gpu_ids``) by internal id."""
-    # One index probe per GPU: a spool replayed after the GPU was first seen has older minutes.
-    first_minute = (
-        select(func.min(rollup_1m.c.bucket_start))
-        .where(rollup_1m.c.gpu_id == gpus.c.id)
-        .scalar_subquery()
-    )
-    # And its first raw sample: a replayed spool not rolled up yet is backfill too.
-    first_sample = (
-        select(func.min(samples.c.ts)).where(samples.c.gpu_id == gpus.c.id).scalar_subquery()
-    )
     query = select(
         gpus.c.id,
         gpus.c.uuid,
         gpus.c.model,
         nodes.c.hostname,
         gpus.c.first_seen_at,
-        type_coerce(first_minute, UTCDateTime()),
-        type_coerce(first_sample, UTCDateTime()),
+        gpus.c.first_sample_at,
         gpus.c.lost_at,
         gpus.c.retired_at,
     ).join(nodes, nodes.c.id == gpus.c.node_id)
     if gpu_ids is not None:
         query = query.where(gpus.c.id.in_(list(gpu_ids)))
     return {
-        gpu_id: GpuInfo(
-            gpu_id, uuid, model, node, min(seen, minute or seen, sample or seen), lost, retired
-        )
-        for gpu_id, uuid, model, node, seen, minute, sample, lost, retired in conn.execute(
-            query
-        ).all()
+        gpu_id: GpuInfo(gpu_id, uuid, model, node, known_from(seen, sample), lost, retired)
+        for gpu_id, uuid, model, node, seen, sample, lost, retired in conn.execute(query).all()
     }
+
+
+def known_from(first_seen_at: datetime, first_sample_at: datetime | None) -> datetime:
+    """Since when a GPU is held: when it was first seen, or the minute of its first sample if
+    that is earlier (a spool replayed after the GPU was first seen holds older minutes)."""
+    if first_sample_at is None:
+        return first_seen_at
+    return min(first_seen_at, floor_minute(first_sample_at))
 
 
 BIND_IDS_MAX = 1000  # past this many GPU ids, reading every GPU costs less than binding them

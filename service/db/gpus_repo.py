@@ -38,12 +38,9 @@ def fleet_index(
             gpus.c.last_sample_at,
             gpus.c.lost_at,
             nodes.c.hostname,
-            samples.c.cause,
+            gpus.c.last_cause,
         )
         .join(nodes, nodes.c.id == gpus.c.node_id)
-        .outerjoin(
-            samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at)
-        )
         .order_by(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid)
     )
     holders = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, insert, or_, select, update
 
 from service.core.diagnosis import Thresholds, decide
 from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, insert_ignore
@@ -374,30 +374,56 @@ def _lost_since(
     return min(max(times) + timedelta(seconds=max_gap_seconds), until)
 
 
+# Later than the stored last sample, or earlier than the stored first: the row moves.
+_LATER = "(gpus.last_sample_at IS NULL OR gpus.last_sample_at < v.ts)"
+_EARLIER = "(gpus.first_sample_at IS NULL OR gpus.first_sample_at > v.lo)"
 _ADVANCE_PG = (
-    "UPDATE gpus SET last_sample_at = v.ts "
-    "FROM json_to_recordset(%s::json) AS v(id integer, ts timestamptz) "
-    "WHERE gpus.id = v.id AND (gpus.last_sample_at IS NULL OR gpus.last_sample_at < v.ts)"
+    f"UPDATE gpus SET last_sample_at = CASE WHEN {_LATER} THEN v.ts ELSE gpus.last_sample_at END, "
+    f"last_cause = CASE WHEN {_LATER} THEN v.cause ELSE gpus.last_cause END, "
+    f"first_sample_at = CASE WHEN {_EARLIER} THEN v.lo ELSE gpus.first_sample_at END "
+    "FROM json_to_recordset(%s::json) AS v(id integer, lo timestamptz, ts timestamptz, "
+    f"cause smallint) WHERE gpus.id = v.id AND ({_LATER} OR {_EARLIER})"
 )
 
 
-def _advance_last_sample(conn: Connection, latest: dict[int, datetime]) -> None:
-    """Move each GPU's last_sample_at forward to ``latest[gpu_id]`` (never backwards)."""
+@dataclass(frozen=True, slots=True)
+class SampledSpan:
+    """A GPU's samples in a batch: the earliest's time, the latest's and the latest's cause."""
+
+    first: datetime
+    last: datetime
+    last_cause: int | None
+
+
+def _advance_sampled(conn: Connection, spans: dict[int, SampledSpan]) -> None:
+    """Move each GPU's last_sample_at and last_cause forward to its span's latest sample, and
+    its first_sample_at back to its span's first, never the other way."""
     if conn.dialect.name == "postgresql":
         # one statement for all GPUs rather than one UPDATE per GPU
-        payload = json.dumps([{"id": g, "ts": ts.isoformat()} for g, ts in latest.items()])
+        payload = json.dumps(
+            [
+                {"id": g, "lo": s.first.isoformat(), "ts": s.last.isoformat(),
+                 "cause": s.last_cause}
+                for g, s in spans.items()
+            ]
+        )  # fmt: skip
         conn.exec_driver_sql(_ADVANCE_PG, (payload,))
         return
+    g = gpus.c
+    later = or_(g.last_sample_at.is_(None), g.last_sample_at < bindparam("b_ts"))
+    earlier = or_(g.first_sample_at.is_(None), g.first_sample_at > bindparam("b_lo"))
     conn.execute(
         update(gpus)
-        .where(
-            and_(
-                gpus.c.id == bindparam("b_id"),
-                or_(gpus.c.last_sample_at.is_(None), gpus.c.last_sample_at < bindparam("b_ts")),
-            )
-        )
-        .values(last_sample_at=bindparam("b_ts")),
-        [{"b_id": g, "b_ts": ts} for g, ts in latest.items()],
+        .where(and_(g.id == bindparam("b_id"), or_(later, earlier)))
+        .values(
+            last_sample_at=case((later, bindparam("b_ts")), else_=g.last_sample_at),
+            last_cause=case((later, bindparam("b_cause")), else_=g.last_cause),
+            first_sample_at=case((earlier, bindparam("b_lo")), else_=g.first_sample_at),
+        ),
+        [
+            {"b_id": g, "b_lo": s.first, "b_ts": s.last, "b_cause": s.last_cause}
+            for g, s in spans.items()
+        ],
     )
 
 
@@ -472,7 +498,7 @@ def _store_samples(
     minutes dirty and advance the GPUs' last sample; returns (samples taken, rows new)."""
     seen: set[tuple[int, datetime]] = set()
     rows: list[tuple[Any, ...]] = []
-    span: dict[int, tuple[datetime, datetime]] = {}
+    spans: dict[int, SampledSpan] = {}
     # A process listed at a sample's time holds the GPU even below the held threshold; a
     # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
     listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
@@ -487,8 +513,11 @@ def _store_samples(
         decision = (None, None, None) if d is None else (d.activity, int(d.rung), int(d.cause))
         source = (s.source or infer_source(metrics)).value
         rows.append((gpu_id, ts, source, *[metrics[m] for m in METRIC_NAMES], *decision))
-        lo, hi = span.get(gpu_id, (ts, ts))
-        span[gpu_id] = (min(lo, ts), max(hi, ts))
+        span = spans.get(gpu_id)
+        if span is None or ts > span.last:
+            spans[gpu_id] = SampledSpan(span.first if span else ts, ts, decision[2])
+        elif ts < span.first:
+            spans[gpu_id] = SampledSpan(ts, span.last, span.last_cause)
     stored = copy_insert_ignore(conn, samples, ["gpu_id", "ts"], SAMPLE_COLUMNS, rows)
     bulk_insert_ignore(
         conn,
@@ -496,11 +525,11 @@ def _store_samples(
         ["gpu_id", "bucket_start"],
         [
             {"gpu_id": gpu_id, "bucket_start": b}
-            for gpu_id, (lo, hi) in span.items()
-            for b in dirty_range(lo, hi, thresholds.max_gap_seconds)
+            for gpu_id, span in spans.items()
+            for b in dirty_range(span.first, span.last, thresholds.max_gap_seconds)
         ],
     )
-    _advance_last_sample(conn, {g: hi for g, (_, hi) in span.items()})
+    _advance_sampled(conn, spans)
     return len(seen), stored
 
 

@@ -127,6 +127,11 @@ gpus = Table(
     Column("mig_parent_uuid", String(96), nullable=True),
     Column("first_seen_at", UTCDateTime, nullable=False),
     Column("last_sample_at", UTCDateTime, nullable=True),
+    # The cause of the sample at last_sample_at, moved with it: a fleet view reads no samples.
+    Column("last_cause", SmallInteger, nullable=True),
+    # Its earliest sample ever stored (a replayed spool moves it back), so reports know since
+    # when it is held without reading samples.
+    Column("first_sample_at", UTCDateTime, nullable=True),
     Column("lost_at", UTCDateTime, nullable=True),
     # A MIG instance destroyed in a reconfiguration while its parent stayed healthy.
     Column("retired_at", UTCDateTime, nullable=True),
@@ -293,6 +298,8 @@ cost_job_1d = Table(
     Column("gpu_id", Integer, primary_key=True),
     Column("job_id", String(255), primary_key=True),
     *_cost_sums(),
+    # A report page reads its few jobs' rows, not the window's.
+    Index("ix_cost_job_1d_job_day", "job_id", "day"),
 )
 # Ranges [lo, hi) of one GPU (NULL: unbounded) whose summed days are stale: written by
 # triggers (job_gpus, jobs.ended_at, gpus.lost_at/retired_at/model) and by the rollup job

@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import threading
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -253,18 +254,19 @@ def fleet_now(
     _check_filter(conn, f, every)
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
     shown = [g for g in every if _shown(g, f, usd)]
-    for gpu in shown:
-        figures = usd.get(gpu["uuid"])
-        for name in GPU_MONEY:
-            gpu[name] = (
-                figures.get(name) if figures is not None else None if f.team is None else 0.0
-            )
+    # A team's view counts a GPU none of its jobs held today as 0 dollars, not unpriced.
+    none: dict[str, float | None] = dict.fromkeys(GPU_MONEY, None if f.team is None else 0.0)
     field = SORT_FIELDS[sort_by]
     rank = {name: i for i, name in enumerate(STATE_NAMES)}
+
+    def order(g: dict[str, Any]) -> tuple[bool, float, int]:
+        value = usd.get(g["uuid"], none).get(field)
+        return (value is None, -(value or 0.0), rank[g["state"]])
+
     # Stable: GPUs of equal dollars go worst state first, then in node and index order.
-    shown.sort(key=lambda g: (g[field] is None, -(g[field] or 0.0), rank[g["state"]]))
-    summed = [usd[g["uuid"]] for g in shown if g["uuid"] in usd]
-    totals = {name: sum(v.get(name) or 0.0 for v in summed) for name in FLEET_MONEY}
+    shown.sort(key=order)
+    chosen = [g | {n: usd.get(g["uuid"], none).get(n) for n in GPU_MONEY} for g in p.of(shown)]
+    totals = _summed(usd[g["uuid"]] for g in shown if g["uuid"] in usd)
     return {
         "start": day_start,
         "now": now,
@@ -274,8 +276,8 @@ def fleet_now(
         "fleet_gpu_count": len(every),
         "offset": p.offset,
         "limit": p.limit,
-        "state_counts": {name: sum(g["state"] == name for g in shown) for name in STATE_NAMES},
-        "gpus": _in_full(conn, p.of(shown), now=now, start_skew_seconds=skew),
+        "state_counts": dict.fromkeys(STATE_NAMES, 0) | Counter(g["state"] for g in shown),
+        "gpus": _in_full(conn, chosen, now=now, start_skew_seconds=skew),
         **totals,
         "choices": {
             "node": sorted({g["node"] for g in every}),
@@ -285,6 +287,15 @@ def fleet_now(
         "price_source": wasted.price_source,
         "warnings": wasted.warnings,
     }
+
+
+def _summed(figures: Iterable[dict[str, float | None]]) -> dict[str, float]:
+    """The ``FLEET_MONEY`` dollars summed over GPUs' ``figures`` (a missing one counts 0)."""
+    totals = dict.fromkeys(FLEET_MONEY, 0.0)
+    for one in figures:
+        for name in FLEET_MONEY:
+            totals[name] += one.get(name) or 0.0
+    return totals
 
 
 def _in_full(
