@@ -10,6 +10,10 @@ sum is an upper bound); the target is under 200 ms for the fleet page.
     .venv/bin/python -m bench.console                 # SQLite
     .venv/bin/python -m bench.console --backend postgresql
     .venv/bin/python -m bench.console --backend postgresql --nodes 1250 --minutes 20  # 10k GPUs
+    # seed once into a database kept for profiling, then time it again after each change
+    createdb -h 127.0.0.1 -U postgres pages10k
+    .venv/bin/python -m bench.console --backend postgresql --nodes 1250 --minutes 20 \
+        --week-ago --database postgresql+psycopg://postgres@127.0.0.1:5432/pages10k
 """
 
 from __future__ import annotations
