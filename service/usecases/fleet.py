@@ -255,17 +255,19 @@ def fleet_now(
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
     shown = [g for g in every if _shown(g, f, usd)]
     # A team's view counts a GPU none of its jobs held today as 0 dollars, not unpriced.
-    none: dict[str, float | None] = dict.fromkeys(GPU_MONEY, None if f.team is None else 0.0)
+    no_figures: dict[str, float | None] = dict.fromkeys(GPU_MONEY, None if f.team is None else 0.0)
     field = SORT_FIELDS[sort_by]
     rank = {name: i for i, name in enumerate(STATE_NAMES)}
 
     def order(g: dict[str, Any]) -> tuple[bool, float, int]:
-        value = usd.get(g["uuid"], none).get(field)
+        value = usd.get(g["uuid"], no_figures).get(field)
         return (value is None, -(value or 0.0), rank[g["state"]])
 
     # Stable: GPUs of equal dollars go worst state first, then in node and index order.
     shown.sort(key=order)
-    chosen = [g | {n: usd.get(g["uuid"], none).get(n) for n in GPU_MONEY} for g in p.of(shown)]
+    chosen = [
+        g | {n: usd.get(g["uuid"], no_figures).get(n) for n in GPU_MONEY} for g in p.of(shown)
+    ]
     totals = _summed(usd[g["uuid"]] for g in shown if g["uuid"] in usd)
     return {
         "start": day_start,
