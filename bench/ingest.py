@@ -9,6 +9,8 @@ given twice: for what was accepted during the run, and once the rollups it cause
 --rollup-seconds). The ceiling, in the same run, writes the same rows straight to the same
 database from one Python process: binary COPY on PostgreSQL (text COPY also printed),
 executemany in one transaction on SQLite.
+--upkeep K runs the rollups and other background rounds in K more processes that take no
+batches (the rollup in K shards), so the workers' figure is ingest alone.
 Usage: python bench/ingest.py [--db sqlite|postgresql|both] [--seconds 20] [--workers 1,2,4]
 """
 
@@ -111,8 +113,11 @@ def dirty_minutes(url: str) -> int:
 
 
 def run_http(
-    url: str, seconds: float, threads: int, workers: int, rollup_seconds: float
+    url: str, seconds: float, threads: int, workers: int, rollup_seconds: float, upkeep: int = 0
 ) -> dict[str, float]:
+    """Post batches for ``seconds`` from ``threads`` threads to ``workers`` serve processes; with
+    ``upkeep`` > 0 those run no background rounds and ``upkeep`` more processes, sent nothing,
+    run them (the rollup in as many shards)."""
     tokens = agent_tokens(url)
     now = datetime.now(UTC)
     # enough distinct batches for the run at up to ~400 batches/s of 80 samples (two cores)
@@ -124,10 +129,15 @@ def run_http(
     lock = threading.Lock()
     next_idx = [0]
     errors = [0]
-    env = {"GPUWARDEN_ROLLUP_INTERVAL_SECONDS": str(rollup_seconds)}
+    env = {
+        "GPUWARDEN_ROLLUP_INTERVAL_SECONDS": str(rollup_seconds),
+        "GPUWARDEN_ROLLUP_SHARDS": str(max(upkeep, 1)),
+    }
+    ingest_env = {**env, "GPUWARDEN_RUN_SCHEDULER": "false"} if upkeep else env
     with ExitStack() as stack:
-        servers = [stack.enter_context(served(url, **env)) for _ in range(workers)]
-        bases = [base for base, _ in servers]
+        servers = [stack.enter_context(served(url, **ingest_env)) for _ in range(workers)]
+        servers += [stack.enter_context(served(url, **env)) for _ in range(upkeep)]
+        bases = [base for base, _ in servers[:workers]]
         stop = time.monotonic() + seconds
 
         def worker(k: int) -> None:
@@ -267,6 +277,13 @@ def main() -> None:
     p.add_argument("--gpus", type=int, default=GPUS, help="GPUs per batch")
     p.add_argument("--stamps", type=int, default=STAMPS, help="timestamps per batch")
     p.add_argument("--rollup-seconds", type=float, default=2.0, help="rollup job interval")
+    p.add_argument(
+        "--upkeep",
+        type=int,
+        default=0,
+        help="processes that run the rollups (sharded) and other rounds apart from the ones "
+        "taking batches, which then run none (0: every process runs them)",
+    )
     args = p.parse_args()
     GPUS, STAMPS = args.gpus, args.stamps
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f} at start")
@@ -290,10 +307,16 @@ def main() -> None:
             with fresh_database(kind) as url:
                 gpuwarden(url, "migrate")
                 res = run_http(
-                    url, args.seconds, args.threads * workers, workers, args.rollup_seconds
+                    url,
+                    args.seconds,
+                    args.threads * workers,
+                    workers,
+                    args.rollup_seconds,
+                    args.upkeep,
                 )
+            apart = f" + {args.upkeep} upkeep" if args.upkeep else ""
             print(
-                f"{kind:10s} {workers} worker(s): accepted {res['values_per_second']:>9,.0f} values/s "
+                f"{kind:10s} {workers} worker(s){apart}: accepted {res['values_per_second']:>9,.0f} values/s "
                 f"= {res['values_per_second'] / best:.2f} of the ceiling; with rollups "
                 f"{res['with_rollups_per_second']:>9,.0f} values/s = "
                 f"{res['with_rollups_per_second'] / best:.2f} (drained {res['drain_seconds']:.1f} s "
