@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -41,9 +41,7 @@ def keys_in(
     c = table.c
     if conn.dialect.name == "postgresql":
         ids = bindparam(None, [g for g, _ in keys], type_=postgresql.ARRAY(Integer))
-        starts = bindparam(
-            None, [b.astimezone(UTC) for _, b in keys], type_=postgresql.ARRAY(DateTime(True))
-        )
+        starts = bindparam(None, [b for _, b in keys], type_=postgresql.ARRAY(DateTime(True)))
         pairs = func.unnest(ids, starts).table_valued("gpu_id", "bucket_start").render_derived()
         return tuple_(c.gpu_id, c.bucket_start).in_(select(pairs.c.gpu_id, pairs.c.bucket_start))
     return or_(*(and_(c.gpu_id == g, c.bucket_start == b) for g, b in keys))

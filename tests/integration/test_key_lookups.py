@@ -3,7 +3,7 @@ the right rows on both stores, and on SQLite by the primary key, never a scan of
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from sqlalchemy import Engine, delete, func, insert, select
 
@@ -30,3 +30,14 @@ def test_five_hundred_keys_match_their_rows_by_the_primary_key(engine: Engine) -
         conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, keys)))
         left = set(conn.execute(select(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)).all())
     assert len(left) == len(rows) - 500 and not left & set(keys)
+
+
+def test_keys_given_in_another_zone_match_the_same_instants(engine: Engine) -> None:
+    tokyo = timezone(timedelta(hours=9))
+    every = [(g, T0 + timedelta(minutes=m)) for g in range(1, 3) for m in range(10)]
+    with engine.begin() as conn:
+        conn.execute(insert(rollup_dirty), [{"gpu_id": g, "bucket_start": b} for g, b in every])
+        keys = [(g, b.astimezone(tokyo)) for g, b in every[::2]]
+        conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, keys)))
+        left = set(conn.execute(select(rollup_dirty.c.gpu_id, rollup_dirty.c.bucket_start)).all())
+    assert left == set(every[1::2])
