@@ -38,7 +38,10 @@ def one_round(batches: int) -> dict[str, float]:
         engine = make_engine(url)
         upgrade(engine)
         ctx = ServiceContext(settings=Settings(database_url=url), engine=engine)
-        bodies = [gzip.decompress(body) for _, body, _ in shape.make_batches(batches + 4, _now())]
+        bodies = [
+            gzip.decompress(body)
+            for _, body, _ in shape.make_batches(batches + 4, datetime.now(UTC))
+        ]
         for raw in bodies[:4]:  # warm: nodes, GPUs, partitions and caches exist, as in steady use
             ingest_uc.ingest(ctx, ingest_uc.parse_batch(raw), token_node=None)
         upkeep.rollup_once(ctx)
@@ -57,10 +60,6 @@ def one_round(batches: int) -> dict[str, float]:
         spent["rollup"] = time.perf_counter() - t0
         engine.dispose()
     return {step: seconds / samples for step, seconds in spent.items()}
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def main() -> None:
