@@ -58,16 +58,27 @@ def bulk_insert_ignore(
     conn: Connection, table: Table, index_elements: Sequence[str], rows: Sequence[dict[str, Any]]
 ) -> int:
     """Insert ``rows`` in one statement, skipping keys already present; returns rows inserted."""
+    return _bulk_insert(conn, table, tuple(index_elements), rows)
+
+
+def bulk_insert(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert ``rows`` in one statement into a table without a unique key; returns rows inserted."""
+    return _bulk_insert(conn, table, (), rows)
+
+
+def _bulk_insert(
+    conn: Connection, table: Table, keys: tuple[str, ...], rows: Sequence[dict[str, Any]]
+) -> int:
+    """Insert ``rows``, skipping those whose ``keys`` are present (none skipped without keys)."""
     if not rows:
         return 0
     if conn.dialect.name != "postgresql":
         # sqlite3's executemany loops in C: already the fastest path there.
-        result = conn.execute(insert_ignore(conn, table, index_elements), list(rows))
-        return int(result.rowcount or 0)
+        stmt = insert_ignore(conn, table, keys) if keys else table.insert()
+        return int(conn.execute(stmt, list(rows)).rowcount or 0)
     # One statement whose rows arrive as a single JSON parameter that PostgreSQL expands in C:
     # one round trip and one constant query text, instead of a bind parameter per value.
-    cols = tuple(rows[0])
-    sql = _json_insert_sql(table.name, cols, tuple(index_elements))
+    sql = _json_insert_sql(table.name, tuple(rows[0]), keys)
     payload = json.dumps(list(rows), default=_json_default, separators=(",", ":"))
     return int(conn.exec_driver_sql(sql, (payload,)).rowcount or 0)
 
@@ -84,8 +95,8 @@ def _json_insert_sql(table: str, cols: tuple[str, ...], keys: tuple[str, ...]) -
     conflict = ", ".join(f'"{c}"' for c in keys)
     return (
         f'INSERT INTO "{table}" ({quoted}) SELECT {quoted} '
-        f'FROM json_populate_recordset(NULL::"{table}", %s::json) '
-        f"ON CONFLICT ({conflict}) DO NOTHING"
+        f'FROM json_populate_recordset(NULL::"{table}", %s::json)'
+        + (f" ON CONFLICT ({conflict}) DO NOTHING" if keys else "")
     )
 
 

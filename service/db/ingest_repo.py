@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, case, insert, or_, select, update
 
 from service.core.diagnosis import Thresholds, decide
-from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, insert_ignore
+from service.db.dialect import bulk_insert, bulk_insert_ignore, copy_insert_ignore, insert_ignore
 from service.db.schema import gpu_moves, gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.errors import Forbidden, ValidationFailed
 from service.vocabulary import METRIC_NAMES, ActivitySource
@@ -519,10 +519,9 @@ def _store_samples(
         elif ts < span.first:
             spans[gpu_id] = SampledSpan(ts, span.last, span.last_cause)
     stored = copy_insert_ignore(conn, samples, ["gpu_id", "ts"], SAMPLE_COLUMNS, rows)
-    bulk_insert_ignore(
+    bulk_insert(
         conn,
         rollup_dirty,
-        ["gpu_id", "bucket_start"],
         [
             {"gpu_id": gpu_id, "bucket_start": b}
             for gpu_id, span in spans.items()

@@ -188,12 +188,14 @@ def _add_running_totals(
 def dirty_keys(
     conn: Connection, *, limit: int, shard: tuple[int, int] | None = None
 ) -> list[tuple[int, datetime]]:
-    """The first ``limit`` (GPU id, minute) buckets waiting to be recomputed; with ``shard``
-    (index, count), only those of GPUs whose id modulo count is index."""
+    """The first ``limit`` (GPU id, minute) buckets waiting to be recomputed, each once however
+    often it was marked; with ``shard`` (index, count), only those of GPUs whose id modulo
+    count is index."""
     c = rollup_dirty.c
     cond = [] if shard is None or shard[1] == 1 else [c.gpu_id % shard[1] == shard[0]]
     dirty = conn.execute(
         select(c.gpu_id, c.bucket_start)
+        .distinct()
         .where(*cond)
         .order_by(c.gpu_id, c.bucket_start)
         .limit(limit)
@@ -202,7 +204,8 @@ def dirty_keys(
 
 
 def discard_dirty(conn: Connection, keys: list[tuple[int, datetime]]) -> None:
-    """Forget that buckets ``keys`` wait to be recomputed."""
+    """Forget that buckets ``keys`` wait to be recomputed (every mark of each that this
+    statement sees; one committed after it stays, for the next round)."""
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
         conn.execute(delete(rollup_dirty).where(keys_in(conn, rollup_dirty, chunk)))

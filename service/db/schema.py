@@ -187,12 +187,15 @@ rollup_1h = Table(
     ),
 )
 
-# 1-minute buckets whose raw data changed since their rollup was last computed.
+# 1-minute buckets whose raw data changed since their rollup was last computed. A bucket may
+# be marked more than once: with no unique key, ingest's marks never wait for a rollup that is
+# deleting the same bucket's marks in its open transaction (they did, for the whole rollup).
 rollup_dirty = Table(
     "rollup_dirty",
     metadata,
-    Column("gpu_id", Integer, primary_key=True),
-    Column("bucket_start", UTCDateTime, primary_key=True),
+    Column("gpu_id", Integer, nullable=False),
+    Column("bucket_start", UTCDateTime, nullable=False),
+    Index(None, "gpu_id", "bucket_start"),
 )
 
 gpu_processes = Table(

@@ -34,7 +34,7 @@ from service.costs.integrals import (
 )
 from service.costs.tenants import SplitRule, TenantProcess, TenantShare, split_stretch
 from service.db.cost_scratch import fill, scratch_table
-from service.db.dialect import bulk_insert_ignore, keys_in
+from service.db.dialect import bulk_insert, bulk_insert_ignore, keys_in
 from service.db.schema import (
     gpu_processes,
     job_gpus,
@@ -469,11 +469,8 @@ def sum_ranges(
 
 def _mark(conn: Connection, gpu_id: int, buckets: set[datetime]) -> int:
     if buckets:
-        bulk_insert_ignore(
-            conn,
-            rollup_dirty,
-            ["gpu_id", "bucket_start"],
-            [{"gpu_id": gpu_id, "bucket_start": b} for b in sorted(buckets)],
+        bulk_insert(
+            conn, rollup_dirty, [{"gpu_id": gpu_id, "bucket_start": b} for b in sorted(buckets)]
         )
     return len(buckets)
 
