@@ -35,9 +35,10 @@ def keys_in(
     conn: Connection, table: Table, keys: Sequence[tuple[int, datetime]]
 ) -> ColumnElement[bool]:
     """Whether a row's (gpu_id, bucket_start) is one of ``keys`` (at most 500), written so each
-    planner probes the primary key: SQLite scans the whole table for a row-value IN, so there
-    it is an OR of equalities. PostgreSQL gets the keys as two arrays: two parameters, where a
-    list of pairs is two per key and costs more to compile and send than to run."""
+    planner probes the index on those columns: SQLite scans the whole table for a row-value
+    IN, so there it is an OR of equalities. PostgreSQL gets the keys as two arrays: two
+    parameters, where a list of pairs is two per key and costs more to compile and send than
+    to run."""
     c = table.c
     if conn.dialect.name == "postgresql":
         ids = bindparam(None, [g for g, _ in keys], type_=postgresql.ARRAY(Integer))
