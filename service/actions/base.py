@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 # reclaimed: the driver freed the job's GPUs now; gone: the job had already ended (nothing to
@@ -34,6 +35,9 @@ class ReclaimTarget:
     reason: str | None = None
     figures: Mapping[str, float] = field(default_factory=dict)
     idempotency_key: str | None = None
+    # When GPU Warden's record says the job started: a scheduler's job of the same id that
+    # started at another time (a wrapped Slurm id, a re-created pod) is another job.
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -58,20 +62,42 @@ class ReclaimDriver(Protocol):
     def reclaim(self, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult: ...
 
 
-# present: the job still holds its GPUs where it was seen; gone: it ended or now runs elsewhere
-# (the ladder resets); unknown: the read failed, so nothing is done this round.
-ProbeOutcome = Literal["present", "gone", "unknown"]
+# present: the scheduler lists the job as GPU Warden recorded it (id, user, nodes), still holding
+# its GPUs; gone: it ended or now runs elsewhere (the ladder resets); mismatch: the scheduler
+# lists a job under that id whose user, nodes, id spelling or start differ from the record (never
+# acted on); unknown: the read failed, so nothing is done this round.
+ProbeOutcome = Literal["present", "gone", "mismatch", "unknown"]
+
+
+@dataclass(frozen=True)
+class SchedulerFacts:
+    """What the scheduler itself says of a job: its id as the scheduler prints it, its user,
+    nodes, the account or team its accounting charges (Slurm account, the namespace's team
+    label), and when it started (UTC)."""
+
+    job_id: str
+    user: str | None = None
+    nodes: tuple[str, ...] = ()
+    account: str | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What a driver's re-read of a job found, with one line of detail."""
+    """What a driver's re-read of a job found, with one line of detail, and (when it found the
+    job) what the scheduler says of it."""
 
     outcome: ProbeOutcome
     detail: str
+    facts: SchedulerFacts | None = None
 
 
 class JobProbe(Protocol):
-    """A driver that can re-read a job before the ladder acts on it (reads only, never acts)."""
+    """A driver that can re-read a job before the ladder acts on it (reads only, never acts).
+
+    It compares what the scheduler says with ``target`` (``job_id`` as the scheduler prints it,
+    ``user``, ``nodes``, ``started_at`` where the scheduler keeps one) and answers ``mismatch``,
+    naming each difference, when they disagree; ``present`` carries the scheduler's facts.
+    """
 
     def probe(self, target: ReclaimTarget) -> ProbeResult: ...

@@ -113,6 +113,10 @@ nodes = Table(
     Column("labels", JSON, nullable=False, default=dict),
     Column("first_seen_at", UTCDateTime, nullable=False),
     Column("last_seen_at", UTCDateTime, nullable=False),
+    # The node's clock minus the central's, from the agent's send time of its last live batch
+    # (migration 0027): the ladder does not act on a node whose clock is off by more than a bound.
+    Column("clock_offset_seconds", Float, nullable=True),
+    Column("clock_checked_at", UTCDateTime, nullable=True),
 )
 
 gpus = Table(
@@ -540,6 +544,8 @@ ladder_progress = Table(
     Column("last_step_at", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The ladder (dry_run and steps) this progress runs under: another one restarts it (0027).
+    Column("ladder_digest", String(64), nullable=True),
     Index("uq_ladder_progress_episode", "policy", "job_id", "alert_id", unique=True),
     Index(None, "state"),
 )
@@ -570,6 +576,8 @@ ladder_actions = Table(
     Column("since", UTCDateTime, nullable=True),
     Column("waste_usd", Float, nullable=True),
     Column("idle_usd", Float, nullable=True),
+    # The outbox deliveries of a warning's notice (0027): a reclaim needs one of them sent.
+    Column("delivery_ids", JSON, nullable=True),
     Index(None, "at"),
     Index(None, "job_id", "at"),
     Index(None, "policy", "at"),

@@ -1,0 +1,94 @@
+"""The rules a job id (and any text that can reach a mail header or a command line) must meet:
+no control characters anywhere, and the schedulers' canonical spellings, so that one job has
+exactly one id and an id names the job a scheduler would act on.
+
+Pure: strings in, a sentence naming what is wrong (or None) out.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators: each can
+# end a mail header or a log line, or split a command's argument.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# A Slurm job id as squeue prints it: a job, an array task (``<job>_<task>``) or a
+# heterogeneous job's component (``<job>+<offset>``); no leading zeros, so ``0101`` (which Slurm
+# reads as 101) is not another spelling of job 101.
+_NUMBER = r"(?:0|[1-9][0-9]*)"
+SLURM_ID = re.compile(rf"^[1-9][0-9]*(?:_{_NUMBER}|\+{_NUMBER})?$")
+# Kubernetes names: a namespace is a DNS-1123 label; a pod's name a DNS-1123 subdomain.
+_DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?$")
+KUBERNETES_PREFIXES = ("k8s", "kubernetes")
+
+
+def control_problem(value: str) -> str | None:
+    """Why ``value`` may not be stored as a name or id (a control character), or None."""
+    found = _CONTROL.search(value)
+    if found is None:
+        return None
+    return f"must not contain control characters (found U+{ord(found.group()):04X})"
+
+
+def no_control(value: str) -> str:
+    """``value`` unchanged; a ValueError (for pydantic) if it holds a control character."""
+    problem = control_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def dns1123_label_problem(name: str) -> str | None:
+    """Why ``name`` is not a DNS-1123 label (a Kubernetes namespace), or None."""
+    if _DNS1123_LABEL.match(name):
+        return None
+    return (
+        f"{name!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63,"
+        " starting and ending with a letter or digit)"
+    )
+
+
+def dns1123_subdomain_problem(name: str) -> str | None:
+    """Why ``name`` is not a DNS-1123 subdomain (a Kubernetes object name), or None."""
+    if _DNS1123_SUBDOMAIN.match(name) and all(_DNS1123_LABEL.match(p) for p in name.split(".")):
+        return None
+    return (
+        f"{name!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at"
+        " most 253, each dot-separated part starting and ending with a letter or digit)"
+    )
+
+
+def slurm_id_problem(slurm_id: str) -> str | None:
+    """Why ``slurm_id`` (after ``slurm:``) is not a Slurm job id as squeue prints it, or None."""
+    if SLURM_ID.match(slurm_id):
+        return None
+    return (
+        f"{slurm_id!r} is not a Slurm job id as squeue prints it (<job>, <job>_<task> or"
+        " <job>+<offset>, without leading zeros)"
+    )
+
+
+def kubernetes_id_problem(rest: str) -> str | None:
+    """Why ``rest`` (after ``k8s:``) is neither ``<namespace>/<pod>`` nor a pod name or uid
+    (what an exporter without the namespace gives) with valid names, or None."""
+    namespace, slash, pod = rest.rpartition("/")
+    if slash and (problem := dns1123_label_problem(namespace)) is not None:
+        return problem
+    return dns1123_subdomain_problem(pod)
+
+
+def job_id_problem(job_id: str) -> str | None:
+    """Why ``job_id`` may not name a job (a control character; for ``slurm:`` and ``k8s:`` ids,
+    not the scheduler's canonical spelling), or None."""
+    problem = control_problem(job_id)
+    if problem is not None:
+        return problem
+    prefix, colon, rest = job_id.partition(":")
+    if not colon:
+        return None
+    if prefix == "slurm":
+        return slurm_id_problem(rest)
+    if prefix in KUBERNETES_PREFIXES:
+        return kubernetes_id_problem(rest)
+    return None
