@@ -140,6 +140,14 @@ class Settings(BaseSettings):
     slurm_squeue_command: str = "squeue"
     action_timeout_seconds: float = Field(30.0, gt=0)  # a driver's command or request
     action_retry_seconds: float = Field(300.0, gt=0)  # a failed reclaim is tried again after
+    # The evidence a ladder step needs (docs/actions.md#safety-rules): each of the job's GPUs
+    # reported in at least this share of the whole minutes since the condition began, its newest
+    # sample at most this old, and its node's clock within this of the central's.
+    ladder_min_coverage: float = Field(0.9, gt=0, le=1)
+    ladder_max_sample_age_seconds: float = Field(180.0, gt=0)
+    ladder_max_clock_offset_seconds: float = Field(30.0, gt=0)
+    # How many reclaims one round sends at once (each may wait action_timeout_seconds).
+    ladder_parallel_reclaims: int = Field(8, ge=1, le=64)
     # The Kubernetes API the Kubernetes driver calls: this kubeconfig file (and one of its
     # contexts), else the central pod's own service account (deploy/kubernetes/components/
     # reclaim ships it with the RBAC the driver needs).

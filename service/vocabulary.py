@@ -352,8 +352,12 @@ def alert_page_path(alert_id: int) -> str:
 # (registered: a Slurm prolog, the Kubernetes attribution, a POST /api/v1/jobs) or "observed"
 # (found from the processes the agents saw on its GPUs). console.js holds the same texts.
 # What a ladder step came to, as the audit log stores it: would (dry run), warned, reclaimed,
-# skipped (and why), failed (and why), gone (the job had ended).
-ACTION_OUTCOMES: tuple[str, ...] = ("would", "warned", "reclaimed", "skipped", "failed", "gone")
+# skipped (and why), failed (and why), gone (the job had ended), held (due, but its evidence
+# did not suffice: stale or missing samples, a moved GPU, a node's clock, no delivered warning,
+# the scheduler unreachable; tried again every round, recorded when the reason changes).
+ACTION_OUTCOMES: tuple[str, ...] = (
+    "would", "warned", "reclaimed", "skipped", "failed", "gone", "held",
+)  # fmt: skip
 # Of those, the ones that complete a step (a failed step is tried again; skipped and gone end
 # the episode without completing one).
 STEP_DONE_OUTCOMES: frozenset[str] = frozenset({"would", "warned", "reclaimed"})

@@ -35,8 +35,10 @@ def record_action(
     since: datetime | None = None,
     waste_usd: float | None = None,
     idle_usd: float | None = None,
+    delivery_ids: list[str] | None = None,
 ) -> int:
-    """Append one row to the audit log; returns its id."""
+    """Append one row to the audit log (a warning with the ``delivery_ids`` of its notice);
+    returns its id."""
     if outcome not in ACTION_OUTCOMES:
         raise ValueError(f"unknown action outcome {outcome!r}")
     row = {
@@ -44,7 +46,7 @@ def record_action(
         "alert_id": alert_id, "step": step, "action": action, "outcome": outcome,
         "reason": reason, "dry_run": int(dry_run), "driver": driver, "mode": mode,
         "detail": detail, "value": value, "threshold": threshold, "since": since,
-        "waste_usd": waste_usd, "idle_usd": idle_usd,
+        "waste_usd": waste_usd, "idle_usd": idle_usd, "delivery_ids": delivery_ids,
     }  # fmt: skip
     return int(
         conn.execute(
@@ -110,3 +112,36 @@ def last_failure_at(
         )
     ).scalar()
     return value
+
+
+def latest_action(
+    conn: Connection, *, policy: str, job_id: str, alert_id: int
+) -> dict[str, Any] | None:
+    """The newest audit row of this job's ladder in this episode, or None."""
+    t = ladder_actions
+    row = conn.execute(
+        select(t)
+        .where(t.c.policy == policy, t.c.job_id == job_id, t.c.alert_id == alert_id)
+        .order_by(t.c.at.desc(), t.c.id.desc())
+        .limit(1)
+    ).first()
+    return dict(row._mapping) if row is not None else None
+
+
+def warning_deliveries(
+    conn: Connection, *, policy: str, job_id: str, alert_id: int, since: datetime
+) -> list[str]:
+    """The delivery ids of the live (not dry-run) warnings of this job's ladder in this
+    episode recorded at or after ``since``."""
+    t = ladder_actions
+    rows = conn.execute(
+        select(t.c.delivery_ids).where(
+            t.c.policy == policy,
+            t.c.job_id == job_id,
+            t.c.alert_id == alert_id,
+            t.c.outcome == "warned",
+            t.c.dry_run == 0,
+            t.c.at >= since,
+        )
+    )
+    return [str(d) for (ids,) in rows for d in (ids or [])]

@@ -22,6 +22,7 @@ def _progress(r: Any) -> LadderProgress:
         steps_done=r.steps_done,
         pending_step=r.pending_step,
         last_step_at=r.last_step_at,
+        ladder_digest=r.ladder_digest,
     )
 
 
@@ -33,8 +34,10 @@ def progress_for(
     alert_id: int,
     episode_start: datetime,
     now: datetime,
+    ladder_digest: str | None = None,
 ) -> LadderProgress:
-    """The job's progress in this episode, created (active, no step done) on first sight."""
+    """The job's progress in this episode, created (active, no step done, under the ladder of
+    ``ladder_digest``) on first sight."""
     t = ladder_progress
     where = (t.c.policy == policy, t.c.job_id == job_id, t.c.alert_id == alert_id)
     row = conn.execute(select(t).where(*where)).first()
@@ -49,6 +52,7 @@ def progress_for(
                 steps_done=0,
                 created_at=now,
                 updated_at=now,
+                ladder_digest=ladder_digest,
             )
         )
         row = conn.execute(select(t).where(*where)).one()
@@ -112,20 +116,24 @@ def stop_ladder(conn: Connection, *, progress_id: int, state: str, now: datetime
 
 
 def restart_ladder(
-    conn: Connection, *, progress_id: int, episode_start: datetime, now: datetime
+    conn: Connection,
+    *,
+    progress_id: int,
+    episode_start: datetime,
+    now: datetime,
+    ladder_digest: str | None = None,
 ) -> None:
-    """Start the ladder over from ``episode_start`` (the job's GPUs were busy again then):
-    no step done, nothing pending."""
+    """Start the ladder over from ``episode_start`` (the job's GPUs were busy again then, or
+    the ladder changed: ``ladder_digest`` is the new one): no step done, nothing pending."""
     t = ladder_progress
-    conn.execute(
-        update(t)
-        .where(t.c.id == progress_id)
-        .values(
-            episode_start=episode_start,
-            steps_done=0,
-            pending_step=None,
-            last_step_at=None,
-            state="active",
-            updated_at=now,
-        )
-    )
+    values: dict[str, Any] = {
+        "episode_start": episode_start,
+        "steps_done": 0,
+        "pending_step": None,
+        "last_step_at": None,
+        "state": "active",
+        "updated_at": now,
+    }
+    if ladder_digest is not None:
+        values["ladder_digest"] = ladder_digest
+    conn.execute(update(t).where(t.c.id == progress_id).values(**values))

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Text, cast, delete, func, insert, select, update
 
-from service.db.schema import outbox
+from service.db.schema import notices, outbox
 
 
 def enqueue(conn: Connection, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
@@ -107,3 +107,22 @@ def prune(conn: Connection, *, before: datetime) -> int:
     """Delete sent and failed deliveries created before ``before``; returns how many."""
     q = delete(outbox).where(outbox.c.status != "pending", outbox.c.created_at < before)
     return int(conn.execute(q).rowcount or 0)
+
+
+def statuses(conn: Connection, *, delivery_ids: Sequence[str]) -> dict[str, str]:
+    """The status (pending, sent, failed) of each of ``delivery_ids`` the outbox still holds,
+    else what the notices table recorded of it (it keeps a person's messages longer)."""
+    if not delivery_ids:
+        return {}
+    ids = list(delivery_ids)
+    out = {
+        r.delivery_id: r.status
+        for r in conn.execute(
+            select(notices.c.delivery_id, notices.c.status).where(notices.c.delivery_id.in_(ids))
+        )
+    }
+    for r in conn.execute(
+        select(outbox.c.delivery_id, outbox.c.status).where(outbox.c.delivery_id.in_(ids))
+    ):
+        out[r.delivery_id] = r.status
+    return out

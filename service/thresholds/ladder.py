@@ -7,6 +7,8 @@ Times are datetimes (UTC) and seconds; nothing here reads a clock, a database or
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,8 +22,9 @@ StepAction = Literal["notify_owner", "reclaim"]
 DriverName = Literal["slurm", "kubernetes", "webhook"]
 SlurmMode = Literal["cancel", "requeue"]
 KubernetesMode = Literal["delete_pod", "scale_to_zero"]
-# The state of one job's ladder in one alert episode (stored per policy, job and episode).
-ProgressState = Literal["active", "done", "gone", "reset", "exempt"]
+# The state of one job's ladder in one alert episode (stored per policy, job and episode);
+# refused: the scheduler lists the job otherwise than GPU Warden recorded it (never acted on).
+ProgressState = Literal["active", "done", "gone", "reset", "exempt", "refused"]
 EXEMPT_LABEL = "gpuwarden.io/exempt"
 # The longest delay a step may have (as for a policy's other durations).
 MAX_STEP_SECONDS = 366 * 86400
@@ -133,7 +136,21 @@ class LadderSpec(BaseModel):
                 )
             if step.action == "reclaim" and i != len(self.steps) - 1:
                 raise ValueError(f"steps.{i}.action: reclaim must be the last step")
+            if step.action == "reclaim" and not any(
+                s.action == "notify_owner" for s in self.steps[:i]
+            ):
+                raise ValueError(
+                    f"steps.{i}.action: a reclaim needs a notify_owner step before it (a job"
+                    " is never reclaimed unwarned)"
+                )
         return self
+
+    @property
+    def digest(self) -> str:
+        """A fingerprint of what the ladder does (dry_run and steps): a job's progress started
+        under another one starts over."""
+        what = {"dry_run": self.dry_run, "steps": [s.model_dump() for s in self.steps]}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -149,6 +166,7 @@ class LadderProgress:
     steps_done: int
     pending_step: int | None
     last_step_at: datetime | None
+    ladder_digest: str | None = None  # the ladder it runs under (None: from before 0027)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -20,6 +21,7 @@ from service.context import ServiceContext
 from service.db import (
     actions_repo,
     alert_state_repo,
+    evidence_repo,
     jobs_repo,
     ladder_repo,
     outbox_repo,
@@ -29,6 +31,7 @@ from service.db import (
 from service.notify import Notification
 from service.settings import Settings
 from service.thresholds.evaluator import AlertState
+from service.thresholds.evidence import EvidenceRules, evidence_problem
 from service.thresholds.ladder import (
     JobFacts,
     LadderProgress,
@@ -98,14 +101,46 @@ def ladder_once(ctx: ServiceContext, *, drivers: Mapping[str, ReclaimDriver]) ->
     for prog in active:
         if prog.alert_id not in open_ids:
             _episode_over(ctx, prog, laddered.get(prog.policy), now, result)
+    calls: list[_DriverCall] = []
     for ep in episodes:
         try:
-            _advance(ctx, ep, drivers, now, result)
+            call = _advance(ctx, ep, drivers, now, result)
         except Exception:  # one job's failure must not stop the others' ladders
             log.exception(
                 "the ladder of %s for job %s failed this round", ep.policy.name, ep.job_id
             )
+            continue
+        if call is not None:
+            calls.append(call)
+    _run_calls(ctx, calls)
     return result
+
+
+@dataclass(frozen=True)
+class _DriverCall:
+    """A reclaim to send through its driver, and what recording its answer needs."""
+
+    turn: _Turn
+    driver: ReclaimDriver
+    name: str
+    target: ReclaimTarget
+    dry_run: bool
+    resumed: bool
+
+
+def _run_calls(ctx: ServiceContext, calls: list[_DriverCall]) -> None:
+    """Send the round's reclaims, up to GPUWARDEN_LADDER_PARALLEL_RECLAIMS at once (each may
+    wait its driver's timeout), then record each answer."""
+    if not calls:
+        return
+    workers = min(len(calls), ctx.settings.ladder_parallel_reclaims)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reclaim") as pool:
+        answers = list(pool.map(lambda c: _call(c.driver, c.target, dry_run=c.dry_run), calls))
+    for c, res in zip(calls, answers, strict=True):
+        try:
+            _reclaim_outcome(c.turn, res, driver=c.name, mode=c.target.mode, resumed=c.resumed)
+        except Exception:  # recorded next round: the driver is idempotent
+            log.exception("recording the reclaim of %s failed", c.target.job_id)
 
 
 def _episodes(
@@ -190,8 +225,9 @@ def _advance(
     drivers: Mapping[str, ReclaimDriver],
     now: datetime,
     result: LadderRoundResult,
-) -> None:
-    """Re-check the job, then take its due step, if any."""
+) -> _DriverCall | None:
+    """Re-check the job, then take its due step, if any (a reclaim is returned, to be sent
+    with the round's others)."""
     with ctx.engine.begin() as conn:
         prog = ladder_repo.progress_for(
             conn,
@@ -200,49 +236,181 @@ def _advance(
             alert_id=ep.alert_id,
             episode_start=ep.state.active_since,
             now=now,
+            ladder_digest=ep.ladder.digest,
         )
         job = jobs_repo.get_job(conn, job_id=ep.job_id)
     if prog.state != "active":
-        return
+        return None
     if job is None or job.get("ended_at") is not None:
-        _stop(
-            ctx,
-            ep,
-            prog,
-            now,
-            result,
-            state="gone",
-            outcome="gone",
-            reason="the job has ended" if job else "the job is not known",
-        )
-        return
+        reason = "the job has ended" if job else "the job is not known"
+        _stop(ctx, ep, prog, now, result, state="gone", outcome="gone", reason=reason)
+        return None
+    if _ladder_changed(ctx, ep, prog, now, result):
+        return None
     facts = _facts(job)
     ep = replace(ep, user=facts.user, team=facts.team)
-    why = exemption(ep.ladder, facts)
+    step = prog.pending_step
+    if step is not None:
+        # A reclaim cut short or failed: every check passed before its intent was recorded, and
+        # the driver re-verifies the job with the scheduler before it acts again.
+        if _backing_off(ctx, ep, step, now):
+            return None
+        return _take(ctx, ep, prog, facts, step, drivers, now, result)
+    step = due_step(
+        ep.ladder,
+        episode_start=prog.episode_start,
+        steps_done=prog.steps_done,
+        now=now,
+        job_started_at=facts.started_at,
+    )
+    if step is None or _backing_off(ctx, ep, step, now):
+        return None
+    if _busy_again(ctx, ep, prog, step, now, result):
+        return None
+    checked = _checked(ctx, ep, prog, facts, step, drivers, now, result)
+    if checked is None:
+        return None
+    why = exemption(ep.ladder, checked)
     if why is not None:
         _stop(ctx, ep, prog, now, result, state="exempt", outcome="skipped", reason=why)
-        return
-    step = prog.pending_step
-    if step is None:
-        step = due_step(
-            ep.ladder,
-            episode_start=prog.episode_start,
-            steps_done=prog.steps_done,
-            now=now,
-            job_started_at=facts.started_at,
-        )
-    if step is None or _backing_off(ctx, ep, step, now):
-        return
-    if _busy_again(ctx, ep, prog, step, now, result):
-        return
-    if _gone_says_driver(ctx, ep, prog, facts, drivers, now, result):
-        return
+        return None
+    problem = _evidence(ctx, ep, prog, job, now)
+    if problem is not None:
+        _hold(ctx, ep, prog, step, now, result, reason=problem)
+        return None
+    return _take(ctx, ep, prog, facts, step, drivers, now, result)
+
+
+def _take(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    facts: JobFacts,
+    step: int,
+    drivers: Mapping[str, ReclaimDriver],
+    now: datetime,
+    result: LadderRoundResult,
+) -> _DriverCall | None:
+    """Take ``step``: a warning now, a reclaim returned to be sent."""
     verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or {}
     turn = _Turn(ctx, ep, prog, facts, step, verdict, now, result)
     if ep.ladder.steps[step].action == "notify_owner":
         _warn(turn)
-    else:
-        _reclaim(turn, drivers)
+        return None
+    return _reclaim(turn, drivers)
+
+
+def _ladder_changed(
+    ctx: ServiceContext, ep: Episode, prog: LadderProgress, now: datetime, result: LadderRoundResult
+) -> bool:
+    """If the job's progress was started under another ladder (dry_run or steps changed), start
+    it over from now, so a ladder switched live warns for real before it reclaims."""
+    digest = ep.ladder.digest
+    if prog.ladder_digest == digest:
+        return False
+    acted = prog.steps_done > 0 or prog.pending_step is not None
+    with ctx.engine.begin() as conn:
+        ladder_repo.restart_ladder(
+            conn,
+            progress_id=prog.id,
+            episode_start=now if acted else prog.episode_start,
+            now=now,
+            ladder_digest=digest,
+        )
+        if acted:
+            _record(
+                conn,
+                ep,
+                prog,
+                now,
+                step=None,
+                outcome="skipped",
+                dry_run=ep.ladder.dry_run,
+                reason="the ladder changed (its dry_run or steps): its steps start over from"
+                " now, so no step taken under the old ladder counts",
+            )
+            result.count("skipped")
+    return acted
+
+
+def _checked(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    facts: JobFacts,
+    step: int,
+    drivers: Mapping[str, ReclaimDriver],
+    now: datetime,
+    result: LadderRoundResult,
+) -> JobFacts | None:
+    """The job as its scheduler confirms it (its team: the scheduler's account), or None when
+    the step may not go on: the job is gone or listed otherwise (the ladder ends), or the
+    scheduler could not be asked (the step is held)."""
+    probed = _probe(ep, facts, drivers)
+    if probed is None:
+        # A driver that cannot re-read (the action webhook): its receiver gets user and nodes
+        # to check; the team stays the registered one.
+        return facts
+    name, found = probed
+    said = f"the {name} driver asked the scheduler: {found.detail}"
+    if found.outcome == "gone":
+        _stop(ctx, ep, prog, now, result, state="gone", outcome="gone", reason=said, driver=name)
+        return None
+    if found.outcome == "mismatch":
+        log.warning("the ladder of %s refuses to act on %s: %s", ep.policy.name, ep.job_id, said)
+        _stop(ctx, ep, prog, now, result, state="refused", outcome="skipped", reason=said)
+        return None
+    if found.outcome == "unknown" or found.facts is None:
+        _hold(ctx, ep, prog, step, now, result, reason=said)
+        return None
+    # Exemptions by team trust the scheduler's accounting, never the team a job's comment names.
+    return replace(facts, team=found.facts.account)
+
+
+def _evidence(
+    ctx: ServiceContext, ep: Episode, prog: LadderProgress, job: Mapping[str, Any], now: datetime
+) -> str | None:
+    """Why the samples do not support a step now (stale, not covering, moved, a clock off)."""
+    s = ctx.settings
+    rules = EvidenceRules(
+        min_coverage=s.ladder_min_coverage,
+        max_sample_age_seconds=s.ladder_max_sample_age_seconds,
+        max_clock_offset_seconds=s.ladder_max_clock_offset_seconds,
+    )
+    with ctx.engine.connect() as conn:
+        gpus, clocks = evidence_repo.job_evidence(conn, job=job, since=prog.episode_start, now=now)
+    return evidence_problem(
+        since=prog.episode_start,
+        now=now,
+        stale=ep.state.stale,
+        gpus=gpus,
+        clocks=clocks,
+        rules=rules,
+    )
+
+
+def _hold(
+    ctx: ServiceContext,
+    ep: Episode,
+    prog: LadderProgress,
+    step: int,
+    now: datetime,
+    result: LadderRoundResult,
+    *,
+    reason: str,
+) -> None:
+    """Leave ``step`` untaken this round, recorded (once while the reason stays the same)."""
+    log.info("the ladder of %s holds step %d on %s: %s", ep.policy.name, step, ep.job_id, reason)
+    with ctx.engine.begin() as conn:
+        last = actions_repo.latest_action(
+            conn, policy=ep.policy.name, job_id=ep.job_id, alert_id=ep.alert_id
+        )
+        if last and (last["outcome"], last["step"], last["reason"]) == ("held", step, reason):
+            return
+        _record(
+            conn, ep, prog, now, step=step, outcome="held", dry_run=ep.ladder.dry_run, reason=reason
+        )
+    result.count("held")
 
 
 def _backing_off(ctx: ServiceContext, ep: Episode, step: int, now: datetime) -> bool:
@@ -264,9 +432,10 @@ def _busy_again(
     now: datetime,
     result: LadderRoundResult,
 ) -> bool:
-    """If something ran on the job's GPUs since the last step (or the condition's start), skip
-    the step and start the ladder over from then."""
-    after = max(prog.last_step_at or prog.episode_start, prog.episode_start)
+    """If something ran on the job's GPUs since the condition began (by the samples' own times,
+    so a late batch that arrived after a step counts too), skip the step and start the ladder
+    over from then."""
+    after = prog.episode_start
     with ctx.engine.begin() as conn:
         busy_at = windows_repo.last_busy_at(conn, job_id=ep.job_id, after=after, until=now)
         if busy_at is None:
@@ -294,7 +463,7 @@ def _probe(
     driver cannot re-read a job."""
     name = driver_for(ep.ladder, ep.job_id)
     driver = drivers.get(name)
-    # Only some drivers offer JobProbe's re-read (Slurm's reads squeue inside its reclaim).
+    # Slurm and Kubernetes re-read the job; the action webhook cannot (its receiver checks).
     if driver is None or not callable(getattr(driver, "probe", None)):
         return None
     prober = cast(JobProbe, driver)
@@ -306,34 +475,13 @@ def _probe(
         nodes=facts.nodes,
         labels=dict(facts.labels),
         policy=ep.policy.name,
+        started_at=facts.started_at,
     )
     try:
         return name, prober.probe(target)
-    except Exception:  # against its contract: read as unknown, so the ladder goes on
+    except Exception:  # against its contract: read as unknown, so the step is held
         log.exception("the %s driver's probe raised on %s", name, ep.job_id)
         return name, ProbeResult("unknown", "the probe raised")
-
-
-def _gone_says_driver(
-    ctx: ServiceContext,
-    ep: Episode,
-    prog: LadderProgress,
-    facts: JobFacts,
-    drivers: Mapping[str, ReclaimDriver],
-    now: datetime,
-    result: LadderRoundResult,
-) -> bool:
-    """If the job's driver re-reads the job and finds it gone, end the ladder (gone) and say
-    so; a driver without a re-read, or one that cannot tell, lets the step go ahead."""
-    if prog.pending_step is not None:
-        return False  # a reclaim cut short: the driver's own answer (gone) says what happened
-    probed = _probe(ep, facts, drivers)
-    if probed is None or probed[1].outcome != "gone":
-        return False
-    name, found = probed
-    reason = f"the {name} driver re-read the job: {found.detail}"
-    _stop(ctx, ep, prog, now, result, state="gone", outcome="gone", reason=reason, driver=name)
-    return True
 
 
 def _stop(
@@ -548,11 +696,15 @@ def _warn(turn: _Turn) -> None:
             return  # another round took this step
         outbox_repo.enqueue(conn, rows, now=turn.now)
         to = [r["channel"] for r in rows]
+        deliveries = [str(r["delivery_id"]) for r in rows]
         if owner is not None:
-            turn.result.notices += owner.queue(conn, turn.ctx)
+            deliveries += owner.queue(conn, turn.ctx)
             to.append(owner.words)
-        turn.record(conn, outcome=outcome, detail=f"notice to {', '.join(to)}")
-    turn.result.notices += len(rows)
+        # The deliveries are kept: a reclaim needs one of them sent, not merely queued.
+        turn.record(
+            conn, outcome=outcome, detail=f"notice to {', '.join(to)}", delivery_ids=deliveries
+        )
+    turn.result.notices += len(deliveries)
 
 
 def _target(turn: _Turn, driver: str) -> ReclaimTarget:
@@ -568,33 +720,62 @@ def _target(turn: _Turn, driver: str) -> ReclaimTarget:
         policy=ep.policy.name,
         reason=f"{condition_words(ep.policy)} since {prog.episode_start.isoformat()}",
         figures=_figures(turn.verdict, prog, turn.now),
+        started_at=turn.facts.started_at,
         # One step of one episode of this job's ladder: the same on every retry and restart.
         idempotency_key=f"ladder-{prog.id}-{int(prog.episode_start.timestamp())}-step-{turn.step}",
     )
 
 
-def _reclaim(turn: _Turn, drivers: Mapping[str, ReclaimDriver]) -> None:
-    """Free the job's GPUs through its driver: intent, then the driver, then the outcome."""
+def _reclaim(turn: _Turn, drivers: Mapping[str, ReclaimDriver]) -> _DriverCall | None:
+    """Free the job's GPUs through its driver: a live reclaim needs a delivered warning, then
+    records its intent; the driver call is returned, to be sent with the round's others."""
     ep = turn.ep
     name = driver_for(ep.ladder, ep.job_id)
     target = _target(turn, name)
     driver = drivers.get(name)
     resumed = turn.prog.pending_step is not None
-    if driver is None and ep.ladder.dry_run:
+    if driver is None:
         word = step_word(ep.ladder, ep.ladder.steps[turn.step], ep.job_id)
-        res = ReclaimResult("would", f"would {word} (no {name} driver is configured yet)")
-    elif driver is None:
-        res = ReclaimResult("failed", f"no {name} driver is configured on this service")
-    elif ep.ladder.dry_run:
-        res = _call(driver, target, dry_run=True)
-    else:
+        res = (
+            ReclaimResult("would", f"would {word} (no {name} driver is configured yet)")
+            if ep.ladder.dry_run
+            else ReclaimResult("failed", f"no {name} driver is configured on this service")
+        )
+        _reclaim_outcome(turn, res, driver=name, mode=target.mode, resumed=resumed)
+        return None
+    if not ep.ladder.dry_run and not resumed:
+        unwarned = _unwarned(turn)
+        if unwarned is not None:
+            _hold(turn.ctx, ep, turn.prog, turn.step, turn.now, turn.result, reason=unwarned)
+            return None
         with turn.ctx.engine.begin() as conn:
-            if not resumed and not ladder_repo.mark_pending(
+            if not ladder_repo.mark_pending(
                 conn, progress_id=turn.prog.id, step=turn.step, now=turn.now
             ):
-                return
-        res = _call(driver, target, dry_run=False)
-    _reclaim_outcome(turn, res, driver=name, mode=target.mode, resumed=resumed)
+                return None
+    return _DriverCall(turn, driver, name, target, dry_run=ep.ladder.dry_run, resumed=resumed)
+
+
+def _unwarned(turn: _Turn) -> str | None:
+    """Why the owner does not count as warned in this episode (no warning's notice was sent,
+    only queued or failed), or None when one was delivered."""
+    ep = turn.ep
+    with turn.ctx.engine.connect() as conn:
+        ids = actions_repo.warning_deliveries(
+            conn,
+            policy=ep.policy.name,
+            job_id=ep.job_id,
+            alert_id=ep.alert_id,
+            since=turn.prog.episode_start,
+        )
+        found = outbox_repo.statuses(conn, delivery_ids=ids)
+    counts = {s: sum(1 for v in found.values() if v == s) for s in ("sent", "pending", "failed")}
+    if counts["sent"]:
+        return None
+    return (
+        "no warning of this episode has reached the owner: a reclaim needs one sent"
+        f" ({counts['pending']} still queued, {counts['failed']} failed)"
+    )
 
 
 def _figures(verdict: Mapping[str, Any], prog: LadderProgress, now: datetime) -> dict[str, float]:
@@ -632,7 +813,7 @@ def _reclaim_outcome(
             return
         if done:
             outbox_repo.enqueue(conn, rows, now=turn.now)
-            turn.result.notices += len(rows) + (owner.queue(conn, turn.ctx) if owner else 0)
+            turn.result.notices += len(rows) + (len(owner.queue(conn, turn.ctx)) if owner else 0)
         elif outcome == "gone":
             ladder_repo.stop_ladder(conn, progress_id=turn.prog.id, state="gone", now=turn.now)
         turn.record(

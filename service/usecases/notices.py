@@ -354,12 +354,12 @@ class OwnerPart:
         """Whom it goes to, for the audit log: ``owner (user:alice)``."""
         return f"owner ({self.addressee.entry.key if self.addressee.entry else '-'})"
 
-    def queue(self, conn: Connection, ctx: ServiceContext) -> int:
-        """Queue it in ``conn``'s transaction (once per key); how many deliveries that made."""
+    def queue(self, conn: Connection, ctx: ServiceContext) -> list[str]:
+        """Queue it in ``conn``'s transaction (once per key); the delivery ids that made."""
         made = queue_owner_notice(
             conn, ctx, notice=self.notice, addressee=self.addressee, key=self.key
         )
-        return sum(1 for n in made if n["status"] == "pending")
+        return [str(n["delivery_id"]) for n in made if n["status"] == "pending"]
 
 
 def ladder_owner_part(

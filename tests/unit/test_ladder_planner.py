@@ -50,6 +50,9 @@ def ladder(**kw: Any) -> LadderSpec:
         ({"steps": [{"action": "page", "after": "60m"}]}, "ladder.steps.0.action", "'notify_owner' or 'reclaim'"),
         ({"steps": [{"action": "reclaim", "after": "1.5h"}]}, "ladder.steps.0.after", "is not a duration"),
         ({"steps": [{"action": "reclaim"}]}, "ladder.steps.0.after", "Field required"),
+        # A lone reclaim, even at 0s, would reclaim a job nobody warned.
+        ({"steps": [{"action": "reclaim", "after": "0s"}]},
+         "ladder.steps.0.action", "needs a notify_owner step before it"),
         ({"steps": []}, "ladder.steps", "at least 1 item"),
         ({"dry_run": "no"}, "ladder.dry_run", "valid boolean"),
         ({"reclaim": {"driver": "pbs"}}, "ladder.reclaim.driver", "'slurm', 'kubernetes' or 'webhook'"),
@@ -74,7 +77,8 @@ def test_a_node_policy_takes_no_ladder() -> None:
 
 
 def test_defaults_are_safe_and_the_document_round_trips() -> None:
-    spec = parse_policy(POLICY | {"ladder": {"steps": [{"action": "reclaim", "after": "2h"}]}})
+    steps = [{"action": "notify_owner", "after": "1h"}, {"action": "reclaim", "after": "2h"}]
+    spec = parse_policy(POLICY | {"ladder": {"steps": steps}})
     assert spec.ladder is not None
     assert spec.ladder.dry_run is True
     assert spec.ladder.exempt.labels == {"gpuwarden.io/exempt": "true"}

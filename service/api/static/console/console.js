@@ -794,7 +794,7 @@
   // --- actions (the ladders' audit log) ---------------------------------------------------
 
   // The audit log's outcomes (service.vocabulary.ACTION_OUTCOMES; a unit test keeps them equal).
-  const ACTION_OUTCOMES = ["would", "warned", "reclaimed", "skipped", "failed", "gone"];
+  const ACTION_OUTCOMES = ["would", "warned", "reclaimed", "skipped", "failed", "gone", "held"];
   const ACTION_FILTERS = ["policy", "outcome", "user", "team", "job", "since"];
   const OUTCOME_CLASS = { would: "st-pending", warned: "st-pending", reclaimed: "st-firing", failed: "st-firing", skipped: "st-expired", gone: "st-expired" };
 
