@@ -10,7 +10,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from service.actions.base import ReclaimDriver, ReclaimResult, ReclaimTarget
+from service.actions.base import (
+    ProbeResult,
+    ReclaimDriver,
+    ReclaimResult,
+    ReclaimTarget,
+    SchedulerFacts,
+)
 from service.context import ServiceContext
 from service.db import actions_repo, policies_repo
 from service.thresholds.policy import parse_channel, parse_policy
@@ -57,6 +63,26 @@ class RecordingDriver:
         if self.answers:
             return self.answers.pop(0)
         return ReclaimResult("reclaimed", f"{target.mode} {target.job_id}")
+
+
+@dataclass
+class ProbingDriver(RecordingDriver):
+    """A recording driver whose scheduler re-reads each job as ``found`` (by default: present,
+    as registered, charged to ``account``), recording each target it was asked about."""
+
+    account: str | None = "physics"
+    found: ProbeResult | None = None
+    probed: list[ReclaimTarget] = field(default_factory=list)
+
+    def probe(self, target: ReclaimTarget) -> ProbeResult:
+        self.probed.append(target)
+        if self.found is not None:
+            return self.found
+        facts = SchedulerFacts(
+            job_id=target.job_id, user=target.user, nodes=target.nodes, account=self.account,
+            started_at=target.started_at,
+        )  # fmt: skip
+        return ProbeResult("present", f"{target.job_id} runs as registered", facts)
 
 
 @dataclass
@@ -109,6 +135,18 @@ class LadderWorld:
         for _ in range(minutes):
             self.samples(1, metrics)
             self.round()
+
+    def wait(self, minutes: int) -> None:
+        """``minutes`` with no sample at all (the agent is down), a round after each minute."""
+        for _ in range(minutes):
+            self.clock.set(self.clock() + timedelta(minutes=1))
+            self.round()
+
+    def reasons(self, job_id: str, outcome: str) -> list[str]:
+        """The reasons of the job's audit rows of ``outcome``, oldest first."""
+        with self.engine.connect() as conn:
+            rows = actions_repo.list_actions(conn, job_id=job_id, outcome=outcome)
+        return [str(r["reason"]) for r in reversed(rows)]
 
     def actions(self, job_id: str) -> list[tuple[str, str]]:
         """The job's audit log, oldest first: (action, outcome)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import json
 from dataclasses import dataclass
 
@@ -58,8 +59,11 @@ class Shipper:
 
     def send(self, body: bytes) -> Reply:
         """One delivery attempt of a gzipped batch."""
+        # Date: this node's clock at sending; the central compares it with its own, and its
+        # ladder never acts on samples from a node whose clock is off (docs/actions.md).
+        headers = self.headers | {"Date": email.utils.formatdate(usegmt=True)}
         try:
-            status, text, retry_after = self.transport.post(self.url, body, self.headers)
+            status, text, retry_after = self.transport.post(self.url, body, headers)
         except TransportError as exc:
             return Reply(None, str(exc))
         return Reply(status, text[:10_000], retry_after)

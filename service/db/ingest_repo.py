@@ -115,23 +115,34 @@ def _attrs(g: GpuIn) -> tuple[Any, ...]:
 
 
 def _node_id(
-    conn: Connection, batch: IngestBatch, now: datetime, cache: IngestCache, pending: IngestCache
+    conn: Connection,
+    batch: IngestBatch,
+    now: datetime,
+    cache: IngestCache,
+    pending: IngestCache,
+    clock_offset_seconds: float | None,
 ) -> int:
     hostname, labels = batch.node.hostname, batch.node.labels
     cached = cache.nodes.get(hostname)
     if cached is not None and cached[1] == labels and now - cached[2] < NODE_TOUCH_INTERVAL:
         return cached[0]
+    # The clock offset is measured as often as the node is touched (every 30 s at most).
+    clock: dict[str, Any] = {}
+    if clock_offset_seconds is not None:
+        clock = {"clock_offset_seconds": clock_offset_seconds, "clock_checked_at": now}
     node_id = conn.execute(select(nodes.c.id).where(nodes.c.hostname == hostname)).scalar()
     if node_id is None:
         conn.execute(
             insert_ignore(conn, nodes, ["hostname"]).values(
-                hostname=hostname, labels=labels, first_seen_at=now, last_seen_at=now
+                hostname=hostname, labels=labels, first_seen_at=now, last_seen_at=now, **clock
             )
         )
         node_id = conn.execute(select(nodes.c.id).where(nodes.c.hostname == hostname)).scalar_one()
     else:
         conn.execute(
-            update(nodes).where(nodes.c.id == node_id).values(labels=labels, last_seen_at=now)
+            update(nodes)
+            .where(nodes.c.id == node_id)
+            .values(labels=labels, last_seen_at=now, **clock)
         )
     pending.nodes[hostname] = (int(node_id), dict(labels), now)
     return int(node_id)
@@ -465,6 +476,7 @@ def store_batch(
     cache: IngestCache,
     pending: IngestCache,
     move_after_seconds: float = 60.0,
+    clock_offset_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Store ``batch`` in the caller's transaction; raises before writing anything bad.
 
@@ -477,7 +489,7 @@ def store_batch(
     What it learns about nodes and GPUs goes to ``pending``; the caller applies that to
     ``cache`` after the transaction commits.
     """
-    node_id = _node_id(conn, batch, now, cache, pending)
+    node_id = _node_id(conn, batch, now, cache, pending, clock_offset_seconds)
     batch, claims = _claim_gpus(conn, batch, node_id, now, cache, move_after_seconds)
     ids = _gpu_ids(conn, batch, node_id, now, cache, pending, thresholds.max_gap_seconds)
     taken, stored = _store_samples(conn, batch, ids, thresholds) if batch.samples else (0, 0)

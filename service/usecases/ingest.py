@@ -43,6 +43,12 @@ def check_times(
             )
 
 
+def clock_offset(sent_at: datetime | None, now: datetime) -> float | None:
+    """The sender's clock minus the central's, in seconds (a Date header has whole seconds, so
+    a clock in step reads between -1 and 0), or None without a send time."""
+    return None if sent_at is None else (sent_at - now).total_seconds()
+
+
 def check_node(batch: IngestBatch, *, token_node: str | None) -> None:
     """An agent token may only write batches for its own node."""
     if token_node is not None and batch.node.hostname != token_node:
@@ -104,9 +110,11 @@ def ingest(
     *,
     token_node: str | None,
     given_up: Callable[[], str | None] = lambda: None,
+    sent_at: datetime | None = None,
 ) -> IngestResult:
     """Validate ``batch`` against the clock and the caller, then store it in one transaction;
-    rolled back (Unavailable, nothing stored) when ``given_up`` names why the client left."""
+    rolled back (Unavailable, nothing stored) when ``given_up`` names why the client left.
+    ``sent_at`` (the agent's clock when it sent, its Date header) measures the node's clock."""
     s = ctx.settings
     now = ctx.clock()
     check_node(batch, token_node=token_node)
@@ -134,6 +142,7 @@ def ingest(
             cache=ctx.ingest_cache,
             pending=pending,
             move_after_seconds=s.max_gap_seconds,
+            clock_offset_seconds=clock_offset(sent_at, now),
         )
         # Jobs nobody registered appear from the processes the agents attributed.
         disputed: list[observed_jobs_repo.Disputed] = []

@@ -239,13 +239,14 @@ def _advance(
             ladder_digest=ep.ladder.digest,
         )
         job = jobs_repo.get_job(conn, job_id=ep.job_id)
+    # A ladder that finished under another ladder (a dry run's last step) starts over too.
+    if prog.state in ("active", "done") and _ladder_changed(ctx, ep, prog, now, result):
+        return None
     if prog.state != "active":
         return None
     if job is None or job.get("ended_at") is not None:
         reason = "the job has ended" if job else "the job is not known"
         _stop(ctx, ep, prog, now, result, state="gone", outcome="gone", reason=reason)
-        return None
-    if _ladder_changed(ctx, ep, prog, now, result):
         return None
     facts = _facts(job)
     ep = replace(ep, user=facts.user, team=facts.team)
@@ -308,7 +309,7 @@ def _ladder_changed(
     digest = ep.ladder.digest
     if prog.ladder_digest == digest:
         return False
-    acted = prog.steps_done > 0 or prog.pending_step is not None
+    acted = prog.steps_done > 0 or prog.pending_step is not None or prog.state == "done"
     with ctx.engine.begin() as conn:
         ladder_repo.restart_ladder(
             conn,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import email.utils
 import math
 import threading
 import time
+from datetime import datetime
 
 import anyio
 from fastapi import APIRouter, HTTPException, Request
@@ -33,6 +35,19 @@ def parse(body: bytes) -> IngestBatch:
 
 # The header in which a client says how long it waits for the answer (seconds).
 TIMEOUT_HEADER = "X-Request-Timeout"
+
+
+def sent_at(request: Request) -> datetime | None:
+    """When the agent sent the batch, by its clock (the HTTP Date header), or None when it
+    sent none or an unreadable one (older agents send none: their clock is not measured)."""
+    raw = request.headers.get("date")
+    if not raw:
+        return None
+    try:
+        at = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return at if at.tzinfo is not None else None
 
 
 def client_timeout(request: Request) -> float | None:
@@ -129,7 +144,9 @@ async def _store(
     def decode_and_store() -> tuple[IngestBatch, IngestResult]:
         # One trip to a worker thread, not two: under load each trip waits a turn of the loop.
         batch = parse(body)
-        return batch, ingest_service.ingest(ctx, batch, token_node=token.node, given_up=given_up)
+        return batch, ingest_service.ingest(
+            ctx, batch, token_node=token.node, given_up=given_up, sent_at=sent_at(request)
+        )
 
     admission = app_state.admission
     async with admission.ingest_slot(wait_seconds, wait):
