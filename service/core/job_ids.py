@@ -20,6 +20,9 @@ SLURM_ID = re.compile(rf"^[1-9][0-9]*(?:_{_NUMBER}|\+{_NUMBER})?$")
 # Kubernetes names: a namespace is a DNS-1123 label; a pod's name a DNS-1123 subdomain.
 _DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?$")
+# A subdomain's parts have no length of their own (Kubernetes' IsDNS1123Subdomain): a pod's name
+# may be one part of 100 characters.
+_SUBDOMAIN_PART = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$")
 KUBERNETES_PREFIXES = ("k8s", "kubernetes")
 
 
@@ -51,7 +54,7 @@ def dns1123_label_problem(name: str) -> str | None:
 
 def dns1123_subdomain_problem(name: str) -> str | None:
     """Why ``name`` is not a DNS-1123 subdomain (a Kubernetes object name), or None."""
-    if _DNS1123_SUBDOMAIN.match(name) and all(_DNS1123_LABEL.match(p) for p in name.split(".")):
+    if _DNS1123_SUBDOMAIN.match(name) and all(_SUBDOMAIN_PART.match(p) for p in name.split(".")):
         return None
     return (
         f"{name!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at"
