@@ -151,6 +151,9 @@ REFUSED_IDS = {
     "k8s:/train-0": "namespace '' is not a DNS-1123 label",
     "k8s:ml.x/train-0": "namespace 'ml.x' is not a DNS-1123 label",
     "kubernetes:ml/..": "pod name '..' is not a DNS-1123 subdomain",
+    # A regex's "$" would let a trailing newline through: another spelling of ml/train-0.
+    "k8s:ml/train-0\n": "pod name 'train-0\\n' is not a DNS-1123 subdomain",
+    "k8s:ml\n/train-0": "namespace 'ml\\n' is not a DNS-1123 label",
 }
 UID = "k8s:1b7f0c2e-0000-4000-8000-000000000000"
 REFUSED_LABELS = {
