@@ -613,3 +613,27 @@ def test_the_ladder_goes_on_when_the_api_cannot_say(
     assert world.actions(POD_JOB) == [
         ("notify_owner", "warned"), ("notify_owner", "warned"), ("reclaim", "failed"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("owner", ["alice", "bob"])
+def test_the_ladder_reclaims_the_jobs_pod_and_never_another_owners(
+    app: Any,
+    engine: Engine,
+    clock: FakeClock,
+    receiver: Receiver,
+    api: FakeKubeApi,
+    tmp_path: Path,
+    owner: str,
+) -> None:
+    api.add_namespace(NS, {"team": "ml"})
+    api.add_pod(NS, "train-0", labels={"owner": owner})  # GPU Warden's record says alice
+    driver = KubernetesDriver(kubeconfig=api.kubeconfig(tmp_path), user_label="owner")
+    world = pod_ladder(app, engine, clock, receiver, driver)
+    world.idle_for(20)
+    deleted = "deletionTimestamp" in api.pods[(NS, "train-0")]["metadata"]
+    if owner == "alice":  # the job's own pod, idle and warned: reclaimed on time
+        assert world.actions(POD_JOB)[-1] == ("reclaim", "reclaimed")
+        assert deleted and ("DELETE", f"{POD_PATH}/train-0") in sent(api)
+    else:  # bob's pod under the job's name: whatever the ladder records, nothing is deleted
+        assert ("reclaim", "reclaimed") not in world.actions(POD_JOB)
+        assert not deleted and {m for m, _ in sent(api)} == {"GET"}
