@@ -270,7 +270,7 @@ class KubernetesDriver:
         naming each difference, when its names, node, owner or start are not the job's."""
         problem = pod_problem(target)
         if problem is not None:
-            return self._refused_probe(target, problem)
+            return _refused_probe(target, problem)
         ref = pod_of(target)
         if ref is None:
             return ProbeResult("unknown", _no_pod(target))
@@ -282,19 +282,13 @@ class KubernetesDriver:
             facts = self._facts(ref, pod)
             differences = self._differences(facts, target)
             if differences:
-                return self._refused_probe(target, f"pod {ref} " + "; ".join(differences), facts)
+                return _refused_probe(target, f"pod {ref} " + "; ".join(differences), facts)
             facts = self._with_account(core, ref, facts)
         except _Failed as exc:
             found: ProbeOutcome = "gone" if exc.result.outcome == "gone" else "unknown"
             return ProbeResult(found, exc.result.detail)
         node = facts.nodes[0] if facts.nodes else None
         return ProbeResult("present", f"pod {ref} runs on {node}", facts)
-
-    def _refused_probe(
-        self, target: ReclaimTarget, why: str, facts: SchedulerFacts | None = None
-    ) -> ProbeResult:
-        log.warning("the Kubernetes driver refuses job %s: %s", target.job_id, why)
-        return ProbeResult("mismatch", f"refused: {why}", facts)
 
     def _read_pod(self, core: CoreV1Api, ref: PodRef) -> V1Pod:
         """The pod, read now; _Failed (gone) when it has ended."""
@@ -466,6 +460,14 @@ def _deleting(pod: V1Pod) -> bool:
 def _utc(when: datetime) -> datetime:
     """``when`` as an aware UTC time (a naive one is read as UTC, as the stores keep it)."""
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def _refused_probe(
+    target: ReclaimTarget, why: str, facts: SchedulerFacts | None = None
+) -> ProbeResult:
+    """A re-read that found a pod that is not the job's: logged, and a mismatch with the reason."""
+    log.warning("the Kubernetes driver refuses job %s: %s", target.job_id, why)
+    return ProbeResult("mismatch", f"refused: {why}", facts)
 
 
 def _refused(target: ReclaimTarget, why: str) -> ReclaimResult:
