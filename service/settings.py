@@ -16,6 +16,11 @@ from service.delivery import webhook_key_problem
 from service.errors import ConfigError
 
 GIB = 1024**3
+# A Kubernetes label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63.
+_LABEL_KEY = (
+    r"^(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 
 class Settings(BaseSettings):
@@ -153,6 +158,11 @@ class Settings(BaseSettings):
     # reclaim ships it with the RBAC the driver needs).
     kubernetes_kubeconfig: Path | None = None
     kubernetes_context: str | None = None
+    # The Namespace label whose value is the team (the account) a pod is charged to, which team
+    # exemptions trust (cluster admins set namespace labels, not the pod's owner); and the pod
+    # label naming the pod's owner, checked against the job's user (unset: no owner is read).
+    kubernetes_team_label: str = Field("team", pattern=_LABEL_KEY)
+    kubernetes_user_label: str | None = Field(None, pattern=_LABEL_KEY)
     # The action webhook (the "webhook" driver): where a reclaim is POSTed, signed with this
     # Standard Webhooks key (whsec_...); unset, ladders have no webhook driver.
     action_webhook_url: str | None = None

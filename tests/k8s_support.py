@@ -159,11 +159,15 @@ _API_PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)/[^/]+"
     r"(?:/(?P<sub>[^/]+))?$"
 )
+# A Namespace object itself (cluster-scoped): RBAC's resource is "namespaces".
+_NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/[^/]+$")
 VERBS = {"GET": "get", "DELETE": "delete", "PATCH": "patch", "PUT": "update", "POST": "create"}
 
 
 def rbac_need(method: str, path: str) -> tuple[str, str, str]:
     """(apiGroup, resource[/subresource], verb) that RBAC checks for a request."""
+    if _NAMESPACE_PATH.match(path):
+        return "", "namespaces", VERBS[method]
     m = _API_PATH.match(path)
     assert m is not None, path
     resource = m["resource"] + (f"/{m['sub']}" if m["sub"] else "")

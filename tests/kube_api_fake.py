@@ -2,7 +2,8 @@
 loopback: the few routes the Kubernetes reclaim driver calls, answered as the API server answers
 them (the objects as JSON, errors as a ``Status``), every request recorded.
 
-It holds pods, ReplicaSets and the scale of Deployments and StatefulSets; a DELETE honours
+It holds namespaces (with labels), pods, ReplicaSets and the scale of Deployments and
+StatefulSets; a DELETE honours
 ``preconditions.uid`` (409 otherwise) and marks the pod terminating, a merge PATCH of a
 ``scale`` sets its replicas. ``fail`` scripts an error answer for the next request matching a
 method and a path; ``delay_seconds`` slows every answer (a timeout).
@@ -25,6 +26,9 @@ import yaml
 from tests.receivers import LoopbackHttp
 
 TOKEN = "fake-service-account-token"
+# When a pod added without ``started`` started: an hour before the tests' clock starts.
+POD_STARTED = "2026-12-02T07:00:00Z"
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 _RS = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/replicasets/([^/]+)$")
 _SCALE = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/(deployments|statefulsets)/([^/]+)/scale$")
@@ -68,9 +72,11 @@ def _owner(kind: str, name: str) -> dict[str, Any]:
 
 @dataclass
 class FakeKubeApi(LoopbackHttp):
-    """The API server's answers for pods, ReplicaSets and scale subresources (see module)."""
+    """The API server's answers for namespaces, pods, ReplicaSets and scale subresources (see
+    module)."""
 
     delay_seconds: float = 0.0
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> labels
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     replicasets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     scales: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (ns, kind, name)
@@ -136,12 +142,18 @@ class FakeKubeApi(LoopbackHttp):
         node: str = "node-a",
         owner: tuple[str, str] | None = None,
         phase: str = "Running",
+        labels: dict[str, str] | None = None,
+        started: str = POD_STARTED,
     ) -> str:
-        """A running pod holding a GPU, owned by ``(kind, name)``; its uid."""
+        """A running pod holding a GPU, owned by ``(kind, name)``, started at ``started`` (in
+        a namespace of that name, made without labels if missing); its uid."""
         uid = str(uuid.uuid4())
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
         if owner is not None:
             meta["ownerReferences"] = [_owner(*owner)]
+        if labels:
+            meta["labels"] = dict(labels)
+        self.namespaces.setdefault(namespace, {})
         self.pods[(namespace, name)] = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -156,9 +168,13 @@ class FakeKubeApi(LoopbackHttp):
                     }
                 ],
             },
-            "status": {"phase": phase},
+            "status": {"phase": phase, "startTime": started},
         }
         return uid
+
+    def add_namespace(self, name: str, labels: dict[str, str]) -> None:
+        """A namespace with ``labels`` (a site's ``team`` label, say)."""
+        self.namespaces[name] = dict(labels)
 
     def add_deployment(self, namespace: str, name: str, *, replicas: int = 2) -> str:
         """A Deployment at ``replicas`` and its current ReplicaSet; the ReplicaSet's name."""
@@ -191,6 +207,8 @@ class FakeKubeApi(LoopbackHttp):
                 del self.fail[i]
                 return code, status(code, _REASONS.get(code, "InternalError"), f"scripted {code}")
         body = json.loads(raw) if raw else None
+        if (m_ns := _NAMESPACE.match(path)) and method == "GET":
+            return self._namespace(m_ns.group(1))
         if m_pod := _POD.match(path):
             return self._pod(method, m_pod.group(1), m_pod.group(2), body)
         if (m_rs := _RS.match(path)) and method == "GET":
@@ -202,6 +220,15 @@ class FakeKubeApi(LoopbackHttp):
             ns, resource, name = m_scale.groups()
             return self._scale(method, ns, resource, name, headers, body)
         return 404, status(404, "NotFound", "the server could not find the requested resource")
+
+    def _namespace(self, name: str) -> tuple[int, Any]:
+        if name not in self.namespaces:
+            return 404, status(404, "NotFound", f'namespaces "{name}" not found')
+        meta: dict[str, Any] = {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name))}
+        if self.namespaces[name]:
+            meta["labels"] = self.namespaces[name]
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+        return 200, doc | {"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
 
     def _pod(self, method: str, ns: str, name: str, body: Any) -> tuple[int, Any]:
         pod = self.pods.get((ns, name))

@@ -53,11 +53,7 @@ def drivers_from(
     action webhook."""
     drivers: dict[str, ReclaimDriver] = {
         "slurm": SlurmDriver.from_settings(settings),
-        "kubernetes": KubernetesDriver(
-            kubeconfig=settings.kubernetes_kubeconfig,
-            context=settings.kubernetes_context,
-            timeout_seconds=settings.action_timeout_seconds,
-        ),
+        "kubernetes": KubernetesDriver.from_settings(settings),
     }
     channel = action_webhook(settings)
     if channel is not None:
