@@ -600,19 +600,19 @@ def test_the_ladder_leaves_a_pod_the_api_no_longer_has(
     with engine.connect() as conn:
         last = actions_repo.list_actions(conn, job_id=POD_JOB)[0]
     assert last["driver"] == "kubernetes"
-    assert last["reason"].startswith("the kubernetes driver re-read the job: GET pod ml/train-0")
+    assert last["reason"].startswith("the kubernetes driver asked the scheduler: GET pod ml/train-0")
     assert {m for m, _ in sent(api)} == {"GET"} and len(world.notices()) == 1
 
 
-def test_the_ladder_goes_on_when_the_api_cannot_say(
+def test_the_ladder_holds_every_step_while_the_api_cannot_say(
     app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, tmp_path: Path
 ) -> None:
+    # Never act on what cannot be verified: no warning either, until the API answers.
     unreachable = KubernetesDriver(kubeconfig=tmp_path / "no-such-kubeconfig")
     world = pod_ladder(app, engine, clock, receiver, unreachable)
     world.idle_for(14)
-    assert world.actions(POD_JOB) == [
-        ("notify_owner", "warned"), ("notify_owner", "warned"), ("reclaim", "failed"),
-    ]  # fmt: skip
+    assert world.actions(POD_JOB) == [("notify_owner", "held")]
+    assert world.notices() == []
 
 
 @pytest.mark.parametrize("owner", ["alice", "bob"])
