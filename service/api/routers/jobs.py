@@ -140,6 +140,8 @@ def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str
         existing = jobs_repo.get_job(conn, job_id=job_id)
         if existing is None:
             raise NotFound(f"job {job_id!r} does not exist")
+        what = "ended_at" if body.ended_at is not None else "job"
+        authz.check_job_rights(token, intervals=existing["intervals"], field=what)
         try:
             authz.check_metadata_unchanged(token, existing=existing, fields=fields)
         except Conflict as exc:
