@@ -177,13 +177,15 @@ def end_earlier_jobs(
     gpu_uuids: Sequence[str],
     started_at: datetime,
     now: datetime,
+    only_node: str | None = None,
 ) -> list[str]:
     """End the other jobs of ``job_id``'s scheduler (the ``slurm:`` of ``slurm:8002``) still
     open on ``gpu_uuids`` since ``started_at`` or before, at ``started_at``; returns their ids.
 
     A job that holds its GPUs alone starts on them only once the scheduler freed them, so an
     earlier job still open there missed its end (a lost epilog, a node crash) and would
-    otherwise share every later job's time and bill.
+    otherwise share every later job's time and bill. For an agent (``only_node``), only the
+    intervals its node registered: a GPU that moved to it brings no right to end another's.
     """
     scheduler, sep, _ = job_id.partition(":")
     if not sep or not gpu_uuids:
@@ -199,6 +201,8 @@ def end_earlier_jobs(
         # whole seconds, so a job started in the same second is as stale as an older one.
         job_gpus.c.started_at <= started_at,
     )
+    if only_node is not None:
+        cond = and_(cond, job_gpus.c.registered_node == only_node)
     ghosts = sorted(set(conn.execute(select(job_gpus.c.job_id).where(cond)).scalars()))
     if not ghosts:
         return []

@@ -74,6 +74,28 @@ def test_a_moved_gpus_new_node_may_not_end_change_or_reregister_the_old_nodes_jo
     assert [g["ended_at"] for g in after["gpus"]] == [None]
 
 
+def test_an_exclusive_job_on_the_moved_gpu_does_not_end_the_old_nodes_job(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    """An exclusive registration ends earlier jobs still open on its GPUs (missed epilogs), but
+    only those of its own node: node-b cannot end node-a's job by registering one on GPU-a0."""
+    node_b = moved_job(http, tokens, engine, clock)
+    body = {"id": "slurm:202", "user": "bob", "gpus": ["GPU-a0"], "started_at": iso(clock()),
+            "exclusive": True}  # fmt: skip
+    r = http.post("/api/v1/jobs", json=body, headers=auth(node_b))
+    assert r.status_code == 201, r.text
+    after = job(http, tokens)
+    assert after["ended_at"] is None and [g["ended_at"] for g in after["gpus"]] == [None]
+    # node-b's own earlier job on the GPU is still ended by its next exclusive job.
+    clock.advance(60)
+    body = {"id": "slurm:203", "user": "bob", "gpus": ["GPU-a0"], "started_at": iso(clock()),
+            "exclusive": True}  # fmt: skip
+    assert http.post("/api/v1/jobs", json=body, headers=auth(node_b)).status_code == 201
+    r = http.get("/api/v1/jobs/slurm:202", headers=auth(tokens["reader"]))
+    assert r.json()["ended_at"] is not None
+    assert job(http, tokens)["ended_at"] is None
+
+
 def test_the_registering_node_still_ends_its_part_after_the_gpu_moved_away(
     http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
 ) -> None:
