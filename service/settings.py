@@ -23,6 +23,25 @@ _LABEL_KEY = (
 )
 
 
+# Standard Webhooks recommends 24 to 64 random bytes: a shorter key can be guessed offline
+# from one signed request, and a forged reclaim frees (kills) GPUs.
+MIN_ACTION_KEY_BYTES = 24
+
+
+def _short_key_problem(key: str) -> str | None:
+    """Why the whsec_ ``key`` (already valid base64) is too short to sign reclaims, or None."""
+    import base64
+
+    size = len(base64.b64decode(key[len("whsec_") :]))
+    if size >= MIN_ACTION_KEY_BYTES:
+        return None
+    return (
+        f"GPUWARDEN_ACTION_WEBHOOK_SECRET decodes to {size} bytes; it needs at least "
+        f"{MIN_ACTION_KEY_BYTES} random bytes (whsec_ + base64 of 24 to 64 bytes, such as "
+        "openssl rand -base64 32)"
+    )
+
+
 class Settings(BaseSettings):
     """Every setting of GPU Warden; built once by the entry point and passed down."""
 
@@ -295,6 +314,8 @@ class Settings(BaseSettings):
     @classmethod
     def _check_action_webhook_secret(cls, value: str | None) -> str | None:
         problem = webhook_key_problem(value) if value else None
+        if problem is None and value:
+            problem = _short_key_problem(value)
         if problem is not None:
             raise ValueError(problem)
         return value or None

@@ -4,6 +4,7 @@ and ``kubernetes`` always (their commands and API client are used at the first r
 
 from __future__ import annotations
 
+import logging
 import os
 
 import httpx
@@ -12,13 +13,40 @@ from service.actions.base import ReclaimDriver
 from service.actions.kubernetes import KubernetesDriver
 from service.actions.slurm import SlurmDriver
 from service.actions.webhook import WebhookDriver
+from service.errors import ConfigError, ValidationFailed
 from service.notify.egress import egress_from
 from service.notify.pinned import make_client
-from service.notify.urlsafety import Resolver, parse_allow_nets, system_resolver
+from service.notify.urlsafety import (
+    HostDoesNotResolve,
+    Resolver,
+    check_url,
+    parse_allow_nets,
+    system_resolver,
+)
 from service.settings import Settings
 from service.thresholds.policy import ChannelSpec
 
 ACTION_WEBHOOK = "action-webhook"  # the channel name its messages and audit rows carry
+log = logging.getLogger(__name__)
+
+
+def check_action_webhook_url(settings: Settings, *, resolver: Resolver = system_resolver) -> None:
+    """Refuse (ConfigError) to start with an action webhook URL at an address a channel URL may
+    not use (metadata, loopback, private) unless GPUWARDEN_WEBHOOK_ALLOW_NETS admits it.
+
+    A host that does not resolve yet (DNS may come up after us) is only warned about: every
+    send resolves and checks it again.
+    """
+    url = settings.action_webhook_url
+    if not url:
+        return
+    nets = parse_allow_nets(settings.webhook_allow_nets)
+    try:
+        check_url(url, nets, resolver=resolver, field="GPUWARDEN_ACTION_WEBHOOK_URL")
+    except HostDoesNotResolve as exc:
+        log.warning("the action webhook: %s; every reclaim checks it again", exc)
+    except ValidationFailed as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def action_client(settings: Settings, *, resolver: Resolver = system_resolver) -> httpx.Client:

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from service import __version__
+from service.actions.registry import check_action_webhook_url
 from service.api.deps import ApiState, session_key
 from service.api.gate import Admission, FailFast, TokenGate
 from service.api.input_guard import BodyBudget, RequestGuard
@@ -167,6 +168,7 @@ def _lifespan(
         check_at_head(ctx.engine)
         partitions_once(ctx)
         load_alerting_config(ctx)  # policies and channels of the YAML file
+        check_action_webhook_url(ctx.settings)  # as channel URLs are: refused addresses stop here
         session_key(ctx)  # made at the first start, so every replica reads the same one
         scheduler = None
         if ctx.settings.run_scheduler:

@@ -6,6 +6,9 @@ An agent token writes for one node. On jobs it may only:
   ``job_agent_max_start_age_seconds`` (not in the future past the ingest skew) and not before any
   of those GPUs was first seen;
 - on an existing job, add intervals of its own node's GPUs (same start rule) or close them;
+- end or change only a job its node registered (or observed) a part of, by the node recorded on
+  each interval when it was registered: a GPU that moved to its node brings no right to the jobs
+  its old node registered, nor may it register that GPU into them again (403);
 - never change ``user``, ``team``, ``project`` or ``labels`` once the job exists (409), except
   filling a value still empty on a job that was only observed from process hints.
 
@@ -76,7 +79,23 @@ def check_job_post(
             raise Forbidden(f"gpus.{i}: GPU {gpu.uuid} is not on this agent's node {node!r}")
     _check_start(started_at, gpus=gpus, now=now, window=window)
     if existing is not None:
+        _check_not_moved_in(node, gpus=gpus, intervals=existing.get("intervals", []))
         check_metadata_unchanged(token, existing=existing, fields=fields)
+
+
+def _check_not_moved_in(
+    node: str, *, gpus: Sequence[GpuFacts], intervals: Sequence[Mapping[str, Any]]
+) -> None:
+    """Raise Forbidden if a GPU of ``gpus`` already holds an interval of the job that another
+    node registered: the GPU moved here since, and the job stays that node's."""
+    for i, gpu in enumerate(gpus):
+        for iv in intervals:
+            if iv.get("gpu_uuid") == gpu.uuid and iv.get("registered_node") != node:
+                raise Forbidden(
+                    f"gpus.{i}: GPU {gpu.uuid} holds this job for node "
+                    f"{iv.get('registered_node')!r}, which registered it; a GPU that moved to "
+                    f"node {node!r} does not bring that node's jobs with it"
+                )
 
 
 def _check_start(
@@ -129,10 +148,27 @@ def _changed(name: str) -> Conflict:
     )
 
 
-def check_job_end(token: TokenInfo, *, intervals: Sequence[Mapping[str, Any]]) -> None:
-    """Raise Forbidden if an agent token ends a job on which its node holds no interval."""
+def check_job_rights(
+    token: TokenInfo, *, intervals: Sequence[Mapping[str, Any]], field: str = "job"
+) -> None:
+    """Raise Forbidden (naming ``field``) unless an agent token's node registered or observed
+    an interval of the job: rights go by ``registered_node``, never by where a GPU is now."""
     node = agent_node(token)
-    if node is None:
+    if node is None or any(iv.get("registered_node") == node for iv in intervals):
         return
-    if not any(iv.get("node") == node for iv in intervals):
-        raise Forbidden(f"ended_at: node {node!r} holds no GPU of this job; nothing of it to end")
+    moved = sorted({iv["gpu_uuid"] for iv in intervals if iv.get("node") == node})
+    if moved:
+        owners = sorted({str(iv.get("registered_node")) for iv in intervals})
+        raise Forbidden(
+            f"{field}: GPU {', '.join(moved)} of this job moved to node {node!r} after node "
+            f"{', '.join(owners)} registered the job there; the right to end or change a job "
+            "stays with the node that registered it (an admin token may)"
+        )
+    raise Forbidden(
+        f"{field}: node {node!r} registered no GPU of this job; it is not its to change"
+    )
+
+
+def check_job_end(token: TokenInfo, *, intervals: Sequence[Mapping[str, Any]]) -> None:
+    """Raise Forbidden if an agent token ends a job of which its node registered no interval."""
+    check_job_rights(token, intervals=intervals, field="ended_at")

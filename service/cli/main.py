@@ -73,6 +73,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         check_file_channels(
             checked.channels, settings.webhook_allow_nets, source=f"config file {settings.config}"
         )
+    from service.actions.registry import check_action_webhook_url
+
+    check_action_webhook_url(settings)  # one line naming the setting, before uvicorn starts
     engine = service_engine(settings)
     check_database(engine, allow_maintenance=settings.database_allow_maintenance)
     if args.migrate:

@@ -63,7 +63,7 @@ def upsert_job(
         # An agent's end ends only the intervals it adds: other nodes may still hold the job.
         end = ended_at if only_node is None else None
         _merge_job(conn, existing, fields, started_at, end, now)
-    gpu_ids = [known[u][0] for u in dict.fromkeys(gpu_uuids)]
+    gpu_ids = {known[u][0]: known[u][1] for u in dict.fromkeys(gpu_uuids)}
     _add_api_intervals(conn, job_id, gpu_ids, started_at, ended_at)
     return created
 
@@ -132,12 +132,13 @@ def _merge_job(
 def _add_api_intervals(
     conn: Connection,
     job_id: str,
-    gpu_ids: Sequence[int],
+    gpu_ids: Mapping[int, str],
     started_at: datetime,
     ended_at: datetime | None,
 ) -> None:
-    """Give job ``job_id`` an 'api' interval from ``started_at`` on each of ``gpu_ids`` it does
-    not already hold then, and tenant rows for the minutes it shares with other jobs."""
+    """Give job ``job_id`` an 'api' interval from ``started_at`` on each of ``gpu_ids`` (GPU id
+    to its node now, which registers it) it does not already hold then, and tenant rows for the
+    minutes it shares with other jobs."""
     open_gpus = set(
         conn.execute(
             select(job_gpus.c.gpu_id).where(
@@ -160,6 +161,7 @@ def _add_api_intervals(
                 "started_at": started_at,
                 "ended_at": ended_at,
                 "source": "api",
+                "registered_node": gpu_ids[gpu_id],
             }
             for gpu_id in added
         ],
@@ -175,13 +177,15 @@ def end_earlier_jobs(
     gpu_uuids: Sequence[str],
     started_at: datetime,
     now: datetime,
+    only_node: str | None = None,
 ) -> list[str]:
     """End the other jobs of ``job_id``'s scheduler (the ``slurm:`` of ``slurm:8002``) still
     open on ``gpu_uuids`` since ``started_at`` or before, at ``started_at``; returns their ids.
 
     A job that holds its GPUs alone starts on them only once the scheduler freed them, so an
     earlier job still open there missed its end (a lost epilog, a node crash) and would
-    otherwise share every later job's time and bill.
+    otherwise share every later job's time and bill. For an agent (``only_node``), only the
+    intervals its node registered: a GPU that moved to it brings no right to end another's.
     """
     scheduler, sep, _ = job_id.partition(":")
     if not sep or not gpu_uuids:
@@ -197,6 +201,8 @@ def end_earlier_jobs(
         # whole seconds, so a job started in the same second is as stale as an older one.
         job_gpus.c.started_at <= started_at,
     )
+    if only_node is not None:
+        cond = and_(cond, job_gpus.c.registered_node == only_node)
     ghosts = sorted(set(conn.execute(select(job_gpus.c.job_id).where(cond)).scalars()))
     if not ghosts:
         return []
@@ -224,7 +230,8 @@ def end_job(
     now: datetime,
     only_node: str | None = None,
 ) -> None:
-    """Close the job's open intervals at ``ended_at`` (only ``only_node``'s, for an agent).
+    """Close the job's open intervals at ``ended_at`` (for an agent, only those ``only_node``
+    registered).
 
     The job itself ends once none of its intervals is open.
     """
@@ -235,10 +242,9 @@ def end_job(
         raise ValidationFailed("ended_at", "must not be before the job's started_at")
     cond = and_(job_gpus.c.job_id == job_id, job_gpus.c.ended_at.is_(None))
     if only_node is not None:
-        node_gpus = (select(gpus.c.id).join(nodes, nodes.c.id == gpus.c.node_id)).where(
-            nodes.c.hostname == only_node
-        )
-        cond = and_(cond, job_gpus.c.gpu_id.in_(node_gpus))
+        # The intervals the node registered, wherever their GPUs are now: a GPU that moved to
+        # this node brings no right to end another node's part of the job.
+        cond = and_(cond, job_gpus.c.registered_node == only_node)
     closing = list(conn.execute(select(job_gpus.c.gpu_id).where(cond)).scalars())
     closed = conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at)).rowcount
     tenants_repo.mark_after(conn, gpu_ids=closing, since=ended_at)
@@ -307,7 +313,9 @@ def conflict_line(
 
 
 def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
-    """The job row with its intervals (gpu uuid, node, started_at, ended_at, source), or None."""
+    """The job row with its intervals, or None: each with gpu uuid, node (the GPU's node now,
+    for display), registered_node (the node that registered or observed it, whose agent has
+    rights over it), started_at, ended_at and source."""
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
     if row is None:
         return None
@@ -319,6 +327,7 @@ def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
                 job_gpus.c.gpu_id,
                 gpus.c.uuid.label("gpu_uuid"),
                 nodes.c.hostname.label("node"),
+                job_gpus.c.registered_node,
                 job_gpus.c.started_at,
                 job_gpus.c.ended_at,
                 job_gpus.c.source,

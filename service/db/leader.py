@@ -1,10 +1,13 @@
-"""Leader election among central replicas (a PostgreSQL session advisory lock held open), and
-turns for background jobs that one replica at a time may run."""
+"""Leader election among central replicas (a PostgreSQL session advisory lock held open; on
+SQLite an OS lock on a file beside the database), and turns for background jobs that one
+replica at a time may run."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,11 +22,25 @@ log = logging.getLogger(__name__)
 LOCK_KEY = 0x67707577_6576616C
 
 
+def sqlite_lock_path(engine: Engine) -> str | None:
+    """The leader lock file of a SQLite database (``<file>.leader.lock``); None for an
+    in-memory one, which no other process can open."""
+    database = engine.url.database or ""
+    if not database or database == ":memory:" or "mode=memory" in str(engine.url):
+        return None
+    if database.startswith("file:"):
+        database = database[len("file:") :].split("?", 1)[0]
+    return os.path.abspath(database) + ".leader.lock"
+
+
 class LeaderLock:
-    """Whether this process may evaluate and send; SQLite has one process, so it always may.
+    """Whether this process may evaluate and send (and so run the ladder).
 
     On PostgreSQL the lock belongs to one dedicated session: when the process dies, the server
-    closes that session and releases the lock, and the next replica to ask takes over.
+    closes that session and releases the lock, and the next replica to ask takes over. On SQLite
+    it is an exclusive ``flock`` on a file beside the database, held open: a second ``serve`` on
+    the same file serves reads and ingest but never acts, and the OS frees the lock when the
+    first process dies, so the next ``check`` takes over.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -32,11 +49,15 @@ class LeaderLock:
         self._mutex = threading.Lock()
         self.acquisitions = 0  # bumped each time the lock is taken (anew)
         self._outages = OutageLog(log, "the evaluator waits for the database")
+        self._postgres = engine.dialect.name == "postgresql"
+        self._lock_path = None if self._postgres else sqlite_lock_path(engine)
+        self._fd: int | None = None
+        self._told_follower = False
 
     def check(self) -> bool:
         """Take the lock if free, or confirm the session holding it is alive; True if leader."""
-        if self.engine.dialect.name != "postgresql":
-            return True
+        if not self._postgres:
+            return self._check_file()
         with self._mutex:
             try:
                 if self._conn is not None:
@@ -63,13 +84,56 @@ class LeaderLock:
                 self._drop()
                 return False
 
+    def _check_file(self) -> bool:
+        """SQLite: hold the lock file (taken once, kept open) or say which process does not."""
+        if self._lock_path is None:
+            return True
+        with self._mutex:
+            if self._fd is not None:
+                return True
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                self._tell_follower()
+                return False
+            self._fd = fd
+            self.acquisitions += 1
+            was = "took over: " if self._told_follower else ""
+            log.info(
+                "this process is now the evaluator (%slock file %s held)", was, self._lock_path
+            )
+            self._told_follower = False
+            return True
+
+    def _tell_follower(self) -> None:
+        """Log once why this process does not evaluate or act."""
+        if self._told_follower:
+            return
+        self._told_follower = True
+        log.warning(
+            "another process serves this SQLite database and holds %s: this one serves reads "
+            "and ingest but does not evaluate alerts, send notices or run the ladder; it takes "
+            "over if that process exits (SQLite suits one process; use PostgreSQL for replicas)",
+            self._lock_path,
+        )
+
     @property
     def held(self) -> bool:
         """Whether this process held the lock at its last ``check`` (asks the database nothing)."""
-        return self.engine.dialect.name != "postgresql" or self._conn is not None
+        if not self._postgres:
+            return self._lock_path is None or self._fd is not None
+        return self._conn is not None
 
     def release(self) -> None:
         """Give the lock up (on shutdown) so another replica takes over at once."""
+        if not self._postgres:
+            with self._mutex:
+                if self._fd is not None:
+                    os.close(self._fd)  # closing the only descriptor frees the flock
+                    self._fd = None
+            return
         with self._mutex:
             if self._conn is not None:
                 try:

@@ -66,19 +66,17 @@ class Disputed:
 def _disputed(
     conn: Connection, seen: list[Seen], node_of: dict[str, tuple[int, str]]
 ) -> list[tuple[Seen, Disputed]]:
-    """The hints that name a stored job with another user, from a node holding none of that
-    job's GPUs while another node holds some: another node's job (a squatted or reused id),
-    never theirs to join. A job no GPU is known for yet (an admin's, say) takes any hint."""
+    """The hints that name a stored job with another user, from a node that registered none of
+    that job's intervals while another node did: another node's job (a squatted or reused id,
+    or one on a GPU that moved here), never theirs to join. A job no GPU is known for yet (an
+    admin's, say) takes any hint."""
     job_ids = {s.job_id for s in seen}
     users = dict(conn.execute(select(jobs.c.id, jobs.c.user).where(jobs.c.id.in_(job_ids))).all())
-    registered: dict[str, set[int]] = {}
-    q = (
-        select(job_gpus.c.job_id, gpus.c.node_id)
-        .join(gpus, gpus.c.id == job_gpus.c.gpu_id)
-        .where(job_gpus.c.job_id.in_(job_ids))
-    )
-    for job_id, node_id in conn.execute(q):
-        registered.setdefault(job_id, set()).add(node_id)
+    # By the node each interval was registered from: a GPU moved here brings no part of a job.
+    registered: dict[str, set[str | None]] = {}
+    q = select(job_gpus.c.job_id, job_gpus.c.registered_node).where(job_gpus.c.job_id.in_(job_ids))
+    for job_id, node in conn.execute(q):
+        registered.setdefault(job_id, set()).add(node)
     out = []
     for s in seen:
         user, where = users.get(s.job_id), node_of.get(s.gpu_uuid)
@@ -88,7 +86,7 @@ def _disputed(
             and s.user != user
             and where is not None
             and registered.get(s.job_id)
-            and where[0] not in registered[s.job_id]
+            and where[1] not in registered[s.job_id]
         ):
             out.append((s, Disputed(s.job_id, where[1], s.user)))
     return out
@@ -107,11 +105,14 @@ def observe(
     seen = _undisputed(conn, seen, disputed)
     if not seen:
         return {"jobs": 0, "opened": 0, "reopened": 0}
-    ids = dict(
-        conn.execute(
-            select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))
-        ).all()
-    )
+    ids: dict[str, int] = {}
+    hosts: dict[int, str] = {}  # each GPU's node now: it registers what it opens
+    for r in conn.execute(
+        select(gpus.c.uuid, gpus.c.id, nodes.c.hostname)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(gpus.c.uuid.in_({s.gpu_uuid for s in seen}))
+    ):
+        ids[r.uuid], hosts[r.id] = r.id, r.hostname
     created = _create_jobs(conn, seen, now)
     by_gpu = _intervals_by_gpu(conn, {ids[s.gpu_uuid] for s in seen if s.gpu_uuid in ids})
     counts = {"opened": 0, "reopened": 0}
@@ -120,7 +121,7 @@ def observe(
         gpu_id = ids.get(s.gpu_uuid)
         if gpu_id is None:
             continue
-        how = _open_interval(conn, s, gpu_id, by_gpu.get(gpu_id, []))
+        how = _open_interval(conn, s, gpu_id, hosts[gpu_id], by_gpu.get(gpu_id, []))
         if how is not None:
             counts[how] += 1
             touched_jobs.add(s.job_id)
@@ -191,6 +192,7 @@ def _intervals_by_gpu(conn: Connection, gpu_ids: set[int]) -> dict[int, list[Any
             job_gpus.c.started_at,
             job_gpus.c.ended_at,
             job_gpus.c.source,
+            job_gpus.c.registered_node,
         ).where(job_gpus.c.gpu_id.in_(gpu_ids))
     ).all()
     by_gpu: dict[int, list[Any]] = {}
@@ -199,14 +201,17 @@ def _intervals_by_gpu(conn: Connection, gpu_ids: set[int]) -> dict[int, list[Any
     return by_gpu
 
 
-def _open_interval(conn: Connection, s: Seen, gpu_id: int, on_gpu: list[Any]) -> str | None:
+def _open_interval(
+    conn: Connection, s: Seen, gpu_id: int, node: str, on_gpu: list[Any]
+) -> str | None:
     """Reopen the latest observed interval of ``s``'s job on GPU ``gpu_id`` (``on_gpu``: its
-    intervals) if no other job took the GPU since, else open one from ``s.first``; returns
-    'reopened', 'opened', or None where an interval already covers ``s``."""
+    intervals) if no other job took the GPU since, else open one from ``s.first`` registered to
+    ``node``; returns 'reopened', 'opened', or None where an interval already covers ``s``."""
     mine = [r for r in on_gpu if r.job_id == s.job_id]
     if any(r.ended_at is None or r.ended_at >= s.last for r in mine):
         return None  # already covered (an open interval, or one set via the API that spans it)
-    observed = [r for r in mine if r.source == OBSERVED]
+    # Only this node's own observed intervals reopen: one seen from a GPU's old node stays shut.
+    observed = [r for r in mine if r.source == OBSERVED and r.registered_node == node]
     latest = max(observed, key=lambda r: r.ended_at, default=None)
     if latest is not None:
         others_since = [
@@ -220,7 +225,12 @@ def _open_interval(conn: Connection, s: Seen, gpu_id: int, on_gpu: list[Any]) ->
             return "reopened"
     conn.execute(
         insert(job_gpus).values(
-            job_id=s.job_id, gpu_id=gpu_id, started_at=s.first, ended_at=None, source=OBSERVED
+            job_id=s.job_id,
+            gpu_id=gpu_id,
+            started_at=s.first,
+            ended_at=None,
+            source=OBSERVED,
+            registered_node=node,
         )
     )
     tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=s.job_id, start=s.first, end=None)

@@ -377,6 +377,10 @@ job_gpus = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("ended_at", UTCDateTime, nullable=True),
     Column("source", String(16), nullable=False),
+    # The GPU's node when the interval was registered or observed (0029): an agent's rights to
+    # the job go by it, so they stay behind when the GPU moves. Null: written outside the
+    # service (no agent has rights through it).
+    Column("registered_node", String(255), nullable=True),
     Index(None, "gpu_id", "started_at"),
     Index(None, "job_id"),
     Index(None, "ended_at"),

@@ -4,9 +4,14 @@ with the ``standardwebhooks`` library; and the registry that builds every driver
 from __future__ import annotations
 
 import base64
+import logging
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -14,8 +19,10 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from service.actions.base import ReclaimTarget
 from service.actions.kubernetes import KubernetesDriver
-from service.actions.registry import action_client, drivers_from
+from service.actions.registry import action_client, check_action_webhook_url, drivers_from
 from service.actions.webhook import WebhookDriver
+from service.errors import ConfigError
+from service.notify.urlsafety import Resolver
 from service.settings import Settings
 from tests.receivers import Receiver
 
@@ -189,3 +196,82 @@ def test_a_bad_action_webhook_setting_is_refused_with_the_setting(
 ):
     with pytest.raises(ValidationError, match=re.escape(words)):
         Settings(action_webhook_url=url, action_webhook_secret=secret)
+
+
+def key_of(size: int) -> str:
+    return "whsec_" + base64.b64encode(bytes(range(1, size + 1))).decode()
+
+
+def test_an_action_webhook_secret_shorter_than_24_bytes_is_refused_naming_the_setting():
+    for size in (5, 23):
+        with pytest.raises(ValidationError, match="GPUWARDEN_ACTION_WEBHOOK_SECRET") as caught:
+            Settings(
+                action_webhook_url="https://reaper.example.com", action_webhook_secret=key_of(size)
+            )
+        assert f"decodes to {size} bytes" in str(caught.value) and "at least 24" in str(
+            caught.value
+        )
+    for size in (24, 64):
+        s = Settings(
+            action_webhook_url="https://reaper.example.com", action_webhook_secret=key_of(size)
+        )
+        assert s.action_webhook_secret == key_of(size)
+
+
+def resolver_to(*addresses: str) -> Resolver:
+    """A resolver that answers ``addresses`` for any host."""
+    return lambda host, port: list(addresses)
+
+
+@pytest.mark.parametrize(
+    ("url", "addresses", "why"),
+    [
+        ("http://169.254.169.254/latest/meta-data", (), "link-local"),
+        ("http://127.0.0.1:9/reclaim", (), "loopback"),
+        ("https://reaper.internal/act", ("10.0.0.5",), "private"),
+        ("https://reaper.example.com/act", ("93.184.216.34", "127.0.0.1"), "loopback"),
+    ],
+)
+def test_an_action_webhook_url_at_a_refused_address_stops_the_start(
+    url: str, addresses: tuple[str, ...], why: str
+):
+    s = settings(webhook_allow_nets="", action_webhook_url=url, action_webhook_secret=SECRET)
+    with pytest.raises(ConfigError) as caught:
+        check_action_webhook_url(s, resolver=resolver_to(*addresses))
+    message = str(caught.value)
+    assert message.startswith("GPUWARDEN_ACTION_WEBHOOK_URL: ") and why in message, message
+    assert "GPUWARDEN_WEBHOOK_ALLOW_NETS" in message
+
+
+def test_an_action_webhook_url_starts_where_the_allow_list_admits_it_or_dns_is_not_up(
+    caplog: pytest.LogCaptureFixture,
+):
+    admitted = settings(
+        action_webhook_url="http://127.0.0.1:9/reclaim", action_webhook_secret=SECRET
+    )
+    check_action_webhook_url(admitted)  # 127.0.0.0/8 is admitted: no error
+    public = settings(webhook_allow_nets="", action_webhook_url="https://reaper.example.com/act",
+                      action_webhook_secret=SECRET)  # fmt: skip
+    check_action_webhook_url(public, resolver=resolver_to("93.184.216.34"))
+    with caplog.at_level(logging.WARNING, logger="service.actions.registry"):
+        check_action_webhook_url(public, resolver=resolver_to())  # no address yet: warned only
+    assert any("does not resolve" in m for m in caplog.messages)
+    check_action_webhook_url(settings())  # no action webhook: nothing to check
+
+
+def test_serve_with_an_action_webhook_at_the_metadata_address_refuses_in_one_line(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    env |= {
+        "GPUWARDEN_DATABASE_URL": f"sqlite:///{tmp_path / 'gw.db'}",
+        "GPUWARDEN_ACTION_WEBHOOK_URL": "http://169.254.169.254/latest/meta-data",
+        "GPUWARDEN_ACTION_WEBHOOK_SECRET": SECRET,
+    }
+    r = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--port", "1"], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "GPUWARDEN_ACTION_WEBHOOK_URL" in r.stderr and "GPUWARDEN_WEBHOOK_ALLOW_NETS" in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    env["GPUWARDEN_ACTION_WEBHOOK_SECRET"] = key_of(5)
+    r = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--port", "1"], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "GPUWARDEN_ACTION_WEBHOOK_SECRET" in r.stderr, r.stderr

@@ -250,7 +250,8 @@ CASES = [
         "PATCH",
         "/api/v1/jobs/{job_id}",
         "/api/v1/jobs/slurm:2",
-        {**AGENT_WRITES, "other_agent": 409, "agent": 409, "admin": 200},
+        # Its own node's job: a change is a conflict; another node's: not its to change at all.
+        {**AGENT_WRITES, "other_agent": 409, "agent": 403, "admin": 200},
         body=lambda _, __: {"team": "hijacked"},
     ),
     Case(

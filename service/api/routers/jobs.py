@@ -71,11 +71,15 @@ def _record_claim(
     return Conflict(f"{exc}; the conflict is recorded on the job for an admin to settle")
 
 
-def _end_earlier_jobs(conn: Connection, body: JobCreate, now: datetime) -> None:
-    """End the jobs a job that holds its GPUs alone finds still open on them (missed ends)."""
+def _end_earlier_jobs(
+    conn: Connection, body: JobCreate, now: datetime, only_node: str | None
+) -> None:
+    """End the jobs a job that holds its GPUs alone finds still open on them (missed ends);
+    for an agent, only those its node registered."""
     ghosts = jobs_repo.end_earlier_jobs(
-        conn, job_id=body.id, gpu_uuids=body.gpus, started_at=body.started_at, now=now
-    )
+        conn, job_id=body.id, gpu_uuids=body.gpus, started_at=body.started_at, now=now,
+        only_node=only_node,
+    )  # fmt: skip
     if ghosts:
         log.warning(
             "job %s holds its GPUs alone from %s: ended %s, still open there (a missed end,"
@@ -122,7 +126,7 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
                 only_node=authz.agent_node(token),
             )
             if body.exclusive:
-                _end_earlier_jobs(conn, body, now)
+                _end_earlier_jobs(conn, body, now, authz.agent_node(token))
             job = jobs_repo.get_job(conn, job_id=body.id)
     if refused is not None:
         raise refused
@@ -140,6 +144,8 @@ def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str
         existing = jobs_repo.get_job(conn, job_id=job_id)
         if existing is None:
             raise NotFound(f"job {job_id!r} does not exist")
+        what = "ended_at" if body.ended_at is not None else "job"
+        authz.check_job_rights(token, intervals=existing["intervals"], field=what)
         try:
             authz.check_metadata_unchanged(token, existing=existing, fields=fields)
         except Conflict as exc:

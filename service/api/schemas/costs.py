@@ -197,7 +197,11 @@ class JobGpuPublic(BaseModel):
     """One interval during which the job held a GPU (``ended_at`` null while it still does)."""
 
     gpu_uuid: str
-    node: str
+    node: str = Field(description="the GPU's node now")
+    registered_node: str | None = Field(
+        description="the node that registered (or observed) the interval, whose agent token has"
+        " rights over the job; null where unknown"
+    )
     started_at: datetime
     ended_at: datetime | None
     source: str
