@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, insert, select
 
-from service.db.schema import gpus, job_gpus, jobs, prices
+from service.db.schema import gpus, job_gpus, jobs, nodes, prices
 from tests.support import live_server, make_batch
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -62,12 +62,18 @@ def add_job(
             )
         )
         for u in gpu_uuids:
-            gid = conn.execute(select(gpus.c.id).where(gpus.c.uuid == u)).scalar_one()
+            gid, node = conn.execute(
+                select(gpus.c.id, nodes.c.hostname)
+                .join(nodes, nodes.c.id == gpus.c.node_id)
+                .where(gpus.c.uuid == u)
+            ).one()
+            # Registered as the GPU's node's agent would: by that node.
             conn.execute(
                 insert(job_gpus).values(
-                    job_id=job_id, gpu_id=gid, started_at=started_at, source="api"
+                    job_id=job_id, gpu_id=gid, started_at=started_at, source="api",
+                    registered_node=node,
                 )
-            )
+            )  # fmt: skip
 
 
 def add_price(engine: Engine, pattern: str, usd: float, since: datetime) -> None:

@@ -32,7 +32,9 @@ def job_evidence(
         .where(gpus.c.uuid.in_(uuids))
     ).all()
     reported = _reported_minutes(conn, [r.id for r in rows], since=since, now=now)
-    registered = {iv["gpu_uuid"]: iv.get("registered_node") or iv["node"] for iv in open_ivs}
+    # The node that registered the job on each GPU (None: none is recorded, so no node's
+    # samples speak for the job there).
+    registered: dict[str, str | None] = {iv["gpu_uuid"]: iv["registered_node"] for iv in open_ivs}
     out = [
         GpuEvidence(
             uuid=r.uuid,
@@ -43,7 +45,7 @@ def job_evidence(
         )
         for r in rows
     ]
-    return out, _clocks(conn, sorted(set(registered.values())), now=now)
+    return out, _clocks(conn, sorted({n for n in registered.values() if n}), now=now)
 
 
 def _reported_minutes(

@@ -27,7 +27,7 @@ class GpuEvidence:
 
     uuid: str
     node: str
-    registered_node: str
+    registered_node: str | None
     last_sample_at: datetime | None
     reported_minutes: frozenset[datetime]
 
@@ -56,6 +56,8 @@ def _age(seconds: float) -> str:
 def _gpu_problem(
     gpu: GpuEvidence, minutes: Sequence[datetime], now: datetime, rules: EvidenceRules
 ) -> str | None:
+    if gpu.registered_node is None:
+        return f"no node is recorded as having registered the job on GPU {gpu.uuid}"
     if gpu.node != gpu.registered_node:
         return (
             f"GPU {gpu.uuid} now reports from node {gpu.node}, not from {gpu.registered_node}"

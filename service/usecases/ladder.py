@@ -206,7 +206,9 @@ def _action_at(ladder: LadderSpec | None, prog: LadderProgress) -> str:
 
 
 def _facts(job: Mapping[str, Any]) -> JobFacts:
-    nodes = tuple(sorted({i["node"] for i in job.get("intervals", []) if i["ended_at"] is None}))
+    # The nodes that registered the job (where its GPUs report now may differ: a moved GPU).
+    open_ivs = [i for i in job.get("intervals", []) if i["ended_at"] is None]
+    nodes = tuple(sorted({i["registered_node"] for i in open_ivs if i["registered_node"]}))
     labels = {str(k): str(v) for k, v in (job.get("labels") or {}).items()}
     return JobFacts(
         job_id=job["id"],

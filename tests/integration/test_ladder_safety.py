@@ -112,6 +112,21 @@ def test_a_late_batch_showing_work_before_the_warning_restarts_the_ladder(
     assert "busy again" in world.reasons(JOB, "skipped")[0]
 
 
+def test_samples_from_a_node_the_gpu_moved_to_do_not_speak_for_the_job(
+    world: LadderWorld,
+) -> None:
+    start(world)
+    world.idle_for(6)
+    assert world.actions(JOB) == [("notify_owner", "warned")]
+    world.wait(2)  # node-a falls silent; past 60 s another node may take the GPU over
+    world.hostname = "node-b"
+    world.idle_for(10)  # node-b's agent reports the GPU idle
+    assert RECLAIMED not in world.actions(JOB) and driver(world).calls == []
+    assert any("now reports from node node-b" in r for r in world.reasons(JOB, "held"))
+    # The scheduler is asked about the node that registered the job, not the new one.
+    assert {t.nodes for t in driver(world).probed} == {("node-a",)}
+
+
 def test_a_node_clock_off_blocks_steps_and_says_so(world: LadderWorld) -> None:
     start(world)
     for _ in range(14):  # each batch's Date header measures it anew (test_ingest_clock.py)
