@@ -273,7 +273,7 @@ def squeue_stand_in(
 ) -> Path:  # fmt: skip
     """A stand-in squeue at ``path`` listing Slurm job ``job`` running for ``user`` on ``node``
     since ``started_at``, as the driver asks for it (until ``gone_when`` exists)."""
-    line = f"{job}|{job}|{user}|RUNNING|(null)|{int(started_at.timestamp())}|{node}"
+    line = f"{job}:{job}:{user}:RUNNING:(null):{int(started_at.timestamp())}:{node}"
     gate = f"[ -e {gone_when} ] || " if gone_when is not None else ""
     path.write_text(f"#!/bin/sh\n{gate}echo '{line}'\n")
     path.chmod(0o755)

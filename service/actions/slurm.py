@@ -36,9 +36,13 @@ _REQUEUED_STATES = _QUEUED_STATES | {"COMPLETING"}
 _GONE_ERRORS = ("invalid job id", "already completing or completed", "job has already finished")
 # One squeue line per job: its id as printed (101, 101_3, 101+1), its own job id (an array
 # task's or het component's number, which the prolog's SLURM_JOB_ID names), user, state,
-# account, start (Unix seconds under SLURM_TIME_FORMAT=%s) and node list (compressed).
-SQUEUE_FORMAT = "%i|%A|%u|%T|%a|%S|%N"
-_FIELDS = SQUEUE_FORMAT.count("|") + 1
+# account, start (Unix seconds under SLURM_TIME_FORMAT=%s) and node list (compressed). The
+# separator means nothing to a shell (an ``ssh head squeue`` command passes the format through
+# one) and appears in no field; a start printed as a date (colons) breaks the field count.
+_SEPARATOR = ":"
+SQUEUE_FORMAT = _SEPARATOR.join(("%i", "%A", "%u", "%T", "%a", "%S", "%N"))
+_FIELDS = SQUEUE_FORMAT.count(_SEPARATOR) + 1
+_TIME_HINT = "is SLURM_TIME_FORMAT=%s set where squeue runs?"
 # squeue's placeholders for a field a job does not have.
 _NO_VALUE = frozenset({"", "(null)", "N/A", "None", "Unknown"})
 _NUMERIC = re.compile(r"^[0-9]+$")
@@ -194,7 +198,7 @@ class SlurmDriver:
             return ProbeResult("unknown", why)
         lines = [parse_squeue_line(t) for t in done.stdout.splitlines() if t.strip()]
         if any(j is None for j in lines):
-            why = f"squeue printed an unexpected line: {done.stdout[:200]!r}"
+            why = f"squeue printed an unexpected line ({_TIME_HINT}): {done.stdout[:200]!r}"
             return ProbeResult("unknown", why)
         return [j for j in lines if j is not None]
 
@@ -245,13 +249,15 @@ class SlurmDriver:
 
 def parse_squeue_line(text: str) -> SqueueLine | None:
     """One line of ``squeue -o SQUEUE_FORMAT`` (start in Unix seconds), or None if malformed."""
-    parts = text.strip().split("|")
+    parts = text.strip().split(_SEPARATOR)
     if len(parts) != _FIELDS:
         return None
     printed_id, own_id, user, state, account, start, node_list = parts
     started_at = None
     if _NUMERIC.match(start) and int(start) > 0:
         started_at = datetime.fromtimestamp(int(start), tz=UTC)
+    elif start not in _NO_VALUE and start != "0":
+        return None  # a date in some local format: no start to compare with
     return SqueueLine(
         printed_id=printed_id,
         own_id=own_id,
