@@ -162,6 +162,8 @@ class Settings(BaseSettings):
     slurm_cancel_command: str = "scancel"
     slurm_requeue_command: str = "scontrol requeue"
     slurm_squeue_command: str = "squeue"
+    # Expands a compressed node list (gpu[01-04]) to host names, to check a job's nodes.
+    slurm_hostnames_command: str = "scontrol show hostnames"
     action_timeout_seconds: float = Field(30.0, gt=0)  # a driver's command or request
     action_retry_seconds: float = Field(300.0, gt=0)  # a failed reclaim is tried again after
     # The evidence a ladder step needs (docs/actions.md#safety-rules): each of the job's GPUs

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
@@ -101,6 +101,8 @@ GPUS = [
     ("GPU-5e1a0003-0000-4000-8000-000000000003", "0000:65:00.0", 2),
 ]
 UUID_OF_MINOR = {minor: uuid for uuid, _, minor in GPUS}
+# The Slurm node's name: the agent's host name (the agent token's node), as at a real site.
+NODE = "node-a"
 
 
 def _missing() -> str | None:
@@ -180,16 +182,16 @@ GresTypes=gpu
 Prolog={b / "prolog-wrapper.sh"}
 Epilog={b / "epilog-wrapper.sh"}
 PrologFlags=Alloc
-NodeName=gwnode NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{len(GPUS)} State=UNKNOWN
+NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{len(GPUS)} State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
         )
         (b / "gres.conf").write_text(
-            f"NodeName=gwnode Name=gpu File={b / 'dev'}/nvidia[0-{len(GPUS) - 1}]\n"
+            f"NodeName={NODE} Name=gpu File={b / 'dev'}/nvidia[0-{len(GPUS) - 1}]\n"
         )
 
     def start(self) -> None:
-        for cmd in (["slurmctld", "-D", "-i"], ["slurmd", "-D", "-N", "gwnode"]):
+        for cmd in (["slurmctld", "-D", "-i"], ["slurmd", "-D", "-N", NODE]):
             log = (self.base / f"{cmd[0]}.out").open("wb")
             self.outputs.append(log)
             self.procs.append(
@@ -263,6 +265,19 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield c
     finally:
         c.stop()
+
+
+def squeue_stand_in(
+    path: Path, job: str, *, user: str, started_at: datetime, node: str = NODE,
+    gone_when: Path | None = None,
+) -> Path:  # fmt: skip
+    """A stand-in squeue at ``path`` listing Slurm job ``job`` running for ``user`` on ``node``
+    since ``started_at``, as the driver asks for it (until ``gone_when`` exists)."""
+    line = f"{job}:{job}:{user}:RUNNING:(null):{int(started_at.timestamp())}:{node}"
+    gate = f"[ -e {gone_when} ] || " if gone_when is not None else ""
+    path.write_text(f"#!/bin/sh\n{gate}echo '{line}'\n")
+    path.chmod(0o755)
+    return path
 
 
 def wait_for_job(http: httpx.Client, reader: str, job_id: str, *, ended: bool) -> dict:  # type: ignore[type-arg]

@@ -12,20 +12,27 @@ from tests.integration.test_actions_metrics import actions as counted
 from tests.ladder_support import IDLE_HELD, LadderWorld
 from tests.ladder_support import STEPS as LADDER_STEPS
 from tests.receivers import Receiver
+from tests.slurm_support import squeue_stand_in
 
 
-def test_the_ladder_s_own_dry_run_reads_back_as_written(app, http, tokens, engine, clock) -> None:
-    """The acting round (dry run, the real Slurm driver, which runs nothing then) writes the
-    log; the route, the filters and the counter read those very rows."""
+def test_the_ladder_s_own_dry_run_reads_back_as_written(
+    app, http, tokens, engine, clock, tmp_path
+) -> None:
+    """The acting round (dry run, the real Slurm driver, which only reads squeue then) writes
+    the log; the route, the filters and the counter read those very rows."""
     receiver = Receiver()
+    started_at = clock() - timedelta(minutes=1)
+    squeue = squeue_stand_in(tmp_path / "squeue", "4242", user="alice", started_at=started_at)
     try:
         world = LadderWorld(
             app.state.ctx, engine, clock, receiver,
-            {"slurm": SlurmDriver.from_settings(app.state.ctx.settings)},
+            {"slurm": SlurmDriver.from_settings(
+                app.state.ctx.settings.model_copy(update={"slurm_squeue_command": str(squeue)})
+            )},
         )  # fmt: skip
         world.samples(1, IDLE_HELD)
         world.setup({"steps": LADDER_STEPS})  # dry_run defaults to true
-        add_job(engine, "slurm:4242", world.gpus, started_at=clock() - timedelta(minutes=1))
+        add_job(engine, "slurm:4242", world.gpus, started_at=started_at)
         world.idle_for(16)
     finally:
         receiver.close()

@@ -27,6 +27,7 @@ from tests.alerting_support import add_job, auth
 from tests.ladder_support import IDLE_HELD, idle_policy
 from tests.process_support import start_central, stop, wait_until
 from tests.receivers import Receiver
+from tests.slurm_support import squeue_stand_in
 from tests.support import free_port, make_batch
 
 JOB = "slurm:77"
@@ -72,14 +73,13 @@ def idle_agent(url: str, token: str) -> Iterator[None]:
 
 
 def stand_ins(tmp: Path) -> dict[str, str]:
-    """squeue and scancel stand-ins: the job runs until cancelled; each cancel is logged."""
+    """The settings pointing at the squeue and scancel stand-ins (squeue's is written with the
+    job, by ``squeue_stand_in``): each cancel is logged."""
     calls, cancelled = tmp / "scancel.calls", tmp / "cancelled"
-    (tmp / "squeue").write_text(f"#!/bin/sh\n[ -e {cancelled} ] || echo RUNNING\n")
     (tmp / "scancel").write_text(
         f'#!/bin/sh\necho "$(date +%s.%N) $*" >> {calls}\ntouch {cancelled}\n'
     )
-    for name in ("squeue", "scancel"):
-        (tmp / name).chmod(0o755)
+    (tmp / "scancel").chmod(0o755)
     return {
         "GPUWARDEN_SLURM_SQUEUE_COMMAND": str(tmp / "squeue"),
         "GPUWARDEN_SLURM_CANCEL_COMMAND": str(tmp / "scancel"),
@@ -109,6 +109,11 @@ def test_a_restart_between_the_warnings_and_the_reclaim_reclaims_once_at_its_tim
             wait_until("the GPU is known", lambda: _gpu_known(engine), timeout=30)
             now = utc_now()
             add_job(engine, JOB, ("GPU-a0",), started_at=now - timedelta(seconds=30))
+            # The job runs, as GPU Warden recorded it, until cancelled.
+            squeue_stand_in(
+                tmp_path / "squeue", "77", user="alice", started_at=now - timedelta(seconds=30),
+                gone_when=tmp_path / "cancelled",
+            )  # fmt: skip
             with engine.begin() as conn:
                 channel = parse_channel({"name": "owners", "type": "webhook", "url": receiver.url})
                 policies_repo.put_channel(conn, channel=channel, source="api", now=now)

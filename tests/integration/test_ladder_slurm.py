@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -14,12 +15,12 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from service.actions.base import ReclaimResult
+from service.actions.base import ReclaimResult, ReclaimTarget
 from service.actions.slurm import SlurmDriver
 from service.clock import utc_now
 from tests.ladder_support import BUSY, STEPS, LadderWorld
 from tests.receivers import Receiver
-from tests.slurm_support import GPUS, Cluster, know_gpus, slurm_cluster, wait_for_job
+from tests.slurm_support import GPUS, NODE, Cluster, know_gpus, slurm_cluster, wait_for_job
 from tests.support import FakeClock
 
 
@@ -135,63 +136,56 @@ def test_an_exempt_job_is_never_touched(
 
 
 def test_the_driver_is_idempotent_on_the_real_controller(cluster: Cluster) -> None:
-    from service.actions.base import ReclaimTarget
-
     driver = SlurmDriver(env=cluster.env, timeout_seconds=30)
-    slurm_id = cluster.run(
-        "sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 600"
-    ).strip()  # fmt: skip
+    before = utc_now().replace(microsecond=0)
+    requeued, cancelled = (
+        cluster.run("sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 600").strip()
+        for _ in range(2)
+    )
     try:
         deadline = time.monotonic() + 60
-        while listed(cluster, slurm_id) != "RUNNING" and time.monotonic() < deadline:
-            time.sleep(0.3)
-        requeue = ReclaimTarget(f"slurm:{slurm_id}", "requeue")
+        for slurm_id in (requeued, cancelled):
+            while listed(cluster, slurm_id) != "RUNNING" and time.monotonic() < deadline:
+                time.sleep(0.3)
+        # The jobs as GPU Warden records them (the prolog's user, node and start).
+        recorded = ReclaimTarget("", "requeue", user="root", nodes=(NODE,), started_at=before)
+        requeue = replace(recorded, job_id=f"slurm:{requeued}")
         would = driver.reclaim(requeue, dry_run=True)
-        assert (would.outcome, would.detail) == ("would", f"would run: scontrol requeue {slurm_id}")
-        assert listed(cluster, slurm_id) == "RUNNING"
+        assert (would.outcome, would.detail) == ("would", f"would run: scontrol requeue {requeued}")
+        assert listed(cluster, requeued) == "RUNNING"
         done = driver.reclaim(requeue, dry_run=False)
         assert done.outcome == "reclaimed", done.detail
         # Requeued: on its way back to the queue; a second requeue changes nothing.
         again = driver.reclaim(requeue, dry_run=False)
         assert again.outcome == "gone" and "already pending again" in again.detail
-        while (
-            listed(cluster, slurm_id) not in ("PENDING", "RUNNING") and time.monotonic() < deadline
-        ):
-            time.sleep(0.3)
-        cancel = ReclaimTarget(f"slurm:{slurm_id}", "cancel")
-        cancelled = driver.reclaim(cancel, dry_run=False)
-        assert cancelled.outcome == "reclaimed", cancelled.detail
-        cluster.wait_gone(slurm_id)
+        cancel = replace(recorded, job_id=f"slurm:{cancelled}", mode="cancel")
+        done = driver.reclaim(cancel, dry_run=False)
+        assert done.outcome == "reclaimed", done.detail
+        cluster.wait_gone(cancelled)
         gone = driver.reclaim(cancel, dry_run=False)
         assert gone.outcome == "gone", gone.detail
-        assert driver.reclaim(requeue, dry_run=False).outcome == "gone"
+        assert driver.reclaim(replace(cancel, mode="requeue"), dry_run=False).outcome == "gone"
     finally:
-        cluster.run("scancel", slurm_id, check=False)
-        cluster.wait_gone(slurm_id)
+        for slurm_id in (requeued, cancelled):
+            cluster.run("scancel", slurm_id, check=False)
+            cluster.wait_gone(slurm_id)
 
 
 def test_the_driver_answers_failed_and_never_raises(tmp_path) -> None:
-    from service.actions.base import ReclaimTarget
-
     slow = tmp_path / "squeue"
     slow.write_text("#!/bin/sh\nsleep 5\n")
     slow.chmod(0o755)
-    target = ReclaimTarget("slurm:5", "cancel")
+    target = ReclaimTarget("slurm:5", "cancel", user="alice", nodes=("node-a",))
     timed_out = SlurmDriver(squeue_command=str(slow), timeout_seconds=0.5).reclaim(
         target, dry_run=False
     )
     assert timed_out == ReclaimResult("failed", "timed out after 0.5 s")
     missing = SlurmDriver(squeue_command=str(tmp_path / "nowhere")).reclaim(target, dry_run=False)
     assert missing.outcome == "failed" and "could not run" in missing.detail
-    assert (
-        SlurmDriver().reclaim(ReclaimTarget("slurm:5 -u root", "cancel"), dry_run=False).outcome
-        == "failed"
-    )
-    assert (
-        SlurmDriver().reclaim(ReclaimTarget("k8s:ns/p", "cancel"), dry_run=False).outcome
-        == "failed"
-    )
-    assert (
-        SlurmDriver().reclaim(ReclaimTarget("slurm:5", "suspend"), dry_run=False).outcome
-        == "failed"
-    )
+    for job_id, mode in (
+        ("slurm:5 -u root", "cancel"),
+        ("k8s:ns/p", "cancel"),
+        ("slurm:5", "suspend"),
+    ):
+        wrong = replace(target, job_id=job_id, mode=mode)
+        assert SlurmDriver().reclaim(wrong, dry_run=False).outcome == "failed"

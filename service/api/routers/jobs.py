@@ -20,7 +20,7 @@ from service.api.schemas.costs import (
 )
 from service.context import ServiceContext
 from service.costs.money import SORT_BYS
-from service.db import jobs_repo
+from service.db import job_runs_repo, jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.usecases import job_list
@@ -90,6 +90,21 @@ def _end_earlier_jobs(
         )
 
 
+def _set_aside_ended_run(conn: Connection, body: JobCreate, now: datetime) -> None:
+    """Move the ended record of ``body``'s id aside when ``body`` is a new run of that id (a
+    wrapped Slurm id); a refusal later in the request rolls the move back."""
+    moved = job_runs_repo.set_aside_ended_run(
+        conn, job_id=body.id, started_at=body.started_at, now=now
+    )
+    if moved is not None:
+        log.info(
+            "job %s starts again at %s, after its last run ended: that run's record is now %s",
+            body.id,
+            body.started_at.isoformat(),
+            moved,
+        )
+
+
 @router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
 def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> dict[str, Any]:
     """Create a job, or merge into the job of that id (201 when new, 200 when merged)."""
@@ -97,6 +112,7 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
     fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
     # Commit before answering, so a client that reads right after sees its write.
     with ctx.engine.begin() as conn:
+        _set_aside_ended_run(conn, body, now)
         existing = jobs_repo.get_job(conn, job_id=body.id)
         try:
             authz.check_job_post(
