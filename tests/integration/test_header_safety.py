@@ -311,3 +311,15 @@ def test_an_http_header_with_cr_lf_is_refused_before_anything_is_sent() -> None:
         assert receiver.received == []
     finally:
         receiver.close()
+
+
+def test_a_mail_channels_recipient_with_cr_lf_is_refused_naming_it(
+    http: httpx.Client, tokens: dict[str, str]
+) -> None:
+    admin = auth(tokens["admin"])
+    doc = {"name": "mail", "type": "email", "to": ["ops@example.org", "a@b.org\r\nBcc: x@y.org"]}
+    r = http.post("/api/v1/channels", json=doc, headers=admin)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["body", "to", 1] and "U+000D" in error["msg"], error
+    assert http.get("/api/v1/channels", headers=admin).json() == []
