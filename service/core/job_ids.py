@@ -17,16 +17,17 @@ from service.wire import no_control as no_control
 # heterogeneous job's component (``<job>+<offset>``); no leading zeros, so ``0101`` (which Slurm
 # reads as 101) is not another spelling of job 101.
 _NUMBER = r"(?:0|[1-9][0-9]*)"
-SLURM_ID = re.compile(rf"^[1-9][0-9]*(?:_{_NUMBER}|\+{_NUMBER})?$")
-# Kubernetes names: a namespace is a DNS-1123 label; a pod's name a DNS-1123 subdomain.
-_DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?$")
+SLURM_ID = re.compile(rf"^[1-9][0-9]*(?:_{_NUMBER}|\+{_NUMBER})?\Z")
+# Kubernetes names: a namespace is a DNS-1123 label; a pod's name a DNS-1123 subdomain. Each
+# pattern ends in \Z, not $, which also matches before a final newline ("101\n").
+_DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?\Z")
 KUBERNETES_PREFIXES = ("k8s", "kubernetes")
 
 
 def dns1123_label_problem(name: str) -> str | None:
     """Why ``name`` is not a DNS-1123 label (a Kubernetes namespace), or None."""
-    if _DNS1123_LABEL.match(name):
+    if _DNS1123_LABEL.fullmatch(name):
         return None
     return (
         f"{name!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63,"
@@ -36,7 +37,9 @@ def dns1123_label_problem(name: str) -> str | None:
 
 def dns1123_subdomain_problem(name: str) -> str | None:
     """Why ``name`` is not a DNS-1123 subdomain (a Kubernetes object name), or None."""
-    if _DNS1123_SUBDOMAIN.match(name) and all(_DNS1123_LABEL.match(p) for p in name.split(".")):
+    if _DNS1123_SUBDOMAIN.fullmatch(name) and all(
+        _DNS1123_LABEL.fullmatch(p) for p in name.split(".")
+    ):
         return None
     return (
         f"{name!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at"
@@ -46,7 +49,7 @@ def dns1123_subdomain_problem(name: str) -> str | None:
 
 def slurm_id_problem(slurm_id: str) -> str | None:
     """Why ``slurm_id`` (after ``slurm:``) is not a Slurm job id as squeue prints it, or None."""
-    if SLURM_ID.match(slurm_id):
+    if SLURM_ID.fullmatch(slurm_id):
         return None
     return (
         f"{slurm_id!r} is not a Slurm job id as squeue prints it (<job>, <job>_<task> or"
