@@ -10,7 +10,6 @@ from pydantic import BaseModel, field_validator
 
 from service.delivery import rfc3339
 from service.errors import DeliveryError
-from service.notify.headers import checked_headers
 from service.thresholds.policy import SILENT_SECONDS
 from service.vocabulary import HARDWARE_XID_MEANINGS, SCOPE_LABEL, canonical_labels
 
@@ -131,14 +130,13 @@ def post_json(
     headers: dict[str, str] | None = None,
     what: str,
 ) -> httpx.Response:
-    """POST ``content`` as JSON; a 2xx returns, anything else raises DeliveryError (and a header
-    value with a control character ValidationFailed, before anything is sent).
+    """POST ``content`` as JSON; a 2xx returns, anything else raises DeliveryError.
 
     The error carries the status (None when no answer came) and Retry-After; the outbox applies
     the delivery table to it. Redirects are never followed. ``what`` names the channel; the URL
     is never put in messages because a Slack webhook URL is itself a secret.
     """
-    all_headers = checked_headers({"content-type": "application/json", **(headers or {})})
+    all_headers = {"content-type": "application/json", **(headers or {})}
     try:
         response = client.post(url, content=content, headers=all_headers)
     except httpx.TimeoutException as exc:

@@ -7,8 +7,6 @@ that reason at once (the dead letter of a notification), since no retry can make
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from service.core.job_ids import control_problem
 from service.errors import ValidationFailed
 
@@ -19,8 +17,3 @@ def header_value(name: str, value: str) -> str:
     if problem is not None:
         raise ValidationFailed(f"header {name}", f"{problem}; the message cannot be sent as it is")
     return value
-
-
-def checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """``headers`` as a dict, each value checked by ``header_value``."""
-    return {name: header_value(name, value) for name, value in headers.items()}

@@ -22,10 +22,12 @@ from service.collectors.attribution import job_from_environ
 from service.db import outbox_repo
 from service.db.schema import gpu_processes, jobs, notices, outbox, samples
 from service.errors import ValidationFailed
-from service.notify.base import post_json
+from service.notify.base import Notification
 from service.notify.email import EmailNotifier
 from service.notify.message import Message
+from service.notify.webhook import WebhookNotifier
 from service.thresholds.owners import Addressee, OwnerEntry
+from service.thresholds.policy import ChannelSpec
 from service.usecases import notices as notices_usecase
 from service.usecases.evaluation import evaluate_once
 from service.usecases.outbox import INTERNAL_ERROR_ATTEMPTS, Dispatcher
@@ -301,12 +303,18 @@ def test_a_normal_owner_mail_still_arrives_and_reads_as_sent(
     assert tuple(_notice(engine, delivery_id)) == ("sent", None)
 
 
-def test_an_http_header_with_cr_lf_is_refused_before_anything_is_sent() -> None:
+def test_a_webhook_id_with_cr_lf_is_refused_before_anything_is_sent(clock: FakeClock) -> None:
+    note = Notification(
+        delivery_id="msg_1\r\nX-Evil: 1", kind="firing", status="firing", policy="p",
+        severity="warning", metric="sm_active", aggregate="avg", window="5m", op="<",
+        threshold=0.3, value=0.1, scope="job", scope_key="slurm:1", labels={},
+        active_since=clock(),
+    )  # fmt: skip
     receiver = Receiver()
     try:
+        channel = ChannelSpec(name="hook", type="webhook", url=receiver.url + "/in")
         with httpx.Client() as client, pytest.raises(ValidationFailed) as refused:
-            post_json(client, receiver.url + "/in", content=b"{}",
-                      headers={"webhook-id": "msg_1\r\nX-Evil: 1"}, what="webhook channel w")  # fmt: skip
+            WebhookNotifier(channel, client).send(note)
         assert refused.value.field == "header webhook-id"
         assert receiver.received == []
     finally:
