@@ -16,6 +16,8 @@ from service.wire import GpuClaim, IngestBatch, IngestResult
 
 log = logging.getLogger(__name__)
 
+HINTS_SAID = 5  # ids a log line names of a batch's refused hints (a batch holds up to 10,000)
+
 
 def parse_batch(raw: bytes) -> IngestBatch:
     """Validate ``raw`` JSON against the wire contract (raises pydantic's ValidationError)."""
@@ -68,11 +70,14 @@ def without_bad_hints(batch: IngestBatch) -> IngestBatch:
     }
     if not bad:
         return batch
+    said = sorted(bad.values())
+    more = f"; and {len(said) - HINTS_SAID} more" if len(said) > HINTS_SAID else ""
     log.warning(
-        "node %s: job hints left off %d process rows (no job opened or joined): %s",
+        "node %s: job hints left off %d process rows (no job opened or joined): %s%s",
         batch.node.hostname,
         sum(p.job_id in bad for p in batch.processes),
-        "; ".join(sorted(bad.values())),
+        "; ".join(said[:HINTS_SAID]),
+        more,
     )
     processes = [
         p.model_copy(update={"job_id": None}) if p.job_id in bad else p for p in batch.processes
