@@ -603,7 +603,7 @@ def test_job_charts_show_every_series_on_its_own_unit_with_utc_times(
     assert not sized.errors, sized.errors
 
 
-def test_a_kubernetes_job_opens_from_its_link_and_an_alert_link_marks_its_row(
+def test_a_job_with_an_odd_id_opens_from_its_link_and_an_alert_link_marks_its_row(
     admin: Console, demo: dict[str, Any]
 ) -> None:
     admin.open("/jobs")
@@ -611,7 +611,7 @@ def test_a_kubernetes_job_opens_from_its_link_and_an_alert_link_marks_its_row(
     link = row.locator("a").first
     assert link.get_attribute("href") == "/jobs/" + quote(ODD_JOB, safe="")
     link.click()
-    admin.page.wait_for_url("**/jobs/k8s*")
+    admin.page.wait_for_url("**/jobs/ray*")
     admin.ready()
     assert admin.page.inner_text("main h1") == f"Job {ODD_JOB}"
     assert not admin.errors, admin.errors
