@@ -6,6 +6,7 @@ validates incoming bodies with them, so the contract lives in exactly one place.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, create_model
@@ -33,9 +34,34 @@ def _no_nul(value: str) -> str:
     return value
 
 
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators: each can
+# end a mail header or a log line, or split a command's argument. Here, not in service.core,
+# because the agent (which may import only the wire) drops such hints before it ships them.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def control_problem(value: str) -> str | None:
+    """Why ``value`` may not be stored as a name or id (a control character), or None."""
+    found = _CONTROL.search(value)
+    if found is None:
+        return None
+    return f"must not contain control characters (found U+{ord(found.group()):04X})"
+
+
+def no_control(value: str) -> str:
+    """``value`` unchanged; a ValueError (for pydantic) if it holds a control character."""
+    problem = control_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 Text = Annotated[str, AfterValidator(_no_nul)]
-LabelKey = Annotated[Text, Field(min_length=1, max_length=MAX_LABEL_KEY_CHARS)]
-LabelValue = Annotated[Text, Field(max_length=MAX_LABEL_VALUE_CHARS)]
+# Text that can reach a mail header, a log line or a command's argument (a job id, a user, a
+# label): no control character at all, CR and LF above all (they would end a header line).
+Name = Annotated[str, AfterValidator(no_control)]
+LabelKey = Annotated[Name, Field(min_length=1, max_length=MAX_LABEL_KEY_CHARS)]
+LabelValue = Annotated[Name, Field(max_length=MAX_LABEL_VALUE_CHARS)]
 
 
 def _metric_field(spec: Any) -> tuple[Any, Any]:
@@ -107,8 +133,8 @@ class ProcessIn(BaseModel):
     ts: AwareDatetime
     pid: int = Field(ge=0, le=MAX_INT32, strict=True)
     fb_used_bytes: int | None = Field(None, ge=0, le=FB_MAX_BYTES, strict=True)
-    job_id: Text | None = Field(None, max_length=255)
-    user: Text | None = Field(None, max_length=255)
+    job_id: Name | None = Field(None, max_length=255)
+    user: Name | None = Field(None, max_length=255)
     # NVML's per-process samples over the agent's last poll: the share of time this process's
     # kernels ran on the SMs, and its memory-controller share (ratios; absent if not reported).
     sm_util: float | None = Field(None, ge=0, le=1, strict=True)

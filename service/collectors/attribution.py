@@ -27,6 +27,7 @@ from service.collectors.kubelet.podresources import (
     PodResourcesClient,
     PodResourcesError,
 )
+from service.wire import control_problem
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,23 @@ def job_from_cgroup(text: str) -> str | None:
     return None
 
 
+def _clean(value: str | None) -> str | None:
+    """``value``, or None when it holds a control character: central refuses the whole batch
+    for one (422), so a process that sets its own SLURM_JOB_ID to ``1\\r\\nBcc: ...`` would
+    otherwise have every batch of its node thrown away."""
+    return None if value is None or control_problem(value) is not None else value
+
+
 def job_from_environ(raw: bytes) -> tuple[str | None, str | None]:
-    """SLURM_JOB_ID and SLURM_JOB_USER from the NUL-separated bytes of /proc/<pid>/environ."""
+    """SLURM_JOB_ID and SLURM_JOB_USER from the NUL-separated bytes of /proc/<pid>/environ
+    (None for a value with a control character)."""
     job = user = None
     for item in raw.split(b"\0"):
         if item.startswith(b"SLURM_JOB_ID="):
             job = "slurm:" + item[13:].decode(errors="replace")
         elif item.startswith(b"SLURM_JOB_USER="):
             user = item[15:].decode(errors="replace")
-    return job, user
+    return _clean(job), _clean(user)
 
 
 def hostname_from_environ(raw: bytes) -> str | None:
@@ -282,5 +291,5 @@ class JobAttributor:
             return None
         for line in text.splitlines():
             if line.strip():
-                return line.strip()
+                return _clean(line.strip())
         return None

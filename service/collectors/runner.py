@@ -27,7 +27,12 @@ from service.collectors.telemetry import AgentTelemetry
 from service.delivery import quiet_http_logs
 from service.errors import ConfigError
 from service.settings import Settings
-from service.wire import MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_NODE_LABELS
+from service.wire import (
+    MAX_LABEL_KEY_CHARS,
+    MAX_LABEL_VALUE_CHARS,
+    MAX_NODE_LABELS,
+    control_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,9 @@ def parse_labels(text: str) -> dict[str, str]:
             raise ConfigError(
                 f"node_labels: value of {key!r} over {MAX_LABEL_VALUE_CHARS} characters"
             )
+        problem = control_problem(key + value)
+        if problem is not None:
+            raise ConfigError(f"node_labels: {item!r} {problem}")
         out[key] = value
     if len(out) > MAX_NODE_LABELS:
         raise ConfigError(f"node_labels: {len(out)} labels, at most {MAX_NODE_LABELS}")

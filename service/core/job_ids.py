@@ -9,37 +9,23 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators: each can
-# end a mail header or a log line, or split a command's argument.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# The control-character rule lives with the wire, which the agent may import (core it may not).
+from service.wire import control_problem as control_problem
+from service.wire import no_control as no_control
+
 # A Slurm job id as squeue prints it: a job, an array task (``<job>_<task>``) or a
 # heterogeneous job's component (``<job>+<offset>``); no leading zeros, so ``0101`` (which Slurm
 # reads as 101) is not another spelling of job 101.
 _NUMBER = r"(?:0|[1-9][0-9]*)"
-SLURM_ID = re.compile(rf"^[1-9][0-9]*(?:_{_NUMBER}|\+{_NUMBER})?$")
-# Kubernetes names: a namespace is a DNS-1123 label; a pod's name a DNS-1123 subdomain.
-_DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?$")
+SLURM_ID = re.compile(rf"^[1-9][0-9]*(?:_{_NUMBER}|\+{_NUMBER})?\Z")
+# Kubernetes names: a namespace is a DNS-1123 label; a pod's name a DNS-1123 subdomain. Each
+# pattern ends in \Z, not $, which also matches before a final newline ("101\n").
+_DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?\Z")
 # A subdomain's parts have no length of their own (Kubernetes' IsDNS1123Subdomain): a pod's name
 # may be one part of 100 characters.
-_SUBDOMAIN_PART = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN_PART = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\Z")
 KUBERNETES_PREFIXES = ("k8s", "kubernetes")
-
-
-def control_problem(value: str) -> str | None:
-    """Why ``value`` may not be stored as a name or id (a control character), or None."""
-    found = _CONTROL.search(value)
-    if found is None:
-        return None
-    return f"must not contain control characters (found U+{ord(found.group()):04X})"
-
-
-def no_control(value: str) -> str:
-    """``value`` unchanged; a ValueError (for pydantic) if it holds a control character."""
-    problem = control_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
 
 
 def dns1123_label_problem(name: str) -> str | None:

@@ -33,7 +33,8 @@ def enqueue(conn: Connection, rows: Sequence[dict[str, Any]], *, now: datetime) 
 
 @dataclass(frozen=True, slots=True)
 class Due:
-    """A pending delivery due now; ``unreadable`` says why its stored payload cannot be read."""
+    """A pending delivery due now; ``unreadable`` says why its stored payload cannot be read,
+    ``last_error`` why its last attempt failed (None before the first)."""
 
     id: int
     delivery_id: str
@@ -41,6 +42,7 @@ class Due:
     attempts: int
     payload: Any
     unreadable: str | None = None
+    last_error: str | None = None
 
 
 def _read(text: str) -> tuple[Any, str | None]:
@@ -58,15 +60,15 @@ def due(conn: Connection, *, now: datetime, limit: int = 200) -> list[Due]:
     """
     c = outbox.c
     q = (
-        select(c.id, c.delivery_id, c.channel, c.attempts, cast(c.payload, Text))
+        select(c.id, c.delivery_id, c.channel, c.attempts, cast(c.payload, Text), c.last_error)
         .where(c.status == "pending", c.next_attempt_at <= now)
         .order_by(c.id)
         .limit(limit)
     )
     out = []
-    for row_id, delivery_id, channel, attempts, text in conn.execute(q):
+    for row_id, delivery_id, channel, attempts, text, last_error in conn.execute(q):
         payload, unreadable = _read(text)
-        out.append(Due(row_id, delivery_id, channel, attempts, payload, unreadable))
+        out.append(Due(row_id, delivery_id, channel, attempts, payload, unreadable, last_error))
     return out
 
 
@@ -95,6 +97,16 @@ def mark_failed(conn: Connection, *, row_id: int, error: str) -> None:
         .where(outbox.c.id == row_id)
         .values(status="failed", attempts=outbox.c.attempts + 1, last_error=error)
     )
+
+
+def sent_ids(conn: Connection, *, delivery_ids: Sequence[str]) -> set[str]:
+    """Which of ``delivery_ids`` were delivered (status sent: taken by the receiver, not only
+    queued); a failed, pending or pruned one (the outbox keeps a week) is not among them."""
+    if not delivery_ids:
+        return set()
+    c = outbox.c
+    q = select(c.delivery_id).where(c.delivery_id.in_(list(delivery_ids)), c.status == "sent")
+    return {r for (r,) in conn.execute(q)}
 
 
 def depth(conn: Connection) -> int:

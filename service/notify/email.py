@@ -17,6 +17,7 @@ from email.utils import formatdate, make_msgid
 
 from service.errors import DeliveryError, ValidationFailed
 from service.notify.base import Notification
+from service.notify.headers import header_value
 from service.notify.message import Envelope, Message, message_of_notification
 from service.settings import Settings
 from service.thresholds.policy import ChannelSpec
@@ -40,19 +41,28 @@ def http_status_of(smtp_code: int | None) -> int | None:
 def build(
     message: Message, *, sender: str, to: list[str], cc: list[str], msgid: str
 ) -> EmailMessage:
-    """The e-mail: headers, a plain-text part and an HTML alternative."""
+    """The e-mail: headers, a plain-text part and an HTML alternative; ValidationFailed naming
+    the header when a value cannot be one (a control character: CR or LF would end it)."""
     mail = EmailMessage()
-    mail["Subject"] = message.subject
-    mail["From"] = sender
-    mail["To"] = ", ".join(to)
+    _set(mail, "Subject", message.subject)
+    _set(mail, "From", sender)
+    _set(mail, "To", ", ".join(to))
     if cc:
-        mail["Cc"] = ", ".join(cc)
+        _set(mail, "Cc", ", ".join(cc))
     mail["Date"] = formatdate(localtime=False, usegmt=True)
-    mail["Message-ID"] = msgid
+    _set(mail, "Message-ID", msgid)
     mail["Auto-Submitted"] = "auto-generated"  # RFC 3834: no vacation replies to a robot
     mail.set_content(message.text)
     mail.add_alternative(message.html, subtype="html")
     return mail
+
+
+def _set(mail: EmailMessage, name: str, value: str) -> None:
+    """Set header ``name`` to ``value``, or raise ValidationFailed naming it."""
+    try:
+        mail[name] = header_value(name, value)
+    except ValueError as exc:  # the email package's own refusals (a malformed address, say)
+        raise ValidationFailed(f"header {name}", str(exc)) from None
 
 
 class EmailNotifier:

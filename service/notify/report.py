@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from service.clock import utc_now
 from service.errors import ValidationFailed
 from service.notify.base import dumps, iso, post_json
+from service.notify.headers import header_value
 from service.notify.webhook import signature_headers
 from service.thresholds.policy import ChannelSpec
 
@@ -64,7 +65,7 @@ def send_report(channel: ChannelSpec, client: httpx.Client, msg: ReportMessage) 
         return
     if channel.type == "webhook":
         body = dumps(webhook_body(msg))
-        headers = {"webhook-id": msg.delivery_id}
+        headers = {"webhook-id": header_value("webhook-id", msg.delivery_id)}
         if channel.secret:
             headers = signature_headers(channel.secret, msg.delivery_id, utc_now(), body)
         post_json(client, channel.url, content=body, headers=headers, what=what)

@@ -11,6 +11,7 @@ from standardwebhooks.webhooks import Webhook
 
 from service.clock import Clock, utc_now
 from service.notify.base import Notification, dumps, iso, post_json
+from service.notify.headers import header_value
 from service.thresholds.policy import ChannelSpec
 
 
@@ -97,7 +98,7 @@ class WebhookNotifier:
     def send(self, note: Notification) -> None:
         """Post ``note``, signed when the channel has a secret; DeliveryError on failure."""
         body = dumps(render(note))
-        headers = {"webhook-id": note.delivery_id}
+        headers = {"webhook-id": header_value("webhook-id", note.delivery_id)}
         if self.channel.secret:
             headers = signature_headers(self.channel.secret, note.delivery_id, self.clock(), body)
         post_json(

@@ -18,6 +18,7 @@ from pydantic import (
 
 from service.core.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
 from service.core.durations import parse_duration
+from service.core.job_ids import control_problem
 from service.delivery import webhook_key_problem
 from service.errors import ValidationFailed
 from service.thresholds.ladder import LadderSpec
@@ -331,9 +332,17 @@ def parse_policy(doc: Any, *, prefix: str = "") -> PolicySpec:
 def parse_channel(doc: Any, *, prefix: str = "") -> ChannelSpec:
     """Validate one channel document; ValidationFailed names the field on error."""
     try:
-        return ChannelSpec.model_validate(doc)
+        channel = ChannelSpec.model_validate(doc)
     except ValidationError as exc:
         raise first_error(exc, prefix) from None
+    # A recipient goes into a mail's To header: CR or LF there would end it. Checked here, where
+    # a channel comes in, not in ChannelSpec, which also reads stored channels back: one stored
+    # before this check must not stop the outbox (its deliveries fail with the reason instead).
+    for i, address in enumerate(channel.to):
+        problem = control_problem(address)
+        if problem is not None:
+            raise ValidationFailed(".".join(p for p in (prefix, f"to.{i}") if p), problem)
+    return channel
 
 
 def parse_config(

@@ -9,11 +9,14 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
+from service.core.job_ids import job_id_problem
 from service.db import ingest_repo, jobs_repo, observed_jobs_repo, partitions
 from service.errors import Forbidden, Unavailable, ValidationFailed
 from service.wire import GpuClaim, IngestBatch, IngestResult
 
 log = logging.getLogger(__name__)
+
+HINTS_SAID = 5  # ids a log line names of a batch's refused hints (a batch holds up to 10,000)
 
 
 def parse_batch(raw: bytes) -> IngestBatch:
@@ -55,6 +58,37 @@ def check_node(batch: IngestBatch, *, token_node: str | None) -> None:
         raise Forbidden(
             f"node.hostname: this token writes for node {token_node!r}, not {batch.node.hostname!r}"
         )
+
+
+def without_bad_hints(batch: IngestBatch) -> IngestBatch:
+    """``batch`` with each process's job hint that may not name a job (``slurm:0101``, which
+    Slurm reads as job 101) cleared, logged once per batch; the processes and samples stay.
+
+    Cleared, not refused: a 4xx dead-letters the agent's whole batch, and a hint comes from what
+    a process says of itself (its environment), so refusing would let any user on a node throw
+    away that node's samples. Control characters are refused at the wire instead: the agent
+    never ships them (it drops such hints), so only a client that builds its own batch meets it.
+    """
+    bad = {
+        job: problem
+        for job in {p.job_id for p in batch.processes if p.job_id is not None}
+        if (problem := job_id_problem(job)) is not None
+    }
+    if not bad:
+        return batch
+    said = sorted(bad.values())
+    more = f"; and {len(said) - HINTS_SAID} more" if len(said) > HINTS_SAID else ""
+    log.warning(
+        "node %s: job hints left off %d process rows (no job opened or joined): %s%s",
+        batch.node.hostname,
+        sum(p.job_id in bad for p in batch.processes),
+        "; ".join(said[:HINTS_SAID]),
+        more,
+    )
+    processes = [
+        p.model_copy(update={"job_id": None}) if p.job_id in bad else p for p in batch.processes
+    ]
+    return batch.model_copy(update={"processes": processes})
 
 
 def _not_seen_lately(
@@ -118,6 +152,7 @@ def ingest(
     s = ctx.settings
     now = ctx.clock()
     check_node(batch, token_node=token_node)
+    batch = without_bad_hints(batch)
     check_times(
         batch,
         now=now,

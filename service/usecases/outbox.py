@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 KEEP_DAYS = 7  # sent and failed deliveries are kept this long for inspection
 PRUNE_EVERY_SECONDS = 3600.0
 RETRY_POLICY = RetryPolicy(base_seconds=2.0, cap_seconds=600.0)
+# A notifier's unexpected exception is a bug or a message no notifier can send, not the
+# receiver's state: a few tries a minute apart ride out a passing fault (a rotated config file
+# read half-written), and after that each try only repeats the failure, so the delivery is set
+# aside as failed with its reason rather than retried (and logged) forever.
+INTERNAL_ERROR_ATTEMPTS = 5
+INTERNAL_ERROR = "internal error"  # how a delivery's last_error starts after such a try
+INTERNAL_ERROR_RETRY_SECONDS = 60.0
 
 
 def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> dict[str, Any]:
@@ -163,8 +170,7 @@ class Dispatcher:
             except DeliveryError as exc:
                 self._refused(row, exc)
             except Exception as exc:  # a notifier bug must not stop the others
-                log.exception("sending delivery %s failed unexpectedly", row.delivery_id)
-                self._record(row, "retry", f"internal error: {type(exc).__name__}", 60.0)
+                self._internal_error(row, exc)
             else:
                 self._record(row, "sent", None)
                 sent += 1
@@ -196,6 +202,24 @@ class Dispatcher:
         found = [SetAside("deliver", f"delivery {row.delivery_id} to {row.channel}", reason)]
         set_aside.report(found, counter=self.ctx.telemetry.set_aside_rows, log=log)
         return None
+
+    def _internal_error(self, row: outbox_repo.Due, exc: Exception) -> None:
+        """Retry a delivery whose notifier raised unexpectedly, a minute apart, and set it aside
+        as failed on its INTERNAL_ERROR_ATTEMPTS-th try (counting every try); the traceback is
+        logged at the first such error only (the same one each time), the later tries in one
+        line."""
+        attempt = row.attempts + 1
+        said = " ".join(str(exc).split())[:200]  # one line: the error may quote the message
+        reason = f"{INTERNAL_ERROR}: {type(exc).__name__}" + (f": {said}" if said else "")
+        if not (row.last_error or "").startswith(INTERNAL_ERROR):
+            log.exception("sending delivery %s failed unexpectedly", row.delivery_id)
+        if attempt < INTERNAL_ERROR_ATTEMPTS:
+            self._record(row, "retry", reason, INTERNAL_ERROR_RETRY_SECONDS)
+            return
+        reason += f" (attempt {attempt} of {INTERNAL_ERROR_ATTEMPTS}: set aside)"
+        self._record(row, "failed", reason, quiet=True)
+        found = [SetAside("deliver", f"delivery {row.delivery_id} to {row.channel}", reason)]
+        set_aside.report(found, counter=self.ctx.telemetry.set_aside_rows, log=log)
 
     def _refused(self, row: Any, exc: DeliveryError) -> None:
         """Apply the delivery table to a refused attempt (a notification is one part)."""

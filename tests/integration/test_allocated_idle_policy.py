@@ -16,6 +16,9 @@ from tests.alerting_support import add_job, auth, ingest
 from tests.support import FakeClock, make_batch
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "gpuwarden.yaml"
+# Two jobs sharing a GPU; their ids as squeue prints them (a process hint spelt otherwise is
+# cleared at ingest).
+BUSY_JOB, IDLE_JOB = "slurm:1001", "slurm:1002"
 
 
 def _shipped(name: str) -> dict[str, Any]:
@@ -90,7 +93,7 @@ BUSY = {
 
 
 def _shared(http: httpx.Client, token: str, start: datetime, count: int) -> None:
-    """GPU-s0 busy with slurm:busy's process; slurm:idle holds it and runs nothing."""
+    """GPU-s0 busy with BUSY_JOB's process; IDLE_JOB holds it and runs nothing."""
     batch = make_batch(gpu_uuids=("GPU-s0",), start=start, count=count, metrics=BUSY)
     batch["processes"] = [
         {
@@ -99,7 +102,7 @@ def _shared(http: httpx.Client, token: str, start: datetime, count: int) -> None
             "pid": 4242,
             "fb_used_bytes": 10 * 2**30,
             "sm_util": 0.6,
-            "job_id": "slurm:busy",
+            "job_id": BUSY_JOB,
         }
         for s in batch["samples"]
     ]
@@ -121,8 +124,8 @@ def test_allocated_idle_gpu_fires_on_a_job_idle_beside_a_busy_one(
     assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
     start = clock() - timedelta(minutes=70)
     ingest(http, agent, start=start, count=1, gpu_uuids=("GPU-s0",), metrics=BUSY)
-    add_job(engine, "slurm:busy", ("GPU-s0",), started_at=start)
-    add_job(engine, "slurm:idle", ("GPU-s0",), started_at=start)
+    add_job(engine, BUSY_JOB, ("GPU-s0",), started_at=start)
+    add_job(engine, IDLE_JOB, ("GPU-s0",), started_at=start)
     _shared(http, agent, start, 420)
     rollup_once(ctx)
     evaluate_once(ctx)
@@ -132,5 +135,5 @@ def test_allocated_idle_gpu_fires_on_a_job_idle_beside_a_busy_one(
     evaluate_once(ctx)
     firing = http.get("/api/v1/alerts?state=firing", headers=auth(tokens["reader"])).json()
     keys = {(a["policy"], a["scope_key"]) for a in firing}
-    assert ("allocated-idle-gpu", "job:slurm:idle") in keys
-    assert ("allocated-idle-gpu", "job:slurm:busy") not in keys
+    assert ("allocated-idle-gpu", f"job:{IDLE_JOB}") in keys
+    assert ("allocated-idle-gpu", f"job:{BUSY_JOB}") not in keys

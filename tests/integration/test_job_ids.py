@@ -1,5 +1,6 @@
-"""Job ids of any character (Kubernetes ``k8s:<namespace>/<pod>``, ``|``, ``?``, ``#``, ``%``,
-spaces, unicode) through REST, the CLI, the console's job route and every alert link."""
+"""Job ids of any printable character (Kubernetes ``k8s:<namespace>/<pod>``; under a prefix of
+no scheduler GPU Warden drives, ``|``, ``?``, ``#``, ``%``, spaces, unicode) through REST, the
+CLI, the console's job route and every alert link."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from tests.support import FakeClock, iso
 
 ODD_IDS = [
     "k8s:default/cuda-75454ffb9f-8ljq7",
-    "k8s:ml team/train?x=1#frag",
+    "ray:ml team/train?x=1#frag",
     "a|b%2Fc%d",
-    "slurm:42 ü/λ",
+    "lsf:42 ü/λ",
 ]
 
 
@@ -64,7 +65,7 @@ def test_rest_cli_and_console_take_any_job_id(
 def test_alert_links_are_encoded_and_open_the_console_pages(
     app, http: httpx.Client, server: str, tokens, engine, clock: FakeClock
 ) -> None:
-    job_id = "k8s:default/cuda-75454ffb9f|x?y#z"
+    job_id = "ray:default/cuda-75454ffb9f|x?y#z"
     ctx = app.state.ctx
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"
     ctx.settings.public_url = server

@@ -73,8 +73,8 @@ def week(engine: Engine, receiver: Receiver) -> Iterator[tuple[httpx.Client, Any
         assert http.put("/api/v1/prices", json=prices).status_code == 200
         for job_id, user, team, gpu, at, minutes in (
             ("slurm:1", "alice", "vision", "GPU-a0", T0, 60),
-            ("slurm:0", "bob", "nlp", "GPU-b0", BOB_AT, 15),
-            ("slurm:00", "alice", "vision", "GPU-b0", BOB_AT + timedelta(minutes=15), 15),
+            ("slurm:2", "bob", "nlp", "GPU-b0", BOB_AT, 15),
+            ("slurm:3", "alice", "vision", "GPU-b0", BOB_AT + timedelta(minutes=15), 15),
         ):
             body = {"id": job_id, "user": user, "team": team, "gpus": [gpu],
                     "started_at": iso(at), "ended_at": iso(at + timedelta(minutes=minutes))}  # fmt: skip

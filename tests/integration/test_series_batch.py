@@ -12,8 +12,9 @@ from service.usecases.upkeep import rollup_once
 from tests.alerting_support import auth
 from tests.support import FakeClock, iso, make_batch, query_field
 
-# A Kubernetes id with the characters that end a path segment, a query or a fragment.
-JOB = "k8s:ml team/train-7f9c|run?1#a%b ü"
+# A job id (under a prefix of no scheduler GPU Warden drives, so not held to one's
+# spelling) with the characters that end a path segment, a query or a fragment.
+JOB = "ray:ml team/train-7f9c|run?1#a%b ü"
 METRICS = ["activity", "sm_active", "fb_used_bytes"]
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from service.api.schemas.times import StoredTime
-from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue
+from service.core.job_ids import job_id_problem
+from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue, Name
 
 
 class CauseFiguresPublic(BaseModel):
@@ -153,15 +154,31 @@ class CostReportPublic(BaseModel):
     warnings: list[str]
 
 
+def _job_id(value: str) -> str:
+    """``value`` unchanged; a ValueError (for pydantic) if it may not name a job."""
+    problem = job_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A job id reaches mail subjects, log lines and the scheduler's command line: no control
+# characters, and slurm: and k8s: ids in the one spelling the scheduler acts on.
+JobId = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_job_id)]
+
+
 class JobCreate(BaseModel):
     """``POST /jobs``: register a job (or fill in an observed one) with the GPUs it holds."""
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1, max_length=255)
-    user: str | None = Field(None, max_length=255)
-    team: str | None = Field(None, max_length=255)
-    project: str | None = Field(None, max_length=255)
+    id: JobId = Field(
+        description="slurm:<id as squeue prints it>, k8s:<namespace>/<pod> (DNS-1123 names), "
+        "or any other prefix; never a control character"
+    )
+    user: Name | None = Field(None, max_length=255)
+    team: Name | None = Field(None, max_length=255)
+    project: Name | None = Field(None, max_length=255)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_NODE_LABELS)
     gpus: list[str] = Field(default_factory=list, max_length=1024)
     started_at: StoredTime
@@ -186,9 +203,9 @@ class JobUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    user: str | None = Field(None, max_length=255)
-    team: str | None = Field(None, max_length=255)
-    project: str | None = Field(None, max_length=255)
+    user: Name | None = Field(None, max_length=255)
+    team: Name | None = Field(None, max_length=255)
+    project: Name | None = Field(None, max_length=255)
     labels: dict[LabelKey, LabelValue] | None = Field(None, max_length=MAX_NODE_LABELS)
     ended_at: StoredTime | None = None
 
