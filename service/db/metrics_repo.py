@@ -146,6 +146,19 @@ def node_last_seen(
     return {host: max(seen, sample or seen) for host, seen, sample in rows}
 
 
+def node_clock_offsets(
+    conn: Connection, *, since: datetime, node_ids: Collection[int] | None = None
+) -> dict[str, float]:
+    """Each node's clock minus the central's (seconds), where measured since ``since`` (of
+    ``node_ids`` when given)."""
+    query = select(nodes.c.hostname, nodes.c.clock_offset_seconds).where(
+        nodes.c.clock_checked_at >= since, nodes.c.clock_offset_seconds.is_not(None)
+    )
+    if node_ids is not None:
+        query = query.where(nodes.c.id.in_(node_ids))
+    return {host: float(offset) for host, offset in conn.execute(query)}
+
+
 def count_actions(conn: Connection) -> list[tuple[str, str, str, int]]:
     """(policy, action, outcome, rows) over the whole audit log of the ladders."""
     t = ladder_actions

@@ -15,7 +15,14 @@ from sqlalchemy import Connection
 from service.context import ServiceContext
 from service.costs.assumptions import fix_assumptions_of
 from service.db import policies_repo
-from service.db.metrics_repo import count_actions, node_last_seen, read_fleet, shard_node_ids
+from service.db.evidence_repo import CLOCK_OFFSET_VALID_SECONDS
+from service.db.metrics_repo import (
+    count_actions,
+    node_clock_offsets,
+    node_last_seen,
+    read_fleet,
+    shard_node_ids,
+)
 from service.exposition.actions import actions_family, ladder_label_sets
 from service.exposition.fleet import fleet_families
 from service.exposition.shards import Shard
@@ -62,6 +69,8 @@ class FleetCollector(Collector):
                 # Nodes silent longer than raw retention are taken as gone for good.
                 horizon = now - timedelta(days=ctx.settings.retention_raw_days)
                 last_seen = node_last_seen(conn, since=horizon, node_ids=node_ids)
+                measured = now - timedelta(seconds=CLOCK_OFFSET_VALID_SECONDS)
+                offsets = node_clock_offsets(conn, since=measured, node_ids=node_ids)
             snapshot = replace(snapshot, prices=prices)
             families = fleet_families(
                 snapshot,
@@ -73,6 +82,7 @@ class FleetCollector(Collector):
                 fleet_wide=shard is None or shard.carries_fleet,
             )
             families.append(node_last_seen_family(last_seen))
+            families.append(node_clock_offset_family(offsets))
             if shard is None or shard.carries_fleet:
                 # From the primary: a replica lagging behind it would read as a counter reset.
                 with ctx.engine.connect() as conn:
@@ -104,6 +114,23 @@ def actions_counter(conn: Connection) -> CounterMetricFamily:
         if p.ladder is not None
     ]
     return actions_family(count_actions(conn), zero=ladder_label_sets(ladders))
+
+
+NODE_CLOCK_OFFSET = "gpuwarden_node_clock_offset_seconds"
+
+
+def node_clock_offset_family(offsets: dict[str, float]) -> GaugeMetricFamily:
+    """One series per node measured lately: its clock minus the central's (seconds)."""
+    family = GaugeMetricFamily(
+        NODE_CLOCK_OFFSET,
+        "The node's clock minus the central's, in seconds, from the Date header of its agent's "
+        "batches (positive: ahead); past GPUWARDEN_LADDER_MAX_CLOCK_OFFSET_SECONDS no ladder "
+        "acts on its jobs.",
+        labels=["node"],
+    )
+    for host, offset in sorted(offsets.items()):
+        family.add_metric([host], offset)
+    return family
 
 
 NODE_LAST_SEEN = "gpuwarden_node_last_seen_timestamp_seconds"

@@ -42,6 +42,17 @@ def test_the_date_header_measures_the_nodes_clock(
     assert offset(engine) == pytest.approx(-behind_seconds, abs=1)
 
 
+def test_metrics_report_each_nodes_clock(
+    http: httpx.Client, tokens: dict[str, str], clock: FakeClock
+) -> None:
+    date = email.utils.format_datetime(clock() - timedelta(seconds=600), usegmt=True)
+    assert post(http, tokens["agent"], clock, date).status_code == 200
+    lines = [
+        ln for ln in http.get("/metrics").text.splitlines() if ln.startswith("gpuwarden_node_clock")
+    ]
+    assert lines == ['gpuwarden_node_clock_offset_seconds{node="node-a"} -600.0']
+
+
 @pytest.mark.parametrize("date", [None, "yesterday", "Mon, 07 Dec 2026 04:51:46"])
 def test_no_readable_date_measures_nothing_and_loses_nothing(
     http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock,
