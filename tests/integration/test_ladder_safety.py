@@ -5,13 +5,16 @@ in test_ladder_slurm.py; the Kubernetes driver's in test_kubernetes_driver.py.""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, update
 
-from service.actions.base import ProbeResult
+from service.actions.base import ProbeResult, ReclaimResult, ReclaimTarget
 from service.db import policies_repo
 from service.db.schema import nodes
 from service.thresholds.policy import parse_policy
@@ -220,3 +223,46 @@ def test_a_team_exempt_by_its_account_is_skipped(world: LadderWorld) -> None:
     world.idle_for(16)
     assert world.actions(JOB) == [("notify_owner", "skipped")]
     assert world.reasons(JOB, "skipped") == ["exempt: team oncall"]
+
+
+@dataclass
+class PairingDriver(ProbingDriver):
+    """Each live reclaim waits for another to arrive (a barrier of two): sent one at a time,
+    they never meet and fail; it also counts how many ran at once."""
+
+    barrier: threading.Barrier = field(default_factory=lambda: threading.Barrier(2, timeout=10))
+    running: int = 0
+    most: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reclaim(self, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            self.barrier.wait()
+            time.sleep(0.2)  # long enough for a third call to overlap, were it let through
+        except threading.BrokenBarrierError:
+            return ReclaimResult("failed", "sent alone")
+        finally:
+            with self.lock:
+                self.running -= 1
+        return super().reclaim(target, dry_run=dry_run)
+
+
+def test_a_round_sends_its_reclaims_in_parallel_up_to_the_bound(
+    app, engine: Engine, clock: FakeClock, receiver: Receiver
+) -> None:
+    pairing = PairingDriver()
+    gpus = ("GPU-a0", "GPU-a1", "GPU-a2", "GPU-a3")
+    world = LadderWorld(app.state.ctx, engine, clock, receiver, {"slurm": pairing}, gpus=gpus)
+    world.ctx.settings.ladder_parallel_reclaims = 2
+    world.samples(1, IDLE_HELD)
+    world.setup({"steps": STEPS, "dry_run": False})
+    jobs = [f"slurm:{500 + i}" for i in range(len(gpus))]
+    for job, gpu in zip(jobs, gpus, strict=True):
+        add_job(world.engine, job, (gpu,), started_at=world.clock() - timedelta(minutes=1))
+    world.idle_for(16)
+    assert [world.actions(j)[-1] for j in jobs] == [RECLAIMED] * 4
+    assert sorted(c[0] for c in pairing.calls) == sorted(jobs)
+    assert pairing.most == 2  # two at a time: in parallel, and never past the bound

@@ -114,6 +114,19 @@ def test_a_job_busy_after_the_first_warning_is_not_cancelled(
     assert listed(cluster, slurm_id) == "RUNNING"
 
 
+def test_a_job_whose_agent_died_is_never_cancelled(
+    cluster: Cluster, slurm_world: tuple[str, LadderWorld]
+) -> None:
+    slurm_id, world = slurm_world
+    world.setup({"steps": STEPS, "dry_run": False})
+    world.idle_for(6)
+    assert world.actions(f"slurm:{slurm_id}") == [("notify_owner", "warned")]
+    world.wait(12)  # the agent is killed: no sample, the alert stays firing (stale)
+    assert ("reclaim", "reclaimed") not in world.actions(f"slurm:{slurm_id}")
+    assert "stale" in world.reasons(f"slurm:{slurm_id}", "held")[0]
+    assert listed(cluster, slurm_id) == "RUNNING"
+
+
 def test_a_dry_run_records_would_cancel_and_the_job_keeps_running(
     cluster: Cluster, slurm_world: tuple[str, LadderWorld]
 ) -> None:
