@@ -12,6 +12,8 @@ import pytest
 from sqlalchemy import Engine
 
 from service.api.routers.reports import to_csv
+from service.db.schema import jobs
+from tests.alerting_support import add_job
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock, iso
 
@@ -62,7 +64,17 @@ def test_a_team_or_user_that_starts_a_formula_is_exported_as_text(
     job = {"id": "j1", "user": text, "team": text, "gpus": ["GPU-a0"], "started_at": iso(T0),
            "ended_at": iso(T0 + timedelta(minutes=30))}  # fmt: skip
     r = http.post("/api/v1/jobs", json=job, headers=auth(tokens["admin"]))
-    assert r.status_code == 201, r.text
+    if text[0] in "\t\r":
+        # The API refuses control characters now (docs/security.md); a name stored before
+        # that rule is still exported as text.
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "user"]
+        add_job(engine, "j1", ("GPU-a0",), started_at=T0, user=text, team=text)
+        with engine.begin() as conn:
+            conn.execute(
+                jobs.update().where(jobs.c.id == "j1").values(ended_at=T0 + timedelta(minutes=30))
+            )
+    else:
+        assert r.status_code == 201, r.text
     for group_by, column in (("job", "user"), ("job", "team"), ("team", "team")):
         r = csv_report(http, tokens["reader"], group_by)
         assert r.status_code == 200, r.text
