@@ -146,23 +146,63 @@ def _rankings(report: Report) -> list[tuple[str, list[Ranked]]]:
     ]
 
 
-_CELL = "padding:4px 10px;border-bottom:1px solid #e4e7ec;text-align:left"
+# Mail clients lay a message out in about 600 px (phones in 320-400): one column, no wide
+# table. Each job is a block of short lines that wrap, and every long word (a job id, a URL) may
+# break anywhere, so nothing scrolls sideways.
+_BODY = (
+    "margin:0;padding:0;font-family:Helvetica,Arial,sans-serif;color:#101828;font-size:14px;"
+    "line-height:1.45"
+)
+_WRAP = "overflow-wrap:anywhere;word-break:break-word"
+_BLOCK = f"padding:8px 0;border-bottom:1px solid #e4e7ec;{_WRAP}"
+_MUTED = "color:#475467"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    """An HTML table of already escaped cells."""
-    th = "".join(f"<th style='{_CELL}'>{h}</th>" for h in head)
-    trs = "".join(
-        "<tr>" + "".join(f"<td style='{_CELL}'>{c}</td>" for c in row) + "</tr>" for row in rows
+def _stack(items: list[tuple[str, list[str]]]) -> str:
+    """A column of blocks: each an already escaped head line and its detail lines."""
+    return "".join(
+        f"<div style='{_BLOCK}'><div><strong>{head}</strong></div>"
+        + "".join(f"<div style='{_MUTED}'>{line}</div>" for line in lines)
+        + "</div>"
+        for head, lines in items
     )
-    return (
-        f"<table style='border-collapse:collapse'><thead><tr>{th}</tr></thead>"
-        f"<tbody>{trs}</tbody></table>"
+
+
+def _job_blocks(report: Report) -> str:
+    e = html.escape
+    items = []
+    for i, j in enumerate(report.top_jobs, 1):
+        owner = f" ({e(j.user)})" if report.kind != "user" and j.user else ""
+        head = f"{i}. <a href='{e(j.url, quote=True)}'>{e(j.job_id)}</a>{owner}"
+        lines = [
+            f"{e(usd(j.cost_usd))} for {j.gpu_hours:,.2f} GPU-h, waste {e(usd(j.waste_usd))},"
+            f" top cause {e(j.top_cause or 'none')}"
+        ]
+        if j.fix:
+            lines.append(f"fix: {e(_fix_text(j))}")
+        items.append((head, lines))
+    return _stack(items)
+
+
+def _ranked_blocks(ranked: list[Ranked]) -> str:
+    e = html.escape
+    return _stack(
+        [
+            (
+                f"{i}. <a href='{e(r.url, quote=True)}'>{e(r.name)}</a>",
+                [
+                    f"waste {e(usd(r.waste_usd))} of {e(usd(r.cost_usd))}, top cause"
+                    f" {e(r.top_cause or 'none')}"
+                ],
+            )
+            for i, r in enumerate(ranked, 1)
+        ]
     )
 
 
 def render_html(report: Report) -> str:
-    """The HTML body: the same figures as the text, every value escaped."""
+    """The HTML body: the same figures as the text, every value escaped, in one column of at
+    most 600 px that wraps down to a phone's width."""
     e = html.escape
     t = report.totals
     link = f"<a href='{e(report.page_url, quote=True)}'>{e(report.page_url)}</a>"
@@ -170,32 +210,23 @@ def render_html(report: Report) -> str:
         body = f"<p>{e(no_jobs_line(report))}</p>"
     else:
         title = f"GPU Warden report for {_whose(report)}, {report.period.label()}"
-        summary = "".join(f"<li>{e(line)}</li>" for line in _summary_lines(report, t))
-        body = f"<h1 style='font-size:18px'>{e(title)}</h1><ul>{summary}</ul>"
+        summary = "".join(
+            f"<p style='margin:4px 0'>{e(line)}</p>" for line in _summary_lines(report, t)
+        )
+        body = f"<h1 style='font-size:18px;margin:0 0 8px'>{e(title)}</h1>{summary}"
         if report.top_jobs:
-            rows = [
-                [
-                    f"<a href='{e(j.url, quote=True)}'>{e(j.job_id)}</a>", e(j.user or ""),
-                    f"{j.gpu_hours:,.2f}", e(usd(j.cost_usd)), e(usd(j.waste_usd)),
-                    e(j.top_cause or "none"), e(_fix_text(j)),
-                ]
-                for j in report.top_jobs
-            ]  # fmt: skip
-            head = ["job", "user", "GPU-h", "cost", "waste", "top cause", "fix"]
-            body += "<h2 style='font-size:15px'>Costliest jobs</h2>" + _table(head, rows)
+            body += "<h2 style='font-size:15px;margin:16px 0 4px'>Costliest jobs</h2>"
+            body += _job_blocks(report)
         for title_, ranked in _rankings(report):
-            rows = [
-                [f"<a href='{e(r.url, quote=True)}'>{e(r.name)}</a>", e(usd(r.waste_usd)),
-                 e(usd(r.cost_usd)), e(r.top_cause or "none")]
-                for r in ranked
-            ]  # fmt: skip
-            body += f"<h2 style='font-size:15px'>{e(title_)} (by waste)</h2>"
-            body += _table(["name", "waste", "cost", "top cause"], rows)
-        body += f"<p>Details: {link}</p>"
+            body += f"<h2 style='font-size:15px;margin:16px 0 4px'>{e(title_)} (by waste)</h2>"
+            body += _ranked_blocks(ranked)
+        body += f"<p style='margin:16px 0 0'>Details: {link}</p>"
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
         f"<title>{e(subject(report))}</title></head>"
-        f"<body style='font-family:sans-serif;color:#101828'>{body}</body></html>"
+        f"<body style='{_BODY}'><div style='max-width:600px;margin:0 auto;padding:12px;"
+        f"box-sizing:border-box;{_WRAP}'>{body}</div></body></html>"
     )
 
 
