@@ -52,6 +52,10 @@ def build(
     mail["Date"] = formatdate(localtime=False, usegmt=True)
     _set(mail, "Message-ID", msgid)
     mail["Auto-Submitted"] = "auto-generated"  # RFC 3834: no vacation replies to a robot
+    if message.unsubscribe_url:
+        # RFC 2369 and 8058: the client's own "unsubscribe" button POSTs to the link.
+        _set(mail, "List-Unsubscribe", f"<{message.unsubscribe_url}>")
+        mail["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     mail.set_content(message.text)
     mail.add_alternative(message.html, subtype="html")
     return mail

@@ -36,6 +36,9 @@ class Message(BaseModel):
     html: str
     slack_text: str = Field(max_length=TEXT_MAX)
     slack_blocks: list[dict[str, Any]] = Field(default_factory=list, max_length=BLOCKS_MAX)
+    # A periodic report's one-click link that stops it (RFC 8058): mail sends it as the
+    # List-Unsubscribe header, beside the link in the body.
+    unsubscribe_url: str | None = None
 
 
 class Envelope(BaseModel):

@@ -5,6 +5,7 @@ transaction that claims (period, recipient), so each goes out once on any number
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import uuid
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
+from service.core import unsubscribe
 from service.core.slack_text import TEXT_MAX
 from service.costs.periodic import (
     PERIOD_SECONDS,
@@ -26,7 +28,7 @@ from service.costs.periodic import (
     period_name,
 )
 from service.costs.report_render import Rendered, render
-from service.db import outbox_repo, policies_repo, reports_repo
+from service.db import outbox_repo, policies_repo, reports_repo, secrets_repo
 from service.db.leader import LeaderLock
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.notify.message import Message
@@ -36,6 +38,9 @@ from service.usecases import notices
 from service.usecases.cost_report import cost_report
 
 log = logging.getLogger(__name__)
+
+# The service secret that signs the reports' one-click unsubscribe links.
+UNSUBSCRIBE_KEY = "report-unsubscribe"
 
 
 def current_period(settings: Settings, now: datetime) -> Period | None:
@@ -122,15 +127,52 @@ def message(report: Report, rendered: Rendered, delivery_id: str) -> dict[str, A
     }
 
 
-def people_message(rendered: Rendered) -> Message:
-    """The report as a message for a person's e-mail or Slack DM (the same rendering)."""
+def people_message(rendered: Rendered, unsubscribe_url: str | None = None) -> Message:
+    """The report as a message for a person's e-mail or Slack DM (the same rendering), with
+    the link that stops it at the end."""
+    text, body = rendered.text, rendered.html
+    if unsubscribe_url is not None:
+        text += f"\nStop these reports: {unsubscribe_url}\n"
+        body = body.replace("</div></body>", f"{_footer(unsubscribe_url)}</div></body>", 1)
     return Message(
         subject=rendered.subject[:998],
-        text=rendered.text,
-        html=rendered.html,
+        text=text,
+        html=body,
         slack_text=rendered.slack["text"][:TEXT_MAX],
         slack_blocks=rendered.slack["blocks"],
+        unsubscribe_url=unsubscribe_url,
     )
+
+
+def _footer(url: str) -> str:
+    """The HTML line with the link that stops the report."""
+    href = html.escape(url, quote=True)
+    return (
+        "<p style='margin:16px 0 0;font-size:12px;color:#667085'>"
+        f"<a href='{href}'>Stop these reports</a> (one click; an admin can start them again)</p>"
+    )
+
+
+def stop_by_link(conn: Connection, ctx: ServiceContext, *, recipient: str, sig: str) -> bool:
+    """Stop ``recipient``'s report if ``sig`` is the service's signature of it (its one-click
+    link); False, and nothing changed, otherwise."""
+    key = secrets_repo.get_or_create(conn, name=UNSUBSCRIBE_KEY, now=ctx.clock())
+    if not unsubscribe.is_valid(key, recipient, sig):
+        return False
+    reports_repo.opt_out(conn, recipient=recipient, by="one-click link", now=ctx.clock())
+    return True
+
+
+def link_is_valid(conn: Connection, ctx: ServiceContext, *, recipient: str, sig: str) -> bool:
+    """Whether ``sig`` signs ``recipient`` (the page before the click: it changes nothing)."""
+    key = secrets_repo.get_or_create(conn, name=UNSUBSCRIBE_KEY, now=ctx.clock())
+    return unsubscribe.is_valid(key, recipient, sig)
+
+
+def unsubscribe_url(conn: Connection, ctx: ServiceContext, recipient: str) -> str | None:
+    """The one-click link that stops ``recipient``'s report (None for the admins')."""
+    key = secrets_repo.get_or_create(conn, name=UNSUBSCRIBE_KEY, now=ctx.clock())
+    return unsubscribe.link(ctx.settings.public_url, key, recipient)
 
 
 def channel_names(settings: Settings) -> list[str]:
@@ -257,10 +299,10 @@ def _queue(
     addressee = people.get(report.recipient)
     if addressee is not None:
         key = f"report:{report.period.name}:{report.period.start.isoformat()}:{report.recipient}"
+        message_ = people_message(rendered, unsubscribe_url(conn, ctx, report.recipient))
         made = notices.queue_message(
-            conn, ctx, addressee=addressee, message=people_message(rendered), kind="report",
-            key=key,
-        )  # fmt: skip
+            conn, ctx, addressee=addressee, message=message_, kind="report", key=key
+        )
         ids += [n["delivery_id"] for n in made if n["status"] == "pending"]
     return ids
 
