@@ -37,6 +37,7 @@ from tests.support import free_port, make_batch
 
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
 SHIPPED_AM_CONFIG = Path(__file__).parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
+PROMTOOL_TESTS = Path(__file__).parents[2] / "deploy/prometheus/tests/gpuwarden-alerts.test.yml"
 AM_CONFIG = """\
 route:
   receiver: blackhole
@@ -345,12 +346,27 @@ def test_shipped_config_groups_rule_and_native_alerts_of_one_policy_and_job(
         "user": "alice",
         "team": "vision",
     }
+    # GpuLost and GpuJobLowSmActivity as promtool's run of the shipped rules labels them
+    # (deploy/prometheus/tests), beside the native alerts as the service labels them: a GPU
+    # alert with its holder's job, a job alert with every node of the job, comma-joined.
+    lost = rule_alert_labels("GpuLost", job_id="slurm:4")
+    low = rule_alert_labels("GpuJobLowSmActivity", job_id="slurm:3")
+    assert low["node"] == "n1,n2"  # a job on two nodes
+    gpu_of_job = {"gpu_uuid": "GPU-J", "gpu_index": "1", "model": "A100"}
+    job_gpus = {"gpu_uuid": "GPU-0,GPU-9", "gpu_index": "n1:0,n2:0", "model": "H100"}
     sent = [
         {"alertname": "GpuIdleHeld", **where},
         {"alertname": "idle-held-gpu", **where},
+        lost,
+        {"alertname": "gpu-hardware-fault", "policy": "gpu-hardware-fault",
+         "severity": "critical", "node": "n2", "job_id": "slurm:4", "user": "dan",
+         "team": "vision", "project": "p", **gpu_of_job},
+        low,
+        {"alertname": "low-sm-activity", "policy": "low-sm-activity", "severity": "warning",
+         "job_id": "slurm:3", "node": "n1,n2", "user": "carol", "team": "nlp", **job_gpus},
         {"alertname": "GpuWardenDown", "severity": "critical"},
         {"alertname": "GpuWardenDatabaseErrors", "severity": "warning"},
-    ]
+    ]  # fmt: skip
     receiver = Receiver()
     with run_alertmanager(tmp_path, shipped_config(receiver.url + "/am")) as am:
         r = httpx.post(am + "/api/v2/alerts", json=[{"labels": labels} for labels in sent])
@@ -364,9 +380,26 @@ def test_shipped_config_groups_rule_and_native_alerts_of_one_policy_and_job(
         got = wait_until(groups, timeout=30, every=0.2)
         assert sorted(got, key=sorted) == [
             {"GpuIdleHeld", "idle-held-gpu"},
+            {"GpuJobLowSmActivity", "low-sm-activity"},
+            {"GpuLost", "gpu-hardware-fault"},
             {"GpuWardenDatabaseErrors"},
             {"GpuWardenDown"},
         ]
+
+
+def rule_alert_labels(alertname: str, **where: str) -> dict[str, str]:
+    """The labels promtool's run of the shipped rules expects of ``alertname``'s alert whose
+    labels include ``where`` (from deploy/prometheus/tests), with its alertname."""
+    doc = yaml.safe_load(PROMTOOL_TESTS.read_text())
+    (labels,) = [
+        alert["exp_labels"]
+        for case in doc["tests"]
+        for check in case.get("alert_rule_test", [])
+        if check["alertname"] == alertname
+        for alert in check["exp_alerts"]
+        if where.items() <= alert["exp_labels"].items()
+    ]
+    return {"alertname": alertname, **{k: str(v) for k, v in labels.items()}}
 
 
 # Alertmanager telling its receivers every state change, resolved ones included, at once.
@@ -498,7 +531,8 @@ def test_a_job_alert_suppressed_by_a_lost_gpu_stays_firing_in_alertmanager(
         assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
         report()
         (fired,) = wait_until(lambda: alerts_of(am, "low-sm-activity"), timeout=20)
-        assert fired["labels"]["job_id"] == "slurm:5"
+        # A native job alert names the job's node(s): GpuJobLowSmActivity must say the same.
+        assert fired["labels"]["job_id"] == "slurm:5" and fired["labels"]["node"] == "node-a"
         wait_until(lambda: receiver.received, timeout=20)
 
         muted = keep_muted_past_expiry(am, "low-sm-activity", lambda: report(lost=True), receiver)
