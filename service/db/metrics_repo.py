@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,7 +41,8 @@ def read_fleet(
     if node_ids is not None:
         query = query.where(gpus.c.node_id.in_(node_ids))
     readings = [_fleet_gpu(row, held.get(row[0])) for row in conn.execute(query)]
-    return FleetSnapshot(readings=readings, lost=_lost_gpus(conn, fresh_since, node_ids))
+    lost = _lost_gpus(conn, fresh_since, node_ids, held)
+    return FleetSnapshot(readings=readings, lost=lost)
 
 
 def _latest_samples(fresh_since: datetime) -> Select[Any]:
@@ -101,12 +102,15 @@ def _fleet_gpu(row: Sequence[Any], holders: Sequence[Holder] | None) -> FleetGpu
 
 
 def _lost_gpus(
-    conn: Connection, fresh_since: datetime, node_ids: Collection[int] | None
+    conn: Connection,
+    fresh_since: datetime,
+    node_ids: Collection[int] | None,
+    held: Mapping[int, Sequence[Holder]],
 ) -> list[LostGpu]:
     """GPUs lost and not retired, of nodes seen at ``fresh_since`` or later (of ``node_ids``
-    when given), by node and index."""
+    when given), by node and index, each with the latest-started of its holders (``held``)."""
     query = (
-        select(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
+        select(gpus.c.id, nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid, gpus.c.model)
         .join(nodes, nodes.c.id == gpus.c.node_id)
         .where(
             gpus.c.lost_at.is_not(None),
@@ -117,10 +121,23 @@ def _lost_gpus(
     )
     if node_ids is not None:
         query = query.where(nodes.c.id.in_(node_ids))
-    return [
-        LostGpu(node=r.hostname, index=r.gpu_index, uuid=r.uuid, model=r.model)
-        for r in conn.execute(query)
-    ]
+    out = []
+    for r in conn.execute(query):
+        holders = held.get(r.id)
+        job = holders[-1] if holders else None
+        out.append(
+            LostGpu(
+                node=r.hostname,
+                index=r.gpu_index,
+                uuid=r.uuid,
+                model=r.model,
+                job_id=job.job_id if job else None,
+                user=job.user if job else None,
+                team=job.team if job else None,
+                project=job.project if job else None,
+            )
+        )
+    return out
 
 
 def node_last_seen(

@@ -6,7 +6,7 @@ prometheus_client metric families. It reads no database and no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,7 +29,7 @@ from service.costs.prices import price_at
 from service.costs.recommend import FixAssumptions
 from service.exposition.dcgm import dcgm_families
 from service.exposition.families import GpuFamily
-from service.exposition.types import FleetGpu, FleetSnapshot
+from service.exposition.types import FleetGpu, FleetSnapshot, LostGpu
 from service.vocabulary import METRICS, MetricSpec
 
 # The alert label vocabulary, so rules built on these series label alerts as GPU Warden does.
@@ -41,7 +41,11 @@ from service.vocabulary import METRICS, MetricSpec
 # does), joined in queries: ``... * on (gpu_uuid) group_left (job_id, user, team, project)
 # gpuwarden_gpu_job_info``. A new job then starts one new series, not one per family.
 LOST_LABELS: tuple[str, ...] = ("node", "gpu_index", "gpu_uuid", "model")
-JOB_INFO_LABELS: tuple[str, ...] = ("node", "gpu_uuid", "job_id", "user", "team", "project")
+# job_node: every node the job holds a GPU on, comma-joined as a native job alert's node label,
+# so a rule's per-job alert can carry the same node (GpuJobLowSmActivity).
+JOB_INFO_LABELS: tuple[str, ...] = (
+    "node", "gpu_uuid", "job_id", "job_node", "user", "team", "project",
+)  # fmt: skip
 INFO_LABELS: tuple[str, ...] = (*LOST_LABELS, "source", "mig_parent_uuid")
 
 _UNIT_SUFFIX = {
@@ -108,11 +112,12 @@ def fleet_families(
     gpus = _GpuFamilies()
     tally = _Tally.starting(lost=len(snapshot.lost))
     price_of = _model_prices(snapshot, now)
+    job_nodes = _job_nodes(snapshot)
     for r in snapshot.readings:
         mine = node_exported.get(r.node)
         if mine is None:
             mine = node_exported[r.node] = exported is None or exported(r.node)
-        i = gpus.add(r, now) if mine else -1
+        i = gpus.add(r, now, job_nodes) if mine else -1
         price = price_of(r.model)
         tally.count_price(price)
         if mine and price is not None:
@@ -127,6 +132,11 @@ def fleet_families(
         if mine:
             gpus.add_decision(i, d, waste)
 
+    reporting = {r.uuid for r in snapshot.readings}
+    for g in snapshot.lost:
+        # A lost GPU sends no samples, yet a job may still hold it: GpuLost names that job.
+        if g.uuid not in reporting and (exported is None or exported(g.node)):
+            gpus.add_holder(g, job_nodes)
     lost_fam, lost_usd_per_hour = _lost_family(snapshot, now, exported)
     families = [*gpus.in_order(), lost_fam]
     if fleet_wide:
@@ -137,6 +147,18 @@ def fleet_families(
             readings = [r for r in readings if node_exported[r.node]]
         families += dcgm_families(readings)
     return families
+
+
+def _job_nodes(snapshot: FleetSnapshot) -> dict[str, str]:
+    """Each job's nodes (those of its reporting and lost GPUs), comma-joined and sorted as a
+    native job alert's node label is."""
+    nodes: dict[str, set[str]] = {}
+    held: list[tuple[str | None, str]] = [(r.job_id, r.node) for r in snapshot.readings]
+    held += [(g.job_id, g.node) for g in snapshot.lost]
+    for job, node in held:
+        if job:
+            nodes.setdefault(job, set()).add(node)
+    return {job: ",".join(sorted(ns)) for job, ns in nodes.items()}
 
 
 def _model_prices(snapshot: FleetSnapshot, now: datetime) -> Callable[[str], float | None]:
@@ -199,7 +221,7 @@ class _GpuFamilies:
     def _gauge(self, name: str, doc: str, typ: str = "gauge") -> GpuFamily:
         return GpuFamily(name, doc, typ, self.label_sets)
 
-    def add(self, r: FleetGpu, now: datetime) -> int:
+    def add(self, r: FleetGpu, now: datetime, job_nodes: Mapping[str, str]) -> int:
         """Add reading ``r`` as the next GPU: its label sets and its sample's values; its row."""
         i = len(self.label_sets)
         self.label_sets.append(
@@ -216,18 +238,23 @@ class _GpuFamilies:
         self.age.rows.append((i, max(0.0, (now - r.last_sample_at).total_seconds())))
         self.info.label_sets.append(dict(zip(INFO_LABELS, info_values(r), strict=True)))
         self.info.rows.append((i, 1.0))
+        self.add_holder(r, job_nodes)
+        return i
+
+    def add_holder(self, g: FleetGpu | LostGpu, job_nodes: Mapping[str, str]) -> None:
+        """Add the gpuwarden_gpu_job_info series of GPU ``g``: who holds it (none: job_id "")."""
         self.job_info.label_sets.append(
             {
-                "node": r.node,
-                "gpu_uuid": r.uuid,
-                "job_id": r.job_id or "",
-                "user": r.user or "",
-                "team": r.team or "",
-                "project": r.project or "",
+                "node": g.node,
+                "gpu_uuid": g.uuid,
+                "job_id": g.job_id or "",
+                "job_node": job_nodes.get(g.job_id or "", ""),
+                "user": g.user or "",
+                "team": g.team or "",
+                "project": g.project or "",
             }
         )
-        self.job_info.rows.append((i, 1.0))
-        return i
+        self.job_info.rows.append((len(self.job_info.label_sets) - 1, 1.0))
 
     def add_decision(self, i: int, d: Decision, waste_usd_per_hour: float | None) -> None:
         """Add the decision of the GPU at row ``i``: activity, cause, idle and waste (if priced)."""
@@ -273,7 +300,8 @@ def _own_label_families() -> tuple[GpuFamily, GpuFamily, GpuFamily, GpuFamily]:
     job_info = GpuFamily(
         "gpuwarden_gpu_job_info",
         "Always 1; labels say which job (job_id, user, team, project) holds the GPU now, "
-        "job_id empty while none does. Join it to the per-GPU families on gpu_uuid.",
+        "job_id empty while none does, and every node the job holds a GPU on (job_node, "
+        "comma-separated). Join it to the per-GPU families on gpu_uuid.",
         "gauge",
         [],
     )

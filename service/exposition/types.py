@@ -43,6 +43,10 @@ class LostGpu:
     index: int
     uuid: str
     model: str
+    job_id: str | None = None  # the job that still holds it, if any
+    user: str | None = None
+    team: str | None = None
+    project: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,8 @@ def render(note: Notification) -> list[dict[str, Any]]:
         annotations["top_cause"] = note.top_cause
     if note.report_url:
         annotations["report_url"] = note.report_url
+    if muted := muted_by(note):
+        annotations["gpuwarden_muted"] = muted
     alert: dict[str, Any] = {
         "labels": labels,
         "annotations": annotations,
@@ -42,9 +44,24 @@ def render(note: Notification) -> list[dict[str, Any]]:
     return [alert]
 
 
+def muted_by(note: Notification) -> str:
+    """What mutes ``note`` in GPU Warden ("silenced", "hardware_fault", both comma-separated),
+    or "" when nothing does.
+
+    An annotation, not a label: Alertmanager knows an alert by its labels, and a new label set
+    would let the one it holds expire into "resolved" while the alert still fires.
+    """
+    return ",".join(
+        name
+        for name, on in (("silenced", note.silenced), ("hardware_fault", note.suppressed))
+        if on
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class AlertmanagerNotifier:
-    """Posts to an Alertmanager base URL (``http://am:9093``); re-sent while firing."""
+    """Posts to an Alertmanager base URL (``http://am:9093``); re-sent while firing, muted
+    in GPU Warden or not."""
 
     channel: ChannelSpec
     client: httpx.Client

@@ -38,6 +38,9 @@ class Notification(BaseModel):
     resolved_at: datetime | None = None
     ends_at: datetime | None = None  # for Alertmanager: when to consider it gone unless re-sent
     stale: bool = False
+    # Muted in GPU Warden while firing: only Alertmanager is still sent it, to keep it alive.
+    silenced: bool = False
+    suppressed: bool = False  # by a hardware fault on its GPU
     # The job's verdict (job alerts): its waste so far (USD) = idle (certain) + fixable
     # (estimated), its top cause (the one whose fix saves most), that fix and its saving (USD).
     waste_usd: float | None = None

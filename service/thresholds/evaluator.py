@@ -3,7 +3,8 @@
 It follows Prometheus alerting rules: inactive -> pending while the condition holds, pending ->
 firing once it has held for ``for``, firing -> resolved when it no longer holds. No data keeps the
 state (marked stale); a scope that disappears (a job that ended) resolves. Notifications follow
-Alertmanager: on firing, every ``repeat_interval`` while firing, and on resolve.
+Alertmanager: on firing, every ``repeat_interval`` while firing, and on resolve; a silence or a
+hardware fault mutes them, but never lets an alert Alertmanager holds expire there.
 """
 
 from __future__ import annotations
@@ -327,12 +328,20 @@ def _notify_firing(
     now: datetime,
     resend_seconds: float,
 ) -> Change:
-    """Decide whether a (still) firing alert is notified now: first time, repeat or resend."""
-    if after.state != "firing" or after.suppressed or after.silenced:
+    """Decide whether a (still) firing alert is notified now: first time, repeat or resend.
+
+    A muted one (silenced, or suppressed by a hardware fault) notifies nobody, but once it has
+    reached Alertmanager it is still re-sent there: left to expire, Alertmanager would tell its
+    receivers "resolved" while the alert fires.
+    """
+    if after.state != "firing":
         return Change(before, after)
+    muted = after.suppressed or after.silenced
     if after.last_notified_at is None:
+        if muted:
+            return Change(before, after)
         return Change(before, replace(after, last_notified_at=now, last_resent_at=now), "firing")
-    if now - after.last_notified_at >= timedelta(seconds=policy.repeat_seconds):
+    if not muted and now - after.last_notified_at >= timedelta(seconds=policy.repeat_seconds):
         return Change(before, replace(after, last_notified_at=now, last_resent_at=now), "repeat")
     last = after.last_resent_at or after.last_notified_at
     if now - last >= timedelta(seconds=resend_seconds):

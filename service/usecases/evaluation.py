@@ -233,6 +233,8 @@ def notification(
         # Like Prometheus: an alert not re-sent within 4 resend periods is considered gone.
         ends_at=now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds)),
         stale=state.stale,
+        silenced=state.silenced,
+        suppressed=state.suppressed,
         **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
         xid_code=xid_code,
         # Links for people: the console's pages, not the JSON API.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,13 +23,21 @@ import httpx
 import pytest
 import yaml
 
-from tests.alerting_support import add_job, auth, ingest, running_service, wait_until
+from tests.alerting_support import (
+    add_job,
+    auth,
+    ingest,
+    low_sm_policy,
+    running_service,
+    wait_until,
+)
 from tests.conftest import make_token
 from tests.receivers import Receiver
-from tests.support import free_port
+from tests.support import free_port, make_batch
 
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
 SHIPPED_AM_CONFIG = Path(__file__).parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
+PROMTOOL_TESTS = Path(__file__).parents[2] / "deploy/prometheus/tests/gpuwarden-alerts.test.yml"
 AM_CONFIG = """\
 route:
   receiver: blackhole
@@ -338,12 +346,27 @@ def test_shipped_config_groups_rule_and_native_alerts_of_one_policy_and_job(
         "user": "alice",
         "team": "vision",
     }
+    # GpuLost and GpuJobLowSmActivity as promtool's run of the shipped rules labels them
+    # (deploy/prometheus/tests), beside the native alerts as the service labels them: a GPU
+    # alert with its holder's job, a job alert with every node of the job, comma-joined.
+    lost = rule_alert_labels("GpuLost", job_id="slurm:4")
+    low = rule_alert_labels("GpuJobLowSmActivity", job_id="slurm:3")
+    assert low["node"] == "n1,n2"  # a job on two nodes
+    gpu_of_job = {"gpu_uuid": "GPU-J", "gpu_index": "1", "model": "A100"}
+    job_gpus = {"gpu_uuid": "GPU-0,GPU-9", "gpu_index": "n1:0,n2:0", "model": "H100"}
     sent = [
         {"alertname": "GpuIdleHeld", **where},
         {"alertname": "idle-held-gpu", **where},
+        lost,
+        {"alertname": "gpu-hardware-fault", "policy": "gpu-hardware-fault",
+         "severity": "critical", "node": "n2", "job_id": "slurm:4", "user": "dan",
+         "team": "vision", "project": "p", **gpu_of_job},
+        low,
+        {"alertname": "low-sm-activity", "policy": "low-sm-activity", "severity": "warning",
+         "job_id": "slurm:3", "node": "n1,n2", "user": "carol", "team": "nlp", **job_gpus},
         {"alertname": "GpuWardenDown", "severity": "critical"},
         {"alertname": "GpuWardenDatabaseErrors", "severity": "warning"},
-    ]
+    ]  # fmt: skip
     receiver = Receiver()
     with run_alertmanager(tmp_path, shipped_config(receiver.url + "/am")) as am:
         r = httpx.post(am + "/api/v2/alerts", json=[{"labels": labels} for labels in sent])
@@ -357,6 +380,165 @@ def test_shipped_config_groups_rule_and_native_alerts_of_one_policy_and_job(
         got = wait_until(groups, timeout=30, every=0.2)
         assert sorted(got, key=sorted) == [
             {"GpuIdleHeld", "idle-held-gpu"},
+            {"GpuJobLowSmActivity", "low-sm-activity"},
+            {"GpuLost", "gpu-hardware-fault"},
             {"GpuWardenDatabaseErrors"},
             {"GpuWardenDown"},
         ]
+
+
+def rule_alert_labels(alertname: str, **where: str) -> dict[str, str]:
+    """The labels promtool's run of the shipped rules expects of ``alertname``'s alert whose
+    labels include ``where`` (from deploy/prometheus/tests), with its alertname."""
+    doc = yaml.safe_load(PROMTOOL_TESTS.read_text())
+    (labels,) = [
+        alert["exp_labels"]
+        for case in doc["tests"]
+        for check in case.get("alert_rule_test", [])
+        if check["alertname"] == alertname
+        for alert in check["exp_alerts"]
+        if where.items() <= alert["exp_labels"].items()
+    ]
+    return {"alertname": alertname, **{k: str(v) for k, v in labels.items()}}
+
+
+# Alertmanager telling its receivers every state change, resolved ones included, at once.
+NOTIFY_ALL_CONFIG = """\
+route:
+  receiver: hook
+  group_by: ["alertname"]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook_configs:
+      - url: {url}
+        send_resolved: true
+"""
+
+
+def keep_muted_past_expiry(
+    am: str, policy: str, report: Callable[[], None], receiver: Receiver
+) -> dict:  # type: ignore[type-arg]
+    """Report for several expiry periods (endsAt - now when muting began) while the alert is
+    muted in GPU Warden; Alertmanager must hold it active, never resolved. Returns the alert."""
+    (alert,) = alerts_of(am, policy)
+    first_ends = datetime.fromisoformat(alert["endsAt"])
+
+    def past() -> bool:
+        report()
+        return datetime.now(UTC) > first_ends + timedelta(seconds=4)
+
+    wait_until(past, timeout=60, every=1.0)
+    (alert,) = alerts_of(am, policy)
+    assert alert["status"]["state"] == "active"
+    assert [m.json()["status"] for m in receiver.received] == ["firing"]
+    return alert
+
+
+def alerts_of(am: str, policy: str) -> list[dict]:  # type: ignore[type-arg]
+    r = httpx.get(am + "/api/v2/alerts", params={"filter": f'policy="{policy}"'}, timeout=5)
+    r.raise_for_status()
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_a_silence_in_gpu_warden_never_reaches_alertmanager_as_a_resolution(
+    engine, tmp_path: Path
+) -> None:
+    receiver = Receiver()
+    with (
+        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
+        # endsAt is 4 resend periods ahead: a muted alert not re-sent expires within 4 s.
+        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
+        httpx.Client(base_url=url) as http,
+    ):
+        admin = auth(make_token(engine, "admin"))
+        agent = make_token(engine, "agent", "node-a")
+        channel = {"name": "am", "type": "alertmanager", "url": am}
+        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+        policy = {
+            "name": "hot-gpu", "metric": "temperature_celsius", "aggregate": "avg",
+            "window": "5s", "op": ">", "threshold": 85, "for": "0s", "scope": "gpu",
+            "severity": "warning", "channels": ["am"],
+        }  # fmt: skip
+        assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+
+        def hot() -> None:
+            now = datetime.now(UTC) - timedelta(seconds=1)
+            ingest(http, agent, start=now, count=1, metrics={"temperature_celsius": 91.0})
+
+        hot()
+        (fired,) = wait_until(lambda: alerts_of(am, "hot-gpu"), timeout=20)
+        wait_until(lambda: receiver.received, timeout=20)
+        assert "gpuwarden_muted" not in fired["annotations"]
+
+        silence = {"matchers": {"policy": "hot-gpu"}, "comment": "maintenance",
+                   "ends_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}  # fmt: skip
+        r = http.post("/api/v1/silences", json=silence, headers=admin)
+        assert r.status_code == 201, r.text
+        muted = keep_muted_past_expiry(am, "hot-gpu", hot, receiver)
+        # The same alert (label set, start), marked as muted here; still firing in GPU Warden.
+        assert muted["fingerprint"] == fired["fingerprint"]
+        assert muted["startsAt"] == fired["startsAt"]
+        assert muted["annotations"]["gpuwarden_muted"] == "silenced"
+        (ours,) = http.get("/api/v1/alerts", params={"policy": "hot-gpu"}, headers=admin).json()
+        assert ours["state"] == "firing" and ours["silenced"]
+
+        # Deleting the silence changes nothing in Alertmanager's view but the annotation.
+        assert http.delete(f"/api/v1/silences/{r.json()['id']}", headers=admin).status_code == 204
+
+        def unmuted() -> dict | None:  # type: ignore[type-arg]
+            hot()
+            (alert,) = alerts_of(am, "hot-gpu")
+            return None if "gpuwarden_muted" in alert["annotations"] else alert
+
+        back = wait_until(unmuted, timeout=20, every=1.0)
+        assert (back["fingerprint"], back["startsAt"]) == (fired["fingerprint"], fired["startsAt"])
+        time.sleep(3)  # a group_interval and more: a "new" alert would be notified by now
+        assert [m.json()["status"] for m in receiver.received] == ["firing"]
+
+
+def test_a_job_alert_suppressed_by_a_lost_gpu_stays_firing_in_alertmanager(
+    engine, tmp_path: Path
+) -> None:
+    receiver = Receiver()
+    with (
+        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
+        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
+        httpx.Client(base_url=url) as http,
+    ):
+        admin = auth(make_token(engine, "admin"))
+        agent = make_token(engine, "agent", "node-a")
+        channel = {"name": "am", "type": "alertmanager", "url": am}
+        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+
+        def report(lost: bool = False) -> None:
+            batch = make_batch(
+                gpu_uuids=("GPU-a0",),
+                start=datetime.now(UTC) - timedelta(seconds=1),
+                metrics={"sm_active": 0.05, "fb_used_bytes": 8 << 30},
+            )
+            batch["gpus"][0]["lost"] = lost
+            if lost:  # a lost GPU answers nothing: the node reports it without samples
+                batch["samples"] = []
+            r = http.post("/api/v1/ingest", json=batch, headers=auth(agent))
+            assert r.status_code == 200, r.text
+
+        report()
+        add_job(engine, "slurm:5", ("GPU-a0",), started_at=datetime.now(UTC) - timedelta(minutes=1))
+        policy = low_sm_policy(["am"], window="5s")
+        assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+        report()
+        (fired,) = wait_until(lambda: alerts_of(am, "low-sm-activity"), timeout=20)
+        # A native job alert names the job's node(s): GpuJobLowSmActivity must say the same.
+        assert fired["labels"]["job_id"] == "slurm:5" and fired["labels"]["node"] == "node-a"
+        wait_until(lambda: receiver.received, timeout=20)
+
+        muted = keep_muted_past_expiry(am, "low-sm-activity", lambda: report(lost=True), receiver)
+        assert muted["fingerprint"] == fired["fingerprint"]
+        assert muted["annotations"]["gpuwarden_muted"] == "hardware_fault"
+        (ours,) = http.get(
+            "/api/v1/alerts", params={"policy": "low-sm-activity"}, headers=admin
+        ).json()
+        assert ours["state"] == "firing" and ours["suppressed"]

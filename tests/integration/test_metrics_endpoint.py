@@ -98,6 +98,7 @@ def test_latest_sample_per_gpu_with_job_and_price(
             "node": "node-a",
             "gpu_uuid": "GPU-a1",
             "job_id": "slurm:42",
+            "job_node": "node-a",
             "user": "alice",
             "team": "vision",
             "project": "",
@@ -158,6 +159,14 @@ def test_lost_gpu_is_exported_while_its_node_reports(
         ({"node": "node-a", "gpu_index": "1", "gpu_uuid": "GPU-a1", "model": H100}, 1.0)
     ]
     assert m["gpuwarden_fleet_gpus_lost"] == [({}, 1.0)]
+    # A lost GPU sends no samples, yet the job holding it is named (GpuLost joins it).
+    add_job(engine, job_id="slurm:5", uuid="GPU-a1", started=clock() - timedelta(minutes=1),
+            user="bob", team="nlp")  # fmt: skip
+    info = {s["gpu_uuid"]: s for s, _ in scrape(http)["gpuwarden_gpu_job_info"]}
+    assert info["GPU-a1"] == {"node": "node-a", "gpu_uuid": "GPU-a1", "job_id": "slurm:5",
+                              "job_node": "node-a", "user": "bob", "team": "nlp",
+                              "project": ""}  # fmt: skip
+    assert info["GPU-a0"]["job_id"] == ""
 
 
 def test_dcgm_compat_adds_dcgm_names(engine: Engine, settings: Settings, clock: FakeClock, tokens):

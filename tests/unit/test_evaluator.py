@@ -200,6 +200,27 @@ def test_silenced_alert_is_flagged_not_hidden() -> None:
     assert len(changes) == 1 and changes[0].after.silenced and changes[0].notify is None
 
 
+@pytest.mark.parametrize("fault", [False, True], ids=["silenced", "suppressed"])
+def test_a_muted_alert_alertmanager_holds_is_only_resent(fault: bool) -> None:
+    # Notified, then muted: no repeat for anyone, but resends keep it alive in Alertmanager
+    # (route() sends resends there only); muted before it was ever notified: nothing at all.
+    p = low_sm(**{"for": "0s"})
+    silences = [] if fault else [Silence(1, {"policy": "low-sm"}, T0, T0 + timedelta(days=1))]
+    loud, muted = Observation(0.1, LABELS), Observation(0.1, LABELS, hardware_fault=fault)
+    (c,) = evaluate(p, {"k": loud}, {}, [], T0, resend_seconds=60)
+    assert c.notify == "firing"
+    kinds = []
+    for minutes in range(1, 16):  # past the 10-minute repeat_interval
+        at = T0 + timedelta(minutes=minutes)
+        (c,) = evaluate(p, {"k": muted}, {"k": c.after}, silences, at, resend_seconds=60)
+        kinds.append(c.notify)
+        assert c.after.state == "firing" and (c.after.suppressed or c.after.silenced)
+    assert kinds == ["resend"] * 15
+    (never,) = evaluate(p, {"k": muted}, {}, silences, T0, resend_seconds=60)
+    (never,) = evaluate(p, {"k": muted}, {"k": never.after}, silences, T0 + timedelta(hours=1))
+    assert never.after.state == "firing" and never.notify is None
+
+
 def test_job_scope_aggregates_over_the_jobs_gpus() -> None:
     stats = {
         1: {"sm_active": WindowStats(sum=6.0, count=60, min=0.0, max=0.2)},  # avg 0.1

@@ -76,6 +76,7 @@ def test_per_gpu_gauges_have_labels_and_skip_absent_metrics():
         "node": "node-a",
         "gpu_uuid": "GPU-x",
         "job_id": "slurm:1",
+        "job_node": "node-a",
         "user": "alice",
         "team": "vision",
         "project": "resnet",
@@ -188,6 +189,26 @@ def test_lost_gpus_cost_as_their_own_line_and_are_never_waste():
     assert fams["gpuwarden_fleet_lost_usd_per_hour"].samples[0].value == 4.0
     assert fams["gpuwarden_fleet_cost_usd_per_hour"].samples[0].value == 4.0
     assert fams["gpuwarden_fleet_waste_usd_per_hour"].samples[0].value == 0.0
+
+
+def test_job_info_names_every_node_of_the_job_and_the_holder_of_a_lost_gpu():
+    # job_node is the job's nodes joined as a native job alert's node ("node-a,node-b"), and a
+    # lost GPU (no samples) still says who holds it, so GpuLost can name the job.
+    held = {"job_id": "slurm:9", "user": "ana", "team": "vision", "project": "p"}
+    a = replace(reading("GPU-a", sm_active=0.1), job_id="slurm:9", user="ana", team="vision",
+                project="p")  # fmt: skip
+    b = replace(a, uuid="GPU-b", node="node-b")
+    free = reading("GPU-c", sm_active=0.1)
+    lost = LostGpu("node-c", 1, "GPU-l", H100, "slurm:9", "ana", "vision", "p")
+    both = replace(lost, node="node-a", index=0, uuid="GPU-a")  # lost, its last sample fresh
+    snap = FleetSnapshot([a, b, free], lost=[lost, both])
+    fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
+    info = {s.labels["gpu_uuid"]: s.labels for s in fams["gpuwarden_gpu_job_info"].samples}
+    assert sorted(info) == ["GPU-a", "GPU-b", "GPU-c", "GPU-l"]  # one series per GPU
+    assert {info[u]["job_node"] for u in ("GPU-a", "GPU-b", "GPU-l")} == {"node-a,node-b,node-c"}
+    assert info["GPU-l"] == {"node": "node-c", "gpu_uuid": "GPU-l", **held,
+                             "job_node": "node-a,node-b,node-c"}  # fmt: skip
+    assert info["GPU-c"]["job_id"] == "" and info["GPU-c"]["job_node"] == ""
 
 
 def test_dcgm_compat_names_labels_and_units():
