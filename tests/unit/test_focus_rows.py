@@ -26,7 +26,7 @@ def test_thirds_of_a_dollar_add_up_to_the_dollar() -> None:
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), max_size=50))
-def test_cents_add_up_to_the_exact_total_and_no_row_is_a_cent_off(values: list[float]) -> None:
+def test_cents_add_up_to_the_exact_total_and_no_row_moves_over_a_cent(values: list[float]) -> None:
     out = running_cents(values)
     exact = sum((Decimal(repr(v)) for v in values), Decimal(0))
     assert sum(out, Decimal(0)) == exact.quantize(Decimal("0.01"))
