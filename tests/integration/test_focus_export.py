@@ -22,6 +22,8 @@ from sqlalchemy import Engine
 
 from service.cli.main import main
 from service.costs.focus import COLUMNS
+from service.settings import Settings
+from service.usecases import cost_days
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock, iso
 
@@ -60,13 +62,15 @@ def fleet(engine: Engine, clock: FakeClock, http: httpx.Client, tokens) -> None:
         http.post("/api/v1/jobs", json=body, headers=auth(tokens["admin"])).raise_for_status()
 
 
-def report(http: httpx.Client, token: str, group_by: str, fmt: str) -> httpx.Response:
-    params = {"start": iso(START), "end": iso(END), "group_by": group_by, "format": fmt}
+def report(
+    http: httpx.Client, token: str, group_by: str, fmt: str, end: datetime = END
+) -> httpx.Response:
+    params = {"start": iso(START), "end": iso(end), "group_by": group_by, "format": fmt}
     return http.get("/api/v1/reports/cost", params=params, headers=auth(token))
 
 
-def focus_csv(http: httpx.Client, token: str, group_by: str) -> str:
-    r = report(http, token, group_by, "focus")
+def focus_csv(http: httpx.Client, token: str, group_by: str, end: datetime = END) -> str:
+    r = report(http, token, group_by, "focus", end)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "text/csv; charset=utf-8"
     return r.text
@@ -102,6 +106,24 @@ def test_focus_rows_add_up_to_the_cost_report_to_the_cent(
         ("2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z")
     }
     assert {r["SkuId"] for r in rows} == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_a_whole_day_read_from_the_day_sums_adds_up_too(
+    http: httpx.Client, tokens, fleet, engine: Engine, clock: FakeClock, settings: Settings
+) -> None:
+    # A day later the GPUs have been held all of 2 December (no job, no samples): the cost
+    # day sums hold that day, and both the report and the day's charge read it from them.
+    clock.set(datetime(2026, 12, 3, 12, 0, tzinfo=UTC))
+    assert cost_days.write_days(engine, settings=settings, clock=clock, budget_seconds=1e9) > 0
+    end = datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
+    rows = parse(focus_csv(http, tokens["reader"], "gpu", end))
+    totals = report(http, tokens["reader"], "gpu", "json", end).json()["totals"]
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == cents(totals["cost_usd"])
+    whole = [r for r in rows if r["ChargePeriodStart"] == "2026-12-02T00:00:00Z"]
+    assert [(r["ChargePeriodEnd"], Decimal(r["ConsumedQuantity"])) for r in whole] == [
+        ("2026-12-03T00:00:00Z", Decimal(24))
+    ] * 2  # fmt: skip
+    assert sum(Decimal(r["BilledCost"]) for r in whole) == cents(2 * 24 * PRICE)
 
 
 def test_a_job_across_midnight_is_two_charges_with_its_tags_and_waste(
