@@ -13,6 +13,8 @@ from service.usecases.cost_report import check_range, cost_report
 
 # A FOCUS charge is a resource's cost over a period: a job or a GPU, not a team or a node.
 FOCUS_GROUP_BYS = ("job", "gpu")
+# Each day is one cost report: a longer export is asked for a quarter (or month) at a time.
+MAX_DAYS = 92
 
 
 def day_bounds(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
@@ -42,8 +44,13 @@ def report_days(
     if group_by not in FOCUS_GROUP_BYS:
         raise ValidationFailed("group_by", f"format=focus groups by one of {FOCUS_GROUP_BYS}")
     check_range(settings, start=start.astimezone(UTC), end=end.astimezone(UTC), now=now)
+    bounds = day_bounds(start.astimezone(UTC), end.astimezone(UTC))
+    if len(bounds) > MAX_DAYS:
+        raise ValidationFailed(
+            "start", f"format=focus covers at most {MAX_DAYS} UTC days; ask for one at a time"
+        )
     days = []
-    for day_start, day_end in day_bounds(start.astimezone(UTC), end.astimezone(UTC)):
+    for day_start, day_end in bounds:
         data = cost_report(
             conn, settings=settings, start=day_start, end=day_end, now=now,
             group_by=group_by, user=user, team=team,

@@ -149,9 +149,15 @@ def test_a_job_across_midnight_is_two_charges_with_its_tags_and_waste(
     assert unallocated and {r["ChargeDescription"] for r in unallocated} == {"GPU time no job held"}
 
 
-def test_focus_groups_by_job_or_gpu_only(http: httpx.Client, tokens) -> None:
+def test_focus_groups_by_job_or_gpu_over_at_most_92_days(http: httpx.Client, tokens) -> None:
     r = report(http, tokens["reader"], "team", "focus")
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "group_by"]
+    params = {"since": "93d", "format": "focus"}
+    r = http.get("/api/v1/reports/cost", params=params, headers=auth(tokens["reader"]))
+    assert r.status_code == 422 and "at most 92 UTC days" in r.text, r.text
+    params = {"start": "2026-09-01", "end": "2026-12-02", "format": "focus"}  # 92 days
+    r = http.get("/api/v1/reports/cost", params=params, headers=auth(tokens["reader"]))
+    assert r.status_code == 200 and r.text.splitlines() == [",".join(COLUMNS)]
 
 
 def test_the_cli_prints_the_same_focus_csv(
