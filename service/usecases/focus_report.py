@@ -43,11 +43,11 @@ def report_days(
     where its report ends (today's sums end a little before now)."""
     if group_by not in FOCUS_GROUP_BYS:
         raise ValidationFailed("group_by", f"format=focus groups by one of {FOCUS_GROUP_BYS}")
-    check_range(settings, start=start.astimezone(UTC), end=end.astimezone(UTC), now=now)
+    check_range(settings, start=start, end=end, now=now)  # refuses a time without a zone
     bounds = day_bounds(start.astimezone(UTC), end.astimezone(UTC))
     if len(bounds) > MAX_DAYS:
         raise ValidationFailed(
-            "start", f"format=focus covers at most {MAX_DAYS} UTC days; ask for one at a time"
+            "start", f"format=focus covers at most {MAX_DAYS} UTC days; ask for a month at a time"
         )
     days = []
     for day_start, day_end in bounds:
@@ -55,5 +55,6 @@ def report_days(
             conn, settings=settings, start=day_start, end=day_end, now=now,
             group_by=group_by, user=user, team=team,
         )  # fmt: skip
-        days.append(ReportDay(day_start, min(day_end, data["end"]), data["rows"]))
+        # Today ends where its report does, never before the day starts.
+        days.append(ReportDay(day_start, max(day_start, min(day_end, data["end"])), data["rows"]))
     return days
