@@ -17,7 +17,6 @@ from typing import Any
 
 from service.costs.waste import UNALLOCATED
 
-FOCUS_VERSION = "1.0"
 # Who runs the GPUs is who provides, publishes and invoices them: the fleet itself.
 PROVIDER = "GPU Warden"
 CURRENCY = "USD"  # the money model's prices are USD per GPU-hour
