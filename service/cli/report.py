@@ -52,6 +52,11 @@ def add_report_parser(sub: Any) -> None:
     fmt = c.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="print CSV (every row)")
     fmt.add_argument("--json", action="store_true", help="print the JSON report")
+    fmt.add_argument(
+        "--focus",
+        action="store_true",
+        help="print FOCUS 1.0 CSV (FinOps cost and usage rows per job or GPU per day)",
+    )
     c.set_defaults(handler=cmd_report_cost)
 
 
@@ -252,7 +257,7 @@ def cmd_report_cost(args: argparse.Namespace, settings: ClientSettings) -> int:
     params: dict[str, str] = {
         "group_by": args.group_by,
         "sort": args.sort,
-        "format": "csv" if args.csv else "json",
+        "format": "focus" if args.focus else "csv" if args.csv else "json",
     }
     for key, value in (
         ("start", args.start),
@@ -262,12 +267,12 @@ def cmd_report_cost(args: argparse.Namespace, settings: ClientSettings) -> int:
         ("user", args.filter_user),
         ("team", args.filter_team),
         # The table shows the first rows only: the service builds no more than those.
-        ("limit", None if args.csv or args.json else str(args.limit)),
+        ("limit", None if args.csv or args.json or args.focus else str(args.limit)),
     ):
         if value:
             params[key] = value
     r = api_get(settings, "/reports/cost", params)
-    if args.csv:
+    if args.csv or args.focus:
         sys.stdout.write(r.text)
         return 0
     data = r.json()

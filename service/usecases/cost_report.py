@@ -262,6 +262,8 @@ def _row(
 ) -> dict[str, Any]:
     """One report row; a job's with its user, team, project and faults."""
     row = report_row(summary, settings, _for_gpus(assumptions, att, summary))
+    # The FOCUS export names a row's GPU model as its SKU; the JSON and CSV leave it out.
+    row["gpu_models"] = sorted({att.gpus[g].model for g in summary.gpu_ids if g in att.gpus})
     if group_by == "job" and summary.key != UNALLOCATED:
         job = att.jobs.get(summary.key, {})
         row.update(

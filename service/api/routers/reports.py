@@ -5,19 +5,24 @@ from __future__ import annotations
 import csv
 import io
 import string
+from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Response
+from sqlalchemy import Connection
 
 from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.costs import CostReportPublic, CostRowPublic
+from service.context import ServiceContext
 from service.core.diagnosis import CAUSE_NAMES
+from service.costs import focus
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
 from service.usecases import cost_report as cost_usecase
+from service.usecases import focus_report
 
 router = APIRouter(prefix="/reports", tags=["reports"])
 
@@ -112,7 +117,11 @@ def cost_report(
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
     group_by: str = Query("job", description=f"one of {', '.join(GROUP_BYS)}"),
-    format: Literal["json", "csv"] = Query("json"),
+    format: Literal["json", "csv", "focus"] = Query(
+        "json",
+        description="focus: FOCUS 1.0 CSV, one charge per job (or GPU) per UTC day, every row "
+        "(cause, sort, limit and offset do not apply; docs/costs.md#focus-export)",
+    ),
     user: str | None = None,
     team: str | None = None,
     cause: str | None = Query(None, description="only the groups whose top cause is this"),
@@ -127,6 +136,8 @@ def cost_report(
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
+    if format == "focus":
+        return _focus(ctx, conn, start_at, end_at, now, group_by=group_by, user=user, team=team)
     try:
         data = cost_usecase.cost_report(
             conn,
@@ -150,3 +161,36 @@ def cost_report(
             headers["X-GPUWarden-Warnings"] = header_text(" | ".join(data["warnings"]))
         return Response(to_csv(data), media_type="text/csv; charset=utf-8", headers=headers)
     return data
+
+
+def to_focus_csv(rows: list[list[Any]]) -> str:
+    """FOCUS rows as CSV under the FOCUS column names; empty cell = null."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow(focus.COLUMNS)
+    w.writerows([csv_cell(v) for v in row] for row in rows)
+    return buf.getvalue()
+
+
+def _focus(
+    ctx: ServiceContext,
+    conn: Connection,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    *,
+    group_by: str,
+    user: str | None,
+    team: str | None,
+) -> Response:
+    """The cost report as a FOCUS CSV download."""
+    try:
+        days = focus_report.report_days(
+            conn, settings=ctx.settings, start=start, end=end, now=now, group_by=group_by,
+            user=user, team=team,
+        )  # fmt: skip
+    except ValidationFailed as exc:
+        raise query.query_error(exc.field, exc.message) from exc
+    body = to_focus_csv(focus.focus_rows(days, group_by=group_by))
+    headers = {"Content-Disposition": f'attachment; filename="gpuwarden-focus-{group_by}.csv"'}
+    return Response(body, media_type="text/csv; charset=utf-8", headers=headers)
