@@ -202,7 +202,8 @@ def _claim_gpus(
 
     The token already proved the batch comes from this node; a GPU seen here and no longer
     there was moved (hardware moved, a node renamed). One still reported by both is two agents
-    reading one GPU, which a move per batch would only make flap.
+    reading one GPU, which a move per batch would only make flap. MIG instances are held apart
+    by their parent GPU (``_mig_claims``).
     """
     check = [u for u in _wanted(batch) if cache.owned(u, node_id, now) is None]
     if not check:
@@ -218,13 +219,7 @@ def _claim_gpus(
         age = None if r.last_sample_at is None else (now - r.last_sample_at).total_seconds()
         if age is not None and age < move_after_seconds:
             left_out.add(r.uuid)
-            claims.append(GpuClaim(gpu_uuid=r.uuid, from_node=r.hostname, moved=False, reason=(
-                f"GPU {r.uuid} is still reported by node {r.hostname!r} (its latest sample "
-                f"{max(age, 0):.0f} s ago), so its items were left out of this batch: two "
-                f"agents report one GPU (an agent reading another node's dcgm-exporter through "
-                f"a Service needs internalTrafficPolicy: Local). It moves to {here!r} once "
-                f"{r.hostname!r} has not reported it for {move_after_seconds:g} s"
-            )))  # fmt: skip
+            claims.append(_left_out(r.uuid, r.hostname, here, age, move_after_seconds))
             continue
         conn.execute(update(gpus).where(gpus.c.id == r.id).values(node_id=node_id))
         conn.execute(
@@ -236,15 +231,78 @@ def _claim_gpus(
         since = "" if age is None else f" (its last sample there {age:.0f} s ago)"
         why = f"GPU {r.uuid} moved from node {r.hostname!r} to {here!r}{since}"
         claims.append(GpuClaim(gpu_uuid=r.uuid, from_node=r.hostname, moved=True, reason=why))
-    if left_out:
-        batch = batch.model_copy(
-            update={
-                "gpus": [g for g in batch.gpus if g.uuid not in left_out],
-                "samples": [x for x in batch.samples if x.gpu_uuid not in left_out],
-                "processes": [x for x in batch.processes if x.gpu_uuid not in left_out],
-            }
+    mig_out, mig_claims = _mig_claims(
+        conn, batch, set(check) - left_out, node_id, now, move_after_seconds
+    )
+    return _without(batch, left_out | mig_out), claims + mig_claims
+
+
+def _left_out(uuid: str, there: str, here: str, age: float, move_after_seconds: float) -> GpuClaim:
+    """The claim of GPU ``uuid`` left out of ``here``'s batch: node ``there`` reported it
+    ``age`` seconds ago."""
+    return GpuClaim(gpu_uuid=uuid, from_node=there, moved=False, reason=(
+        f"GPU {uuid} is still reported by node {there!r} (its latest sample "
+        f"{max(age, 0):.0f} s ago), so its items were left out of this batch: two "
+        f"agents report one GPU (an agent reading another node's dcgm-exporter through "
+        f"a Service needs internalTrafficPolicy: Local). It moves to {here!r} once "
+        f"{there!r} has not reported it for {move_after_seconds:g} s"
+    ))  # fmt: skip
+
+
+def _mig_claims(
+    conn: Connection,
+    batch: IngestBatch,
+    check: set[str],
+    node_id: int,
+    now: datetime,
+    move_after_seconds: float,
+) -> tuple[set[str], list[GpuClaim]]:
+    """The batch's MIG instances (of ``check``) whose parent GPU another node reports, and
+    their claims.
+
+    An instance's uuid carries when the agent first saw it (service.collectors.mig), so two
+    agents reading one exporter name each instance differently: the parent GPU is what they
+    share. Of the nodes that reported an instance of a parent within ``move_after_seconds``,
+    the one whose instance was stored first keeps it, so two nodes never both give way; the
+    other's instances are left out until the keeper stops reporting.
+    """
+    parent_of = {g.uuid: g.mig_parent_uuid for g in batch.gpus if g.uuid in check}
+    parents = {p for p in parent_of.values() if p is not None}
+    if not parents:
+        return set(), []
+    recent = now - timedelta(seconds=move_after_seconds)
+    keepers: dict[str, Any] = {}
+    for r in conn.execute(
+        select(gpus.c.mig_parent_uuid, gpus.c.node_id, gpus.c.last_sample_at, nodes.c.hostname)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(gpus.c.mig_parent_uuid.in_(parents), gpus.c.last_sample_at > recent)
+        .order_by(gpus.c.id.desc())
+    ):
+        keepers[r.mig_parent_uuid] = r  # the lowest id last: the first stored
+    out, claims = set(), []
+    for uuid, parent in parent_of.items():
+        keeper = keepers.get(parent) if parent is not None else None
+        if keeper is None or keeper.node_id == node_id:
+            continue
+        out.add(uuid)
+        age = (now - keeper.last_sample_at).total_seconds()
+        claims.append(
+            _left_out(uuid, keeper.hostname, batch.node.hostname, age, move_after_seconds)
         )
-    return batch, claims
+    return out, claims
+
+
+def _without(batch: IngestBatch, left_out: set[str]) -> IngestBatch:
+    """``batch`` without the GPUs of ``left_out`` and their samples and processes."""
+    if not left_out:
+        return batch
+    return batch.model_copy(
+        update={
+            "gpus": [g for g in batch.gpus if g.uuid not in left_out],
+            "samples": [x for x in batch.samples if x.gpu_uuid not in left_out],
+            "processes": [x for x in batch.processes if x.gpu_uuid not in left_out],
+        }
+    )
 
 
 def _gpu_ids(
