@@ -8,69 +8,24 @@ agents' names differ; the real exporter captures are what both agents scrape.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import Engine, insert
 
-from service.collectors.agent import Agent, AgentConfig
-from service.collectors.batch import build_batch
-from service.collectors.dcgm_exporter import DcgmExporterBackend
-from service.collectors.mig import MigIdentities
-from service.collectors.shipper import Shipper
-from service.collectors.spool import Spool
-from service.context import ServiceContext
 from service.costs.integrals import Thresholds
 from service.db import rollup_repo
 from service.db.schema import prices
-from service.settings import Settings
-from service.usecases import ingest as ingest_service
-from service.wire import IngestBatch
 from tests.alerting_support import auth
+from tests.exporter_support import DATA, exporter_agent, ship_at_once
 from tests.support import FakeClock, iso
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm-exporter"
 # 3 instances of an H100 and 6 of two A30s, every one a real exporter's series.
 CAPTURES = ("h100-mig-kserve.prom", "a30-mig-dram.prom")
 MINUTES = 30
-STEP_SECONDS = 10
-BATCH_POLLS = 6
-
-
-def exporter_agent(state: Path, text: str, node: str, first_seen: datetime) -> Agent:
-    """An agent of ``node`` on the dcgm-exporter backend, scraping ``text``; it first sees
-    each MIG instance at ``first_seen``."""
-    client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, text=text)))
-    backend = DcgmExporterBackend(
-        url="http://dcgm.test/metrics", client=client, mig=MigIdentities(clock=lambda: first_seen)
-    )
-    state.mkdir()
-    return Agent(
-        config=AgentConfig(hostname=node, labels={}, dead_letter_path=state / "dl"),
-        backend=backend,
-        shipper=Shipper(central_url="http://127.0.0.1:9", token="t"),
-        spool=Spool(state / "spool.sqlite"),
-    )
-
-
-def ship_at_once(engine: Engine, clock: FakeClock, agents: dict[str, Agent]) -> None:
-    """``MINUTES`` of every agent's polls, their batches through central's ingest in turn, as
-    they arrive (the clock moves with them)."""
-    ctx = ServiceContext(
-        settings=Settings(database_url="sqlite://", run_scheduler=False), engine=engine, clock=clock
-    )
-    t0 = clock()
-    for first in range(0, MINUTES * 60 // STEP_SECONDS, BATCH_POLLS):
-        times = [t0 + timedelta(seconds=(first + k) * STEP_SECONDS) for k in range(BATCH_POLLS)]
-        clock.set(times[-1] + timedelta(seconds=1))
-        for node, agent in agents.items():
-            snaps = [s for t in times if (s := agent.poll(t)) is not None]
-            batch = build_batch(
-                hostname=node, labels={}, devices=agent.backend.devices(), snapshots=snaps
-            )
-            ingest_service.ingest(ctx, IngestBatch.model_validate(batch), token_node=node)
 
 
 def price(engine: Engine, clock: FakeClock) -> None:
@@ -99,7 +54,12 @@ def slot(uuid: str) -> str:
 
 
 def test_mig_instances_two_nodes_report_are_stored_and_priced_once(
-    engine: Engine, clock: FakeClock, http: httpx.Client, tokens: dict[str, str], tmp_path: Path
+    app: Any,
+    engine: Engine,
+    clock: FakeClock,
+    http: httpx.Client,
+    tokens: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     text = "".join((DATA / name).read_text() for name in CAPTURES)
     t0 = clock()
@@ -110,7 +70,7 @@ def test_mig_instances_two_nodes_report_are_stored_and_priced_once(
     names = {n: {d.uuid for d in a.backend.devices()} for n, a in agents.items()}
     assert len(names["node-a"]) == 9 and not names["node-a"] & names["node-b"]
     try:
-        ship_at_once(engine, clock, agents)
+        ship_at_once(app.state.ctx, clock, agents, MINUTES)
     finally:
         for agent in agents.values():
             agent.close()
