@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, case, insert, or_, select, update
 
 from service.core.diagnosis import Thresholds, decide
+from service.db import holders_repo
 from service.db.dialect import bulk_insert, bulk_insert_ignore, copy_insert_ignore, insert_ignore
 from service.db.schema import gpu_moves, gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.errors import Forbidden, ValidationFailed
@@ -572,6 +573,7 @@ def _store_samples(
     # A process listed at a sample's time holds the GPU even below the held threshold; a
     # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
     listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
+    jobbed = _held_by_jobs(conn, batch, ids)
     for s in batch.samples:
         gpu_id = ids[s.gpu_uuid]
         ts = s.ts.astimezone(UTC)
@@ -579,7 +581,8 @@ def _store_samples(
             continue  # the first of a repeated (GPU, ts) wins, as a resent batch's would
         seen.add((gpu_id, ts))
         metrics = s.metrics.__dict__  # every field, None when absent; no copy
-        d = decide(metrics, thresholds, has_process=(s.gpu_uuid, s.ts) in listed)
+        key = (s.gpu_uuid, s.ts)
+        d = decide(metrics, thresholds, has_process=key in listed, has_job=key in jobbed)
         decision = (None, None, None) if d is None else (d.activity, int(d.rung), int(d.cause))
         source = (s.source or infer_source(metrics)).value
         rows.append((gpu_id, ts, source, *[metrics[m] for m in METRIC_NAMES], *decision))
@@ -600,6 +603,33 @@ def _store_samples(
     )
     _advance_sampled(conn, spans)
     return len(seen), stored
+
+
+def _held_by_jobs(
+    conn: Connection, batch: IngestBatch, ids: dict[str, int]
+) -> set[tuple[str, datetime]]:
+    """The (GPU uuid, ts) of the batch's samples without a memory figure that a job holds: a
+    process row of the batch names its job, or a job's interval covers the sample.
+
+    Only these need it: with a memory figure, memory decides whether an idle GPU is held.
+    """
+    blind = [s for s in batch.samples if s.metrics.__dict__["fb_used_bytes"] is None]
+    if not blind:
+        return set()
+    out = {(p.gpu_uuid, p.ts) for p in batch.processes if p.job_id is not None}
+    rest = [s for s in blind if (s.gpu_uuid, s.ts) not in out]
+    if not rest:
+        return out
+    spans = holders_repo.held_spans(
+        conn,
+        gpu_ids={ids[s.gpu_uuid] for s in rest},
+        start=min(s.ts for s in rest),
+        end=max(s.ts for s in rest),
+    )
+    for s in rest:
+        if any(a <= s.ts and (b is None or s.ts < b) for a, b in spans.get(ids[s.gpu_uuid], ())):
+            out.add((s.gpu_uuid, s.ts))
+    return out
 
 
 def _store_processes(conn: Connection, batch: IngestBatch, ids: dict[str, int]) -> int:
