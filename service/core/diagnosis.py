@@ -375,7 +375,8 @@ STATES: tuple[GpuState, ...] = tuple(GpuState)
 STATE_NAMES: tuple[str, ...] = tuple(s.value for s in STATES)
 STATE_MEANING: dict[GpuState, str] = {
     GpuState.LOST: "the GPU fell off the bus",
-    GpuState.IDLE_HELD: "nothing running, memory held",
+    GpuState.IDLE_HELD: "nothing running, memory held (where memory is not reported: a job "
+    "or a process holds it)",
     GpuState.IDLE: "nothing running, nothing held",
     GpuState.UNDERUSED: "kernels run but most of the GPU waits: tiny kernels, starved input "
     "or host-device copies",
