@@ -16,7 +16,7 @@ from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 from service.context import ServiceContext
 from service.usecases import ingest as ingest_service
-from service.wire import IngestBatch
+from service.wire import IngestBatch, IngestResult
 from tests.support import FakeClock
 
 DATA = Path(__file__).resolve().parent / "data" / "dcgm-exporter"
@@ -42,10 +42,11 @@ def exporter_agent(state: Path, text: str, node: str, first_seen: datetime) -> A
 
 def ship_at_once(
     ctx: ServiceContext, clock: FakeClock, agents: dict[str, Agent], minutes: int
-) -> None:
+) -> dict[str, IngestResult]:
     """``minutes`` of every agent's polls from ``clock()`` on, their batches through central's
-    ingest in turn as they arrive (the clock moves with them)."""
+    ingest in turn as they arrive (the clock moves with them); each node's last result."""
     t0 = clock()
+    last = {}
     for first in range(0, minutes * 60 // STEP_SECONDS, BATCH_POLLS):
         times = [t0 + timedelta(seconds=(first + k) * STEP_SECONDS) for k in range(BATCH_POLLS)]
         clock.set(times[-1] + timedelta(seconds=1))
@@ -54,4 +55,7 @@ def ship_at_once(
             batch = build_batch(
                 hostname=node, labels={}, devices=agent.backend.devices(), snapshots=snaps
             )
-            ingest_service.ingest(ctx, IngestBatch.model_validate(batch), token_node=node)
+            last[node] = ingest_service.ingest(
+                ctx, IngestBatch.model_validate(batch), token_node=node
+            )
+    return last

@@ -238,11 +238,14 @@ def _claim_gpus(
     return _without(batch, left_out | mig_out), claims + mig_claims
 
 
-def _left_out(uuid: str, there: str, here: str, age: float, move_after_seconds: float) -> GpuClaim:
-    """The claim of GPU ``uuid`` left out of ``here``'s batch: node ``there`` reported it
-    ``age`` seconds ago."""
+def _left_out(
+    uuid: str, there: str, here: str, age: float, move_after_seconds: float, parent: str = ""
+) -> GpuClaim:
+    """The claim of GPU ``uuid`` left out of ``here``'s batch: node ``there`` reported it (or,
+    for a MIG instance, an instance of its ``parent``) ``age`` seconds ago."""
+    what = f"MIG instance {uuid}: its GPU {parent}" if parent else f"GPU {uuid}"
     return GpuClaim(gpu_uuid=uuid, from_node=there, moved=False, reason=(
-        f"GPU {uuid} is still reported by node {there!r} (its latest sample "
+        f"{what} is still reported by node {there!r} (its latest sample "
         f"{max(age, 0):.0f} s ago), so its items were left out of this batch: two "
         f"agents report one GPU (an agent reading another node's dcgm-exporter through "
         f"a Service needs internalTrafficPolicy: Local). It moves to {here!r} once "
@@ -267,8 +270,10 @@ def _mig_claims(
     the one whose instance was stored first keeps it, so two nodes never both give way; the
     other's instances are left out until the keeper stops reporting.
     """
-    parent_of = {g.uuid: g.mig_parent_uuid for g in batch.gpus if g.uuid in check}
-    parents = {p for p in parent_of.values() if p is not None}
+    parent_of = {
+        g.uuid: p for g in batch.gpus if g.uuid in check and (p := g.mig_parent_uuid) is not None
+    }
+    parents = set(parent_of.values())
     if not parents:
         return set(), []
     recent = now - timedelta(seconds=move_after_seconds)
@@ -282,14 +287,13 @@ def _mig_claims(
         keepers[r.mig_parent_uuid] = r  # the lowest id last: the first stored
     out, claims = set(), []
     for uuid, parent in parent_of.items():
-        keeper = keepers.get(parent) if parent is not None else None
+        keeper = keepers.get(parent)
         if keeper is None or keeper.node_id == node_id:
             continue
         out.add(uuid)
         age = (now - keeper.last_sample_at).total_seconds()
-        claims.append(
-            _left_out(uuid, keeper.hostname, batch.node.hostname, age, move_after_seconds)
-        )
+        here = batch.node.hostname
+        claims.append(_left_out(uuid, keeper.hostname, here, age, move_after_seconds, parent))
     return out, claims
 
 

@@ -70,10 +70,18 @@ def test_mig_instances_two_nodes_report_are_stored_and_priced_once(
     names = {n: {d.uuid for d in a.backend.devices()} for n, a in agents.items()}
     assert len(names["node-a"]) == 9 and not names["node-a"] & names["node-b"]
     try:
-        ship_at_once(app.state.ctx, clock, agents, MINUTES)
+        last = ship_at_once(app.state.ctx, clock, agents, MINUTES)
     finally:
         for agent in agents.values():
             agent.close()
+    assert last["node-a"].gpu_claims == [] and last["node-b"].samples_received == 0
+    claims = last["node-b"].gpu_claims
+    assert {c.gpu_uuid for c in claims} == names["node-b"] and not any(c.moved for c in claims)
+    assert all(c.from_node == "node-a" for c in claims)
+    assert (
+        "its GPU GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77 is still reported by node 'node-a'"
+        in (" ".join(c.reason for c in claims))
+    )
     price(engine, clock)
     roll_up(engine)
 
