@@ -575,7 +575,8 @@ def _store_samples(
     rows: list[tuple[Any, ...]] = []
     spans: dict[int, SampledSpan] = {}
     # A process listed at a sample's time holds the GPU even below the held threshold; a
-    # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
+    # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process, but
+    # where memory is not reported it is the job that holds the GPU (``_held_by_jobs``).
     listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
     jobbed = _held_by_jobs(conn, batch, ids)
     for s in batch.samples:
