@@ -592,13 +592,10 @@ def alerts() -> dict[str, Any]:
             ],
         ),
         table(
-            "Idle GPUs holding memory",
-            [
-                (
-                    "gpuwarden_gpu_fb_used_bytes > 1073741824 and on (gpu_uuid) gpuwarden_gpu_idle == 1",
-                    "memory held",
-                )
-            ],
+            # The stored cause, as the fleet and the idle-held-gpu rule read it: memory
+            # figures alone miss a process below 1 GiB and read 0 without the FB fields.
+            "Idle GPUs holding memory (idle-held)",
+            [('gpuwarden_gpu_cause{cause="idle_held"} == 1', "idle-held")],
         ),
     ]
     return dashboard("gpuwarden-alerts", "GPU Warden / Alerts", panels, [])

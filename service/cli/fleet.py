@@ -91,7 +91,8 @@ def _memory(gpu: dict[str, Any]) -> str:
     used = gpu.get("latest", {}).get("fb_used_bytes")
     total = gpu.get("fb_total_bytes") or gpu.get("latest", {}).get("fb_total_bytes")
     if used is None:
-        return ""
+        # Said, not left blank: the GPU's idle-held or idle was told without its memory.
+        return "not reported" if gpu.get("memory_unknown") else ""
     return f"{used / GIB:.0f}/{total / GIB:.0f} GiB" if total else f"{used / GIB:.0f} GiB"
 
 

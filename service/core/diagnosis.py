@@ -73,7 +73,7 @@ WASTE_CAUSES: tuple[Cause, ...] = (
 CAUSE_MEANING: dict[Cause, str] = {
     Cause.IDLE_EMPTY: "nothing running, nothing held (allocated but unused)",
     Cause.IDLE_HELD: "nothing running, memory held (a process listed, or more than the held "
-    "threshold) or not reported",
+    "threshold; where memory is not reported, a job or a process holds the GPU)",
     Cause.LAUNCH_BOUND: "kernels run much of the time but occupy few SMs",
     Cause.INPUT_STARVED: "full-size kernels run only a small part of the time",
     Cause.TRANSFER_BOUND: "host-device (or peer) copies while the SMs wait",
@@ -243,23 +243,42 @@ def video_busy(values: Mapping[str, float | None], t: Thresholds) -> bool:
     return any((v := values.get(name)) is not None and v >= t.idle for name in _VIDEO)
 
 
-def held(values: Mapping[str, float | None], has_process: bool, t: Thresholds) -> bool:
-    """Memory is held, or not known to be free: a process is listed on the GPU, more than
-    ``held_bytes`` is in use, or the GPU does not report its memory use (an unreported figure
-    never decides that nothing is held)."""
+def held(
+    values: Mapping[str, float | None], has_process: bool, has_job: bool, t: Thresholds
+) -> bool:
+    """Memory is held: a process is listed on the GPU or more than ``held_bytes`` is in use;
+    where the GPU does not report its memory use, a process or a job holds it.
+
+    An exporter without the framebuffer fields says nothing of memory, so "held" must come
+    from what holds the GPU; a GPU no job or process holds is empty, not held by nobody.
+    """
     fb = values.get("fb_used_bytes")
-    return has_process or fb is None or fb > t.held_bytes
+    if fb is None:
+        return has_process or has_job
+    return has_process or fb > t.held_bytes
+
+
+def memory_unknown(values: Mapping[str, float | None]) -> bool:
+    """The sample reports activity but not memory use, so an idle cause was decided without
+    it (from the jobs and processes holding the GPU)."""
+    return activity(values) is not None and values.get("fb_used_bytes") is None
 
 
 def classify(
-    values: Mapping[str, float | None], act: float, rung: Rung, has_process: bool, t: Thresholds
+    values: Mapping[str, float | None],
+    act: float,
+    rung: Rung,
+    t: Thresholds,
+    *,
+    has_process: bool = False,
+    has_job: bool = False,
 ) -> Cause:
     """The cause of a sample whose activity is ``act`` from ``rung``, trying each in order."""
     if nothing_running(values, act, t):
         if video_busy(values, t):
             # Busy on the video engines, which no SM cause describes: busy, not waste.
             return Cause.UNCLASSIFIED
-        return Cause.IDLE_HELD if held(values, has_process, t) else Cause.IDLE_EMPTY
+        return Cause.IDLE_HELD if held(values, has_process, has_job, t) else Cause.IDLE_EMPTY
     traffic = _traffic(values)
     if traffic is not None and traffic >= t.transfer_bytes_per_second and act < t.busy:
         return Cause.TRANSFER_BOUND
@@ -283,14 +302,20 @@ def classify(
 
 
 def decide(
-    values: Mapping[str, float | None], t: Thresholds, *, has_process: bool = False
+    values: Mapping[str, float | None],
+    t: Thresholds,
+    *,
+    has_process: bool = False,
+    has_job: bool = False,
 ) -> Decision | None:
-    """Activity, rung and cause of one sample; None when it reports no activity (no data)."""
+    """Activity, rung and cause of one sample (``has_process``: a process is listed on the GPU;
+    ``has_job``: a job holds it); None when it reports no activity (no data)."""
     found = activity(values)
     if found is None:
         return None
     act, rung = found
-    return Decision(act, rung, classify(values, act, rung, has_process, t))
+    cause = classify(values, act, rung, t, has_process=has_process, has_job=has_job)
+    return Decision(act, rung, cause)
 
 
 def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
@@ -300,10 +325,8 @@ def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
     if found is None:
         return ()
     rung = found[1]
-    # Empty needs the memory figure; held is also known from a listed process.
-    out = [Cause.IDLE_HELD] if values.get("fb_used_bytes") is None else [
-        Cause.IDLE_EMPTY, Cause.IDLE_HELD,
-    ]  # fmt: skip
+    # Without the memory figure the jobs and processes holding the GPU tell the two apart.
+    out = [Cause.IDLE_EMPTY, Cause.IDLE_HELD]
     if _traffic(values) is not None:
         out.append(Cause.TRANSFER_BOUND)
     if rung is Rung.SM_ACTIVE and duty_of(values, rung) is not None:
@@ -352,7 +375,8 @@ STATES: tuple[GpuState, ...] = tuple(GpuState)
 STATE_NAMES: tuple[str, ...] = tuple(s.value for s in STATES)
 STATE_MEANING: dict[GpuState, str] = {
     GpuState.LOST: "the GPU fell off the bus",
-    GpuState.IDLE_HELD: "nothing running, memory held",
+    GpuState.IDLE_HELD: "nothing running, memory held (where memory is not reported: a job "
+    "or a process holds it)",
     GpuState.IDLE: "nothing running, nothing held",
     GpuState.UNDERUSED: "kernels run but most of the GPU waits: tiny kernels, starved input "
     "or host-device copies",

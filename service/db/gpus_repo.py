@@ -8,7 +8,7 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, select
 
-from service.core.diagnosis import Cause, Rung, supported_causes
+from service.core.diagnosis import Cause, Rung, memory_unknown, supported_causes
 from service.db import holders_repo
 from service.db.schema import (
     gpu_moves,
@@ -143,6 +143,7 @@ def _gpu_row(r: Any, holders: Mapping[int, Sequence[holders_repo.Holder]]) -> di
         "activity_rung": None if r.activity_rung is None else Rung(r.activity_rung).label,
         "cause": None if r.cause is None else Cause(r.cause).label,
         "supported_causes": [c.label for c in supported_causes(latest)],
+        "memory_unknown": memory_unknown(latest),
         "job": job.job_id if job else None,
         "user": job.user if job else None,
         "team": job.team if job else None,

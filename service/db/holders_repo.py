@@ -68,3 +68,26 @@ def holders_at(
         else:
             held[gpu_id] = [holder]
     return held
+
+
+def held_spans(
+    conn: Connection, *, gpu_ids: Collection[int], start: datetime, end: datetime
+) -> Mapping[int, Sequence[tuple[datetime, datetime | None]]]:
+    """When a job held each of ``gpu_ids`` between ``start`` and ``end`` (inclusive), as
+    [from, until) spans (until None: still held), by the rule of ``holders_at``; GPUs held by
+    none are absent."""
+    query = (
+        select(job_gpus.c.gpu_id, job_gpus.c.started_at, job_gpus.c.ended_at, jobs.c.ended_at)
+        .join(jobs, jobs.c.id == job_gpus.c.job_id)
+        .where(
+            job_gpus.c.gpu_id.in_(list(gpu_ids)),
+            job_gpus.c.started_at <= end,
+            or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at > start),
+            or_(jobs.c.ended_at.is_(None), jobs.c.ended_at > start),
+        )
+    )
+    spans: dict[int, list[tuple[datetime, datetime | None]]] = {}
+    for gpu_id, started, ended, job_ended in conn.execute(query).all():
+        until = min((e for e in (ended, job_ended) if e is not None), default=None)
+        spans.setdefault(gpu_id, []).append((started, until))
+    return spans

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, case, insert, or_, select, update
 
 from service.core.diagnosis import Thresholds, decide
+from service.db import holders_repo
 from service.db.dialect import bulk_insert, bulk_insert_ignore, copy_insert_ignore, insert_ignore
 from service.db.schema import gpu_moves, gpu_processes, gpus, nodes, rollup_dirty, samples
 from service.errors import Forbidden, ValidationFailed
@@ -202,7 +203,8 @@ def _claim_gpus(
 
     The token already proved the batch comes from this node; a GPU seen here and no longer
     there was moved (hardware moved, a node renamed). One still reported by both is two agents
-    reading one GPU, which a move per batch would only make flap.
+    reading one GPU, which a move per batch would only make flap. MIG instances are held apart
+    by their parent GPU (``_mig_claims``).
     """
     check = [u for u in _wanted(batch) if cache.owned(u, node_id, now) is None]
     if not check:
@@ -218,13 +220,7 @@ def _claim_gpus(
         age = None if r.last_sample_at is None else (now - r.last_sample_at).total_seconds()
         if age is not None and age < move_after_seconds:
             left_out.add(r.uuid)
-            claims.append(GpuClaim(gpu_uuid=r.uuid, from_node=r.hostname, moved=False, reason=(
-                f"GPU {r.uuid} is still reported by node {r.hostname!r} (its latest sample "
-                f"{max(age, 0):.0f} s ago), so its items were left out of this batch: two "
-                f"agents report one GPU (an agent reading another node's dcgm-exporter through "
-                f"a Service needs internalTrafficPolicy: Local). It moves to {here!r} once "
-                f"{r.hostname!r} has not reported it for {move_after_seconds:g} s"
-            )))  # fmt: skip
+            claims.append(_left_out(r.uuid, r.hostname, here, age, move_after_seconds))
             continue
         conn.execute(update(gpus).where(gpus.c.id == r.id).values(node_id=node_id))
         conn.execute(
@@ -236,15 +232,82 @@ def _claim_gpus(
         since = "" if age is None else f" (its last sample there {age:.0f} s ago)"
         why = f"GPU {r.uuid} moved from node {r.hostname!r} to {here!r}{since}"
         claims.append(GpuClaim(gpu_uuid=r.uuid, from_node=r.hostname, moved=True, reason=why))
-    if left_out:
-        batch = batch.model_copy(
-            update={
-                "gpus": [g for g in batch.gpus if g.uuid not in left_out],
-                "samples": [x for x in batch.samples if x.gpu_uuid not in left_out],
-                "processes": [x for x in batch.processes if x.gpu_uuid not in left_out],
-            }
-        )
-    return batch, claims
+    mig_out, mig_claims = _mig_claims(
+        conn, batch, set(check) - left_out, node_id, now, move_after_seconds
+    )
+    return _without(batch, left_out | mig_out), claims + mig_claims
+
+
+def _left_out(
+    uuid: str, there: str, here: str, age: float, move_after_seconds: float, parent: str = ""
+) -> GpuClaim:
+    """The claim of GPU ``uuid`` left out of ``here``'s batch: node ``there`` reported it (or,
+    for a MIG instance, an instance of its ``parent``) ``age`` seconds ago."""
+    what = f"MIG instance {uuid}: its GPU {parent}" if parent else f"GPU {uuid}"
+    return GpuClaim(gpu_uuid=uuid, from_node=there, moved=False, reason=(
+        f"{what} is still reported by node {there!r} (its latest sample "
+        f"{max(age, 0):.0f} s ago), so its items were left out of this batch: two "
+        f"agents report one GPU (an agent reading another node's dcgm-exporter through "
+        f"a Service needs internalTrafficPolicy: Local). It moves to {here!r} once "
+        f"{there!r} has not reported it for {move_after_seconds:g} s"
+    ))  # fmt: skip
+
+
+def _mig_claims(
+    conn: Connection,
+    batch: IngestBatch,
+    check: set[str],
+    node_id: int,
+    now: datetime,
+    move_after_seconds: float,
+) -> tuple[set[str], list[GpuClaim]]:
+    """The batch's MIG instances (of ``check``) whose parent GPU another node reports, and
+    their claims.
+
+    An instance's uuid carries when the agent first saw it (service.collectors.mig), so two
+    agents reading one exporter name each instance differently: the parent GPU is what they
+    share. Of the nodes that reported an instance of a parent within ``move_after_seconds``,
+    the one whose instance was stored first keeps it, so two nodes never both give way; the
+    other's instances are left out until the keeper stops reporting.
+    """
+    parent_of = {
+        g.uuid: p for g in batch.gpus if g.uuid in check and (p := g.mig_parent_uuid) is not None
+    }
+    parents = set(parent_of.values())
+    if not parents:
+        return set(), []
+    recent = now - timedelta(seconds=move_after_seconds)
+    keepers: dict[str, Any] = {}
+    for r in conn.execute(
+        select(gpus.c.mig_parent_uuid, gpus.c.node_id, gpus.c.last_sample_at, nodes.c.hostname)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(gpus.c.mig_parent_uuid.in_(parents), gpus.c.last_sample_at > recent)
+        .order_by(gpus.c.id.desc())
+    ):
+        keepers[r.mig_parent_uuid] = r  # the lowest id last: the first stored
+    out, claims = set(), []
+    for uuid, parent in parent_of.items():
+        keeper = keepers.get(parent)
+        if keeper is None or keeper.node_id == node_id:
+            continue
+        out.add(uuid)
+        age = (now - keeper.last_sample_at).total_seconds()
+        here = batch.node.hostname
+        claims.append(_left_out(uuid, keeper.hostname, here, age, move_after_seconds, parent))
+    return out, claims
+
+
+def _without(batch: IngestBatch, left_out: set[str]) -> IngestBatch:
+    """``batch`` without the GPUs of ``left_out`` and their samples and processes."""
+    if not left_out:
+        return batch
+    return batch.model_copy(
+        update={
+            "gpus": [g for g in batch.gpus if g.uuid not in left_out],
+            "samples": [x for x in batch.samples if x.gpu_uuid not in left_out],
+            "processes": [x for x in batch.processes if x.gpu_uuid not in left_out],
+        }
+    )
 
 
 def _gpu_ids(
@@ -512,8 +575,10 @@ def _store_samples(
     rows: list[tuple[Any, ...]] = []
     spans: dict[int, SampledSpan] = {}
     # A process listed at a sample's time holds the GPU even below the held threshold; a
-    # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process.
+    # holder row (pid 0: a job holds the GPU, no process of it is listed) is no process, but
+    # where memory is not reported it is the job that holds the GPU (``_held_by_jobs``).
     listed = {(p.gpu_uuid, p.ts) for p in batch.processes if p.pid > 0}
+    jobbed = _held_by_jobs(conn, batch, ids)
     for s in batch.samples:
         gpu_id = ids[s.gpu_uuid]
         ts = s.ts.astimezone(UTC)
@@ -521,7 +586,8 @@ def _store_samples(
             continue  # the first of a repeated (GPU, ts) wins, as a resent batch's would
         seen.add((gpu_id, ts))
         metrics = s.metrics.__dict__  # every field, None when absent; no copy
-        d = decide(metrics, thresholds, has_process=(s.gpu_uuid, s.ts) in listed)
+        key = (s.gpu_uuid, s.ts)
+        d = decide(metrics, thresholds, has_process=key in listed, has_job=key in jobbed)
         decision = (None, None, None) if d is None else (d.activity, int(d.rung), int(d.cause))
         source = (s.source or infer_source(metrics)).value
         rows.append((gpu_id, ts, source, *[metrics[m] for m in METRIC_NAMES], *decision))
@@ -542,6 +608,33 @@ def _store_samples(
     )
     _advance_sampled(conn, spans)
     return len(seen), stored
+
+
+def _held_by_jobs(
+    conn: Connection, batch: IngestBatch, ids: dict[str, int]
+) -> set[tuple[str, datetime]]:
+    """The (GPU uuid, ts) of the batch's samples without a memory figure that a job holds: a
+    process row of the batch names its job, or a job's interval covers the sample.
+
+    Only these need it: with a memory figure, memory decides whether an idle GPU is held.
+    """
+    blind = [s for s in batch.samples if s.metrics.__dict__["fb_used_bytes"] is None]
+    if not blind:
+        return set()
+    out = {(p.gpu_uuid, p.ts) for p in batch.processes if p.job_id is not None}
+    rest = [s for s in blind if (s.gpu_uuid, s.ts) not in out]
+    if not rest:
+        return out
+    spans = holders_repo.held_spans(
+        conn,
+        gpu_ids={ids[s.gpu_uuid] for s in rest},
+        start=min(s.ts for s in rest),
+        end=max(s.ts for s in rest),
+    )
+    for s in rest:
+        if any(a <= s.ts and (b is None or s.ts < b) for a, b in spans.get(ids[s.gpu_uuid], ())):
+            out.add((s.gpu_uuid, s.ts))
+    return out
 
 
 def _store_processes(conn: Connection, batch: IngestBatch, ids: dict[str, int]) -> int:

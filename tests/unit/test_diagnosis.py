@@ -14,6 +14,7 @@ from service.core.diagnosis import (
     Thresholds,
     activity,
     decide,
+    memory_unknown,
     supported_causes,
 )
 
@@ -177,9 +178,8 @@ def test_an_absent_metric_never_picks_a_cause(values: dict[str, Any]) -> None:
         Cause.COMPUTE_TENSOR: ("tensor_active",),
         Cause.LAUNCH_BOUND: ("sm_active",),
         Cause.INPUT_STARVED: ("sm_active",),
-        # "Nothing held" needs the memory figure: a GPU that does not report it is never
-        # called empty (held is also known from a listed process, which these have none of).
-        Cause.IDLE_EMPTY: ("fb_used_bytes",),
+        # Without the memory figure "held" needs a job or a process, which these have none of.
+        Cause.IDLE_HELD: ("fb_used_bytes",),
     }
     for dropped in values:
         rest = {k: v for k, v in values.items() if k != dropped}
@@ -242,10 +242,17 @@ def test_video_work_beside_kernels_leaves_the_kernel_cause() -> None:
     assert cause({**BF16, "dec_util": 0.3}) is Cause.COMPUTE_TENSOR
 
 
-def test_idle_gpu_without_memory_figures_is_never_called_empty() -> None:
-    # A stock exporter trimmed of its FB fields: an idle GPU a serving pod holds.
+def test_idle_gpu_without_memory_figures_is_held_only_by_a_job_or_a_process() -> None:
+    # A stock exporter trimmed of its FB fields: nothing says memory is held, so a GPU no job
+    # or process holds is empty, and one a serving pod holds is held.
     no_fb = {"gr_engine_active": 0.0, "gpu_util": 0.0}
-    assert cause(no_fb) is Cause.IDLE_HELD
-    assert Cause.IDLE_EMPTY not in supported_causes(no_fb)
-    # Reported memory still decides: below the held threshold and no process is empty.
-    assert cause({**no_fb, "fb_used_bytes": 0}) is Cause.IDLE_EMPTY
+    assert cause(no_fb) is Cause.IDLE_EMPTY
+    assert cause(no_fb, has_job=True) is Cause.IDLE_HELD
+    assert cause(no_fb, has_process=True) is Cause.IDLE_HELD
+    assert supported_causes(no_fb) == (Cause.IDLE_EMPTY, Cause.IDLE_HELD)
+    assert memory_unknown(no_fb) and not memory_unknown({**no_fb, "fb_used_bytes": 0})
+    assert not memory_unknown({"fb_used_bytes": 0})  # no activity: no cause was decided
+    # Reported memory still decides: a job holding the GPU with nothing in memory is
+    # allocated but unused, empty.
+    assert cause({**no_fb, "fb_used_bytes": 0}, has_job=True) is Cause.IDLE_EMPTY
+    assert cause({**no_fb, "fb_used_bytes": 2 * GIB}) is Cause.IDLE_HELD

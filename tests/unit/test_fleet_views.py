@@ -56,6 +56,14 @@ def test_gpus_worst_first_by_waste_then_state() -> None:
     assert rows[4][4] == ""  # a stale GPU's last figures are not shown as current
 
 
+def test_a_gpu_whose_memory_is_not_reported_says_so() -> None:
+    blind = gpu("GPU-blind", 0, "idle-held", "idle_held", latest={}, memory_unknown=True)
+    never = gpu("GPU-never", 1, "no-data", None, latest={})
+    rows = {r[1]: r for r in fleet_rows([blind, never])}
+    assert rows["0"][5] == "not reported"  # idle-held told by its job, not by memory seen
+    assert rows["1"][5] == ""  # no sample: nothing was decided without it
+
+
 def test_headline_names_the_filters_and_their_dollars() -> None:
     fleet = {"now": NOW.isoformat(), "start": "2026-12-03T00:00:00Z", "cost_usd": 9.0,
              "waste_usd": 8.1, "idle_usd": 8.1, "fixable_usd": 0.0, "lost_usd": 0.0,

@@ -32,6 +32,9 @@ class GpuPublic(BaseModel):
     # The causes this GPU's metrics can tell apart (a GPU with only NVML's duty cycle gets
     # idle_empty, idle_held and otherwise unclassified).
     supported_causes: list[str] = []
+    # The latest sample reports activity but not memory use (dcgm-exporter without the FB
+    # fields): idle-held or idle was then told by whether a job or a process holds the GPU.
+    memory_unknown: bool = False
     # What the GPU does now, from its latest cause (diagnosis.STATE_OF_CAUSE): working,
     # underused, idle-held, idle, lost, no-data (no sample for 2 minutes) or unclassified.
     state: GpuState = GpuState.NO_DATA
