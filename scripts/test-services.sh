@@ -27,6 +27,16 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     slurmctld slurmd slurm-client munge
 fi
+# slurmdbd over MariaDB keeps the jobs sacct reads: tests/integration/test_slurm_admin_comment.py
+# starts its own mariadbd and slurmdbd (no system service is used) to check the epilog's
+# AdminComment.
+if ! command -v slurmdbd >/dev/null || ! command -v mariadbd >/dev/null \
+    || ! command -v mariadb-install-db >/dev/null; then
+  echo "installing slurmdbd and mariadb-server (Debian packages)..."
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    slurmdbd mariadb-server
+fi
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   echo "starting munged..."
   [ -s /etc/munge/munge.key ] || {

@@ -9,7 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
@@ -105,11 +105,15 @@ UUID_OF_MINOR = {minor: uuid for uuid, _, minor in GPUS}
 NODE = "node-a"
 
 
-def _missing() -> str | None:
-    absent = [b for b in NEEDED if shutil.which(b) is None]
+ACCOUNTING_NEEDED = ("slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db")
+
+
+def _missing(more: tuple[str, ...] = ()) -> str | None:
+    absent = [b for b in NEEDED + more if shutil.which(b) is None]
     if absent:
         return (
-            f"{', '.join(absent)} missing: run scripts/test-services.sh (Debian slurm-wlm, munge)"
+            f"{', '.join(absent)} missing: run scripts/test-services.sh (Debian slurm-wlm,"
+            " slurmdbd, mariadb-server, munge)"
         )
     if os.geteuid() != 0:
         return "the real Slurm test runs slurmd, which needs root (as CI runs)"
@@ -125,10 +129,12 @@ def _munge_ready() -> bool:
 
 
 class Cluster:
-    """A one-node Slurm cluster whose Prolog and Epilog are the shipped scripts."""
+    """A one-node Slurm cluster whose Prolog and Epilog are the shipped scripts; with
+    ``accounting``, also a slurmdbd over its own MariaDB, so sacct reads the jobs."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, accounting: bool = False) -> None:
         self.base = base
+        self.accounting = accounting
         self.env = {**os.environ, "SLURM_CONF": str(base / "slurm.conf")}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outputs: list[BinaryIO] = []
@@ -139,6 +145,8 @@ class Cluster:
             (b / d).mkdir()
         for i in range(len(GPUS)):
             os.mknod(b / "dev" / f"nvidia{i}", 0o600 | 0o020000, os.makedev(195, i))
+        if self.accounting:
+            self._configure_accounting()
         proc, csv = fake_driver(b, GPUS)
         smi_stub(b / "bin", csv)
         for name in ("prolog", "epilog"):
@@ -147,6 +155,8 @@ class Cluster:
                 "#!/bin/bash\n"
                 f"export GPUWARDEN_ENV_FILE={b / 'agent.env'}\n"
                 f"export PATH={b / 'bin'}\n"
+                # Where sacctmgr and scontrol find the cluster (/etc/slurm at a site).
+                f"export SLURM_CONF={b / 'slurm.conf'}\n"
                 f"exec /bin/bash {ROOT / 'deploy' / 'slurm' / f'{name}.sh'}\n"
             )
             wrapper.chmod(0o755)
@@ -174,7 +184,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
-AccountingStorageType=accounting_storage/none
+{self._accounting_lines()}
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 SchedulerParameters=sched_interval=1
@@ -190,7 +200,76 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             f"NodeName={NODE} Name=gpu File={b / 'dev'}/nvidia[0-{len(GPUS) - 1}]\n"
         )
 
+    def _configure_accounting(self) -> None:
+        """A MariaDB on a free loopback port (its own data folder, no grants: only this test
+        reaches it) and a slurmdbd.conf beside slurm.conf, where slurmdbd looks for it."""
+        b = self.base
+        self.db_port, self.dbd_port = free_port(), free_port()
+        subprocess.run(
+            ["mariadb-install-db", "--no-defaults", f"--datadir={b / 'db'}", "--user=root", "--auth-root-authentication-method=normal",
+             "--skip-test-db"],
+            capture_output=True, timeout=120, check=True,
+        )  # fmt: skip
+        conf = b / "slurmdbd.conf"
+        conf.write_text(
+            f"""\
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={self.dbd_port}
+SlurmUser=root
+PidFile={b / "slurmdbd.pid"}
+LogFile={b / "slurmdbd.log"}
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={self.db_port}
+StorageUser=root
+StorageLoc=slurm_acct_db
+"""
+        )
+        conf.chmod(0o600)  # slurmdbd refuses a configuration others can read
+
+    def _accounting_lines(self) -> str:
+        if not self.accounting:
+            return "AccountingStorageType=accounting_storage/none"
+        return (
+            "AccountingStorageType=accounting_storage/slurmdbd\n"
+            f"AccountingStorageHost=127.0.0.1\nAccountingStoragePort={self.dbd_port}"
+        )
+
+    def _start_accounting(self) -> None:
+        """MariaDB, then slurmdbd, then the cluster's record in it (before slurmctld starts)."""
+        b = self.base
+        self._spawn(
+            ["mariadbd", "--no-defaults", f"--datadir={b / 'db'}", "--user=root",
+             "--bind-address=127.0.0.1", f"--port={self.db_port}", f"--socket={b / 'db.sock'}",
+             "--skip-grant-tables", f"--pid-file={b / 'mariadbd.pid'}"],
+        )  # fmt: skip
+        self._until(lambda: _listening(self.db_port), "MariaDB")
+        self._spawn(["slurmdbd", "-D"])
+        self._until(lambda: _listening(self.dbd_port), "slurmdbd")
+        self._until(self._cluster_recorded, "the cluster's record in slurmdbd")
+
+    def _cluster_recorded(self) -> bool:
+        self.run("sacctmgr", "-i", "add", "cluster", "gwtest", check=False)
+        listed = self.run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", check=False)
+        return "gwtest" in listed.split()
+
+    def _spawn(self, cmd: list[str]) -> None:
+        log = (self.base / f"{Path(cmd[0]).name}.out").open("wb")
+        self.outputs.append(log)
+        self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT))
+
+    def _until(self, ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not ready():
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                raise AssertionError(f"{what} did not come up:\n{self.logs()}")
+            time.sleep(0.3)
+
     def start(self) -> None:
+        if self.accounting:
+            self._start_accounting()
         for cmd in (["slurmctld", "-D", "-i"], ["slurmd", "-D", "-N", NODE]):
             log = (self.base / f"{cmd[0]}.out").open("wb")
             self.outputs.append(log)
@@ -229,13 +308,14 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             for p in sorted(self.base.glob("*.log")) + sorted(self.base.glob("*.out"))
         )
 
-    def point_at(self, url: str, token: str, job_ends: Path | None = None) -> None:
-        """The agent.env the wrapped scripts read: this central, this token, the /proc stand-in
-        and the agent's job-end folder."""
+    def point_at(self, url: str, token: str, job_ends: Path | None = None, **more: str) -> None:
+        """The agent.env the wrapped scripts read: this central, this token, the /proc stand-in,
+        the agent's job-end folder and ``more`` settings (``GPUWARDEN_...=value``)."""
         ends = job_ends or self.base / "job-ends"
         (self.base / "agent.env").write_text(
             f"GPUWARDEN_CENTRAL_URL={url}\nGPUWARDEN_AGENT_TOKEN={token}\n"
             f"GPUWARDEN_NVIDIA_PROC={self.proc_dir}\nGPUWARDEN_JOB_END_DIR={ends}\n"
+            + "".join(f"{key}={value}\n" for key, value in more.items())
         )
 
     def wait_gone(self, slurm_id: str) -> None:
@@ -249,16 +329,24 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.3)
 
 
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A started one-node cluster for a test module's fixture; skipped (failed under CI) where
-    Slurm, munge or root is missing."""
-    why = _missing()
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def slurm_cluster(
+    tmp_path_factory: pytest.TempPathFactory, *, accounting: bool = False
+) -> Iterator[Cluster]:
+    """A started one-node cluster for a test module's fixture (with ``accounting``, slurmdbd
+    too); skipped (failed under CI) where Slurm, munge or root is missing."""
+    why = _missing(ACCOUNTING_NEEDED if accounting else ())
     if why is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
     assert _munge_ready(), "munged is not running: run scripts/test-services.sh"
-    c = Cluster(tmp_path_factory.mktemp("slurm"))
+    c = Cluster(tmp_path_factory.mktemp("slurm"), accounting=accounting)
     c.configure()
     c.start()
     try:

@@ -233,6 +233,7 @@ def _include_routers(app: FastAPI) -> None:
     for module in (policies, channels, silences, alerts, owners, notices):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(jobs_router.router, prefix="/api/v1")
+    app.include_router(jobs_router.verdicts, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")
     app.include_router(reports_router.router, prefix="/api/v1")
     app.include_router(periodic_router.router, prefix="/api/v1")

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.core import diagnosis
+from service.core.admin_comment import verdict_line
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.prices import PriceRow
 from service.costs.recommend import (
@@ -27,6 +28,7 @@ from service.usecases.attribution import Attribution, attribute
 from service.usecases.cost_report import JOULES_PER_KWH, report_row
 from service.usecases.job_faults import job_faults
 from service.usecases.price_table import effective_prices
+from service.vocabulary import job_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +274,11 @@ def job_verdict(
     job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         return None
-    summary = job_summary(conn, settings=settings, job=job, now=now)
+    return _verdict_of(job_summary(conn, settings=settings, job=job, now=now))
+
+
+def _verdict_of(summary: JobSummary) -> dict[str, Any]:
+    """The verdict's fields (as job_verdict has them) of a job's ``summary``."""
     row = summary.summary
     cause = row["top_cause"]
     fixes = summary.recommendations
@@ -286,3 +292,20 @@ def job_verdict(
         "fix": fix.action if fix else None,
         "fix_saving_usd": fix.saving_usd if fix else None,
     }
+
+
+def admin_comment(
+    conn: Connection, *, job: dict[str, Any], now: datetime, settings: Settings
+) -> str:
+    """The job's verdict so far as one short ASCII line for Slurm's AdminComment, with the same
+    cost, waste, top cause and fix as its summary and job alerts, and a link to its page."""
+    summary = job_summary(conn, settings=settings, job=job, now=now)
+    verdict = _verdict_of(summary)
+    return verdict_line(
+        cost_usd=verdict["cost_usd"],
+        held_seconds=summary.summary["held_seconds"],
+        waste_usd=verdict["waste_usd"],
+        top_cause=verdict["top_cause"],
+        fix=verdict["fix"],
+        link=settings.public_url.rstrip("/") + job_path(job["id"]),
+    )

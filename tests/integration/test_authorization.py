@@ -221,6 +221,21 @@ CASES = [
     Case("alert", "GET", "/api/v1/alerts/{alert_id}", "/api/v1/alerts/1", reads(404)),
     Case("jobs", "GET", "/api/v1/jobs", "/api/v1/jobs", reads()),
     Case("job", "GET", "/api/v1/jobs/{job_id}", "/api/v1/jobs/slurm:2", reads()),
+    # A job's verdict (for Slurm's AdminComment): readers, and the agent whose node registered it.
+    Case(
+        "verdict-own",
+        "GET",
+        "/api/v1/verdicts/{job_id}",
+        "/api/v1/verdicts/slurm:1",
+        {**reads(), "agent": 200},
+    ),
+    Case(
+        "verdict-other-node",
+        "GET",
+        "/api/v1/verdicts/{job_id}",
+        "/api/v1/verdicts/slurm:2",
+        {**reads(), "other_agent": 200},
+    ),
     Case(
         "job-create",
         "POST",

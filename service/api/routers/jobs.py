@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi.responses import PlainTextResponse
 from sqlalchemy import Connection
 
 from service.api import authz, query
-from service.api.deps import Agent, Ctx, Expensive, ReadConn, Reader
+from service.api.deps import Agent, Ctx, Expensive, ReadConn, Reader, require
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -23,10 +24,15 @@ from service.costs.money import SORT_BYS
 from service.db import job_runs_repo, jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
+from service.roles import Role
 from service.usecases import job_list
-from service.usecases.job_summary import job_summary
+from service.usecases.job_summary import admin_comment, job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+# Not /jobs/{id}/verdict: a job id may hold "/" (k8s:<namespace>/<pod>), so that path would
+# also read as the job "k8s:<namespace>" of a pod named "verdict".
+verdicts = APIRouter(prefix="/verdicts", tags=["jobs"])
+AgentOrReader = Annotated[TokenInfo, Depends(require(Role.READER, Role.AGENT))]
 log = logging.getLogger(__name__)
 
 
@@ -244,3 +250,20 @@ def list_jobs(
     response.headers["X-Report-Start"] = start_at.isoformat()
     response.headers["X-Report-End"] = page.end.isoformat()
     return page.jobs
+
+
+@verdicts.get(
+    "/{job_id:path}",
+    response_class=PlainTextResponse,
+    dependencies=[Expensive],
+    responses={200: {"content": {"text/plain": {"example": "gpuwarden: $12.40 on 2.0 GPU-h"}}}},
+)
+def get_verdict(job_id: str, ctx: Ctx, conn: ReadConn, token: AgentOrReader) -> str:
+    """A job's verdict so far in one line of at most 250 printable ASCII characters (no ``|``,
+    quotes or backslashes), for Slurm's AdminComment: cost, GPU-hours, waste, top cause, its
+    fix and a link to the job's page; an agent may read the jobs its node registered."""
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
+    authz.check_job_rights(token, intervals=job["intervals"], field="verdict")
+    return admin_comment(conn, job=job, now=ctx.clock(), settings=ctx.settings)
