@@ -231,15 +231,19 @@ def rule_jobs() -> set[str]:
     return {m for e in exprs for m in re.findall(r'\bjob="([^"]+)"', e)}
 
 
-def test_servicemonitor_gives_the_job_the_rules_select():
+def test_the_monitors_give_the_jobs_the_rules_select():
     docs = by_kind()
     mon = docs[("ServiceMonitor", "gpuwarden-central")]
     svc = docs[("Service", "gpuwarden-central")]
     # Without jobLabel the Operator names the job after the Service ("gpuwarden-central").
     job = svc["metadata"]["labels"][mon["spec"]["jobLabel"]]
-    assert rule_jobs() == {job}
+    pods = docs[("PodMonitor", "gpuwarden-agent")]
+    ds = docs[("DaemonSet", "gpuwarden-agent")]["spec"]["template"]["metadata"]["labels"]
+    agent_job = ds[pods["spec"]["jobLabel"]]
+    assert rule_jobs() == {job, agent_job}
+    # prometheus.yml (compose, bare metal) names its scrape jobs alike.
     prom = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
-    assert job in {sc["job_name"] for sc in prom["scrape_configs"]}
+    assert {job, agent_job} <= {sc["job_name"] for sc in prom["scrape_configs"]}
 
 
 def test_servicemonitor_and_rule_carry_the_same_release_label():
