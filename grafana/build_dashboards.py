@@ -309,6 +309,37 @@ def fleet() -> dict[str, Any]:
             w=24,
             h=6,
         ),
+        # The agents' own /metrics (scrape job gpuwarden-agent): what never reaches the central.
+        row("GPU Warden agents"),
+        timeseries(
+            "Since central last accepted a batch, by node",
+            # 0: none accepted since the agent started.
+            [("time() - (max by (node) (gpuwarden_agent_last_successful_push_timestamp_seconds) > 0)", "{{node}}")],
+            "s",
+            w=8,
+        ),
+        timeseries(
+            "Polls waiting in the spool, by node",
+            [("max by (node) (gpuwarden_agent_spool_batches)", "{{node}}")],
+            "none",
+            w=8,
+        ),
+        timeseries(
+            "Polls lost or refused, by node",
+            [
+                ("sum by (node) (increase(gpuwarden_agent_dropped_batches_total[15m]))", "{{node}} dropped (spool full)"),
+                ("sum by (node) (increase(gpuwarden_agent_dead_letter_batches_total[15m]))", "{{node}} dead-lettered (refused)"),
+            ],
+            "none",
+            w=8,
+        ),
+        timeseries(
+            "Agent errors by kind",
+            [("sum by (kind) (increase(gpuwarden_agent_errors_total[15m]))", "{{kind}}")],
+            "none",
+            w=24,
+            h=6,
+        ),
     ]
     variables: list[dict[str, Any]] = []
     return dashboard("gpuwarden-fleet", "GPU Warden / Fleet overview", panels, variables)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 
 from sqlalchemy import Engine
 
@@ -28,6 +28,8 @@ class ServiceContext:
     telemetry: Telemetry = field(default_factory=Telemetry)
     known_partitions: set[date] = field(default_factory=set)
     ingest_cache: IngestCache = field(default_factory=IngestCache)
+    # Refused GPU claims (GPU uuid, claiming node, holding node): when each was last logged.
+    claims_logged: dict[tuple[str, str, str], datetime] = field(default_factory=dict)
     # Console sessions: the token each names (None once revoked) with its stored hash, as last
     # read, and when (monotonic seconds).
     session_tokens: dict[int, tuple[TokenInfo | None, str, float]] = field(default_factory=dict)

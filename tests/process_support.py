@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import free_port
+
 
 def wait_until(what: str, check: Callable[[], bool], *, timeout: float = 30.0) -> None:
     """Poll ``check`` every 50 ms until it is true; fail naming ``what`` after ``timeout`` s."""
@@ -80,6 +82,27 @@ def start_agent(
              *args],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
+
+
+def agent_exposition(state: Path) -> str:
+    """The text of a real agent's own /metrics once it has collected (simulated GPUs, no
+    central: it spools), the agent stopped after."""
+    port = free_port()
+    agent = start_agent(
+        central_url=f"http://127.0.0.1:{free_port()}", token="gw_agent_test", state=state,
+        metrics_port=port,
+        args=["--backend", "simulated", "--node-name", "node-a", "--interval-seconds", "0.2"],
+    )  # fmt: skip
+    try:
+
+        def collected() -> bool:
+            assert agent.poll() is None, (state / "agent.log").read_text()[-2000:]
+            return value(scrape(port), "gpuwarden_agent_samples_collected_total") > 0
+
+        wait_until("the agent's first samples on its /metrics", collected, timeout=60)
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    finally:
+        stop(agent)
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

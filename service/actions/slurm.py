@@ -46,6 +46,8 @@ _TIME_HINT = "is SLURM_TIME_FORMAT=%s set where squeue runs?"
 # squeue's placeholders for a field a job does not have.
 _NO_VALUE = frozenset({"", "(null)", "N/A", "None", "Unknown"})
 _NUMERIC = re.compile(r"^[0-9]+$")
+# How much of a failed command's stderr an audit row keeps (Slurm's errors are a few lines).
+_STDERR_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -194,8 +196,7 @@ class SlurmDriver:
         if done.returncode != 0:
             if _gone(done.stderr):
                 return ProbeResult("gone", f"job {slurm_id} has ended (not in squeue)")
-            why = f"squeue exited {done.returncode}: {done.stderr.strip()[:200]}"
-            return ProbeResult("unknown", why)
+            return ProbeResult("unknown", _exited(done))
         lines = [parse_squeue_line(t) for t in done.stdout.splitlines() if t.strip()]
         if any(j is None for j in lines):
             why = f"squeue printed an unexpected line ({_TIME_HINT}): {done.stdout[:200]!r}"
@@ -212,26 +213,26 @@ class SlurmDriver:
         if isinstance(done, str):
             return done
         if done.returncode != 0:
-            return f"{shlex.join(self.hostnames)} exited {done.returncode}: {done.stderr[:200]}"
+            return _exited(done)
         return tuple(done.stdout.split())
 
     def _act(self, argv: Sequence[str], slurm_id: str) -> ReclaimResult:
+        """Run the cancel or requeue command ``argv`` for job ``slurm_id``."""
         done = self._run(argv)
         line = shlex.join(argv)
         if isinstance(done, str):
-            return ReclaimResult("failed", f"{line}: {done}")
+            return ReclaimResult("failed", done)
         if done.returncode == 0:
             return ReclaimResult("reclaimed", f"ran: {line}")
         if _gone(done.stderr):
             return ReclaimResult("gone", f"{line}: job {slurm_id} had already ended")
-        return ReclaimResult(
-            "failed", f"{line} exited {done.returncode}: {done.stderr.strip()[:200]}"
-        )
+        return ReclaimResult("failed", _exited(done))
 
     def _run(
         self, argv: Sequence[str], *, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str] | str:
-        """The finished command, or why it could not run (missing, timed out)."""
+        """The finished command, or why it could not run (missing, timed out) naming the command
+        line and what it wrote to stderr before it was stopped."""
         try:
             return subprocess.run(
                 list(argv),
@@ -241,10 +242,12 @@ class SlurmDriver:
                 check=False,
                 env=self.env if env is None else env,
             )
-        except subprocess.TimeoutExpired:
-            return f"timed out after {self.timeout_seconds:g} s"
+        except subprocess.TimeoutExpired as exc:
+            # squeue retries an unreadable slurm.conf for 60 s: its first error is the cause.
+            why = f"{shlex.join(argv)} timed out after {self.timeout_seconds:g} s"
+            return _with_stderr(why, exc.stderr)
         except OSError as exc:
-            return f"could not run {argv[0]!r}: {exc.strerror or exc}"
+            return f"could not run {shlex.join(argv)}: {exc.strerror or exc}"
 
 
 def parse_squeue_line(text: str) -> SqueueLine | None:
@@ -308,6 +311,23 @@ def _started_later(
 def _short(host: str) -> str:
     """A host name without its domain, lower case (an agent's FQDN matches Slurm's node name)."""
     return host.split(".")[0].lower()
+
+
+def _exited(done: subprocess.CompletedProcess[str]) -> str:
+    """Why a command failed: its command line, exit status and stderr."""
+    line = shlex.join(str(a) for a in done.args)
+    return _with_stderr(f"{line} exited {done.returncode}", done.stderr)
+
+
+def _with_stderr(why: str, stderr: str | bytes | None) -> str:
+    """``why`` and ``stderr`` on one line, trimmed to _STDERR_CHARS (or that it had none)."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    lines = " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+    if not lines:
+        return f"{why} (no stderr)"
+    if len(lines) > _STDERR_CHARS:
+        lines = lines[: _STDERR_CHARS - 1] + "…"
+    return f"{why}: {lines}"
 
 
 def _gone(stderr: str) -> bool:

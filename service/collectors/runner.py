@@ -13,7 +13,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client import disable_created_metrics, make_wsgi_app
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
@@ -211,6 +211,10 @@ def run_agent(settings: Settings) -> int:
     agent = build_agent(settings, backend=backend, hostname=hostname, state=state)
     server = None
     if settings.agent_metrics_port:
+        # No ``<counter>_created`` series (one per counter and label set, 32 of them): Prometheus
+        # never reads them from this text format. The switch is process-wide, and this process
+        # serves no registry but the agent's (the central drops them itself).
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         server = serve_metrics(
             agent.telemetry,
             host=settings.agent_metrics_host,

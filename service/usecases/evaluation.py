@@ -132,6 +132,15 @@ def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
     return state.labels.get("job_id") if policy.scope == "job" else None
 
 
+def _report_job(policy: PolicySpec, state: AlertState) -> str | None:
+    """The job whose report a notification links to: a job alert's, or the one job holding a
+    GPU alert's GPU (none where several share it, their ids joined by commas)."""
+    if policy.scope == "job":
+        return _job_of(policy, state)
+    job = state.labels.get("job_id") if policy.scope == "gpu" else None
+    return job if job and "," not in job else None
+
+
 OWNER_KINDS = ("firing", "repeat")  # what a job's owner is told: not resolves or resends
 
 
@@ -209,7 +218,7 @@ def notification(
     """The notification of one alert ``state``; its delivery id is empty until ``outbox_row``
     queues it to a channel."""
     base = ctx.settings.public_url.rstrip("/")
-    job = _job_of(policy, state)
+    job = _report_job(policy, state)
     resend = ctx.settings.alertmanager_resend_seconds
     return Notification(
         delivery_id="",

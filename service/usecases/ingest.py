@@ -17,6 +17,10 @@ from service.wire import GpuClaim, IngestBatch, IngestResult
 log = logging.getLogger(__name__)
 
 HINTS_SAID = 5  # ids a log line names of a batch's refused hints (a batch holds up to 10,000)
+# An agent reading another node's exporter sends that node's GPUs in every batch: the refusal
+# is counted each time (gpuwarden_ingest_gpus_refused) and logged once per this interval.
+CLAIM_LOG_INTERVAL = timedelta(hours=1)
+CLAIMS_REMEMBERED = 10_000  # (GPU, node) pairs kept before the ones logged long ago are dropped
 
 
 def parse_batch(raw: bytes) -> IngestBatch:
@@ -138,6 +142,22 @@ def _record_disputed(
         )
 
 
+def _log_refused(ctx: ServiceContext, claim: GpuClaim, *, node: str, now: datetime) -> None:
+    """Log a GPU claim refused to ``node`` unless the same one was logged within the interval."""
+    key = (claim.gpu_uuid, node, claim.from_node)
+    last = ctx.claims_logged.get(key)
+    if last is not None and timedelta(0) <= now - last < CLAIM_LOG_INTERVAL:
+        return
+    if len(ctx.claims_logged) >= CLAIMS_REMEMBERED:
+        ctx.claims_logged = {
+            k: at for k, at in ctx.claims_logged.items() if now - at < CLAIM_LOG_INTERVAL
+        }
+    ctx.claims_logged[key] = now
+    log.info(
+        "%s (said once an hour; each batch counted in gpuwarden_ingest_gpus_refused)", claim.reason
+    )
+
+
 def ingest(
     ctx: ServiceContext,
     batch: IngestBatch,
@@ -203,8 +223,8 @@ def ingest(
             log.warning("%s", claim.reason)
             ctx.telemetry.gpu_moves.inc()
         else:
-            log.info("%s", claim.reason)
             ctx.telemetry.ingest_gpus_refused.inc()
+            _log_refused(ctx, claim, node=batch.node.hostname, now=now)
     return IngestResult(
         samples_received=counts["samples"],
         samples_stored=counts["samples_new"],

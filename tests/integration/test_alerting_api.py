@@ -466,3 +466,33 @@ def test_a_new_silence_marks_open_alerts_silenced_before_the_next_evaluation(
     assert http.get(f"/api/v1/alerts/{one['id']}", headers=admin).json()["silenced"] is True
     assert http.delete(f"/api/v1/silences/{r.json()['id']}", headers=admin).status_code == 204
     assert flags() == {"GPU-a0": False, "GPU-a1": False}
+
+
+def test_a_gpu_alert_links_the_report_of_the_one_job_holding_its_gpu(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    ctx = app.state.ctx
+    ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    ctx.settings.public_url = "https://warden.example"
+    admin = auth(tokens["admin"])
+    hook = {"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/in"}  # never drained
+    assert http.post("/api/v1/channels", json=hook, headers=admin).status_code == 201
+    policy = low_sm_policy(["hook"], name="low-sm-gpu", scope="gpu")
+    assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    start = clock() - timedelta(minutes=4)
+    held = ("GPU-a0", "GPU-a1", "GPU-a2")
+    ingest(http, tokens["agent"], start=start, count=24, metrics={"sm_active": 0.1},
+           gpu_uuids=held)  # fmt: skip
+    add_job(engine, "k8s:ml/train-1", ("GPU-a0",), started_at=start)
+    add_job(engine, "slurm:45", ("GPU-a1",), started_at=start)
+    add_job(engine, "slurm:46", ("GPU-a1",), started_at=start, user="bob")
+    assert evaluate_once(ctx).by_kind == {"firing": 3}
+    with engine.connect() as conn:
+        payloads = conn.execute(select(outbox.c.payload)).scalars().all()
+    links = {p["labels"]["gpu_uuid"]: p["report_url"] for p in payloads}
+    # One holder: its report, as a job alert links it; two holders or none: no one report.
+    assert links == {
+        "GPU-a0": "https://warden.example/jobs/k8s%3Aml%2Ftrain-1",
+        "GPU-a1": None,
+        "GPU-a2": None,
+    }

@@ -288,6 +288,19 @@ def test_compose_wiring_matches_the_prometheus_and_grafana_files():
     assert doc["services"][host]["environment"]["GPUWARDEN_PORT"] == port
     (am,) = prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert am.split(":")[0] in doc["services"]
+    # The agent's own /metrics: listening beyond loopback, on the port Prometheus scrapes, under
+    # the node name its token writes for.
+    (agent_job,) = [sc for sc in prom["scrape_configs"] if sc["job_name"] == "gpuwarden-agent"]
+    (static,) = agent_job["static_configs"]
+    (agent_target,) = static["targets"]
+    host, port = agent_target.split(":")
+    agent = doc["services"][host]
+    assert agent["environment"]["GPUWARDEN_AGENT_METRICS_HOST"] == "0.0.0.0"
+    image_env = dict(
+        w.split("=", 1) for w in re.findall(r"\b(GPUWARDEN_\w+=\S+)", DOCKERFILE.read_text())
+    )
+    assert image_env["GPUWARDEN_AGENT_METRICS_PORT"] == port
+    assert static["labels"] == {"node": agent["hostname"]}
     ds = yaml.safe_load((REPO / "grafana/provisioning/datasources/gpuwarden.yaml").read_text())
     assert ds["datasources"][0]["url"] == "http://prometheus:9090"
     # The database URL of central and of the token job point at the compose postgres.

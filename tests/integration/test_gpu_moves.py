@@ -125,3 +125,33 @@ def test_an_agent_reading_another_nodes_gpus_is_told_why_and_keeps_nothing_back(
     assert len(said) == 1  # once a minute, not every batch
     assert "still reported by node 'node-a'" in said[0]
     assert not [m for m in caplog.messages if "check the agent token" in m]
+
+
+def test_a_gpu_refused_batch_after_batch_is_logged_once_an_hour_and_counted_each_time(
+    http: httpx.Client, tokens, engine: Engine, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    node_a = auth(tokens["agent"])
+    node_b = auth(make_token(engine, "agent", "node-b"))
+
+    def both_report(gpus_b: tuple[str, ...], after: float = 60) -> None:
+        clock.advance(after)
+        own = make_batch(hostname="node-a", gpu_uuids=("GPU-a0", "GPU-a1"), start=clock())
+        assert http.post("/api/v1/ingest", json=own, headers=node_a).status_code == 200
+        seen = make_batch(hostname="node-b", gpu_uuids=gpus_b, start=clock())
+        r = http.post("/api/v1/ingest", json=seen, headers=node_b)
+        assert r.status_code == 200 and all(not c["moved"] for c in r.json()["gpu_claims"])
+
+    with caplog.at_level(logging.INFO, logger="service.usecases.ingest"):
+        for _ in range(3):  # node-b's agent reads node-a's exporter: every batch repeats it
+            both_report(("GPU-b0", "GPU-a0"))
+        both_report(("GPU-b0", "GPU-a0", "GPU-a1"))
+        said = [m for m in caplog.messages if "still reported by node 'node-a'" in m]
+        assert [m.split(" ")[1] for m in said] == ["GPU-a0", "GPU-a1"], said
+        assert metric(http, "gpuwarden_ingest_gpus_refused_total") == 5
+        both_report(("GPU-b0", "GPU-a0"), after=3419)  # 59 min 59 s after it was said
+        assert len([m for m in caplog.messages if "still reported by" in m]) == 2
+        both_report(("GPU-b0", "GPU-a0"), after=1)  # an hour after: said again
+    said = [m for m in caplog.messages if "still reported by node 'node-a'" in m]
+    assert [m.split(" ")[1] for m in said] == ["GPU-a0", "GPU-a1", "GPU-a0"], said
+    assert "once an hour" in said[0]
+    assert metric(http, "gpuwarden_ingest_gpus_refused_total") == 7

@@ -20,6 +20,7 @@ from sqlalchemy import Engine, insert
 from service.db.schema import ladder_actions, prices
 from service.vocabulary import METRICS
 from tests.integration.test_metrics_endpoint import add_job, ingest
+from tests.process_support import agent_exposition
 from tests.support import FakeClock, make_batch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,8 +164,19 @@ def exported(http: httpx.Client, tokens, engine: Engine, clock: FakeClock) -> di
     lost["gpus"][1]["lost"] = True
     lost["samples"] = []
     ingest(http, tokens["agent"], lost)
+    return names_and_labels(http.get("/metrics").text)
+
+
+@pytest.fixture(scope="module")
+def agent_exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    """Sample name -> label names, from a real agent's own /metrics."""
+    return names_and_labels(agent_exposition(tmp_path_factory.mktemp("agent")))
+
+
+def names_and_labels(exposition: str) -> dict[str, set[str]]:
+    """Each sample name of ``exposition`` (with a family's suffixes) -> its label names."""
     out: dict[str, set[str]] = {}
-    for fam in text_string_to_metric_families(http.get("/metrics").text):
+    for fam in text_string_to_metric_families(exposition):
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
         for suffix in suffixes.get(fam.type, [""]):
             out.setdefault(fam.name + suffix, set())
@@ -173,9 +185,16 @@ def exported(http: httpx.Client, tokens, engine: Engine, clock: FakeClock) -> di
     return out
 
 
-def test_every_queried_metric_and_label_is_exported(exported: dict[str, set[str]]):
+def test_every_queried_metric_and_label_is_exported(
+    exported: dict[str, set[str]], agent_exported: dict[str, set[str]]
+):
     queried = {m for expr in dashboard_exprs() + rule_exprs() for m in METRIC_RE.findall(expr)}
     assert "gpuwarden_gpu_sm_active_ratio" in queried
+    # The agents' own series come from their /metrics, not the central's.
+    agents = {m for m in queried if m.startswith("gpuwarden_agent_")}
+    assert len(agents) >= 4 and agents <= set(agent_exported), agents - set(agent_exported)
+    assert not set(exported) & set(agent_exported)  # one name, one source
+    exported = exported | agent_exported
     missing = sorted(queried - set(exported) - recorded_names())
     assert missing == [], f"queried but not on /metrics: {missing}"
     for expr in dashboard_exprs() + rule_exprs():

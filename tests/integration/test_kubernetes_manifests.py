@@ -8,9 +8,11 @@ Prometheus Operator's kinds against the openAPIV3Schema of their CRDs (tests/dat
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -229,15 +231,19 @@ def rule_jobs() -> set[str]:
     return {m for e in exprs for m in re.findall(r'\bjob="([^"]+)"', e)}
 
 
-def test_servicemonitor_gives_the_job_the_rules_select():
+def test_the_monitors_give_the_jobs_the_rules_select():
     docs = by_kind()
     mon = docs[("ServiceMonitor", "gpuwarden-central")]
     svc = docs[("Service", "gpuwarden-central")]
     # Without jobLabel the Operator names the job after the Service ("gpuwarden-central").
     job = svc["metadata"]["labels"][mon["spec"]["jobLabel"]]
-    assert rule_jobs() == {job}
+    pods = docs[("PodMonitor", "gpuwarden-agent")]
+    ds = docs[("DaemonSet", "gpuwarden-agent")]["spec"]["template"]["metadata"]["labels"]
+    agent_job = ds[pods["spec"]["jobLabel"]]
+    assert rule_jobs() == {job, agent_job}
+    # prometheus.yml (compose, bare metal) names its scrape jobs alike.
     prom = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())
-    assert job in {sc["job_name"] for sc in prom["scrape_configs"]}
+    assert {job, agent_job} <= {sc["job_name"] for sc in prom["scrape_configs"]}
 
 
 def test_servicemonitor_and_rule_carry_the_same_release_label():
@@ -309,3 +315,43 @@ def test_central_meets_the_restricted_pod_security_level():
         sc = c["securityContext"]
         assert sc["allowPrivilegeEscalation"] is False, c["name"]
         assert sc["capabilities"] == {"drop": ["ALL"]}, c["name"]
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity (``128Mi``, ``1Gi``, ``250m``, ``2``) as a number of units."""
+    factors = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "m": 1e-3, "": 1}
+    number, suffix = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi|m|)", text).groups()  # type: ignore[union-attr]
+    return float(number) * factors[suffix]
+
+
+def test_every_container_and_init_container_requests_and_caps_its_resources():
+    pods = pod_templates()
+    assert "migrate" in [c["name"] for c in pods["Deployment/gpuwarden-central"]["initContainers"]]
+    for name, pod in pods.items():
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            res = c.get("resources", {})
+            requests, limits = res.get("requests", {}), res.get("limits", {})
+            assert {"cpu", "memory"} <= set(requests), (name, c["name"])
+            assert quantity(limits["memory"]) >= quantity(requests["memory"]), (name, c["name"])
+
+
+def test_a_real_migrate_fits_the_init_container_s_memory_request():
+    from tests.conftest import new_pg_database
+
+    pod = pod_templates()["Deployment/gpuwarden-central"]
+    (migrate,) = [c for c in pod["initContainers"] if c["name"] == "migrate"]
+    assert migrate["args"] == ["migrate"]
+    request = quantity(migrate["resources"]["requests"]["memory"])
+    # A parent of its own, so that the peak resident size is the migrate's alone.
+    measure = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True,"
+        " stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    with new_pg_database("gpuwarden_migrate") as url:
+        done = subprocess.run(
+            [sys.executable, "-c", measure, sys.executable, "-m", "service.cli", "migrate"],
+            env={**os.environ, "GPUWARDEN_DATABASE_URL": url},
+            capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+    peak = int(done.stdout.split()[-1]) * 1024  # Linux reports KiB
+    assert 20 * 2**20 < peak < request, peak

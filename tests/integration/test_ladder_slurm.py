@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine
 
 from service.actions.base import ReclaimResult, ReclaimTarget
-from service.actions.slurm import SlurmDriver
+from service.actions.slurm import SQUEUE_FORMAT, SlurmDriver
 from service.clock import utc_now
 from tests.ladder_support import BUSY, STEPS, LadderWorld
 from tests.receivers import Receiver
@@ -192,9 +192,11 @@ def test_the_driver_answers_failed_and_never_raises(tmp_path) -> None:
     timed_out = SlurmDriver(squeue_command=str(slow), timeout_seconds=0.5).reclaim(
         target, dry_run=False
     )
-    assert timed_out == ReclaimResult("failed", "timed out after 0.5 s")
+    assert timed_out == ReclaimResult(
+        "failed", f"{slow} -h -j 5 -o {SQUEUE_FORMAT} timed out after 0.5 s (no stderr)"
+    )
     missing = SlurmDriver(squeue_command=str(tmp_path / "nowhere")).reclaim(target, dry_run=False)
-    assert missing.outcome == "failed" and "could not run" in missing.detail
+    assert missing.outcome == "failed" and f"could not run {tmp_path}/nowhere" in missing.detail
     for job_id, mode in (
         ("slurm:5 -u root", "cancel"),
         ("k8s:ns/p", "cancel"),
