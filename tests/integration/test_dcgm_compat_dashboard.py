@@ -49,8 +49,14 @@ def central(engine: Engine) -> Iterator[str]:
 
 @pytest.fixture
 def prometheus(central: str, engine: Engine, tmp_path: Path) -> Iterator[str]:
-    """A real Prometheus with the shipped scrape jobs, aimed at the test's central."""
-    jobs = yaml.safe_load(SCRAPE.read_text())["scrape_configs"]
+    """A real Prometheus with the shipped scrape jobs of the central, aimed at the test's."""
+    # The agents' own job (gpuwarden-agent, no token) scrapes agents, of which this test has none.
+    jobs = [
+        job
+        for job in yaml.safe_load(SCRAPE.read_text())["scrape_configs"]
+        if job["job_name"] != "gpuwarden-agent"
+    ]
+    assert {job["job_name"] for job in jobs} == {"gpuwarden", "gpuwarden-dcgm-compat"}
     for job in jobs:
         job["static_configs"] = [{"targets": [central.removeprefix("http://")]}]
         job["scrape_interval"] = "1s"
