@@ -69,6 +69,7 @@ def test_the_agent_sends_its_clock_with_every_batch() -> None:
         shipper = Shipper(central_url=receiver.url, token="t", timeout_seconds=5)
         assert shipper.send(b"\x1f\x8b").status == 200
         sent = email.utils.parsedate_to_datetime(receiver.received[0].headers["date"])
-        assert abs(sent.timestamp() - time.time()) < 5
+        # The send time by this machine's clock (generous: a loaded CI machine is slow).
+        assert abs(sent.timestamp() - time.time()) < 120
     finally:
         receiver.close()

@@ -157,8 +157,9 @@ def test_a_failing_central_leaves_admin_comment_as_it_was_and_the_job_ends(
         cluster.run("scontrol", "update", f"job={slurm_id}", "AdminComment=site note")
         began = time.monotonic()
         cluster.wait_gone(slurm_id)
-        # At most the job's 3 s, the epilog's 3 s budget and Slurm's own second or two.
-        assert time.monotonic() - began < 3 + 3 + 4
+        # A hang timeout, not a timing: an epilog that waited on the failing central past its
+        # 3 s budget would hold the job far longer (bench timings belong in bench/).
+        assert time.monotonic() - began < 60
         assert admin_comment(cluster, slurm_id) == "site note"
     finally:
         central.shutdown()
