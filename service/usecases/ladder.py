@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, assert_never, cast
 
 from service.actions.base import JobProbe, ProbeResult, ReclaimDriver, ReclaimResult, ReclaimTarget
 from service.actions.registry import drivers_from
@@ -356,18 +356,26 @@ def _checked(
         return facts
     name, found = probed
     said = f"the {name} driver asked the scheduler: {found.detail}"
-    if found.outcome == "gone":
-        _stop(ctx, ep, prog, now, result, state="gone", outcome="gone", reason=said, driver=name)
-        return None
-    if found.outcome == "mismatch":
-        log.warning("the ladder of %s refuses to act on %s: %s", ep.policy.name, ep.job_id, said)
-        _stop(ctx, ep, prog, now, result, state="refused", outcome="skipped", reason=said)
-        return None
-    if found.outcome == "unknown" or found.facts is None:
-        _hold(ctx, ep, prog, step, now, result, reason=said)
-        return None
-    # Exemptions by team trust the scheduler's accounting, never the team a job's comment names.
-    return replace(facts, team=found.facts.account)
+    match found.outcome:
+        case "gone":
+            _stop(
+                ctx, ep, prog, now, result, state="gone", outcome="gone", reason=said, driver=name
+            )
+        case "mismatch":
+            log.warning(
+                "the ladder of %s refuses to act on %s: %s", ep.policy.name, ep.job_id, said
+            )
+            _stop(ctx, ep, prog, now, result, state="refused", outcome="skipped", reason=said)
+        case "unknown":
+            _hold(ctx, ep, prog, step, now, result, reason=said)
+        case "present" if found.facts is None:  # present, but it says nothing to check against
+            _hold(ctx, ep, prog, step, now, result, reason=said)
+        case "present":
+            # Exemptions by team trust the scheduler's accounting, never the job comment's team.
+            return replace(facts, team=found.facts.account)
+        case _:
+            assert_never(found.outcome)
+    return None
 
 
 def _evidence(
