@@ -45,6 +45,8 @@ LINK_MAX_BYTES_PER_SECOND = 1e13
 ENERGY_MAX_JOULES = POWER_MAX_WATTS * 100 * 365.25 * 86400
 # NVML reports XIDs, remapped rows and PCIe replays as unsigned 32-bit numbers.
 COUNT_MAX = float(2**32 - 1)
+# ECC and NVLink error counts are 64-bit in NVML; a JSON number stays exact up to 2^53.
+LINK_COUNT_MAX = float(2**53)
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
@@ -146,7 +148,92 @@ METRICS: tuple[MetricSpec, ...] = (
         kind="int",
         counter=True,
     ),
+    # The rest of DCGM's health watches (memory, NVLink) and the clocks' state, read every few
+    # polls with the counters above (the clocks every poll).
+    MetricSpec(
+        "ecc_dbe_errors",
+        "errors",
+        "Double-bit (uncorrectable) ECC errors since the driver loaded",
+        maximum=LINK_COUNT_MAX,
+        kind="int",
+        counter=True,
+    ),
+    MetricSpec(
+        "retired_pages_dbe",
+        "pages",
+        "Memory pages retired after double-bit ECC errors (before Ampere; later GPUs remap rows)",
+        maximum=COUNT_MAX,
+        kind="int",
+        counter=True,
+    ),
+    MetricSpec(
+        "retired_pages_pending",
+        "pages",
+        "Memory pages waiting to be retired at the next GPU reset (NVML says 1 when any wait)",
+        maximum=COUNT_MAX,
+        kind="int",
+    ),
+    MetricSpec(
+        "nvlink_crc_errors",
+        "errors",
+        "NVLink flow-control (flit) CRC errors over all links since the driver loaded",
+        maximum=LINK_COUNT_MAX,
+        kind="int",
+        counter=True,
+    ),
+    MetricSpec(
+        "nvlink_replay_errors",
+        "replays",
+        "NVLink replays (link-level retries) over all links since the driver loaded",
+        maximum=LINK_COUNT_MAX,
+        kind="int",
+        counter=True,
+    ),
+    MetricSpec(
+        "nvlink_recovery_errors",
+        "errors",
+        "NVLink recoveries (a link went down and came back) over all links since the driver loaded",
+        maximum=LINK_COUNT_MAX,
+        kind="int",
+        counter=True,
+    ),
+    MetricSpec(
+        "clocks_event_reasons",
+        "bitmask",
+        "Why the clocks are below their maximum now (NVML clocks event reasons, CLOCK_EVENT_BITS)",
+        maximum=COUNT_MAX,
+        kind="int",
+    ),
 )
+
+# NVML's clocks event (formerly throttle) reasons: bit -> name, and whether it means the
+# hardware itself is holding the clocks down (a slowdown the job did not ask for and cannot fix).
+CLOCK_EVENT_BITS: dict[int, tuple[str, bool]] = {
+    0x1: ("gpu_idle", False),
+    0x2: ("applications_clocks_setting", False),
+    0x4: ("sw_power_cap", False),
+    0x8: ("hw_slowdown", True),
+    0x10: ("sync_boost", False),
+    0x20: ("sw_thermal_slowdown", False),
+    0x40: ("hw_thermal_slowdown", True),
+    0x80: ("hw_power_brake_slowdown", True),
+    0x100: ("display_clock_setting", False),
+}
+HW_SLOWDOWN_MASK = sum(bit for bit, (_, hw) in CLOCK_EVENT_BITS.items() if hw)
+
+
+def clock_event_names(reasons: float | None) -> list[str]:
+    """The names of the clocks event reasons set in NVML's bitmask ``reasons`` (none if None)."""
+    if reasons is None:
+        return []
+    mask = int(reasons)
+    return [name for bit, (name, _) in CLOCK_EVENT_BITS.items() if mask & bit]
+
+
+def hw_slowdown(reasons: float | None) -> bool:
+    """Whether NVML's clocks event bitmask says the hardware is holding the clocks down."""
+    return reasons is not None and bool(int(reasons) & HW_SLOWDOWN_MASK)
+
 
 # XID codes that mean the hardware (or its firmware) failed, after NVIDIA's XID catalogue: they
 # page as hardware faults. Everything else - 13 (graphics engine exception), 31 (GPU memory page
@@ -170,6 +257,19 @@ HARDWARE_XID_MEANINGS: dict[int, str] = {
     140: "unrecovered ECC error",
 }
 HARDWARE_XIDS: frozenset[int] = frozenset(HARDWARE_XID_MEANINGS)
+# The health metrics whose value above 0 is a fault (the GPU needs a reset or service) ...
+FAULT_STATES: tuple[str, ...] = ("row_remap_failure", "retired_pages_pending")
+# ... and the counters whose rise within a window is one (their level counts since the driver
+# loaded, or for ever). NVLink CRC errors and replays are left out: the link corrects them, and
+# DCGM's health watch too pages only past a rate; a recovery is a link that went down.
+FAULT_COUNTERS: tuple[str, ...] = (
+    "remapped_rows_uncorrectable",
+    "pcie_replays",
+    "ecc_dbe_errors",
+    "retired_pages_dbe",
+    "nvlink_recovery_errors",
+)
+FAULT_METRICS: tuple[str, ...] = ("xid_last", *FAULT_STATES, *FAULT_COUNTERS)
 
 
 METRICS_BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
@@ -248,6 +348,48 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replays", 1.0, "Total number of PCIe retries."
     ),
     DcgmField(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "ecc_dbe_errors",
+        1.0,
+        "Total number of double-bit volatile ECC errors.",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "retired_pages_dbe",
+        1.0,
+        "Total number of retired pages due to double-bit errors.",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "retired_pages_pending",
+        1.0,
+        "Total number of pages pending retirement.",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "nvlink_crc_errors",
+        1.0,
+        "Total number of NVLink flow-control CRC errors.",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "nvlink_replay_errors",
+        1.0,
+        "Total number of NVLink retries.",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "nvlink_recovery_errors",
+        1.0,
+        "Total number of NVLink recovery errors.",
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "clocks_event_reasons",
+        1.0,
+        "Current clock event reasons (bitmask).",
+    ),
+    DcgmField(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "gr_engine_active",
         1.0,
@@ -302,6 +444,12 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "The rate of data received over NVLink, in bytes per second.",
     ),
 )
+
+
+# Earlier names of a field that exporters still write: DCGM 3.3 renamed the throttle reasons.
+DCGM_FIELD_ALIASES: dict[str, str] = {
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+}
 
 
 # The labels of an alert wherever it leaves the service (Prometheus rules, Alertmanager, webhook

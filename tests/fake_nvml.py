@@ -63,6 +63,11 @@ class FakeGpu:
     minor: int | None = None  # /dev/nvidia<minor>; None: the position in the fake's list
     enc_util: int = 0  # video encoder (NVENC) utilisation, percent
     dec_util: int = 0  # video decoder (NVDEC) utilisation, percent
+    # nvmlDeviceGetFieldValues: field id -> value; a field absent here answers NOT_SUPPORTED.
+    # By default what an H200 answered (docs/gpu-check/health_fields.json): ECC and NVLink
+    # counters, no retired pages (Hopper remaps rows instead).
+    fields: dict[int, int] = field(default_factory=lambda: {4: 0, 31: 0, 38: 0, 52: 0, 59: 0})
+    clocks_event_reasons: int = 0x1  # GPU idle
 
 
 class _Metric:
@@ -230,6 +235,21 @@ class FakeNvml:
 
     def nvmlDeviceGetPcieReplayCounter(self, h: Any) -> int:
         return self._gpu(h, "replay").pcie_replays
+
+    def nvmlDeviceGetFieldValues(self, h: Any, ids: list[int]) -> list[Any]:
+        g = self._gpu(h, "health")
+        return [
+            SimpleNamespace(
+                fieldId=i,
+                nvmlReturn=0 if i in g.fields else NVML_ERROR_NOT_SUPPORTED,
+                valueType=3,  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                value=SimpleNamespace(ullVal=g.fields.get(i, 0)),
+            )
+            for i in ids
+        ]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
+        return self._gpu(h, "clocks_event").clocks_event_reasons
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
         g = self._gpu(h, "procs")

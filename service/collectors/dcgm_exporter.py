@@ -27,12 +27,13 @@ from service.collectors.backend import (
 )
 from service.collectors.mig import MigIdentities
 from service.collectors.plausible import DCGM_SENTINELS
-from service.vocabulary import DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
+from service.vocabulary import DCGM_FIELD_ALIASES, DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
 
 RETIRED_LISTED_SCRAPES = 6  # more than the polls of one shipped batch
 log = logging.getLogger(__name__)
 _FB_PARTS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
 _BY_NAME = {f.name: f for f in DCGM_FIELDS}
+_BY_NAME |= {old: _BY_NAME[new] for old, new in DCGM_FIELD_ALIASES.items()}
 
 
 @dataclass

@@ -107,6 +107,42 @@ def _pcie_replays(lib: Any, h: Any) -> dict[str, float]:
     return {"pcie_replays": int(lib.nvmlDeviceGetPcieReplayCounter(h))}
 
 
+# NVML field ids (nvml.h NVML_FI_DEV_*) of the health counters read in one
+# nvmlDeviceGetFieldValues call, as DCGM reads them: field id -> canonical metric.
+HEALTH_FIELDS: dict[int, str] = {
+    4: "ecc_dbe_errors",  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+    30: "retired_pages_dbe",  # NVML_FI_DEV_RETIRED_DBE
+    31: "retired_pages_pending",  # NVML_FI_DEV_RETIRED_PENDING
+    38: "nvlink_crc_errors",  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+    52: "nvlink_replay_errors",  # NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+    59: "nvlink_recovery_errors",  # NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+}
+# nvmlValue_t's member for each nvmlValueType_t (DOUBLE, UNSIGNED_INT, ... UNSIGNED_SHORT).
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _health(lib: Any, h: Any) -> dict[str, float]:
+    """The health counters the GPU supports; NOT_SUPPORTED (never asked again) if none."""
+    ids = list(HEALTH_FIELDS)
+    out: dict[str, float] = {}
+    for fv in lib.nvmlDeviceGetFieldValues(h, ids)[: len(ids)]:
+        metric = HEALTH_FIELDS.get(int(fv.fieldId))
+        if metric is None or fv.nvmlReturn != 0 or not 0 <= fv.valueType < len(_VALUE_MEMBERS):
+            continue
+        out[metric] = int(getattr(fv.value, _VALUE_MEMBERS[fv.valueType]))
+    if not out:
+        raise lib.NVMLError(_NOT_SUPPORTED)
+    return out
+
+
+def _clock_events(lib: Any, h: Any) -> dict[str, float]:
+    # Renamed from "throttle reasons" in driver 535; older nvidia-ml-py has the old name only.
+    get = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if get is None:
+        get = lib.nvmlDeviceGetCurrentClocksThrottleReasons
+    return {"clocks_event_reasons": int(get(h))}
+
+
 @dataclass(frozen=True, slots=True)
 class Getter:
     """One NVML call and the canonical metrics it yields.
@@ -140,6 +176,9 @@ GETTERS: tuple[Getter, ...] = (
         sparse=True,
     ),
     Getter("replay", ("pcie_replays",), _pcie_replays, sparse=True),
+    Getter("health", tuple(HEALTH_FIELDS.values()), _health, sparse=True),
+    # The clocks' reasons change with the load: read every poll.
+    Getter("clocks_event", ("clocks_event_reasons",), _clock_events),
 )
 # Read from XID events, not a getter.
 EVENT_METRICS: tuple[str, ...] = ("xid_last",)

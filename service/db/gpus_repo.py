@@ -18,7 +18,7 @@ from service.db.schema import (
     rollup_1m,
     samples,
 )
-from service.vocabulary import HARDWARE_XIDS, METRIC_NAMES
+from service.vocabulary import HARDWARE_XIDS, METRIC_NAMES, clock_event_names, hw_slowdown
 
 Resolution = Literal["raw", "1m", "1h"]
 
@@ -144,6 +144,8 @@ def _gpu_row(r: Any, holders: Mapping[int, Sequence[holders_repo.Holder]]) -> di
         "cause": None if r.cause is None else Cause(r.cause).label,
         "supported_causes": [c.label for c in supported_causes(latest)],
         "memory_unknown": memory_unknown(latest),
+        "clock_event_reasons": clock_event_names(latest.get("clocks_event_reasons")),
+        "hw_slowdown": hw_slowdown(latest.get("clocks_event_reasons")),
         "job": job.job_id if job else None,
         "user": job.user if job else None,
         "team": job.team if job else None,

@@ -142,6 +142,8 @@ gpus = Table(
     Column("pci_bus_id", String(32), nullable=True),
     Column("driver_version", String(64), nullable=True),
     Index(None, "node_id"),
+    # A MIG instance reported by another node is found by its parent GPU on every batch.
+    Index(None, "mig_parent_uuid"),
 )
 
 # One wide row per GPU per timestamp. On PostgreSQL the migration partitions it by day.

@@ -40,7 +40,14 @@ from service.db.schema import (
 from service.db.set_aside import SetAside, any_impossible, possible
 from service.thresholds.evaluator import ScopeMember, WindowStats
 from service.thresholds.policy import SAMPLE_METRICS, cause_of_metric
-from service.vocabulary import HARDWARE_XIDS, METRIC_BOUNDS, METRICS_BY_NAME
+from service.vocabulary import (
+    FAULT_COUNTERS,
+    FAULT_METRICS,
+    FAULT_STATES,
+    HARDWARE_XIDS,
+    METRIC_BOUNDS,
+    METRICS_BY_NAME,
+)
 
 # Windows longer than this read 1-minute rollups instead of raw samples.
 RAW_WINDOW_MAX_SECONDS = 3600.0
@@ -186,12 +193,12 @@ def _sample_expr(metric: str) -> Any:
 
 
 def _fault_aggregates(table: Any, *, rollup: bool, recent: Any = None) -> list[Any]:
-    """Three aggregates, each above 0 when the window holds a hardware fault.
+    """``FAULT_AGGREGATES`` aggregates, each above 0 when the window holds a hardware fault.
 
-    A hardware XID or a row-remap failure in any sample (bucket), and a rise of the two
-    cumulative counters from the window's first reading to its last (their level says nothing:
-    they count since the driver loaded). In rollups the XID test reads each bucket's largest
-    code, which finds a hardware XID unless a larger application code shared its minute.
+    A hardware XID or a fault state (``FAULT_STATES``) in any sample (bucket), then per
+    ``FAULT_COUNTERS`` its rise from the window's first reading to its last (their level says
+    nothing: they count since the driver loaded). In rollups the XID test reads each bucket's
+    largest code, which finds a hardware XID unless a larger application code shared its minute.
     ``recent`` narrows every aggregate to the rows of a shorter window (an aggregate FILTER).
     """
 
@@ -203,15 +210,19 @@ def _fault_aggregates(table: Any, *, rollup: bool, recent: Any = None) -> list[A
     def col(name: str, end: str) -> Any:
         return possible(c[f"{name}_{end}"] if rollup else c[name], name)
 
-    xid, remap = col("xid_last", "max"), col("row_remap_failure", "max")
-    faults = case((xid.in_(sorted(HARDWARE_XIDS)), 1.0), (remap > 0, 1.0), else_=0.0)
+    xid = col("xid_last", "max")
+    faults = case(
+        (xid.in_(sorted(HARDWARE_XIDS)), 1.0),
+        *((col(state, "max") > 0, 1.0) for state in FAULT_STATES),
+        else_=0.0,
+    )
     aggs: list[Any] = [agg(func.max(faults))]
-    for counter in ("remapped_rows_uncorrectable", "pcie_replays"):
+    for counter in FAULT_COUNTERS:
         aggs.append(agg(func.max(col(counter, "max"))) - agg(func.min(col(counter, "min"))))
     return aggs
 
 
-_FAULT_METRICS = ("xid_last", "row_remap_failure", "remapped_rows_uncorrectable", "pcie_replays")
+FAULT_AGGREGATES = 1 + len(FAULT_COUNTERS)
 
 
 def _faulted(values: Iterable[Any]) -> bool:
@@ -275,7 +286,7 @@ def _raw_columns(
             cols += [a if recent is None else a.filter(recent) for a in aggs]
     read = {m for ms in raw.values() for m in ms if m in METRICS_BY_NAME}
     if any(m == "hardware_fault" for _, m, _ in plan):
-        read |= set(_FAULT_METRICS)
+        read |= set(FAULT_METRICS)
     if read:  # last column: how many samples hold a value past its bounds
         cols.append(func.sum(any_impossible([(samples.c[n], n) for n in sorted(read)])))
     return cols, plan, read
@@ -313,7 +324,7 @@ def _raw_stats(
             set_aside.append(SetAside("evaluate", what, why, bad))
         for w, m, i in plan:
             if m == "hardware_fault":
-                v = 1.0 if _faulted(r[i : i + 3]) else 0.0
+                v = 1.0 if _faulted(r[i : i + FAULT_AGGREGATES]) else 0.0
                 out[w].setdefault(gid, {})[m] = WindowStats(v, 1, v, v)
                 continue
             count = int(r[i + 1] or 0)
@@ -353,7 +364,7 @@ def _rollup_stats(
             set_aside.append(SetAside("evaluate", what, why, int(m_["set_aside"])))
         per = _rolled_up(m_, rolled, cause_fields)
         if "hardware_fault" in wanted:
-            faulted = _faulted(m_[f"fault{k}"] for k in range(3))
+            faulted = _faulted(m_[f"fault{k}"] for k in range(FAULT_AGGREGATES))
             v = 1.0 if faulted or r.gpu_id in lost_gpu_ids else 0.0
             per["hardware_fault"] = WindowStats(v, 1, v, v)
         out[r.gpu_id] = per
@@ -550,6 +561,23 @@ def last_hardware_xids(
         .order_by(samples.c.ts)
     ).all()
     return {r.uuid: int(r.xid_last) for r in rows}  # the last row of each GPU wins
+
+
+def memory_unreported(
+    conn: Connection, *, gpu_uuids: Iterable[str], since: datetime, until: datetime
+) -> set[str]:
+    """The GPUs among ``gpu_uuids`` whose raw samples from ``since`` to ``until`` carry no
+    memory reading (an exporter without the framebuffer fields)."""
+    wanted = sorted(set(gpu_uuids))
+    if not wanted:
+        return set()
+    rows = conn.execute(
+        select(gpus.c.uuid, func.count(samples.c.fb_used_bytes))
+        .join(gpus, gpus.c.id == samples.c.gpu_id)
+        .where(gpus.c.uuid.in_(wanted), samples.c.ts > since, samples.c.ts <= until)
+        .group_by(gpus.c.uuid)
+    ).all()
+    return {uuid for uuid, with_memory in rows if not with_memory}
 
 
 def last_busy_at(

@@ -60,6 +60,9 @@ _UNIT_SUFFIX = {
     "state": "",  # 0 or 1
     "rows": "",  # counts carry no unit suffix (Prometheus naming)
     "replays": "",
+    "errors": "",
+    "pages": "",
+    "bitmask": "",  # NVML's clocks event reasons: bits, no unit
 }
 
 

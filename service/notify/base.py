@@ -52,6 +52,8 @@ class Notification(BaseModel):
     fix_saving_usd: float | None = None
     # A hardware fault's most recent hardware XID code in the window, when one caused it.
     xid_code: int | None = None
+    # The GPU's exporter sends no memory use: "held" was told by a job or process holding it.
+    memory_unknown: bool = False
     report_url: str | None = None
     alert_url: str | None = None
     alert_id: int | None = None
@@ -116,6 +118,8 @@ class Notification(BaseModel):
         if self.xid_code is not None:
             meaning = HARDWARE_XID_MEANINGS.get(self.xid_code)
             text += f"; XID {self.xid_code}" + (f" ({meaning})" if meaning else "")
+        if self.memory_unknown:
+            text += "; memory use not reported by this GPU's exporter: held by a job or process"
         return text
 
 

@@ -274,6 +274,31 @@ def fault_xids(
         return {}
 
 
+# The policy metrics whose verdict rests on memory use: idle-held is "nothing runs, memory held".
+_MEMORY_METRICS = frozenset({"idle_held"})
+
+
+def memory_unreported_gpus(
+    ctx: ServiceContext, changes: list[tuple[PolicySpec, Change]], now: datetime
+) -> set[str]:
+    """The GPUs of this round's idle-held notifications whose samples carry no memory reading,
+    so the text can say "held" was told by a job or process; empty where the read failed."""
+    windows: dict[str, float] = {}
+    for p, ch in changes:
+        uuid = ch.after.labels.get("gpu_uuid")
+        if ch.notify is not None and p.metric in _MEMORY_METRICS and uuid:
+            windows[uuid] = max(windows.get(uuid, 0.0), p.window_seconds)
+    if not windows:
+        return set()
+    since = now - timedelta(seconds=max(windows.values()))
+    try:
+        with ctx.engine.connect() as conn:
+            return windows_repo.memory_unreported(conn, gpu_uuids=windows, since=since, until=now)
+    except Exception:  # a nice-to-have for the text; the alert must still go out
+        log.exception("the memory readings of this round's idle-held GPUs could not be read")
+        return set()
+
+
 @dataclass
 class StateCache:
     """The open alerts as the last round left them, so the leader need not re-read them.
@@ -331,6 +356,7 @@ class _Extras:
     verdicts: dict[str, dict[str, Any] | None]  # by job id
     addressees: dict[tuple[str | None, str | None], Addressee]  # by (user, team)
     xids: dict[str, int]  # by GPU uuid
+    memory_unreported: set[str]  # GPU uuids whose exporter sends no memory use
 
 
 def _evaluate_once(ctx: ServiceContext, cache: StateCache | None) -> RoundResult:
@@ -507,6 +533,7 @@ def _extras(
         verdicts=verdict_by_job(rnd.ctx, notified_jobs, rnd.now),
         addressees=owner_addressees(rnd.ctx, changes),
         xids=fault_xids(rnd.ctx, changes, rnd.now),
+        memory_unreported=memory_unreported_gpus(rnd.ctx, changes, rnd.now),
     )
 
 
@@ -581,7 +608,9 @@ def _note(
     verdict = extras.verdicts.get(job) if job else None
     gpu_uuid = state.labels.get("gpu_uuid", "")
     xid = extras.xids.get(gpu_uuid) if p.metric == "hardware_fault" else None
-    return notification(rnd.ctx, p, state, kind, alert_id, rnd.now, verdict, xid)
+    note = notification(rnd.ctx, p, state, kind, alert_id, rnd.now, verdict, xid)
+    note.memory_unknown = gpu_uuid in extras.memory_unreported
+    return note
 
 
 class Alerting:

@@ -140,6 +140,13 @@ def test_compat_exposition_scrapes_back_to_the_values_it_was_written_from():
         "row_remap_failure": 1,
         "remapped_rows_uncorrectable": 3,
         "pcie_replays": 17,
+        "ecc_dbe_errors": 2,
+        "retired_pages_dbe": 1,
+        "retired_pages_pending": 1,
+        "nvlink_crc_errors": 40,
+        "nvlink_replay_errors": 7,
+        "nvlink_recovery_errors": 1,
+        "clocks_event_reasons": 0x44,
     }
     assert {f.metric for f in DCGM_FIELDS} <= set(values)
     reading = FleetGpu(

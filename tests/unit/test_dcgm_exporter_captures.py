@@ -185,3 +185,22 @@ def test_encoder_and_decoder_utilisation_are_read_as_ratios():
     ada = got["GPU-fc60126e-514d-3522-2828-c5daa8e99d85"]
     assert ada["dec_util"] == pytest.approx(0.46)
     assert ada["enc_util"] == pytest.approx(0.09)
+
+
+def test_health_fields_of_dcgm_2_0_are_read() -> None:
+    # dcgm-exporter 2.0.13 with DCGM's memory health fields: ECC and retired pages, all 0.
+    m = metrics(parsed("dcgm-2.0.13-health-fields.prom"))
+    got = m["GPU-8c16e996-bd76-aa91-17e7-b48bcd0208ba"]
+    assert {
+        k: got[k] for k in ("ecc_dbe_errors", "retired_pages_dbe", "retired_pages_pending")
+    } == {
+        "ecc_dbe_errors": 0,
+        "retired_pages_dbe": 0,
+        "retired_pages_pending": 0,
+    }
+    assert got["fb_used_bytes"] == 1057 * 2**20 and got["pcie_replays"] == 0
+
+
+def test_clock_throttle_reasons_under_dcgms_old_name_are_read() -> None:
+    m = metrics(parsed("t4-clock-throttle-reasons.prom"))
+    assert m["GPU-9ef1b6d0-3643-5dd7-b823-c0ec20dcf2d5"]["clocks_event_reasons"] == 1  # idle

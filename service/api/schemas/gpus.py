@@ -35,6 +35,11 @@ class GpuPublic(BaseModel):
     # The latest sample reports activity but not memory use (dcgm-exporter without the FB
     # fields): idle-held or idle was then told by whether a job or a process holds the GPU.
     memory_unknown: bool = False
+    # Why the clocks are below their maximum in the latest sample (NVML's clocks event reasons:
+    # gpu_idle, sw_power_cap, hw_thermal_slowdown, ...), and whether one of them is the
+    # hardware's own (hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown).
+    clock_event_reasons: list[str] = []
+    hw_slowdown: bool = False
     # What the GPU does now, from its latest cause (diagnosis.STATE_OF_CAUSE): working,
     # underused, idle-held, idle, lost, no-data (no sample for 2 minutes) or unclassified.
     state: GpuState = GpuState.NO_DATA
