@@ -460,6 +460,50 @@ def node_gpu() -> dict[str, Any]:
             ],
             "none",
         ),
+        # DCGM's memory and NVLink health watches: rises page, NVLink CRC errors do not.
+        timeseries(
+            "ECC, retired pages and NVLink errors",
+            [
+                (
+                    f"increase(gpuwarden_gpu_ecc_dbe_errors_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} double-bit ECC (10m)",
+                ),
+                (
+                    f"increase(gpuwarden_gpu_retired_pages_dbe_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} pages retired (10m)",
+                ),
+                (
+                    f"gpuwarden_gpu_retired_pages_pending{{{GPU}}}",
+                    "{{node}} GPU {{gpu_index}} pages pending retirement",
+                ),
+                (
+                    f"increase(gpuwarden_gpu_nvlink_recovery_errors_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} NVLink recoveries (10m)",
+                ),
+                (
+                    f"increase(gpuwarden_gpu_nvlink_crc_errors_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} NVLink CRC errors (10m)",
+                ),
+                (
+                    f"increase(gpuwarden_gpu_nvlink_replay_errors_total{{{GPU}}}[10m])",
+                    "{{node}} GPU {{gpu_index}} NVLink replays (10m)",
+                ),
+            ],
+            "none",
+        ),
+        # 1 while a hardware bit (0x8, 0x40, 0x80) of NVML's clocks event reasons is set.
+        timeseries(
+            "Hardware slowdown",
+            [
+                (
+                    f"clamp_max(floor(gpuwarden_gpu_clocks_event_reasons{{{GPU}}} / 8) % 2"
+                    f" + floor(gpuwarden_gpu_clocks_event_reasons{{{GPU}}} / 64) % 2"
+                    f" + floor(gpuwarden_gpu_clocks_event_reasons{{{GPU}}} / 128) % 2, 1)",
+                    "{{node}} GPU {{gpu_index}}",
+                ),
+            ],
+            "none",
+        ),
     ]
     variables = [
         variable("node", "label_values(gpuwarden_gpu_info, node)", label="Node"),
