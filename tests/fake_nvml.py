@@ -64,9 +64,9 @@ class FakeGpu:
     enc_util: int = 0  # video encoder (NVENC) utilisation, percent
     dec_util: int = 0  # video decoder (NVDEC) utilisation, percent
     # nvmlDeviceGetFieldValues: field id -> value; a field absent here answers NOT_SUPPORTED.
-    # By default what an H200 answered (docs/gpu-check/health_fields.json): ECC and NVLink
-    # counters, no retired pages (Hopper remaps rows instead).
-    fields: dict[int, int] = field(default_factory=lambda: {4: 0, 31: 0, 38: 0, 52: 0, 59: 0})
+    # By default what an H100 SXM answered (docs/gpu-check/health_fields.json): double-bit ECC
+    # only; no retired pages (Hopper remaps rows instead), no NVLink counters on a lone GPU.
+    fields: dict[int, int] = field(default_factory=lambda: {4: 0})
     clocks_event_reasons: int = 0x1  # GPU idle
 
 
