@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+from cachetools import LRUCache
 from sqlalchemy import Engine
 
 from service.clock import Clock, utc_now
@@ -16,6 +17,9 @@ from service.db.tokens_repo import TokenInfo
 from service.reads import ReadRouter
 from service.settings import Settings
 from service.telemetry import Telemetry
+
+# Console sessions kept in each cache at most (the least recently used are forgotten first).
+SESSION_CACHE_ENTRIES = 100_000
 
 
 @dataclass
@@ -32,10 +36,14 @@ class ServiceContext:
     claims_logged: dict[tuple[str, str, str], datetime] = field(default_factory=dict)
     # Console sessions: the token each names (None once revoked) with its stored hash, as last
     # read, and when (monotonic seconds).
-    session_tokens: dict[int, tuple[TokenInfo | None, str, float]] = field(default_factory=dict)
+    session_tokens: LRUCache[int, tuple[TokenInfo | None, str, float]] = field(
+        default_factory=lambda: LRUCache(SESSION_CACHE_ENTRIES)
+    )
     session_key: str | None = None  # the console's signing key, read from the database once
     # Console sessions (by nonce): whether logged out, as last read, and when (monotonic seconds).
-    session_ended: dict[str, tuple[bool, float]] = field(default_factory=dict)
+    session_ended: LRUCache[str, tuple[bool, float]] = field(
+        default_factory=lambda: LRUCache(SESSION_CACHE_ENTRIES)
+    )
     # Agents' ingest (and token lookups) on a pool of their own that reads cannot exhaust;
     # None: the one engine serves everything (tools and tests that build a context by hand).
     ingest_engine: Engine | None = None

@@ -19,7 +19,6 @@ from starlette.datastructures import State
 
 from service.api import sessions
 from service.api.gate import (
-    MAX_ENTRIES,
     MAX_SUSPECT_WAITING,
     TOKEN_CACHE_SECONDS,
     Admission,
@@ -189,8 +188,6 @@ async def session_ended(request: Request, ctx: ServiceContext, session: sessions
             return sessions_repo.is_ended(conn, nonce=session.nonce)
 
     ended = await _shared_lookup(request, f"ended:{session.nonce}", look_up)
-    if len(ctx.session_ended) > MAX_ENTRIES:
-        ctx.session_ended.clear()
     ctx.session_ended[session.nonce] = (ended, monotonic())
     return ended
 

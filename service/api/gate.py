@@ -23,13 +23,13 @@ import json
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from cachetools import LRUCache
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -76,16 +76,6 @@ def _in(address: str, nets: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
     return any(ip in net for net in nets)
 
 
-class _Bounded(OrderedDict[str, float]):
-    """A dict of key -> monotonic time that forgets its oldest entries past MAX_ENTRIES."""
-
-    def put(self, key: str, value: float) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > MAX_ENTRIES:
-            self.popitem(last=False)
-
-
 @dataclass
 class _Bucket:
     tokens: float
@@ -101,20 +91,21 @@ class TokenGate:
         self.trusted_proxies = parse_networks(settings.trusted_proxies)
         self._lock = threading.Lock()
         # digest -> (token, when its lookup ended, the revocation generation its lookup began in)
-        self._good: dict[str, tuple[TokenInfo, float, int]] = {}
+        # Every cache holds at most MAX_ENTRIES, forgetting the least recently used first.
+        self._good: LRUCache[str, tuple[TokenInfo, float, int]] = LRUCache(MAX_ENTRIES)
         # Revocations seen: how many tokens were revoked, when that count was last read (its
         # read's start, monotonic), and a generation that moves whenever the count does.
         self._revoked_count: int | None = None
         self._revoked_read_at = -math.inf
         self.generation = 0
-        self._bad = _Bounded()
-        self._known_good = _Bounded()
+        self._bad: LRUCache[str, float] = LRUCache(MAX_ENTRIES)  # digest -> refused at
+        self._known_good: LRUCache[str, float] = LRUCache(MAX_ENTRIES)  # digest -> seen valid at
         # Token lookups under way (by digest, or session:<token id>): when a cached token expires,
         # the requests that carry it share one lookup instead of queueing one each behind the few
         # auth slots.
         self.lookups: dict[str, asyncio.Future[Any]] = {}
         self.suspect_waiting = 0
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._buckets: LRUCache[str, _Bucket] = LRUCache(MAX_ENTRIES)
 
     def client_of(self, request: Request) -> str:
         """The client's address: the peer, or the last untrusted X-Forwarded-For hop behind a
@@ -211,15 +202,13 @@ class TokenGate:
             begun_in = self.generation if generation is None else generation
             self._good[digest] = (info, now, begun_in)
             self._bad.pop(digest, None)
-            self._known_good.put(digest, now)
-            if len(self._good) > MAX_ENTRIES:
-                self._good.clear()
+            self._known_good[digest] = now
 
     def refuse(self, client: str, digest: str | None, now: float, *, looked_up: bool) -> None:
         """Count a failed attempt of ``client``; raises Throttled once its budget is spent."""
         with self._lock:
             if digest is not None and looked_up:
-                self._bad.put(digest, now)
+                self._bad[digest] = now
                 self._good.pop(digest, None)
                 self._known_good.pop(digest, None)
             bucket = self._refilled(client, now)
@@ -230,16 +219,13 @@ class TokenGate:
         raise Throttled(max(1, math.ceil(wait)))
 
     def _refilled(self, client: str, now: float) -> _Bucket:
-        bucket = self._buckets.get(client)
+        bucket = self._buckets.get(client)  # a read makes it the most recently used
         if bucket is None:
             bucket = self._buckets[client] = _Bucket(self.burst, now)
-            while len(self._buckets) > MAX_ENTRIES:
-                self._buckets.popitem(last=False)
         else:
             gained = (now - bucket.at) * self.refill_per_second
             bucket.tokens = min(self.burst, bucket.tokens + gained)
             bucket.at = now
-        self._buckets.move_to_end(client)
         return bucket
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from service.api.gate import KNOWN_GOOD_SECONDS, TOKEN_CACHE_SECONDS, TokenGate
 from service.db.tokens_repo import TokenInfo
 from service.roles import Role
@@ -96,3 +98,21 @@ def test_the_first_count_read_sends_earlier_lookups_back_and_a_late_read_changes
     generation = gate.generation
     gate.saw_revocations(9, read_at=105.0)  # a read begun earlier, answered later: ignored
     assert gate.generation == generation and gate.cached("d1", 106.3) is not None
+
+
+def test_full_caches_forget_the_least_recently_used_token_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from service.api import gate as gate_mod
+
+    monkeypatch.setattr(gate_mod, "MAX_ENTRIES", 3)
+    gate = TokenGate(Settings())
+    for k in range(3):
+        gate.accept(f"d{k}", _info(), 100.0)
+    assert gate.cached("d0", 100.1) is not None  # d0 used again: d1 is now the oldest
+    gate.accept("d3", _info(), 100.2)
+    # A fleet's worth of new tokens never empties the cache for the tokens in use.
+    assert [gate.cached(f"d{k}", 100.3) is not None for k in range(4)] == [True, False, True, True]
+    for client in ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"):
+        gate.refuse(client, None, 100.0, looked_up=False)
+    assert len(gate._buckets) == 3
