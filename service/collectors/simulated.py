@@ -6,9 +6,9 @@ activity: compute_tensor), ``memory-bound`` (SM busy, DRAM saturated, tensor idl
 running: idle_empty), ``launch-bound`` (tiny kernels: busy engine, nearly empty SMs),
 ``input-starved`` (full kernels a small part of the time), ``transfer-bound`` (host-device
 copies, SMs waiting), ``no-tensor`` (fp32 without tensor cores) and ``xid-then-lost`` (trains,
-raises an XID, then falls off the bus). The figures follow what an H200 showed for each
-(docs/gpu-check). Readings depend only on (seed, node, GPU, poll time), so a test can
-predict them.
+raises XID 79, "GPU has fallen off the bus", in its last reading, and is lost from the next
+poll). The figures follow what an H200 showed for each (docs/gpu-check). Readings depend only on
+(seed, node, GPU, poll time), so a test can predict them.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _PROFILES: dict[str, _Profile] = {
     "no-tensor": _Profile(0.96, 0.0, 0.05, 2.1, 650.0, True),
 }
 
-XID_CODE = 79  # "GPU has fallen off the bus" is usually preceded by XID 79 itself
+XID_CODE = 79  # "GPU has fallen off the bus": the GPU answers nothing after it
 
 
 def _seed(*parts: object) -> int:
@@ -75,7 +75,6 @@ class SimulatedBackend:
         scenarios: list[str] | None = None,
         start: datetime,
         xid_after_seconds: float = 600.0,
-        lost_after_seconds: float = 900.0,
         job_base: int = 1000,
         model: str = _MODEL,
         extra_celsius: float = 0.0,
@@ -88,7 +87,6 @@ class SimulatedBackend:
         self.seed = seed
         self.start = start
         self.xid_after_seconds = xid_after_seconds
-        self.lost_after_seconds = lost_after_seconds
         # Degrees above the usual reading: a node whose cooling is failing (the demo's hot rack).
         self.extra_celsius = extra_celsius
         node_tag = _seed(seed, hostname) % 0xFFFFFFFF
@@ -140,9 +138,8 @@ class SimulatedBackend:
         stamp = int(now.timestamp() * 1000)
         for i, dev in enumerate(self._devices):
             scenario = self.scenarios[i]
-            if scenario == "xid-then-lost" and elapsed >= self.lost_after_seconds:
-                dev.lost = True
-            if i in self._forced_lost:
+            # XID 79 is the GPU falling off the bus: after its reading, nothing more comes.
+            if self._xid_sent[i] or i in self._forced_lost:
                 dev.lost = True
             if dev.lost:
                 continue

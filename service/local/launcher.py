@@ -454,8 +454,7 @@ def _demo_node(
         seed=fleet.seed + i,
         scenarios=scen,
         start=fleet.start,
-        xid_after_seconds=history_seconds * 0.5,
-        lost_after_seconds=history_seconds * 0.75,
+        xid_after_seconds=history_seconds * 0.75,  # XID 79, then off the bus for the last 15 min
         job_base=1000 + 100 * i,
         extra_celsius=HOT_NODE_EXTRA_CELSIUS if i == min(1, fleet.nodes - 1) else 0.0,
     )
