@@ -132,12 +132,15 @@ class SimulatedBackend:
     def sample(self, now: datetime) -> Snapshot:
         """Readings for every GPU still on the bus at ``now``."""
         elapsed = (now - self.start).total_seconds()
+        first_poll = self._last_ts is None
         dt = 0.0 if self._last_ts is None else max(0.0, (now - self._last_ts).total_seconds())
         self._last_ts = now
         snap = Snapshot(ts=now)
         stamp = int(now.timestamp() * 1000)
         for i, dev in enumerate(self._devices):
             scenario = self.scenarios[i]
+            if scenario == "xid-then-lost" and first_poll and elapsed > self.xid_after_seconds:
+                self._xid_sent[i] = True  # a resumed fleet: it fell off before this run began
             # XID 79 is the GPU falling off the bus: after its reading, nothing more comes.
             if self._xid_sent[i] or i in self._forced_lost:
                 dev.lost = True

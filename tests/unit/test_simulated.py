@@ -62,6 +62,16 @@ def test_xid_79_is_the_last_reading_then_the_gpu_is_off_the_bus():
     assert len(snaps[-1].readings) == 4
 
 
+def test_a_fleet_resumed_after_its_xid_has_that_gpu_off_the_bus_from_the_first_poll():
+    # A restarted demo resumes its fleet: the GPU that fell off the bus never comes back, nor
+    # raises its XID a second time.
+    b = SimulatedBackend(start=T0, gpus=5, scenarios=list(SCENARIOS[:5]), xid_after_seconds=60)
+    snaps = [b.sample(T0 + timedelta(seconds=t)) for t in (600, 610)]
+    uuid = b.devices()[4].uuid
+    assert not [r for s in snaps for r in s.readings if r.uuid == uuid]
+    assert b.devices()[4].lost and [len(s.readings) for s in snaps] == [4, 4]
+
+
 def test_batches_from_the_simulator_satisfy_the_wire_contract():
     b = SimulatedBackend(start=T0, gpus=5, xid_after_seconds=0)
     batch = build_batch(
