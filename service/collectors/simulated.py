@@ -6,9 +6,9 @@ activity: compute_tensor), ``memory-bound`` (SM busy, DRAM saturated, tensor idl
 running: idle_empty), ``launch-bound`` (tiny kernels: busy engine, nearly empty SMs),
 ``input-starved`` (full kernels a small part of the time), ``transfer-bound`` (host-device
 copies, SMs waiting), ``no-tensor`` (fp32 without tensor cores) and ``xid-then-lost`` (trains,
-raises an XID, then falls off the bus). The figures follow what an H200 showed for each
-(docs/gpu-check). Readings depend only on (seed, node, GPU, poll time), so a test can
-predict them.
+raises XID 79, "GPU has fallen off the bus", in its last reading, and is lost from the next
+poll). The figures follow what an H200 showed for each (docs/gpu-check). Readings depend only on
+(seed, node, GPU, poll time), so a test can predict them.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _PROFILES: dict[str, _Profile] = {
     "no-tensor": _Profile(0.96, 0.0, 0.05, 2.1, 650.0, True),
 }
 
-XID_CODE = 79  # "GPU has fallen off the bus" is usually preceded by XID 79 itself
+XID_CODE = 79  # "GPU has fallen off the bus": the GPU answers nothing after it
 
 
 def _seed(*parts: object) -> int:
@@ -75,7 +75,6 @@ class SimulatedBackend:
         scenarios: list[str] | None = None,
         start: datetime,
         xid_after_seconds: float = 600.0,
-        lost_after_seconds: float = 900.0,
         job_base: int = 1000,
         model: str = _MODEL,
         extra_celsius: float = 0.0,
@@ -88,7 +87,6 @@ class SimulatedBackend:
         self.seed = seed
         self.start = start
         self.xid_after_seconds = xid_after_seconds
-        self.lost_after_seconds = lost_after_seconds
         # Degrees above the usual reading: a node whose cooling is failing (the demo's hot rack).
         self.extra_celsius = extra_celsius
         node_tag = _seed(seed, hostname) % 0xFFFFFFFF
@@ -134,15 +132,17 @@ class SimulatedBackend:
     def sample(self, now: datetime) -> Snapshot:
         """Readings for every GPU still on the bus at ``now``."""
         elapsed = (now - self.start).total_seconds()
+        first_poll = self._last_ts is None
         dt = 0.0 if self._last_ts is None else max(0.0, (now - self._last_ts).total_seconds())
         self._last_ts = now
         snap = Snapshot(ts=now)
         stamp = int(now.timestamp() * 1000)
         for i, dev in enumerate(self._devices):
             scenario = self.scenarios[i]
-            if scenario == "xid-then-lost" and elapsed >= self.lost_after_seconds:
-                dev.lost = True
-            if i in self._forced_lost:
+            if scenario == "xid-then-lost" and first_poll and elapsed > self.xid_after_seconds:
+                self._xid_sent[i] = True  # a resumed fleet: it fell off before this run began
+            # XID 79 is the GPU falling off the bus: after its reading, nothing more comes.
+            if self._xid_sent[i] or i in self._forced_lost:
                 dev.lost = True
             if dev.lost:
                 continue

@@ -32,7 +32,7 @@ class GpuInfo:
     uuid: str
     model: str
     node: str
-    known_from: datetime  # first seen, or its first stored minute if that is earlier (backfill)
+    known_from: datetime  # its first sample (first seen where it sent none): held from then
     lost_at: datetime | None = None  # since when it is lost (fell off the bus), while it is
     retired_at: datetime | None = None  # a MIG instance destroyed: held no longer after this
 
@@ -58,11 +58,9 @@ def load_gpus(conn: Connection, *, gpu_ids: Sequence[int] | None = None) -> dict
 
 
 def known_from(first_seen_at: datetime, first_sample_at: datetime | None) -> datetime:
-    """Since when a GPU is held: when it was first seen, or the minute of its first sample if
-    that is earlier (a spool replayed after the GPU was first seen holds older minutes)."""
-    if first_sample_at is None:
-        return first_seen_at
-    return min(first_seen_at, floor_minute(first_sample_at))
+    """Since when a GPU is held: its first sample (a spool replayed later moves it back), not
+    the minute before it; when it was first seen for a GPU that never sent one."""
+    return first_seen_at if first_sample_at is None else first_sample_at
 
 
 BIND_IDS_MAX = 1000  # past this many GPU ids, reading every GPU costs less than binding them

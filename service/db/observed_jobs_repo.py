@@ -3,9 +3,10 @@
 At ingest, each (GPU, job) pair seen in a batch's ``processes`` gets a ``jobs`` row if the id is
 new (source 'observed'; an existing row, say one set via the API, is never touched) and an open
 ``job_gpus`` interval (source 'observed') from the first time it was seen. A scheduler job closes
-observed intervals unseen for a grace period, at the last time they were seen. An interval closed
-while the agent could not report is reopened when its late observations arrive, unless another
-job took the GPU in between.
+observed intervals unseen for a grace period, at the last time they were seen (not on a GPU
+reported lost: no process shows there, and the job that held it pays its lost time). An interval
+closed while the agent could not report is reopened when its late observations arrive, unless
+another job took the GPU in between.
 """
 
 from __future__ import annotations
@@ -238,15 +239,19 @@ def _open_interval(
 
 
 def close_unseen(conn: Connection, *, now: datetime, grace_seconds: float) -> int:
-    """Close observed intervals not seen for ``grace_seconds``, at the time they were last seen."""
+    """Close observed intervals not seen for ``grace_seconds``, at the time they were last seen;
+    those on a GPU reported lost stay open (no process can be seen on it)."""
     cutoff = now - timedelta(seconds=grace_seconds)
     jg, p = job_gpus.c, gpu_processes.c
     # One statement for every open interval (the primary key finds each GPU's recent rows):
     # asked one by one, 10,000 GPUs' intervals took a round trip each, 10-30 s a round.
     seen = exists().where(p.gpu_id == jg.gpu_id, p.job_id == jg.job_id, p.ts >= cutoff)
+    # A GPU fallen off the bus lists no process: its job still holds it, and its lost time is
+    # that job's bill (design.md section 4), until the GPU returns or the job ends.
+    lost = exists().where(gpus.c.id == jg.gpu_id, gpus.c.lost_at.is_not(None))
     unseen = conn.execute(
         select(jg.id, jg.job_id, jg.gpu_id, jg.started_at).where(
-            jg.source == OBSERVED, jg.ended_at.is_(None), ~seen
+            jg.source == OBSERVED, jg.ended_at.is_(None), ~seen, ~lost
         )
     ).all()
     closed_jobs: set[str] = set()

@@ -5,6 +5,10 @@ prolog would, with its user's team and a project, plus one allocation per empty 
 nothing (the waste no process list shows). Once the agents have shipped the hour of history,
 the policies are evaluated at past times over it, so alerts whose ``for:`` is 15 or 30 minutes
 are there at once, and their notifications say they come from history.
+
+A restart on a database that already holds the fleet's history resumes it: the fleet keeps its
+first start (its scenarios go on where they were) and only the gap since its last sample is
+backfilled, so no recorded minute is written again.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select, type_coerce
 
 from service.clock import Clock
 from service.collectors.simulated import SimulatedBackend
 from service.context import ServiceContext
 from service.db import jobs_repo
+from service.db.schema import gpus
+from service.db.types import UTCDateTime
 from service.usecases.evaluation import evaluate_once
 from service.usecases.upkeep import rollup_once
 
@@ -83,6 +89,58 @@ def register_jobs(
                 ended_at=None,
                 now=now,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class DemoHistory:
+    """What a demo run backfills: the fleet's start (its scenarios' time zero), the history
+    shipped, [backfill_from, now), and whether it resumes a stored history."""
+
+    fleet_start: datetime
+    backfill_from: datetime
+    now: datetime
+    resumed: bool
+
+    def says(self, database: str) -> str:
+        """The console line saying whether the demo resumed or started its history, and what it
+        backfills."""
+        gap_minutes = (self.now - self.backfill_from).total_seconds() / 60
+        if not self.resumed:
+            return f"demo: a new history in {database}: backfilling {gap_minutes:.0f} min"
+        return (
+            f"demo: resuming the history in {database} (since {self.fleet_start:%Y-%m-%d %H:%M}Z);"
+            f" nothing recorded is written again, backfilling only the gap since its last"
+            f" sample ({gap_minutes:.1f} min)"
+        )
+
+
+def stored_span(engine: Engine, gpu_uuids: Sequence[str]) -> tuple[datetime, datetime] | None:
+    """The first and last sample stored of any of ``gpu_uuids``, None if none has one."""
+    with engine.connect() as conn:
+        first, last = conn.execute(
+            select(
+                type_coerce(func.min(gpus.c.first_sample_at), UTCDateTime()),
+                type_coerce(func.max(gpus.c.last_sample_at), UTCDateTime()),
+            ).where(gpus.c.uuid.in_(list(gpu_uuids)))
+        ).one()
+    return None if first is None or last is None else (first, last)
+
+
+def plan_history(
+    stored: tuple[datetime, datetime] | None,
+    *,
+    now: datetime,
+    history: timedelta,
+    step: timedelta,
+) -> DemoHistory:
+    """A fresh history of ``history`` up to ``now``, or, over a stored one (``stored``: its
+    first and last sample), the same fleet resumed: only the gap after the last sample, at most
+    ``history`` of it (the rest stays no data)."""
+    if stored is None:
+        return DemoHistory(now - history, now - history, now, resumed=False)
+    first, last = stored
+    gap_from = min(max(last + step, now - history), now)
+    return DemoHistory(first, gap_from, now, resumed=True)
 
 
 def _fixed(at: datetime) -> Clock:

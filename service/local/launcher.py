@@ -6,6 +6,7 @@ tokens they need themselves, so one command shows GPUs, jobs and waste.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -34,10 +35,13 @@ from service.delivery import quiet_http_logs
 from service.errors import ConfigError
 from service.local.demo import (
     HOT_NODE_EXTRA_CELSIUS,
+    DemoHistory,
     DemoJob,
     demo_jobs,
+    plan_history,
     register_jobs,
     replay_alerts,
+    stored_span,
 )
 from service.local.run import (
     LocalRun,
@@ -429,7 +433,7 @@ def _demo_price(engine: Engine) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class _DemoFleet:
+class DemoFleet:
     """What ``demo`` simulates: node and GPU counts, seed, and history from ``start``."""
 
     nodes: int
@@ -439,26 +443,51 @@ class _DemoFleet:
     history_minutes: float
 
 
-def _demo_node(
-    fleet: _DemoFleet, i: int, hostname: str, token: str, spools: Settings
-) -> tuple[LocalNode, SimulatedBackend]:
-    """Node ``i`` of the demo: its simulated backend and the agent shipping it with ``token``."""
+def demo_hostnames(nodes: int) -> list[str]:
+    """The demo's node names."""
+    return [f"demo-node-{i}" for i in range(nodes)]
+
+
+def plan_demo(
+    engine: Engine, fleet: DemoFleet, *, now: datetime, step: timedelta
+) -> tuple[DemoFleet, DemoHistory]:
+    """The fleet to simulate and the history to ship: a new one, or, where the database holds
+    this fleet's history already, the same fleet resumed with only the gap backfilled."""
+    hostnames = demo_hostnames(fleet.nodes)
+    uuids = [d.uuid for i, h in enumerate(hostnames) for d in demo_backend(fleet, i, h).devices()]
+    history = plan_history(
+        stored_span(engine, uuids),
+        now=now,
+        history=timedelta(minutes=fleet.history_minutes),
+        step=step,
+    )
+    return dataclasses.replace(fleet, start=history.fleet_start), history
+
+
+def demo_backend(fleet: DemoFleet, i: int, hostname: str) -> SimulatedBackend:
+    """Node ``i`` of the demo's simulated backend."""
     # Continue the scenarios from node to node so the fleet shows every one (and so every
     # cause) as soon as it has as many GPUs as there are scenarios.
     gpus = fleet.gpus
     scen = [SCENARIOS[(i * gpus + k) % len(SCENARIOS)] for k in range(gpus)]
     history_seconds = fleet.history_minutes * 60
-    backend = SimulatedBackend(
+    return SimulatedBackend(
         hostname=hostname,
         gpus=gpus,
         seed=fleet.seed + i,
         scenarios=scen,
         start=fleet.start,
-        xid_after_seconds=history_seconds * 0.5,
-        lost_after_seconds=history_seconds * 0.75,
+        xid_after_seconds=history_seconds * 0.75,  # XID 79, then off the bus for the last 15 min
         job_base=1000 + 100 * i,
         extra_celsius=HOT_NODE_EXTRA_CELSIUS if i == min(1, fleet.nodes - 1) else 0.0,
     )
+
+
+def _demo_node(
+    fleet: DemoFleet, i: int, hostname: str, token: str, spools: Settings
+) -> tuple[LocalNode, SimulatedBackend]:
+    """Node ``i`` of the demo: its simulated backend and the agent shipping it with ``token``."""
+    backend = demo_backend(fleet, i, hostname)
     agent = build_agent(
         spools.model_copy(update={"agent_token": token, "node_labels": f"rack=r{i % 2}"}),
         backend=backend,
@@ -468,14 +497,15 @@ def _demo_node(
     return LocalNode(agent), backend
 
 
-def _demo_after_history(engine: Engine, jobs: list[DemoJob], start: datetime) -> AfterHistory:
+def _demo_after_history(engine: Engine, jobs: list[DemoJob], history: DemoHistory) -> AfterHistory:
     """What the demo does once its history is shipped: jobs, alerts over it, then the scheduler."""
 
     def after_history(ctx: ServiceContext) -> None:
-        # Teams and projects as a prolog registers them, then the policies over the history,
-        # then the background jobs (held back so that no round runs at "now" in the meantime).
-        register_jobs(engine, jobs, started_at=start, now=datetime.now(UTC))
-        replay_alerts(ctx, start=start, end=datetime.now(UTC))
+        # Teams and projects as a prolog registers them (from the fleet's first start: a resumed
+        # demo's jobs keep theirs), then the policies over the history just shipped, then the
+        # background jobs (held back so that no round runs at "now" in the meantime).
+        register_jobs(engine, jobs, started_at=history.fleet_start, now=datetime.now(UTC))
+        replay_alerts(ctx, start=history.backfill_from, end=datetime.now(UTC))
         from service.scheduler import start_scheduler
 
         sched = start_scheduler(ctx)
@@ -491,12 +521,17 @@ def run_demo(
     settings, engine, state, sink = _prepare(settings, "demo")
     _demo_price(engine)
     now = datetime.now(UTC)
-    fleet = _DemoFleet(nodes, gpus, seed, now - timedelta(minutes=history_minutes), history_minutes)
+    fleet, history = plan_demo(
+        engine,
+        DemoFleet(nodes, gpus, seed, now - timedelta(minutes=history_minutes), history_minutes),
+        now=now,
+        step=timedelta(seconds=settings.interval_seconds),
+    )
+    hostnames = demo_hostnames(nodes)
     # The demo's spools are throw-away: a fresh directory per run, whatever the environment says.
     spools = settings.model_copy(
         update={"state_dir": Path(tempfile.mkdtemp(prefix="gpuwarden-demo-"))}
     )
-    hostnames = [f"demo-node-{i}" for i in range(nodes)]
     tokens = _own_tokens(
         engine,
         state / "demo-tokens.json",
@@ -513,6 +548,9 @@ def run_demo(
         f"{history_minutes:g} min of history, then live every {settings.interval_seconds:g} s; "
         f"price ${DEMO_PRICE_USD_PER_GPU_HOUR:.2f}/GPU-hour for *H100*"
     )
+    said = history.says(make_url(settings.database_url).render_as_string(hide_password=True))
+    print(said, flush=True)
+    log.info("%s", said)
     _banner(settings, reader, sink.log_path)
     jobs = demo_jobs([backend for _, backend in made])
     sink.history_until = now
@@ -520,7 +558,7 @@ def run_demo(
         settings.model_copy(update={"run_scheduler": False}),
         engine,
         local,
-        (fleet.start, now, settings.interval_seconds),
+        (history.backfill_from, now, settings.interval_seconds),
         running=_running("demo", settings, reader),
-        after_history=_demo_after_history(engine, jobs, fleet.start),
+        after_history=_demo_after_history(engine, jobs, history),
     )

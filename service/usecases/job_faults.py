@@ -48,7 +48,8 @@ def report_faults(
     )
     spans_of: dict[str, list[Span]] = defaultdict(list)
     for al in allocations:
-        spans_of[al.job_id].append((al.gpu_id, al.start, al.end))
+        # Cut to the window: a lost GPU's held seconds are the window's, as the row's lost_seconds.
+        spans_of[al.job_id].append((al.gpu_id, max(al.start, start), min(al.end, end)))
     prices = effective_prices(conn, settings).rows
     return faults_of_jobs(conn, spans_of, prices=prices, settings=settings, hourly_before=hourly)
 

@@ -65,3 +65,21 @@ def test_group_by_node_has_no_unallocated_node_and_default_prices_are_marked(
     assert any("shipped defaults" in w for w in by_job["warnings"])
     by_gpu = report(http, tokens["reader"], group_by="gpu", since="1h")
     assert sorted(r["key"] for r in by_gpu["rows"]) == ["GPU-a0", "GPU-a1"]
+
+
+def test_a_gpu_is_held_from_its_first_sample_not_the_minute_before(
+    app, http, tokens, clock: FakeClock
+):
+    # `make up` 90 s in: the first sample came 50 s into a minute. Held time starts there, so
+    # the report shows no phantom "no data" for the seconds before it (issue 50).
+    first = clock() - timedelta(seconds=90)
+    assert first.second != 0
+    batch = make_batch(start=first, count=9, gpu_uuids=("GPU-a0",))  # every 10 s to +80 s
+    http.post("/api/v1/ingest", json=batch, headers=auth(tokens["agent"])).raise_for_status()
+    for rolled in (False, True):
+        if rolled:
+            rollup_once(app.state.ctx)
+        totals = report(http, tokens["reader"], since="1h")["totals"]
+        assert totals["held_seconds"] == 90.0, rolled
+        assert totals["nodata_seconds"] == 0.0, rolled
+        assert totals["nodata_usd"] == 0.0, rolled

@@ -15,12 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, insert, select
 
 from service.collectors.agent import backfill
 from service.collectors.simulated import SCENARIO_CAUSES, SCENARIOS, SimulatedBackend
-from service.db.schema import prices
-from service.local.launcher import DEMO_PRICE_USD_PER_GPU_HOUR
+from service.db.schema import alerts, gpus, prices
+from service.local.demo import replay_alerts
+from service.local.launcher import DEMO_PRICE_USD_PER_GPU_HOUR, install_default_alerting
 from service.usecases.upkeep import observed_jobs_once, rollup_once
 from tests.agent_support import Wire, make_agent
 from tests.conftest import make_token
@@ -49,7 +50,7 @@ def demo(app: Any, server: str, engine: Engine, clock: FakeClock, tmp_path: Path
         scenarios = [SCENARIOS[(i * GPUS + k) % len(SCENARIOS)] for k in range(GPUS)]
         backend = SimulatedBackend(
             hostname=hostname, gpus=GPUS, seed=i, scenarios=scenarios, start=start,
-            xid_after_seconds=MINUTES * 60 * 0.5, lost_after_seconds=MINUTES * 60 * 0.75,
+            xid_after_seconds=MINUTES * 60 * 0.75,
             job_base=1000 + 100 * i,
         )  # fmt: skip
         for k, scenario in enumerate(scenarios):
@@ -130,10 +131,10 @@ def test_the_fleets_covered_hour_costs_gpus_x_hours_x_price_with_lost_time_its_o
     gpus = NODES * GPUS
     assert t["gpus"] == gpus
     assert t["cost_usd"] == pytest.approx(gpus * 1.0 * DEMO_PRICE_USD_PER_GPU_HOUR, rel=0.005)
-    # Each XID GPU fell off the bus at 45 minutes: its last sample (44:50) covers max_gap
-    # (60 s), the rest of the hour (850 s) is lost, not nodata.
+    # Each XID GPU fell off the bus with XID 79 at 45 minutes: its last sample (45:00, the
+    # XID's) covers max_gap (60 s), the rest of the hour (840 s) is lost, not nodata.
     n_xid = sum(SCENARIOS[k % len(SCENARIOS)] == "xid-then-lost" for k in range(NODES * GPUS))
-    lost_seconds = 15 * 60 + 10 - 60  # from 44:50 + max_gap to the end of the hour
+    lost_seconds = 15 * 60 - 60  # from 45:00 + max_gap to the end of the hour
     assert t["lost_seconds"] == pytest.approx(n_xid * lost_seconds, abs=1)
     assert t["lost_usd"] == pytest.approx(n_xid * lost_seconds / 3600 * 4.0, abs=CENT)
     assert t["nodata_usd"] < 0.01 * t["cost_usd"]
@@ -157,3 +158,34 @@ def test_the_xid_jobs_page_names_the_fault_and_its_lost_dollars_are_the_bills(
     assert lost["lost_seconds"] == pytest.approx(gpu["lost_seconds"])
     assert job["summary"]["lost_usd"] == pytest.approx(gpu["lost_usd"])
     assert job["summary"]["waste_usd"] <= job["summary"]["cost_usd"] - job["summary"]["lost_usd"]
+    # The job held the GPU when it fell off the bus: the lost time is its bill (issue 50).
+    assert lost["lost_seconds"] == pytest.approx(15 * 60 - 60, abs=1)
+    assert lost["lost_usd"] == pytest.approx(840 / 3600 * DEMO_PRICE_USD_PER_GPU_HOUR, abs=CENT)
+
+
+def test_lost_time_of_a_held_gpu_is_on_its_jobs_bill_not_unallocated(
+    http: httpx.Client, demo: dict[str, Any]
+) -> None:
+    params = {"start": iso(demo["start"]), "end": iso(demo["end"]), "group_by": "job"}
+    report = http.get("/api/v1/reports/cost", params=params, headers=demo["reader"]).json()
+    by_key = {r["key"]: r for r in report["rows"]}
+    assert by_key.get("__unallocated__", {}).get("lost_usd", 0.0) == 0.0
+    xid_jobs = [k for k, r in by_key.items() if r["lost_seconds"] > 0]
+    assert demo["jobs"]["xid-then-lost"] in xid_jobs
+    assert sum(by_key[k]["lost_usd"] for k in xid_jobs) == pytest.approx(
+        report["totals"]["lost_usd"]
+    )
+    assert report["totals"]["lost_usd"] > 0
+
+
+def test_one_fault_is_one_alert_episode(app: Any, engine: Engine, demo: dict[str, Any]) -> None:
+    # XID 79 and the loss that follows it are one fault: fired once, never resolved in between.
+    install_default_alerting(engine, "http://127.0.0.1:9/sink")
+    replay_alerts(app.state.ctx, start=demo["start"], end=demo["end"])
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(alerts.c.gpu_uuid, alerts.c.state).where(alerts.c.policy == "gpu-hardware-fault")
+        ).all()
+        lost = set(conn.execute(select(gpus.c.uuid).where(gpus.c.lost_at.is_not(None))).scalars())
+    assert len(lost) == 2
+    assert sorted(rows) == sorted((uuid, "firing") for uuid in lost)

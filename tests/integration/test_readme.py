@@ -17,6 +17,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -239,8 +240,31 @@ def test_the_first_ten_minutes_as_pasted(folder: Path, env, background, capsys) 
     assert "GPU cost by team" in look
     assert "Time and dollars by cause (cost, waste):" in look and "Recommendations" in look
     assert "[FIRING] gpu-hardware-fault" in look  # the default policies, no setup
+    first_log = (folder / f"demo-{demo_port}.log").read_text()
+    assert "demo: a new history in sqlite:///" in first_log
+
+    # A window closed before the restart, the XID (45 min into the hour) and the loss inside it.
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
+    window = f"--start {(end - timedelta(minutes=45)).isoformat()} --end {end.isoformat()}"
+    closed = f".venv/bin/gpuwarden report cost {window} --group-by job --csv"
+
+    def csv_rows() -> list[str]:
+        out = sh(folder, env, closed, demo_port)
+        return [line for line in out.splitlines() if line.startswith(("slurm:", "__unallocated"))]
+
+    before = csv_rows()
+    assert any("XID 79" in row for row in before) and len(before) > 5
 
     stop(demo, folder)
     said = (folder / f"demo-{demo_port}.log").read_text()
     assert "gpuwarden demo stopped" in said and "3 agents (demo-node-0, demo-node-1" in said
     assert "data kept in ./gpuwarden-data: the database ./gpuwarden-data/demo.db" in said
+
+    # Started again, the demo resumes its history: the closed window reads the same (issue 50).
+    demo = start(folder, env, background, shlex.split(demo_block.split("#")[0]), demo_port)
+    restarted = (folder / f"demo-{demo_port}.log").read_text()
+    assert "demo: resuming the history in sqlite:///" in restarted, restarted
+    assert "nothing recorded is written again" in restarted
+    wait_for("the restarted demo's jobs", demo_ready, timeout=150)
+    assert csv_rows() == before
+    stop(demo, folder)

@@ -3,10 +3,10 @@ allocation on each empty GPU, so a report by team has no ``__unknown__`` row."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
-from service.local.demo import DEMO_TEAMS, demo_jobs
+from service.local.demo import DEMO_TEAMS, demo_jobs, plan_history
 
 
 def test_every_job_has_its_users_team_and_a_project() -> None:
@@ -25,3 +25,21 @@ def test_every_job_has_its_users_team_and_a_project() -> None:
     assert {j.team for j in jobs} == {team for team, _ in DEMO_TEAMS.values()}
     empty = [d.uuid for b in backends for d in b.devices() if b.scenarios[d.index] == "idle"]
     assert sorted(j.gpu_uuid for j in jobs if j.gpu_uuid) == sorted(empty) and empty
+
+
+def test_a_restart_resumes_the_stored_history_and_backfills_at_most_an_hour_of_the_gap() -> None:
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    hour, step = timedelta(hours=1), timedelta(seconds=5)
+    fresh = plan_history(None, now=now, history=hour, step=step)
+    assert (fresh.resumed, fresh.fleet_start, fresh.backfill_from) == (
+        False,
+        now - hour,
+        now - hour,
+    )
+    first = now - timedelta(hours=5)
+    soon = plan_history((first, now - timedelta(minutes=3)), now=now, history=hour, step=step)
+    assert soon.resumed and soon.fleet_start == first  # the scenarios go on where they were
+    assert soon.backfill_from == now - timedelta(minutes=3) + step  # only after the last sample
+    late = plan_history((first, now - timedelta(hours=3)), now=now, history=hour, step=step)
+    assert late.backfill_from == now - hour  # the rest of a long stop reads no data
+    assert "a new history" in fresh.says("demo.db") and "resuming" in late.says("demo.db")

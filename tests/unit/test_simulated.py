@@ -31,7 +31,7 @@ def test_same_seed_same_readings_other_seed_other_readings():
 
 
 def test_scenarios_look_like_their_names():
-    b = SimulatedBackend(start=T0, gpus=5, lost_after_seconds=10_000)
+    b = SimulatedBackend(start=T0, gpus=5, xid_after_seconds=10_000)
     snap = b.sample(T0 + timedelta(seconds=30))
     m = {b.scenarios[i]: r.metrics for i, r in enumerate(snap.readings)}
     assert m["training"]["sm_active"] > 0.85 and m["training"]["tensor_active"] > 0.75
@@ -44,14 +44,9 @@ def test_scenarios_look_like_their_names():
     assert held_uuid in jobs and idle_uuid not in jobs
 
 
-def test_xid_then_fall_off_the_bus():
-    b = SimulatedBackend(
-        start=T0,
-        gpus=5,
-        scenarios=list(SCENARIOS[:5]),
-        xid_after_seconds=60,
-        lost_after_seconds=120,
-    )
+def test_xid_79_is_the_last_reading_then_the_gpu_is_off_the_bus():
+    # XID 79 is "GPU has fallen off the bus": the GPU computes no more after it (issue 50).
+    b = SimulatedBackend(start=T0, gpus=5, scenarios=list(SCENARIOS[:5]), xid_after_seconds=60)
     snaps = run(b, 200)
     uuid = b.devices()[4].uuid
     xids = [
@@ -62,9 +57,19 @@ def test_xid_then_fall_off_the_bus():
     ]
     assert xids == [60.0]
     last = max((s.ts - T0).total_seconds() for s in snaps for r in s.readings if r.uuid == uuid)
-    assert last == 110.0
+    assert last == 60.0
     assert b.devices()[4].lost and not any(d.lost for d in b.devices()[:4])
     assert len(snaps[-1].readings) == 4
+
+
+def test_a_fleet_resumed_after_its_xid_has_that_gpu_off_the_bus_from_the_first_poll():
+    # A restarted demo resumes its fleet: the GPU that fell off the bus never comes back, nor
+    # raises its XID a second time.
+    b = SimulatedBackend(start=T0, gpus=5, scenarios=list(SCENARIOS[:5]), xid_after_seconds=60)
+    snaps = [b.sample(T0 + timedelta(seconds=t)) for t in (600, 610)]
+    uuid = b.devices()[4].uuid
+    assert not [r for s in snaps for r in s.readings if r.uuid == uuid]
+    assert b.devices()[4].lost and [len(s.readings) for s in snaps] == [4, 4]
 
 
 def test_batches_from_the_simulator_satisfy_the_wire_contract():
@@ -73,7 +78,7 @@ def test_batches_from_the_simulator_satisfy_the_wire_contract():
         hostname="sim-0", labels={"rack": "r1"}, devices=b.devices(), snapshots=run(b, 30)
     )
     parsed = IngestBatch.model_validate(batch)
-    assert len(parsed.samples) == 20
+    assert len(parsed.samples) == 17  # 4 polls x 5 GPUs, less the 3 after the XID GPU fell off
     assert parsed.samples[0].metrics.fb_used_bytes is not None  # type: ignore[attr-defined]
     assert any(p.job_id for p in parsed.processes)
 
@@ -87,7 +92,7 @@ def test_every_scenario_gets_its_cause_and_every_cause_has_a_scenario():
     from service.core.diagnosis import CAUSE_NAMES, decide
     from service.costs.integrals import Thresholds
 
-    b = SimulatedBackend(start=T0, gpus=len(SCENARIOS), lost_after_seconds=10_000)
+    b = SimulatedBackend(start=T0, gpus=len(SCENARIOS), xid_after_seconds=10_000)
     for t in range(0, 300, 7):
         snap = b.sample(T0 + timedelta(seconds=t))
         held = {p.gpu_uuid for p in snap.processes}
