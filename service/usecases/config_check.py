@@ -13,9 +13,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from service.configfile import load_config_file
 from service.costs.prices import PriceRow, parse_price_row
 from service.errors import ConfigError, ValidationFailed
-from service.settings import load_config_file
 from service.thresholds.ladder import explain
 from service.thresholds.owners import OwnerEntry, parse_owners_section
 from service.thresholds.policy import (
