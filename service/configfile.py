@@ -18,30 +18,43 @@ from service.errors import ConfigError
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def expand_env(value: Any) -> Any:
-    """Replace ``${VAR}`` references in strings (recursively) with environment values."""
+# What ``policies check`` reads in place of a variable that is not set where it runs: a value
+# every field it may stand for accepts, so the rest of the field's item is still checked.
+UNSET_URL = "https://unset.invalid/"
+UNSET_SECRET = "whsec_" + "A" * 44  # base64 of 33 zero bytes: a well-formed key
+
+
+def expand_env(value: Any, *, unset: list[str] | None = None, at: str = "") -> Any:
+    """Replace ``${VAR}`` references in strings (recursively) with environment values.
+
+    A variable that is not set is a ConfigError, unless ``unset`` is given: then ``VAR (FIELD)``
+    is appended to it and a placeholder stands in (a well-formed key for a ``secret``, else an
+    https URL), which is what ``policies check`` does on a machine without the secrets.
+    """
     if isinstance(value, str):
-
-        def repl(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in os.environ:
-                raise ConfigError(f"environment variable {name} is referenced but not set")
-            return os.environ[name]
-
-        return _ENV_REF.sub(repl, value)
+        missing = [m.group(1) for m in _ENV_REF.finditer(value) if m.group(1) not in os.environ]
+        if missing and unset is None:
+            raise ConfigError(f"environment variable {missing[0]} is referenced but not set")
+        if missing and unset is not None:
+            unset.extend(f"{name} ({at})" for name in missing)
+            return UNSET_SECRET if at.endswith(".secret") else UNSET_URL
+        return _ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
     if isinstance(value, list):
-        return [expand_env(v) for v in value]
+        return [expand_env(v, unset=unset, at=f"{at}.{i}") for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: expand_env(v) for k, v in value.items()}
+        return {
+            k: expand_env(v, unset=unset, at=f"{at}.{k}" if at else str(k))
+            for k, v in value.items()
+        }
     return value
 
 
 CONFIG_KEYS = ("policies", "channels", "prices", "owners")  # the top level of the YAML config file
 
 
-def load_config_file(path: Path | None) -> dict[str, Any]:
+def load_config_file(path: Path | None, *, unset: list[str] | None = None) -> dict[str, Any]:
     """Read the optional YAML config file (policies, channels, prices, owners), ``${VAR}``s
-    expanded."""
+    expanded (an unset one noted in ``unset`` when given, see ``expand_env``)."""
     if path is None:
         return {}
     try:
@@ -64,4 +77,4 @@ def load_config_file(path: Path | None) -> dict[str, Any]:
                 f"config file {path}: {key}: unknown key; {hint}"
                 f"the file holds {', '.join(CONFIG_KEYS)}"
             )
-    return dict(expand_env(raw))
+    return dict(expand_env(raw, unset=unset))

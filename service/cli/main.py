@@ -67,7 +67,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.api.app import create_app, freeze_start_up_objects
     from service.db.engine import check_database, service_engine
     from service.db.migrate import check_at_head, upgrade
+    from service.local.launcher import check_port_free
 
+    # A busy port (a demo running here) fails now, before a database file is created.
+    check_port_free(settings.host, settings.port)
     if settings.config is not None:
         from service.usecases.config_check import check_config_file
         from service.usecases.evaluation import check_file_channels
@@ -179,9 +182,18 @@ def cmd_policies_check(args: argparse.Namespace, client: ClientSettings) -> int:
     """Validate a YAML config file (policies, channels, prices); exit 1 naming the bad field."""
     from pathlib import Path
 
+    from service.configfile import UNSET_URL
     from service.usecases.config_check import check_config_file, ladder_timelines
 
-    checked = check_config_file(Path(args.file))
+    unset: list[str] = []
+    checked = check_config_file(Path(args.file), unset=unset)
+    for field in unset:
+        # The file is right; this shell lacks a secret it reads. serve refuses to start so.
+        print(
+            f"gpuwarden: note: {field} is not set here; the rest of the item is checked, and "
+            "serve needs the variable set",
+            file=sys.stderr,
+        )
     if args.check_urls:
         from service.notify.urlsafety import check_url, parse_allow_nets
 
@@ -191,7 +203,7 @@ def cmd_policies_check(args: argparse.Namespace, client: ClientSettings) -> int:
             raise ConfigError(f"bad setting: {exc}") from exc
         nets = parse_allow_nets(allow_nets)
         for i, c in enumerate(checked.channels):
-            if c.is_http:
+            if c.is_http and c.url != UNSET_URL:  # a variable not set here: nothing to resolve
                 check_url(c.url, nets, field=f"channels.{i}.url")
     print(
         f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "

@@ -861,6 +861,14 @@ def test_a_users_page_shows_their_gpus_jobs_and_waste_as_the_api_does(
     totals = report["totals"]
     assert admin.usd("#owner-cost") == pytest.approx(totals["cost_usd"], abs=USD_TOLERANCE * 4)
     assert admin.usd("#owner-waste") == pytest.approx(totals["waste_usd"], abs=USD_TOLERANCE * 4)
+    # "Waste by cause" shows the causes that waste (compute_tensor wastes nothing); waste only
+    # grows, so a cause the page shows has waste in the report read after it.
+    shown_causes = admin.page.locator(".panel:has(#owner-causes) .legend .item").evaluate_all(
+        "items => items.map(i => i.dataset.cause)"
+    )
+    wasting = {c for c, v in totals["causes"].items() if (v.get("waste_usd") or 0) > 0}
+    assert shown_causes and set(shown_causes) <= wasting, (shown_causes, totals["causes"])
+    assert "compute_tensor" not in shown_causes
     jobs = [r["key"] for r in report["rows"] if r["key"] != "__unallocated__"]
     shown = admin.page.locator("#owner-jobs tbody tr").evaluate_all(
         "rs => rs.map(r => r.dataset.job)"

@@ -387,19 +387,23 @@
 
   // --- one job ---------------------------------------------------------------------------
 
-  function causeBar(causesOf, id) {
-    const entries = Object.entries(causesOf || {}).filter(([, c]) => c.seconds > 0)
-      .sort((a, b) => b[1].seconds - a[1].seconds);
-    const total = entries.reduce((s, [, c]) => s + c.seconds, 0) || 1;
+  // Time by cause (the default), or waste by cause ({ by: "waste" }): a cause with no waste
+  // (compute_tensor, or an inefficient cause whose fix saves nothing) has no part in the latter.
+  function causeBar(causesOf, id, { by = "time" } = {}) {
+    const size = by === "waste" ? (c) => c.waste_usd || 0 : (c) => c.seconds;
+    const entries = Object.entries(causesOf || {}).filter(([, c]) => size(c) > 0)
+      .sort((a, b) => size(b[1]) - size(a[1]));
+    const total = entries.reduce((s, [, c]) => s + size(c), 0) || 1;
     const bar = el("div", { class: "causebar", id });
     for (const [name, c] of entries) {
       const seg = el("span", { class: `c-${name}`, title: `${name}: ${hours(c.seconds)} GPU-h, cost ${usd(c.usd)}, waste ${usd(c.waste_usd)}` });
-      seg.style.width = `${(c.seconds / total) * 100}%`;
+      seg.style.width = `${(size(c) / total) * 100}%`;
       bar.append(seg);
     }
     const legend = el("div", { class: "legend" }, entries.map(([name, c]) => el("span", { class: "item", "data-cause": name },
-      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · waste ${usd(c.waste_usd)} · ${pct(c.seconds / total)}`)));
-    return [bar, entries.length ? legend : el("p", { class: "muted", text: "No covered time yet." })];
+      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · waste ${usd(c.waste_usd)} · ${pct(size(c) / total)}${by === "waste" ? " of the waste" : ""}`)));
+    const none = by === "waste" ? "No waste in the range." : "No covered time yet.";
+    return [bar, entries.length ? legend : el("p", { class: "muted", text: none })];
   }
 
   function alignSeries(seriesList) {
@@ -689,7 +693,7 @@
     app.append(el("div", { class: "cards", id: "owner-cards" },
       el("div", { class: "card" }, el("div", { class: "k", text: "cost" }), el("div", { class: "v", id: "owner-cost", "data-usd": t.cost_usd?.toFixed(2) ?? "", text: usd(t.cost_usd) })),
       wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
-    app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes")));
+    app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes", { by: "waste" })));
 
     const mine = fleet.gpus.filter((g) => g[kind] === name);
     app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
