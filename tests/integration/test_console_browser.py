@@ -360,6 +360,14 @@ def test_fleet_shows_no_green_working_state_on_a_transfer_bound_gpu(
     # The healthy GPU's chip is the green one: the check above can tell them apart.
     assert _green(admin.page, f'#fleet tr[data-uuid="{working["uuid"]}"] .chip[class*="state-"]')
     assert admin.page.locator('#fleet tr[data-state="working"] .c-transfer_bound').count() == 0
+    # Busy SMs whose fix saves a large share (no tensor cores: 72%; memory-bound: 50%) are
+    # amber too, never green working (issue 50).
+    for cause in ("compute_no_tensor", "memory_bound"):
+        busy = next(g for g in gpus if g["cause"] == cause and g["state"] != "no-data")
+        assert busy["state"] == "underused", busy
+        chip = f'#fleet tr[data-uuid="{busy["uuid"]}"] .chip[class*="state-"]'
+        assert admin.page.inner_text(chip) == "underused"
+        assert not _green(admin.page, chip)
     assert not admin.errors, admin.errors
 
 
