@@ -98,18 +98,44 @@
       el("div", { class: `v ${cls || ""}`, text: value }));
   }
 
+  // A table fits its page at any width: as it is where it fits; else compact (tighter cells);
+  // else collapsed, each row a block of "label: value" cells, so that no column (the waste
+  // above all) is ever off-screen and the page never scrolls sideways.
   function table(headers, rows, attrs) {
+    const labels = headers.map((h) => (Array.isArray(h) ? h[0] : h));
     const head = el("tr", {}, headers.map((h) => {
       const [text, cls] = Array.isArray(h) ? h : [h, ""];
       return el("th", { class: cls, text });
     }));
-    const wrap = el("div", { class: "tablewrap" },
-      el("table", attrs || {}, el("thead", {}, head), el("tbody", {}, rows)));
-    const hint = el("p", { class: "scrollhint muted", hidden: true, text: "← scroll sideways for more columns →" });
-    // A table wider than the window scrolls inside its frame; the hint says so where it does.
-    const fit = () => { hint.hidden = wrap.scrollWidth <= wrap.clientWidth + 1; };
-    new ResizeObserver(fit).observe(wrap);
-    return el("div", { class: "tablebox" }, hint, wrap);
+    const body = el("tbody", {}, rows);
+    const wrap = el("div", { class: "tablewrap" }, el("table", attrs || {}, el("thead", {}, head), body));
+    const box = el("div", { class: "tablebox" }, wrap);
+    // Each cell names its column (the collapsed layout shows it), rows added later too.
+    const label = (tr) => {
+      if (tr.children.length !== labels.length) return; // a row spanning the table (a note)
+      [...tr.children].forEach((cell, i) => { if (labels[i]) cell.dataset.label = labels[i]; });
+    };
+    [...body.children].forEach(label);
+    let width = -1;
+    const fit = () => {
+      box.classList.remove("compact", "collapsed");
+      for (const mode of ["compact", "collapsed"]) {
+        if (wrap.scrollWidth <= wrap.clientWidth + 1) break;
+        box.classList.remove("compact");
+        box.classList.add(mode);
+      }
+      box.dataset.fit = box.classList.contains("collapsed") ? "collapsed" : box.classList.contains("compact") ? "compact" : "full";
+    };
+    new MutationObserver((changes) => {
+      for (const c of changes) c.addedNodes.forEach((n) => { if (n.tagName === "TR") label(n); });
+      fit();
+    }).observe(body, { childList: true });
+    // Only a change of the box's width refits it: its height follows the layout chosen.
+    new ResizeObserver(([entry]) => {
+      const w = Math.round(entry.contentRect.width);
+      if (w !== width) { width = w; fit(); }
+    }).observe(box);
+    return box;
   }
 
   function td(content, cls, attrs) {
@@ -737,9 +763,9 @@
       || b.active_since.localeCompare(a.active_since));
     const trs = sorted.map((a) => el("tr", { "data-alert": a.id, id: `alert-${a.id}` },
       td(el("span", { class: `chip st-${a.state}`, text: a.state })), td(a.policy), td(el("span", { class: `chip sev-${a.severity}`, text: a.severity })),
-      td(alertScope(a.labels)), td(`${a.value === null ? "–" : a.value.toFixed(3)} / ${a.threshold}`, "num"),
+      td(alertScope(a.labels), "wrap scope"), td(`${a.value === null ? "–" : a.value.toFixed(3)} / ${a.threshold}`, "num"),
       td(when(a.active_since)), td(when(a.fired_at)), td(when(a.resolved_at)),
-      td([a.silenced ? "silenced" : "", a.suppressed ? "suppressed" : "", a.stale ? "stale" : ""].filter(Boolean).join(", ")),
+      td([a.silenced ? "silenced" : "", a.suppressed ? "suppressed" : "", a.stale ? "stale" : ""].filter(Boolean).join(", "), "wrap"),
       td(el("details", {}, el("summary", { text: `${a.history.length} change${a.history.length === 1 ? "" : "s"}` }),
         el("ul", { class: "recs mono" }, a.history.map((h) => el("li", { text: `${when(h.ts)} ${h.from_state} → ${h.to_state}${h.value === null ? "" : ` (${h.value.toFixed(3)})`}` })),
           el("li", { class: "muted", text: labelsText(a.labels) }))))));
