@@ -9,12 +9,67 @@ read the same variables with the same defaults.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "GPUWARDEN_"
+DEFAULT_DATABASE_URL = "sqlite:///./gpuwarden.db"
+_TRUE = frozenset({"1", "true", "yes", "on", "t", "y"})
+_FALSE = frozenset({"0", "false", "no", "off", "f", "n", ""})
+
+
+def normalize_database_url(value: str) -> str:
+    """``value`` checked as a SQLite or PostgreSQL URL, ``postgresql://`` given psycopg's suffix;
+    ValueError naming the accepted forms otherwise."""
+    if not re.match(r"^(sqlite|postgresql)(\+\w+)?://", value):
+        raise ValueError("must start with sqlite:// or postgresql+psycopg://")
+    if value.startswith("postgresql://"):
+        # psycopg 3 is the driver we ship; spare users the driver suffix.
+        value = "postgresql+psycopg://" + value.split("://", 1)[1]
+    return value
+
+
+@dataclass(frozen=True)
+class DatabaseClientSettings:
+    """The database a token command opens: the URL given (None: not given, so a running ``up``'s
+    or the default), whether PostgreSQL's own database may be used, and the state directory."""
+
+    database_url: str | None = None
+    database_allow_maintenance: bool = False
+    state_dir: Path | None = None
+    log_level: str = "INFO"
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any], env: Mapping[str, str]) -> DatabaseClientSettings:
+        """Flags in ``overrides`` (None: not given) over ``GPUWARDEN_*`` variables in ``env``;
+        ValueError naming the setting when one is malformed."""
+        by_name = {k.upper(): v for k, v in env.items()}
+
+        def given(name: str) -> Any:
+            value = overrides.get(name)
+            return by_name.get(ENV_PREFIX + name.upper()) if value is None else value
+
+        url, allow, state, level = (
+            given(n)
+            for n in ("database_url", "database_allow_maintenance", "state_dir", "log_level")
+        )
+        try:
+            url = None if url is None else normalize_database_url(str(url))
+        except ValueError as exc:
+            raise ValueError(f"database_url: {exc}") from None
+        if isinstance(allow, str):
+            if allow.strip().lower() not in _TRUE | _FALSE:
+                raise ValueError("database_allow_maintenance: must be true or false")
+            allow = allow.strip().lower() in _TRUE
+        return cls(
+            database_url=url,
+            database_allow_maintenance=bool(allow),
+            state_dir=None if state is None else Path(state),
+            log_level=str(level or cls.log_level),
+        )
 
 
 @dataclass(frozen=True)

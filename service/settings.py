@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
 from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.clientsettings import ENV_PREFIX, ClientSettings
+from service.clientsettings import (
+    DEFAULT_DATABASE_URL,
+    ENV_PREFIX,
+    ClientSettings,
+    normalize_database_url,
+)
+from service.configfile import CONFIG_KEYS as CONFIG_KEYS
+from service.configfile import expand_env as expand_env
+from service.configfile import load_config_file as load_config_file
 from service.delivery import webhook_key_problem
-from service.errors import ConfigError
 
 GIB = 1024**3
 # A Kubernetes label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63.
@@ -48,7 +53,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True)
 
     # --- central service -------------------------------------------------------------
-    database_url: str = "sqlite:///./gpuwarden.db"
+    database_url: str = DEFAULT_DATABASE_URL
     # PostgreSQL's own databases (postgres, template0/1) are refused unless this is set: a
     # URL that names the server's maintenance database would put GPU Warden's tables there.
     database_allow_maintenance: bool = False
@@ -300,10 +305,7 @@ class Settings(BaseSettings):
             raise ValueError("must start with sqlite:// or postgresql+psycopg://")
         if info.field_name == "database_read_url" and not value.startswith("postgres"):
             raise ValueError("a read replica is a PostgreSQL streaming replica: postgresql://")
-        if value.startswith(("postgresql://", "postgres://")):
-            # psycopg 3 is the driver we ship; spare users the driver suffix.
-            value = "postgresql+psycopg://" + value.split("://", 1)[1]
-        return value
+        return normalize_database_url(value)
 
     @field_validator("action_webhook_url")
     @classmethod
@@ -345,55 +347,3 @@ class Settings(BaseSettings):
     def is_sqlite(self) -> bool:
         """Whether the store is the embedded SQLite database."""
         return self.database_url.startswith("sqlite")
-
-
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand_env(value: Any) -> Any:
-    """Replace ``${VAR}`` references in strings (recursively) with environment values."""
-    if isinstance(value, str):
-
-        def repl(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in os.environ:
-                raise ConfigError(f"environment variable {name} is referenced but not set")
-            return os.environ[name]
-
-        return _ENV_REF.sub(repl, value)
-    if isinstance(value, list):
-        return [expand_env(v) for v in value]
-    if isinstance(value, dict):
-        return {k: expand_env(v) for k, v in value.items()}
-    return value
-
-
-CONFIG_KEYS = ("policies", "channels", "prices", "owners")  # the top level of the YAML config file
-
-
-def load_config_file(path: Path | None) -> dict[str, Any]:
-    """Read the optional YAML config file (policies, channels, prices, owners), ``${VAR}``s
-    expanded."""
-    if path is None:
-        return {}
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path} does not exist") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    for key in raw:
-        if key not in CONFIG_KEYS:
-            import difflib
-
-            close = difflib.get_close_matches(str(key), CONFIG_KEYS, n=1)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise ConfigError(
-                f"config file {path}: {key}: unknown key; {hint}"
-                f"the file holds {', '.join(CONFIG_KEYS)}"
-            )
-    return dict(expand_env(raw))

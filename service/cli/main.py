@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from service.cli.actions import add_actions_parser
 from service.cli.fleet import add_fleet_parsers
 from service.cli.report import add_report_parser
-from service.clientsettings import ClientSettings
+from service.clientsettings import DEFAULT_DATABASE_URL, ClientSettings, DatabaseClientSettings
 from service.collectors.scenarios import SCENARIOS
-from service.errors import WardenError
+from service.errors import ConfigError, WardenError
 from service.roles import Role
 
 # Only what building the parser and the HTTP commands need is imported above: the database,
@@ -26,8 +26,13 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Any], int]
-# Commands that make HTTP calls only: they get ClientSettings, not the full Settings.
+# Commands that make HTTP calls only: they get ClientSettings, not the full Settings; so does
+# `policies check`, which builds the full Settings only for --check-urls. The token commands
+# get the database's few settings (DatabaseClientSettings): pydantic-settings costs them a
+# tenth of a second of CPU (bench/cli_startup.py).
 HTTP_COMMANDS = frozenset({"gpus", "job", "report", "actions"})
+CLIENT_SETTINGS_COMMANDS = HTTP_COMMANDS | {"policies"}
+DATABASE_CLIENT_COMMANDS = frozenset({"token"})
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -62,7 +67,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.api.app import create_app, freeze_start_up_objects
     from service.db.engine import check_database, service_engine
     from service.db.migrate import check_at_head, upgrade
+    from service.local.launcher import check_port_free
 
+    # A busy port (a demo running here) fails now, before a database file is created.
+    check_port_free(settings.host, settings.port)
     if settings.config is not None:
         from service.usecases.config_check import check_config_file
         from service.usecases.evaluation import check_file_channels
@@ -96,22 +104,22 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _token_engine(settings: Settings) -> Engine:
+def _token_engine(settings: DatabaseClientSettings) -> Engine:
     """The engine of the database token commands mean, said on stderr: a running up's or demo's
     when nothing else is given (see service.local.run)."""
     from service.db.engine import check_database, make_engine
-    from service.db.migrate import check_at_head
-    from service.local.run import resolve_database
+    from service.db.schema_version import check_at_head
+    from service.local.run import resolve_database_url
 
-    settings, which = resolve_database(settings)
+    url, which = resolve_database_url(settings.database_url, settings, default=DEFAULT_DATABASE_URL)
     print(f"gpuwarden: {which}", file=sys.stderr)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(url)
     check_database(engine, allow_maintenance=settings.database_allow_maintenance)
     check_at_head(engine)
     return engine
 
 
-def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_token_create(args: argparse.Namespace, settings: DatabaseClientSettings) -> int:
     """Create an API token: ``id=N`` on the first line, the secret alone on the last."""
     from service.clock import utc_now
     from service.db import tokens_repo
@@ -133,7 +141,7 @@ def cmd_token_create(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_token_list(args: argparse.Namespace, settings: DatabaseClientSettings) -> int:
     """List tokens (never their secrets)."""
     from rich.table import Table
 
@@ -158,7 +166,7 @@ def cmd_token_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_token_revoke(args: argparse.Namespace, settings: DatabaseClientSettings) -> int:
     """Revoke a token by id."""
     from service.clock import utc_now
     from service.db import tokens_repo
@@ -170,18 +178,32 @@ def cmd_token_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_policies_check(args: argparse.Namespace, client: ClientSettings) -> int:
     """Validate a YAML config file (policies, channels, prices); exit 1 naming the bad field."""
     from pathlib import Path
 
-    from service.notify.urlsafety import check_url, parse_allow_nets
+    from service.configfile import UNSET_URL
     from service.usecases.config_check import check_config_file, ladder_timelines
 
-    checked = check_config_file(Path(args.file))
+    unset: list[str] = []
+    checked = check_config_file(Path(args.file), unset=unset)
+    for field in unset:
+        # The file is right; this shell lacks a secret it reads. serve refuses to start so.
+        print(
+            f"gpuwarden: note: {field} is not set here; the rest of the item is checked, and "
+            "serve needs the variable set",
+            file=sys.stderr,
+        )
     if args.check_urls:
-        nets = parse_allow_nets(settings.webhook_allow_nets)
+        from service.notify.urlsafety import check_url, parse_allow_nets
+
+        try:
+            allow_nets = _settings(args).webhook_allow_nets
+        except ValueError as exc:  # pydantic's message names the setting
+            raise ConfigError(f"bad setting: {exc}") from exc
+        nets = parse_allow_nets(allow_nets)
         for i, c in enumerate(checked.channels):
-            if c.is_http:
+            if c.is_http and c.url != UNSET_URL:  # a variable not set here: nothing to resolve
                 check_url(c.url, nets, field=f"channels.{i}.url")
     print(
         f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "
@@ -193,7 +215,7 @@ def cmd_policies_check(args: argparse.Namespace, settings: Settings) -> int:
         from service.cli.http import api_get
         from service.local.run import resolve_service
 
-        client = resolve_service(ClientSettings.load(vars(args), os.environ))
+        client = resolve_service(client)
         firing = api_get(client, "/alerts", {"state": "firing"}).json()
         # The steps already taken, read per policy with a firing job alert (the newest first).
         for name in sorted({a["policy"] for a in firing if (a.get("labels") or {}).get("job_id")}):
@@ -417,7 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpuwarden`` command."""
     args = build_parser().parse_args(join_relative_times(sys.argv[1:] if argv is None else argv))
     try:
-        settings = _client_settings(args) if args.command in HTTP_COMMANDS else _settings(args)
+        settings: ClientSettings | DatabaseClientSettings | Settings
+        if args.command in CLIENT_SETTINGS_COMMANDS:
+            settings = _client_settings(args)
+        elif args.command in DATABASE_CLIENT_COMMANDS:
+            settings = DatabaseClientSettings.load(vars(args), os.environ)
+        else:
+            settings = _settings(args)
     except Exception as exc:  # pydantic's message names the setting
         print(f"gpuwarden: bad setting: {exc}", file=sys.stderr)
         return 2

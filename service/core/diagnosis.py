@@ -371,6 +371,11 @@ STATE_OF_CAUSE: dict[Cause, GpuState] = {
     Cause.IDLE_EMPTY: GpuState.IDLE,
     Cause.UNCLASSIFIED: GpuState.UNCLASSIFIED,
 }
+# Busy SMs doing their work slowly: ``working`` only while the fix would recover under
+# FIXABLE_STATE_SHARE of the time (from the sample's own signal); at that share or more (or where
+# the share is not known) the GPU is ``underused``: green never shows a large fixable waste.
+FIXABLE_CAUSES: frozenset[Cause] = frozenset({Cause.MEMORY_BOUND, Cause.COMPUTE_NO_TENSOR})
+FIXABLE_STATE_SHARE = 0.25
 STATES: tuple[GpuState, ...] = tuple(GpuState)
 STATE_NAMES: tuple[str, ...] = tuple(s.value for s in STATES)
 STATE_MEANING: dict[GpuState, str] = {
@@ -379,10 +384,12 @@ STATE_MEANING: dict[GpuState, str] = {
     "or a process holds it)",
     GpuState.IDLE: "nothing running, nothing held",
     GpuState.UNDERUSED: "kernels run but most of the GPU waits: tiny kernels, starved input "
-    "or host-device copies",
+    "or host-device copies; or the SMs are busy but their fix (memory-bound: fewer bytes; no "
+    "tensor cores: bf16 or TF32) would save 25% of the time or more",
     GpuState.NO_DATA: "no sample for 2 minutes: the figures are not current",
     GpuState.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why",
-    GpuState.WORKING: "SMs busy on real work",
+    GpuState.WORKING: "SMs busy on real work (memory-bound or without tensor cores only where "
+    "the fix would save under 25% of the time)",
 }
 # States whose GPUs waste what they cost: nothing runs, or most of the GPU waits.
 WASTE_STATES: frozenset[GpuState] = frozenset(
@@ -392,16 +399,30 @@ WASTE_STATES: frozenset[GpuState] = frozenset(
 STALE_SECONDS = 120.0
 
 
-def gpu_state(*, cause: Cause | None, lost: bool, age_seconds: float | None) -> GpuState:
-    """A GPU's state from its latest sample's cause and that sample's age in seconds (None:
-    never sampled); a lost GPU is lost whatever it sent last."""
+def gpu_state(
+    *,
+    cause: Cause | None,
+    lost: bool,
+    age_seconds: float | None,
+    fixable_share: float | None = None,
+) -> GpuState:
+    """A GPU's state from its latest sample's cause, that sample's age in seconds (None: never
+    sampled) and, for a cause of FIXABLE_CAUSES, the share of the sample's time its fix would
+    recover (None: not known, taken as large); a lost GPU is lost whatever it sent last."""
     if lost:
         return GpuState.LOST
     if cause is None or age_seconds is None or age_seconds > STALE_SECONDS:
         return GpuState.NO_DATA
+    if cause in FIXABLE_CAUSES and (fixable_share is None or fixable_share >= FIXABLE_STATE_SHARE):
+        return GpuState.UNDERUSED
     return STATE_OF_CAUSE[cause]
 
 
 def causes_of_state(state: GpuState) -> tuple[Cause, ...]:
-    """The causes whose GPUs are in ``state`` (none for lost and no-data)."""
-    return tuple(c for c in CAUSES if STATE_OF_CAUSE.get(c) is state)
+    """The causes whose GPUs may be in ``state`` (none for lost and no-data): those of
+    FIXABLE_CAUSES are in ``working`` and in ``underused``, by their fix's share."""
+    return tuple(
+        c
+        for c in CAUSES
+        if STATE_OF_CAUSE.get(c) is state or (state is GpuState.UNDERUSED and c in FIXABLE_CAUSES)
+    )

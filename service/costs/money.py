@@ -12,11 +12,11 @@ never waste.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from service.core.diagnosis import CAUSES, IDLE_CAUSES, WASTE_CAUSES, Cause
-from service.costs.integrals import Integrals
+from service.core.diagnosis import CAUSES, IDLE_CAUSES, WASTE_CAUSES, Cause, Decision
+from service.costs.integrals import CAUSE_SIGNALS, Integrals, stored_point
 from service.costs.recommend import FixAssumptions, fix_fraction
 from service.costs.waste import Summary
 
@@ -32,6 +32,9 @@ SORT_FIELDS: dict[str, str] = {
 FIXABLE_CAUSES: tuple[Cause, ...] = tuple(c for c in WASTE_CAUSES if c not in IDLE_CAUSES)
 
 
+SIGNAL_FIELD_OF: dict[Cause, str] = {s.cause: s.field for s in CAUSE_SIGNALS}
+
+
 def waste_share(cause: Cause, a: FixAssumptions, usage: Integrals | None = None) -> float:
     """The share of a cause's dollars that is waste: 1 for the idle causes, the fix's saving
     fraction for an inefficient one (from the group's own signals in ``usage`` where they
@@ -39,6 +42,21 @@ def waste_share(cause: Cause, a: FixAssumptions, usage: Integrals | None = None)
     if cause not in WASTE_CAUSES:
         return 0.0
     return fix_fraction(cause, a, usage)[0]
+
+
+def sample_waste_share(
+    d: Decision, values: Mapping[str, float | None], model: str | None, a: FixAssumptions
+) -> float:
+    """The waste share of one sample's cause, its fix's share read from that sample's own
+    signal on a GPU of ``model``: what the GPU state's rule (``diagnosis.gpu_state``) reads."""
+    point = stored_point(0.0, d.activity, int(d.rung), int(d.cause), None, values)
+    usage = Integrals(covered_seconds=1.0)
+    setattr(usage, f"{d.cause.label}_seconds", 1.0)
+    signal = point.signal_of(int(d.cause))
+    field = SIGNAL_FIELD_OF.get(d.cause)
+    if signal is not None and field is not None:
+        setattr(usage, field, signal)
+    return waste_share(d.cause, replace(a, gpu_model=model), usage)
 
 
 @dataclass(frozen=True, slots=True)

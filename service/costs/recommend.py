@@ -115,7 +115,8 @@ def cause_fix(
         return fraction, why, None
     share = recoverable_share(
         cause, usage, a.gpu_model, (fraction, why), memory_speedup=a.memory_speedup,
-        launch_min_util=a.launch_min_util, transfer_bytes_per_second=a.transfer_bytes_per_second,
+        tensor_speedup=a.tensor_speedup, launch_min_util=a.launch_min_util,
+        transfer_bytes_per_second=a.transfer_bytes_per_second,
     )  # fmt: skip
     return share.share, share.formula, share.action
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
 from service.errors import DatabaseUnavailable
-from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 
 def make_engine(

@@ -8,7 +8,8 @@ from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, select
 
-from service.core.diagnosis import Cause, Rung, memory_unknown, supported_causes
+from service.core.diagnosis import Cause, Decision, Rung, memory_unknown, supported_causes
+from service.costs.integrals import SIGNAL_METRICS
 from service.db import holders_repo
 from service.db.schema import (
     gpu_moves,
@@ -68,6 +69,33 @@ def fleet_index(
 
 
 _LABELS = {int(c): c.label for c in Cause}
+
+
+class LatestSignals(NamedTuple):
+    """A GPU's latest sample as the state rule reads it: its decision and signal metrics."""
+
+    decision: Decision
+    values: dict[str, float | None]
+
+
+def latest_signals(conn: Connection, *, gpu_ids: Collection[int]) -> dict[int, LatestSignals]:
+    """The latest sample's decision and signal metrics (``SIGNAL_METRICS``) of each of
+    ``gpu_ids`` that has a decided sample, in one statement."""
+    if not gpu_ids:
+        return {}
+    cols = [samples.c[m] for m in SIGNAL_METRICS]
+    query = (
+        select(gpus.c.id, samples.c.activity, samples.c.activity_rung, samples.c.cause, *cols)
+        .join(samples, and_(samples.c.gpu_id == gpus.c.id, samples.c.ts == gpus.c.last_sample_at))
+        .where(gpus.c.id.in_(list(gpu_ids)))
+    )
+    out = {}
+    for gpu_id, activity, rung, cause, *values in conn.execute(query).all():
+        if activity is None or rung is None or cause is None:
+            continue
+        decision = Decision(activity, Rung(rung), Cause(cause))
+        out[gpu_id] = LatestSignals(decision, dict(zip(SIGNAL_METRICS, values, strict=True)))
+    return out
 
 
 def list_gpus(

@@ -11,7 +11,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 import migrations
-from service.errors import SchemaOutOfDate
+from service.db.schema_version import check_at_head as check_at_head  # where callers find it
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 
@@ -38,13 +38,3 @@ def current_revisions(engine: Engine) -> set[str]:
     """The revisions the database is at (empty when it was never migrated)."""
     with engine.connect() as conn:
         return set(MigrationContext.configure(conn).get_current_heads())
-
-
-def check_at_head(engine: Engine) -> None:
-    """Raise SchemaOutOfDate, naming the fix, unless the database is at head."""
-    current, heads = current_revisions(engine), head_revisions(engine)
-    if current != heads:
-        raise SchemaOutOfDate(
-            f"database schema is at {sorted(current) or 'nothing'}, the code needs "
-            f"{sorted(heads)}; run `gpuwarden migrate` to upgrade it"
-        )

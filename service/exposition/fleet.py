@@ -14,6 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from service.core.diagnosis import (
     CAUSE_NAMES,
+    FIXABLE_CAUSES,
     IDLE_CAUSES,
     STATE_NAMES,
     Cause,
@@ -24,7 +25,7 @@ from service.core.diagnosis import (
     decide,
     gpu_state,
 )
-from service.costs.money import waste_share
+from service.costs.money import sample_waste_share, waste_share
 from service.costs.prices import price_at
 from service.costs.recommend import FixAssumptions
 from service.exposition.dcgm import dcgm_families
@@ -127,7 +128,14 @@ def fleet_families(
             gpus.price.rows.append((i, price))
         d = decision_of(r, thresholds)
         # The readings are the GPUs reporting now, so only their cause decides the state.
-        state = gpu_state(cause=None if d is None else d.cause, lost=False, age_seconds=0.0)
+        share = (
+            sample_waste_share(d, r.values, r.model, assumptions)
+            if d is not None and d.cause in FIXABLE_CAUSES
+            else None
+        )
+        state = gpu_state(
+            cause=None if d is None else d.cause, lost=False, age_seconds=0.0, fixable_share=share
+        )
         tally.by_state[state] += 1
         if d is None:
             continue  # no activity figure: no data is never idle and never waste

@@ -96,7 +96,7 @@ def check_port_free(host: str, port: int) -> None:
         except OSError as exc:
             raise ConfigError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}): is another gpuwarden "
-                "up or demo running? Stop it, or pass --port"
+                "serve, up or demo running? Stop it, or pass --port"
             ) from None
 
 
@@ -141,10 +141,8 @@ class _SinkHandler(BaseHTTPRequestHandler):
         try:
             body = json.loads(self.rfile.read(min(length, 1 << 20)))
             doc = body.get("data", body)  # a Standard Webhooks payload: the alert is its data
-            line = str(doc.get("summary") or doc)
-            if doc.get("waste_usd") is not None:
-                line += f"; waste so far ${float(doc['waste_usd']):,.2f}"
-            line += self.server.from_history(doc)
+            # The summary already says the job's waste so far (an alert's and a notice's alike).
+            line = str(doc.get("summary") or doc) + self.server.from_history(doc)
         except (ValueError, AttributeError, TypeError):
             line = "a notification that was not JSON"
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -168,7 +166,10 @@ class _Sink(ThreadingHTTPServer):
         self.history_until: datetime | None = None
 
     def from_history(self, doc: dict[str, Any]) -> str:
-        """`` (from history: fired at 00:31:05Z)`` for an event before ``history_until``."""
+        """`` (from history: fired at 00:31:05Z)`` for an event before ``history_until``; never
+        for a ladder notice, whose step is taken live even on an alert that fired in history."""
+        if doc.get("kind") == "notice":
+            return ""
         resolved = doc.get("state") == "resolved"
         text = doc.get("resolved_at" if resolved else "fired_at")
         if self.history_until is None or not isinstance(text, str):

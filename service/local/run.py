@@ -117,17 +117,27 @@ def resolve_database(settings: Settings) -> tuple[Settings, str]:
     An explicit ``--database-url`` or GPUWARDEN_DATABASE_URL wins; else a running ``up``/``demo``
     of this state directory; else ``up``'s database if it exists; else the default.
     """
-    if "database_url" in settings.model_fields_set:
-        return settings, f"database {settings.database_url} (given)"
+    given = settings.database_url if "database_url" in settings.model_fields_set else None
+    url, why = resolve_database_url(given, settings, default=settings.database_url)
+    return settings.model_copy(update={"database_url": url}), why
+
+
+def resolve_database_url(
+    given: str | None, settings: HasStateDir, *, default: str
+) -> tuple[str, str]:
+    """The database URL meant (``given``, a running ``up``/``demo``'s, ``up``'s, ``default``), and
+    a line saying which and why: ``resolve_database`` without the pydantic settings."""
+    if given is not None:
+        return given, f"database {given} (given)"
     run = find_running(settings)
     if run is not None:
         why = f"database {run.database_url} (of the running gpuwarden {run.command}, pid {run.pid})"
-        return settings.model_copy(update={"database_url": run.database_url}), why
+        return run.database_url, why
     up_db = state_dir(settings) / DATABASE_FILES["up"]
     if up_db.exists():
         url = f"sqlite:///{up_db.resolve()}"
-        return settings.model_copy(update={"database_url": url}), f"database {url} (gpuwarden up's)"
-    return settings, f"database {settings.database_url} (the default)"
+        return url, f"database {url} (gpuwarden up's)"
+    return default, f"database {default} (the default)"
 
 
 def resolve_service(settings: ClientSettings) -> ClientSettings:

@@ -74,6 +74,8 @@ class Observation:
     value: float | None
     labels: Mapping[str, str]
     hardware_fault: bool = False
+    # Left to a more specific idle alert on the same GPUs (service.thresholds.grouping).
+    covered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,8 +315,9 @@ def _holding(
 def _muted(
     policy: PolicySpec, obs: Observation, silences: list[Silence], now: datetime
 ) -> tuple[bool, bool]:
-    """(suppressed by a hardware fault, silenced) for an alert observed as ``obs``."""
-    suppressed = policy.low_utilization and obs.hardware_fault
+    """(suppressed by a hardware fault or a more specific idle alert, silenced) for an alert
+    observed as ``obs``."""
+    suppressed = policy.low_utilization and (obs.hardware_fault or obs.covered)
     silenced = bool(silences) and any(
         s.mutes(alert_labels(policy, obs.labels), now) for s in silences
     )

@@ -13,9 +13,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from service.configfile import load_config_file
 from service.costs.prices import PriceRow, parse_price_row
 from service.errors import ConfigError, ValidationFailed
-from service.settings import load_config_file
 from service.thresholds.ladder import explain
 from service.thresholds.owners import OwnerEntry, parse_owners_section
 from service.thresholds.policy import (
@@ -106,10 +106,11 @@ def config_errors(config: dict[str, Any]) -> tuple[CheckedConfig, list[str]]:
     return checked, errors
 
 
-def check_config_file(path: Path) -> CheckedConfig:
+def check_config_file(path: Path, *, unset: list[str] | None = None) -> CheckedConfig:
     """Every part of config file ``path`` validated; ConfigError names the file and every bad
-    field (one line for one error, a line each under a count for more)."""
-    config = load_config_file(path)  # its ConfigError names unknown top-level keys
+    field (one line for one error, a line each under a count for more). With ``unset``, a
+    ``${VAR}`` not set here is noted there (``channels.0.url (SLACK_WEBHOOK_URL)``) instead."""
+    config = load_config_file(path, unset=unset)  # its ConfigError names unknown top-level keys
     checked, errors = config_errors(config)
     if len(errors) == 1:
         raise ConfigError(f"config file {path}: {errors[0]}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -50,6 +50,7 @@ from service.thresholds.evaluator import (
     retire,
     route,
 )
+from service.thresholds.grouping import grouped, idle_now
 from service.thresholds.owners import Addressee, parse_owners_section
 from service.thresholds.policy import (
     OWNER_CHANNEL,
@@ -496,15 +497,26 @@ def _evaluate_policies(
     changes: list[tuple[PolicySpec, Change]] = []
     kept: dict[str, dict[str, AlertState]] = {}
     seen: dict[tuple[Any, ...], dict[str, Observation]] = {}
+    observed: list[tuple[PolicySpec, dict[str, Observation] | Exception]] = []
     for p in reads.policies:
+        try:
+            observed.append((p, _observe(p, reads, seen, rnd.now)))
+        except Exception as exc:  # counted as the policy's failure below
+            observed.append((p, exc))
+    gpus_of = _gpus_of(reads.scopes)
+    # One idle job, one alert: an idle condition mutes the overlapping alerts it covers.
+    idle = idle_now(((p, o) for p, o in observed if not isinstance(o, Exception)), gpus_of)
+    for p, obs in observed:
         ctx.telemetry.policy(p.name, p.channels)
         # Popped first: a policy that fails keeps its open alerts (they are not "deleted").
         before = reads.previous.pop(p.name, {})
         try:
-            obs = _observe(p, reads, seen, rnd.now)
+            if isinstance(obs, Exception):
+                raise obs
             policy_changes = evaluate(
-                p, obs, before, reads.silences, rnd.now, resend_seconds=resend
-            )
+                p, grouped(p, obs, gpus_of, idle), before, reads.silences, rnd.now,
+                resend_seconds=resend,
+            )  # fmt: skip
         except Exception:
             # One policy that cannot be evaluated must not stop the others' evaluation.
             log.warning("policy %r could not be evaluated this round", p.name, exc_info=True)
@@ -515,6 +527,18 @@ def _evaluate_policies(
             continue
         changes.extend((p, ch) for ch in policy_changes)
     return changes, kept
+
+
+def _gpus_of(scopes: Scopes) -> Callable[[str, str], tuple[int, ...]]:
+    """``gpus_of(scope, key)``: the GPU ids of a scope key of this round."""
+    by_scope: dict[str, dict[str, tuple[int, ...]]] = {}
+
+    def gpus_of(scope: str, key: str) -> tuple[int, ...]:
+        if scope not in by_scope:
+            by_scope[scope] = {m.key: m.gpu_ids for m in scopes.of(scope)}
+        return by_scope[scope].get(key, ())
+
+    return gpus_of
 
 
 def _extras(

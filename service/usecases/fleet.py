@@ -6,7 +6,7 @@ import difflib
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -14,10 +14,20 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.core.buckets import floor_day
-from service.core.diagnosis import CAUSE_BY_NAME, CAUSE_NAMES, STATE_NAMES, GpuState, gpu_state
+from service.core.diagnosis import (
+    CAUSE_BY_NAME,
+    CAUSE_NAMES,
+    FIXABLE_CAUSES,
+    STATE_NAMES,
+    Cause,
+    Decision,
+    GpuState,
+    Rung,
+    gpu_state,
+)
 from service.costs.assumptions import fix_assumptions_of
-from service.costs.money import SORT_FIELDS, money_of
-from service.costs.recommend import with_model
+from service.costs.money import SORT_FIELDS, money_of, sample_waste_share
+from service.costs.recommend import FixAssumptions, with_model
 from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
 from service.errors import ValidationFailed
@@ -141,17 +151,50 @@ def refresh_wasted_today(
     return True
 
 
-def with_states(gpus: list[dict[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
-    """The GPUs (as ``gpus_repo.list_gpus`` has them), each with its ``state`` now."""
+def with_states(
+    conn: Connection, gpus: list[dict[str, Any]], *, now: datetime, settings: Settings
+) -> list[dict[str, Any]]:
+    """The GPUs (as ``gpus_repo.list_gpus`` or ``fleet_index`` has them), each with its
+    ``state`` now; a busy GPU whose fix would recover a large share of its time (its latest
+    sample's own signal) is ``underused``, not ``working`` (``diagnosis.gpu_state``)."""
+    fixable = [
+        g for g in gpus if g["cause"] is not None and CAUSE_BY_NAME[g["cause"]] in FIXABLE_CAUSES
+    ]
+    ids = [g["gpu_id"] for g in fixable if "latest" not in g and "gpu_id" in g]
+    signals = gpus_repo.latest_signals(conn, gpu_ids=ids) if ids else {}
+    a = fix_assumptions_of(settings)
     for gpu in gpus:
         seen = gpu["last_seen_at"]
-        cause = gpu["cause"]
+        cause = None if gpu["cause"] is None else CAUSE_BY_NAME[gpu["cause"]]
         gpu["state"] = gpu_state(
-            cause=None if cause is None else CAUSE_BY_NAME[cause],
+            cause=cause,
             lost=gpu["lost"],
             age_seconds=None if seen is None else (now - seen).total_seconds(),
+            fixable_share=_fixable_share(gpu, cause, signals, a),
         ).value
     return gpus
+
+
+def _fixable_share(
+    gpu: dict[str, Any],
+    cause: Cause | None,
+    signals: Mapping[int, gpus_repo.LatestSignals],
+    a: FixAssumptions,
+) -> float | None:
+    """The share of the latest sample's time its fix would recover, for a cause of
+    FIXABLE_CAUSES (None: another cause, or the sample's signals are not at hand)."""
+    if cause not in FIXABLE_CAUSES:
+        return None
+    if "latest" in gpu:  # a full row: the latest sample's values are in it
+        if gpu["activity"] is None or gpu["activity_rung"] is None:
+            return None
+        rung = Rung[gpu["activity_rung"].upper()]
+        decision = Decision(gpu["activity"], rung, cause)
+        return sample_waste_share(decision, gpu["latest"], gpu["model"], a)
+    got = signals.get(gpu.get("gpu_id", -1))
+    if got is None:
+        return None
+    return sample_waste_share(got.decision, got.values, gpu["model"], a)
 
 
 def nearest(value: str, known: Sequence[str]) -> str:
@@ -250,7 +293,12 @@ def fleet_now(
             cache.put(wasted)
     skew = settings.ingest_max_future_seconds
     # Filter, sort and sum over the light index; read only the page's GPUs in full.
-    every = with_states(gpus_repo.fleet_index(conn, now=now, start_skew_seconds=skew), now=now)
+    every = with_states(
+        conn,
+        gpus_repo.fleet_index(conn, now=now, start_skew_seconds=skew),
+        now=now,
+        settings=settings,
+    )
     _check_filter(conn, f, every)
     usd = wasted.by_uuid if f.team is None else wasted.by_team.get(f.team, {})
     shown = [g for g in every if _shown(g, f, usd)]

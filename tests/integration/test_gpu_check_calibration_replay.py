@@ -92,8 +92,12 @@ def test_each_wasteful_run_is_promised_what_its_fix_really_saved(
     for pair in result["pairs"]:
         name = pair["cause"]
         fix = _fix(replayed[f"{name}:before"], name)
-        # Recomputed from the stored samples, as recorded.
-        assert fix["saving_fraction"] == pytest.approx(pair["predicted_share"], rel=1e-6), name
+        # Recomputed from the stored samples, as recorded; the tensor-core share was recorded
+        # at the datasheet's 989/67 and is now at the speed-up measured by these very runs.
+        predicted = pair["predicted_share"]
+        if name == "compute_no_tensor":
+            predicted *= (1 - 7.42 / 86.70) / (1 - 67 / 989)
+        assert fix["saving_fraction"] == pytest.approx(predicted, rel=1e-6), name
         assert "(constant:" not in fix["assumption"], fix
         real = 1.0 - (
             by_run[f"{name}:after"]["seconds_per_step"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -22,6 +24,8 @@ from service.local.launcher import (
     start_local_sink,
 )
 from service.local.run import LocalRun, find_running, record_running, resolve_database
+from service.notify import webhook
+from service.notify.base import Notification
 from service.notify.urlsafety import check_url
 from service.settings import Settings
 
@@ -139,3 +143,63 @@ def test_gpus_after_a_run_that_ended_says_nothing_is_running(tmp_path: Path) -> 
     record_running(Settings(state_dir=tmp_path / "gpuwarden-data"), run)
     r = _gpus_in(tmp_path)
     assert r.returncode == 1 and "nothing is running in ./gpuwarden-data" in r.stderr, r.stderr
+
+
+def _sink_lines(notes: list[Notification], *, history_until: datetime) -> list[str]:
+    """The log lines the local sink writes for ``notes`` posted as the webhook channel posts."""
+    from service.local.launcher import _Sink
+
+    sink = start_local_sink(Path(tempfile.mkdtemp()) / "notifications.log")
+    assert isinstance(sink, _Sink)
+    sink.history_until = history_until
+    try:
+        for note in notes:
+            httpx.post(sink.url, json=webhook.render(note)).raise_for_status()
+        return sink.log_path.read_text().splitlines()
+    finally:
+        sink.shutdown()
+        sink.server_close()
+
+
+def test_the_local_log_says_the_waste_once_and_live_notices_are_not_history() -> None:
+    fired = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # in the demo's replayed history
+    alert = Notification(
+        delivery_id="d1", kind="firing", status="firing", policy="low-sm-activity",
+        severity="warning", metric="activity", aggregate="avg", window="10m", op="<",
+        threshold=0.3, value=0.01, scope="job", scope_key="slurm:7",
+        labels={"job_id": "slurm:7"}, active_since=fired, fired_at=fired,
+        waste_usd=3.0, idle_usd=2.0, fixable_usd=1.0,
+    )  # fmt: skip
+    notice = alert.model_copy(
+        update={
+            "delivery_id": "d2",
+            "kind": "notice",
+            "notice": "Job slurm:7 has been idle since 08:00 UTC. Waste so far $3.00.",
+        }
+    )
+    alert_line, notice_line = _sink_lines([alert, notice], history_until=fired + timedelta(hours=1))
+    assert alert_line.lower().count("waste so far") == 1, alert_line
+    assert "(from history: fired at 08:00:00Z)" in alert_line  # the alert did fire in history
+    assert notice_line.lower().count("waste so far") == 1, notice_line
+    assert ".;" not in notice_line and notice_line.endswith("Waste so far $3.00.")
+    assert "from history" not in notice_line  # a ladder step is taken live
+
+
+def test_serve_on_a_busy_port_fails_at_once_and_creates_nothing(tmp_path: Path) -> None:
+    """`gpuwarden serve` beside a running demo: one line naming the port, no ./gpuwarden.db."""
+    import os
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "service.cli", "serve", "--migrate", "--port", str(port)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "--port" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no gpuwarden.db, no state folder

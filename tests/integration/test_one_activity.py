@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import Engine, select
 
 from service.context import ServiceContext
 from service.db import gpus_repo, metrics_repo, windows_repo
-from service.db.schema import alerts, gpus
+from service.db.schema import alerts, gpus, outbox
 from service.exposition.fleet import fleet_families
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
@@ -177,3 +178,59 @@ def test_default_policies_fire_on_a_gpu_without_sm_active(
     with engine.connect() as conn:
         firing = {r.policy for r in conn.execute(select(alerts).where(alerts.c.state == "firing"))}
     assert {"idle-held-gpu", "low-sm-activity"} <= firing
+
+
+def _actions_doc_policy() -> dict[str, Any]:
+    """The first policy of docs/actions.md (idle-held-job, with its ladder), as a user adds it."""
+    text = (ROOT / "docs/actions.md").read_text()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (policy,) = yaml.safe_load(block)["policies"]
+    assert isinstance(policy, dict)
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("idle_metrics", "with_doc_policy", "alerted"),
+    [
+        # An hour of work, then an hour holding 20 GiB with nothing running.
+        (SOURCES["gpm"][1], False, "idle-held-gpu"),
+        # The same with docs/actions.md's job policy beside the defaults: its job alert says it.
+        (SOURCES["gpm"][1], True, "idle-held-job"),
+        # An hour of work, then an hour with nothing running and nothing held.
+        ({"sm_active": 0.0, "gr_engine_active": 0.0, "gpu_util": 0.0, "fb_used_bytes": 0},
+         False, "allocated-idle-gpu"),
+    ],
+)  # fmt: skip
+def test_one_idle_job_raises_one_alert(
+    engine: Engine,
+    clock: FakeClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    idle_metrics: dict[str, Any],
+    with_doc_policy: bool,
+    alerted: str,
+) -> None:
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/X")
+    monkeypatch.setenv("GPUWARDEN_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    config = yaml.safe_load((ROOT / "deploy/examples/gpuwarden.yaml").read_text())
+    if with_doc_policy:
+        config["policies"].append(_actions_doc_policy())
+    path = tmp_path / "gpuwarden.yaml"
+    path.write_text(yaml.safe_dump(config))
+    clock.set(NOW)
+    ctx = context(engine, clock, config=path)
+    monkeypatch.setitem(SOURCES, "gpm", (SOURCES["gpm"][0], idle_metrics, "sm_active"))
+    store_two_hours(ctx, "gpm")
+    load_config(ctx)
+    t = T0 + timedelta(minutes=61)
+    while t <= NOW:
+        clock.set(t)
+        evaluate_once(ctx)
+        t += timedelta(minutes=1)
+    with engine.connect() as conn:
+        rows = conn.execute(select(alerts).where(alerts.c.state == "firing")).all()
+        payloads = conn.execute(select(outbox.c.payload)).scalars().all()
+        firing_notes = {p["policy"] for p in payloads if p["kind"] == "firing"}
+    assert {r.policy for r in rows if not r.suppressed} == {alerted}
+    assert "low-sm-activity" in {r.policy for r in rows}  # kept, muted: the idle alert says it
+    assert firing_notes == {alerted}  # one notification of one alert

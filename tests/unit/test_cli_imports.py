@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,15 +31,15 @@ print(json.dumps({"rc": rc, "heavy": heavy}), file=sys.stderr)
 """
 
 
-def loaded(*argv: str) -> dict[str, Any]:
+def loaded(*argv: str, heavy: tuple[str, ...] = HEAVY, **env: str) -> dict[str, Any]:
     """Run ``gpuwarden ARGV`` in a new interpreter; its exit status and heavy packages loaded."""
-    code = f"HEAVY = {HEAVY!r}\n{PROBE}"
+    code = f"HEAVY = {heavy!r}\n{PROBE}"
     r = subprocess.run(
         [sys.executable, "-c", code, *argv],
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "120"},
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "120", **env},
     )
     last = r.stderr.strip().splitlines()[-1]
     out: dict[str, Any] = json.loads(last)
@@ -69,3 +70,32 @@ def test_database_commands_still_load_what_they_need() -> None:
     # The guard above is not vacuous: a token command does reach SQLAlchemy.
     got = loaded("token", "list", "--database-url", "sqlite:////nonexistent-dir/x.db")
     assert "sqlalchemy" in got["heavy"], got
+
+
+# What the admin commands may not pull: alembic (a tenth of a second of CPU) for a schema check
+# that reads one table, and pydantic-settings, the web framework or httpx for a file check.
+ADMIN_HEAVY = ("alembic", "pydantic_settings", "fastapi", "starlette", "uvicorn", "httpx")
+
+
+def test_policies_check_reads_the_file_without_settings_database_or_http() -> None:
+    got = loaded(
+        "policies",
+        "check",
+        "deploy/examples/gpuwarden.yaml",
+        heavy=(*ADMIN_HEAVY, "sqlalchemy"),
+        SLACK_WEBHOOK_URL="https://hooks.slack.com/services/T000/B000/XXXX",
+        GPUWARDEN_WEBHOOK_SECRET="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    assert got == {"rc": 0, "heavy": []}
+
+
+def test_token_list_checks_the_schema_without_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    subprocess.run(
+        [sys.executable, "-m", "service.cli", "migrate", "--database-url", url],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    got = loaded("token", "list", "--database-url", url, heavy=ADMIN_HEAVY)
+    assert got == {"rc": 0, "heavy": []}

@@ -141,3 +141,33 @@ def test_the_owners_section_is_checked_with_the_rest() -> None:
     ]
     _, errors = config_errors({"owners": {"user": []}})
     assert errors == ["owners.user: unknown key; use admins, teams, users"]
+
+
+def test_the_shipped_file_checks_clean_without_its_secrets_in_the_shell(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The example's header says `gpuwarden policies check deploy/examples/gpuwarden.yaml`;
+    pasted in a shell without its two secrets, the file is still valid: they are noted."""
+    monkeypatch.delenv("SLACK_WEBHOOK_URL", raising=False)
+    monkeypatch.delenv("GPUWARDEN_WEBHOOK_SECRET", raising=False)
+    shipped = Path(__file__).resolve().parents[2] / "deploy/examples/gpuwarden.yaml"
+    assert main(["policies", "check", str(shipped)]) == 0
+    out = capsys.readouterr()
+    assert "6 policies, 3 channels and 0 prices are valid" in out.out
+    assert "SLACK_WEBHOOK_URL (channels.0.url) is not set here" in out.err
+    assert "GPUWARDEN_WEBHOOK_SECRET (channels.1.secret) is not set here" in out.err
+    # serve (and up, demo) still refuse to start with a secret missing.
+    with pytest.raises(ConfigError, match="SLACK_WEBHOOK_URL is referenced but not set"):
+        check_config_file(shipped)
+
+
+def test_a_mistake_beside_an_unset_variable_is_still_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("NO_SUCH_SECRET", raising=False)
+    text = (
+        "channels:\n  - {name: hook, type: webhook, url: '${NO_SUCH_URL}', "
+        "secret: '${NO_SUCH_SECRET}', rate_limit_per_second: -1}\n"
+    )
+    code, out = check(tmp_path, text, capsys)
+    assert code == 1 and "channels.0.rate_limit_per_second" in out

@@ -82,3 +82,21 @@ def test_the_read_url_is_an_optional_postgresql_url(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("GPUWARDEN_DATABASE_READ_URL")
     with pytest.raises(ValidationError, match="database_url"):
         Settings()  # an empty primary URL stays an error
+
+
+def test_token_commands_read_the_database_settings_as_settings_does() -> None:
+    from service.clientsettings import DatabaseClientSettings
+
+    env = {"GPUWARDEN_DATABASE_URL": "postgresql://u@h/db", "GPUWARDEN_STATE_DIR": "/tmp/s"}
+    light = DatabaseClientSettings.load({}, env)
+    assert light.database_url == "postgresql+psycopg://u@h/db"
+    assert light.state_dir == Path("/tmp/s") and light.database_allow_maintenance is False
+    flag = DatabaseClientSettings.load({"database_url": "sqlite:///x.db"}, env)
+    assert flag.database_url == "sqlite:///x.db"
+    assert DatabaseClientSettings.load({}, {}).database_url is None  # not given: resolved later
+    allow = {"GPUWARDEN_DATABASE_ALLOW_MAINTENANCE": "true"}
+    assert DatabaseClientSettings.load({}, allow).database_allow_maintenance is True
+    with pytest.raises(ValueError, match="database_url: must start with sqlite://"):
+        DatabaseClientSettings.load({}, {"GPUWARDEN_DATABASE_URL": "mysql://x"})
+    with pytest.raises(ValueError, match="database_allow_maintenance"):
+        DatabaseClientSettings.load({}, {"GPUWARDEN_DATABASE_ALLOW_MAINTENANCE": "maybe"})

@@ -39,7 +39,7 @@ def list_gpus(
         node=node,
         model=model,
     )
-    return with_states(every, now=now)
+    return with_states(conn, every, now=now, settings=ctx.settings)
 
 
 @router.get("/{uuid}/moves", response_model=list[GpuMovePublic])

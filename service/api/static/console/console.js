@@ -98,18 +98,44 @@
       el("div", { class: `v ${cls || ""}`, text: value }));
   }
 
+  // A table fits its page at any width: as it is where it fits; else compact (tighter cells);
+  // else collapsed, each row a block of "label: value" cells, so that no column (the waste
+  // above all) is ever off-screen and the page never scrolls sideways.
   function table(headers, rows, attrs) {
+    const labels = headers.map((h) => (Array.isArray(h) ? h[0] : h));
     const head = el("tr", {}, headers.map((h) => {
       const [text, cls] = Array.isArray(h) ? h : [h, ""];
       return el("th", { class: cls, text });
     }));
-    const wrap = el("div", { class: "tablewrap" },
-      el("table", attrs || {}, el("thead", {}, head), el("tbody", {}, rows)));
-    const hint = el("p", { class: "scrollhint muted", hidden: true, text: "← scroll sideways for more columns →" });
-    // A table wider than the window scrolls inside its frame; the hint says so where it does.
-    const fit = () => { hint.hidden = wrap.scrollWidth <= wrap.clientWidth + 1; };
-    new ResizeObserver(fit).observe(wrap);
-    return el("div", { class: "tablebox" }, hint, wrap);
+    const body = el("tbody", {}, rows);
+    const wrap = el("div", { class: "tablewrap" }, el("table", attrs || {}, el("thead", {}, head), body));
+    const box = el("div", { class: "tablebox" }, wrap);
+    // Each cell names its column (the collapsed layout shows it), rows added later too.
+    const label = (tr) => {
+      if (tr.children.length !== labels.length) return; // a row spanning the table (a note)
+      [...tr.children].forEach((cell, i) => { if (labels[i]) cell.dataset.label = labels[i]; });
+    };
+    [...body.children].forEach(label);
+    let width = -1;
+    const fit = () => {
+      box.classList.remove("compact", "collapsed");
+      for (const mode of ["compact", "collapsed"]) {
+        if (wrap.scrollWidth <= wrap.clientWidth + 1) break;
+        box.classList.remove("compact");
+        box.classList.add(mode);
+      }
+      box.dataset.fit = box.classList.contains("collapsed") ? "collapsed" : box.classList.contains("compact") ? "compact" : "full";
+    };
+    new MutationObserver((changes) => {
+      for (const c of changes) c.addedNodes.forEach((n) => { if (n.tagName === "TR") label(n); });
+      fit();
+    }).observe(body, { childList: true });
+    // Only a change of the box's width refits it: its height follows the layout chosen.
+    new ResizeObserver(([entry]) => {
+      const w = Math.round(entry.contentRect.width);
+      if (w !== width) { width = w; fit(); }
+    }).observe(box);
+    return box;
   }
 
   function td(content, cls, attrs) {
@@ -387,19 +413,23 @@
 
   // --- one job ---------------------------------------------------------------------------
 
-  function causeBar(causesOf, id) {
-    const entries = Object.entries(causesOf || {}).filter(([, c]) => c.seconds > 0)
-      .sort((a, b) => b[1].seconds - a[1].seconds);
-    const total = entries.reduce((s, [, c]) => s + c.seconds, 0) || 1;
+  // Time by cause (the default), or waste by cause ({ by: "waste" }): a cause with no waste
+  // (compute_tensor, or an inefficient cause whose fix saves nothing) has no part in the latter.
+  function causeBar(causesOf, id, { by = "time" } = {}) {
+    const size = by === "waste" ? (c) => c.waste_usd || 0 : (c) => c.seconds;
+    const entries = Object.entries(causesOf || {}).filter(([, c]) => size(c) > 0)
+      .sort((a, b) => size(b[1]) - size(a[1]));
+    const total = entries.reduce((s, [, c]) => s + size(c), 0) || 1;
     const bar = el("div", { class: "causebar", id });
     for (const [name, c] of entries) {
       const seg = el("span", { class: `c-${name}`, title: `${name}: ${hours(c.seconds)} GPU-h, cost ${usd(c.usd)}, waste ${usd(c.waste_usd)}` });
-      seg.style.width = `${(c.seconds / total) * 100}%`;
+      seg.style.width = `${(size(c) / total) * 100}%`;
       bar.append(seg);
     }
     const legend = el("div", { class: "legend" }, entries.map(([name, c]) => el("span", { class: "item", "data-cause": name },
-      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · waste ${usd(c.waste_usd)} · ${pct(c.seconds / total)}`)));
-    return [bar, entries.length ? legend : el("p", { class: "muted", text: "No covered time yet." })];
+      el("span", { class: `dot c-${name}` }), `${name.replaceAll("_", " ")}: ${hours(c.seconds)} GPU-h · ${usd(c.usd)} · waste ${usd(c.waste_usd)} · ${pct(size(c) / total)}${by === "waste" ? " of the waste" : ""}`)));
+    const none = by === "waste" ? "No waste in the range." : "No covered time yet.";
+    return [bar, entries.length ? legend : el("p", { class: "muted", text: none })];
   }
 
   function alignSeries(seriesList) {
@@ -689,7 +719,7 @@
     app.append(el("div", { class: "cards", id: "owner-cards" },
       el("div", { class: "card" }, el("div", { class: "k", text: "cost" }), el("div", { class: "v", id: "owner-cost", "data-usd": t.cost_usd?.toFixed(2) ?? "", text: usd(t.cost_usd) })),
       wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
-    app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes")));
+    app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes", { by: "waste" })));
 
     const mine = fleet.gpus.filter((g) => g[kind] === name);
     app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
@@ -733,9 +763,9 @@
       || b.active_since.localeCompare(a.active_since));
     const trs = sorted.map((a) => el("tr", { "data-alert": a.id, id: `alert-${a.id}` },
       td(el("span", { class: `chip st-${a.state}`, text: a.state })), td(a.policy), td(el("span", { class: `chip sev-${a.severity}`, text: a.severity })),
-      td(alertScope(a.labels)), td(`${a.value === null ? "–" : a.value.toFixed(3)} / ${a.threshold}`, "num"),
+      td(alertScope(a.labels), "wrap scope"), td(`${a.value === null ? "–" : a.value.toFixed(3)} / ${a.threshold}`, "num"),
       td(when(a.active_since)), td(when(a.fired_at)), td(when(a.resolved_at)),
-      td([a.silenced ? "silenced" : "", a.suppressed ? "suppressed" : "", a.stale ? "stale" : ""].filter(Boolean).join(", ")),
+      td([a.silenced ? "silenced" : "", a.suppressed ? "suppressed" : "", a.stale ? "stale" : ""].filter(Boolean).join(", "), "wrap"),
       td(el("details", {}, el("summary", { text: `${a.history.length} change${a.history.length === 1 ? "" : "s"}` }),
         el("ul", { class: "recs mono" }, a.history.map((h) => el("li", { text: `${when(h.ts)} ${h.from_state} → ${h.to_state}${h.value === null ? "" : ` (${h.value.toFixed(3)})`}` })),
           el("li", { class: "muted", text: labelsText(a.labels) }))))));
