@@ -45,15 +45,15 @@ def render(note: Notification) -> list[dict[str, Any]]:
 
 
 def muted_by(note: Notification) -> str:
-    """What mutes ``note`` in GPU Warden ("silenced", "hardware_fault", both comma-separated),
-    or "" when nothing does.
+    """What mutes ``note`` in GPU Warden ("silenced", "suppressed": by a hardware fault or a more
+    specific idle alert, both comma-separated), or "" when nothing does.
 
     An annotation, not a label: Alertmanager knows an alert by its labels, and a new label set
     would let the one it holds expire into "resolved" while the alert still fires.
     """
     return ",".join(
         name
-        for name, on in (("silenced", note.silenced), ("hardware_fault", note.suppressed))
+        for name, on in (("silenced", note.silenced), ("suppressed", note.suppressed))
         if on
     )
 

@@ -537,7 +537,7 @@ def test_a_job_alert_suppressed_by_a_lost_gpu_stays_firing_in_alertmanager(
 
         muted = keep_muted_past_expiry(am, "low-sm-activity", lambda: report(lost=True), receiver)
         assert muted["fingerprint"] == fired["fingerprint"]
-        assert muted["annotations"]["gpuwarden_muted"] == "hardware_fault"
+        assert muted["annotations"]["gpuwarden_muted"] == "suppressed"
         (ours,) = http.get(
             "/api/v1/alerts", params={"policy": "low-sm-activity"}, headers=admin
         ).json()
