@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.process_support import stop, wait_until
-from tests.support import free_port
+from tests.support import free_port, make_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_SHOTS = ROOT / "docs" / "console"
@@ -131,7 +131,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         assert r.status_code in (200, 201), r.text
         r = api.post("/jobs", json={"id": ODD_JOB, "gpus": [gpu], "started_at": started})
         assert r.status_code in (200, 201), r.text
-        yield {"base": base, "reader": reader, "admin": admin, "api": api}
+        yield {
+            "base": base, "reader": reader, "admin": admin, "api": api, "folder": folder,
+            "env": env,
+        }  # fmt: skip
         api.close()
     finally:
         stop(proc)
@@ -368,6 +371,36 @@ def test_fleet_shows_no_green_working_state_on_a_transfer_bound_gpu(
         chip = f'#fleet tr[data-uuid="{busy["uuid"]}"] .chip[class*="state-"]'
         assert admin.page.inner_text(chip) == "underused"
         assert not _green(admin.page, chip)
+    assert not admin.errors, admin.errors
+
+
+def test_fleet_marks_a_hardware_slowdown_and_memory_not_reported(
+    admin: Console, demo: dict[str, Any]
+) -> None:
+    # A node whose exporter sends no memory use, one GPU held down by its own hardware (HW
+    # thermal slowdown, 0x40) and one at its software power cap (0x4, no mark).
+    made = subprocess.run(
+        [sys.executable, "-m", "service.cli", "token", "create", "--role", "agent",
+         "--name", "health node", "--node", "n-health"],
+        cwd=demo["folder"], env=demo["env"], capture_output=True, text=True, check=True,
+        timeout=60,
+    )  # fmt: skip
+    agent = made.stdout.strip().splitlines()[-1]
+    start = datetime.now(UTC) - timedelta(seconds=30)
+    for uuid, reasons in (("GPU-hot-1", 0x40 | 0x4), ("GPU-capped-2", 0x4)):
+        batch = make_batch(hostname="n-health", gpu_uuids=(uuid,), start=start, count=3,
+                           metrics={"gpu_util": 1.0, "clocks_event_reasons": reasons})  # fmt: skip
+        r = httpx.post(f"{demo['base']}/api/v1/ingest", json=batch,
+                       headers={"Authorization": f"Bearer {agent}"}, timeout=30)  # fmt: skip
+        assert r.status_code < 300, r.text
+    admin.open("/")
+    hot, capped = (f'#fleet tr[data-uuid="{u}"]' for u in ("GPU-hot-1", "GPU-capped-2"))
+    expect(admin.page.locator(f"{hot} .chip.hw-slowdown")).to_have_text("HW slowdown")
+    title = admin.page.get_attribute(f"{hot} .chip.hw-slowdown", "title") or ""
+    assert "hw_thermal_slowdown" in title
+    assert admin.page.locator(f"{capped} .chip.hw-slowdown").count() == 0
+    for row in (hot, capped):
+        expect(admin.page.locator(f"{row} .memory-unknown")).to_have_text("not reported")
     assert not admin.errors, admin.errors
 
 

@@ -262,13 +262,15 @@
     const w = g.waste_usd;
     return el("tr", { "data-uuid": g.uuid, "data-state": g.state },
       td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
-      td(el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state })),
+      td(el("span", {}, el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state }),
+        current && g.hw_slowdown ? el("span", { class: "chip hw-slowdown", title: `clocks held down by the hardware: ${(g.clock_event_reasons || []).join(", ")}`, text: "HW slowdown" }) : "")),
       td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
       td(usd(g.cost_usd), "num"),
       td(w === null || w === undefined ? "–" : usd(w), "num", { "data-usd": w === null || w === undefined ? "" : w.toFixed(2) }),
       td(current ? meter(g.activity, "") : "–"),
       td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
-      td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`) : "–"),
+      td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`)
+        : g.memory_unknown ? el("span", { class: "muted memory-unknown", title: "the exporter sends no memory use: idle-held or idle was told by whether a job or process holds the GPU", text: "not reported" }) : "–"),
       td(g.job ? jobLink(g.job) : "", "clip"), td(ownerLink("user", g.user), "clip", { title: g.user || "" }),
       td(ownerLink("team", g.team), "clip", { title: g.team || "" }));
   }
