@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT_MAY_IMPORT = {
     "service.settings",
     "service.clientsettings",  # the CLI's part of the settings, which settings derives from
+    "service.configfile",  # the settings' YAML file reader, which settings imports
     "service.vocabulary",
     "service.errors",
     "service.clock",
