@@ -118,7 +118,16 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
         def alerts_and_jobs() -> bool:
             firing = api.get("/alerts", params={"state": "firing"}).json()
-            return bool(firing) and bool(api.get("/jobs").json())
+            return bool(firing) and bool(api.get("/jobs").json()) and fleet_has_its_dollars()
+
+        def fleet_has_its_dollars() -> bool:
+            # The fleet page's dollars are kept a while; right after start (on a loaded
+            # machine) they may predate the rollups of the demo's hour of history.
+            fleet = api.get("/fleet").json()["waste_usd"]
+            report = api.get(
+                "/reports/cost", params={"group_by": "gpu", "start": "today", "end": "now"}
+            ).json()["totals"]["waste_usd"]
+            return bool(report) and abs(fleet - report) <= USD_TOLERANCE * 4
 
         wait_until("a firing alert and the demo's jobs", alerts_and_jobs, timeout=150)
         gpu = api.get("/gpus").json()[0]["uuid"]
