@@ -13,6 +13,7 @@ grows with the fleet; the two edge days' finer reading is timed at 1,000 GPUs by
 ``bench/cost_report.py --day-sums`` and scales with the GPU-minutes of those days.
 
 Run:  .venv/bin/python bench/cost_days_scale.py --gpus 10000 --jobs 50000 [--reuse]
+      [--csv-dir DIR]   (each report's CSV, for ``bench.report_bytes`` to compare two versions)
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from sqlalchemy import func, insert, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import report_bytes
 from bench.cost_report import END, GPUS_PER_NODE, MODELS, analyze, make_jobs
 from service.api.app import freeze_start_up_objects
 from service.costs.prices import PriceRow, price_lookup
-from service.db import cost_scratch, prices_repo
+from service.db import cost_days_repo, cost_scratch, prices_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import (
@@ -141,6 +143,8 @@ def load(url: str, n_gpus: int, n_jobs: int, days: int) -> None:
                 gpu_out.append((day, g, basis, END, *(whole[f] for f in COST_SUM_FIELDS)))
         cost_scratch.load_rows(conn, cost_job_1d, cols, job_out)
         cost_scratch.load_rows(conn, cost_gpu_1d, gcols, gpu_out)
+        # Each (job, day)'s sums, as the cost-days job writes them beside its rows.
+        cost_days_repo.sum_job_days(conn, [start + d * DAY for d in range(days)])
         print(
             f"  day sums: {len(job_out):,} (job, GPU, day) rows, {len(gpu_out):,} (GPU, day) rows",
             flush=True,
@@ -150,7 +154,7 @@ def load(url: str, n_gpus: int, n_jobs: int, days: int) -> None:
     engine.dispose()
 
 
-def bench(url: str, days: int, runs: int) -> None:
+def bench(url: str, days: int, runs: int, csv_dir: str | None = None) -> None:
     engine = make_engine(url)
     freeze_start_up_objects()
     settings = Settings()
@@ -169,6 +173,7 @@ def bench(url: str, days: int, runs: int) -> None:
                 data = cost_report.cost_report(conn, settings=settings, start=start, end=END,
                                                now=END, group_by=group_by, limit=limit)  # fmt: skip
                 times.append(time.perf_counter() - t)
+            report_bytes.save(csv_dir, f"{group_by}_{limit or 'all'}", data)
             page = "" if limit is None else f", the first {limit} rows"
             print(
                 f"  report {days} d (whole days, all summed) by {group_by}{page}: best "
@@ -189,6 +194,7 @@ def main() -> None:
     p.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     p.add_argument("--pg-database", default="gpuwarden_bench_days_scale")
     p.add_argument("--reuse", action="store_true")
+    p.add_argument("--csv-dir", help="save each report's CSV here (bench.report_bytes compares)")
     args = p.parse_args()
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs, PostgreSQL")
     with psycopg.connect(args.pg_admin_url, autocommit=True) as c:
@@ -203,7 +209,7 @@ def main() -> None:
     url = f"{base}/{args.pg_database}"
     if fresh:
         load(url, args.gpus, args.jobs, args.days)
-    bench(url, args.days, args.runs)
+    bench(url, args.days, args.runs, args.csv_dir)
 
 
 if __name__ == "__main__":

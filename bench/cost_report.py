@@ -44,6 +44,7 @@ from sqlalchemy import Engine, func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import report_bytes
 from service.api.app import freeze_start_up_objects
 from service.core.diagnosis import Cause, Rung
 from service.costs.integrals import INTEGRAL_FIELDS
@@ -552,7 +553,7 @@ def write_day_sums(engine: Engine) -> None:
 MONEY_FIELDS = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd")
 
 
-def bench_day_sums(engine: Engine, days: int, runs: int) -> None:
+def bench_day_sums(engine: Engine, days: int, runs: int, csv_dir: str | None = None) -> None:
     """Time the team, user and job reports without and with the day sums, interleaved in one
     run, over whole days and over a window that cuts its first and last day; compare them."""
     settings = Settings()
@@ -576,6 +577,7 @@ def bench_day_sums(engine: Engine, days: int, runs: int) -> None:
                             group_by=group_by, day_sums=flag,
                         )  # fmt: skip
                         times[flag].append(time.perf_counter() - t)
+                report_bytes.save(csv_dir, f"{label.replace(' ', '_')}_{group_by}", out[True])
                 # Exactness: both read every edge from raw samples (the default reading takes
                 # a fleet's edges pro rata from their minute, the day sums' edges are raw).
                 exact = {
@@ -666,6 +668,7 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--day-runs", type=int, default=3, help="timed runs per day-sums reading")
     p.add_argument("--skip-base", action="store_true", help="skip the base report timings")
+    p.add_argument("--csv-dir", help="save the day-sum reports' CSV here (bench.report_bytes)")
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
@@ -693,7 +696,7 @@ def main() -> None:
             if not summed:
                 upgrade(engine)
                 write_day_sums(engine)
-            bench_day_sums(engine, args.days, args.day_runs)
+            bench_day_sums(engine, args.days, args.day_runs, args.csv_dir)
         if args.edge_samples:
             bench_edges(engine, args.days, args.edge_runs)
         if args.shared_gpus:

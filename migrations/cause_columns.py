@@ -25,6 +25,7 @@ CAUSE_TABLES: dict[str, tuple[bool, bool]] = {
     "tenant_1d": (False, False),
     "cost_gpu_1d": (False, True),
     "cost_job_1d": (False, True),
+    "cost_job_day_1d": (False, True),
 }
 
 

@@ -10,14 +10,29 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select
+from sqlalchemy import (
+    Connection,
+    Text,
+    and_,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.types import NullType
 
 from service.core.buckets import floor_day
 from service.db.schema import (
+    COST_SUM_FIELDS,
     cost_day_dirty,
     cost_gpu_1d,
     cost_job_1d,
+    cost_job_day_1d,
     jobs,
 )
 
@@ -216,17 +231,67 @@ def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int])
     return cond
 
 
-def _owned_by(user: str | None, team: str | None, jobs_only: bool = False) -> list[Any]:
-    """Conditions on cost_job_1d: only rows of jobs of ``user`` and ``team`` where given (so
-    none of the time no job held), only rows of jobs with ``jobs_only``."""
+def _owned_by(
+    user: str | None, team: str | None, jobs_only: bool = False, job_id: Any = None
+) -> list[Any]:
+    """Conditions on a ``job_id`` column (cost_job_1d's by default): only rows of jobs of
+    ``user`` and ``team`` where given (so none of the time no job held), only rows of jobs
+    with ``jobs_only``."""
+    column = cost_job_1d.c.job_id if job_id is None else job_id
     cond = []
     if user is not None:
         cond.append(jobs.c.user == user)
     if team is not None:
         cond.append(jobs.c.team == team)
     if cond:
-        return [cost_job_1d.c.job_id.in_(select(jobs.c.id).where(*cond))]
-    return [cost_job_1d.c.job_id != UNALLOCATED_JOB] if jobs_only else []
+        return [column.in_(select(jobs.c.id).where(*cond))]
+    return [column != UNALLOCATED_JOB] if jobs_only else []
+
+
+def _joined_text(conn: Connection, column: Any) -> Any:
+    """An aggregate of the comma-joined texts of ``column`` joined by commas."""
+    if conn.dialect.name == "postgresql":
+        return func.string_agg(column, literal(","))
+    return func.group_concat(column, ",")
+
+
+def gpu_set(text: str | None) -> set[int]:
+    """The GPU ids of a comma-joined text of them (repeats allowed)."""
+    return {int(x) for x in set(text.split(","))} if text else set()
+
+
+def _job_days(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    excluded: Iterable[int],
+    fields: Sequence[str],
+    owned: tuple[str | None, str | None, bool],
+    job_ids: Sequence[str] | None = None,
+) -> Any:
+    """The rows of each job and day in [start, end), GPUs ``excluded`` left out, only the
+    jobs ``owned`` (user, team, jobs_only as ``_owned_by``) and ``job_ids`` if given: (job
+    id, its GPUs' ids comma-joined, ``fields``). From cost_job_day_1d, but for the (job, day)s
+    that held an excluded GPU: their other GPUs' cost_job_1d rows."""
+    t, j = cost_job_day_1d.c, cost_job_1d.c
+    user, team, jobs_only = owned
+    only_t = [] if job_ids is None else [t.job_id.in_(sorted(set(job_ids)))]
+    per_day = select(t.job_id, t.gpu_ids, *(t[f] for f in fields)).where(
+        *_within(cost_job_day_1d, start, end, ()), *_owned_by(user, team, jobs_only, t.job_id),
+        *only_t,
+    )  # fmt: skip
+    left_out = sorted(excluded)
+    if not left_out:
+        return per_day.subquery()
+    only_j = [] if job_ids is None else [j.job_id.in_(sorted(set(job_ids)))]
+    mixed = select(j.day, j.job_id).where(j.day >= start, j.day < end, j.gpu_id.in_(left_out))
+    gpu_text = cast(j.gpu_id, Text).label("gpu_ids")
+    per_gpu = select(j.job_id, gpu_text, *(j[f] for f in fields)).where(
+        *_within(cost_job_1d, start, end, left_out), *_owned_by(user, team, jobs_only),
+        tuple_(j.day, j.job_id).in_(mixed), *only_j,
+    )  # fmt: skip
+    return union_all(per_day.where(tuple_(t.day, t.job_id).not_in(mixed)), per_gpu).subquery()
 
 
 def job_dollars(
@@ -245,18 +310,17 @@ def job_dollars(
     and ``team`` if given (of any job with ``jobs_only``): (job id, the sums of
     ``idle_fields`` and of ``fixable_fields``, cost USD, unpriced seconds); a few sums a row,
     so the statement runs in parallel and reads back light."""
-    j = cost_job_1d.c
+    read = [*dict.fromkeys((*idle_fields, *fixable_fields, "cost_usd", "unpriced_seconds"))]
+    j = _job_days(
+        conn, start=start, end=end, excluded=excluded, fields=read, owned=(user, team, jobs_only)
+    ).c
 
     def total(names: Sequence[str]) -> Any:
         return func.sum(sum((j[f] for f in names[1:]), j[names[0]]))
 
     sums = (total(idle_fields), total(fixable_fields), func.sum(j.cost_usd),
             func.sum(j.unpriced_seconds))  # fmt: skip
-    query = (
-        select(j.job_id, *sums)
-        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only))
-        .group_by(j.job_id)
-    )
+    query = select(j.job_id, *sums).group_by(j.job_id)
     with _report_read(conn):
         return [
             (str(k), float(i or 0.0), float(f or 0.0), float(c or 0.0), float(u or 0.0))
@@ -275,18 +339,17 @@ def total_sums(
     team: str | None = None,
     jobs_only: bool = False,
 ) -> tuple[list[int], tuple[Any, ...]]:
-    """The (job, GPU, day) rows of the days in [start, end) summed, GPUs ``excluded`` left out,
-    only jobs of ``user`` and ``team`` if given (of any job with ``jobs_only``): (the GPUs they
-    cover, the sums of ``fields``).
-    Two statements that each run in parallel: one grouped by GPU with every sum took longer."""
-    j = cost_job_1d.c
-    cond = [*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only)]
+    """The (job, GPU, day) rows of the days in [start, end) summed (their sums per job and
+    day), GPUs ``excluded`` left out, only jobs of ``user`` and ``team`` if given (of any job
+    with ``jobs_only``): (the GPUs they cover, the sums of ``fields``)."""
+    j = _job_days(
+        conn, start=start, end=end, excluded=excluded, fields=fields, owned=(user, team, jobs_only)
+    ).c
     with _report_read(conn):
-        gpu_ids = [
-            int(g) for (g,) in conn.execute(select(j.gpu_id).where(*cond).group_by(j.gpu_id))
-        ]
-        values = conn.execute(select(*(func.sum(j[f]) for f in fields)).where(*cond)).one()
-    return gpu_ids, tuple(values)
+        row = conn.execute(
+            select(_joined_text(conn, j.gpu_ids), *(func.sum(j[f]) for f in fields))
+        ).one()
+    return sorted(gpu_set(row[0])), tuple(row[1:])
 
 
 def group_sums(
@@ -302,23 +365,24 @@ def group_sums(
     jobs_only: bool = False,
     job_ids: Sequence[str] | None = None,
 ) -> list[tuple[bool, str | None, dict[str, Any], list[int], list[str], tuple[Any, ...]]]:
-    """The (job, GPU, day) rows of the days in [start, end) summed per ``group_by`` (job,
-    user, team or project, as the jobs are now), GPUs ``excluded`` left out, only jobs of
-    ``user`` and ``team`` if given (of any job with ``jobs_only``), and only the jobs
-    ``job_ids`` if given (UNALLOCATED_JOB for time no job held): (time no job held, key, the
-    owner fields of a job's group, its GPU ids, its job ids, the sums of ``fields``)."""
-    j = cost_job_1d.c
-    only = [] if job_ids is None else [j.job_id.in_(sorted(set(job_ids)))]
+    """The (job, GPU, day) rows of the days in [start, end) (their sums per job and day)
+    summed per ``group_by`` (job, user, team or project, as the jobs are now), GPUs
+    ``excluded`` left out, only jobs of ``user`` and ``team`` if given (of any job with
+    ``jobs_only``), and only the jobs ``job_ids`` if given (UNALLOCATED_JOB for time no job
+    held): (time no job held, key, the owner fields of a job's group, its GPU ids, its job
+    ids, the sums of ``fields``)."""
+    j = _job_days(
+        conn, start=start, end=end, excluded=excluded, fields=fields,
+        owned=(user, team, jobs_only),
+        job_ids=None if job_ids is None else list(job_ids),
+    ).c  # fmt: skip
     # Summed per job first (hashed on one key, no join), then joined to the jobs' owners and,
     # unless grouping by job, summed again per group over those few rows.
     per_job = (
         select(
             j.job_id,
-            _value_list(conn, j.gpu_id, flat=group_by == "job").label("gpu_list"),
+            _joined_text(conn, j.gpu_ids).label("gpu_list"),
             *(func.sum(j[f]).label(f) for f in fields),
-        )
-        .where(
-            *_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only), *only
         )
         .group_by(j.job_id)
         .subquery()
@@ -339,7 +403,7 @@ def group_sums(
                 no_job,
                 key,
                 *(func.min(jobs.c[f]) for f in ("user", "team", "project")),
-                _value_list(conn, x.gpu_list),
+                _joined_text(conn, x.gpu_list),
                 _value_list(conn, x.job_id),
                 *(func.sum(x[f]) for f in fields),
             )
@@ -349,12 +413,10 @@ def group_sums(
     out = []
     with _report_read(conn):
         for unallocated, k, u, t, p, gpu_list, job_list, *values in conn.execute(query).all():
-            gpus_in = _as_list(gpu_list)
+            gpu_ids = sorted(gpu_set(gpu_list))
             if group_by == "job":
-                gpu_ids = sorted(set(map(int, gpus_in)))
                 job_ids = [] if unallocated else [str(job_list)]
             else:
-                gpu_ids = sorted({int(g) for part in gpus_in for g in _as_list(part)})
                 job_ids = sorted({str(v) for v in _as_list(job_list)} - {UNALLOCATED_JOB})
             owner_of = {"user": u, "team": t, "project": p}
             out.append((bool(unallocated), k, owner_of, gpu_ids, job_ids, tuple(values)))
@@ -433,6 +495,7 @@ def replace_days(
                     delete(table).where(and_(table.c.day == day, table.c.gpu_id.in_(chunk)))
                 )
     _insert(conn, gpu_rows, job_rows)
+    sum_job_days(conn, sorted(by_day))
 
 
 def replace_day(
@@ -446,6 +509,26 @@ def replace_day(
     for table in (cost_gpu_1d, cost_job_1d):
         conn.execute(delete(table).where(table.c.day == day))
     _insert(conn, gpu_rows, job_rows)
+    sum_job_days(conn, [day])
+
+
+def sum_job_days(conn: Connection, days: Sequence[datetime]) -> None:
+    """Replace the cost_job_day_1d rows of ``days`` with their cost_job_1d rows summed per
+    job, in the database (a day of a 10,000-GPU fleet is about 20,000 rows)."""
+    j = cost_job_1d.c
+    if conn.dialect.name == "postgresql":
+        ids = func.string_agg(cast(j.gpu_id, Text), literal(","))
+    else:
+        ids = func.group_concat(j.gpu_id, ",")
+    cols = ["day", "job_id", "gpu_ids", *COST_SUM_FIELDS]
+    for day in days:
+        conn.execute(delete(cost_job_day_1d).where(cost_job_day_1d.c.day == day))
+        summed = (
+            select(j.day, j.job_id, ids, *(func.sum(j[f]) for f in COST_SUM_FIELDS))
+            .where(j.day == day)
+            .group_by(j.day, j.job_id)
+        )
+        conn.execute(insert(cost_job_day_1d).from_select(cols, summed))
 
 
 def _insert(
@@ -460,6 +543,7 @@ def delete_days_before(conn: Connection, *, cutoff: datetime) -> int:
     """Delete the sums of days before ``cutoff``; returns how many GPU-day rows."""
     n = conn.execute(delete(cost_gpu_1d).where(cost_gpu_1d.c.day < cutoff)).rowcount
     conn.execute(delete(cost_job_1d).where(cost_job_1d.c.day < cutoff))
+    conn.execute(delete(cost_job_day_1d).where(cost_job_day_1d.c.day < cutoff))
     return int(n or 0)
 
 

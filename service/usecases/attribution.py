@@ -61,6 +61,7 @@ def attribute(
     causes: bool = True,
     cause_energy: bool = False,
     gpu_info: dict[int, costs_repo.GpuInfo] | None = None,
+    rolled: dict[int, datetime | None] | None = None,
 ) -> Attribution:
     """Split every GPU's [start, end) into job shares and unallocated time, with usage and price.
 
@@ -71,7 +72,8 @@ def attribute(
     retention holds them), else pro rata from their 1m bucket: at most a minute's error per
     edge, for reports over thousands of jobs where reading raw samples would dominate; None
     decides by the number of such spans (``report_raw_edge_spans``). ``gpu_info``: the GPUs
-    as ``costs_repo.load_gpus`` has them, where the caller loaded them already.
+    as ``costs_repo.load_gpus`` has them, where the caller loaded them already; ``rolled``:
+    every GPU's ``costs_repo.rolled_until``, where the caller read it already.
     """
     end = min(end, now)
     table = effective_prices(conn, settings)
@@ -86,6 +88,7 @@ def attribute(
     lines = _segment_lines(
         conn, held, price_of, whole_fleet=gpu_ids is None, settings=settings, now=now,
         raw_from=raw_from, raw_edges=raw_edges, causes=causes, cause_energy=cause_energy,
+        rolled=rolled,
     )  # fmt: skip
     tenant_lines, rules = shared_lines(
         conn, stretches=stretches, gpu_info=gpu_info, held_from_of=held.held_from_of, end=end,
@@ -174,6 +177,7 @@ def _segment_lines(
     raw_edges: bool | None,
     causes: bool,
     cause_energy: bool,
+    rolled: dict[int, datetime | None] | None = None,
 ) -> list[Line]:
     """One line per job, GPU, price and lost flag over the held segments, its usage summed in
     the database (see ``attribute`` for ``raw_edges``, ``causes`` and ``cause_energy``)."""
@@ -187,7 +191,9 @@ def _segment_lines(
         minute_cutoff=now - timedelta(days=settings.retention_1m_days),
         causes=causes,
         cause_energy=cause_energy,
-        rolled_until=_rolled_until(conn, spans, whole_fleet=whole_fleet),
+        rolled_until=(
+            rolled if rolled is not None else _rolled_until(conn, spans, whole_fleet=whole_fleet)
+        ),
         raw_kept_from=raw_from,
     )
     return [
@@ -305,13 +311,15 @@ def report_attribution(
     parts: list[tuple[datetime, datetime, list[int] | None]] = [(start, d0, None), (d1, end, None)]
     if stale:
         parts.append((d0, d1, sorted(stale)))
+    parts = [(a, b, ids) for a, b, ids in parts if a < min(b, now)]
+    # Where the rollups of each GPU end: read once for every part (a statement per GPU).
+    rolled = costs_repo.rolled_until(conn, gpu_ids=None) if len(parts) > 1 else None
     atts = [
         attribute(
             conn, settings=settings, start=a, end=b, now=now, raw_edges=raw_edges,
-            gpu_ids=ids, gpu_info=gpus,
+            gpu_ids=ids, gpu_info=gpus, rolled=rolled,
         )
         for a, b, ids in parts
-        if a < min(b, now)
     ]  # fmt: skip
     warnings = {w for att in atts for w in att.warnings}
     warnings |= {unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale}

@@ -25,6 +25,7 @@ from service.db.schema import (
     cost_day_dirty,
     cost_gpu_1d,
     cost_job_1d,
+    cost_job_day_1d,
     gpus,
     jobs,
     rollup_dirty,
@@ -98,7 +99,7 @@ def _reset(engine: Engine) -> None:
     """Forget the previous example's jobs, tenant rows, prices and day sums (samples stay)."""
     with engine.begin() as conn:
         for table in (jobs, tenant_1m, tenant_1h, tenant_1d, shared_1h, rollup_dirty,
-                      cost_gpu_1d, cost_job_1d):  # fmt: skip
+                      cost_gpu_1d, cost_job_1d, cost_job_day_1d):  # fmt: skip
             conn.execute(delete(table))
         conn.execute(delete(cost_day_dirty))
 
@@ -400,6 +401,12 @@ def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Eng
         rewrites.append(1)
         with engine.begin() as other:
             other.execute(update(cost_job_1d).values({c: c * 2 for c in usd}))
+            # The job writes each (job, day)'s sums with its rows, in the same transaction.
+            other.execute(
+                update(cost_job_day_1d).values(
+                    {c: c * 2 for c in cost_job_day_1d.c if c.name.endswith("_usd")}
+                )
+            )
             other.execute(
                 update(cost_gpu_1d).values(
                     {c: c * 2 for c in cost_gpu_1d.c if c.name.endswith("_usd")}
