@@ -2,7 +2,7 @@
 reasons (issue 49), and an index on gpus.mig_parent_uuid for the duplicate-MIG check.
 
 Revision ID: 0033
-Revises: 0029
+Revises: 0030
 Create Date: 2026-12-07
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0033"
-down_revision = "0029"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 
