@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Literal, assert_never
 
 from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, Cause
 from service.costs.integrals import Integrals
@@ -128,38 +128,42 @@ RECOVERABLE_CAUSES = frozenset(
 
 def constant_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
     """The constant share of a cause's time its fix saves (the fallback where no signal
-    tells), and the assumption that says so."""
-    if cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
-        return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
-    if cause is Cause.COMPUTE_NO_TENSOR:
-        s = a.tensor_speedup
-        return 1.0 - 1.0 / s, (
-            f"tensor cores run this maths {s:g}x faster (setting fix_tensor_speedup; "
-            f"{TENSOR_SPEEDUP_SOURCE})"
-        )
-    if cause is Cause.MEMORY_BOUND:
-        s = a.memory_speedup
-        return 1.0 - 1.0 / s, (
-            f"a DRAM-bound kernel's time follows the bytes it moves; fusion or bf16 instead of "
-            f"fp32 moves 1/{s:g} of them (setting fix_memory_speedup)"
-        )
-    if cause is Cause.INPUT_STARVED:
-        return 1.0 - a.starved_util, (
-            f"kernels ran under {a.starved_util:.0%} of this time (the rule that named it); fed "
-            f"fully, the same kernels need at most that share"
-        )
-    if cause is Cause.LAUNCH_BOUND:
-        return 1.0 - a.launch_fill, (
-            f"the SMs were under {a.launch_fill:.0%} full while kernels ran (the rule that "
-            f"named it); in fewer, larger launches the same work needs at most that share"
-        )
-    if cause is Cause.TRANSFER_BOUND:
-        return 1.0 - a.busy, (
-            f"the SMs were busy under {a.busy:.0%} of this time while copies ran (the rule "
-            f"that named it); with copies overlapped or the data kept on the GPU the time "
-            f"shrinks to at most that share"
-        )
-    return 0.0, "healthy or not diagnosable: no fix"
+    tells), and the assumption that says so; a cause without its branch is an error."""
+    match cause:
+        case Cause.IDLE_EMPTY | Cause.IDLE_HELD:
+            return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
+        case Cause.COMPUTE_NO_TENSOR:
+            s = a.tensor_speedup
+            return 1.0 - 1.0 / s, (
+                f"tensor cores run this maths {s:g}x faster (setting fix_tensor_speedup; "
+                f"{TENSOR_SPEEDUP_SOURCE})"
+            )
+        case Cause.MEMORY_BOUND:
+            s = a.memory_speedup
+            return 1.0 - 1.0 / s, (
+                f"a DRAM-bound kernel's time follows the bytes it moves; fusion or bf16 instead "
+                f"of fp32 moves 1/{s:g} of them (setting fix_memory_speedup)"
+            )
+        case Cause.INPUT_STARVED:
+            return 1.0 - a.starved_util, (
+                f"kernels ran under {a.starved_util:.0%} of this time (the rule that named it); "
+                f"fed fully, the same kernels need at most that share"
+            )
+        case Cause.LAUNCH_BOUND:
+            return 1.0 - a.launch_fill, (
+                f"the SMs were under {a.launch_fill:.0%} full while kernels ran (the rule that "
+                f"named it); in fewer, larger launches the same work needs at most that share"
+            )
+        case Cause.TRANSFER_BOUND:
+            return 1.0 - a.busy, (
+                f"the SMs were busy under {a.busy:.0%} of this time while copies ran (the rule "
+                f"that named it); with copies overlapped or the data kept on the GPU the time "
+                f"shrinks to at most that share"
+            )
+        case Cause.COMPUTE_TENSOR | Cause.UNCLASSIFIED:
+            return 0.0, "healthy or not diagnosable: no fix"
+        case _:
+            assert_never(cause)
 
 
 def with_model(a: FixAssumptions, models: Sequence[str]) -> FixAssumptions:

@@ -52,11 +52,6 @@ class Envelope(BaseModel):
     message: Message
 
 
-def is_envelope(payload: Any) -> bool:
-    """Whether an outbox payload is a rendered message (else an alert's notification)."""
-    return isinstance(payload, dict) and payload.get("kind") == "message"
-
-
 class OwnerNotice(BaseModel):
     """What a notice to a job's owner says, in figures; ``render_owner_notice`` words it."""
 
