@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, assert_never
 
-from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, Cause
+from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, IDLE_CAUSES, Cause
 from service.costs.integrals import Integrals
 from service.costs.prices import PriceRow, mig_share, price_at
 from service.costs.recoverable import recoverable_share
@@ -120,6 +120,7 @@ def cause_fix(
     return share.share, share.formula, share.action
 
 
+_IDLE_NAMES = frozenset(c.label for c in IDLE_CAUSES)
 RECOVERABLE_CAUSES = frozenset(
     (Cause.INPUT_STARVED, Cause.LAUNCH_BOUND, Cause.TRANSFER_BOUND, Cause.MEMORY_BOUND,
      Cause.COMPUTE_NO_TENSOR)
@@ -195,7 +196,7 @@ def cause_fixes(
     priced = summary.priced
     out: list[Recommendation] = []
     for cause, action in CAUSE_FIX.items():
-        i = int(cause) - 1
+        i = cause.column
         seconds = getattr(summary.usage, f"{CAUSE_NAMES[i]}_seconds") - taken_seconds.get(
             cause, 0.0
         )
@@ -206,7 +207,7 @@ def cause_fixes(
         kind: FixKind = "cause"
         if instead:
             action = instead
-        if summary.key == UNALLOCATED and cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+        if summary.key == UNALLOCATED and cause in IDLE_CAUSES:
             # Time no job held is the pool's to give back: there is no job to end.
             kind, action = "pool", pool_action(cause, seconds, len(summary.gpu_ids))
         out.append(
@@ -409,7 +410,7 @@ def fixes_speedup(summary: Summary, fixes: Sequence[Recommendation]) -> float:
     saved = sum(
         f.seconds * f.saving_fraction
         for f in fixes
-        if f.kind == "cause" and f.cause not in (Cause.IDLE_EMPTY.label, Cause.IDLE_HELD.label)
+        if f.kind == "cause" and f.cause not in _IDLE_NAMES
     )
     if running <= 0:
         return 1.0
@@ -495,9 +496,9 @@ def _fewer_gpus(
     """Give the spare GPUs back: their idle seconds and dollars, taken from the idle fixes."""
     seconds = usd = 0.0
     for g in spare:
-        for cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+        for cause in IDLE_CAUSES:
             sec = getattr(g.summary.usage, f"{cause.label}_seconds")
-            d = g.summary.cause_cost_usd[int(cause) - 1] if g.summary.priced else 0.0
+            d = g.summary.cause_cost_usd[cause.column] if g.summary.priced else 0.0
             taken_seconds[cause] = taken_seconds.get(cause, 0.0) + sec
             taken_usd[cause] = taken_usd.get(cause, 0.0) + d
             seconds += sec
