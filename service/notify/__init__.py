@@ -10,7 +10,7 @@ from service.errors import ValidationFailed
 from service.notify.alertmanager import AlertmanagerNotifier
 from service.notify.base import Notification, Notifier
 from service.notify.email import EmailNotifier
-from service.notify.message import Envelope
+from service.notify.envelope import Envelope
 from service.notify.slack import SlackNotifier
 from service.notify.slack_dm import SlackDMNotifier
 from service.notify.webhook import WebhookNotifier

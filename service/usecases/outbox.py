@@ -37,7 +37,7 @@ from service.delivery import (
 from service.errors import DeliveryError, ValidationFailed
 from service.notify import Notification, notifier_for, send_envelope
 from service.notify.egress import egress_from
-from service.notify.message import Envelope
+from service.notify.envelope import Envelope
 from service.notify.pinned import make_client
 from service.notify.ratelimit import RateLimiter
 from service.notify.report import ReportMessage, send_report

@@ -15,7 +15,7 @@ from service.core.diagnosis import CAUSES, Cause
 from service.costs.recommend import FixAssumptions, constant_fraction
 from service.errors import ValidationFailed
 from service.notify import notifier_for
-from service.notify.message import Envelope
+from service.notify.envelope import Envelope
 from service.notify.report import ReportMessage
 from service.settings import Settings
 from service.thresholds.ladder import (
