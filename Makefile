@@ -54,8 +54,9 @@ lint: $(DEV_STAMP)
 services:
 	bash scripts/test-services.sh
 
+# Every test but the GPU ones, the schema fuzz included (a plain `pytest` leaves it out).
 test: services lint
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not gpu"
 
 unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit

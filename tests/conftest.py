@@ -13,6 +13,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
+import hypothesis
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
@@ -24,7 +25,18 @@ from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import metadata
 from service.settings import Settings
+from tests.hypothesis_support import DEV_EXAMPLES
 from tests.support import FakeClock, live_server
+
+# Hypothesis: in CI (CI set) its own "ci" profile runs every property's full example count;
+# elsewhere the fast loop ("dev") runs a tenth of them, and HYPOTHESIS_PROFILE picks another
+# ("full": Hypothesis's defaults, as CI counts them, on this machine).
+hypothesis.settings.register_profile("dev", max_examples=DEV_EXAMPLES)
+hypothesis.settings.register_profile("full", max_examples=100)
+if "HYPOTHESIS_PROFILE" in os.environ:
+    hypothesis.settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+elif not os.environ.get("CI"):
+    hypothesis.settings.load_profile("dev")
 
 PG_ADMIN_URL = os.environ.get(
     "GPUWARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import assert_never
 
 import httpx
 
@@ -24,6 +25,7 @@ from service.notify.urlsafety import (
     system_resolver,
 )
 from service.settings import Settings
+from service.thresholds.ladder import DRIVER_NAMES, DriverName
 from service.thresholds.policy import ChannelSpec
 
 ACTION_WEBHOOK = "action-webhook"  # the channel name its messages and audit rows carry
@@ -79,11 +81,28 @@ def drivers_from(
 ) -> dict[str, ReclaimDriver]:
     """Every configured driver by name; ``client`` (else a new ``action_client``) serves the
     action webhook."""
-    drivers: dict[str, ReclaimDriver] = {
-        "slurm": SlurmDriver.from_settings(settings),
-        "kubernetes": KubernetesDriver.from_settings(settings),
-    }
-    channel = action_webhook(settings)
-    if channel is not None:
-        drivers["webhook"] = WebhookDriver(channel, client or action_client(settings))
+    drivers: dict[str, ReclaimDriver] = {}
+    for name in DRIVER_NAMES:
+        driver = driver_of(name, settings, client)
+        if driver is not None:
+            drivers[name] = driver
     return drivers
+
+
+def driver_of(
+    name: DriverName, settings: Settings, client: httpx.Client | None
+) -> ReclaimDriver | None:
+    """The driver ``name`` names, or None where it is not configured (the action webhook
+    without its URL); a driver name without its branch is an error."""
+    match name:
+        case "slurm":
+            return SlurmDriver.from_settings(settings)
+        case "kubernetes":
+            return KubernetesDriver.from_settings(settings)
+        case "webhook":
+            channel = action_webhook(settings)
+            if channel is None:
+                return None
+            return WebhookDriver(channel, client or action_client(settings))
+        case _:
+            assert_never(name)

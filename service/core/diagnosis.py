@@ -34,7 +34,8 @@ class Rung(IntEnum):
 
 
 class Cause(IntEnum):
-    """Why a covered second of a GPU went the way it did (stored as a small integer)."""
+    """Why a covered second of a GPU went the way it did (stored as a small integer, its code;
+    ``column`` is its place in every per-cause sequence)."""
 
     IDLE_EMPTY = 1  # nothing running, nothing held
     IDLE_HELD = 2  # nothing running, memory held
@@ -53,11 +54,33 @@ class Cause(IntEnum):
         """The cause's canonical name (storage, API, CSV, CLI, policies)."""
         return self.name.lower()
 
+    @cached_property
+    def column(self) -> int:
+        """The cause's place in every per-cause sequence (``CAUSES``, ``CAUSE_FIELDS``, a
+        summary's USD per cause), as ``CAUSE_COLUMNS`` declares it."""
+        return CAUSE_COLUMNS[self]
 
-CAUSES: tuple[Cause, ...] = tuple(Cause)
+
+# Each cause's column, declared once and never derived from its code: a new cause is appended
+# with the next code and the next column, never inserted (tests/unit/test_cause_columns_order.py
+# says why).
+CAUSE_COLUMNS: dict[Cause, int] = {
+    Cause.IDLE_EMPTY: 0,
+    Cause.IDLE_HELD: 1,
+    Cause.LAUNCH_BOUND: 2,
+    Cause.INPUT_STARVED: 3,
+    Cause.TRANSFER_BOUND: 4,
+    Cause.MEMORY_BOUND: 5,
+    Cause.COMPUTE_NO_TENSOR: 6,
+    Cause.COMPUTE_TENSOR: 7,
+    Cause.UNCLASSIFIED: 8,
+}
+# Every cause in column order: the order of every per-cause sequence.
+CAUSES: tuple[Cause, ...] = tuple(sorted(Cause, key=CAUSE_COLUMNS.__getitem__))
 CAUSE_NAMES: tuple[str, ...] = tuple(c.label for c in CAUSES)
 CAUSE_BY_NAME: dict[str, Cause] = {c.label: c for c in CAUSES}
-IDLE_CAUSES: frozenset[Cause] = frozenset({Cause.IDLE_EMPTY, Cause.IDLE_HELD})
+# Nothing ran: the causes "idle" means everywhere (a report's idle dollars, the fleet's idle GPUs).
+IDLE_CAUSES: tuple[Cause, ...] = (Cause.IDLE_EMPTY, Cause.IDLE_HELD)
 # Causes that are waste of their own kind (a report's dominant waste cause is one of these).
 WASTE_CAUSES: tuple[Cause, ...] = (
     Cause.IDLE_EMPTY,
@@ -326,7 +349,7 @@ def supported_causes(values: Mapping[str, float | None]) -> tuple[Cause, ...]:
         return ()
     rung = found[1]
     # Without the memory figure the jobs and processes holding the GPU tell the two apart.
-    out = [Cause.IDLE_EMPTY, Cause.IDLE_HELD]
+    out = list(IDLE_CAUSES)
     if _traffic(values) is not None:
         out.append(Cause.TRANSFER_BOUND)
     if rung is Rung.SM_ACTIVE and duty_of(values, rung) is not None:

@@ -10,19 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import reduce
+from operator import add
 
-from service.core.diagnosis import CAUSE_NAMES, Cause, Rung, Thresholds, duty_of
+from service.core.diagnosis import (
+    CAUSE_NAMES,
+    CAUSES,
+    IDLE_CAUSES,
+    Cause,
+    Rung,
+    Thresholds,
+    duty_of,
+)
 
 __all__ = [
     "CAUSE_ENERGY_FIELDS",
     "CAUSE_FIELDS",
     "CAUSE_SIGNALS",
+    "IDLE_FIELDS",
     "INTEGRAL_FIELDS",
     "SIGNAL_FIELDS",
     "SIGNAL_METRICS",
     "ActivityPoint",
     "Integrals",
     "Thresholds",
+    "idle_seconds_of",
     "integrate",
     "stored_point",
 ]
@@ -31,6 +43,8 @@ __all__ = [
 CAUSE_FIELDS: tuple[str, ...] = tuple(f"{name}_seconds" for name in CAUSE_NAMES)
 # The energy (joules, power integrated) burned in each cause, in Cause order.
 CAUSE_ENERGY_FIELDS: tuple[str, ...] = tuple(f"{name}_energy_joules" for name in CAUSE_NAMES)
+# The seconds of the causes in which nothing ran, whose sum is ``idle_seconds``.
+IDLE_FIELDS: tuple[str, ...] = tuple(CAUSE_FIELDS[c.column] for c in IDLE_CAUSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +214,8 @@ class Integrals:
 
 # Every field of Integrals, in order: the rollup columns and the report columns follow it.
 INTEGRAL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Integrals))
-_CAUSE_FIELD_BY_CODE: dict[int, str] = {int(c): f for c, f in zip(Cause, CAUSE_FIELDS, strict=True)}
-_CAUSE_ENERGY_BY_CODE: dict[int, str] = {
-    int(c): f for c, f in zip(Cause, CAUSE_ENERGY_FIELDS, strict=True)
-}
+_CAUSE_FIELD_BY_CODE: dict[int, str] = {int(c): CAUSE_FIELDS[c.column] for c in CAUSES}
+_CAUSE_ENERGY_BY_CODE: dict[int, str] = {int(c): CAUSE_ENERGY_FIELDS[c.column] for c in CAUSES}
 _GPU_UTIL = int(Rung.GPU_UTIL)
 
 
@@ -245,5 +257,10 @@ def integrate(
             out.energy_used_joules += joules
             energy = _CAUSE_ENERGY_BY_CODE[p.cause]
             setattr(out, energy, getattr(out, energy) + joules)
-    out.idle_seconds = out.idle_empty_seconds + out.idle_held_seconds
+    out.idle_seconds = idle_seconds_of(out)
     return out
+
+
+def idle_seconds_of(u: Integrals) -> float:
+    """The seconds of ``u`` in which nothing ran: its idle causes' seconds added."""
+    return float(reduce(add, (getattr(u, f) for f in IDLE_FIELDS)))

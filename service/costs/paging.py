@@ -23,8 +23,8 @@ from service.costs.waste import Summary
 # A bound is trusted this much less than it says: shares are products of floats.
 _MARGIN = 1e-9
 # Where the idle and the fixable causes sit in a Summary's USD per cause.
-IDLE_AT = tuple(int(c) - 1 for c in IDLE_CAUSES)
-FIXABLE_AT = tuple(int(c) - 1 for c in FIXABLE_CAUSES)
+IDLE_AT = tuple(c.column for c in IDLE_CAUSES)
+FIXABLE_AT = tuple(c.column for c in FIXABLE_CAUSES)
 RankKey = tuple[bool, float, str]  # where a group sorts: ``money.rank``
 
 

@@ -13,9 +13,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Literal, assert_never
 
-from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, Cause
+from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, IDLE_CAUSES, Cause
 from service.costs.integrals import Integrals
 from service.costs.prices import PriceRow, mig_share, price_at
 from service.costs.recoverable import recoverable_share
@@ -121,6 +121,7 @@ def cause_fix(
     return share.share, share.formula, share.action
 
 
+_IDLE_NAMES = frozenset(c.label for c in IDLE_CAUSES)
 RECOVERABLE_CAUSES = frozenset(
     (Cause.INPUT_STARVED, Cause.LAUNCH_BOUND, Cause.TRANSFER_BOUND, Cause.MEMORY_BOUND,
      Cause.COMPUTE_NO_TENSOR)
@@ -129,38 +130,42 @@ RECOVERABLE_CAUSES = frozenset(
 
 def constant_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
     """The constant share of a cause's time its fix saves (the fallback where no signal
-    tells), and the assumption that says so."""
-    if cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
-        return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
-    if cause is Cause.COMPUTE_NO_TENSOR:
-        s = a.tensor_speedup
-        return 1.0 - 1.0 / s, (
-            f"tensor cores run this maths {s:g}x faster (setting fix_tensor_speedup; "
-            f"{TENSOR_SPEEDUP_SOURCE})"
-        )
-    if cause is Cause.MEMORY_BOUND:
-        s = a.memory_speedup
-        return 1.0 - 1.0 / s, (
-            f"a DRAM-bound kernel's time follows the bytes it moves; fusion or bf16 instead of "
-            f"fp32 moves 1/{s:g} of them (setting fix_memory_speedup)"
-        )
-    if cause is Cause.INPUT_STARVED:
-        return 1.0 - a.starved_util, (
-            f"kernels ran under {a.starved_util:.0%} of this time (the rule that named it); fed "
-            f"fully, the same kernels need at most that share"
-        )
-    if cause is Cause.LAUNCH_BOUND:
-        return 1.0 - a.launch_fill, (
-            f"the SMs were under {a.launch_fill:.0%} full while kernels ran (the rule that "
-            f"named it); in fewer, larger launches the same work needs at most that share"
-        )
-    if cause is Cause.TRANSFER_BOUND:
-        return 1.0 - a.busy, (
-            f"the SMs were busy under {a.busy:.0%} of this time while copies ran (the rule "
-            f"that named it); with copies overlapped or the data kept on the GPU the time "
-            f"shrinks to at most that share"
-        )
-    return 0.0, "healthy or not diagnosable: no fix"
+    tells), and the assumption that says so; a cause without its branch is an error."""
+    match cause:
+        case Cause.IDLE_EMPTY | Cause.IDLE_HELD:
+            return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
+        case Cause.COMPUTE_NO_TENSOR:
+            s = a.tensor_speedup
+            return 1.0 - 1.0 / s, (
+                f"tensor cores run this maths {s:g}x faster (setting fix_tensor_speedup; "
+                f"{TENSOR_SPEEDUP_SOURCE})"
+            )
+        case Cause.MEMORY_BOUND:
+            s = a.memory_speedup
+            return 1.0 - 1.0 / s, (
+                f"a DRAM-bound kernel's time follows the bytes it moves; fusion or bf16 instead "
+                f"of fp32 moves 1/{s:g} of them (setting fix_memory_speedup)"
+            )
+        case Cause.INPUT_STARVED:
+            return 1.0 - a.starved_util, (
+                f"kernels ran under {a.starved_util:.0%} of this time (the rule that named it); "
+                f"fed fully, the same kernels need at most that share"
+            )
+        case Cause.LAUNCH_BOUND:
+            return 1.0 - a.launch_fill, (
+                f"the SMs were under {a.launch_fill:.0%} full while kernels ran (the rule that "
+                f"named it); in fewer, larger launches the same work needs at most that share"
+            )
+        case Cause.TRANSFER_BOUND:
+            return 1.0 - a.busy, (
+                f"the SMs were busy under {a.busy:.0%} of this time while copies ran (the rule "
+                f"that named it); with copies overlapped or the data kept on the GPU the time "
+                f"shrinks to at most that share"
+            )
+        case Cause.COMPUTE_TENSOR | Cause.UNCLASSIFIED:
+            return 0.0, "healthy or not diagnosable: no fix"
+        case _:
+            assert_never(cause)
 
 
 def with_model(a: FixAssumptions, models: Sequence[str]) -> FixAssumptions:
@@ -192,7 +197,7 @@ def cause_fixes(
     priced = summary.priced
     out: list[Recommendation] = []
     for cause, action in CAUSE_FIX.items():
-        i = int(cause) - 1
+        i = cause.column
         seconds = getattr(summary.usage, f"{CAUSE_NAMES[i]}_seconds") - taken_seconds.get(
             cause, 0.0
         )
@@ -203,7 +208,7 @@ def cause_fixes(
         kind: FixKind = "cause"
         if instead:
             action = instead
-        if summary.key == UNALLOCATED and cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+        if summary.key == UNALLOCATED and cause in IDLE_CAUSES:
             # Time no job held is the pool's to give back: there is no job to end.
             kind, action = "pool", pool_action(cause, seconds, len(summary.gpu_ids))
         out.append(
@@ -406,7 +411,7 @@ def fixes_speedup(summary: Summary, fixes: Sequence[Recommendation]) -> float:
     saved = sum(
         f.seconds * f.saving_fraction
         for f in fixes
-        if f.kind == "cause" and f.cause not in (Cause.IDLE_EMPTY.label, Cause.IDLE_HELD.label)
+        if f.kind == "cause" and f.cause not in _IDLE_NAMES
     )
     if running <= 0:
         return 1.0
@@ -492,9 +497,9 @@ def _fewer_gpus(
     """Give the spare GPUs back: their idle seconds and dollars, taken from the idle fixes."""
     seconds = usd = 0.0
     for g in spare:
-        for cause in (Cause.IDLE_EMPTY, Cause.IDLE_HELD):
+        for cause in IDLE_CAUSES:
             sec = getattr(g.summary.usage, f"{cause.label}_seconds")
-            d = g.summary.cause_cost_usd[int(cause) - 1] if g.summary.priced else 0.0
+            d = g.summary.cause_cost_usd[cause.column] if g.summary.priced else 0.0
             taken_seconds[cause] = taken_seconds.get(cause, 0.0) + sec
             taken_usd[cause] = taken_usd.get(cause, 0.0) + d
             seconds += sec

@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from itertools import pairwise
 
-from service.core.diagnosis import IDLE_CAUSES, Cause, Rung
+from service.core.diagnosis import CAUSES, IDLE_CAUSES, Cause, Rung
 from service.costs.integrals import (
     CAUSE_ENERGY_FIELDS,
     CAUSE_FIELDS,
@@ -25,6 +25,7 @@ from service.costs.integrals import (
     Integrals,
     Thresholds,
     add_signal,
+    idle_seconds_of,
 )
 from service.costs.waste import Line, Segment, Usage
 
@@ -162,8 +163,8 @@ def tenant_cause(gpu_cause: Cause, state: TenantState, busy_share: float | None)
     return gpu_cause
 
 
-_CAUSE_FIELD: dict[int, str] = {int(c): f for c, f in zip(Cause, CAUSE_FIELDS, strict=True)}
-_CAUSE_ENERGY: dict[int, str] = {int(c): f for c, f in zip(Cause, CAUSE_ENERGY_FIELDS, strict=True)}
+_CAUSE_FIELD: dict[int, str] = {int(c): CAUSE_FIELDS[c.column] for c in CAUSES}
+_CAUSE_ENERGY: dict[int, str] = {int(c): CAUSE_ENERGY_FIELDS[c.column] for c in CAUSES}
 
 
 @dataclass(slots=True)
@@ -233,7 +234,7 @@ def split_stretch(
                     share(k).held_seconds += (hi2 - lo2) / len(keys)
         t = max(t, hi)
     for s in out.values():
-        s.integrals.idle_seconds = s.integrals.idle_empty_seconds + s.integrals.idle_held_seconds
+        s.integrals.idle_seconds = idle_seconds_of(s.integrals)
     return out
 
 

@@ -275,11 +275,11 @@ class Summary:
 
     def cause_usd(self, cause: Cause) -> float:
         """The USD of one cause's covered seconds (0 when unpriced)."""
-        return self.cause_cost_usd[int(cause) - 1]
+        return self.cause_cost_usd[cause.column]
 
     def cause_seconds(self, cause: Cause) -> float:
         """The covered seconds of one cause."""
-        return float(getattr(self.usage, CAUSE_FIELDS[int(cause) - 1]))
+        return float(getattr(self.usage, CAUSE_FIELDS[cause.column]))
 
     @property
     def efficiency(self) -> float | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
 
-from service.core.diagnosis import Cause, Rung
+from service.core.diagnosis import CAUSES, IDLE_CAUSES, Rung
 from service.costs.integrals import (
     CAUSE_ENERGY_FIELDS,
     CAUSE_FIELDS,
@@ -110,9 +110,9 @@ def _bucket_sums(
 
 # What one (group, cause, rung) row of ``_raw_sql`` adds to: its cause's seconds and energy,
 # the idle seconds (idle_empty + idle_held, as ``integrate`` adds them) and the fallback seconds.
-_CAUSE_SECONDS = dict(zip(map(int, Cause), CAUSE_FIELDS, strict=True))
-_CAUSE_JOULES = dict(zip(map(int, Cause), CAUSE_ENERGY_FIELDS, strict=True))
-_IDLE_CAUSES = frozenset((int(Cause.IDLE_EMPTY), int(Cause.IDLE_HELD)))
+_CAUSE_SECONDS = {int(c): CAUSE_FIELDS[c.column] for c in CAUSES}
+_CAUSE_JOULES = {int(c): CAUSE_ENERGY_FIELDS[c.column] for c in CAUSES}
+_IDLE_CAUSES = frozenset(int(c) for c in IDLE_CAUSES)
 _GPU_UTIL = int(Rung.GPU_UTIL)
 # The metrics whose sum and count over the samples inside a read the integrals carry.
 _RAW_METRICS = ("tensor_active", "dram_active")

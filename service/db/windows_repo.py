@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from service.core.diagnosis import Cause
+from service.core.diagnosis import IDLE_CAUSES, Cause
 from service.costs.tenants import UNALLOCATED_TENANT
 from service.db import holders_repo
 from service.db.schema import (
@@ -585,7 +585,7 @@ def last_busy_at(
 ) -> datetime | None:
     """The latest sample time in (``after``, ``until``] at which something ran (a cause other
     than idle_empty or idle_held) on a GPU while ``job_id`` held it; None if nothing ran."""
-    idle = [int(Cause.IDLE_EMPTY), int(Cause.IDLE_HELD)]
+    idle = [int(c) for c in IDLE_CAUSES]
     held = and_(
         job_gpus.c.gpu_id == samples.c.gpu_id,
         job_gpus.c.job_id == job_id,

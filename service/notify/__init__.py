@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, assert_never
 
 import httpx
 
@@ -10,12 +10,12 @@ from service.errors import ValidationFailed
 from service.notify.alertmanager import AlertmanagerNotifier
 from service.notify.base import Notification, Notifier
 from service.notify.email import EmailNotifier
-from service.notify.message import Envelope
+from service.notify.envelope import Envelope
 from service.notify.slack import SlackNotifier
 from service.notify.slack_dm import SlackDMNotifier
 from service.notify.webhook import WebhookNotifier
 from service.settings import Settings
-from service.thresholds.policy import ChannelSpec
+from service.thresholds.policy import ChannelSpec, ChannelType
 
 __all__ = ["MessageNotifier", "Notification", "Notifier", "notifier_for", "send_envelope"]
 
@@ -27,16 +27,22 @@ class MessageNotifier(Protocol):
 
 
 def notifier_for(channel: ChannelSpec, client: httpx.Client, settings: Settings) -> Notifier:
-    """The notifier of ``channel``'s type, sending through ``client`` (HTTP) or SMTP."""
-    if channel.type == "slack":
-        return SlackNotifier(channel, client)
-    if channel.type == "webhook":
-        return WebhookNotifier(channel, client)
-    if channel.type == "email":
-        return EmailNotifier(channel, settings)
-    if channel.type == "slack_dm":
-        return SlackDMNotifier(channel, client, settings.slack_bot_token)
-    return AlertmanagerNotifier(channel, client)
+    """The notifier of ``channel``'s type, sending through ``client`` (HTTP) or SMTP; a type
+    without a notifier is an error (mypy: a ``ChannelType`` without its branch)."""
+    kind: ChannelType = channel.type
+    match kind:
+        case "slack":
+            return SlackNotifier(channel, client)
+        case "webhook":
+            return WebhookNotifier(channel, client)
+        case "email":
+            return EmailNotifier(channel, settings)
+        case "slack_dm":
+            return SlackDMNotifier(channel, client, settings.slack_bot_token)
+        case "alertmanager":
+            return AlertmanagerNotifier(channel, client)
+        case _:
+            assert_never(kind)
 
 
 def send_envelope(

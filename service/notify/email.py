@@ -17,8 +17,9 @@ from email.utils import formatdate, make_msgid
 
 from service.errors import DeliveryError, ValidationFailed
 from service.notify.base import Notification
+from service.notify.envelope import Envelope, Message
 from service.notify.headers import header_value
-from service.notify.message import Envelope, Message, message_of_notification
+from service.notify.message import message_of_notification
 from service.settings import Settings
 from service.thresholds.policy import ChannelSpec
 

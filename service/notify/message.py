@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from service.core.slack_text import (
-    BLOCKS_MAX,
     FIELD_MAX,
     HEADER_MAX,
     SECTION_MAX,
@@ -25,36 +24,8 @@ from service.core.slack_text import (
 )
 from service.delivery import rfc3339
 from service.notify.base import Notification
+from service.notify.envelope import Message
 from service.notify.slack import render
-
-
-class Message(BaseModel):
-    """One message for people in every form a channel needs; rendered once, sent as is."""
-
-    subject: str = Field(min_length=1, max_length=998)  # one e-mail header line at most
-    text: str
-    html: str
-    slack_text: str = Field(max_length=TEXT_MAX)
-    slack_blocks: list[dict[str, Any]] = Field(default_factory=list, max_length=BLOCKS_MAX)
-    # A periodic report's one-click link that stops it (RFC 8058): mail sends it as the
-    # List-Unsubscribe header, beside the link in the body.
-    unsubscribe_url: str | None = None
-
-
-class Envelope(BaseModel):
-    """A message to its recipients (e-mail addresses, or one Slack user or channel id), as
-    queued in the outbox; ``kind`` tells it apart from an alert's ``Notification``."""
-
-    delivery_id: str
-    kind: Literal["message"] = "message"
-    to: list[str] = Field(min_length=1)
-    cc: list[str] = Field(default_factory=list)
-    message: Message
-
-
-def is_envelope(payload: Any) -> bool:
-    """Whether an outbox payload is a rendered message (else an alert's notification)."""
-    return isinstance(payload, dict) and payload.get("kind") == "message"
 
 
 class OwnerNotice(BaseModel):

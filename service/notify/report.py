@@ -33,11 +33,6 @@ class ReportMessage(BaseModel):
     page_url: str
 
 
-def is_report(payload: Any) -> bool:
-    """Whether a stored outbox payload is a periodic report (else an alert notification)."""
-    return isinstance(payload, dict) and payload.get("kind") == "report"
-
-
 def webhook_body(msg: ReportMessage) -> dict[str, Any]:
     """The webhook body, a Standard Webhooks payload of type ``report.<period>``."""
     return {

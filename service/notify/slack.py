@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
@@ -18,11 +18,9 @@ from service.core.slack_text import (
     escape,
 )
 from service.notify.base import Notification, dumps, iso, post_json
+from service.notify.envelope import Envelope
 from service.thresholds.policy import ChannelSpec
 from service.vocabulary import ALERT_LABELS
-
-if TYPE_CHECKING:
-    from service.notify.message import Envelope
 
 # Every alert label but the policy, which the header already names: at most FIELDS_MAX.
 _FIELD_LABELS = tuple(label for label in ALERT_LABELS if label != "policy")

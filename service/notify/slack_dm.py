@@ -13,7 +13,8 @@ import httpx
 
 from service.errors import DeliveryError, ValidationFailed
 from service.notify.base import Notification, dumps, post_json
-from service.notify.message import Envelope, message_of_notification
+from service.notify.envelope import Envelope
+from service.notify.message import message_of_notification
 from service.thresholds.policy import ChannelSpec
 
 CREDENTIAL_ERRORS = frozenset(

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, assert_never, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -20,6 +20,7 @@ from service.core.durations import parse_duration
 
 StepAction = Literal["notify_owner", "reclaim"]
 DriverName = Literal["slurm", "kubernetes", "webhook"]
+DRIVER_NAMES: tuple[DriverName, ...] = get_args(DriverName)
 SlurmMode = Literal["cancel", "requeue"]
 KubernetesMode = Literal["delete_pod", "scale_to_zero"]
 # The state of one job's ladder in one alert episode (stored per policy, job and episode);
@@ -30,7 +31,7 @@ EXEMPT_LABEL = "gpuwarden.io/exempt"
 MAX_STEP_SECONDS = 366 * 86400
 
 # The word a timeline uses for each driver's reclaim mode.
-_RECLAIM_WORDS: dict[tuple[str, str], str] = {
+_RECLAIM_WORDS: dict[tuple[DriverName, str], str] = {
     ("slurm", "cancel"): "cancel",
     ("slurm", "requeue"): "requeue",
     ("kubernetes", "delete_pod"): "delete the pod",
@@ -182,27 +183,36 @@ class JobFacts:
     nodes: tuple[str, ...] = ()
 
 
+# The driver of a job whose ladder names none, by its id's prefix; any other id (no prefix, or
+# a scheduler of its own) is reclaimed through the action webhook (docs/actions.md).
+DRIVER_BY_PREFIX: dict[str, DriverName] = {
+    "slurm": "slurm",
+    "k8s": "kubernetes",
+    "kubernetes": "kubernetes",
+}
+OTHER_JOBS_DRIVER: DriverName = "webhook"
+
+
 def driver_for(ladder: LadderSpec, job_id: str) -> DriverName:
-    """The driver that reclaims ``job_id``: the ladder's, else by the id's prefix (``slurm:``,
-    ``k8s:``), else the action webhook."""
+    """The driver that reclaims ``job_id``: the ladder's, else by the id's prefix
+    (``DRIVER_BY_PREFIX``), else the action webhook (``OTHER_JOBS_DRIVER``)."""
     if ladder.reclaim.driver is not None:
         return ladder.reclaim.driver
-    prefix = job_id.partition(":")[0]
-    if prefix == "slurm":
-        return "slurm"
-    if prefix in ("k8s", "kubernetes"):
-        return "kubernetes"
-    return "webhook"
+    return DRIVER_BY_PREFIX.get(job_id.partition(":")[0], OTHER_JOBS_DRIVER)
 
 
-def reclaim_mode(ladder: LadderSpec, driver: str) -> str:
+def reclaim_mode(ladder: LadderSpec, driver: DriverName) -> str:
     """The mode the ladder asks of ``driver`` (Slurm cancel|requeue, Kubernetes
-    delete_pod|scale_to_zero, webhook reclaim)."""
-    if driver == "slurm":
-        return ladder.reclaim.slurm
-    if driver == "kubernetes":
-        return ladder.reclaim.kubernetes
-    return "reclaim"
+    delete_pod|scale_to_zero, webhook reclaim); a driver without its branch is an error."""
+    match driver:
+        case "slurm":
+            return ladder.reclaim.slurm
+        case "kubernetes":
+            return ladder.reclaim.kubernetes
+        case "webhook":
+            return "reclaim"
+        case _:
+            assert_never(driver)
 
 
 def step_word(ladder: LadderSpec, step: LadderStep, job_id: str | None) -> str:
@@ -212,7 +222,7 @@ def step_word(ladder: LadderSpec, step: LadderStep, job_id: str | None) -> str:
     if job_id is None and ladder.reclaim.driver is None:
         return "reclaim"
     driver = driver_for(ladder, job_id or "")
-    return _RECLAIM_WORDS.get((driver, reclaim_mode(ladder, driver)), "reclaim")
+    return _RECLAIM_WORDS[(driver, reclaim_mode(ladder, driver))]
 
 
 def _namespace(job: JobFacts) -> str | None:

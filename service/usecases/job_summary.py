@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
+from operator import add
 from typing import Any
 
 from sqlalchemy import Connection
@@ -51,7 +53,8 @@ class JobEnergy:
         """The energy of ``joules`` in all and ``by_cause_joules`` per cause, priced at the
         settings' ``energy_usd_per_kwh``."""
         rate = settings.energy_usd_per_kwh
-        idle = (by_cause_joules["idle_empty"] + by_cause_joules["idle_held"]) / JOULES_PER_KWH
+        idle_joules = reduce(add, (by_cause_joules[c.label] for c in diagnosis.IDLE_CAUSES))
+        idle = idle_joules / JOULES_PER_KWH
         return cls(
             kwh=joules / JOULES_PER_KWH,
             usd=joules / JOULES_PER_KWH * rate,

@@ -33,6 +33,7 @@ from service.settings import Settings
 from service.thresholds.evaluator import AlertState
 from service.thresholds.evidence import EvidenceRules, evidence_problem
 from service.thresholds.ladder import (
+    DriverName,
     JobFacts,
     LadderProgress,
     LadderSpec,
@@ -718,7 +719,7 @@ def _warn(turn: _Turn) -> None:
     turn.result.notices += len(deliveries)
 
 
-def _target(turn: _Turn, driver: str) -> ReclaimTarget:
+def _target(turn: _Turn, driver: DriverName) -> ReclaimTarget:
     """The job as the driver needs it, with the numbers behind the reclaim."""
     ep, prog = turn.ep, turn.prog
     return ReclaimTarget(

@@ -27,10 +27,9 @@ from sqlalchemy import Connection
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, owners_repo, policies_repo
 from service.notify import Notification
+from service.notify.envelope import Envelope, Message
 from service.notify.lookup import run_lookup
 from service.notify.message import (
-    Envelope,
-    Message,
     OwnerNotice,
     owner_notice_of,
     render_owner_notice,

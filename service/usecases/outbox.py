@@ -18,10 +18,10 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any, assert_never
 
 import httpx
-from pydantic import ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, policies_repo, set_aside
@@ -37,10 +37,10 @@ from service.delivery import (
 from service.errors import DeliveryError, ValidationFailed
 from service.notify import Notification, notifier_for, send_envelope
 from service.notify.egress import egress_from
-from service.notify.message import Envelope, is_envelope
+from service.notify.envelope import Envelope
 from service.notify.pinned import make_client
 from service.notify.ratelimit import RateLimiter
-from service.notify.report import ReportMessage, is_report, send_report
+from service.notify.report import ReportMessage, send_report
 from service.notify.urlsafety import (
     IPNetwork,
     Resolver,
@@ -62,6 +62,10 @@ RETRY_POLICY = RetryPolicy(base_seconds=2.0, cap_seconds=600.0)
 INTERNAL_ERROR_ATTEMPTS = 5
 INTERNAL_ERROR = "internal error"  # how a delivery's last_error starts after such a try
 INTERNAL_ERROR_RETRY_SECONDS = 60.0
+# What an outbox row holds, told apart by its ``kind``: a periodic report ("report"), a
+# rendered message ("message"), else an alert's notification (its NotifyKind, "test", "notice").
+OutboxPayload = Annotated[Notification | ReportMessage | Envelope, Field(discriminator="kind")]
+OUTBOX_PAYLOAD: TypeAdapter[Notification | ReportMessage | Envelope] = TypeAdapter(OutboxPayload)
 
 
 def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> dict[str, Any]:
@@ -124,12 +128,15 @@ class Dispatcher:
                 resolver=self.resolver,
                 admit_url=self.ctx.settings.local_sink_url,
             )
-        if isinstance(note, ReportMessage):
-            send_report(channel, self.client, note)
-        elif isinstance(note, Envelope):
-            send_envelope(channel, self.client, self.ctx.settings, note)
-        else:
-            notifier_for(channel, self.client, self.ctx.settings).send(note)
+        match note:
+            case ReportMessage():
+                send_report(channel, self.client, note)
+            case Envelope():
+                send_envelope(channel, self.client, self.ctx.settings, note)
+            case Notification():
+                notifier_for(channel, self.client, self.ctx.settings).send(note)
+            case _:
+                assert_never(note)
 
     def drain(self, *, budget_seconds: float = 5.0, limit: int = 200) -> int:
         """Send every due delivery (within ``budget_seconds`` of rate-limit waits); returns sent."""
@@ -191,11 +198,7 @@ class Dispatcher:
         reason = row.unreadable
         if reason is None:
             try:
-                if is_report(row.payload):
-                    return ReportMessage.model_validate(row.payload)
-                if is_envelope(row.payload):
-                    return Envelope.model_validate(row.payload)
-                return Notification.model_validate(row.payload)
+                return OUTBOX_PAYLOAD.validate_python(row.payload)
             except ValidationError as exc:
                 reason = f"payload is not a notification ({exc.error_count()} errors)"
         self._record(row, "failed", reason, quiet=True)

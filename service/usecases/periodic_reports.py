@@ -31,7 +31,7 @@ from service.costs.report_render import Rendered, render
 from service.db import outbox_repo, policies_repo, reports_repo, secrets_repo
 from service.db.leader import LeaderLock
 from service.errors import Conflict, NotFound, ValidationFailed
-from service.notify.message import Message
+from service.notify.envelope import Message
 from service.settings import Settings
 from service.thresholds.owners import ADMINS, Addressee
 from service.usecases import notices

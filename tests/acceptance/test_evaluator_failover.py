@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from service.clock import utc_now
 from service.db import tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
+from tests.acceptance.leader_support import is_leader
 from tests.alerting_support import auth, wait_until
 from tests.conftest import new_pg_database
 from tests.receivers import Receiver
@@ -78,14 +78,6 @@ def start_replica(db_url: str, config: Path, log: BinaryIO) -> tuple[subprocess.
         stderr=subprocess.STDOUT,
     )
     return proc, f"http://127.0.0.1:{port}"
-
-
-def is_leader(url: str) -> bool:
-    try:
-        text = httpx.get(url + "/metrics", timeout=30).text  # a slow answer is not "no"
-    except httpx.HTTPError:
-        return False
-    return re.search(r"^gpuwarden_evaluator_leader 1\.0$", text, re.M) is not None
 
 
 def test_one_notification_per_transition_and_takeover(fresh_pg: str, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from service.clock import utc_now
 from service.db import tokens_repo
 from service.db.migrate import upgrade
 from service.db.schema import report_sends
-from tests.acceptance.test_evaluator_failover import is_leader
+from tests.acceptance.leader_support import is_leader
 from tests.alerting_support import auth
 from tests.conftest import empty_engine
 from tests.process_support import start_central, stop, wait_until

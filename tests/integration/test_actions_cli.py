@@ -10,7 +10,7 @@ import json
 import pytest
 
 from service.cli.main import main
-from tests.integration.test_actions_api import record_steps
+from tests.integration.actions_support import record_steps
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from service.actions.slurm import SlurmDriver
 from tests.alerting_support import add_job
-from tests.integration.test_actions_api import get, outcomes
-from tests.integration.test_actions_metrics import actions as counted
+from tests.integration.actions_metrics_support import actions as counted
+from tests.integration.actions_support import get, outcomes
 from tests.ladder_support import IDLE_HELD, LadderWorld
 from tests.ladder_support import STEPS as LADDER_STEPS
 from tests.receivers import Receiver

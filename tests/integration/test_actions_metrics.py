@@ -8,19 +8,12 @@ from sqlalchemy import Engine
 
 from service.api.app import create_app
 from tests.alerting_support import auth, low_sm_policy
-from tests.integration.test_actions_api import record_steps
-from tests.integration.test_metrics_endpoint import scrape
+from tests.integration.actions_metrics_support import actions
+from tests.integration.actions_support import record_steps
 from tests.support import FakeClock, live_server
 
 LADDER = {"steps": [{"action": "notify_owner", "after": "60m"},
                     {"action": "reclaim", "after": "120m"}]}  # fmt: skip
-
-
-def actions(http: httpx.Client) -> dict[tuple[str, str, str], float]:
-    return {
-        (labels["policy"], labels["action"], labels["outcome"]): value
-        for labels, value in scrape(http).get("gpuwarden_actions_total", [])
-    }
 
 
 def test_steps_are_counted_from_the_log_alike_on_every_replica(

@@ -17,11 +17,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service.api.app import create_app
 from service.clock import utc_now
 from tests.alerting_support import auth
 from tests.support import live_server, make_batch
+
+# Minutes long: left out of a plain pytest run, run by `make test` (CI) and `pytest -m fuzz`.
+pytestmark = pytest.mark.fuzz
 
 MAX_EXAMPLES = int(os.environ.get("GPUWARDEN_FUZZ_EXAMPLES", "30"))
 # Only catches a hang; the longer run by hand (docs/security.md) raises it.

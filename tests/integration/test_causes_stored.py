@@ -22,7 +22,7 @@ from service.usecases.job_summary import job_summary
 from tests.alerting_support import add_job
 from tests.conftest import empty_engine
 from tests.integration.cost_data import GIB, roll_up, store_series
-from tests.integration.test_running_totals import assert_totals_are_running_sums
+from tests.integration.running_totals_support import assert_totals_are_running_sums
 from tests.support import FakeClock
 
 T0 = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -13,22 +12,17 @@ from sqlalchemy import Engine
 
 from service.db import actions_repo
 from tests.alerting_support import auth
-from tests.integration.test_actions_api import STEPS, record_steps
-from tests.integration.test_console_browser import ARGS, CHROMIUM, Console, _need_browser, expect
+from tests.integration.actions_support import STEPS, record_steps
+from tests.integration.browser_support import (
+    Console,
+    browser,
+    expect,
+)
 from tests.support import FakeClock, iso, make_batch
 
+__all__ = ["browser"]  # the module's Chromium (a fixture), shared with the Notices page's tests
+
 EVIL_REASON = '<img src=x onerror="window.__xss=1">'
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    _need_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from sqlalchemy import Engine
 
 from service.db import notices_repo
 from tests.alerting_support import auth
-from tests.integration.test_console_actions_browser import browser
-from tests.integration.test_console_browser import Console, expect
+from tests.integration.browser_support import Console, browser, expect
 from tests.support import FakeClock, iso, make_batch
 
 __all__ = ["browser"]  # the module's Chromium, shared with the Actions page's tests

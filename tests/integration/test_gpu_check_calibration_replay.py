@@ -20,7 +20,7 @@ import pytest
 from service.core.diagnosis import Cause
 from service.costs.integrals import Thresholds, integrate
 from service.costs.recommend import FixAssumptions, cause_fix
-from tests.integration.test_gpu_check_live_replay import _at, _replay
+from tests.integration.gpu_check_support import _at, _replay
 from tests.oracles import point_of
 from tests.support import FakeClock
 

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, insert
 
 from service.db.schema import ladder_actions, prices
 from service.vocabulary import METRICS
-from tests.integration.test_metrics_endpoint import add_job, ingest
+from tests.integration.metrics_support import add_job, ingest
 from tests.process_support import agent_exposition
 from tests.support import FakeClock, make_batch
 

@@ -24,7 +24,7 @@ from service.db.schema import gpu_processes, jobs, notices, outbox, samples
 from service.errors import ValidationFailed
 from service.notify.base import Notification
 from service.notify.email import EmailNotifier
-from service.notify.message import Message
+from service.notify.envelope import Message
 from service.notify.webhook import WebhookNotifier
 from service.thresholds.owners import Addressee, OwnerEntry
 from service.thresholds.policy import ChannelSpec

@@ -26,7 +26,7 @@ from service.api.app import create_app
 from service.clock import utc_now
 from service.db.schema import gpus, job_gpus, prices
 from service.settings import Settings
-from tests.integration.test_metrics_endpoint import add_job
+from tests.integration.metrics_support import add_job
 from tests.support import live_server, make_batch, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from service.settings import Settings
 from service.vocabulary import METRICS
-from tests.integration.test_metrics_endpoint import ingest
+from tests.integration.metrics_support import ingest
 from tests.support import FakeClock, live_server, make_batch
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "prometheus-grafana.md"

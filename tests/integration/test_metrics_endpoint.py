@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, insert
 
 from service.context import ServiceContext
 from service.db.engine import make_engine
-from service.db.schema import gpus, job_gpus, jobs, prices
+from service.db.schema import prices
 from service.settings import Settings
 from service.usecases.metrics_endpoint import FleetCollector
 from service.vocabulary import DCGM_FIELDS
+from tests.integration.metrics_support import add_job, ingest, scrape
 from tests.support import FakeClock, make_batch
 
 GIB = 1024**3
@@ -25,41 +25,6 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def scrape(http: httpx.Client) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Sample name -> [(labels, value)] of one /metrics scrape."""
-    r = http.get("/metrics")
-    assert r.status_code == 200, r.text
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(r.text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
-def ingest(http: httpx.Client, token: str, batch: dict) -> None:  # type: ignore[type-arg]
-    r = http.post("/api/v1/ingest", json=batch, headers=auth(token))
-    assert r.status_code == 200, r.text
-
-
-def add_job(engine: Engine, *, job_id: str, uuid: str, started: datetime, **cols: str) -> None:
-    with engine.begin() as conn:
-        gpu_id = conn.execute(gpus.select().where(gpus.c.uuid == uuid)).one().id
-        conn.execute(
-            insert(jobs).values(
-                id=job_id,
-                source="api",
-                started_at=started,
-                created_at=started,
-                updated_at=started,
-                labels={},
-                **cols,
-            )
-        )
-        conn.execute(
-            insert(job_gpus).values(job_id=job_id, gpu_id=gpu_id, started_at=started, source="api")
-        )
 
 
 def test_latest_sample_per_gpu_with_job_and_price(

@@ -19,7 +19,8 @@ from sqlalchemy import select
 
 from service.db import notices_repo, policies_repo
 from service.db.schema import outbox
-from service.notify.message import Message, OwnerNotice, render_owner_notice
+from service.notify.envelope import Message
+from service.notify.message import OwnerNotice, render_owner_notice
 from service.thresholds.owners import Addressee, OwnerEntry
 from service.thresholds.policy import parse_channel
 from service.usecases import notices

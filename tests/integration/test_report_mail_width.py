@@ -12,7 +12,7 @@ import pytest
 
 from service.costs.periodic import JobLine, Period, Ranked, Report, Totals
 from service.costs.report_render import render_html
-from tests.integration.test_console_browser import ARGS, CHROMIUM
+from tests.integration.browser_support import ARGS, CHROMIUM
 
 WEEK = Period(datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC), "weekly")
 DAY = Period(datetime(2026, 12, 6, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC), "daily")

@@ -14,7 +14,7 @@ import pytest
 
 from service.usecases.outbox import Dispatcher
 from service.usecases.periodic_reports import reports_once
-from tests.integration.test_periodic_reports import receiver, week  # noqa: F401 (fixtures)
+from tests.integration.periodic_support import receiver, week  # noqa: F401 (fixtures)
 from tests.smtp_support import Mail, SmtpServer
 
 

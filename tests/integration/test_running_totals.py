@@ -12,9 +12,10 @@ from sqlalchemy import Engine, delete, func, insert, select
 from service.db import rollup_repo
 from service.db.migrate import upgrade
 from service.db.rollup_repo import fill_cumulative
-from service.db.schema import CUMULATIVE_FIELDS, rollup_1m
+from service.db.schema import rollup_1m
 from tests.conftest import empty_engine
 from tests.integration.cost_data import GIB, roll_up, store_series
+from tests.integration.running_totals_support import assert_totals_are_running_sums
 from tests.support import FakeClock
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
@@ -30,26 +31,6 @@ def metrics(n: int, phase: int = 0) -> list[dict[str, float | int]]:
         }
         for k in range(n)
     ]
-
-
-def assert_totals_are_running_sums(engine: Engine) -> int:
-    """Every row's cum_* equals the sum of its GPU's rows up to it; returns the row count."""
-    with engine.connect() as conn:
-        rows = (
-            conn.execute(select(rollup_1m).order_by(rollup_1m.c.gpu_id, rollup_1m.c.bucket_start))
-            .mappings()
-            .all()
-        )
-    running: dict[int, list[float]] = {}
-    for r in rows:
-        acc = running.setdefault(r["gpu_id"], [0.0] * len(CUMULATIVE_FIELDS))
-        for i, f in enumerate(CUMULATIVE_FIELDS):
-            acc[i] += r[f] or 0.0
-            assert r[f"cum_{f}"] == pytest.approx(acc[i], rel=1e-12, abs=1e-9), (
-                r["bucket_start"],
-                f,
-            )
-    return len(rows)
 
 
 def test_totals_follow_ingest_in_order(engine: Engine, clock: FakeClock):

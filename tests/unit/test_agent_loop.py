@@ -24,7 +24,7 @@ from service.wire import IngestBatch
 from tests.agent_support import FakeMonotonic
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.support import FakeClock, free_port
-from tests.unit.test_attribution import SLURM_V2, make_proc
+from tests.unit.attribution_support import SLURM_V2, make_proc
 
 
 class Central:

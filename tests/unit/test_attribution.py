@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 from service.collectors.attribution import JobAttributor, job_from_cgroup, job_from_environ
+from tests.unit.attribution_support import SLURM_V2, make_proc
 
 SLURM_V1 = (
     "12:memory:/slurm/uid_1000/job_4242/step_0/task_0\n"
     "11:devices:/slurm/uid_1000/job_4242/step_0\n"
     "1:name=systemd:/system.slice/slurmd.service\n"
 )
-SLURM_V2 = "0::/system.slice/slurmstepd.scope/job_90210/step_batch/user/task_0\n"
 K8S_CGROUPFS = (
     "0::/kubepods/burstable/pod5f0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b/"
     "9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e9d8c\n"
@@ -22,22 +22,6 @@ K8S_SYSTEMD = (
     "kubepods-besteffort-pod1b2c3d4e_5f60_4a7b_8c9d_0e1f2a3b4c5d.slice/"
     "cri-containerd-0123456789abcdef.scope\n"
 )
-
-
-def make_proc(
-    root: Path,
-    pid: int,
-    *,
-    cgroup: str = "0::/user.slice/user-1000.slice/session-3.scope\n",
-    environ: dict[str, str] | None = None,
-    uid: int = 0,
-) -> None:
-    d = root / str(pid)
-    d.mkdir(parents=True)
-    (d / "cgroup").write_text(cgroup)
-    env = environ or {"PATH": "/usr/bin", "HOME": "/root"}
-    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
-    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
 
 
 def test_slurm_cgroup_v1_and_v2_paths_give_the_job_id():

@@ -86,7 +86,7 @@ def test_compat_types_and_names_are_dcgm_exporters():
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.unit.test_dcgm_counters_file import NVIDIA_DEFAULT, enabled
+    from tests.unit.dcgm_support import NVIDIA_DEFAULT, enabled
 
     values = {
         "energy_joules": 10.0,

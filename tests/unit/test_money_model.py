@@ -14,6 +14,7 @@ from service.costs.integrals import CAUSE_FIELDS
 from service.costs.money import FIXABLE_CAUSES, money_of, waste_share
 from service.costs.recommend import FixAssumptions, GpuUse, cause_fixes, recommend_job
 from service.costs.waste import Line, Summary, Usage
+from tests.hypothesis_support import examples
 
 CENT = 0.005
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -51,7 +52,7 @@ def summary_of(ls: list[Line]) -> Summary:
     return s
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(lines(), min_size=1, max_size=6), assumptions)
 def test_cost_splits_into_causes_nodata_and_lost_and_waste_is_at_most_the_cost(
     ls: list[Line], a: FixAssumptions
@@ -75,7 +76,7 @@ def test_cost_splits_into_causes_nodata_and_lost_and_waste_is_at_most_the_cost(
     assert m.waste_usd <= sum(s.cause_usd(c) for c in CAUSES) + 1e-9
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(lines(), min_size=1, max_size=6), assumptions)
 def test_waste_is_the_sum_of_the_cause_fixes_savings_none_above_its_cause(
     ls: list[Line], a: FixAssumptions
@@ -101,7 +102,7 @@ def test_waste_is_the_sum_of_the_cause_fixes_savings_none_above_its_cause(
         assert m.fixable_usd is not None and abs(fixable - m.fixable_usd) <= 1e-9 * max(1, fixable)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(lines(), min_size=2, max_size=4), assumptions)
 def test_a_jobs_fixes_with_fewer_gpus_save_its_waste_and_none_above_its_dollars(
     ls: list[Line], a: FixAssumptions

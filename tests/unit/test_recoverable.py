@@ -154,7 +154,7 @@ def test_on_random_groups_shares_stay_in_range_and_waste_is_the_fixes_savings() 
         for cause in WASTE_CAUSES:
             fraction, why = fix_fraction(cause, a, usage)
             assert 0.0 <= fraction <= 1.0 and why, (cause, fraction)
-            waste += summary.cause_cost_usd[int(cause) - 1] * fraction
+            waste += summary.cause_cost_usd[cause.column] * fraction
         total = total_saving_usd(fixes)
         assert total is not None
         assert total == pytest.approx(waste, rel=1e-9, abs=1e-12)

@@ -15,6 +15,7 @@ from service.costs.money import SORT_BYS, Money, money_of, rank, sort_rows
 from service.costs.paging import Page, RankKey, bounds, page_keys, page_of
 from service.costs.recommend import FixAssumptions
 from service.costs.waste import USAGE_FIELDS, Line, Summary, Usage
+from tests.hypothesis_support import examples
 
 seconds = st.floats(min_value=0, max_value=7200, allow_nan=False, allow_infinity=False)
 share = st.floats(min_value=0, max_value=1, allow_nan=False)
@@ -59,7 +60,7 @@ def full_order(groups: list[Summary], sort_by: str, a: FixAssumptions) -> list[s
     return [str(r["key"]) for r in sort_rows(rows, sort_by)]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     reports(),
     st.sampled_from(SORT_BYS),
@@ -83,7 +84,7 @@ def test_a_page_is_the_whole_report_sliced(
     assert len(asked) == len(set(asked)) <= len(groups)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(summaries("j"), st.sampled_from(SORT_BYS), st.sampled_from(["H100", "H200", None]))
 def test_bounds_hold_the_exact_figure(s: Summary, sort_by: str, model: str | None) -> None:
     m = money_of(s, FixAssumptions(gpu_model=model))
@@ -124,7 +125,7 @@ def test_a_page_refuses_negative_counts(offset: int, limit: int | None) -> None:
         Page("waste", offset, limit)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(reports())
 def test_totals_a_field_at_a_time_equal_merging_one_by_one(groups: list[Summary]) -> None:
     merged = Summary("__total__")
@@ -141,7 +142,7 @@ def test_totals_a_field_at_a_time_equal_merging_one_by_one(groups: list[Summary]
     assert (total.gpu_ids, total.job_ids) == (merged.gpu_ids, merged.job_ids)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from([0.0, 1.0, 5.0]) | st.floats(0, 1e4), share), max_size=60),
     st.integers(0, 30),
