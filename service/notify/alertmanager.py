@@ -52,9 +52,7 @@ def muted_by(note: Notification) -> str:
     would let the one it holds expire into "resolved" while the alert still fires.
     """
     return ",".join(
-        name
-        for name, on in (("silenced", note.silenced), ("suppressed", note.suppressed))
-        if on
+        name for name, on in (("silenced", note.silenced), ("suppressed", note.suppressed)) if on
     )
 
 
