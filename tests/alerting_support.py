@@ -12,13 +12,10 @@ import httpx
 from sqlalchemy import Engine, insert, select
 
 from service.db.schema import gpus, job_gpus, jobs, nodes, prices
+from tests.support import auth as auth
 from tests.support import live_server, make_batch
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def ingest(

@@ -194,3 +194,8 @@ def query_field(r: httpx.Response) -> str:
     loc = r.json()["detail"][0]["loc"]
     assert loc[0] == "query", r.text
     return str(loc[1])
+
+
+def auth(token: str) -> dict[str, str]:
+    """The Authorization header of a bearer ``token``."""
+    return {"Authorization": f"Bearer {token}"}

@@ -17,13 +17,9 @@ from tests.integration.cost_data import (
     store_series,
     worked_example_metrics,
 )
-from tests.support import FakeClock, iso
+from tests.support import FakeClock, auth, iso
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def put_prices(http: httpx.Client, tokens, rows=None) -> httpx.Response:

@@ -15,14 +15,10 @@ from service.api.routers.reports import to_csv
 from service.db.schema import jobs
 from tests.alerting_support import add_job
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
-from tests.support import FakeClock, iso
+from tests.support import FakeClock, auth, iso
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
 MODEL = "Ускоритель \u2013 加速器 X1 \u2713"  # not Latin-1 (Cyrillic, a dash, CJK), unpriced
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def csv_report(http: httpx.Client, token: str, group_by: str) -> httpx.Response:

@@ -7,11 +7,7 @@ from datetime import timedelta
 import httpx
 
 from service.usecases.upkeep import rollup_once
-from tests.support import FakeClock, iso, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, iso, make_batch
 
 
 def report(http: httpx.Client, token: str, **params: str) -> dict:  # type: ignore[type-arg]

@@ -25,7 +25,7 @@ from service.costs.focus import COLUMNS
 from service.settings import Settings
 from service.usecases import cost_days
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
-from tests.support import FakeClock, iso
+from tests.support import FakeClock, auth, iso
 
 T0 = datetime(2026, 12, 1, 23, 20, tzinfo=UTC)  # an hour of samples across midnight
 START, END = datetime(2026, 12, 1, 22, 0, tzinfo=UTC), datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
@@ -36,10 +36,6 @@ JOBS = (
     ("slurm:12", "GPU-a0", {"user": "bob", "team": "nlp"}, T0 + timedelta(minutes=47), 13),
     ("slurm:13", "GPU-a1", {"user": "carol"}, T0 + timedelta(minutes=11), 13),
 )  # fmt: skip
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def cents(value: float) -> Decimal:

@@ -11,11 +11,7 @@ import httpx
 from sqlalchemy import Engine, func, select
 
 from service.db.schema import gpus, nodes, rollup_dirty, samples
-from tests.support import FakeClock, iso, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, iso, make_batch
 
 
 def count(engine: Engine, table) -> int:

@@ -20,11 +20,7 @@ from service.wire import (
     MAX_LABEL_VALUE_CHARS,
     MAX_NODE_LABELS,
 )
-from tests.support import FakeClock, iso, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, iso, make_batch
 
 
 def count(engine: Engine, table: Any) -> int:

@@ -16,11 +16,7 @@ from sqlalchemy import Engine, func, select
 
 from service.db.schema import gpu_processes, samples
 from service.vocabulary import METRIC_BOUNDS, METRICS_BY_NAME
-from tests.support import FakeClock, iso, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, iso, make_batch
 
 
 def batch_text(clock: FakeClock) -> str:

@@ -15,11 +15,7 @@ import httpx
 from sqlalchemy import Engine
 
 from tests.conftest import make_token
-from tests.support import FakeClock, iso, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, iso, make_batch
 
 
 def conflicts(app: Any, source: str) -> float:

@@ -17,14 +17,10 @@ from service.settings import Settings
 from service.usecases.metrics_endpoint import FleetCollector
 from service.vocabulary import DCGM_FIELDS
 from tests.integration.metrics_support import add_job, ingest, scrape
-from tests.support import FakeClock, make_batch
+from tests.support import FakeClock, auth, make_batch
 
 GIB = 1024**3
 H100 = "NVIDIA H100 80GB HBM3"
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_latest_sample_per_gpu_with_job_and_price(

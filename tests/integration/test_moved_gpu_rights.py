@@ -19,11 +19,7 @@ from sqlalchemy import Engine, insert, select
 from service.db.migrate import upgrade
 from service.db.schema import gpus, job_gpus, jobs, nodes
 from tests.conftest import empty_engine, make_token
-from tests.support import FakeClock, iso, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, iso, make_batch
 
 
 def ingest(http: httpx.Client, token: str, node: str, clock: FakeClock, *uuids: str) -> None:

@@ -29,10 +29,6 @@ WEEK = (datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC))
 DOLLARS = re.compile(r"\$[0-9,]+\.[0-9]{2}")
 
 
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def cost_report(
     http: httpx.Client, week: tuple[datetime, datetime] = WEEK, **who: str
 ) -> dict[str, Any]:

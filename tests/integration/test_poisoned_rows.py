@@ -19,13 +19,9 @@ from sqlalchemy import Engine, func, select, update
 from service.db.schema import gpus, rollup_1m, rollup_dirty, samples
 from service.usecases.evaluation import evaluate_once
 from service.usecases.upkeep import retention_once, rollup_once
-from tests.support import FakeClock, make_batch
+from tests.support import FakeClock, auth, make_batch
 
 HUGE = 1.797e308  # finite, and two of them overflow any sum
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def set_aside(app: Any, round_: str) -> float:

@@ -10,11 +10,7 @@ from sqlalchemy import Engine, select
 
 from service.db.schema import rollup_1h, rollup_1m, rollup_dirty
 from service.usecases.upkeep import rollup_once
-from tests.support import FakeClock, make_batch
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.support import FakeClock, auth, make_batch
 
 
 def post(http: httpx.Client, token: str, batch: dict) -> None:  # type: ignore[type-arg]

@@ -7,12 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import FakeClock, iso
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
+from tests.support import FakeClock, auth, iso
 
 OUT_OF_RANGE = ["0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2200-01-01T00:00:01Z",
                 "9999-12-31T23:59:59Z"]  # fmt: skip
