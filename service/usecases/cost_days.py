@@ -21,7 +21,13 @@ from service.db import cost_days_repo, costs_repo
 from service.db.cost_days_repo import UNALLOCATED_JOB
 from service.settings import Settings
 from service.usecases.attribution import attribute
-from service.usecases.day_sums import basis_of, held_range, stored_bounds, summary_row
+from service.usecases.day_sums import (
+    basis_of,
+    held_range,
+    stored_bounds,
+    summary_row,
+    today_lag_seconds,
+)
 from service.usecases.price_table import effective_prices
 
 Key = tuple[int, datetime]  # (GPU id, day)
@@ -167,6 +173,19 @@ def write_today(conn: Connection, *, settings: Settings, now: datetime) -> int:
     return len(gpu_rows)
 
 
+def write_today_if_stale(conn: Connection, *, settings: Settings, now: datetime) -> int:
+    """``write_today`` where today's sums are missing, or so old that a report would stop
+    reading them before the next check (a rollup interval away); returns how many GPUs' rows
+    (0 where they were fresh). Until they exist every page that reaches today reads it from
+    the minute rollups, at twice the cost."""
+    basis = basis_of(effective_prices(conn, settings).rows, settings)
+    until = cost_days_repo.summed_until(conn, day=floor_day(now), basis=basis)
+    fresh_for = today_lag_seconds(settings) - settings.rollup_interval_seconds
+    if until is not None and (now - until).total_seconds() <= fresh_for:
+        return 0
+    return write_today(conn, settings=settings, now=now)
+
+
 def write_days(
     engine: Engine,
     *,
@@ -176,7 +195,10 @@ def write_days(
 ) -> int:
     """Run ``write_round`` transaction after transaction until nothing is left to write or
     ``budget_seconds`` have passed, then ``write_today``; returns how many GPU-days were
-    written (today's rows not counted)."""
+    written (today's rows not counted). Today's sums come first where they are missing or
+    stale (at start after a stop, say): the pages read them, and older days can wait."""
+    with engine.begin() as conn:
+        write_today_if_stale(conn, settings=settings, now=clock())
     started = time.monotonic()
     total = 0
     while time.monotonic() - started < budget_seconds:

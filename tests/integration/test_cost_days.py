@@ -535,3 +535,41 @@ def test_the_fleet_dollars_are_read_again_only_as_today_s_sums_move(loaded: Engi
     again = cache.latest()
     assert again is not None and again.until == TODAY_UNTIL + timedelta(minutes=1)
     assert again.by_uuid["GPU-d0"]["cost_usd"] > read.by_uuid["GPU-d0"]["cost_usd"]  # type: ignore[operator]
+
+
+def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: Engine) -> None:
+    """The today-sums check writes today's sums where there are none (a fleet that just
+    arrived, a start after a stop), leaves fresh ones alone, and writes them again before a
+    report would stop reading them; the service runs it every rollup interval."""
+    engine = loaded
+    s = Settings(database_url="sqlite://", run_scheduler=False, cost_today_min_gpus=3)
+    _one_job_per_gpu(engine)
+    with engine.begin() as conn:
+        assert cost_days.write_today_if_stale(conn, settings=s, now=NOW) == 3
+    assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
+    a_minute_on = NOW + timedelta(minutes=1)
+    with engine.begin() as conn:  # fresh: one query, nothing written
+        assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 0
+    assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
+    # Read for today_lag_seconds; re-written a rollup interval before they would not be.
+    later = TODAY_UNTIL + timedelta(
+        seconds=day_sums.today_lag_seconds(s) - s.rollup_interval_seconds + 1
+    )
+    with engine.begin() as conn:
+        assert cost_days.write_today_if_stale(conn, settings=s, now=later) == 3
+    assert {until for _, until in _today_rows(engine, floor_day(NOW))} == {
+        (later - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    }
+
+
+def test_the_service_checks_today_s_sums_every_rollup_interval(app: Any) -> None:
+    """The today-sums check is a background job of its own, at the rollup's pace (the
+    cost-days job, a minute apart, would leave the pages reading minutes until it runs)."""
+    from service.scheduler import build_scheduler
+
+    ctx = app.state.ctx
+    jobs = {job.id: job for job in build_scheduler(ctx).get_jobs()}
+    every = jobs["today_sums"].trigger.interval.total_seconds()
+    assert every == ctx.settings.rollup_interval_seconds < ctx.settings.cost_days_interval_seconds
+    for hook in ctx.shutdown_hooks:
+        hook()
