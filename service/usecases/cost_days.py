@@ -198,7 +198,7 @@ def write_days(
     written (today's rows not counted). Today's sums come first where they are missing or
     stale (at start after a stop, say): the pages read them, and older days can wait."""
     with engine.begin() as conn:
-        write_today_if_stale(conn, settings=settings, now=clock())
+        written_first = write_today_if_stale(conn, settings=settings, now=clock())
     started = time.monotonic()
     total = 0
     while time.monotonic() - started < budget_seconds:
@@ -207,8 +207,9 @@ def write_days(
         if n is None:
             break
         total += n
-    with engine.begin() as conn:
-        write_today(conn, settings=settings, now=clock())
+    if not written_first:
+        with engine.begin() as conn:
+            write_today(conn, settings=settings, now=clock())
     return total
 
 
