@@ -22,8 +22,9 @@ import argparse
 import random
 import statistics
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 from sqlalchemy import delete, func, select
@@ -40,16 +41,29 @@ PAGE = ("/api/v1/jobs", {"start": "today-6d", "sort": "waste", "limit": "100"})
 TARGET_MS = 200.0
 
 
-def page_ms(base: str, token: str, runs: int) -> list[float]:
-    """Wall ms of ``runs`` reads of the jobs page's data, after one warm-up read."""
+class Timed(NamedTuple):
+    """Wall ms of each read, and how many of them ended where today's sums end (before now)."""
+
+    ms: list[float]
+    from_sums: int
+
+
+def page_ms(base: str, token: str, runs: int) -> Timed:
+    """``runs`` reads of the jobs page's data, after one warm-up read."""
     out = []
+    from_sums = 0
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as http:
         for run in range(runs + 1):
             t0 = time.perf_counter()
-            http.get(PAGE[0], params=PAGE[1], timeout=120).raise_for_status()
+            r = http.get(PAGE[0], params=PAGE[1], timeout=120)
+            ms = (time.perf_counter() - t0) * 1000
+            r.raise_for_status()
             if run:
-                out.append((time.perf_counter() - t0) * 1000)
-    return out
+                out.append(ms)
+                # A report read from today's sums ends at their whole minute, a minute ago.
+                end = datetime.fromisoformat(r.headers["x-report-end"])
+                from_sums += end.second == 0 and end < datetime.now(UTC) - timedelta(seconds=60)
+    return Timed(out, from_sums)
 
 
 def today_rows(url: str) -> int:
@@ -98,10 +112,11 @@ def write_today(url: str) -> float:
     return time.perf_counter() - t0
 
 
-def line(name: str, values: list[float]) -> str:
-    med, best = statistics.median(values), min(values)
+def line(name: str, timed: Timed) -> str:
+    med, best = statistics.median(timed.ms), min(timed.ms)
     verdict = "under" if med < TARGET_MS else "OVER"
-    return f"{name:<44} {med:>9.1f} {best:>8.1f}  {verdict} {TARGET_MS:.0f} ms"
+    sums = f"{timed.from_sums}/{len(timed.ms)}"
+    return f"{name:<44} {med:>9.1f} {best:>8.1f} {sums:>9}  {verdict} {TARGET_MS:.0f} ms"
 
 
 def main() -> None:
@@ -130,7 +145,7 @@ def main() -> None:
     print(f"jobs page data read, 1,000 GPUs, 500 jobs, {args.backend}, {machine()}")
     print(f"load average after the fleet arrived: {load}")
     print(f"today's sums existed {waited:.1f} s after the rollups caught up")
-    print(f"{'':<44} {'median ms':>9} {'best ms':>8}")
+    print(f"{'':<44} {'median ms':>9} {'best ms':>8} {'from sums':>9}")
     print(line("right after start (this service)", after_start))
     print(line("without today's sums (reference: before)", without))
     print(line(f"after the sums (written in {summed_in:.2f} s)", with_sums))

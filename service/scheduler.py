@@ -154,10 +154,11 @@ def build_scheduler(
             s.cost_days_interval_seconds,
         ),
         # Today's sums as soon as they are missing or stale, not a cost-days interval later:
-        # until they exist the jobs and costs pages read today from the minute rollups.
+        # until they exist the jobs and costs pages read today from the minute rollups. It
+        # writes what the cost-days job writes, so it takes that job's turn.
         (
             "today_sums",
-            one_replica_at_a_time(ctx, "today_sums", lambda: today_sums_once(ctx)),
+            one_replica_at_a_time(ctx, "cost_days", lambda: today_sums_once(ctx)),
             s.rollup_interval_seconds,
         ),
     ]

@@ -165,11 +165,15 @@ def write_today(conn: Connection, *, settings: Settings, now: datetime) -> int:
     if len(gpus) < settings.cost_today_min_gpus or until <= today:
         return 0
     basis = basis_of(effective_prices(conn, settings).rows, settings)
+    # Late samples of today seen so far are in the rows written now: their stale marks go
+    # with them (else the GPUs they mark are read from minutes until the next round).
+    covered = [i for i, _, lo, _ in cost_days_repo.stale_ranges(conn) if lo and lo >= today]
     gpu_rows, job_rows = _rows(
         conn, settings=settings, gpus=gpus, day=today, gpu_ids=None, now=now, basis=basis,
         until=until,
     )  # fmt: skip
     cost_days_repo.replace_day(conn, day=today, gpu_rows=gpu_rows, job_rows=job_rows)
+    cost_days_repo.forget_ranges(conn, covered)
     return len(gpu_rows)
 
 
@@ -195,10 +199,7 @@ def write_days(
 ) -> int:
     """Run ``write_round`` transaction after transaction until nothing is left to write or
     ``budget_seconds`` have passed, then ``write_today``; returns how many GPU-days were
-    written (today's rows not counted). Today's sums come first where they are missing or
-    stale (at start after a stop, say): the pages read them, and older days can wait."""
-    with engine.begin() as conn:
-        written_first = write_today_if_stale(conn, settings=settings, now=clock())
+    written (today's rows not counted)."""
     started = time.monotonic()
     total = 0
     while time.monotonic() - started < budget_seconds:
@@ -207,9 +208,8 @@ def write_days(
         if n is None:
             break
         total += n
-    if not written_first:
-        with engine.begin() as conn:
-            write_today(conn, settings=settings, now=clock())
+    with engine.begin() as conn:
+        write_today(conn, settings=settings, now=clock())
     return total
 
 

@@ -542,8 +542,11 @@ def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: E
     arrived, a start after a stop), leaves fresh ones alone, and writes them again before a
     report would stop reading them; the service runs it every rollup interval."""
     engine = loaded
-    s = Settings(database_url="sqlite://", run_scheduler=False, cost_today_min_gpus=3)
+    small = Settings(database_url="sqlite://", run_scheduler=False)  # 1,000 GPUs at least
+    s = small.model_copy(update={"cost_today_min_gpus": 3})
     _one_job_per_gpu(engine)
+    _write_days(engine, small)  # the days before today, not today
+    assert _today_rows(engine, floor_day(NOW)) == []
     with engine.begin() as conn:
         assert cost_days.write_today_if_stale(conn, settings=s, now=NOW) == 3
     assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
@@ -551,15 +554,28 @@ def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: E
     with engine.begin() as conn:  # fresh: one query, nothing written
         assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 0
     assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
-    # Read for today_lag_seconds; re-written a rollup interval before they would not be.
+    # A late sample before their end marks its GPU's today stale (read from minutes) ...
+    store_series(engine, FakeClock(NOW), uuid=GPUS[0][0], start=TODAY_UNTIL - timedelta(minutes=9),
+                 metrics=[_metrics(0, 5)], interval_seconds=STEP, hostname=GPUS[0][1],
+                 model=GPUS[0][2], index=0)  # fmt: skip
+    roll_up(engine)
+    with engine.connect() as conn:
+        assert {g for (g,) in conn.execute(select(cost_day_dirty.c.gpu_id))} == {1}
+    # ... until today is written again, with it: read for today_lag_seconds, the sums are
+    # re-written a rollup interval before they would not be, and the mark goes with them.
     later = TODAY_UNTIL + timedelta(
         seconds=day_sums.today_lag_seconds(s) - s.rollup_interval_seconds + 1
     )
     with engine.begin() as conn:
         assert cost_days.write_today_if_stale(conn, settings=s, now=later) == 3
-    assert {until for _, until in _today_rows(engine, floor_day(NOW))} == {
-        (later - timedelta(minutes=2)).replace(second=0, microsecond=0)
-    }
+    until = (later - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    assert {until for _, until in _today_rows(engine, floor_day(NOW))} == {until}
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(cost_day_dirty)).scalar_one() == 0
+        report = cost_report.cost_report(
+            conn, settings=s, start=START, end=later, now=later, group_by="job"
+        )
+    assert report["end"] == until  # today read from the sums written
 
 
 def test_the_service_checks_today_s_sums_every_rollup_interval(app: Any) -> None:
