@@ -8,10 +8,13 @@ median and best of ``--runs`` after one warm-up:
 
 1. right after start: as soon as the rollups have caught up with the fleet's batches, on the
    service as it runs (its today-sums job writes today's sums as soon as they are missing);
-   with how long after the rollups caught up today's sums existed;
+   with how long after the rollups caught up today's sums existed; and again ``--later``
+   (75) seconds on, when the cost-days job has run (the issue's reference);
 2. without today's sums (the reference: the page before, until the cost-days job had run, a
    minute or more later): the sums deleted, served by a process without background jobs;
-3. after the sums: the same process once the cost-days job's work for today has run.
+3. with them: the same process once the cost-days job's work for today has run.
+
+"from sums" counts the reads that ended where today's sums end (read from them).
 
     .venv/bin/python -m bench.jobs_today --backend postgresql
 """
@@ -123,6 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="postgresql")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--later", type=float, default=75.0, help="seconds after start of the second timing"
+    )
     args = parser.parse_args()
     quiet = {"GPUWARDEN_EVAL_INTERVAL_SECONDS": "3600"}
     with fresh_database(args.backend) as url:
@@ -135,8 +141,11 @@ def main() -> None:
                 seed(api, datetime.now(UTC), random.Random(19))
             wait_for_rollups(url)
             load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+            caught_up = time.monotonic()
             waited = wait_for_today(url, 1000)
             after_start = page_ms(base, reader, args.runs)
+            time.sleep(max(0.0, caught_up + args.later - time.monotonic()))
+            later = page_ms(base, reader, args.runs)
         forget_today(url)
         with served(url, GPUWARDEN_RUN_SCHEDULER="false") as (base, _):
             without = page_ms(base, reader, args.runs)
@@ -147,8 +156,9 @@ def main() -> None:
     print(f"today's sums existed {waited:.1f} s after the rollups caught up")
     print(f"{'':<44} {'median ms':>9} {'best ms':>8} {'from sums':>9}")
     print(line("right after start (this service)", after_start))
+    print(line(f"{args.later:.0f} s later (the cost-days job has run)", later))
     print(line("without today's sums (reference: before)", without))
-    print(line(f"after the sums (written in {summed_in:.2f} s)", with_sums))
+    print(line(f"with them, nothing else running ({summed_in:.2f} s)", with_sums))
     print(f"load after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 

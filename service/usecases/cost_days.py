@@ -177,16 +177,26 @@ def write_today(conn: Connection, *, settings: Settings, now: datetime) -> int:
     return len(gpu_rows)
 
 
+# The share of today's GPUs read from finer data (not summed, or marked stale) at which
+# today's sums are written again before the cost-days job's next run.
+TODAY_UNSUMMED_SHARE = 0.1
+
+
 def write_today_if_stale(conn: Connection, *, settings: Settings, now: datetime) -> int:
-    """``write_today`` where today's sums are missing, or so old that a report would stop
-    reading them before the next check (a rollup interval away); returns how many GPUs' rows
-    (0 where they were fresh). Until they exist every page that reaches today reads it from
-    the minute rollups, at twice the cost."""
+    """``write_today`` where today's sums are missing, so old that a report would stop
+    reading them before the next check (a rollup interval away), or leave a tenth of the
+    GPUs with samples today to finer data (a fleet summed while its batches still arrive);
+    returns how many GPUs' rows (0 where they were current). Until then every page that
+    reaches today reads those GPUs' today from the minute rollups, at twice the cost."""
     basis = basis_of(effective_prices(conn, settings).rows, settings)
-    until = cost_days_repo.summed_until(conn, day=floor_day(now), basis=basis)
+    today = floor_day(now)
+    until = cost_days_repo.summed_until(conn, day=today, basis=basis)
     fresh_for = today_lag_seconds(settings) - settings.rollup_interval_seconds
     if until is not None and (now - until).total_seconds() <= fresh_for:
-        return 0
+        unsummed = cost_days_repo.today_unsummed(conn, day=today, until=until, basis=basis)
+        summed = cost_days_repo.day_counts(conn, since=today, until=today + DAY, basis=basis)
+        if unsummed < TODAY_UNSUMMED_SHARE * (sum(summed.values()) + unsummed):
+            return 0
     return write_today(conn, settings=settings, now=now)
 
 

@@ -539,8 +539,9 @@ def test_the_fleet_dollars_are_read_again_only_as_today_s_sums_move(loaded: Engi
 
 def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: Engine) -> None:
     """The today-sums check writes today's sums where there are none (a fleet that just
-    arrived, a start after a stop), leaves fresh ones alone, and writes them again before a
-    report would stop reading them; the service runs it every rollup interval."""
+    arrived, a start after a stop), leaves current ones alone, and writes them again where a
+    tenth of the GPUs would be read from finer data or before a report would stop reading
+    them; writing today forgets the stale marks of today it covers."""
     engine = loaded
     small = Settings(database_url="sqlite://", run_scheduler=False)  # 1,000 GPUs at least
     s = small.model_copy(update={"cost_today_min_gpus": 3})
@@ -554,27 +555,32 @@ def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: E
     with engine.begin() as conn:  # fresh: one query, nothing written
         assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 0
     assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
-    # A late sample before their end marks its GPU's today stale (read from minutes) ...
+    # A late sample before their end marks its GPU's today stale: a third of the GPUs would
+    # be read from minutes, so today is written again at once, with it, and the mark goes.
     store_series(engine, FakeClock(NOW), uuid=GPUS[0][0], start=TODAY_UNTIL - timedelta(minutes=9),
                  metrics=[_metrics(0, 5)], interval_seconds=STEP, hostname=GPUS[0][1],
                  model=GPUS[0][2], index=0)  # fmt: skip
     roll_up(engine)
     with engine.connect() as conn:
         assert {g for (g,) in conn.execute(select(cost_day_dirty.c.gpu_id))} == {1}
-    # ... until today is written again, with it: read for today_lag_seconds, the sums are
-    # re-written a rollup interval before they would not be, and the mark goes with them.
-    later = TODAY_UNTIL + timedelta(
+    with engine.begin() as conn:
+        assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 3
+    summed_until = TODAY_UNTIL + timedelta(minutes=1)
+    assert _today_rows(engine, floor_day(NOW)) == [(g, summed_until) for g in (1, 2, 3)]
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(cost_day_dirty)).scalar_one() == 0
+    with engine.begin() as conn:  # current again
+        assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 0
+    # Read for today_lag_seconds: written again a rollup interval before they would not be.
+    later = summed_until + timedelta(
         seconds=day_sums.today_lag_seconds(s) - s.rollup_interval_seconds + 1
     )
     with engine.begin() as conn:
         assert cost_days.write_today_if_stale(conn, settings=s, now=later) == 3
-    until = (later - timedelta(minutes=2)).replace(second=0, microsecond=0)
-    assert {until for _, until in _today_rows(engine, floor_day(NOW))} == {until}
-    with engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(cost_day_dirty)).scalar_one() == 0
         report = cost_report.cost_report(
             conn, settings=s, start=START, end=later, now=later, group_by="job"
         )
+    until = (later - timedelta(minutes=2)).replace(second=0, microsecond=0)
     assert report["end"] == until  # today read from the sums written
 
 
