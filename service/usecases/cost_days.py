@@ -182,22 +182,32 @@ def write_today(conn: Connection, *, settings: Settings, now: datetime) -> int:
 TODAY_UNSUMMED_SHARE = 0.1
 
 
-def write_today_if_stale(conn: Connection, *, settings: Settings, now: datetime) -> int:
-    """``write_today`` where today's sums are missing, so old that a report would stop
-    reading them before the next check (a rollup interval away), or leave a tenth of the
-    GPUs with samples today to finer data (a fleet summed while its batches still arrive);
-    returns how many GPUs' rows (0 where they were current). Until then every page that
-    reaches today reads those GPUs' today from the minute rollups, at twice the cost."""
+def today_stale(conn: Connection, *, settings: Settings, now: datetime) -> bool:
+    """Whether today's sums are missing, so old that a report would stop reading them before
+    the next check (a rollup interval away), or leave a tenth of the GPUs with samples today
+    to finer data (a fleet summed while its batches still arrive). Until they are written
+    again every page that reaches today reads those GPUs' today from the minute rollups."""
     basis = basis_of(effective_prices(conn, settings).rows, settings)
     today = floor_day(now)
     until = cost_days_repo.summed_until(conn, day=today, basis=basis)
     fresh_for = today_lag_seconds(settings) - settings.rollup_interval_seconds
-    if until is not None and (now - until).total_seconds() <= fresh_for:
-        unsummed = cost_days_repo.today_unsummed(conn, day=today, until=until, basis=basis)
-        summed = cost_days_repo.day_counts(conn, since=today, until=today + DAY, basis=basis)
-        if unsummed < TODAY_UNSUMMED_SHARE * (sum(summed.values()) + unsummed):
+    if until is None or (now - until).total_seconds() > fresh_for:
+        return True
+    unsummed = cost_days_repo.today_unsummed(conn, day=today, until=until, basis=basis)
+    summed = cost_days_repo.day_counts(conn, since=today, until=today + DAY, basis=basis)
+    return unsummed >= TODAY_UNSUMMED_SHARE * (sum(summed.values()) + unsummed)
+
+
+def write_today_if_stale(
+    engine: Engine, *, settings: Settings, clock: Callable[[], datetime]
+) -> int:
+    """``write_today`` where ``today_stale`` says so; returns how many GPUs' rows (0 where
+    they were current). The check only reads, so SQLite's writers are not held for it."""
+    with engine.connect() as conn:
+        if not today_stale(conn, settings=settings, now=clock()):
             return 0
-    return write_today(conn, settings=settings, now=now)
+    with engine.begin() as conn:
+        return write_today(conn, settings=settings, now=clock())
 
 
 def write_days(

@@ -137,9 +137,8 @@ def cost_days_once(ctx: ServiceContext) -> int:
 
 def today_sums_once(ctx: ServiceContext) -> int:
     """Write today's sums if they are missing or stale (a fleet just arrived, a restart);
-    returns how many GPUs' rows (0 when they were fresh: one query)."""
-    with ctx.engine.begin() as conn:
-        return cost_days.write_today_if_stale(conn, settings=ctx.settings, now=ctx.clock())
+    returns how many GPUs' rows (0 when they were current: a few counting queries)."""
+    return cost_days.write_today_if_stale(ctx.engine, settings=ctx.settings, clock=ctx.clock)
 
 
 def fleet_dollars_once(ctx: ServiceContext, cache: WastedTodayCache) -> bool:

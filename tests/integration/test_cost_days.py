@@ -537,6 +537,10 @@ def test_the_fleet_dollars_are_read_again_only_as_today_s_sums_move(loaded: Engi
     assert again.by_uuid["GPU-d0"]["cost_usd"] > read.by_uuid["GPU-d0"]["cost_usd"]  # type: ignore[operator]
 
 
+def _today_if_stale(engine: Engine, s: Settings, now: datetime) -> int:
+    return cost_days.write_today_if_stale(engine, settings=s, clock=lambda: now)
+
+
 def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: Engine) -> None:
     """The today-sums check writes today's sums where there are none (a fleet that just
     arrived, a start after a stop), leaves current ones alone, and writes them again where a
@@ -548,12 +552,10 @@ def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: E
     _one_job_per_gpu(engine)
     _write_days(engine, small)  # the days before today, not today
     assert _today_rows(engine, floor_day(NOW)) == []
-    with engine.begin() as conn:
-        assert cost_days.write_today_if_stale(conn, settings=s, now=NOW) == 3
+    assert _today_if_stale(engine, s, NOW) == 3
     assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
     a_minute_on = NOW + timedelta(minutes=1)
-    with engine.begin() as conn:  # fresh: one query, nothing written
-        assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 0
+    assert _today_if_stale(engine, s, a_minute_on) == 0  # fresh: read, nothing written
     assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
     # A late sample before their end marks its GPU's today stale: a third of the GPUs would
     # be read from minutes, so today is written again at once, with it, and the mark goes.
@@ -563,20 +565,18 @@ def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: E
     roll_up(engine)
     with engine.connect() as conn:
         assert {g for (g,) in conn.execute(select(cost_day_dirty.c.gpu_id))} == {1}
-    with engine.begin() as conn:
-        assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 3
+    assert _today_if_stale(engine, s, a_minute_on) == 3
     summed_until = TODAY_UNTIL + timedelta(minutes=1)
     assert _today_rows(engine, floor_day(NOW)) == [(g, summed_until) for g in (1, 2, 3)]
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(cost_day_dirty)).scalar_one() == 0
-    with engine.begin() as conn:  # current again
-        assert cost_days.write_today_if_stale(conn, settings=s, now=a_minute_on) == 0
+    assert _today_if_stale(engine, s, a_minute_on) == 0  # current again
     # Read for today_lag_seconds: written again a rollup interval before they would not be.
     later = summed_until + timedelta(
         seconds=day_sums.today_lag_seconds(s) - s.rollup_interval_seconds + 1
     )
-    with engine.begin() as conn:
-        assert cost_days.write_today_if_stale(conn, settings=s, now=later) == 3
+    assert _today_if_stale(engine, s, later) == 3
+    with engine.connect() as conn:
         report = cost_report.cost_report(
             conn, settings=s, start=START, end=later, now=later, group_by="job"
         )
