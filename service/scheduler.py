@@ -22,6 +22,7 @@ from service.usecases.upkeep import (
     partitions_once,
     retention_once,
     rollup_once,
+    today_sums_once,
 )
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,14 @@ def build_scheduler(
             "cost_days",
             one_replica_at_a_time(ctx, "cost_days", lambda: cost_days_once(ctx)),
             s.cost_days_interval_seconds,
+        ),
+        # Today's sums as soon as they are missing or stale, not a cost-days interval later:
+        # until they exist the jobs and costs pages read today from the minute rollups. It
+        # writes what the cost-days job writes, so it takes that job's turn.
+        (
+            "today_sums",
+            one_replica_at_a_time(ctx, "cost_days", lambda: today_sums_once(ctx)),
+            s.rollup_interval_seconds,
         ),
     ]
     if fleet_cache is not None:

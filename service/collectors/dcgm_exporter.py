@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from service.collectors.backend import (
     BackendError,
@@ -25,6 +24,7 @@ from service.collectors.backend import (
     ProcessReading,
     Snapshot,
 )
+from service.collectors.exposition_lines import Lines, read_lines
 from service.collectors.mig import MigIdentities
 from service.collectors.plausible import DCGM_SENTINELS
 from service.vocabulary import DCGM_FIELD_ALIASES, DCGM_FIELDS, INT_METRICS, MIB, ActivitySource
@@ -132,9 +132,20 @@ class _ParseState:
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         """Take one sample: its device, its pod and, unless a DCGM sentinel, its value."""
+        where = self._where(labels)
+        if where is None:
+            return
+        # The parser hands integers back as int; DCGM's sentinels are compared as doubles.
+        raw = float(value)
+        if raw in DCGM_SENTINELS:  # blank, not supported, no permission
+            return  # the device and its pod are known; this value is absent
+        self._value(name, where[0], where[1], raw)
+
+    def _where(self, labels: dict[str, str]) -> tuple[str, str | None] | None:
+        """The device (made known on first sight) and job a sample's labels name, if any."""
         uuid = _label(labels, "UUID", "uuid")
         if uuid is None:
-            return
+            return None
         gi = _label(labels, "GPU_I_ID")
         key = f"{uuid}/{gi}" if gi is not None else uuid
         dev = self.meta.get(key)
@@ -146,11 +157,20 @@ class _ParseState:
             self.jobs[(dev.uuid, job)] = ProcessReading(
                 gpu_uuid=dev.uuid, pid=0, job_id=job, gpu_index=dev.index
             )
-        # The parser hands integers back as int; DCGM's sentinels are compared as doubles.
-        raw = float(value)
-        if raw in DCGM_SENTINELS:  # blank, not supported, no permission
-            return  # the device and its pod are known; this value is absent
-        self._value(name, dev.uuid, job, raw)
+        return dev.uuid, job
+
+    def add_lines(self, lines: Lines) -> None:
+        """Take every sample ``read_lines`` read: each label set's device and job found once
+        (a sample of a label set seen before makes nothing new known), then the values."""
+        where: dict[str, tuple[str, str | None] | None] = {}
+        sentinels = DCGM_SENTINELS
+        for name, key, raw in lines.samples:
+            if key in where:
+                found = where[key]
+            else:
+                found = where[key] = self._where(lines.labels[key])
+            if found is not None and raw not in sentinels:
+                self._value(name, found[0], found[1], raw)
 
     def _value(self, name: str, uuid: str, job: str | None, raw: float) -> None:
         """Record field ``name``'s raw value on device ``uuid`` in canonical units."""
@@ -209,6 +229,19 @@ def parse_exposition(text: str, mig: MigIdentities | None = None) -> Exposition:
 
     MIG instances get their identity from ``mig`` (parent UUID, GPU_I_ID, GPU_I_PROFILE).
     """
+    state = _ParseState(mig or MigIdentities())
+    lines = read_lines(text)
+    if lines is not None:
+        state.add_lines(lines)
+        return state.exposition()
+    return parse_with_prometheus_client(text, state.mig)
+
+
+def parse_with_prometheus_client(text: str, mig: MigIdentities | None = None) -> Exposition:
+    """``parse_exposition`` by prometheus_client's parser: for text outside the plain form
+    ``read_lines`` reads (and the reference it is compared with)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     state = _ParseState(mig or MigIdentities())
     for family in text_string_to_metric_families(text):
         for s in family.samples:

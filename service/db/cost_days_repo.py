@@ -33,6 +33,7 @@ from service.db.schema import (
     cost_gpu_1d,
     cost_job_1d,
     cost_job_day_1d,
+    gpus,
     jobs,
 )
 
@@ -104,6 +105,16 @@ def forget_ranges(conn: Connection, ids: Sequence[int]) -> None:
     """Delete the stale ranges ``ids`` (those a round read; newer ones stay)."""
     for i in range(0, len(ids), 1000):
         conn.execute(delete(cost_day_dirty).where(cost_day_dirty.c.id.in_(ids[i : i + 1000])))
+
+
+def today_unsummed(conn: Connection, *, day: datetime, until: datetime, basis: str) -> int:
+    """How many GPUs with samples since ``day`` (today) its sums up to ``until`` leave to be
+    read from finer data: none summed, or marked stale before ``until``."""
+    g = cost_gpu_1d.c
+    summed = select(g.gpu_id).where(g.day == day, g.basis == basis)
+    sampled = select(gpus.c.id).where(gpus.c.last_sample_at >= day)
+    missing = select(func.count()).select_from(sampled.where(gpus.c.id.not_in(summed)).subquery())
+    return int(conn.execute(missing).scalar_one()) + len(stale_gpus(conn, start=day, end=until))
 
 
 def stale_gpus(conn: Connection, *, start: datetime, end: datetime) -> set[int]:

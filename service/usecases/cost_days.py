@@ -21,7 +21,13 @@ from service.db import cost_days_repo, costs_repo
 from service.db.cost_days_repo import UNALLOCATED_JOB
 from service.settings import Settings
 from service.usecases.attribution import attribute
-from service.usecases.day_sums import basis_of, held_range, stored_bounds, summary_row
+from service.usecases.day_sums import (
+    basis_of,
+    held_range,
+    stored_bounds,
+    summary_row,
+    today_lag_seconds,
+)
 from service.usecases.price_table import effective_prices
 
 Key = tuple[int, datetime]  # (GPU id, day)
@@ -159,12 +165,49 @@ def write_today(conn: Connection, *, settings: Settings, now: datetime) -> int:
     if len(gpus) < settings.cost_today_min_gpus or until <= today:
         return 0
     basis = basis_of(effective_prices(conn, settings).rows, settings)
+    # Late samples of today seen so far are in the rows written now: their stale marks go
+    # with them (else the GPUs they mark are read from minutes until the next round).
+    covered = [i for i, _, lo, _ in cost_days_repo.stale_ranges(conn) if lo and lo >= today]
     gpu_rows, job_rows = _rows(
         conn, settings=settings, gpus=gpus, day=today, gpu_ids=None, now=now, basis=basis,
         until=until,
     )  # fmt: skip
     cost_days_repo.replace_day(conn, day=today, gpu_rows=gpu_rows, job_rows=job_rows)
+    cost_days_repo.forget_ranges(conn, covered)
     return len(gpu_rows)
+
+
+# The share of today's GPUs read from finer data (not summed, or marked stale) at which
+# today's sums are written again before the cost-days job's next run.
+TODAY_UNSUMMED_SHARE = 0.1
+
+
+def today_stale(conn: Connection, *, settings: Settings, now: datetime) -> bool:
+    """Whether today's sums are missing, so old that a report would stop reading them before
+    the next check (a rollup interval away), or leave a tenth of the GPUs with samples today
+    to finer data (a fleet summed while its batches still arrive). Until they are written
+    again every page that reaches today reads those GPUs' today from the minute rollups."""
+    basis = basis_of(effective_prices(conn, settings).rows, settings)
+    today = floor_day(now)
+    until = cost_days_repo.summed_until(conn, day=today, basis=basis)
+    fresh_for = today_lag_seconds(settings) - settings.rollup_interval_seconds
+    if until is None or (now - until).total_seconds() > fresh_for:
+        return True
+    unsummed = cost_days_repo.today_unsummed(conn, day=today, until=until, basis=basis)
+    summed = cost_days_repo.day_counts(conn, since=today, until=today + DAY, basis=basis)
+    return unsummed >= TODAY_UNSUMMED_SHARE * (sum(summed.values()) + unsummed)
+
+
+def write_today_if_stale(
+    engine: Engine, *, settings: Settings, clock: Callable[[], datetime]
+) -> int:
+    """``write_today`` where ``today_stale`` says so; returns how many GPUs' rows (0 where
+    they were current). The check only reads, so SQLite's writers are not held for it."""
+    with engine.connect() as conn:
+        if not today_stale(conn, settings=settings, now=clock()):
+            return 0
+    with engine.begin() as conn:
+        return write_today(conn, settings=settings, now=clock())
 
 
 def write_days(

@@ -135,6 +135,12 @@ def cost_days_once(ctx: ServiceContext) -> int:
     return cost_days.write_days(ctx.engine, settings=ctx.settings, clock=ctx.clock)
 
 
+def today_sums_once(ctx: ServiceContext) -> int:
+    """Write today's sums if they are missing or stale (a fleet just arrived, a restart);
+    returns how many GPUs' rows (0 when they were current: a few counting queries)."""
+    return cost_days.write_today_if_stale(ctx.engine, settings=ctx.settings, clock=ctx.clock)
+
+
 def fleet_dollars_once(ctx: ServiceContext, cache: WastedTodayCache) -> bool:
     """Read the fleet page's dollars of today into ``cache`` once today's sums have moved;
     True if it read them."""

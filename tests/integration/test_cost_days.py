@@ -542,3 +542,63 @@ def test_the_fleet_dollars_are_read_again_only_as_today_s_sums_move(loaded: Engi
     again = cache.latest()
     assert again is not None and again.until == TODAY_UNTIL + timedelta(minutes=1)
     assert again.by_uuid["GPU-d0"]["cost_usd"] > read.by_uuid["GPU-d0"]["cost_usd"]  # type: ignore[operator]
+
+
+def _today_if_stale(engine: Engine, s: Settings, now: datetime) -> int:
+    return cost_days.write_today_if_stale(engine, settings=s, clock=lambda: now)
+
+
+def test_today_s_sums_are_written_as_soon_as_they_are_missing_or_stale(loaded: Engine) -> None:
+    """The today-sums check writes today's sums where there are none (a fleet that just
+    arrived, a start after a stop), leaves current ones alone, and writes them again where a
+    tenth of the GPUs would be read from finer data or before a report would stop reading
+    them; writing today forgets the stale marks of today it covers."""
+    engine = loaded
+    small = Settings(database_url="sqlite://", run_scheduler=False)  # 1,000 GPUs at least
+    s = small.model_copy(update={"cost_today_min_gpus": 3})
+    _one_job_per_gpu(engine)
+    _write_days(engine, small)  # the days before today, not today
+    assert _today_rows(engine, floor_day(NOW)) == []
+    assert _today_if_stale(engine, s, NOW) == 3
+    assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
+    a_minute_on = NOW + timedelta(minutes=1)
+    assert _today_if_stale(engine, s, a_minute_on) == 0  # fresh: read, nothing written
+    assert _today_rows(engine, floor_day(NOW)) == [(g, TODAY_UNTIL) for g in (1, 2, 3)]
+    # A late sample before their end marks its GPU's today stale: a third of the GPUs would
+    # be read from minutes, so today is written again at once, with it, and the mark goes.
+    store_series(engine, FakeClock(NOW), uuid=GPUS[0][0], start=TODAY_UNTIL - timedelta(minutes=9),
+                 metrics=[_metrics(0, 5)], interval_seconds=STEP, hostname=GPUS[0][1],
+                 model=GPUS[0][2], index=0)  # fmt: skip
+    roll_up(engine)
+    with engine.connect() as conn:
+        assert {g for (g,) in conn.execute(select(cost_day_dirty.c.gpu_id))} == {1}
+    assert _today_if_stale(engine, s, a_minute_on) == 3
+    summed_until = TODAY_UNTIL + timedelta(minutes=1)
+    assert _today_rows(engine, floor_day(NOW)) == [(g, summed_until) for g in (1, 2, 3)]
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(cost_day_dirty)).scalar_one() == 0
+    assert _today_if_stale(engine, s, a_minute_on) == 0  # current again
+    # Read for today_lag_seconds: written again a rollup interval before they would not be.
+    later = summed_until + timedelta(
+        seconds=day_sums.today_lag_seconds(s) - s.rollup_interval_seconds + 1
+    )
+    assert _today_if_stale(engine, s, later) == 3
+    with engine.connect() as conn:
+        report = cost_report.cost_report(
+            conn, settings=s, start=START, end=later, now=later, group_by="job"
+        )
+    until = (later - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    assert report["end"] == until  # today read from the sums written
+
+
+def test_the_service_checks_today_s_sums_every_rollup_interval(app: Any) -> None:
+    """The today-sums check is a background job of its own, at the rollup's pace (the
+    cost-days job, a minute apart, would leave the pages reading minutes until it runs)."""
+    from service.scheduler import build_scheduler
+
+    ctx = app.state.ctx
+    jobs = {job.id: job for job in build_scheduler(ctx).get_jobs()}
+    every = jobs["today_sums"].trigger.interval.total_seconds()
+    assert every == ctx.settings.rollup_interval_seconds < ctx.settings.cost_days_interval_seconds
+    for hook in ctx.shutdown_hooks:
+        hook()
