@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # equal, memory (by memory held) or activity (busy time by SM share, idle time by memory).
     # Applies to minutes rolled up from then on.
     cost_split_rule: Literal["equal", "memory", "activity"] = "equal"
+    # Where GPU prices come from (docs/costs.md#no-prices-gpu-hours): "table" (the price
+    # table: PUT /api/v1/prices, else the config file's prices:, else the shipped defaults)
+    # or "none" (no prices: every figure is in GPU-hours, dollars are null, never $0).
+    prices: Literal["table", "none"] = "table"
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).

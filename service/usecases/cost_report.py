@@ -194,9 +194,10 @@ def cost_report(
         "limit": page.limit,
         "totals": report_row(total, settings, _for_gpus(assumptions, att, total)),
         "price_source": att.price_source,
+        "unit": unit_of(att.price_source),
         "split_rule": settings.cost_split_rule,
         "warnings": att.warnings
-        + _explanations(att, total)
+        + _explanations(att, total, settings)
         + split_rule_notes(att.split_rules, settings.cost_split_rule),
     }
 
@@ -207,7 +208,18 @@ DEFAULT_PRICES_NOTE = (
 )
 
 
-def _explanations(att: Attribution, total: Summary) -> list[str]:
+NO_PRICES_NOTE = (
+    "no prices (GPUWARDEN_PRICES=none): figures are GPU-hours (held, waste = idle + fixable); "
+    "every *_usd is null"
+)
+
+
+def unit_of(price_source: str) -> str:
+    """A report's headline unit: GPU-hours for a site without prices, else USD."""
+    return "gpu_hours" if price_source == "none" else "usd"
+
+
+def _explanations(att: Attribution, total: Summary, settings: Settings) -> list[str]:
     """What a first report needs said: why it may be empty, and whose prices it uses (samples
     not rolled up yet are read raw, so they need no word)."""
     out = []
@@ -218,6 +230,8 @@ def _explanations(att: Attribution, total: Summary) -> list[str]:
         )
     if att.price_source == "default" and total.held_seconds > 0:
         out.append(DEFAULT_PRICES_NOTE)
+    if att.price_source == "none":
+        out.append(NO_PRICES_NOTE)
     return out
 
 

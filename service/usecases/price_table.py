@@ -25,15 +25,26 @@ def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
         raise ConfigError(f"config file: {exc}") from exc
 
 
+PriceSource = Literal["api", "config", "default", "opencost", "none"]
+
+
 @dataclass(frozen=True, slots=True)
 class PriceTable:
-    """The price rows in force and where they came from (api, config or default)."""
+    """The price rows in force and where they came from: api, config, default, opencost (a
+    running OpenCost's, before the table's) or none (no prices: figures in GPU-hours)."""
 
     rows: list[PriceRow]
-    source: Literal["api", "config", "default"]
+    source: PriceSource
 
 
 def effective_prices(conn: Connection, settings: Settings) -> PriceTable:
+    """No prices with ``GPUWARDEN_PRICES=none``, else the price table."""
+    if settings.prices == "none":
+        return PriceTable([], "none")
+    return price_table(conn, settings)
+
+
+def price_table(conn: Connection, settings: Settings) -> PriceTable:
     """The stored table if one was PUT, else the config file's ``prices:``, else the defaults."""
     stored = prices_repo.load_prices(conn)
     if stored:

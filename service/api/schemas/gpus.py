@@ -58,6 +58,10 @@ class FleetGpuPublic(GpuPublic):
     idle_usd: float | None = None
     fixable_usd: float | None = None
     lost_usd: float | None = None
+    held_gpu_hours: float | None = Field(None, description="held time since midnight, GPU-hours")
+    waste_gpu_hours: float | None = Field(
+        None, description="waste (idle + fixable) since midnight in GPU-hours, priced or not"
+    )
 
 
 class FleetChoicesPublic(BaseModel):
@@ -92,7 +96,9 @@ class FleetPublic(BaseModel):
     fixable_usd: float
     nodata_usd: float
     lost_usd: float
-    price_source: Literal["api", "config", "default"]
+    held_gpu_hours: float = 0.0
+    waste_gpu_hours: float = 0.0
+    price_source: Literal["api", "config", "default", "opencost", "none"]
     warnings: list[str]
 
 

@@ -1,0 +1,41 @@
+"""``gpuwarden report cost`` for a site without prices: GPU-hours where the dollars would be,
+never $0 or n/a; and ``--group-by`` taking namespace and label:<key>."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from service.cli.report import render_table
+
+
+def row(key: str, held_hours: float, waste_hours: float) -> dict[str, object]:
+    return {
+        "key": key, "held_seconds": held_hours * 3600, "allocated_seconds": held_hours * 3600,
+        "nodata_seconds": 0.0, "lost_seconds": 0.0, "efficiency": 0.3, "cost_usd": None,
+        "waste_usd": None, "idle_usd": None, "fixable_usd": None, "nodata_usd": None,
+        "lost_usd": None, "held_gpu_hours": held_hours, "waste_gpu_hours": waste_hours,
+        "idle_gpu_hours": waste_hours / 2, "fixable_gpu_hours": waste_hours / 2,
+    }  # fmt: skip
+
+
+def render(unit: str) -> str:
+    data = {
+        "group_by": "namespace", "start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z",
+        "rows": [row("ml-team", 96.0, 41.5)], "totals": row("__total__", 96.0, 41.5),
+        "price_source": "none", "unit": unit, "warnings": [],
+    }  # fmt: skip
+    out = io.StringIO()
+    render_table(data, limit=20, console=Console(file=out, width=200, color_system=None))
+    return out.getvalue()
+
+
+def test_a_site_without_prices_reads_gpu_hours_not_n_a() -> None:
+    text = render("gpu_hours")
+    assert "n/a" not in text and "$" not in text
+    assert "96.0 GPU-h" in text and "41.5 GPU-h" in text and "20.8 GPU-h" in text
+    assert "no prices: figures are GPU-hours" in text
+    assert "held 96.0 GPU-h (no data 0, lost 0); waste 41.5 GPU-h = idle 20.8 + fixable 20.8" in (
+        text
+    )
