@@ -167,6 +167,11 @@ def fleet_title(fleet: dict[str, Any], args: argparse.Namespace) -> str:
         f"{money(fleet['cost_usd'])}, waste {money(fleet['waste_usd'])} = idle "
         f"{money(fleet['idle_usd'])} + fixable {money(fleet['fixable_usd'])} (estimated)"
         + (f", lost {money(fleet['lost_usd'])}" if fleet.get("lost_usd") else "")
+        + (
+            f"; {fleet['held_gpu_hours']:,.2f} GPU-h held, {fleet['waste_gpu_hours']:,.2f} wasted"
+            if "waste_gpu_hours" in fleet
+            else ""
+        )
     )
 
 

@@ -274,7 +274,9 @@ def fleet_now(
     chosen = [
         g | {n: usd.get(g["uuid"], no_figures).get(n) for n in GPU_MONEY} for g in p.of(shown)
     ]
-    totals = _summed(usd[g["uuid"]] for g in shown if g["uuid"] in usd)
+    totals: dict[str, float | None] = {**_summed(usd[g["uuid"]] for g in shown if g["uuid"] in usd)}
+    if wasted.price_source == "none":  # no prices: the fleet's dollars are null, never $0
+        totals.update(dict.fromkeys((n for n in FLEET_MONEY if n.endswith("_usd")), None))
     return {
         "start": day_start,
         "now": now,

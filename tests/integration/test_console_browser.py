@@ -636,6 +636,11 @@ def test_costs_page_matches_the_report_and_downloads_csv(
         report["totals"]["waste_usd"], abs=USD_TOLERANCE * 4
     )
     assert admin.page.locator("#costs tbody tr").count() == len(report["rows"])
+    # GPU-hours beside the dollars: the waste card and a column of the table.
+    shown_hours = admin.page.get_attribute("#total-waste", "data-gpu-hours")
+    assert shown_hours is not None
+    assert float(shown_hours) == pytest.approx(report["totals"]["waste_gpu_hours"], abs=0.1)
+    assert admin.page.locator("#costs th", has_text="waste GPU-h").count() == 1
     assert admin.page.locator("#cost-chart .track").count() == min(20, len(report["rows"]))
     href = admin.page.get_attribute("#csv", "href")
     assert href is not None and "format=csv" in href

@@ -142,5 +142,7 @@ class TestNoPrices:
         assert job["waste_gpu_hours"] == pytest.approx(rows["long"]["waste_gpu_hours"])
         fleet = http.get("/api/v1/fleet", headers=auth(tokens["reader"])).json()
         assert fleet["price_source"] == "none"
+        assert fleet["cost_usd"] is None and fleet["waste_usd"] is None  # null, not $0
+        assert fleet["waste_gpu_hours"] == pytest.approx(WASTE_GPU_HOURS, rel=0.02)
         assert fleet["gpus"][0]["cost_usd"] is None
         assert fleet["gpus"][0]["waste_gpu_hours"] == pytest.approx(WASTE_GPU_HOURS, rel=0.02)
