@@ -16,6 +16,7 @@ from service.clientsettings import ClientSettings
 from service.clock import utc_now
 from service.core.diagnosis import WASTE_CAUSES
 from service.core.querytime import INSTANT_FORMS, time_range
+from service.costs.job_groups import LABEL_PREFIX, label_key_problem
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
@@ -36,7 +37,14 @@ def add_report_parser(sub: Any) -> None:
     c.add_argument("--since", default="7d", help="report the last DURATION (default 7d)")
     c.add_argument("--start", help=f"instead of --since: {INSTANT_FORMS}")
     c.add_argument("--end", help="the same forms as --start (default now)")
-    c.add_argument("--group-by", default="job", choices=GROUP_BYS, help="default job")
+    c.add_argument(
+        "--group-by",
+        default="job",
+        type=group_by_arg,
+        metavar="GROUP",
+        help=f"one of {', '.join(GROUP_BYS)} or label:KEY (e.g. label:app.kubernetes.io/name); "
+        "default job",
+    )
     c.add_argument(
         "--cause",
         choices=[cause.label for cause in WASTE_CAUSES],
@@ -58,6 +66,18 @@ def add_report_parser(sub: Any) -> None:
         help="print FOCUS 1.0 CSV (FinOps cost and usage rows per job or GPU per day)",
     )
     c.set_defaults(handler=cmd_report_cost)
+
+
+def group_by_arg(text: str) -> str:
+    """``--group-by``: a grouping of the report, or ``label:<key>``."""
+    if text in GROUP_BYS:
+        return text
+    problem = label_key_problem(text) if text.startswith(LABEL_PREFIX) else "unknown"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"{problem}: {text!r}; one of {', '.join(GROUP_BYS)} or label:KEY"
+        )
+    return text
 
 
 def terminal_console() -> Console:

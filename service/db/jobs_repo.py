@@ -350,6 +350,19 @@ def jobs_by_id(conn: Connection, *, job_ids: Collection[str]) -> dict[str, dict[
     return {r.id: dict(r._mapping) for r in conn.execute(query)}
 
 
+LABELS_BATCH = 5000  # ids bound per statement (SQLite binds at most 32,766)
+
+
+def job_labels(conn: Connection, *, job_ids: Collection[str]) -> dict[str, dict[str, Any]]:
+    """The labels of the jobs ``job_ids`` (those that exist), by id."""
+    ids = sorted(set(job_ids))
+    out: dict[str, dict[str, Any]] = {}
+    for i in range(0, len(ids), LABELS_BATCH):
+        query = select(jobs.c.id, jobs.c.labels).where(jobs.c.id.in_(ids[i : i + LABELS_BATCH]))
+        out.update({job_id: labels or {} for job_id, labels in conn.execute(query).all()})
+    return out
+
+
 def team_names(conn: Connection) -> list[str]:
     """Every team a stored job names, sorted (read from the team index)."""
     query = select(jobs.c.team).where(jobs.c.team.is_not(None)).distinct().order_by(jobs.c.team)

@@ -650,6 +650,14 @@ def test_costs_page_matches_the_report_and_downloads_csv(
     admin.page.select_option("#group-by", "node")
     admin.page.wait_for_selector("#costs th >> text=node")
     admin.shot("costs")
+    # Kubernetes groupings: by namespace, and by a job label typed beside "label".
+    admin.page.select_option("#group-by", "namespace")
+    admin.page.wait_for_selector("#costs th >> text=namespace")
+    admin.page.select_option("#group-by", "label")
+    admin.page.fill("#label-key", "app.kubernetes.io/name")
+    admin.page.press("#label-key", "Enter")
+    admin.page.wait_for_selector("#costs th >> text=label:app.kubernetes.io/name")
+    assert admin.page.locator("#costs tbody tr", has_text="__unlabelled__").count() == 1
     assert not admin.errors, admin.errors
 
 

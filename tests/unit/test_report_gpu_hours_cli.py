@@ -3,11 +3,13 @@ never $0 or n/a; and ``--group-by`` taking namespace and label:<key>."""
 
 from __future__ import annotations
 
+import argparse
 import io
 
+import pytest
 from rich.console import Console
 
-from service.cli.report import render_table
+from service.cli.report import group_by_arg, render_table
 
 
 def row(key: str, held_hours: float, waste_hours: float) -> dict[str, object]:
@@ -39,3 +41,11 @@ def test_a_site_without_prices_reads_gpu_hours_not_n_a() -> None:
     assert "held 96.0 GPU-h (no data 0, lost 0); waste 41.5 GPU-h = idle 20.8 + fixable 20.8" in (
         text
     )
+
+
+def test_group_by_takes_namespace_and_any_label() -> None:
+    assert group_by_arg("namespace") == "namespace"
+    assert group_by_arg("label:app.kubernetes.io/name") == "label:app.kubernetes.io/name"
+    for bad in ("label:", "pods", "label:" + "k" * 64):
+        with pytest.raises(argparse.ArgumentTypeError):
+            group_by_arg(bad)

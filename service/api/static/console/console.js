@@ -606,17 +606,25 @@
   async function costsPage(state = Object.fromEntries(Object.entries(COSTS_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
     keepInUrl("/costs", Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== COSTS_DEFAULT[k])));
     page("Costs", "Cost and waste per group over a range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated).");
-    const groupSel = el("select", { id: "group-by" }, ["team", "user", "project", "node", "gpu_model", "job"]
-      .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === state.group_by })));
+    // label:<key> groups by any job label: the select says "label", the key is typed beside it.
+    const byLabel = state.group_by.startsWith("label:");
+    const groupSel = el("select", { id: "group-by" }, ["team", "user", "project", "namespace", "label", "node", "gpu_model", "job"]
+      .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === (byLabel ? "label" : state.group_by) })));
+    const labelIn = el("input", { id: "label-key", value: byLabel ? state.group_by.slice(6) : "", size: 24, placeholder: "app.kubernetes.io/name", title: "the job label to group by" });
+    const groupBy = () => (groupSel.value === "label" ? `label:${labelIn.value.trim()}` : groupSel.value);
     const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now, -24h or today-6d" });
     const endIn = el("input", { id: "end", value: state.end, size: 22 });
     const sortSel = sortSelect(state.sort || "waste", () => apply());
-    const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim(), sort: sortSel.querySelector("select").value }).catch(showError);
+    const apply = () => costsPage({ group_by: groupBy(), start: startIn.value.trim(), end: endIn.value.trim(), sort: sortSel.querySelector("select").value }).catch(showError);
     const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
-    const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel), el("label", {}, "start", startIn),
+    const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel),
+      el("label", { id: "label-key-field", hidden: groupSel.value !== "label" }, "label", labelIn), el("label", {}, "start", startIn),
       el("label", {}, "end", endIn), sortSel, el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "today-6d"), preset("30 days", "today-29d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
-    groupSel.addEventListener("change", apply);
+    groupSel.addEventListener("change", () => {
+      if (groupSel.value !== "label" || labelIn.value.trim()) apply();
+      else { document.getElementById("label-key-field").hidden = false; labelIn.focus(); }
+    });
     app.append(form);
     const params = { group_by: state.group_by, start: state.start, end: state.end, sort: state.sort || "waste" };
     const report = await api(`/reports/cost?${q({ ...params, limit: COSTS_ROWS })}`);
