@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     # table: PUT /api/v1/prices, else the config file's prices:, else the shipped defaults)
     # or "none" (no prices: every figure is in GPU-hours, dollars are null, never $0).
     prices: Literal["table", "none"] = "table"
+    # A running OpenCost (http://opencost.opencost:9003): per-node GPU prices read from its
+    # /allocation/compute answer replace the price table (docs/costs.md#prices-from-opencost).
+    opencost_url: str | None = None
+    opencost_refresh_seconds: float = Field(3600.0, gt=0)
+    opencost_window: str = "7d"
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).

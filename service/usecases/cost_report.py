@@ -29,6 +29,7 @@ from service.usecases import report_pages
 from service.usecases.attribution import Attribution, add_days, attribute, report_attribution
 from service.usecases.gc_pause import gc_paused
 from service.usecases.job_faults import report_faults
+from service.usecases.opencost_prices import opencost_problem
 
 UNKNOWN = day_sums_mod.UNKNOWN  # a job without the user or team a report groups by
 JOULES_PER_KWH = 3.6e6
@@ -254,6 +255,9 @@ def _explanations(att: Attribution, total: Summary, settings: Settings) -> list[
         out.append(DEFAULT_PRICES_NOTE)
     if att.price_source == "none":
         out.append(NO_PRICES_NOTE)
+    problem = opencost_problem(settings)
+    if problem is not None:
+        out.append(problem)
     return out
 
 

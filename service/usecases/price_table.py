@@ -15,6 +15,7 @@ from service.costs.prices import parse_price_rows as parse_price_list
 from service.db import prices_repo
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
+from service.usecases.opencost_prices import opencost_known
 
 
 def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
@@ -38,10 +39,17 @@ class PriceTable:
 
 
 def effective_prices(conn: Connection, settings: Settings) -> PriceTable:
-    """No prices with ``GPUWARDEN_PRICES=none``, else the price table."""
+    """No prices with ``GPUWARDEN_PRICES=none``; else OpenCost's prices where
+    ``GPUWARDEN_OPENCOST_URL`` gave some (the table's pricing the models it did not), else the
+    table."""
     if settings.prices == "none":
         return PriceTable([], "none")
-    return price_table(conn, settings)
+    table = price_table(conn, settings)
+    if settings.opencost_url:
+        from_opencost = opencost_known(conn, settings).rows
+        if from_opencost:
+            return PriceTable([*from_opencost, *table.rows], "opencost")
+    return table
 
 
 def price_table(conn: Connection, settings: Settings) -> PriceTable:

@@ -49,3 +49,16 @@ def test_group_by_takes_namespace_and_any_label() -> None:
     for bad in ("label:", "pods", "label:" + "k" * 64):
         with pytest.raises(argparse.ArgumentTypeError):
             group_by_arg(bad)
+
+
+def test_prices_from_opencost_are_named_so() -> None:
+    data = {
+        "group_by": "job", "start": "2026-12-01T00:00:00Z", "end": "2026-12-02T00:00:00Z",
+        "rows": [], "totals": {**row("__total__", 1.0, 0.5), "cost_usd": 2.5, "waste_usd": 1.25,
+                               "idle_usd": 0.6, "fixable_usd": 0.65, "nodata_usd": 0.0,
+                               "lost_usd": 0.0},
+        "price_source": "opencost", "unit": "usd", "warnings": [],
+    }  # fmt: skip
+    out = io.StringIO()
+    render_table(data, limit=20, console=Console(file=out, width=200, color_system=None))
+    assert "prices from OpenCost" in out.getvalue()
