@@ -280,6 +280,9 @@ def _money_lines(s: dict[str, Any]) -> list[str]:
         ),
         f"Waste: {money(s['waste_usd'])} = idle {money(s['idle_usd'])} + fixable "
         f"{money(s['fixable_usd'])} (estimated)",
+        f"Waste in GPU-hours: {gpu_hours(s.get('waste_gpu_hours', 0.0) * 3600)} = idle "
+        f"{gpu_hours(s.get('idle_gpu_hours', 0.0) * 3600)} + fixable "
+        f"{gpu_hours(s.get('fixable_gpu_hours', 0.0) * 3600)}",
         f"Efficiency (time-weighted activity): {'n/a' if eff is None else f'{eff:.0%}'}",
     ]
 

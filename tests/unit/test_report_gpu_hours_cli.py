@@ -62,3 +62,11 @@ def test_prices_from_opencost_are_named_so() -> None:
     out = io.StringIO()
     render_table(data, limit=20, console=Console(file=out, width=200, color_system=None))
     assert "prices from OpenCost" in out.getvalue()
+
+
+def test_gpuwarden_job_says_the_waste_in_gpu_hours() -> None:
+    from service.cli.fleet import _money_lines
+
+    lines = _money_lines({**row("slurm:9", 1.0, 0.8), "idle_gpu_hours": 0.5,
+                          "fixable_gpu_hours": 0.3})  # fmt: skip
+    assert "Waste in GPU-hours: 0.80 = idle 0.50 + fixable 0.30" in lines
