@@ -27,6 +27,12 @@ def by_job_labels(group_by: str) -> bool:
     return group_by == "namespace" or label_key(group_by) is not None
 
 
+def label_keys_of(group_by: str) -> tuple[str, ...]:
+    """The job labels a ``namespace`` or ``label:<key>`` grouping reads."""
+    key = label_key(group_by)
+    return NAMESPACE_LABELS if key is None else (key,)
+
+
 def label_key_problem(group_by: str) -> str | None:
     """Why ``label:<key>`` names no label key (empty, too long, a control character), or None."""
     key = label_key(group_by)

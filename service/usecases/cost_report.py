@@ -72,7 +72,7 @@ def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[
 
 
 def _key_fn(
-    att: Attribution, group_by: str, labels: dict[str, dict[str, Any]] | None = None
+    att: Attribution, group_by: str, labels: dict[str, dict[str, str]] | None = None
 ) -> Any:
     def key(line: Line) -> str:
         if group_by == "node":
@@ -174,7 +174,11 @@ def cost_report(
     # Namespaces and labels are read from the jobs (the day sums group by job, then by these).
     labels = None
     if job_groups.by_job_labels(group_by):
-        labels = jobs_repo.job_labels(conn, job_ids={ln.job_id for ln in lines if ln.job_id})
+        labels = jobs_repo.job_labels(
+            conn,
+            job_ids={ln.job_id for ln in lines if ln.job_id},
+            keys=job_groups.label_keys_of(group_by),
+        )
     groups = summarize(
         lines, _key_fn(att, group_by, labels), jobs_only=group_by not in HARDWARE_GROUP_BYS
     )
@@ -319,11 +323,14 @@ def _regrouped(
     conn: Connection,
     by_job: dict[str, Summary],
     group_by: str,
-    labels: dict[str, dict[str, Any]],
+    labels: dict[str, dict[str, str]],
 ) -> dict[str, Summary]:
     """Day sums read per job, summed per namespace or label (``labels`` gains the jobs'
     labels it did not have); time no job held stays ``__unallocated__``."""
-    labels.update(jobs_repo.job_labels(conn, job_ids=set(by_job) - set(labels) - {UNALLOCATED}))
+    wanted = set(by_job) - set(labels) - {UNALLOCATED}
+    labels.update(
+        jobs_repo.job_labels(conn, job_ids=wanted, keys=job_groups.label_keys_of(group_by))
+    )
     out: dict[str, Summary] = {}
     for job_id, summary in by_job.items():
         key = (
