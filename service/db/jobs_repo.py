@@ -357,22 +357,24 @@ LABELS_BATCH = 5000  # ids bound per statement on SQLite (it binds at most 32,76
 def job_labels(
     conn: Connection, *, job_ids: Collection[str], keys: Sequence[str]
 ) -> dict[str, dict[str, str]]:
-    """The labels ``keys`` of the jobs ``job_ids`` (those that exist and have them), by id:
-    only those keys are read, as text (no label documents decoded)."""
-    ids = sorted(set(job_ids))
-    columns = [jobs.c.labels[k].as_string() for k in keys]
-    out: dict[str, dict[str, str]] = {}
+    """The labels ``keys`` of the jobs ``job_ids`` (those that exist and have them), by id.
 
-    def add(query: Any) -> None:
+    PostgreSQL reads only those keys, as text, with one array parameter; SQLite reads the label
+    documents (its JSON paths miss keys with quotes, backslashes or non-ASCII characters)."""
+    ids = sorted(set(job_ids))
+    out: dict[str, dict[str, str]] = {}
+    if conn.dialect.name == "postgresql":
+        ids_param = bindparam(None, ids, type_=postgresql.ARRAY(String))
+        columns = [jobs.c.labels[k].as_string() for k in keys]
+        query = select(jobs.c.id, *columns).where(jobs.c.id == any_(ids_param))
         for job_id, *values in conn.execute(query).all():
             out[job_id] = {k: v for k, v in zip(keys, values, strict=True) if v is not None}
-
-    if conn.dialect.name == "postgresql":  # one array parameter, not thousands
-        ids_param = bindparam(None, ids, type_=postgresql.ARRAY(String))
-        add(select(jobs.c.id, *columns).where(jobs.c.id == any_(ids_param)))
         return out
     for i in range(0, len(ids), LABELS_BATCH):
-        add(select(jobs.c.id, *columns).where(jobs.c.id.in_(ids[i : i + LABELS_BATCH])))
+        query = select(jobs.c.id, jobs.c.labels).where(jobs.c.id.in_(ids[i : i + LABELS_BATCH]))
+        for job_id, labels in conn.execute(query).all():
+            found = labels or {}
+            out[job_id] = {k: str(found[k]) for k in keys if found.get(k) is not None}
     return out
 
 

@@ -170,3 +170,19 @@ def test_group_by_label_over_rest_and_csv_and_a_bad_key_is_422(
             headers=auth(tokens["reader"]),
         )  # fmt: skip
         assert r.status_code == 422 and "group_by" in r.text, (bad, r.text)
+
+
+@pytest.mark.parametrize("key", ['tëam"x', "a\\b", "$.x[0]", "app.kubernetes.io/name"])
+def test_a_label_key_with_any_characters_groups_alike_on_both_stores(
+    engine: Engine, clock: FakeClock, key: str
+) -> None:
+    t0 = clock() - timedelta(hours=2)
+    store_series(engine, clock, uuid="GPU-k0", start=t0, metrics=[_metrics(0, 0)] * 360)
+    add_job(engine, "k8s:ns/a", ("GPU-k0",), started_at=t0)
+    _label(engine, "k8s:ns/a", {key: "found", "other": "x"})
+    s = Settings(database_url=engine.url.render_as_string(hide_password=False), run_scheduler=False)
+    with engine.connect() as conn:
+        rep = cost_report.cost_report(
+            conn, settings=s, start=t0, end=clock(), now=clock(), group_by=f"label:{key}"
+        )
+    assert [r["key"] for r in rep["rows"]] == ["found"]
