@@ -314,6 +314,13 @@ class Settings(BaseSettings):
             value = "postgresql+psycopg://" + value.split("://", 1)[1]
         return value
 
+    @field_validator("opencost_url")
+    @classmethod
+    def _check_opencost_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be OpenCost's API as an http:// or https:// URL")
+        return value or None
+
     @field_validator("action_webhook_url")
     @classmethod
     def _check_action_webhook_url(cls, value: str | None) -> str | None:

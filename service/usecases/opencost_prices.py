@@ -81,7 +81,7 @@ def opencost_known(conn: Connection, settings: Settings) -> Known:
             return known
         try:
             rows = read_opencost(conn, settings)
-        except (httpx.HTTPError, OpenCostAnswerError, ValueError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, OpenCostAnswerError, ValueError) as exc:
             known.problem = f"OpenCost at {url} could not be read ({exc.__class__.__name__}: {exc})"
             retry = min(RETRY_SECONDS, settings.opencost_refresh_seconds)
             known.next_read = time.monotonic() + retry

@@ -97,3 +97,14 @@ def test_a_model_name_with_wildcard_characters_is_matched_literally() -> None:
     assert pattern_of("GPU [x]*") == "GPU [[]x][*]"
     assert matches(pattern_of("GPU [x]*"), "GPU [x]*")
     assert not matches(pattern_of("GPU [x]*"), "GPU x-anything")
+
+
+def test_the_opencost_url_setting_must_be_http() -> None:
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    with pytest.raises(ValidationError, match="opencost_url"):
+        Settings(opencost_url="opencost:9003")
+    assert Settings(opencost_url="").opencost_url is None
+    assert Settings(opencost_url="http://opencost.opencost.svc:9003").opencost_url is not None
