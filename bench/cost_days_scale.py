@@ -53,6 +53,7 @@ from service.usecases import cost_report
 from service.usecases.day_sums import basis_of
 
 DAY = timedelta(days=1)
+APP_LABEL = "app.kubernetes.io/name"  # the jobs' label that group_by=label:<key> reads
 PRICES = [
     PriceRow("*H100*", 6.88, END - timedelta(days=400)),
     PriceRow("*A100*80GB*", 5.12, END - timedelta(days=400)),
@@ -104,6 +105,8 @@ def load(url: str, n_gpus: int, n_jobs: int, days: int) -> None:
              for g in range(1, n_gpus + 1)],
         )  # fmt: skip
         job_rows, interval_rows = make_jobs(n_gpus, days, n_jobs, rng)
+        for k, row in enumerate(job_rows):  # 30 namespaces, 50 apps (group_by namespace, label)
+            row["labels"] = {"namespace": f"ns{k % 30}", APP_LABEL: f"app{k % 50}"}
         for i in range(0, len(job_rows), 5000):
             conn.execute(insert(jobs), job_rows[i : i + 5000])
         for i in range(0, len(interval_rows), 5000):
@@ -163,7 +166,8 @@ def bench(url: str, days: int, runs: int, csv_dir: str | None = None) -> None:
         n = conn.execute(select(func.count()).select_from(cost_job_1d)).scalar_one()
         print(f"  rows: cost_job_1d {n:,}")
         for group_by, limit in (("team", None), ("user", None), ("job", 100), ("job", None),
-                                ("gpu", None)):  # fmt: skip
+                                ("gpu", None), ("namespace", None),
+                                (f"label:{APP_LABEL}", None)):  # fmt: skip
             times = []
             data: Any = None
             cost_report.cost_report(conn, settings=settings, start=start, end=END, now=END,

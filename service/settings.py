@@ -92,6 +92,15 @@ class Settings(BaseSettings):
     # equal, memory (by memory held) or activity (busy time by SM share, idle time by memory).
     # Applies to minutes rolled up from then on.
     cost_split_rule: Literal["equal", "memory", "activity"] = "equal"
+    # Where GPU prices come from (docs/costs.md#no-prices-gpu-hours): "table" (the price
+    # table: PUT /api/v1/prices, else the config file's prices:, else the shipped defaults)
+    # or "none" (no prices: every figure is in GPU-hours, dollars are null, never $0).
+    prices: Literal["table", "none"] = "table"
+    # A running OpenCost (http://opencost.opencost:9003): per-node GPU prices read from its
+    # /allocation/compute answer replace the price table (docs/costs.md#prices-from-opencost).
+    opencost_url: str | None = None
+    opencost_refresh_seconds: float = Field(3600.0, gt=0)
+    opencost_window: str = "7d"
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).
@@ -306,6 +315,13 @@ class Settings(BaseSettings):
         if info.field_name == "database_read_url" and not value.startswith("postgres"):
             raise ValueError("a read replica is a PostgreSQL streaming replica: postgresql://")
         return normalize_database_url(value)
+
+    @field_validator("opencost_url")
+    @classmethod
+    def _check_opencost_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be OpenCost's API as an http:// or https:// URL")
+        return value or None
 
     @field_validator("action_webhook_url")
     @classmethod

@@ -49,7 +49,13 @@ _ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("/api/v1/fleet", "cause"): CAUSE_NAMES,
     ("/api/v1/gpus/{uuid}/series", "metric"): (*METRICS_BY_NAME, "activity"),
     ("/api/v1/gpus/series", "metric"): (*METRICS_BY_NAME, "activity"),
-    ("/api/v1/reports/cost", "group_by"): GROUP_BYS,
+}
+# Query parameters whose names are open-ended: a pattern instead of an enum.
+_PATTERNS: dict[tuple[str, str], str] = {
+    # The groupings, or label:<key> (a label key of 1-63 characters, no control character).
+    ("/api/v1/reports/cost", "group_by"): "^("
+    + "|".join(GROUP_BYS)
+    + "|label:[^\u0000-\u001f\u007f]{1,63})?$",
 }
 # Text anywhere in a request refuses a NUL (service/api/input_guard.py).
 NO_NUL = "^[^\u0000]*$"
@@ -65,6 +71,8 @@ def _parameters(path: str, op: dict[str, Any]) -> None:
             names = _ENUMS.get((path, param["name"]))
             if names is not None:
                 text["enum"] = list(names)
+            elif (path, param["name"]) in _PATTERNS:
+                text["pattern"] = _PATTERNS[(path, param["name"])]
             elif "enum" not in text and "pattern" not in text and "format" not in text:
                 text["pattern"] = NO_NUL
             # An optional query parameter left empty (?format=) reads as not given.

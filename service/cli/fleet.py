@@ -167,6 +167,11 @@ def fleet_title(fleet: dict[str, Any], args: argparse.Namespace) -> str:
         f"{money(fleet['cost_usd'])}, waste {money(fleet['waste_usd'])} = idle "
         f"{money(fleet['idle_usd'])} + fixable {money(fleet['fixable_usd'])} (estimated)"
         + (f", lost {money(fleet['lost_usd'])}" if fleet.get("lost_usd") else "")
+        + (
+            f"; {fleet['held_gpu_hours']:,.2f} GPU-h held, {fleet['waste_gpu_hours']:,.2f} wasted"
+            if "waste_gpu_hours" in fleet
+            else ""
+        )
     )
 
 
@@ -275,6 +280,9 @@ def _money_lines(s: dict[str, Any]) -> list[str]:
         ),
         f"Waste: {money(s['waste_usd'])} = idle {money(s['idle_usd'])} + fixable "
         f"{money(s['fixable_usd'])} (estimated)",
+        f"Waste in GPU-hours: {gpu_hours(s.get('waste_gpu_hours', 0.0) * 3600)} = idle "
+        f"{gpu_hours(s.get('idle_gpu_hours', 0.0) * 3600)} + fixable "
+        f"{gpu_hours(s.get('fixable_gpu_hours', 0.0) * 3600)}",
         f"Efficiency (time-weighted activity): {'n/a' if eff is None else f'{eff:.0%}'}",
     ]
 

@@ -16,6 +16,7 @@ from service.clientsettings import ClientSettings
 from service.clock import utc_now
 from service.core.diagnosis import WASTE_CAUSES
 from service.core.querytime import INSTANT_FORMS, time_range
+from service.costs.job_groups import LABEL_PREFIX, label_key_problem
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
@@ -36,7 +37,14 @@ def add_report_parser(sub: Any) -> None:
     c.add_argument("--since", default="7d", help="report the last DURATION (default 7d)")
     c.add_argument("--start", help=f"instead of --since: {INSTANT_FORMS}")
     c.add_argument("--end", help="the same forms as --start (default now)")
-    c.add_argument("--group-by", default="job", choices=GROUP_BYS, help="default job")
+    c.add_argument(
+        "--group-by",
+        default="job",
+        type=group_by_arg,
+        metavar="GROUP",
+        help=f"one of {', '.join(GROUP_BYS)} or label:KEY (e.g. label:app.kubernetes.io/name); "
+        "default job",
+    )
     c.add_argument(
         "--cause",
         choices=[cause.label for cause in WASTE_CAUSES],
@@ -58,6 +66,18 @@ def add_report_parser(sub: Any) -> None:
         help="print FOCUS 1.0 CSV (FinOps cost and usage rows per job or GPU per day)",
     )
     c.set_defaults(handler=cmd_report_cost)
+
+
+def group_by_arg(text: str) -> str:
+    """``--group-by``: a grouping of the report, or ``label:<key>``."""
+    if text in GROUP_BYS:
+        return text
+    problem = label_key_problem(text) if text.startswith(LABEL_PREFIX) else "unknown"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"{problem}: {text!r}; one of {', '.join(GROUP_BYS)} or label:KEY"
+        )
+    return text
 
 
 def terminal_console() -> Console:
@@ -92,13 +112,15 @@ def short_time(text: str) -> str:
     return text[:16].replace("T", " ") + "Z" if len(text) >= 16 else text
 
 
-def _table_columns(group_by: str) -> list[Column]:
-    """The report table's columns, first to last; ``drop`` orders which go first when narrow."""
+def _table_columns(group_by: str, hours: bool = False) -> list[Column]:
+    """The report table's columns, first to last; ``drop`` orders which go first when narrow
+    (with ``hours``, a site without prices, the money columns are GPU-hours)."""
     columns = [
         Column(group_by, whole=True, fold_last=True),
         Column("GPU-h", "right", drop=4),
         Column("cost", "right", whole=True),
         Column("waste", "right", whole=True),
+        Column("waste GPU-h", "right", drop=4),
         Column("idle", "right", whole=True, drop=3),
         Column("fixable", "right", whole=True, drop=2),
         Column("lost", "right", drop=7),
@@ -112,17 +134,23 @@ def _table_columns(group_by: str) -> list[Column]:
     return columns
 
 
-def _table_cells(r: dict[str, Any], group_by: str) -> list[str]:
-    """One report row's cells, in the order of ``_table_columns``."""
+def _table_cells(r: dict[str, Any], group_by: str, hours: bool = False) -> list[str]:
+    """One report row's cells, in the order of ``_table_columns``: dollars, or GPU-hours with
+    ``hours`` (a site without prices)."""
     eff = r["efficiency"]
+
+    def amount(usd: str, gpu_h: float) -> str:
+        return f"{gpu_hours(gpu_h * 3600)} GPU-h" if hours else money(r[usd])
+
     row = [
         str(r["key"]),
         gpu_hours(r["held_seconds"]),
-        money(r["cost_usd"]),
-        money(r["waste_usd"]),
-        money(r["idle_usd"]),
-        money(r["fixable_usd"]),
-        money(r["lost_usd"]) if r.get("lost_seconds") else "",
+        amount("cost_usd", r["held_seconds"] / 3600),
+        amount("waste_usd", r.get("waste_gpu_hours", 0.0)),
+        gpu_hours(r.get("waste_gpu_hours", 0.0) * 3600),
+        amount("idle_usd", r.get("idle_gpu_hours", 0.0)),
+        amount("fixable_usd", r.get("fixable_gpu_hours", 0.0)),
+        amount("lost_usd", r.get("lost_seconds", 0.0) / 3600) if r.get("lost_seconds") else "",
         "" if eff is None else f"{eff:.0%}",
         _pct(r["nodata_seconds"], r["held_seconds"]),
         top_cause(r),
@@ -133,9 +161,23 @@ def _table_cells(r: dict[str, Any], group_by: str) -> list[str]:
     return row
 
 
+PRICE_SOURCE_WORDS = {
+    "default": "DEFAULT prices",
+    "opencost": "prices from OpenCost",
+    "api": "your prices",
+    "config": "your prices",
+}
+
+
 def _table_caption(data: dict[str, Any]) -> str:
     """What cost and waste mean, which prices priced them and how shared GPUs were split."""
-    prices = "DEFAULT prices" if data.get("price_source") == "default" else "your prices"
+    prices = PRICE_SOURCE_WORDS.get(str(data.get("price_source")), "your prices")
+    if data.get("unit") == "gpu_hours":
+        return (
+            "no prices: figures are GPU-hours; cost = held time; waste = idle (nothing ran) + "
+            "fixable (the causes' GPU-hours x their fixes' saving fraction, estimated)"
+            + (f"; shared GPUs split by {rule}" if (rule := data.get("split_rule")) else "")
+        )
     return (
         "cost = price x held time; waste = idle (nothing ran) + fixable (the causes' "
         f"dollars x their fixes' saving fraction, estimated); {prices}"
@@ -157,13 +199,13 @@ def _fault_notes(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def _totals_notes(totals: dict[str, Any]) -> list[str]:
+def _totals_notes(totals: dict[str, Any], hours: bool = False) -> list[str]:
     """The totals in words: time by cause, cost and waste, and the fixes that save most."""
     notes = []
     breakdown = cause_breakdown(totals)
     if breakdown:
         notes.append(f"time by cause: {breakdown}")
-    notes.append(waste_line(totals))
+    notes.append(waste_line(totals, hours=hours))
     fixes = totals.get("fixes") or []
     if fixes:
         notes.append(
@@ -178,10 +220,11 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     with the totals last."""
     group_by = data["group_by"]
     rows = data["rows"]
+    hours = data.get("unit") == "gpu_hours"
     shown = [*rows[:limit], {**data["totals"], "key": "TOTAL"}]
     table, dropped = fit_table(
-        _table_columns(group_by),
-        [_table_cells(r, group_by) for r in shown],
+        _table_columns(group_by, hours),
+        [_table_cells(r, group_by, hours) for r in shown],
         width=console.width,
         title=f"GPU cost by {group_by}, {short_time(data['start'])} to {short_time(data['end'])}",
         caption=_table_caption(data),
@@ -197,16 +240,26 @@ def render_table(data: dict[str, Any], *, limit: int, console: Console) -> None:
     count = int(data.get("row_count", len(rows)))
     if count > limit:
         console.print(f"{count - limit} more rows; use --limit, --csv or --json for all")
-    for note in _fault_notes(rows) + _totals_notes(data["totals"]):
+    for note in _fault_notes(rows) + _totals_notes(data["totals"], hours):
         console.print(note)
 
 
-def waste_line(row: dict[str, Any]) -> str:
-    """The row's cost and waste in words: "cost $4.00 (no data $0.67, lost $0.00); waste $3.00
-    = idle $2.00 + fixable $1.00 (estimated)"."""
+def waste_line(row: dict[str, Any], *, hours: bool = False) -> str:
+    """The row's cost and waste in words: "cost $4.00 (1.00 GPU-h; no data $0.67, lost $0.00);
+    waste $3.19 (0.80 GPU-h) = idle $2.00 + fixable $1.19 (estimated)", or in GPU-hours alone
+    with ``hours`` (a site without prices)."""
+    held = gpu_hours(row["held_seconds"])
+    wasted = gpu_hours(row.get("waste_gpu_hours", 0.0) * 3600)
+    if hours:
+        return (
+            f"held {held} GPU-h (no data {gpu_hours(row['nodata_seconds'])}, lost "
+            f"{gpu_hours(row.get('lost_seconds', 0.0))}); waste {wasted} GPU-h = idle "
+            f"{gpu_hours(row.get('idle_gpu_hours', 0.0) * 3600)} + fixable "
+            f"{gpu_hours(row.get('fixable_gpu_hours', 0.0) * 3600)} (estimated)"
+        )
     return (
-        f"cost {money(row['cost_usd'])} (no data {money(row['nodata_usd'])}, lost "
-        f"{money(row['lost_usd'])}); waste {money(row['waste_usd'])} = idle "
+        f"cost {money(row['cost_usd'])} ({held} GPU-h; no data {money(row['nodata_usd'])}, lost "
+        f"{money(row['lost_usd'])}); waste {money(row['waste_usd'])} ({wasted} GPU-h) = idle "
         f"{money(row['idle_usd'])} + fixable {money(row['fixable_usd'])} (estimated)"
     )
 

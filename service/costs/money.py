@@ -29,6 +29,13 @@ SORT_FIELDS: dict[str, str] = {
     "idle": "idle_usd",
     "fixable": "fixable_usd",
 }
+# The GPU-hours beside each: what unpriced groups (a site without prices) rank by.
+SORT_HOURS: dict[str, str] = {
+    "waste": "waste_gpu_hours",
+    "cost": "held_gpu_hours",
+    "idle": "idle_gpu_hours",
+    "fixable": "fixable_gpu_hours",
+}
 FIXABLE_CAUSES: tuple[Cause, ...] = tuple(c for c in WASTE_CAUSES if c not in IDLE_CAUSES)
 
 
@@ -71,6 +78,11 @@ class Money:
     lost_usd: float | None
     top_cause: str | None
     cause_waste_usd: dict[str, float | None]
+    # The same figures in GPU-hours (held seconds / 3600): never None, priced or not.
+    held_gpu_hours: float = 0.0
+    waste_gpu_hours: float = 0.0
+    idle_gpu_hours: float = 0.0
+    fixable_gpu_hours: float = 0.0
 
 
 def money_of(
@@ -81,20 +93,24 @@ def money_of(
     ``shares``: the waste shares of some causes (``waste_share``), where the caller has them."""
     priced = summary.priced
     waste_by_cause: dict[str, float] = {}
+    waste_seconds: dict[str, float] = {}
     best, best_value = None, 0.0
     for cause in CAUSES:
         if not summary.cause_usd(cause) and not summary.cause_seconds(cause):
-            waste_by_cause[cause.label] = 0.0  # no time in it: no share to work out
+            waste_by_cause[cause.label] = waste_seconds[cause.label] = 0.0  # no time in it
             continue
         known = shares.get(cause) if shares is not None else None
         share = waste_share(cause, a, summary.usage) if known is None else known
         waste = summary.cause_usd(cause) * share
         waste_by_cause[cause.label] = waste
-        value = waste if priced else summary.cause_seconds(cause) * share
+        waste_seconds[cause.label] = summary.cause_seconds(cause) * share
+        value = waste if priced else waste_seconds[cause.label]
         if value > best_value + 1e-12:
             best, best_value = cause.label, value
     idle = sum(waste_by_cause[c.label] for c in IDLE_CAUSES)
     fixable = sum(waste_by_cause[c.label] for c in FIXABLE_CAUSES)
+    idle_hours = sum(waste_seconds[c.label] for c in IDLE_CAUSES) / 3600.0
+    fixable_hours = sum(waste_seconds[c.label] for c in FIXABLE_CAUSES) / 3600.0
 
     def usd(value: float) -> float | None:
         return value if priced else None
@@ -108,6 +124,10 @@ def money_of(
         lost_usd=usd(summary.lost_usd),
         top_cause=best,
         cause_waste_usd={k: usd(v) for k, v in waste_by_cause.items()},
+        held_gpu_hours=summary.held_seconds / 3600.0,
+        waste_gpu_hours=idle_hours + fixable_hours,
+        idle_gpu_hours=idle_hours,
+        fixable_gpu_hours=fixable_hours,
     )
 
 
@@ -139,6 +159,10 @@ def figures(
         "nodata_usd": m.nodata_usd,
         "lost_usd": m.lost_usd,
         "unpriced_seconds": summary.unpriced_seconds,
+        "held_gpu_hours": m.held_gpu_hours,
+        "waste_gpu_hours": m.waste_gpu_hours,
+        "idle_gpu_hours": m.idle_gpu_hours,
+        "fixable_gpu_hours": m.fixable_gpu_hours,
         "top_cause": m.top_cause,
         "causes": {
             c.label: {
@@ -151,13 +175,18 @@ def figures(
     }
 
 
-def rank(value: object, key: str) -> tuple[bool, float, str]:
+def rank(value: object, key: str, hours: object = None) -> tuple[bool, float, str]:
     """Where a row with ``value`` dollars sorts in a list: largest first, unpriced (None)
-    last, then by key."""
-    return (value is None, -float(value) if isinstance(value, int | float) else 0.0, key)
+    last, those largest ``hours`` (GPU-hours) first, then by key."""
+    if value is None:
+        return (True, -float(hours) if isinstance(hours, int | float) else 0.0, key)
+    return (False, -float(value) if isinstance(value, int | float) else 0.0, key)
 
 
 def sort_rows(rows: list[dict[str, object]], sort_by: str = "waste") -> list[dict[str, object]]:
-    """Rows largest ``sort_by`` dollars first (unpriced last), then by key."""
-    name = SORT_FIELDS[sort_by]
-    return sorted(rows, key=lambda row: rank(row.get(name), str(row.get("key", row.get("id", "")))))
+    """Rows largest ``sort_by`` dollars first (unpriced last, by GPU-hours), then by key."""
+    name, hours = SORT_FIELDS[sort_by], SORT_HOURS[sort_by]
+    return sorted(
+        rows,
+        key=lambda row: rank(row.get(name), str(row.get("key", row.get("id", ""))), row.get(hours)),
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from service.core.diagnosis import IDLE_CAUSES
-from service.costs.money import FIXABLE_CAUSES, SORT_BYS, SORT_FIELDS, Money, rank
+from service.costs.money import FIXABLE_CAUSES, SORT_BYS, SORT_FIELDS, SORT_HOURS, Money, rank
 from service.costs.waste import Summary
 
 # A bound is trusted this much less than it says: shares are products of floats.
@@ -50,8 +50,11 @@ class Page:
 
 
 def order_key(summary: Summary, money: Money, sort_by: str) -> RankKey:
-    """Where a group sorts: largest ``sort_by`` dollars first, unpriced last, then by key."""
-    return rank(getattr(money, SORT_FIELDS[sort_by]), summary.key)
+    """Where a group sorts: largest ``sort_by`` dollars first, unpriced last (largest
+    GPU-hours first), then by key."""
+    return rank(
+        getattr(money, SORT_FIELDS[sort_by]), summary.key, getattr(money, SORT_HOURS[sort_by])
+    )
 
 
 class Dollars(NamedTuple):

@@ -79,6 +79,10 @@ class Totals:
     fixable_usd: float | None
     jobs: int
     waste_by_cause_usd: dict[str, float] = field(default_factory=dict)
+    # The waste in GPU-hours (the same model): the figure of a site without prices.
+    waste_gpu_hours: float = 0.0
+    idle_gpu_hours: float = 0.0
+    fixable_gpu_hours: float = 0.0
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Totals:
@@ -97,6 +101,9 @@ class Totals:
             fixable_usd=row["fixable_usd"],
             jobs=int(row["jobs"]),
             waste_by_cause_usd=dict(sorted(by_cause.items(), key=lambda kv: -kv[1])),
+            waste_gpu_hours=float(row.get("waste_gpu_hours") or 0.0),
+            idle_gpu_hours=float(row.get("idle_gpu_hours") or 0.0),
+            fixable_gpu_hours=float(row.get("fixable_gpu_hours") or 0.0),
         )
 
 
@@ -115,6 +122,7 @@ class JobLine:
     fix: str | None
     fix_saving_usd: float | None
     url: str
+    waste_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,7 @@ class Ranked:
     cost_usd: float | None
     top_cause: str | None
     url: str
+    waste_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +185,13 @@ def costliest_jobs(
     """The ``n`` jobs of ``job_rows`` that cost most (unpriced last), each with its top fix."""
     priced = sorted(
         (r for r in job_rows if r["key"] != UNALLOCATED),
-        key=lambda r: (r["cost_usd"] is None, -(r["cost_usd"] or 0.0), str(r["key"])),
+        # Unpriced last, by GPU-hours (a site without prices ranks by them alone).
+        key=lambda r: (
+            r["cost_usd"] is None,
+            -(r["cost_usd"] or 0.0),
+            -float(r["held_seconds"]),
+            str(r["key"]),
+        ),
     )
     out = []
     for r in priced[:n]:
@@ -187,6 +202,7 @@ def costliest_jobs(
                 gpu_hours=float(r["held_seconds"]) / 3600.0, cost_usd=r["cost_usd"],
                 waste_usd=r["waste_usd"], top_cause=r.get("top_cause"), fix=fix,
                 fix_saving_usd=saving, url=base_url + job_path(str(r["key"])),
+                waste_gpu_hours=float(r.get("waste_gpu_hours") or 0.0),
             )
         )  # fmt: skip
     return out
@@ -243,10 +259,18 @@ def admins_report(
 
     def ranked(report: Mapping[str, Any], kind: str) -> list[Ranked]:
         rows = [r for r in report["rows"] if r["key"] not in _NOBODY]
-        rows.sort(key=lambda r: (r["waste_usd"] is None, -(r["waste_usd"] or 0.0), str(r["key"])))
+        rows.sort(
+            key=lambda r: (
+                r["waste_usd"] is None,
+                -(r["waste_usd"] or 0.0),
+                -float(r.get("waste_gpu_hours") or 0.0),
+                str(r["key"]),
+            )
+        )
         return [
             Ranked(str(r["key"]), r["waste_usd"], r["cost_usd"], r.get("top_cause"),
-                   page_url(base, kind, str(r["key"]), period))
+                   page_url(base, kind, str(r["key"]), period),
+                   float(r.get("waste_gpu_hours") or 0.0))
             for r in rows[:worst]
         ]  # fmt: skip
 

@@ -53,6 +53,8 @@ def subject(report: Report) -> str:
     t = report.totals
     if t is None:
         return f"{head}: no GPU jobs"
+    if t.cost_usd is None and t.waste_usd is None:  # no prices: GPU-hours
+        return f"{head}: {t.waste_gpu_hours:,.2f} of {t.gpu_hours:,.2f} GPU-h wasted"
     return f"{head}: {usd(t.waste_usd)} of {usd(t.cost_usd)} wasted"
 
 
@@ -71,13 +73,22 @@ def _summary_lines(report: Report, t: Totals) -> list[str]:
         f"Cost: {usd(t.cost_usd)}",
         f"Waste: {usd(t.waste_usd)} = idle {usd(t.idle_usd)} + fixable {usd(t.fixable_usd)}"
         " (estimated)",
+        f"Waste in GPU-hours: {t.waste_gpu_hours:,.2f} of {t.gpu_hours:,.2f} = idle "
+        f"{t.idle_gpu_hours:,.2f} + fixable {t.fixable_gpu_hours:,.2f} (estimated)",
     ]
+    if t.cost_usd is None and t.waste_usd is None:  # no prices: the GPU-hours alone
+        del lines[1:3]
     if t.waste_by_cause_usd:
         causes = ", ".join(f"{c} {usd(v)}" for c, v in t.waste_by_cause_usd.items())
         lines.append(f"Waste by cause: {causes}")
     p = report.previous
     if p is None:
         lines.append(f"Change since the {_span(report)} before: no jobs then")
+    elif t.cost_usd is None and t.waste_usd is None:
+        lines.append(
+            f"Change since the {_span(report)} before: held {t.gpu_hours - p.gpu_hours:+,.2f} "
+            f"GPU-h, waste {t.waste_gpu_hours - p.waste_gpu_hours:+,.2f} GPU-h"
+        )
     else:
         lines.append(
             f"Change since the {_span(report)} before: cost {change(t.cost_usd, p.cost_usd)}, "
@@ -93,7 +104,8 @@ def _job_lines(report: Report) -> list[tuple[str, str | None]]:
         owner = f" ({j.user})" if report.kind != "user" and j.user else ""
         line = (
             f"{i}. {j.job_id}{owner}: {usd(j.cost_usd)} for {j.gpu_hours:,.2f} GPU-h, "
-            f"waste {usd(j.waste_usd)}, top cause {j.top_cause or 'none'}"
+            f"waste {usd(j.waste_usd)}, top cause {j.top_cause or 'none'}; "
+            f"{j.waste_gpu_hours:,.2f} GPU-h wasted"
         )
         out.append((line, f"fix: {_fix_text(j)}" if j.fix else None))
     return out
@@ -110,7 +122,7 @@ def _fix_text(j: JobLine) -> str:
 def _ranked_line(i: int, r: Ranked) -> str:
     return (
         f"{i}. {r.name}: waste {usd(r.waste_usd)} of {usd(r.cost_usd)}, "
-        f"top cause {r.top_cause or 'none'}"
+        f"top cause {r.top_cause or 'none'}; {r.waste_gpu_hours:,.2f} GPU-h wasted"
     )
 
 
@@ -176,7 +188,7 @@ def _job_blocks(report: Report) -> str:
         head = f"{i}. <a href='{e(j.url, quote=True)}'>{e(j.job_id)}</a>{owner}"
         lines = [
             f"{e(usd(j.cost_usd))} for {j.gpu_hours:,.2f} GPU-h, waste {e(usd(j.waste_usd))},"
-            f" top cause {e(j.top_cause or 'none')}"
+            f" top cause {e(j.top_cause or 'none')}; {j.waste_gpu_hours:,.2f} GPU-h wasted"
         ]
         if j.fix:
             lines.append(f"fix: {e(_fix_text(j))}")
@@ -192,7 +204,7 @@ def _ranked_blocks(ranked: list[Ranked]) -> str:
                 f"{i}. <a href='{e(r.url, quote=True)}'>{e(r.name)}</a>",
                 [
                     f"waste {e(usd(r.waste_usd))} of {e(usd(r.cost_usd))}, top cause"
-                    f" {e(r.top_cause or 'none')}"
+                    f" {e(r.top_cause or 'none')}; {r.waste_gpu_hours:,.2f} GPU-h wasted"
                 ],
             )
             for i, r in enumerate(ranked, 1)

@@ -356,7 +356,8 @@ def summarize(
 
 
 # What a cost report can group its lines by; the API, the CLI and the report all read this.
-GroupBy = Literal["job", "user", "team", "project", "node", "gpu_model", "gpu"]
+# Beside these, ``label:<key>`` groups by any job label (service.costs.job_groups).
+GroupBy = Literal["job", "user", "team", "project", "namespace", "node", "gpu_model", "gpu"]
 GROUP_BYS: tuple[str, ...] = get_args(GroupBy)
 # Groups of hardware hold every second of their GPUs, a job's or not: no __unallocated__ row.
 HARDWARE_GROUP_BYS: tuple[str, ...] = ("node", "gpu_model", "gpu")

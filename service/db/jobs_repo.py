@@ -6,7 +6,8 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import Connection, String, and_, any_, bindparam, insert, or_, select, update
+from sqlalchemy.dialects import postgresql
 
 from service.db import tenants_repo
 from service.db.dialect import insert_ignore
@@ -348,6 +349,33 @@ def jobs_by_id(conn: Connection, *, job_ids: Collection[str]) -> dict[str, dict[
         return {}
     query = select(jobs).where(jobs.c.id.in_(sorted(set(job_ids))))
     return {r.id: dict(r._mapping) for r in conn.execute(query)}
+
+
+LABELS_BATCH = 5000  # ids bound per statement on SQLite (it binds at most 32,766)
+
+
+def job_labels(
+    conn: Connection, *, job_ids: Collection[str], keys: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """The labels ``keys`` of the jobs ``job_ids`` (those that exist and have them), by id.
+
+    PostgreSQL reads only those keys, as text, with one array parameter; SQLite reads the label
+    documents (its JSON paths miss keys with quotes, backslashes or non-ASCII characters)."""
+    ids = sorted(set(job_ids))
+    out: dict[str, dict[str, str]] = {}
+    if conn.dialect.name == "postgresql":
+        ids_param = bindparam(None, ids, type_=postgresql.ARRAY(String))
+        columns = [jobs.c.labels[k].as_string() for k in keys]
+        query = select(jobs.c.id, *columns).where(jobs.c.id == any_(ids_param))
+        for job_id, *values in conn.execute(query).all():
+            out[job_id] = {k: v for k, v in zip(keys, values, strict=True) if v is not None}
+        return out
+    for i in range(0, len(ids), LABELS_BATCH):
+        query = select(jobs.c.id, jobs.c.labels).where(jobs.c.id.in_(ids[i : i + LABELS_BATCH]))
+        for job_id, labels in conn.execute(query).all():
+            found = labels or {}
+            out[job_id] = {k: str(found[k]) for k in keys if found.get(k) is not None}
+    return out
 
 
 def team_names(conn: Connection) -> list[str]:

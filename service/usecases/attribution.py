@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 
@@ -20,7 +20,7 @@ from service.costs.waste import Line, Segment, Summary, group_segments, segment_
 from service.db import cost_sums, costs_repo, tenants_repo
 from service.settings import Settings
 from service.usecases import day_sums as day_sums_mod
-from service.usecases.price_table import effective_prices
+from service.usecases.price_table import PriceSource, effective_prices
 from service.usecases.shared_minutes import PriceOf, shared_lines
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Attribution:
     gpus: dict[int, costs_repo.GpuInfo]
     jobs: dict[str, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
-    price_source: Literal["api", "config", "default"] = "default"
+    price_source: PriceSource = "default"
     split_rules: set[str] = field(default_factory=set)  # rules the shared minutes were split by
 
 
@@ -95,7 +95,8 @@ def attribute(
         prices=table.rows, price_of=price_of, raw_from=raw_from, settings=settings,
     )  # fmt: skip
     lines += tenant_lines
-    warnings = [unpriced_warning(model) for model in sorted(unpriced)]
+    # Without prices (GPUWARDEN_PRICES=none) every GPU is unpriced by design: nothing to warn.
+    warnings = [] if table.source == "none" else [unpriced_warning(m) for m in sorted(unpriced)]
     for warning in warnings:
         log.warning(warning)
     return Attribution(lines, gpu_info, job_info, warnings, table.source, rules)
@@ -322,7 +323,10 @@ def report_attribution(
         for a, b, ids in parts
     ]  # fmt: skip
     warnings = {w for att in atts for w in att.warnings}
-    warnings |= {unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale}
+    if not atts or atts[0].price_source != "none":
+        warnings |= {
+            unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale
+        }
     merged = Attribution(
         [line for att in atts for line in att.lines],
         gpus,

@@ -15,11 +15,13 @@ from sqlalchemy import Connection
 
 from service.core import diagnosis
 from service.core.diagnosis import CAUSE_BY_NAME
+from service.costs import job_groups
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.money import SORT_BYS, Money, figures, money_of
 from service.costs.paging import Page, page_of
 from service.costs.recommend import FixAssumptions, cause_fixes, with_model
 from service.costs.waste import GROUP_BYS, HARDWARE_GROUP_BYS, UNALLOCATED, Line, Summary, summarize
+from service.db import jobs_repo
 from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases import day_sums as day_sums_mod
@@ -27,6 +29,7 @@ from service.usecases import report_pages
 from service.usecases.attribution import Attribution, add_days, attribute, report_attribution
 from service.usecases.gc_pause import gc_paused
 from service.usecases.job_faults import report_faults
+from service.usecases.opencost_prices import opencost_problem
 
 UNKNOWN = day_sums_mod.UNKNOWN  # a job without the user or team a report groups by
 JOULES_PER_KWH = 3.6e6
@@ -68,7 +71,9 @@ def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[
     return row
 
 
-def _key_fn(att: Attribution, group_by: str) -> Any:
+def _key_fn(
+    att: Attribution, group_by: str, labels: dict[str, dict[str, str]] | None = None
+) -> Any:
     def key(line: Line) -> str:
         if group_by == "node":
             return att.gpus[line.gpu_id].node
@@ -79,6 +84,8 @@ def _key_fn(att: Attribution, group_by: str) -> Any:
         assert line.job_id is not None
         if group_by == "job":
             return line.job_id
+        if labels is not None:
+            return job_groups.group_key(group_by, line.job_id, labels.get(line.job_id, {}))
         value = att.jobs.get(line.job_id, {}).get(group_by)
         return value if value else UNKNOWN
 
@@ -103,8 +110,15 @@ def check_range(settings: Settings, *, start: datetime, end: datetime, now: date
 
 def _check_query(group_by: str, sort_by: str, cause: str | None) -> None:
     """Refuse an unknown group_by, sort or waste cause."""
-    if group_by not in GROUP_BYS:
-        raise ValidationFailed("group_by", f"unknown group_by {group_by!r}; one of {GROUP_BYS}")
+    if group_by not in GROUP_BYS and job_groups.label_key(group_by) is None:
+        raise ValidationFailed(
+            "group_by",
+            f"unknown group_by {group_by!r}; one of {GROUP_BYS} or label:<key> "
+            "(e.g. label:app.kubernetes.io/name)",
+        )
+    problem = job_groups.label_key_problem(group_by)
+    if problem is not None:
+        raise ValidationFailed("group_by", problem)
     if sort_by not in SORT_BYS:
         raise ValidationFailed("sort", f"unknown sort {sort_by!r}; one of {SORT_BYS}")
     waste_causes = tuple(c.label for c in diagnosis.WASTE_CAUSES)
@@ -157,7 +171,17 @@ def cost_report(
     if window is not None and window.report_end is not None:
         end = window.report_end  # today is read from its sums, which end a little before now
     lines = _lines_of(att, user=user, team=team, jobs_only=jobs_only)
-    groups = summarize(lines, _key_fn(att, group_by), jobs_only=group_by not in HARDWARE_GROUP_BYS)
+    # Namespaces and labels are read from the jobs (the day sums group by job, then by these).
+    labels = None
+    if job_groups.by_job_labels(group_by):
+        labels = jobs_repo.job_labels(
+            conn,
+            job_ids={ln.job_id for ln in lines if ln.job_id},
+            keys=job_groups.label_keys_of(group_by),
+        )
+    groups = summarize(
+        lines, _key_fn(att, group_by, labels), jobs_only=group_by not in HARDWARE_GROUP_BYS
+    )
     assumptions = fix_assumptions_of(settings)
     money = _money_of(att, assumptions)
     paged = None
@@ -170,9 +194,12 @@ def cost_report(
     else:
         if window is not None:
             days = day_sums_mod.read_days(
-                conn, window, group_by=group_by, user=user, team=team, jobs_only=jobs_only
-            )
+                conn, window, group_by="job" if labels is not None else group_by, user=user,
+                team=team, jobs_only=jobs_only,
+            )  # fmt: skip
             att.jobs.update(days.jobs)
+            if labels is not None:
+                days.groups = _regrouped(conn, days.groups, group_by, labels)
             add_days(groups, days, att, group_by)
         chosen, total, count = _choose(groups, money, cause=cause, page=page)
     faults = report_faults(conn, att, start=start, end=end, now=now, settings=settings,
@@ -194,9 +221,10 @@ def cost_report(
         "limit": page.limit,
         "totals": report_row(total, settings, _for_gpus(assumptions, att, total)),
         "price_source": att.price_source,
+        "unit": unit_of(att.price_source),
         "split_rule": settings.cost_split_rule,
         "warnings": att.warnings
-        + _explanations(att, total)
+        + _explanations(att, total, settings)
         + split_rule_notes(att.split_rules, settings.cost_split_rule),
     }
 
@@ -207,7 +235,18 @@ DEFAULT_PRICES_NOTE = (
 )
 
 
-def _explanations(att: Attribution, total: Summary) -> list[str]:
+NO_PRICES_NOTE = (
+    "no prices (GPUWARDEN_PRICES=none): figures are GPU-hours (held, waste = idle + fixable); "
+    "every *_usd is null"
+)
+
+
+def unit_of(price_source: str) -> str:
+    """A report's headline unit: GPU-hours for a site without prices, else USD."""
+    return "gpu_hours" if price_source == "none" else "usd"
+
+
+def _explanations(att: Attribution, total: Summary, settings: Settings) -> list[str]:
     """What a first report needs said: why it may be empty, and whose prices it uses (samples
     not rolled up yet are read raw, so they need no word)."""
     out = []
@@ -218,6 +257,11 @@ def _explanations(att: Attribution, total: Summary) -> list[str]:
         )
     if att.price_source == "default" and total.held_seconds > 0:
         out.append(DEFAULT_PRICES_NOTE)
+    if att.price_source == "none":
+        out.append(NO_PRICES_NOTE)
+    problem = opencost_problem(settings)
+    if problem is not None:
+        out.append(problem)
     return out
 
 
@@ -273,6 +317,31 @@ def _row(
             faults=faults.get(summary.key, []),
         )
     return row
+
+
+def _regrouped(
+    conn: Connection,
+    by_job: dict[str, Summary],
+    group_by: str,
+    labels: dict[str, dict[str, str]],
+) -> dict[str, Summary]:
+    """Day sums read per job, summed per namespace or label (``labels`` gains the jobs'
+    labels it did not have); time no job held stays ``__unallocated__``."""
+    wanted = set(by_job) - set(labels) - {UNALLOCATED}
+    labels.update(
+        jobs_repo.job_labels(conn, job_ids=wanted, keys=job_groups.label_keys_of(group_by))
+    )
+    out: dict[str, Summary] = {}
+    for job_id, summary in by_job.items():
+        key = (
+            UNALLOCATED
+            if job_id == UNALLOCATED
+            else job_groups.group_key(group_by, job_id, labels.get(job_id, {}))
+        )
+        if key not in out:
+            out[key] = Summary(key)
+        out[key].merge(summary)
+    return out
 
 
 def _job_gpus(summaries: list[Summary]) -> set[int]:

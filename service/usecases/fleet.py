@@ -26,7 +26,7 @@ from service.core.diagnosis import (
     gpu_state,
 )
 from service.costs.assumptions import fix_assumptions_of
-from service.costs.money import SORT_FIELDS, money_of, sample_waste_share
+from service.costs.money import SORT_FIELDS, SORT_HOURS, money_of, sample_waste_share
 from service.costs.recommend import FixAssumptions, with_model
 from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
@@ -36,7 +36,10 @@ from service.usecases import day_sums
 from service.usecases.attribution import add_days, report_attribution, today_sums_end
 
 # The money figures the fleet shows per GPU and sums over the fleet.
-GPU_MONEY: tuple[str, ...] = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd")
+GPU_MONEY: tuple[str, ...] = (
+    "cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd",
+    "held_gpu_hours", "waste_gpu_hours",
+)  # fmt: skip
 FLEET_MONEY: tuple[str, ...] = (*GPU_MONEY, "nodata_usd")
 # Past this many GPUs a fleet answer reads every GPU's row rather than bind each id.
 PAGE_BY_IDS_MAX = 1000
@@ -304,19 +307,24 @@ def fleet_now(
     shown = [g for g in every if _shown(g, f, usd)]
     # A team's view counts a GPU none of its jobs held today as 0 dollars, not unpriced.
     no_figures: dict[str, float | None] = dict.fromkeys(GPU_MONEY, None if f.team is None else 0.0)
-    field = SORT_FIELDS[sort_by]
+    field, hours = SORT_FIELDS[sort_by], SORT_HOURS[sort_by]
     rank = {name: i for i, name in enumerate(STATE_NAMES)}
 
     def order(g: dict[str, Any]) -> tuple[bool, float, int]:
-        value = usd.get(g["uuid"], no_figures).get(field)
-        return (value is None, -(value or 0.0), rank[g["state"]])
+        figures = usd.get(g["uuid"], no_figures)
+        value = figures.get(field)
+        if value is None:  # unpriced (a site without prices): by GPU-hours, after the priced
+            return (True, -(figures.get(hours) or 0.0), rank[g["state"]])
+        return (False, -value, rank[g["state"]])
 
     # Stable: GPUs of equal dollars go worst state first, then in node and index order.
     shown.sort(key=order)
     chosen = [
         g | {n: usd.get(g["uuid"], no_figures).get(n) for n in GPU_MONEY} for g in p.of(shown)
     ]
-    totals = _summed(usd[g["uuid"]] for g in shown if g["uuid"] in usd)
+    totals: dict[str, float | None] = {**_summed(usd[g["uuid"]] for g in shown if g["uuid"] in usd)}
+    if wasted.price_source == "none":  # no prices: the fleet's dollars are null, never $0
+        totals.update(dict.fromkeys((n for n in FLEET_MONEY if n.endswith("_usd")), None))
     return {
         "start": day_start,
         "now": now,

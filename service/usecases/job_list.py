@@ -13,7 +13,10 @@ from service.settings import Settings
 from service.usecases import cost_report
 
 # The money figures each listed job carries (USD, and efficiency as a ratio).
-LISTED_FIGURES = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd", "efficiency")
+LISTED_FIGURES = (
+    "cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd", "efficiency",
+    "held_gpu_hours", "waste_gpu_hours",
+)  # fmt: skip
 
 
 class JobsPage(NamedTuple):

@@ -15,6 +15,7 @@ from service.costs.prices import parse_price_rows as parse_price_list
 from service.db import prices_repo
 from service.errors import ConfigError, ValidationFailed
 from service.settings import Settings, load_config_file
+from service.usecases.opencost_prices import opencost_known
 
 
 def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
@@ -25,15 +26,33 @@ def parse_price_rows(items: Any, *, where: str) -> list[PriceRow]:
         raise ConfigError(f"config file: {exc}") from exc
 
 
+PriceSource = Literal["api", "config", "default", "opencost", "none"]
+
+
 @dataclass(frozen=True, slots=True)
 class PriceTable:
-    """The price rows in force and where they came from (api, config or default)."""
+    """The price rows in force and where they came from: api, config, default, opencost (a
+    running OpenCost's, before the table's) or none (no prices: figures in GPU-hours)."""
 
     rows: list[PriceRow]
-    source: Literal["api", "config", "default"]
+    source: PriceSource
 
 
 def effective_prices(conn: Connection, settings: Settings) -> PriceTable:
+    """No prices with ``GPUWARDEN_PRICES=none``; else OpenCost's prices where
+    ``GPUWARDEN_OPENCOST_URL`` gave some (the table's pricing the models it did not), else the
+    table."""
+    if settings.prices == "none":
+        return PriceTable([], "none")
+    table = price_table(conn, settings)
+    if settings.opencost_url:
+        from_opencost = opencost_known(conn, settings).rows
+        if from_opencost:
+            return PriceTable([*from_opencost, *table.rows], "opencost")
+    return table
+
+
+def price_table(conn: Connection, settings: Settings) -> PriceTable:
     """The stored table if one was PUT, else the config file's ``prices:``, else the defaults."""
     stored = prices_repo.load_prices(conn)
     if stored:

@@ -599,6 +599,11 @@ def test_costs_page_matches_the_report_and_downloads_csv(
         report["totals"]["waste_usd"], abs=USD_TOLERANCE * 4
     )
     assert admin.page.locator("#costs tbody tr").count() == len(report["rows"])
+    # GPU-hours beside the dollars: the waste card and a column of the table.
+    shown_hours = admin.page.get_attribute("#total-waste", "data-gpu-hours")
+    assert shown_hours is not None
+    assert float(shown_hours) == pytest.approx(report["totals"]["waste_gpu_hours"], abs=0.1)
+    assert admin.page.locator("#costs th", has_text="waste GPU-h").count() == 1
     assert admin.page.locator("#cost-chart .track").count() == min(20, len(report["rows"]))
     href = admin.page.get_attribute("#csv", "href")
     assert href is not None and "format=csv" in href
@@ -608,6 +613,14 @@ def test_costs_page_matches_the_report_and_downloads_csv(
     admin.page.select_option("#group-by", "node")
     admin.page.wait_for_selector("#costs th >> text=node")
     admin.shot("costs")
+    # Kubernetes groupings: by namespace, and by a job label typed beside "label".
+    admin.page.select_option("#group-by", "namespace")
+    admin.page.wait_for_selector("#costs th >> text=namespace")
+    admin.page.select_option("#group-by", "label")
+    admin.page.fill("#label-key", "app.kubernetes.io/name")
+    admin.page.press("#label-key", "Enter")
+    admin.page.wait_for_selector("#costs th >> text=label:app.kubernetes.io/name")
+    assert admin.page.locator("#costs tbody tr", has_text="__unlabelled__").count() == 1
     assert not admin.errors, admin.errors
 
 

@@ -87,7 +87,7 @@ def test_table_shows_the_most_wasteful_job_first(capsys, server: str, tokens, jo
     assert "time by cause: compute_tensor 75% ($6.00), idle_held 25% ($2.00)" in out
     # The fix that saves the most per row, and the totals' waste and fixes.
     assert "$2.00 (idle_held)" in out
-    assert "waste $2.00 = idle $2.00 + fixable $0.00 (estimated)" in out
+    assert "waste $2.00 (0.50 GPU-h) = idle $2.00 + fixable $0.00 (estimated)" in out
     assert "top fixes: idle_held $2.00 (end the idle process" in out
 
 

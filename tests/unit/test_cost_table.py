@@ -25,6 +25,7 @@ def row(key: str, cost: float, waste: float, **extra: object) -> dict[str, objec
         "fixable_usd": waste * 3 / 4,
         "nodata_usd": cost / 16,
         "lost_usd": 0.0,
+        "waste_gpu_hours": waste / 4.0,
         "user": "alice-the-researcher",
         **extra,
     }
@@ -73,7 +74,7 @@ def test_a_wide_terminal_shows_every_column() -> None:
     text = render(200)
     assert "no data" in text and "fixable" in text and "left out" not in text
     # The totals line says the waste as idle + fixable.
-    assert "waste $10,976.78 = idle $2,744.20 + fixable $8,232.59 (estimated)" in text
+    assert "waste $10,976.78 (2,744.2 GPU-h) = idle $2,744.20 + fixable $8,232.59" in text
 
 
 def test_small_gpu_hours_do_not_read_as_nothing() -> None:

@@ -56,7 +56,11 @@ def full_order(groups: list[Summary], sort_by: str, a: FixAssumptions) -> list[s
     for s in groups:
         m = money_of(s, a)
         rows.append({"key": s.key, "waste_usd": m.waste_usd, "cost_usd": m.cost_usd,
-                     "idle_usd": m.idle_usd, "fixable_usd": m.fixable_usd})  # fmt: skip
+                     "idle_usd": m.idle_usd, "fixable_usd": m.fixable_usd,
+                     # unpriced groups rank among themselves by the same figure in GPU-hours
+                     "waste_gpu_hours": m.waste_gpu_hours, "held_gpu_hours": m.held_gpu_hours,
+                     "idle_gpu_hours": m.idle_gpu_hours,
+                     "fixable_gpu_hours": m.fixable_gpu_hours})  # fmt: skip
     return [str(r["key"]) for r in sort_rows(rows, sort_by)]
 
 

@@ -116,7 +116,11 @@ def cost_report(
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
-    group_by: str = Query("job", description=f"one of {', '.join(GROUP_BYS)}"),
+    group_by: str = Query(
+        "job",
+        description=f"one of {', '.join(GROUP_BYS)}, or label:<key> (any job label, e.g. "
+        "label:app.kubernetes.io/name; jobs without it in __unlabelled__)",
+    ),
     format: Literal["json", "csv", "focus"] = Query(
         "json",
         description="focus: FOCUS 1.0 CSV, one charge per job (or GPU) per UTC day, every row "

@@ -11,6 +11,9 @@ from service.api.schemas.times import StoredTime
 from service.core.job_ids import job_id_problem
 from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue, Name
 
+# Where a report's prices came from (service.usecases.price_table.PriceSource).
+PriceSourcePublic = Literal["api", "config", "default", "opencost", "none"]
+
 
 class CauseFiguresPublic(BaseModel):
     """Covered seconds of one cause, their cost and the waste in it (USD, null when unpriced):
@@ -114,6 +117,16 @@ class CostRowPublic(BaseModel):
         description="held time of a GPU fallen off the bus: a hardware-fault cost, never waste"
     )
     unpriced_seconds: float
+    held_gpu_hours: float = Field(0.0, description="held_seconds / 3600: what cost_usd prices")
+    waste_gpu_hours: float = Field(
+        0.0,
+        description="idle_gpu_hours + fixable_gpu_hours: waste_usd's model in GPU-hours, "
+        "priced or not",
+    )
+    idle_gpu_hours: float = Field(0.0, description="idle_empty + idle_held time in GPU-hours")
+    fixable_gpu_hours: float = Field(
+        0.0, description="each inefficient cause's GPU-hours x its fix's saving fraction"
+    )
     top_cause: str | None = Field(
         None, description="the waste cause whose fix saves the most, null if none"
     )
@@ -145,7 +158,15 @@ class CostReportPublic(BaseModel):
     offset: int = 0
     limit: int | None = None
     totals: CostRowPublic
-    price_source: Literal["api", "config", "default"]  # default: the shipped list prices
+    price_source: PriceSourcePublic = Field(
+        description="where prices came from: api (PUT /api/v1/prices), config, default (the "
+        "shipped list prices), opencost (a running OpenCost) or none (no prices: GPU-hours)"
+    )
+    unit: Literal["usd", "gpu_hours"] = Field(
+        "usd",
+        description="the report's headline unit: gpu_hours where no prices are configured "
+        "(price_source none; every *_usd is null), else usd with *_gpu_hours beside it",
+    )
     split_rule: Literal["equal", "memory", "activity"] = Field(
         "equal",
         description="how the time and cost of a GPU shared by several jobs is split between "
@@ -302,6 +323,8 @@ class JobListItemPublic(BaseModel):
     fixable_usd: float | None
     lost_usd: float | None
     efficiency: float | None
+    held_gpu_hours: float = 0.0
+    waste_gpu_hours: float = 0.0
     top_cause: str | None = None
 
 
@@ -323,4 +346,4 @@ class PricePublic(BaseModel):
     usd_per_gpu_hour: float
     effective_from: datetime
     note: str | None
-    source: Literal["api", "config", "default"]
+    source: PriceSourcePublic

@@ -58,6 +58,10 @@ class FleetGpuPublic(GpuPublic):
     idle_usd: float | None = None
     fixable_usd: float | None = None
     lost_usd: float | None = None
+    held_gpu_hours: float | None = Field(None, description="held time since midnight, GPU-hours")
+    waste_gpu_hours: float | None = Field(
+        None, description="waste (idle + fixable) since midnight in GPU-hours, priced or not"
+    )
 
 
 class FleetChoicesPublic(BaseModel):
@@ -86,13 +90,16 @@ class FleetPublic(BaseModel):
     state_counts: dict[GpuState, int]  # of the GPUs the filters let through
     gpus: list[FleetGpuPublic]
     choices: FleetChoicesPublic
-    cost_usd: float
-    waste_usd: float
-    idle_usd: float
-    fixable_usd: float
-    nodata_usd: float
-    lost_usd: float
-    price_source: Literal["api", "config", "default"]
+    # Null only where no prices are configured (price_source none): see the GPU-hours.
+    cost_usd: float | None
+    waste_usd: float | None
+    idle_usd: float | None
+    fixable_usd: float | None
+    nodata_usd: float | None
+    lost_usd: float | None
+    held_gpu_hours: float = 0.0
+    waste_gpu_hours: float = 0.0
+    price_source: Literal["api", "config", "default", "opencost", "none"]
     warnings: list[str]
 
 

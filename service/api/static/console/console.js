@@ -42,6 +42,8 @@
   const usd = (v) => (v === null || v === undefined ? "–" : usdFormat.format(v));
   const pct = (v) => (v === null || v === undefined ? "–" : `${Math.round(v * 100)}%`);
   const hours = (s) => (s === null || s === undefined ? "–" : (s / 3600).toFixed(s < 36000 ? 2 : 1));
+  // Dollars where priced, else the same figure in GPU-hours (a site without prices).
+  const amount = (v, gpuHours) => (v === null && typeof gpuHours === "number" ? `${hours(gpuHours * 3600)} GPU-h` : usd(v));
   const gib = (b) => (b === null || b === undefined ? "–" : (b / GIB).toFixed(b < 10 * GIB ? 1 : 0));
 
   function when(iso) {
@@ -248,10 +250,10 @@
     const cards = states.map((s) => card(s.name, count(s.name), !count(s.name) ? "" : s.name === "working" ? "ok" : s.waste ? "bad" : ""));
     return el("div", { class: "cards", id: "fleet-cards" }, card("GPUs", fleet.gpu_count),
       cards.map((c, i) => { c.dataset.state = states[i].name; c.title = states[i].meaning; return c; }),
-      card("cost today", usd(fleet.cost_usd)),
+      card("cost today", amount(fleet.cost_usd, fleet.held_gpu_hours)),
       el("div", { class: "card", id: "waste-today" }, el("div", { class: "k", text: "waste today" }),
-        el("div", { class: "v bad", "data-usd": total.toFixed(2), text: usd(total) }),
-        el("div", { class: "muted small", text: `idle ${usd(fleet.idle_usd)} + fixable ${usd(fleet.fixable_usd)} (estimated)` })),
+        el("div", { class: "v bad", "data-usd": total === null ? "" : total.toFixed(2), "data-gpu-hours": (fleet.waste_gpu_hours ?? 0).toFixed(2), text: amount(total, fleet.waste_gpu_hours) }),
+        el("div", { class: "muted small", text: total === null ? "idle + fixable (estimated), no prices" : `idle ${usd(fleet.idle_usd)} + fixable ${usd(fleet.fixable_usd)} (estimated) · ${hours((fleet.waste_gpu_hours ?? 0) * 3600)} GPU-h` })),
       fleet.lost_usd > 0 ? card("lost (hardware fault)", usd(fleet.lost_usd)) : "");
   }
 
@@ -265,8 +267,8 @@
       td(el("span", {}, el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state }),
         current && g.hw_slowdown ? el("span", { class: "chip hw-slowdown", title: `clocks held down by the hardware: ${(g.clock_event_reasons || []).join(", ")}`, text: "HW slowdown" }) : "")),
       td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
-      td(usd(g.cost_usd), "num"),
-      td(w === null || w === undefined ? "–" : usd(w), "num", { "data-usd": w === null || w === undefined ? "" : w.toFixed(2) }),
+      td(amount(g.cost_usd, g.held_gpu_hours), "num"),
+      td(w === undefined ? "–" : amount(w, g.waste_gpu_hours), "num", { "data-usd": w === null || w === undefined ? "" : w.toFixed(2), title: `${hours((g.waste_gpu_hours ?? 0) * 3600)} GPU-h wasted today` }),
       td(current ? meter(g.activity, "") : "–"),
       td(current && g.latest ? meter(g.latest.tensor_active, "tensor") : "–"),
       td(used !== undefined && totalBytes ? meter(used / totalBytes, "mem", `${gib(used)}/${gib(totalBytes)} GiB`)
@@ -343,9 +345,10 @@
 
   // "waste $3.00 = idle $2.00 + fixable $1.00 (estimated)" as a card.
   function wasteCard(row, id) {
+    const wasteHours = `${hours((row.waste_gpu_hours ?? 0) * 3600)} GPU-h`;
     return el("div", { class: "card" }, el("div", { class: "k", text: "waste" }),
-      el("div", { class: "v bad", id, "data-usd": row.waste_usd?.toFixed(2) ?? "", text: usd(row.waste_usd) }),
-      el("div", { class: "muted small", text: `idle ${usd(row.idle_usd)} + fixable ${usd(row.fixable_usd)} (estimated)` }));
+      el("div", { class: "v bad", id, "data-usd": row.waste_usd?.toFixed(2) ?? "", "data-gpu-hours": (row.waste_gpu_hours ?? 0).toFixed(2), text: amount(row.waste_usd, row.waste_gpu_hours) }),
+      el("div", { class: "muted small", text: `idle ${amount(row.idle_usd, row.idle_gpu_hours)} + fixable ${amount(row.fixable_usd, row.fixable_gpu_hours)} (estimated)${row.waste_usd === null ? "" : ` · ${wasteHours}`}` }));
   }
 
   // "7 days" and "30 days" are whole UTC days, today included: the service reads whole days
@@ -580,7 +583,7 @@
       app.append(el("p", { id: "job-labels" }, "labels: ", labels.map(([k, v]) => el("span", { class: "chip mono", text: `${k}=${v}` })), ""));
     }
     app.append(el("div", { class: "cards", id: "job-cards" },
-      card("cost", usd(s.cost_usd)), wasteCard(s, "job-waste"),
+      card("cost", amount(s.cost_usd, s.held_gpu_hours)), wasteCard(s, "job-waste"),
       s.lost_seconds > 0 ? card("lost (GPU fell off the bus)", usd(s.lost_usd)) : "",
       s.nodata_seconds > 0 ? card("no data", usd(s.nodata_usd)) : "",
       card("efficiency (activity)", pct(s.efficiency)),
@@ -635,24 +638,32 @@
   async function costsPage(state = Object.fromEntries(Object.entries(COSTS_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
     keepInUrl("/costs", Object.fromEntries(Object.entries(state).filter(([k, v]) => v !== COSTS_DEFAULT[k])));
     page("Costs", "Cost and waste per group over a range: waste = idle (nothing ran) + fixable (what the causes' fixes would save, estimated).");
-    const groupSel = el("select", { id: "group-by" }, ["team", "user", "project", "node", "gpu_model", "job"]
-      .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === state.group_by })));
+    // label:<key> groups by any job label: the select says "label", the key is typed beside it.
+    const byLabel = state.group_by.startsWith("label:");
+    const groupSel = el("select", { id: "group-by" }, ["team", "user", "project", "namespace", "label", "node", "gpu_model", "job"]
+      .map((g) => el("option", { value: g, text: g.replace("_", " "), selected: g === (byLabel ? "label" : state.group_by) })));
+    const labelIn = el("input", { id: "label-key", value: byLabel ? state.group_by.slice(6) : "", size: 24, placeholder: "app.kubernetes.io/name", title: "the job label to group by" });
+    const groupBy = () => (groupSel.value === "label" ? `label:${labelIn.value.trim()}` : groupSel.value);
     const startIn = el("input", { id: "start", value: state.start, size: 22, title: "RFC 3339, a date, now, -24h or today-6d" });
     const endIn = el("input", { id: "end", value: state.end, size: 22 });
     const sortSel = sortSelect(state.sort || "waste", () => apply());
-    const apply = () => costsPage({ group_by: groupSel.value, start: startIn.value.trim(), end: endIn.value.trim(), sort: sortSel.querySelector("select").value }).catch(showError);
+    const apply = () => costsPage({ group_by: groupBy(), start: startIn.value.trim(), end: endIn.value.trim(), sort: sortSel.querySelector("select").value }).catch(showError);
     const preset = (label, start) => el("button", { type: "button", class: "small", onclick: () => { startIn.value = start; endIn.value = "now"; apply(); }, text: label });
-    const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel), el("label", {}, "start", startIn),
+    const form = el("form", { class: "filters" }, el("label", {}, "group by", groupSel),
+      el("label", { id: "label-key-field", hidden: groupSel.value !== "label" }, "label", labelIn), el("label", {}, "start", startIn),
       el("label", {}, "end", endIn), sortSel, el("button", { type: "submit", text: "Show" }), el("span", { id: "cost-presets", class: "presets" }, preset("24 h", "-24h"), preset("7 days", "today-6d"), preset("30 days", "today-29d")));
     form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
-    groupSel.addEventListener("change", apply);
+    groupSel.addEventListener("change", () => {
+      if (groupSel.value !== "label" || labelIn.value.trim()) apply();
+      else { document.getElementById("label-key-field").hidden = false; labelIn.focus(); }
+    });
     app.append(form);
     const params = { group_by: state.group_by, start: state.start, end: state.end, sort: state.sort || "waste" };
     const report = await api(`/reports/cost?${q({ ...params, limit: COSTS_ROWS })}`);
     const t = report.totals;
     app.append(el("p", { class: "muted", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
     for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
-    app.append(el("div", { class: "cards", id: "cost-totals" }, card("cost", usd(t.cost_usd)),
+    app.append(el("div", { class: "cards", id: "cost-totals" }, card("cost", amount(t.cost_usd, t.held_gpu_hours)),
       wasteCard(t, "total-waste"),
       t.lost_seconds > 0 ? card("lost (hardware fault)", usd(t.lost_usd)) : "",
       card("efficiency (activity)", pct(t.efficiency)), card("GPU-hours", hours(t.held_seconds)),
@@ -675,13 +686,14 @@
           el("span", { class: "item" }, el("span", { class: "dot c-nodata" }), "total cost"))));
     const trs = report.rows.map((r) => el("tr", { "data-key": r.key },
       td(state.group_by === "job" && r.key !== "__unallocated__" ? jobLink(r.key) : r.key), td(String(r.gpus), "num"), td(String(r.jobs), "num"),
-      td(hours(r.held_seconds), "num"), td(usd(r.cost_usd), "num"),
-      td(usd(r.waste_usd), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "" }), td(usd(r.idle_usd), "num"), td(usd(r.fixable_usd), "num"),
+      td(hours(r.held_seconds), "num"), td(amount(r.cost_usd, r.held_gpu_hours), "num"),
+      td(amount(r.waste_usd, r.waste_gpu_hours), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "", title: `${hours(r.waste_gpu_hours * 3600)} GPU-h wasted` }),
+      td(hours(r.waste_gpu_hours * 3600), "num"), td(amount(r.idle_usd, r.idle_gpu_hours), "num"), td(amount(r.fixable_usd, r.fixable_gpu_hours), "num"),
       td(pct(r.efficiency), "num"), td(causeChip(r.top_cause))));
     const more = report.row_count - report.rows.length;
     app.append(el("h2", { text: "Rows" }));
     if (more > 0) app.append(el("p", { class: "muted", id: "costs-more", text: `The first ${report.rows.length} of ${report.row_count} rows; the totals and the CSV cover all of them.` }));
-    app.append(table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause"], trs, { id: "costs" }));
+    app.append(table([state.group_by.replace("_", " "), ["GPUs", "num"], ["jobs", "num"], ["GPU-h", "num"], ["cost", "num"], ["waste", "num"], ["waste GPU-h", "num"], ["idle", "num"], ["fixable", "num"], ["efficiency", "num"], "top cause"], trs, { id: "costs" }));
   }
 
 
@@ -693,7 +705,7 @@
     return el("tr", { "data-gpu": g.uuid },
       td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")), td(g.job ? jobLink(g.job) : ""),
       td(el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state })),
-      td(causeChip(g.cause)), td(meter(g.activity, "")), td(usd(g.cost_usd), "num"), td(usd(g.waste_usd), "num"));
+      td(causeChip(g.cause)), td(meter(g.activity, "")), td(amount(g.cost_usd, g.held_gpu_hours), "num"), td(amount(g.waste_usd, g.waste_gpu_hours), "num"));
   }
 
   async function ownerPage(kind, name, state = Object.fromEntries(Object.entries(OWNER_DEFAULT).map(([k, v]) => [k, urlParam(k) || v]))) {
@@ -719,7 +731,7 @@
     app.append(el("p", { class: "muted", id: "owner-window", text: `${when(report.start)} to ${when(report.end)} · prices: ${report.price_source}` }));
     for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
     app.append(el("div", { class: "cards", id: "owner-cards" },
-      el("div", { class: "card" }, el("div", { class: "k", text: "cost" }), el("div", { class: "v", id: "owner-cost", "data-usd": t.cost_usd?.toFixed(2) ?? "", text: usd(t.cost_usd) })),
+      el("div", { class: "card" }, el("div", { class: "k", text: "cost" }), el("div", { class: "v", id: "owner-cost", "data-usd": t.cost_usd?.toFixed(2) ?? "", text: amount(t.cost_usd, t.held_gpu_hours) })),
       wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
     app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes", { by: "waste" })));
 
@@ -734,8 +746,8 @@
       const fix = (r.fixes || [])[0];
       return el("tr", { "data-job": r.key },
         td(jobLink(r.key)), td(ownerLink(other, r[other], location.search), "clip"), td(hours(r.held_seconds), "num"),
-        td(usd(r.cost_usd), "num"), td(usd(r.waste_usd), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "" }),
-        td(usd(r.idle_usd), "num"), td(usd(r.fixable_usd), "num"), td(causeChip(r.top_cause)),
+        td(amount(r.cost_usd, r.held_gpu_hours), "num"), td(amount(r.waste_usd, r.waste_gpu_hours), "num", { "data-usd": r.waste_usd?.toFixed(2) ?? "", title: `${hours(r.waste_gpu_hours * 3600)} GPU-h wasted` }),
+        td(amount(r.idle_usd, r.idle_gpu_hours), "num"), td(amount(r.fixable_usd, r.fixable_gpu_hours), "num"), td(causeChip(r.top_cause)),
         td(fix ? `${fix.action} (saves ${usd(fix.saving_usd)})` : "", "wrap"));
     });
     app.append(el("h2", { text: "Jobs, costliest first" }), jobs.length
