@@ -45,6 +45,8 @@ LINK_MAX_BYTES_PER_SECOND = 1e13
 ENERGY_MAX_JOULES = POWER_MAX_WATTS * 100 * 365.25 * 86400
 # NVML reports XIDs, remapped rows and PCIe replays as unsigned 32-bit numbers.
 COUNT_MAX = float(2**32 - 1)
+# A label key (a node's, a job's) as Kubernetes allows its name part: the wire refuses longer.
+MAX_LABEL_KEY_CHARS = 63
 # ECC and NVLink error counts are 64-bit in NVML; a JSON number stays exact up to 2^53.
 LINK_COUNT_MAX = float(2**53)
 

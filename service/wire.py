@@ -11,13 +11,12 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, create_model
 
-from service.vocabulary import FB_MAX_BYTES, METRICS, ActivitySource
+from service.vocabulary import FB_MAX_BYTES, MAX_LABEL_KEY_CHARS, METRICS, ActivitySource
 
 # Limits of one batch: central refuses more, and the agent splits its batches to fit.
 MAX_BATCH_SAMPLES = 10_000
 MAX_BATCH_PROCESSES = 10_000
 MAX_NODE_LABELS = 64
-MAX_LABEL_KEY_CHARS = 63
 MAX_LABEL_VALUE_CHARS = 256
 MAX_BATCH_GPUS = 4096
 

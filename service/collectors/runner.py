@@ -27,8 +27,8 @@ from service.collectors.telemetry import AgentTelemetry
 from service.delivery import quiet_http_logs
 from service.errors import ConfigError
 from service.settings import Settings
+from service.vocabulary import MAX_LABEL_KEY_CHARS
 from service.wire import (
-    MAX_LABEL_KEY_CHARS,
     MAX_LABEL_VALUE_CHARS,
     MAX_NODE_LABELS,
     control_problem,

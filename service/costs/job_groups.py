@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from service.wire import MAX_LABEL_KEY_CHARS
+from service.vocabulary import MAX_LABEL_KEY_CHARS
 
 LABEL_PREFIX = "label:"
 NO_NAMESPACE = "__no_namespace__"  # a job neither k8s:<namespace>/<pod> nor labelled namespace

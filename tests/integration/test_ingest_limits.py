@@ -13,10 +13,10 @@ from sqlalchemy import Engine, func, select
 
 from service.api.validation import MAX_ERRORS
 from service.db.schema import gpu_processes, samples
+from service.vocabulary import MAX_LABEL_KEY_CHARS
 from service.wire import (
     MAX_BATCH_PROCESSES,
     MAX_BATCH_SAMPLES,
-    MAX_LABEL_KEY_CHARS,
     MAX_LABEL_VALUE_CHARS,
     MAX_NODE_LABELS,
 )
