@@ -14,12 +14,14 @@ from sqlalchemy import Connection, and_, delete, func, insert, or_, select
 from sqlalchemy.types import NullType
 
 from service.core.buckets import floor_day
+from service.db.jobs_repo import scope_condition
 from service.db.schema import (
     cost_day_dirty,
     cost_gpu_1d,
     cost_job_1d,
     jobs,
 )
+from service.roles import JobScope
 
 UNALLOCATED_JOB = ""  # the job_id of a GPU's time no job held
 
@@ -216,14 +218,19 @@ def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int])
     return cond
 
 
-def _owned_by(user: str | None, team: str | None, jobs_only: bool = False) -> list[Any]:
-    """Conditions on cost_job_1d: only rows of jobs of ``user`` and ``team`` where given (so
-    none of the time no job held), only rows of jobs with ``jobs_only``."""
+def _owned_by(
+    user: str | None, team: str | None, jobs_only: bool = False, scope: JobScope | None = None
+) -> list[Any]:
+    """Conditions on cost_job_1d: only rows of jobs of ``user`` and ``team`` where given, and of
+    jobs ``scope`` allows where given (so none of the time no job held), only rows of jobs with
+    ``jobs_only``."""
     cond = []
     if user is not None:
         cond.append(jobs.c.user == user)
     if team is not None:
         cond.append(jobs.c.team == team)
+    if scope is not None:
+        cond.append(scope_condition(scope))
     if cond:
         return [cost_job_1d.c.job_id.in_(select(jobs.c.id).where(*cond))]
     return [cost_job_1d.c.job_id != UNALLOCATED_JOB] if jobs_only else []
@@ -240,6 +247,7 @@ def job_dollars(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> list[tuple[str, float, float, float, float]]:
     """Per job over the days in [start, end), GPUs ``excluded`` left out, only jobs of ``user``
     and ``team`` if given (of any job with ``jobs_only``): (job id, the sums of
@@ -254,7 +262,9 @@ def job_dollars(
             func.sum(j.unpriced_seconds))  # fmt: skip
     query = (
         select(j.job_id, *sums)
-        .where(*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only))
+        .where(
+            *_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only, scope)
+        )
         .group_by(j.job_id)
     )
     with _report_read(conn):
@@ -274,13 +284,14 @@ def total_sums(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> tuple[list[int], tuple[Any, ...]]:
     """The (job, GPU, day) rows of the days in [start, end) summed, GPUs ``excluded`` left out,
     only jobs of ``user`` and ``team`` if given (of any job with ``jobs_only``): (the GPUs they
     cover, the sums of ``fields``).
     Two statements that each run in parallel: one grouped by GPU with every sum took longer."""
     j = cost_job_1d.c
-    cond = [*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only)]
+    cond = [*_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only, scope)]
     with _report_read(conn):
         gpu_ids = [
             int(g) for (g,) in conn.execute(select(j.gpu_id).where(*cond).group_by(j.gpu_id))
@@ -300,6 +311,7 @@ def group_sums(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
     job_ids: Sequence[str] | None = None,
 ) -> list[tuple[bool, str | None, dict[str, Any], list[int], list[str], tuple[Any, ...]]]:
     """The (job, GPU, day) rows of the days in [start, end) summed per ``group_by`` (job,
@@ -318,7 +330,9 @@ def group_sums(
             *(func.sum(j[f]).label(f) for f in fields),
         )
         .where(
-            *_within(cost_job_1d, start, end, excluded), *_owned_by(user, team, jobs_only), *only
+            *_within(cost_job_1d, start, end, excluded),
+            *_owned_by(user, team, jobs_only, scope),
+            *only,
         )
         .group_by(j.job_id)
         .subquery()

@@ -6,12 +6,19 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, insert, or_, select, update
 
 from service.db import tenants_repo
 from service.db.dialect import insert_ignore
 from service.db.schema import gpus, job_conflicts, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
+from service.roles import JobScope
+
+
+def scope_condition(scope: JobScope) -> ColumnElement[bool]:
+    """The jobs ``scope`` allows, as a condition on the jobs table: the person's own jobs and
+    their teams' (the SQL twin of ``JobScope.allows``)."""
+    return or_(jobs.c.user.in_(sorted(scope.users)), jobs.c.team.in_(sorted(scope.teams)))
 
 
 def gpu_ids_by_uuid(conn: Connection, *, uuids: Sequence[str]) -> dict[str, tuple[int, str]]:

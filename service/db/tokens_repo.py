@@ -12,6 +12,7 @@ from sqlalchemy import Connection, func, insert, select, update
 
 from service.db.schema import api_tokens
 from service.errors import NotFound, ValidationFailed
+from service.roles import JobScope, Person
 from service.roles import Role as Role  # where callers have always found it
 
 TOKEN_PREFIX = "gw_"
@@ -29,6 +30,26 @@ class TokenInfo:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    # Set for a person signed in through the identity provider (no stored token: id 0).
+    person: Person | None = None
+
+    @property
+    def scope(self) -> JobScope | None:
+        """The jobs this caller may see: a person's, or None (every job) for a token."""
+        return None if self.person is None else self.person.scope
+
+    @property
+    def actor(self) -> str:
+        """Who acts, for the audit: ``person:alice`` or ``token:<name or prefix>``."""
+        if self.person is not None:
+            return f"person:{self.person.user}"
+        return f"token:{self.name or self.prefix}"
+
+
+def person_info(person: Person, *, now: datetime) -> TokenInfo:
+    """The caller record of a signed-in ``person``: no stored token stands behind it."""
+    return TokenInfo(0, f"person {person.user}", person.role, None, "person", now, None, None,
+                     person)  # fmt: skip
 
 
 def hash_token(token: str) -> str:

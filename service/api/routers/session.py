@@ -1,4 +1,5 @@
-"""``/api/v1/session``: the console's login (a token for a session cookie), who is in, logout."""
+"""``/api/v1/session``: the console's login (a token for a session cookie; people sign in through
+``/api/v1/auth/oidc``), who is in, logout."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api import sessions
-from service.api.deps import AppState, Ctx, Reader, check_token, session_key, signing_key
+from service.api.deps import (
+    AppState,
+    Ctx,
+    ScopedReader,
+    check_token,
+    session_key,
+    signing_key,
+)
 from service.api.gate import monotonic
 from service.db import sessions_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
@@ -36,6 +44,11 @@ class SessionPublic(BaseModel):
     expires_at: datetime | None = None
     # Send it as the X-CSRF-Token header on every write made with the session cookie.
     csrf_token: str | None = None
+    # A person signed in through the identity provider: the user jobs carry, their teams, and
+    # whether they see the whole fleet (fleet-reader or admin) or only their and their teams' jobs.
+    user: str | None = None
+    teams: list[str] | None = None
+    fleet: bool | None = None
 
 
 def _public(info: TokenInfo, session: sessions.Session | None, key: str) -> SessionPublic:
@@ -46,6 +59,9 @@ def _public(info: TokenInfo, session: sessions.Session | None, key: str) -> Sess
         token_prefix=info.prefix,
         expires_at=None if session is None else datetime.fromtimestamp(session.expires_at, tz=UTC),
         csrf_token=None if session is None else sessions.csrf_token(session, key=key),
+        user=None if info.person is None else info.person.user,
+        teams=None if info.person is None else list(info.person.teams),
+        fleet=None if info.person is None else info.scope is None,
     )
 
 
@@ -98,7 +114,7 @@ async def login(
 
 
 @router.get("", response_model=SessionPublic)
-def whoami(request: Request, response: Response, ctx: Ctx, info: Reader) -> SessionPublic:
+def whoami(request: Request, response: Response, ctx: Ctx, info: ScopedReader) -> SessionPublic:
     """The caller's role and token; with the session cookie also its expiry and CSRF token."""
     response.headers["Cache-Control"] = "no-store"
     return _public(info, getattr(request.state, "session", None), session_key(ctx))
@@ -106,7 +122,7 @@ def whoami(request: Request, response: Response, ctx: Ctx, info: Reader) -> Sess
 
 @router.delete("", status_code=status.HTTP_204_NO_CONTENT)
 async def logout(
-    request: Request, response: Response, ctx: Ctx, app_state: AppState, _: Reader
+    request: Request, response: Response, ctx: Ctx, app_state: AppState, _: ScopedReader
 ) -> None:
     """End the session server-side (a copy of its cookie stops working on every replica) and
     drop the cookie; the token itself stays valid (revoke it to end every session)."""
