@@ -3,15 +3,18 @@ sign-in a person's browser makes through it, for the single sign-on tests."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
 import pytest
@@ -97,3 +100,32 @@ def sign_in(client: httpx.Client, login: str, *, pw: str | None = None) -> httpx
         data={"login": login, "password": password(login) if pw is None else pw},
         follow_redirects=True,
     )
+
+
+def id_token_for(provider: Provider, login: str, *, client_id: str, secret: str, nonce: str) -> str:
+    """A real ID token the provider issues to ``client_id`` for ``login``: the authorization
+    code flow with PKCE driven by hand, the code taken from the redirect instead of the app."""
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=")
+    params = {
+        "client_id": client_id, "response_type": "code", "scope": "openid profile email groups",
+        "redirect_uri": provider.redirect_uri, "state": "s", "nonce": nonce,
+        "code_challenge": challenge.decode(), "code_challenge_method": "S256",
+    }  # fmt: skip
+    with httpx.Client(base_url=provider.issuer, timeout=30) as idp:
+        page = idp.get("/auth", params=params, follow_redirects=True)
+        action = _FORM_ACTION.search(page.text)
+        assert action is not None, page.text
+        r = idp.post(action.group(1), data={"login": login, "password": password(login)})
+        while r.is_redirect and not r.headers["location"].startswith(provider.redirect_uri):
+            r = idp.get(urljoin(str(r.url), r.headers["location"]))
+        assert r.is_redirect, r.text
+        code = parse_qs(urlsplit(r.headers["location"]).query)["code"][0]
+        tokens = idp.post(
+            "/token",
+            data={"grant_type": "authorization_code", "code": code, "code_verifier": verifier,
+                  "redirect_uri": provider.redirect_uri},
+            auth=(client_id, secret),
+        )  # fmt: skip
+        assert tokens.status_code == 200, tokens.text
+        return str(tokens.json()["id_token"])

@@ -8,6 +8,7 @@ gives (HttpOnly, SameSite=Strict, Secure behind TLS, CSRF token, ended by loggin
 from __future__ import annotations
 
 import hmac
+import time
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import RedirectResponse
@@ -98,7 +99,8 @@ async def oidc_callback(
     if code is None:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="code: missing")
     try:
-        person = await client.sign_in(code=code, login=login, now=now)
+        # The ID token's times are the provider's wall clock, whatever clock the service runs.
+        person = await client.sign_in(code=code, login=login, now=time.time())
     except SignInRefused as exc:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail=str(exc)) from exc
     lifetime = ctx.settings.console_session_seconds

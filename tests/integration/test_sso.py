@@ -1,0 +1,205 @@
+"""Single sign-on through a real OpenID provider on loopback (node-oidc-provider), on SQLite and
+PostgreSQL: people sign in by the authorization code flow with PKCE and each sees exactly what the
+rules allow (job list, search, a job page, the CSV report); bad ID tokens are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import csv
+import io
+import json
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+
+from service.api.app import create_app
+from service.api.oidc import OidcClient, OidcConfig, SignInRefused
+from service.settings import Settings
+from tests.oidc_support import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    OTHER_CLIENT_ID,
+    OTHER_CLIENT_SECRET,
+    Provider,
+    id_token_for,
+    oidc_provider,
+    sign_in,
+)
+from tests.support import FakeClock, free_port, iso, live_server, make_batch
+
+# Who runs what: alice's and bob's vision jobs, alice's own job in nlp, dave's nlp job.
+JOBS = {
+    "slurm:10": ("alice", "vision", "GPU-a0"),
+    "slurm:11": ("bob", "vision", "GPU-a1"),
+    "slurm:12": ("alice", "nlp", "GPU-a2"),
+    "slurm:13": ("dave", "nlp", "GPU-a3"),
+}
+# What each person may see: a researcher her own and her team's jobs, the team's lead the team's,
+# an admin and a fleet reader everything.
+SEES = {
+    "alice": {"slurm:10", "slurm:11", "slurm:12"},
+    "bob": {"slurm:10", "slurm:11"},
+    "carol": set(JOBS),
+    "frank": set(JOBS),
+}
+
+
+@pytest.fixture(scope="module")
+def idp() -> Iterator[tuple[int, Provider]]:
+    """The provider, running for the module, with the app's port its clients redirect to."""
+    port = free_port()
+    with oidc_provider(f"http://127.0.0.1:{port}") as provider:
+        yield port, provider
+
+
+def _settings(engine: Engine, provider: Provider, url: str) -> Settings:
+    return Settings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        run_scheduler=False,
+        public_url=url,
+        oidc_issuer=provider.issuer,
+        oidc_client_id=CLIENT_ID,
+        oidc_client_secret=CLIENT_SECRET,
+    )
+
+
+@pytest.fixture
+def site(
+    engine: Engine, clock: FakeClock, idp: tuple[int, Provider], tokens: dict[str, str]
+) -> Iterator[str]:
+    """The app with single sign-on on the provider, four GPUs and the jobs of JOBS on them."""
+    port, provider = idp
+    url = f"http://127.0.0.1:{port}"
+    app = create_app(_settings(engine, provider, url), engine=engine, clock=clock)
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with live_server(app, port), httpx.Client(base_url=url, timeout=30) as http:
+        start = clock() - timedelta(hours=1)
+        batch = make_batch(gpu_uuids=tuple(g for _, _, g in JOBS.values()), start=start, count=360)
+        assert http.post("/api/v1/ingest", json=batch, headers=admin).status_code == 200
+        for job_id, (user, team, gpu) in JOBS.items():
+            body = {"id": job_id, "user": user, "team": team, "gpus": [gpu],
+                    "started_at": iso(start)}  # fmt: skip
+            r = http.post("/api/v1/jobs", json=body, headers=admin)
+            assert r.status_code == 201, r.text
+        yield url
+
+
+def _ids(rows: list[dict[str, Any]]) -> set[str]:
+    return {row["id"] for row in rows}
+
+
+@pytest.mark.parametrize("login", sorted(SEES))
+def test_each_person_signs_in_and_sees_what_the_rules_allow(site: str, login: str) -> None:
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        landed = sign_in(browser, login)
+        assert landed.status_code == 200 and landed.url.path == "/", landed.text
+        cookie = next(c for c in browser.cookies.jar if c.name == "gw_session")
+        assert cookie.has_nonstandard_attr("HttpOnly")
+        me = browser.get("/api/v1/session").json()
+        assert me["user"] == login and me["role"] == ("admin" if login == "carol" else "reader")
+        assert me["fleet"] is (login in ("carol", "frank"))
+        seen = SEES[login]
+        assert _ids(browser.get("/api/v1/jobs").json()) == seen
+        # The search (filters of the job list) stays inside the scope.
+        assert _ids(browser.get("/api/v1/jobs", params={"team": "nlp"}).json()) == seen & {
+            "slurm:12",
+            "slurm:13",
+        }
+        assert _ids(browser.get("/api/v1/jobs", params={"user": "dave"}).json()) == seen & {
+            "slurm:13"
+        }
+        for job_id in JOBS:
+            page = browser.get(f"/api/v1/jobs/{job_id}")
+            assert page.status_code == (200 if job_id in seen else 404), (job_id, page.text)
+        report = browser.get("/api/v1/reports/cost", params={"format": "csv", "group_by": "job"})
+        assert report.status_code == 200, report.text
+        rows = list(csv.DictReader(io.StringIO(report.text)))
+        assert {r["job"] for r in rows if r["job"] != "__total__"} == seen
+        total = next(r for r in rows if r["job"] == "__total__")
+        # The totals are the scope's: one GPU-hour per job seen, not the fleet's four.
+        assert float(total["allocated_seconds"]) == pytest.approx(3600 * len(seen), rel=0.01)
+        by_team = browser.get("/api/v1/reports/cost", params={"group_by": "team"}).json()
+        teams = {r["key"] for r in by_team["rows"]}
+        assert teams == {JOBS[j][1] for j in seen}
+        # Fleet views: the whole fleet for a fleet reader and an admin, refused to the others.
+        assert browser.get("/api/v1/fleet").status_code == (
+            200 if login in ("carol", "frank") else 403
+        )
+        # Writes: the admin only, with the session's CSRF token.
+        prices = [{"model_pattern": "*H100*", "usd_per_gpu_hour": 4.0,
+                   "effective_from": "2026-01-01T00:00:00Z"}]  # fmt: skip
+        put = browser.put("/api/v1/prices", json=prices, headers={"X-CSRF-Token": me["csrf_token"]})
+        assert put.status_code == (200 if login == "carol" else 403), put.text
+        # Logging out ends the session on the server.
+        assert (
+            browser.delete(
+                "/api/v1/session", headers={"X-CSRF-Token": me["csrf_token"]}
+            ).status_code
+            == 204
+        )
+        browser.cookies.set("gw_session", cookie.value or "", domain=cookie.domain)
+        assert browser.get("/api/v1/jobs").status_code == 401
+
+
+def test_a_wrong_password_at_the_provider_signs_nobody_in(site: str) -> None:
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        r = sign_in(browser, "alice", pw="guess")
+        assert r.status_code == 401
+        assert browser.get("/api/v1/session").status_code == 401
+
+
+def test_a_callback_with_another_state_is_refused(site: str) -> None:
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        r = browser.get("/api/v1/auth/oidc/login")
+        assert r.status_code == 302 and "code_challenge_method=S256" in r.headers["location"]
+        r = browser.get("/api/v1/auth/oidc/callback", params={"code": "x", "state": "forged"})
+        assert r.status_code == 400 and "state" in r.json()["detail"]
+    with httpx.Client(base_url=site, timeout=30) as stranger:  # no login cookie at all
+        r = stranger.get("/api/v1/auth/oidc/callback", params={"code": "x", "state": "s"})
+        assert r.status_code == 400
+
+
+def _tampered(token: str) -> str:
+    header, payload, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["preferred_username"] = "carol"
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"{header}.{forged}.{signature}"
+
+
+def test_real_id_tokens_that_are_tampered_expired_or_for_another_client_are_refused(
+    idp: tuple[int, Provider],
+) -> None:
+    port, provider = idp
+    settings = Settings(
+        oidc_issuer=provider.issuer, oidc_client_id=CLIENT_ID, oidc_client_secret=CLIENT_SECRET,
+        public_url=f"http://127.0.0.1:{port}",
+    )  # fmt: skip
+    config = OidcConfig.from_settings(settings)
+    assert config is not None
+    client = OidcClient(config)
+    good = id_token_for(provider, "alice", client_id=CLIENT_ID, secret=CLIENT_SECRET, nonce="n1")
+    person = asyncio.run(client.person_from_id_token(good, nonce="n1", now=time.time()))
+    assert (person.user, person.teams, person.fleet) == ("alice", ("vision",), False)
+    other = id_token_for(
+        provider, "carol", client_id=OTHER_CLIENT_ID, secret=OTHER_CLIENT_SECRET, nonce="n1"
+    )
+    refusals = {
+        "tampered": (_tampered(good), "n1", time.time()),
+        "expired": (good, "n1", time.time() + 3600),
+        "wrong nonce": (good, "n2", time.time()),
+        "wrong audience": (other, "n1", time.time()),
+    }
+    for why, (token, nonce, now) in refusals.items():
+        with pytest.raises(SignInRefused) as refused:
+            asyncio.run(client.person_from_id_token(token, nonce=nonce, now=now))
+        said = str(refused.value)
+        expected = {"tampered": "signed", "expired": "expired", "wrong nonce": "nonce",
+                    "wrong audience": "aud"}[why]  # fmt: skip
+        assert expected in said, (why, said)
