@@ -29,6 +29,7 @@ from service.api.reads import NoteWrites
 from service.api.routers import actions as actions_router
 from service.api.routers import (
     alerts,
+    changes,
     channels,
     console,
     fleet,
@@ -233,7 +234,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
     app.include_router(fleet.router, prefix="/api/v1")
-    for module in (policies, channels, silences, alerts, owners, notices):
+    for module in (policies, channels, silences, alerts, owners, notices, changes):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(jobs_router.verdicts, prefix="/api/v1")

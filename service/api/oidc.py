@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -94,9 +95,28 @@ class LoginState:
     expires_at: float
 
 
+# A console path to return to: one leading slash, plain characters; no backslash, no "//", no
+# dot segments and no encoded slash, so a browser cannot read it as another origin.
+_SAFE_NEXT = re.compile(r"/[A-Za-z0-9_\-./:%?=&]*")
+
+
+def safe_next(path: str) -> str:
+    """``path`` when it is a plain path of this site, else ``/``."""
+    lowered = path.lower()
+    if (
+        not _SAFE_NEXT.fullmatch(path)
+        or "//" in path
+        or ".." in path
+        or "%2f" in lowered
+        or "%5c" in lowered
+    ):
+        return "/"
+    return path
+
+
 def new_login(*, next_path: str, now: float) -> LoginState:
-    """A fresh sign-in that returns to ``next_path`` (a console path, else ``/``)."""
-    safe = next_path if next_path.startswith("/") and not next_path.startswith("//") else "/"
+    """A fresh sign-in that returns to ``next_path`` (a path of this site, else ``/``)."""
+    safe = safe_next(next_path)
     return LoginState(
         state=secrets.token_urlsafe(24),
         nonce=secrets.token_urlsafe(24),

@@ -665,3 +665,19 @@ notices = Table(
     Index(None, "job_id"),
     Index(None, "asked"),
 )
+
+# --- who changed the configuration (migration 0034) -------------------------------------
+
+# One row per change of a policy, ladder, channel, silence, price table or owner entry made
+# through the API: who made it (``person:alice`` signed in, or ``token:<name or prefix>``).
+config_changes = Table(
+    "config_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("actor", String(300), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("name", String(300), nullable=False),
+    Column("action", String(16), nullable=False),
+    Index(None, "at"),
+)

@@ -395,7 +395,8 @@ CASES = [
         "PUT",
         "/api/v1/reports/opt-outs/{kind}/{name}",
         "/api/v1/reports/opt-outs/user/alice",
-        admin_only(200),
+        # alice, signed in, stops her own report (self-service).
+        {**admin_only(200), "researcher": 200},
     ),
     # Nobody opted out: 404 shows the caller got past the role check.
     Case(
@@ -415,6 +416,7 @@ CASES = [
         body=lambda _, __: {"token": "gw_not-a-token"},
     ),
     Case("fleet", "GET", "/api/v1/fleet", "/api/v1/fleet", reads()),
+    Case("changes", "GET", "/api/v1/changes", "/api/v1/changes", reads()),
     # The ladders' audit log: readers see it (filtered, to show the filter passes the check).
     Case("actions", "GET", "/api/v1/actions", "/api/v1/actions", reads()),
     Case(

@@ -203,3 +203,87 @@ def test_real_id_tokens_that_are_tampered_expired_or_for_another_client_are_refu
         expected = {"tampered": "signed", "expired": "expired", "wrong nonce": "nonce",
                     "wrong audience": "aud"}[why]  # fmt: skip
         assert expected in said, (why, said)
+
+
+def test_configuration_changes_name_the_person_who_made_them(
+    site: str, tokens: dict[str, str]
+) -> None:
+    ladder = {"steps": [{"action": "notify_owner", "after": "60m"}]}
+    policy = {"name": "idle", "metric": "activity", "aggregate": "avg", "window": "10m",
+              "op": "<", "threshold": 0.05, "for": "30m", "scope": "job"}  # fmt: skip
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        sign_in(browser, "carol")
+        csrf = {"X-CSRF-Token": browser.get("/api/v1/session").json()["csrf_token"]}
+        writes = [
+            ("POST", "/api/v1/policies", policy),
+            ("PUT", "/api/v1/policies/idle", {**policy, "ladder": ladder}),
+            ("POST", "/api/v1/silences", {"matchers": {"policy": "idle"}, "comment": "upgrade",
+                                          "ends_at": "2030-01-01T00:00:00Z"}),
+            ("PUT", "/api/v1/owners/team/vision", {"email": "vision@example.org"}),
+            ("PUT", "/api/v1/prices", [{"model_pattern": "*H100*", "usd_per_gpu_hour": 3.5,
+                                        "effective_from": "2026-01-01T00:00:00Z"}]),
+            ("DELETE", "/api/v1/policies/idle", None),
+        ]  # fmt: skip
+        for method, path, body in writes:
+            r = browser.request(method, path, json=body, headers=csrf)
+            assert r.status_code in (200, 201, 204), (path, r.text)
+        silences = browser.get("/api/v1/silences").json()
+        assert silences[0]["created_by"] == "person:carol"
+    with httpx.Client(base_url=site, timeout=30) as script:
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        assert script.delete("/api/v1/owners/team/vision", headers=admin).status_code == 204
+        changes = script.get("/api/v1/changes", headers=admin).json()
+    got = [(c["actor"].split(":")[0], c["kind"], c["name"], c["action"]) for c in changes]
+    assert got == [
+        ("token", "owner", "team/vision", "delete"),
+        ("person", "ladder", "idle", "delete"),
+        ("person", "policy", "idle", "delete"),
+        ("person", "prices", "price table", "update"),
+        ("person", "owner", "team/vision", "create"),
+        ("person", "silence", "1", "create"),
+        ("person", "ladder", "idle", "create"),
+        ("person", "policy", "idle", "update"),
+        ("person", "policy", "idle", "create"),
+    ]
+    assert {c["actor"] for c in changes if c["actor"].startswith("person")} == {"person:carol"}
+
+
+def test_a_person_stops_and_restarts_their_own_report_but_nobody_elses(site: str) -> None:
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        sign_in(browser, "alice")
+        csrf = {"X-CSRF-Token": browser.get("/api/v1/session").json()["csrf_token"]}
+        own = browser.put("/api/v1/reports/opt-outs/user/alice", headers=csrf)
+        assert own.status_code == 200 and own.json()["by"] == "person:alice"
+        assert browser.put("/api/v1/reports/opt-outs/user/bob", headers=csrf).status_code == 403
+        assert browser.put("/api/v1/reports/opt-outs/team/vision", headers=csrf).status_code == 403
+        assert (
+            browser.delete("/api/v1/reports/opt-outs/user/alice", headers=csrf).status_code == 204
+        )
+
+
+def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
+    from tests.integration.test_console_browser import ARGS, CHROMIUM, _need_browser
+
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_context().new_page()
+            page.goto(site + "/")
+            page.wait_for_url("**/login?next=%2F")
+            page.click("#sso")  # the identity provider's own login form
+            page.fill("#login", "alice")
+            page.fill("#password", "pw-alice")
+            page.click("#sign-in")
+            # Back in the console, signed in: a researcher starts at her jobs, not the fleet.
+            page.wait_for_url(site + "/jobs")
+            page.wait_for_selector("body[data-ready]", timeout=60_000)
+            assert page.get_attribute("body", "data-ready") == "1", page.inner_text("main")
+            assert page.inner_text("#who").startswith("alice (vision)")
+            rows = page.locator("#jobs tbody tr")
+            shown = {rows.nth(i).get_attribute("data-job") for i in range(rows.count())}
+            assert shown == SEES["alice"]
+        finally:
+            browser.close()

@@ -209,6 +209,14 @@
     });
     clear(app).append(form);
     input.focus();
+    // Single sign-on, where the site set it up: the identity provider signs the person in.
+    fetch("/console/sso.json").then((r) => r.json()).then((sso) => {
+      if (!sso.enabled) return;
+      const next = consoleTarget(new URLSearchParams(location.search).get("next"));
+      form.insertBefore(el("p", {},
+        el("a", { class: "button", id: "sso", href: `/api/v1/auth/oidc/login?next=${encodeURIComponent(next)}`, text: "Sign in with single sign-on" })),
+      form.querySelector("p.muted"));
+    }).catch(() => {});
   }
 
   // --- fleet ---------------------------------------------------------------------------
@@ -783,7 +791,7 @@
         await api("/silences", { method: "POST", body: {
           matchers: Object.fromEntries(pairs), comment: comment.value,
           ends_at: new Date(Date.now() + Number(duration.value) * 3600e3).toISOString(),
-          created_by: session.token_name || `token ${session.token_prefix}`,
+          created_by: session.user ? `person:${session.user}` : session.token_name || `token ${session.token_prefix}`,
         } });
         await alertsPage();
       } catch (err) { error.textContent = err.message; }
@@ -903,7 +911,11 @@
     if (!CONSOLE_PATHS.includes(path) && !OWN_PAGE.test(path)) { notFoundPage(); return; }
     session = await api("/session");
     [causes, states] = await Promise.all(["causes", "states"].map((n) => fetch(`/console/${n}.json`).then((r) => r.json())));
-    document.getElementById("who").textContent = `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
+    document.getElementById("who").textContent = session.user
+      ? `${session.user}${session.teams.length ? ` (${session.teams.join(", ")})` : ""} · ${session.fleet ? session.role : "own and team jobs"}`
+      : `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
+    // A person who sees only their own and their teams' jobs starts at their jobs, not the fleet.
+    if (path === "/" && session.fleet === false) { location.replace("/jobs"); return; }
     const logout = document.getElementById("logout");
     logout.hidden = false;
     logout.addEventListener("click", async () => { await api("/session", { method: "DELETE" }); location.assign("/login"); });
