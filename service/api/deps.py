@@ -450,10 +450,31 @@ def visible_job(scope: JobScope | None, job: dict[str, Any] | None, job_id: str)
     return job
 
 
-def one_job_in_scope(conn: Connection, scope: JobScope | None, job_id: str | None) -> None:
-    """For lists of one job's rows (alerts, ladder steps, notices): a person must name a job
-    (``job``) in their scope; 404 for one outside it, 403 for no job named."""
+def gpus_in_scope(conn: Connection, scope: JobScope | None, uuids: list[str]) -> None:
+    """For a GPU's series: a person reads those of GPUs a job in their scope held; 404 else,
+    as for a GPU that does not exist."""
     if scope is None:
+        return
+    held = jobs_repo.gpus_held_in_scope(conn, scope=scope, uuids=uuids)
+    for uuid in uuids:
+        if uuid not in held:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"gpu: no GPU {uuid}")
+
+
+def one_job_in_scope(
+    conn: Connection,
+    scope: JobScope | None,
+    job_id: str | None,
+    *,
+    user: str | None = None,
+    team: str | None = None,
+) -> None:
+    """For lists of one job's rows (alerts, ladder steps, notices): a person must name a job
+    (``job``) in their scope, or (where the route takes them) themselves or one of their teams;
+    404 for a job outside it, 403 else."""
+    if scope is None:
+        return
+    if job_id is None and (user in scope.users or team in scope.teams):
         return
     if job_id is None:
         raise HTTPException(

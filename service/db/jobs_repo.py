@@ -21,6 +21,18 @@ def scope_condition(scope: JobScope) -> ColumnElement[bool]:
     return or_(jobs.c.user.in_(sorted(scope.users)), jobs.c.team.in_(sorted(scope.teams)))
 
 
+def gpus_held_in_scope(conn: Connection, *, scope: JobScope, uuids: Collection[str]) -> set[str]:
+    """Those of ``uuids`` that a job ``scope`` allows ever held."""
+    query = (
+        select(gpus.c.uuid)
+        .distinct()
+        .join(job_gpus, job_gpus.c.gpu_id == gpus.c.id)
+        .join(jobs, jobs.c.id == job_gpus.c.job_id)
+        .where(gpus.c.uuid.in_(sorted(set(uuids))), scope_condition(scope))
+    )
+    return {str(u) for (u,) in conn.execute(query)}
+
+
 def gpu_ids_by_uuid(conn: Connection, *, uuids: Sequence[str]) -> dict[str, tuple[int, str]]:
     """(gpu id, node hostname) of each known uuid among ``uuids``."""
     return {u: (gid, host) for u, (gid, host, _) in known_gpus(conn, uuids=uuids).items()}

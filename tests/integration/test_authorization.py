@@ -118,7 +118,16 @@ CASES = [
         "GET",
         "/api/v1/gpus/{uuid}/series",
         "/api/v1/gpus/GPU-a0/series",
-        reads(),
+        # alice's slurm:1 held GPU-a0: its series are hers to read.
+        {**reads(), "researcher": 200},
+        params={"metric": "sm_active"},
+    ),
+    Case(
+        "series-other-team",
+        "GET",
+        "/api/v1/gpus/{uuid}/series",
+        "/api/v1/gpus/GPU-b0/series",
+        {**reads(), "researcher": 404},
         params={"metric": "sm_active"},
     ),
     Case(
@@ -126,8 +135,16 @@ CASES = [
         "GET",
         "/api/v1/gpus/series",
         "/api/v1/gpus/series",
-        reads(),
+        {**reads(), "researcher": 200},
         params={"gpu": "GPU-a0", "metric": "sm_active"},
+    ),
+    Case(
+        "series-batch-other-team-job",
+        "GET",
+        "/api/v1/gpus/series",
+        "/api/v1/gpus/series",
+        {**reads(), "researcher": 404},
+        params={"job": "slurm:2", "metric": "sm_active"},
     ),
     Case("gpu-moves", "GET", "/api/v1/gpus/{uuid}/moves", "/api/v1/gpus/GPU-a0/moves", reads()),
     Case("policies", "GET", "/api/v1/policies", "/api/v1/policies", reads()),
@@ -266,6 +283,22 @@ CASES = [
         params={"job": "slurm:2"},
     ),
     Case(
+        "notices-own",
+        "GET",
+        "/api/v1/notices",
+        "/api/v1/notices",
+        {**reads(), "researcher": 200},
+        params={"user": "alice"},
+    ),
+    Case(
+        "notices-other-user",
+        "GET",
+        "/api/v1/notices",
+        "/api/v1/notices",
+        {**reads(), "researcher": 403},
+        params={"user": "bob"},
+    ),
+    Case(
         "notices-own-job",
         "GET",
         "/api/v1/notices",
@@ -389,7 +422,14 @@ CASES = [
     # The admins' report of the week just ended: no job ran in it, an empty report still is.
     Case("periodic-report", "GET", "/api/v1/reports/periodic", "/api/v1/reports/periodic", reads()),
     Case("report-sends", "GET", "/api/v1/reports/sends", "/api/v1/reports/sends", reads()),
-    Case("opt-outs", "GET", "/api/v1/reports/opt-outs", "/api/v1/reports/opt-outs", reads()),
+    # A person sees only their own and their teams' opt-outs.
+    Case(
+        "opt-outs",
+        "GET",
+        "/api/v1/reports/opt-outs",
+        "/api/v1/reports/opt-outs",
+        {**reads(), "researcher": 200},
+    ),
     Case(
         "opt-out",
         "PUT",

@@ -248,12 +248,19 @@ def test_configuration_changes_name_the_person_who_made_them(
     assert {c["actor"] for c in changes if c["actor"].startswith("person")} == {"person:carol"}
 
 
-def test_a_person_stops_and_restarts_their_own_report_but_nobody_elses(site: str) -> None:
+def test_a_person_stops_and_restarts_their_own_report_but_nobody_elses(
+    site: str, tokens: dict[str, str]
+) -> None:
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
     with httpx.Client(base_url=site, timeout=30) as browser:
+        assert browser.put("/api/v1/reports/opt-outs/user/dave", headers=admin).status_code == 200
         sign_in(browser, "alice")
         csrf = {"X-CSRF-Token": browser.get("/api/v1/session").json()["csrf_token"]}
         own = browser.put("/api/v1/reports/opt-outs/user/alice", headers=csrf)
         assert own.status_code == 200 and own.json()["by"] == "person:alice"
+        # She sees her own opt-out, not dave's.
+        listed = browser.get("/api/v1/reports/opt-outs").json()
+        assert [r["recipient"] for r in listed] == ["user:alice"]
         assert browser.put("/api/v1/reports/opt-outs/user/bob", headers=csrf).status_code == 403
         assert browser.put("/api/v1/reports/opt-outs/team/vision", headers=csrf).status_code == 403
         assert (
@@ -285,5 +292,16 @@ def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
             rows = page.locator("#jobs tbody tr")
             shown = {rows.nth(i).get_attribute("data-job") for i in range(rows.count())}
             assert shown == SEES["alice"]
+            # Her job's page (charts, alerts, steps, notices) and her own page read in scope.
+            for path in ("/jobs/slurm:11", "/users/alice", "/teams/vision"):
+                page.goto(site + path)
+                page.wait_for_selector("body[data-ready]", timeout=60_000)
+                assert page.get_attribute("body", "data-ready") == "1", (
+                    path,
+                    page.inner_text("main"),
+                )
+            page.goto(site + "/jobs/slurm:13")  # dave's nlp job: not hers, as if it did not exist
+            page.wait_for_selector("body[data-ready]", timeout=60_000)
+            assert "does not exist" in page.inner_text("main")
         finally:
             browser.close()

@@ -31,8 +31,9 @@ def list_notices(
     limit: int = Query(200, ge=1, le=10_000),
 ) -> list[dict[str, Any]]:
     """Notices queued in [start, end), filtered; addresses are shown to admins only; a person
-    lists those of one of their own or their teams' jobs (``job``)."""
-    one_job_in_scope(conn, caller.scope, job)
+    lists those of one of their own or their teams' jobs (``job``), or their own or their
+    teams' (``user``, ``team``)."""
+    one_job_in_scope(conn, caller.scope, job, user=user, team=team)
     now = ctx.clock()
     asked = f"user:{user}" if user else (f"team:{team}" if team else None)
     rows = notices_repo.list_notices(

@@ -68,9 +68,15 @@ def report_sends(
 
 
 @router.get("/opt-outs", response_model=list[OptOutPublic])
-def list_opt_outs(conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
-    """The users and teams that get no periodic report."""
-    return reports_repo.list_opt_outs(conn)
+def list_opt_outs(conn: ReadConn, token: ScopedReader) -> list[dict[str, Any]]:
+    """The users and teams that get no periodic report (a person: of themselves and their
+    teams)."""
+    rows = reports_repo.list_opt_outs(conn)
+    scope = token.scope
+    if scope is None:
+        return rows
+    own = {f"user:{u}" for u in scope.users} | {f"team:{t}" for t in scope.teams}
+    return [r for r in rows if r["recipient"] in own]
 
 
 @router.put("/opt-outs/{kind}/{name}", response_model=OptOutPublic)

@@ -687,7 +687,8 @@
     app.append(form);
     const [report, fleet, optOuts, notices] = await Promise.all([
       api(`/reports/cost?${q({ group_by: "job", [kind]: name, start: state.start, end: state.end, sort: "cost" })}`),
-      api(`/fleet?${q({ [kind]: name })}`),
+      // The GPUs now are a fleet view: a person who sees only their own jobs gets none.
+      session.fleet === false ? null : api(`/fleet?${q({ [kind]: name })}`),
       api("/reports/opt-outs"),
       api(`/notices?${q({ [kind]: name, start: state.start, end: state.end, limit: 50 })}`),
     ]);
@@ -699,8 +700,8 @@
       wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
     app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes")));
 
-    const mine = fleet.gpus.filter((g) => g[kind] === name);
-    app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
+    const mine = fleet ? fleet.gpus.filter((g) => g[kind] === name) : [];
+    if (fleet) app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
       ? table(["node", ["GPU", "num"], "model", "job", "state", "cause", "activity", ["cost today", "num"], ["waste today", "num"]], mine.map(gpuNowRow), { id: "owner-gpus" })
       : el("p", { class: "muted", id: "owner-gpus-none", text: `No GPU is held by a job of this ${kind} now.` }));
 
