@@ -1,5 +1,6 @@
 """Who changed the configuration: a row per policy, ladder, channel, silence, price or owner
-change made through the API, naming the person or token that made it (issue 51).
+change made through the API, naming the person or token that made it; and the person a personal
+token (minted in the console after single sign-on) stands for (issue 51).
 
 Revision ID: 0034
 Revises: 0029
@@ -30,8 +31,12 @@ def upgrade() -> None:
         sa.Column("action", sa.String(16), nullable=False),
     )
     op.create_index("ix_config_changes_at", "config_changes", ["at"])
+    with op.batch_alter_table("api_tokens") as batch:
+        batch.add_column(sa.Column("person", sa.JSON, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("api_tokens") as batch:
+        batch.drop_column("person")
     op.drop_index("ix_config_changes_at", table_name="config_changes")
     op.drop_table("config_changes")

@@ -334,6 +334,9 @@ api_tokens = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("last_used_at", UTCDateTime, nullable=True),
     Column("revoked_at", UTCDateTime, nullable=True),
+    # A personal token a person minted in the console (migration 0034): who they are, as
+    # {"user", "teams", "fleet"}; it sees what they saw when they minted it.
+    Column("person", JSON, nullable=True),
 )
 
 jobs = Table(

@@ -58,9 +58,16 @@ def hash_token(token: str) -> str:
 
 
 def create_token(
-    conn: Connection, *, role: Role, node: str | None, name: str | None, now: datetime
+    conn: Connection,
+    *,
+    role: Role,
+    node: str | None,
+    name: str | None,
+    now: datetime,
+    person: Person | None = None,
 ) -> tuple[str, TokenInfo]:
-    """Create a token and return (the secret, shown only now; its stored record)."""
+    """Create a token and return (the secret, shown only now; its stored record); with
+    ``person``, a personal token that sees what that person sees."""
     if role is Role.AGENT and not node:
         raise ValidationFailed("node", "an agent token must name the node it writes for")
     if role is not Role.AGENT and node:
@@ -76,15 +83,29 @@ def create_token(
             token_hash=hash_token(secret),
             prefix=prefix,
             created_at=now,
+            person=None if person is None else _person_json(person),
         )
         .returning(api_tokens.c.id)
     ).scalar_one()
-    info = TokenInfo(token_id, name, role, node, prefix, now, None, None)
+    info = TokenInfo(token_id, name, role, node, prefix, now, None, None, person)
     return secret, info
+
+
+def _person_json(person: Person) -> dict[str, object]:
+    return {"user": person.user, "teams": list(person.teams), "fleet": person.fleet}
 
 
 def _info(row: object) -> TokenInfo:
     r = row._mapping  # type: ignore[attr-defined]
+    p = r["person"]
+    person = (
+        None
+        if p is None
+        else Person(
+            user=str(p["user"]), teams=tuple(str(t) for t in p["teams"]), role=Role(r["role"]),
+            fleet=bool(p["fleet"]),
+        )
+    )  # fmt: skip
     return TokenInfo(
         r["id"],
         r["name"],
@@ -94,6 +115,7 @@ def _info(row: object) -> TokenInfo:
         r["created_at"],
         r["last_used_at"],
         r["revoked_at"],
+        person,
     )
 
 

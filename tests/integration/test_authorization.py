@@ -481,6 +481,30 @@ CASES = [
         "/api/v1/session",
         {**reads(204), "researcher": 204},
     ),
+    # Personal tokens: minted, listed and revoked by a person signed in, never by a token.
+    Case(
+        "personal-token-mint",
+        "POST",
+        "/api/v1/session/tokens",
+        "/api/v1/session/tokens",
+        {**reads(403), "researcher": 201, "fleet_reader": 201, "person_admin": 201},
+        body=lambda _, __: {"name": "cli"},
+    ),
+    Case(
+        "personal-tokens",
+        "GET",
+        "/api/v1/session/tokens",
+        "/api/v1/session/tokens",
+        {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
+    ),
+    Case(
+        "personal-token-revoke",
+        "DELETE",
+        "/api/v1/session/tokens/{token_id}",
+        "/api/v1/session/tokens/1",
+        # Token 1 is the agent's, not a person's: 404 shows the person got past the check.
+        {**reads(403), "researcher": 404, "fleet_reader": 404, "person_admin": 404},
+    ),
     # Single sign-on is not set up in this app: 404 names the setting, whoever asks.
     Case(
         "oidc-login",

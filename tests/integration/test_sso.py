@@ -305,3 +305,27 @@ def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
             assert "does not exist" in page.inner_text("main")
         finally:
             browser.close()
+
+
+def test_a_personal_token_sees_what_its_person_sees(site: str) -> None:
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        sign_in(browser, "bob")
+        csrf = {"X-CSRF-Token": browser.get("/api/v1/session").json()["csrf_token"]}
+        minted = browser.post("/api/v1/session/tokens", json={"name": "laptop"}, headers=csrf)
+        assert minted.status_code == 201, minted.text
+        secret = minted.json()["token"]
+        listed = browser.get("/api/v1/session/tokens").json()
+        assert [(t["name"], t["token"]) for t in listed] == [("bob: laptop", None)]
+    with httpx.Client(base_url=site, timeout=30) as cli:
+        bearer = {"Authorization": f"Bearer {secret}"}
+        assert _ids(cli.get("/api/v1/jobs", headers=bearer).json()) == SEES["bob"]
+        assert cli.get("/api/v1/jobs/slurm:12", headers=bearer).status_code == 404
+        assert cli.get("/api/v1/fleet", headers=bearer).status_code == 403
+        # A personal token mints no more tokens.
+        assert cli.post("/api/v1/session/tokens", json={}, headers=bearer).status_code == 403
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        sign_in(browser, "alice")
+        csrf = {"X-CSRF-Token": browser.get("/api/v1/session").json()["csrf_token"]}
+        # Bob's token is not alice's to revoke.
+        other = browser.delete(f"/api/v1/session/tokens/{minted.json()['id']}", headers=csrf)
+        assert other.status_code == 404

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import anyio
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Connection
 
 from service.api import sessions
 from service.api.deps import (
@@ -146,3 +147,92 @@ async def logout(
         samesite="strict",
         secure=app_state.gate.https(request),
     )
+
+
+class PersonalTokenCreate(BaseModel):
+    """``POST /session/tokens``: a name for the new personal token (for the CLI, a script)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("cli", min_length=1, max_length=100)
+
+
+class PersonalTokenPublic(BaseModel):
+    """A personal token: the secret only in the answer that made it."""
+
+    id: int
+    name: str | None
+    prefix: str
+    role: str
+    created_at: datetime
+    last_used_at: datetime | None = None
+    token: str | None = None
+
+
+def _signed_in_person(info: TokenInfo) -> str:
+    """The user of a person signed in through single sign-on; 403 for tokens (a personal token
+    cannot mint or list more)."""
+    if info.person is None or info.id != 0:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail="personal tokens are minted by a person signed in through single sign-on",
+        )
+    return info.person.user
+
+
+def _own_tokens(conn: Connection, user: str) -> list[TokenInfo]:
+    return [
+        t
+        for t in tokens_repo.list_tokens(conn)
+        if t.person is not None and t.person.user == user and t.revoked_at is None
+    ]
+
+
+@router.post("/tokens", response_model=PersonalTokenPublic, status_code=status.HTTP_201_CREATED)
+def mint_personal_token(
+    body: PersonalTokenCreate, ctx: Ctx, info: ScopedReader
+) -> PersonalTokenPublic:
+    """A token for the CLI and scripts that sees exactly what the signed-in person sees (their
+    teams as they are now); shown once, revocable here or with ``gpuwarden token revoke``."""
+    user = _signed_in_person(info)
+    assert info.person is not None
+    with ctx.engine.begin() as conn:
+        secret, token = tokens_repo.create_token(
+            conn, role=info.person.role, node=None, name=f"{user}: {body.name}",
+            now=ctx.clock(), person=info.person,
+        )  # fmt: skip
+    return PersonalTokenPublic(
+        id=token.id, name=token.name, prefix=token.prefix, role=token.role.value,
+        created_at=token.created_at, token=secret,
+    )  # fmt: skip
+
+
+@router.get("/tokens", response_model=list[PersonalTokenPublic])
+def list_personal_tokens(ctx: Ctx, info: ScopedReader) -> list[PersonalTokenPublic]:
+    """The signed-in person's live personal tokens (never their secrets)."""
+    user = _signed_in_person(info)
+    with ctx.engine.connect() as conn:
+        own = _own_tokens(conn, user)
+    return [
+        PersonalTokenPublic(
+            id=t.id,
+            name=t.name,
+            prefix=t.prefix,
+            role=t.role.value,
+            created_at=t.created_at,
+            last_used_at=t.last_used_at,
+        )
+        for t in own
+    ]
+
+
+@router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+def revoke_personal_token(token_id: int, ctx: Ctx, info: ScopedReader) -> None:
+    """Revoke one of the signed-in person's personal tokens (404 for anyone else's)."""
+    user = _signed_in_person(info)
+    with ctx.engine.begin() as conn:
+        if token_id not in {t.id for t in _own_tokens(conn, user)}:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, detail=f"token_id: no personal token {token_id} of yours"
+            )
+        tokens_repo.revoke_token(conn, token_id=token_id, now=ctx.clock())
