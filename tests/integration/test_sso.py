@@ -329,3 +329,14 @@ def test_a_personal_token_sees_what_its_person_sees(site: str) -> None:
         # Bob's token is not alice's to revoke.
         other = browser.delete(f"/api/v1/session/tokens/{minted.json()['id']}", headers=csrf)
         assert other.status_code == 404
+
+
+def test_an_unreachable_provider_is_a_502_naming_it(engine: Engine, clock: FakeClock) -> None:
+    port = free_port()
+    dead = Provider(issuer=f"http://127.0.0.1:{free_port()}", redirect_uri="")
+    app = create_app(
+        _settings(engine, dead, f"http://127.0.0.1:{port}"), engine=engine, clock=clock
+    )
+    with live_server(app, port) as url, httpx.Client(base_url=url, timeout=30) as browser:
+        r = browser.get("/api/v1/auth/oidc/login")
+        assert r.status_code == 502 and "identity provider" in r.json()["detail"]

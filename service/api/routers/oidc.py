@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import time
 
+import httpx
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import RedirectResponse
 
@@ -42,7 +43,7 @@ async def oidc_login(
     login = oidc.new_login(next_path=next, now=ctx.clock().timestamp())
     try:
         url = await client.authorization_url(login)
-    except (SignInRefused, OSError, ValueError) as exc:
+    except (SignInRefused, httpx.HTTPError, OSError, ValueError) as exc:
         raise HTTPException(
             status.HTTP_502_BAD_GATEWAY, detail=f"the identity provider is unreachable: {exc}"
         ) from exc
@@ -103,6 +104,10 @@ async def oidc_callback(
         person = await client.sign_in(code=code, login=login, now=time.time())
     except SignInRefused as exc:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail=str(exc)) from exc
+    except (httpx.HTTPError, OSError, ValueError) as exc:
+        raise HTTPException(
+            status.HTTP_502_BAD_GATEWAY, detail=f"the identity provider is unreachable: {exc}"
+        ) from exc
     lifetime = ctx.settings.console_session_seconds
     session = sessions.person_session(person=person, now=now, lifetime_seconds=lifetime)
     secure = app_state.gate.https(request)
