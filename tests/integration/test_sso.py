@@ -11,6 +11,7 @@ import io
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -246,6 +247,15 @@ def test_configuration_changes_name_the_person_who_made_them(
         ("person", "policy", "idle", "create"),
     ]
     assert {c["actor"] for c in changes if c["actor"].startswith("person")} == {"person:carol"}
+    # The console's actions page shows them, to carol signed in through the provider.
+    with chromium_page() as page:
+        chromium_sign_in(page, site, "carol")
+        page.wait_for_url(site + "/")
+        page.goto(site + "/actions")
+        page.wait_for_selector("body[data-ready]", timeout=60_000)
+        rows = page.locator("#changes tbody tr")
+        assert rows.count() == len(changes)
+        assert "person:carol" in rows.nth(1).inner_text()
 
 
 def test_a_person_stops_and_restarts_their_own_report_but_nobody_elses(
@@ -268,7 +278,9 @@ def test_a_person_stops_and_restarts_their_own_report_but_nobody_elses(
         )
 
 
-def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
+@contextmanager
+def chromium_page() -> Iterator[Any]:
+    """A page of Debian's Chromium (Playwright), closed after."""
     from tests.integration.test_console_browser import ARGS, CHROMIUM, _need_browser
 
     _need_browser()
@@ -277,34 +289,43 @@ def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_context().new_page()
-            page.goto(site + "/")
-            page.wait_for_url("**/login?next=%2F")
-            page.click("#sso")  # the identity provider's own login form
-            page.fill("#login", "alice")
-            page.fill("#password", "pw-alice")
-            page.click("#sign-in")
-            # Back in the console, signed in: a researcher starts at her jobs, not the fleet.
-            page.wait_for_url(site + "/jobs")
-            page.wait_for_selector("body[data-ready]", timeout=60_000)
-            assert page.get_attribute("body", "data-ready") == "1", page.inner_text("main")
-            assert page.inner_text("#who").startswith("alice (vision)")
-            rows = page.locator("#jobs tbody tr")
-            shown = {rows.nth(i).get_attribute("data-job") for i in range(rows.count())}
-            assert shown == SEES["alice"]
-            # Her job's page (charts, alerts, steps, notices) and her own page read in scope.
-            for path in ("/jobs/slurm:11", "/users/alice", "/teams/vision"):
-                page.goto(site + path)
-                page.wait_for_selector("body[data-ready]", timeout=60_000)
-                assert page.get_attribute("body", "data-ready") == "1", (
-                    path,
-                    page.inner_text("main"),
-                )
-            page.goto(site + "/jobs/slurm:13")  # dave's nlp job: not hers, as if it did not exist
-            page.wait_for_selector("body[data-ready]", timeout=60_000)
-            assert "does not exist" in page.inner_text("main")
+            yield browser.new_context().new_page()
         finally:
             browser.close()
+
+
+def chromium_sign_in(page: Any, site: str, login: str) -> None:
+    """Sign ``login`` in from the console's login page through the provider's own form."""
+    page.goto(site + "/")
+    page.wait_for_url("**/login?next=%2F")
+    page.click("#sso")
+    page.fill("#login", login)
+    page.fill("#password", f"pw-{login}")
+    page.click("#sign-in")
+
+
+def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
+    with chromium_page() as page:
+        chromium_sign_in(page, site, "alice")
+        # Back in the console, signed in: a researcher starts at her jobs, not the fleet.
+        page.wait_for_url(site + "/jobs")
+        page.wait_for_selector("body[data-ready]", timeout=60_000)
+        assert page.get_attribute("body", "data-ready") == "1", page.inner_text("main")
+        assert page.inner_text("#who").startswith("alice (vision)")
+        rows = page.locator("#jobs tbody tr")
+        shown = {rows.nth(i).get_attribute("data-job") for i in range(rows.count())}
+        assert shown == SEES["alice"]
+        # Her job's page (charts, alerts, steps, notices) and her own page read in scope.
+        for path in ("/jobs/slurm:11", "/users/alice", "/teams/vision"):
+            page.goto(site + path)
+            page.wait_for_selector("body[data-ready]", timeout=60_000)
+            assert page.get_attribute("body", "data-ready") == "1", (
+                path,
+                page.inner_text("main"),
+            )
+        page.goto(site + "/jobs/slurm:13")  # dave's nlp job: not hers, as if it did not exist
+        page.wait_for_selector("body[data-ready]", timeout=60_000)
+        assert "does not exist" in page.inner_text("main")
 
 
 def test_a_personal_token_sees_what_its_person_sees(site: str) -> None:

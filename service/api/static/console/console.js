@@ -893,6 +893,12 @@
     const notices = await api(`/notices?${q({ user: chosen.user, team: chosen.team, job: chosen.job, start: chosen.since && `-${chosen.since}`, limit: 200 })}`);
     app.append(el("h2", { text: "Notices sent" }), notices.length ? noticesTable(notices, "notices")
       : el("p", { class: "muted", id: "no-notices", text: "No notice matches." }));
+    // Who changed the policies, ladders, channels, silences, prices and owner entries.
+    const changes = await api("/changes?limit=100");
+    app.append(el("h2", { text: "Configuration changes" }), changes.length
+      ? table(["when", "who", "what", "which", "change"], changes.map((c) => el("tr", { "data-change": c.id },
+        td(when(c.at)), td(c.actor), td(c.kind), td(c.name, "clip"), td(c.action))), { id: "changes" })
+      : el("p", { class: "muted", id: "no-changes", text: "No change was made through the API yet." }));
   }
 
   // --- start -----------------------------------------------------------------------------
