@@ -42,6 +42,8 @@ class Person:
     teams: tuple[str, ...]
     role: Role
     fleet: bool
+    # The address the identity provider vouches for (its verified email claim), if any.
+    email: str | None = None
 
     @property
     def scope(self) -> JobScope | None:

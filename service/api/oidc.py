@@ -210,9 +210,11 @@ def person_of(claims: Mapping[str, Any], config: OidcConfig) -> Person:
             if g not in roles and g.startswith(prefix) and g != prefix
         }
     )
+    email = claims.get("email")
+    verified = claims.get("email_verified", True) is not False
     return Person(
         user=user.strip(), teams=tuple(teams), role=Role.ADMIN if admin else Role.READER,
-        fleet=fleet,
+        fleet=fleet, email=email if isinstance(email, str) and verified else None,
     )  # fmt: skip
 
 

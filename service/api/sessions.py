@@ -82,7 +82,8 @@ def encode(session: Session, *, key: str) -> str:
     }
     if session.person is not None:
         p = session.person
-        data["p"] = {"u": p.user, "g": list(p.teams), "r": p.role.value, "f": p.fleet}
+        data["p"] = {"u": p.user, "g": list(p.teams), "r": p.role.value, "f": p.fleet,
+                     "m": p.email}  # fmt: skip
     payload = json.dumps(data, separators=(",", ":")).encode()
     return _b64(payload) + "." + _b64(_mac(key, b"session", payload))
 
@@ -104,6 +105,7 @@ def decode(value: str, *, key: str, now: float) -> Session | None:
                 teams=tuple(str(t) for t in p["g"]),
                 role=Role(p["r"]),
                 fleet=bool(p["f"]),
+                email=None if p.get("m") is None else str(p["m"]),
             )
         )
         session = Session(

@@ -92,7 +92,8 @@ def create_token(
 
 
 def _person_json(person: Person) -> dict[str, object]:
-    return {"user": person.user, "teams": list(person.teams), "fleet": person.fleet}
+    return {"user": person.user, "teams": list(person.teams), "fleet": person.fleet,
+            "email": person.email}  # fmt: skip
 
 
 def _info(row: object) -> TokenInfo:
@@ -103,7 +104,7 @@ def _info(row: object) -> TokenInfo:
         if p is None
         else Person(
             user=str(p["user"]), teams=tuple(str(t) for t in p["teams"]), role=Role(r["role"]),
-            fleet=bool(p["fleet"]),
+            fleet=bool(p["fleet"]), email=p.get("email"),
         )
     )  # fmt: skip
     return TokenInfo(

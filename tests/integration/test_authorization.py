@@ -505,6 +505,22 @@ CASES = [
         # Token 1 is the agent's, not a person's: 404 shows the person got past the check.
         {**reads(403), "researcher": 404, "fleet_reader": 404, "person_admin": 404},
     ),
+    # A person's own channel (mail or a Slack DM); tokens change the owner directory instead.
+    Case(
+        "channel",
+        "GET",
+        "/api/v1/session/channel",
+        "/api/v1/session/channel",
+        {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
+    ),
+    Case(
+        "channel-put",
+        "PUT",
+        "/api/v1/session/channel",
+        "/api/v1/session/channel",
+        {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
+        body=lambda _, __: {"channel": "slack", "slack": "U0ALICE"},
+    ),
     # Single sign-on is not set up in this app: 404 names the setting, whoever asks.
     Case(
         "oidc-login",

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from service.api.app import create_app
 from service.api.oidc import OidcClient, OidcConfig, SignInRefused
 from service.settings import Settings
+from tests.integration.test_console_browser import expect
 from tests.oidc_support import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -323,6 +324,15 @@ def test_chromium_signs_alice_in_and_shows_her_jobs_only(site: str) -> None:
                 path,
                 page.inner_text("main"),
             )
+        # On her own page she picks mail for her notices and stops her report herself.
+        page.goto(site + "/users/alice")
+        page.wait_for_selector("body[data-ready]", timeout=60_000)
+        page.click("#channel-mail")
+        expect(page.locator("#channel-state")).to_have_text(
+            "Your notices go to: mail (alice@example.org)", timeout=30_000
+        )
+        page.click("#owner-opt")
+        expect(page.locator("#owner-report")).to_have_attribute("data-opted-out", "1")
         page.goto(site + "/jobs/slurm:13")  # dave's nlp job: not hers, as if it did not exist
         page.wait_for_selector("body[data-ready]", timeout=60_000)
         assert "does not exist" in page.inner_text("main")
@@ -361,3 +371,33 @@ def test_an_unreachable_provider_is_a_502_naming_it(engine: Engine, clock: FakeC
     with live_server(app, port) as url, httpx.Client(base_url=url, timeout=30) as browser:
         r = browser.get("/api/v1/auth/oidc/login")
         assert r.status_code == 502 and "identity provider" in r.json()["detail"]
+
+
+def test_a_person_picks_mail_or_a_slack_dm_for_their_own_notices(
+    site: str, tokens: dict[str, str]
+) -> None:
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with httpx.Client(base_url=site, timeout=30) as browser:
+        # An admin set alice's team copy before; her choice keeps it.
+        r = browser.put("/api/v1/owners/user/alice", json={"email": "old@example.org",
+                        "cc_email": "vision-leads@example.org", "team": "vision"}, headers=admin)  # fmt: skip
+        assert r.status_code == 201, r.text
+        sign_in(browser, "alice")
+        csrf = {"X-CSRF-Token": browser.get("/api/v1/session").json()["csrf_token"]}
+        slack = browser.put("/api/v1/session/channel", json={"channel": "slack", "slack": "U0ALICE"},
+                            headers=csrf)  # fmt: skip
+        assert slack.json() == {"channel": "slack", "email": None, "slack": "U0ALICE"}
+        entry = browser.get("/api/v1/owners/user/alice", headers=admin).json()
+        assert (entry["email"], entry["slack"], entry["cc_email"], entry["team"]) == (
+            None, "U0ALICE", "vision-leads@example.org", "vision",
+        )  # fmt: skip
+        # Mail goes to the address the provider vouches for, not one she types.
+        mail = browser.put("/api/v1/session/channel", json={"channel": "mail"}, headers=csrf)
+        assert mail.json() == {"channel": "mail", "email": "alice@example.org", "slack": None}
+        bad = browser.put("/api/v1/session/channel", json={"channel": "slack", "slack": "C0TEAM"},
+                          headers=csrf)  # fmt: skip
+        assert bad.status_code == 422 and "slack" in bad.text
+        typed = browser.put("/api/v1/session/channel",
+                            json={"channel": "mail", "email": "x@evil.example"}, headers=csrf)  # fmt: skip
+        assert typed.status_code == 422
+        assert browser.get("/api/v1/session/channel").json()["email"] == "alice@example.org"

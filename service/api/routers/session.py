@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Literal
 from urllib.parse import urlsplit
 
 import anyio
@@ -21,8 +22,11 @@ from service.api.deps import (
     signing_key,
 )
 from service.api.gate import monotonic
-from service.db import sessions_repo, tokens_repo
+from service.db import changes_repo, owners_repo, sessions_repo, tokens_repo
 from service.db.tokens_repo import Role, TokenInfo
+from service.errors import ValidationFailed
+from service.roles import Person
+from service.thresholds.owners import OwnerEntry, parse_owner
 
 router = APIRouter(prefix="/session", tags=["session"])
 
@@ -236,3 +240,78 @@ def revoke_personal_token(token_id: int, ctx: Ctx, info: ScopedReader) -> None:
                 status.HTTP_404_NOT_FOUND, detail=f"token_id: no personal token {token_id} of yours"
             )
         tokens_repo.revoke_token(conn, token_id=token_id, now=ctx.clock())
+
+
+class ChannelChoice(BaseModel):
+    """``PUT /session/channel``: how a person gets their own notices and periodic report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: Literal["mail", "slack"]
+    # With "slack": the person's Slack member id (U...), for a direct message.
+    slack: str | None = Field(None, min_length=2, max_length=32)
+
+
+class ChannelPublic(BaseModel):
+    """Where a person's notices go: mail (the address the identity provider vouches for) or a
+    Slack direct message; None while the directory has no address of theirs."""
+
+    channel: Literal["mail", "slack"] | None
+    email: str | None
+    slack: str | None
+
+
+def _person(info: TokenInfo) -> Person:
+    if info.person is None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail="a person signed in through single sign-on chooses their own channel; "
+            "tokens change the owner directory (PUT /api/v1/owners/user/NAME)",
+        )
+    return info.person
+
+
+def _channel_of(entry: OwnerEntry | None) -> ChannelPublic:
+    if entry is None:
+        return ChannelPublic(channel=None, email=None, slack=None)
+    channel = "slack" if entry.slack and not entry.email else "mail" if entry.email else None
+    return ChannelPublic(channel=channel, email=entry.email, slack=entry.slack)
+
+
+def _own_entry(conn: Connection, user: str) -> OwnerEntry | None:
+    found = owners_repo.get_owners(conn, keys=[("user", user)])
+    return found[0].entry if found else None
+
+
+@router.get("/channel", response_model=ChannelPublic)
+def get_channel(ctx: Ctx, info: ScopedReader) -> ChannelPublic:
+    """The signed-in person's channel for their own notices and periodic report."""
+    person = _person(info)
+    with ctx.engine.connect() as conn:
+        return _channel_of(_own_entry(conn, person.user))
+
+
+@router.put("/channel", response_model=ChannelPublic)
+def put_channel(body: ChannelChoice, ctx: Ctx, info: ScopedReader) -> ChannelPublic:
+    """Choose mail (to the address the identity provider vouches for) or a Slack direct message
+    (to the member id given) for one's own notices and report; copies and team stay as set."""
+    person = _person(info)
+    if body.channel == "mail" and not person.email:
+        raise ValidationFailed(
+            "channel", "the identity provider gave no verified e-mail address for mail"
+        )
+    if body.channel == "slack" and not (body.slack or "").startswith(("U", "W")):
+        raise ValidationFailed("slack", "a Slack member id (U...) for a direct message")
+    with ctx.engine.begin() as conn:
+        old = _own_entry(conn, person.user)
+        kept = {} if old is None else old.model_dump(include={"cc_email", "cc_slack", "team"})
+        entry = parse_owner(
+            {"kind": "user", "name": person.user, **kept,
+             **({"email": person.email} if body.channel == "mail" else {"slack": body.slack})},
+        )  # fmt: skip
+        owners_repo.put_owner(conn, entry=entry, source="api", now=ctx.clock())
+        changes_repo.record(
+            conn, actor=info.actor, kind="owner", name=f"user/{person.user}",
+            action="create" if old is None else "update", now=ctx.clock(),
+        )  # fmt: skip
+        return _channel_of(entry)

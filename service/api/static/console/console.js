@@ -847,7 +847,9 @@
     const box = el("div", { class: "panel", id: "owner-report", "data-opted-out": mine ? "1" : "0" }, el("span", { id: "owner-report-state",
       text: mine ? `Opted out of the periodic report since ${when(mine.opted_out_at)}${mine.by ? ` (by ${mine.by})` : ""}.`
         : "Not opted out: gets the periodic report the site sends (GPUWARDEN_REPORT_PERIOD)." }));
-    if (!(session && session.role === "admin")) {
+    // A person signed in through single sign-on manages their own report and channel.
+    const own = Boolean(session && session.user && kind === "user" && session.user === name);
+    if (!(session && session.role === "admin") && !own) {
       box.append(" ", el("span", { class: "muted", text: "Admins can opt a user or team out." }));
       return box;
     }
@@ -856,7 +858,22 @@
         try { await api(`/reports/opt-outs/${kind}/${encodeURIComponent(name)}`, { method: mine ? "DELETE" : "PUT" }); await reload(); }
         catch (err) { showError(err); }
       } }));
+    if (own) box.append(channelChooser(reload));
     return box;
+  }
+
+  function channelChooser(reload) {
+    // Mail goes to the address the identity provider vouches for; Slack to the member id given.
+    const slackIn = el("input", { id: "channel-slack", size: 12, placeholder: "U0123ABCD" });
+    const wrap = el("p", { id: "owner-channel" }, el("span", { id: "channel-state", text: "Your notices go to: …" }), " ",
+      el("button", { type: "button", class: "small", id: "channel-mail", text: "Mail me",
+        onclick: () => api("/session/channel", { method: "PUT", body: { channel: "mail" } }).then(reload).catch(showError) }), " ",
+      slackIn, el("button", { type: "button", class: "small", id: "channel-dm", text: "Slack DM me",
+        onclick: () => api("/session/channel", { method: "PUT", body: { channel: "slack", slack: slackIn.value.trim() } }).then(reload).catch(showError) }));
+    api("/session/channel").then((c) => {
+      wrap.querySelector("#channel-state").textContent = `Your notices go to: ${c.channel === "mail" ? `mail (${c.email})` : c.channel === "slack" ? `Slack DM (${c.slack})` : "nowhere yet"}`;
+    }).catch(() => {});
+    return wrap;
   }
 
   async function actionsPage() {
