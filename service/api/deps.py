@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -181,16 +181,22 @@ async def _shared_lookup(
 
 
 async def session_ended(request: Request, ctx: ServiceContext, session: sessions.Session) -> bool:
-    """Whether ``session`` was ended by logging out (on any replica: read at most every
-    TOKEN_CACHE_SECONDS; an ended one is remembered as such)."""
+    """Whether ``session`` was ended by logging out, or (a person's) by an admin signing the
+    person out everywhere (on any replica: read at most every TOKEN_CACHE_SECONDS; an ended one
+    is remembered as such)."""
     hit = ctx.session_ended.get(session.nonce)
     if hit is not None and (hit[0] or monotonic() - hit[1] < TOKEN_CACHE_SECONDS):
         return hit[0]
     engine = ctx.ingest_engine or ctx.engine
+    person = session.person
+    expires_at = datetime.fromtimestamp(session.expires_at, tz=UTC)
 
     def look_up() -> bool:
         with engine.connect() as conn:
-            return sessions_repo.is_ended(conn, nonce=session.nonce)
+            return sessions_repo.is_ended(conn, nonce=session.nonce) or (
+                person is not None
+                and sessions_repo.person_ended(conn, user=person.user, expires_at=expires_at)
+            )
 
     ended = await _shared_lookup(request, f"ended:{session.nonce}", look_up)
     ctx.session_ended[session.nonce] = (ended, monotonic())

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, insert, select
 from service.db.schema import config_changes
 
 # What a row may say was changed, and how.
-CHANGE_KINDS = ("policy", "ladder", "channel", "silence", "prices", "owner")
+CHANGE_KINDS = ("policy", "ladder", "channel", "silence", "prices", "owner", "sessions")
 CHANGE_ACTIONS = ("create", "update", "delete")
 
 

@@ -521,6 +521,14 @@ CASES = [
         {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
         body=lambda _, __: {"channel": "slack", "slack": "U0ALICE"},
     ),
+    # An admin signs a person out everywhere.
+    Case(
+        "sign-person-out",
+        "DELETE",
+        "/api/v1/session/people/{user}",
+        "/api/v1/session/people/nobody",
+        admin_only(204),
+    ),
     # Single sign-on is not set up in this app: 404 names the setting, whoever asks.
     Case(
         "oidc-login",

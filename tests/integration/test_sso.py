@@ -401,3 +401,23 @@ def test_a_person_picks_mail_or_a_slack_dm_for_their_own_notices(
                             json={"channel": "mail", "email": "x@evil.example"}, headers=csrf)  # fmt: skip
         assert typed.status_code == 422
         assert browser.get("/api/v1/session/channel").json()["email"] == "alice@example.org"
+
+
+def test_an_admin_signs_a_person_out_everywhere(site: str, clock: FakeClock) -> None:
+    with (
+        httpx.Client(base_url=site, timeout=30) as alice,
+        httpx.Client(base_url=site, timeout=30) as carol,
+    ):
+        sign_in(alice, "alice")  # lands on the console's shell: no API call made yet
+        sign_in(carol, "carol")
+        csrf = {"X-CSRF-Token": carol.get("/api/v1/session").json()["csrf_token"]}
+        r = carol.delete("/api/v1/session/people/alice", headers=csrf)
+        assert r.status_code == 204, r.text
+        assert alice.get("/api/v1/session").status_code == 401
+        assert carol.get("/api/v1/session").status_code == 200  # nobody else is signed out
+        # Her next sign-in, a moment later, is the provider's to decide, and passes.
+        clock.advance(1)
+        sign_in(alice, "alice")
+        assert alice.get("/api/v1/session").json()["user"] == "alice"
+        changes = carol.get("/api/v1/changes", params={"kind": "sessions"}).json()
+        assert [(c["actor"], c["name"]) for c in changes] == [("person:carol", "user/alice")]

@@ -30,7 +30,8 @@ class ChangePublic(BaseModel):
 def list_changes(
     conn: ReadConn,
     _: Reader,
-    kind: Literal["policy", "ladder", "channel", "silence", "prices", "owner"] | None = None,
+    kind: Literal["policy", "ladder", "channel", "silence", "prices", "owner", "sessions"]
+    | None = None,
     actor: str | None = Query(None, max_length=300, description="person:alice or token:<name>"),
     limit: int = Query(500, ge=1, le=10_000),
 ) -> list[ChangePublic]:

@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 from urllib.parse import urlsplit
 
 import anyio
 from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection
 
 from service.api import sessions
 from service.api.deps import (
+    Admin,
     AppState,
     Ctx,
     ScopedReader,
@@ -315,3 +317,21 @@ def put_channel(body: ChannelChoice, ctx: Ctx, info: ScopedReader) -> ChannelPub
             action="create" if old is None else "update", now=ctx.clock(),
         )  # fmt: skip
         return _channel_of(entry)
+
+
+@router.delete("/people/{user}", status_code=status.HTTP_204_NO_CONTENT)
+def sign_person_out(
+    ctx: Ctx, token: Admin, user: str = PathParam(min_length=1, max_length=255)
+) -> None:
+    """End every console session of the person ``user`` (within the token cache time, on every
+    replica): for someone who left a team or the site; their next sign-in is decided anew by
+    the identity provider. Their personal tokens are revoked with them."""
+    now = ctx.clock()
+    with ctx.engine.begin() as conn:
+        until = now + timedelta(seconds=ctx.settings.console_session_seconds)
+        sessions_repo.end_person_sessions(conn, user=user, until=until, now=now)
+        for t in _own_tokens(conn, user):
+            tokens_repo.revoke_token(conn, token_id=t.id, now=now)
+        changes_repo.record(
+            conn, actor=token.actor, kind="sessions", name=f"user/{user}", action="delete", now=now
+        )
