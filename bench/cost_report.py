@@ -6,7 +6,7 @@ report without them (timed side by side, interleaved, in the same run).
 
 Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [--gpus 1000]
       [--days 30] [--jobs 5000] [--reuse] [--shared-gpus 0.1 [--shared-runs 2]]
-      [--edge-samples [--edge-runs 3]]
+      [--edge-samples [--edge-runs 3]] [--scope]
 
 With ``--shared-gpus F`` the reports are timed again after a fraction F of the GPUs is shared
 (see ``load_shared``): tenant rows for every shared minute, as the rollup job writes them.
@@ -16,6 +16,9 @@ job's own code (timed), then the 30-day team, user and job reports are timed wit
 (every second from the rollups, the code before the day sums) and with them, interleaved, best
 of ``--day-runs``, over the whole days and over a window with two edge days, and their totals
 compared to the cent.
+
+With ``--scope`` a signed-in person's reports (issue 51: their own jobs and their team's) are
+timed beside the whole fleet's, from the day sums.
 
 With ``--edge-samples`` raw samples are stored around every job edge inside raw retention
 (see ``load_edge_samples``), so the reports read those edges from raw samples as in
@@ -64,6 +67,7 @@ from service.db.schema import (
     shared_1h,
     tenant_1m,
 )
+from service.roles import JobScope
 from service.settings import Settings
 from service.usecases import cost_days, cost_report
 from service.usecases.job_summary import job_summary
@@ -600,6 +604,42 @@ def bench_day_sums(engine: Engine, days: int, runs: int, csv_dir: str | None = N
                 )
 
 
+def bench_scope(engine: Engine, days: int, runs: int) -> None:
+    """Time a signed-in person's reports (their own jobs and one team's, JobScope) beside the
+    same reports of the whole fleet, interleaved, from the day sums: the job list's page (by
+    job, 50 rows) and the report by team. Target: the person's at most the fleet's."""
+    settings = Settings()
+    start, end = END - timedelta(days=days), END
+    scope = JobScope(users=frozenset({"user7"}), teams=frozenset({"team3"}))
+    with engine.connect() as conn:
+        for group_by, limit in (("job", 50), ("team", None)):
+            times: dict[bool, list[float]] = {False: [], True: []}
+            out: dict[bool, Any] = {}
+
+            def report(scoped: bool, g: str = group_by, n: int | None = limit) -> Any:
+                return cost_report.cost_report(
+                    conn, settings=settings, start=start, end=end, now=END, group_by=g,
+                    limit=n, jobs_only=g == "job", scope=scope if scoped else None,
+                )  # fmt: skip
+
+            for flag in (False, True):  # warm the caches
+                report(flag)
+            for _ in range(runs):
+                for flag in (False, True):
+                    t = time.perf_counter()
+                    out[flag] = report(flag)
+                    times[flag].append(time.perf_counter() - t)
+            fleet, person = (min(times[f]) * 1000 for f in (False, True))
+            print(
+                f"  person's report {days} d by {group_by} (limit {limit}): best "
+                f"{person:.0f} ms (median {statistics.median(times[True]) * 1000:.0f}), "
+                f"{out[True]['row_count']} rows; the fleet's best {fleet:.0f} ms (median "
+                f"{statistics.median(times[False]) * 1000:.0f}), {out[False]['row_count']} rows; "
+                f"target person <= fleet: {'met' if person <= fleet * 1.05 else 'NOT met'}",
+                flush=True,
+            )
+
+
 def _worst(a: dict[str, Any], b: dict[str, Any]) -> str:
     """The largest difference of a money field between two reports' rows (and whether they
     have the same rows)."""
@@ -669,6 +709,10 @@ def main() -> None:
     p.add_argument("--day-runs", type=int, default=3, help="timed runs per day-sums reading")
     p.add_argument("--skip-base", action="store_true", help="skip the base report timings")
     p.add_argument("--csv-dir", help="save the day-sum reports' CSV here (bench.report_bytes)")
+    p.add_argument(
+        "--scope", action="store_true",
+        help="time a signed-in person's reports (their jobs and a team's) beside the fleet's",
+    )  # fmt: skip
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
@@ -697,6 +741,12 @@ def main() -> None:
                 upgrade(engine)
                 write_day_sums(engine)
             bench_day_sums(engine, args.days, args.day_runs, args.csv_dir)
+        if args.scope:
+            with engine.connect() as conn:
+                summed = conn.execute(text("SELECT count(*) FROM cost_gpu_1d")).scalar_one()
+            if not summed:
+                write_day_sums(engine)
+            bench_scope(engine, args.days, args.day_runs)
         if args.edge_samples:
             bench_edges(engine, args.days, args.edge_runs)
         if args.shared_gpus:

@@ -66,8 +66,11 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm
 fi
-[ -d "$(dirname "$0")/../tests/js/node_modules/standardwebhooks" ] ||
-  npm ci --no-audit --no-fund --prefix "$(dirname "$0")/../tests/js"
+# oidc-provider is the OpenID provider the console's sign-in tests run on loopback
+# (tests/js/oidc_provider.mjs, tests/oidc_support.py).
+JS_DIR="$(dirname "$0")/../tests/js"
+[ -d "$JS_DIR/node_modules/standardwebhooks" ] && [ -d "$JS_DIR/node_modules/oidc-provider" ] ||
+  npm ci --no-audit --no-fund --prefix "$JS_DIR"
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   echo "starting PostgreSQL..."

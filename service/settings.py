@@ -159,6 +159,23 @@ class Settings(BaseSettings):
     run_scheduler: bool = True  # background rollups, retention and evaluation
     # How long a console login lasts (its session cookie); revoking the token ends it sooner.
     console_session_seconds: float = Field(12 * 3600.0, gt=0)
+    # Single sign-on for the console (OpenID Connect, authorization code with PKCE), beside
+    # tokens: set the issuer to turn it on (docs/security.md#single-sign-on).
+    oidc_issuer: str | None = None  # https://sso.example.org/realms/lab (its discovery URL's base)
+    oidc_client_id: str = "gpuwarden"
+    oidc_client_secret: str | None = None  # unset: a public client (PKCE alone)
+    oidc_scopes: str = "openid profile email groups"
+    # The ID token claim naming the GPU Warden user (the name jobs carry: Slurm user, owner label).
+    oidc_user_claim: str = "preferred_username"
+    oidc_groups_claim: str = "groups"  # a list of group names; teams and roles come from it
+    # Comma-separated groups whose people see the whole fleet (fleet-reader) or administer.
+    oidc_reader_groups: str = "gpuwarden-readers"
+    oidc_admin_groups: str = "gpuwarden-admins"
+    # Only groups starting with this prefix name teams (the prefix cut off); empty: every other
+    # group is a team.
+    oidc_team_prefix: str = ""
+    # Where the provider sends the browser back; default public_url + /api/v1/auth/oidc/callback.
+    oidc_redirect_url: str | None = None
 
     # --- alerting ----------------------------------------------------------------------
     public_url: str = "http://127.0.0.1:8000"  # base of links in notifications

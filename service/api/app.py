@@ -21,6 +21,7 @@ from service.actions.registry import check_action_webhook_url
 from service.api.deps import ApiState, session_key
 from service.api.gate import Admission, FailFast, TokenGate
 from service.api.input_guard import BodyBudget, RequestGuard
+from service.api.oidc import OidcClient, OidcConfig
 from service.api.openapi import install_openapi
 from service.api.outage import OUTAGE_ERRORS, database_unavailable, request_outage_log
 from service.api.query import reject_unknown_query
@@ -28,6 +29,7 @@ from service.api.reads import NoteWrites
 from service.api.routers import actions as actions_router
 from service.api.routers import (
     alerts,
+    changes,
     channels,
     console,
     fleet,
@@ -41,6 +43,7 @@ from service.api.routers import (
     silences,
 )
 from service.api.routers import jobs as jobs_router
+from service.api.routers import oidc as oidc_router
 from service.api.routers import periodic_reports as periodic_router
 from service.api.routers import prices as prices_router
 from service.api.routers import reports as reports_router
@@ -205,6 +208,7 @@ def _api_state(ctx: ServiceContext) -> ApiState:
         ),
         admission=Admission(settings),
         body_budget=BodyBudget(settings.body_memory_budget_bytes),
+        oidc=None if (oidc := OidcConfig.from_settings(settings)) is None else OidcClient(oidc),
     )
 
 
@@ -230,7 +234,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(ingest.router, prefix="/api/v1")
     app.include_router(gpus.router, prefix="/api/v1")
     app.include_router(fleet.router, prefix="/api/v1")
-    for module in (policies, channels, silences, alerts, owners, notices):
+    for module in (policies, channels, silences, alerts, owners, notices, changes):
         app.include_router(module.router, prefix="/api/v1")
     app.include_router(jobs_router.router, prefix="/api/v1")
     app.include_router(jobs_router.verdicts, prefix="/api/v1")
@@ -240,6 +244,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(unsubscribe_router.router)
     app.include_router(actions_router.router, prefix="/api/v1")
     app.include_router(session.router, prefix="/api/v1")
+    app.include_router(oidc_router.router, prefix="/api/v1")
     app.include_router(console.router)
     app.mount(console.STATIC_PREFIX, StaticFiles(directory=console.STATIC_DIR), name="static")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -27,11 +27,13 @@ from service.api.gate import (
     monotonic,
 )
 from service.api.input_guard import BodyBudget
+from service.api.oidc import OidcClient
 from service.api.reads import WRITER_KEY
 from service.context import ServiceContext
-from service.db import secrets_repo, sessions_repo, tokens_repo
+from service.db import jobs_repo, secrets_repo, sessions_repo, tokens_repo
 from service.db.outages import OutageLog
-from service.db.tokens_repo import Role, TokenInfo
+from service.db.tokens_repo import Role, TokenInfo, person_info
+from service.roles import JobScope
 from service.usecases.fleet import WastedTodayCache
 
 T = TypeVar("T")
@@ -47,6 +49,7 @@ class ApiState(State):
     body_budget: BodyBudget
     outage_log: OutageLog
     fleet_cache: WastedTodayCache
+    oidc: OidcClient | None
 
     def __init__(
         self,
@@ -57,6 +60,7 @@ class ApiState(State):
         body_budget: BodyBudget,
         outage_log: OutageLog,
         fleet_cache: WastedTodayCache,
+        oidc: OidcClient | None = None,
     ) -> None:
         super().__init__(
             {
@@ -66,6 +70,7 @@ class ApiState(State):
                 "body_budget": body_budget,
                 "outage_log": outage_log,
                 "fleet_cache": fleet_cache,
+                "oidc": oidc,
             }
         )
 
@@ -176,16 +181,22 @@ async def _shared_lookup(
 
 
 async def session_ended(request: Request, ctx: ServiceContext, session: sessions.Session) -> bool:
-    """Whether ``session`` was ended by logging out (on any replica: read at most every
-    TOKEN_CACHE_SECONDS; an ended one is remembered as such)."""
+    """Whether ``session`` was ended by logging out, or (a person's) by an admin signing the
+    person out everywhere (on any replica: read at most every TOKEN_CACHE_SECONDS; an ended one
+    is remembered as such)."""
     hit = ctx.session_ended.get(session.nonce)
     if hit is not None and (hit[0] or monotonic() - hit[1] < TOKEN_CACHE_SECONDS):
         return hit[0]
     engine = ctx.ingest_engine or ctx.engine
+    person = session.person
+    expires_at = datetime.fromtimestamp(session.expires_at, tz=UTC)
 
     def look_up() -> bool:
         with engine.connect() as conn:
-            return sessions_repo.is_ended(conn, nonce=session.nonce)
+            return sessions_repo.is_ended(conn, nonce=session.nonce) or (
+                person is not None
+                and sessions_repo.person_ended(conn, user=person.user, expires_at=expires_at)
+            )
 
     ended = await _shared_lookup(request, f"ended:{session.nonce}", look_up)
     ctx.session_ended[session.nonce] = (ended, monotonic())
@@ -204,6 +215,30 @@ async def session_authenticated(
     session = sessions.decode(cookie, key=key, now=ctx.clock().timestamp())
     if session is None or await session_ended(request, ctx, session):
         raise _session_ended(gate, client)
+    if session.person is not None:
+        info = person_info(session.person, now=ctx.clock())
+    else:
+        info = await _session_token(request, ctx, session, gate, client)
+    if request.method not in sessions.SAFE_METHODS and not sessions.csrf_ok(
+        session, request.headers.get(sessions.CSRF_HEADER), key=key
+    ):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"{sessions.CSRF_HEADER}: a write made with the console's session cookie "
+            "needs the CSRF token that GET /api/v1/session returns",
+        )
+    request.state.session = session
+    return info
+
+
+async def _session_token(
+    request: Request,
+    ctx: ServiceContext,
+    session: sessions.Session,
+    gate: TokenGate,
+    client: str,
+) -> TokenInfo:
+    """The live token a token login's session names (cached like bearer tokens); 401 if none."""
     cached = ctx.session_tokens.get(session.token_id)
     if cached is None or monotonic() - cached[2] >= TOKEN_CACHE_SECONDS:
         engine = ctx.ingest_engine or ctx.engine
@@ -219,15 +254,6 @@ async def session_authenticated(
     info, token_hash, _ = cached
     if info is None or info.role is Role.AGENT or not sessions.matches_token(session, token_hash):
         raise _session_ended(gate, client)
-    if request.method not in sessions.SAFE_METHODS and not sessions.csrf_ok(
-        session, request.headers.get(sessions.CSRF_HEADER), key=key
-    ):
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            detail=f"{sessions.CSRF_HEADER}: a write made with the console's session cookie "
-            "needs the CSRF token that GET /api/v1/session returns",
-        )
-    request.state.session = session
     return info
 
 
@@ -379,8 +405,14 @@ ReadConn = Annotated[Connection, Depends(read_conn)]
 WriteConn = Annotated[Connection, Depends(write_conn, scope="function")]
 
 
-def require(*roles: Role) -> Callable[[TokenInfo], Coroutine[Any, Any, TokenInfo]]:
-    """A dependency that lets through tokens of ``roles`` (admin always) and answers 403 else."""
+def require(
+    *roles: Role, scoped: bool = False
+) -> Callable[[TokenInfo], Coroutine[Any, Any, TokenInfo]]:
+    """A dependency that lets through callers of ``roles`` (admin always) and answers 403 else.
+
+    A person limited to their own and their teams' jobs passes only where ``scoped`` says the
+    route narrows what it shows to the caller's scope (``Scope``); every other route shows the
+    whole fleet and answers them 403: the one place a person's reach is decided."""
     allowed = {*roles, Role.ADMIN}
 
     async def check(info: Authenticated) -> TokenInfo:
@@ -390,6 +422,12 @@ def require(*roles: Role) -> Callable[[TokenInfo], Coroutine[Any, Any, TokenInfo
                 detail=f"a token with role {info.role.value!r} may not do this; "
                 f"needs one of {sorted(r.value for r in allowed)}",
             )
+        if not scoped and info.person is not None and info.scope is not None:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                detail=f"{info.person.user} sees their own and their teams' jobs; this shows the "
+                "whole fleet (a fleet-reader group sees it: GPUWARDEN_OIDC_READER_GROUPS)",
+            )
         return info
 
     return check
@@ -398,3 +436,55 @@ def require(*roles: Role) -> Callable[[TokenInfo], Coroutine[Any, Any, TokenInfo
 Reader = Annotated[TokenInfo, Depends(require(Role.READER))]
 Agent = Annotated[TokenInfo, Depends(require(Role.AGENT))]
 Admin = Annotated[TokenInfo, Depends(require())]
+# A reader that may be a person limited to a scope: the route narrows what it shows.
+ScopedReader = Annotated[TokenInfo, Depends(require(Role.READER, scoped=True))]
+
+
+async def job_scope(info: ScopedReader) -> JobScope | None:
+    """The jobs the caller may see (None: every job): routes that take it show only those."""
+    return info.scope
+
+
+Scope = Annotated[JobScope | None, Depends(job_scope)]
+
+
+def visible_job(scope: JobScope | None, job: dict[str, Any] | None, job_id: str) -> dict[str, Any]:
+    """``job`` when it exists and ``scope`` allows it; 404 else, so a person cannot tell another
+    team's job from one that does not exist."""
+    if job is None or (scope is not None and not scope.allows(job.get("user"), job.get("team"))):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
+    return job
+
+
+def gpus_in_scope(conn: Connection, scope: JobScope | None, uuids: list[str]) -> None:
+    """For a GPU's series: a person reads those of GPUs a job in their scope held; 404 else,
+    as for a GPU that does not exist."""
+    if scope is None:
+        return
+    held = jobs_repo.gpus_held_in_scope(conn, scope=scope, uuids=uuids)
+    for uuid in uuids:
+        if uuid not in held:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"gpu: no GPU {uuid}")
+
+
+def one_job_in_scope(
+    conn: Connection,
+    scope: JobScope | None,
+    job_id: str | None,
+    *,
+    user: str | None = None,
+    team: str | None = None,
+) -> None:
+    """For lists of one job's rows (alerts, ladder steps, notices): a person must name a job
+    (``job``) in their scope, or (where the route takes them) themselves or one of their teams;
+    404 for a job outside it, 403 else."""
+    if scope is None:
+        return
+    if job_id is None and (user in scope.users or team in scope.teams):
+        return
+    if job_id is None:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail="job: a person lists these for one of their own or their teams' jobs (job=)",
+        )
+    visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)

@@ -40,7 +40,9 @@ _API_ERRORS: dict[str, tuple[str, bool]] = {
 
 
 # Routes that name their object in the query rather than the path (a job id may hold "/").
-_NAMED_IN_QUERY = frozenset({"/api/v1/gpus/series", "/api/v1/reports/periodic"})
+# (alerts, actions and notices: a job named outside a signed-in person's scope is 404.)
+_NAMED_IN_QUERY = frozenset({"/api/v1/gpus/series", "/api/v1/reports/periodic", "/api/v1/alerts",
+                             "/api/v1/actions", "/api/v1/notices"})  # fmt: skip
 
 # Query parameters typed as text whose routes take only these names (the route's own 422 names
 # the nearest one); the document lists them so clients and generated requests know.
@@ -162,6 +164,12 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                     "before is still checked)",
                     True,
                 )
+            if path.startswith("/api/v1/auth/oidc/"):
+                # Single sign-on: the browser comes without a token; 404 while it is not set up.
+                op["security"] = []
+                _declare(op, "404", "single sign-on is not set up (GPUWARDEN_OIDC_ISSUER)")
+                _declare(op, "400", "no sign-in in progress, or its state or issuer differs")
+                _declare(op, "502", "the identity provider is unreachable")
             if path == "/api/v1/jobs" and method == "post":
                 # 201 when the job is new, 200 when the request merged into an existing one.
                 op["responses"].setdefault(

@@ -2,7 +2,9 @@
 
 The cookie holds ``payload.signature`` (URL-safe base64, no padding). The payload names the
 token (its id and the first characters of its stored hash) rather than carrying it, so every
-request re-checks the token: revoking it ends the session within the token cache time. The
+request re-checks the token: revoking it ends the session within the token cache time. A person
+signed in through the identity provider (OpenID Connect) has a session that names them instead
+(user, teams, role), signed the same way; logging out ends either kind on every replica. The
 signing key is kept in the database, so every replica accepts every replica's cookies.
 """
 
@@ -15,6 +17,8 @@ import json
 import secrets
 from dataclasses import dataclass
 
+from service.roles import Person, Role
+
 COOKIE_NAME = "gw_session"
 CSRF_HEADER = "X-CSRF-Token"
 SECRET_NAME = "console_session_key"
@@ -25,12 +29,14 @@ _HASH_CHARS = 16
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """What a valid cookie says: which token, until when (Unix seconds), and its CSRF nonce."""
+    """What a valid cookie says: which token (or person), until when (Unix seconds), and its
+    CSRF nonce."""
 
     token_id: int
     token_hash_prefix: str
     expires_at: float
     nonce: str
+    person: Person | None = None
 
 
 def _b64(data: bytes) -> str:
@@ -55,17 +61,30 @@ def new_session(*, token_id: int, token_hash: str, now: float, lifetime_seconds:
     )
 
 
+def person_session(*, person: Person, now: float, lifetime_seconds: float) -> Session:
+    """A fresh session for ``person``, signed in through the identity provider."""
+    return Session(
+        token_id=0,
+        token_hash_prefix="",
+        expires_at=now + lifetime_seconds,
+        nonce=secrets.token_urlsafe(16),
+        person=person,
+    )
+
+
 def encode(session: Session, *, key: str) -> str:
     """The cookie value of ``session``, signed with ``key``."""
-    payload = json.dumps(
-        {
-            "t": session.token_id,
-            "h": session.token_hash_prefix,
-            "e": session.expires_at,
-            "n": session.nonce,
-        },
-        separators=(",", ":"),
-    ).encode()
+    data: dict[str, object] = {
+        "t": session.token_id,
+        "h": session.token_hash_prefix,
+        "e": session.expires_at,
+        "n": session.nonce,
+    }
+    if session.person is not None:
+        p = session.person
+        data["p"] = {"u": p.user, "g": list(p.teams), "r": p.role.value, "f": p.fleet,
+                     "m": p.email}  # fmt: skip
+    payload = json.dumps(data, separators=(",", ":")).encode()
     return _b64(payload) + "." + _b64(_mac(key, b"session", payload))
 
 
@@ -77,11 +96,24 @@ def decode(value: str, *, key: str, now: float) -> Session | None:
         if not hmac.compare_digest(_unb64(signature), _mac(key, b"session", payload)):
             return None
         data = json.loads(payload)
+        p = data.get("p")
+        person = (
+            None
+            if p is None
+            else Person(
+                user=str(p["u"]),
+                teams=tuple(str(t) for t in p["g"]),
+                role=Role(p["r"]),
+                fleet=bool(p["f"]),
+                email=None if p.get("m") is None else str(p["m"]),
+            )
+        )
         session = Session(
             token_id=int(data["t"]),
             token_hash_prefix=str(data["h"]),
             expires_at=float(data["e"]),
             nonce=str(data["n"]),
+            person=person,
         )
     except (ValueError, KeyError, TypeError):
         return None

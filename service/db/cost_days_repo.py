@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.types import NullType
 
 from service.core.buckets import floor_day
+from service.db.jobs_repo import scope_condition
 from service.db.schema import (
     COST_SUM_FIELDS,
     cost_day_dirty,
@@ -36,6 +37,7 @@ from service.db.schema import (
     gpus,
     jobs,
 )
+from service.roles import JobScope
 
 UNALLOCATED_JOB = ""  # the job_id of a GPU's time no job held
 
@@ -243,17 +245,23 @@ def _within(table: Any, start: datetime, end: datetime, excluded: Iterable[int])
 
 
 def _owned_by(
-    user: str | None, team: str | None, jobs_only: bool = False, job_id: Any = None
+    user: str | None,
+    team: str | None,
+    jobs_only: bool = False,
+    job_id: Any = None,
+    scope: JobScope | None = None,
 ) -> list[Any]:
     """Conditions on a ``job_id`` column (cost_job_1d's by default): only rows of jobs of
-    ``user`` and ``team`` where given (so none of the time no job held), only rows of jobs
-    with ``jobs_only``."""
+    ``user`` and ``team`` where given, and of jobs ``scope`` allows where given (so none of
+    the time no job held), only rows of jobs with ``jobs_only``."""
     column = cost_job_1d.c.job_id if job_id is None else job_id
     cond = []
     if user is not None:
         cond.append(jobs.c.user == user)
     if team is not None:
         cond.append(jobs.c.team == team)
+    if scope is not None:
+        cond.append(scope_condition(scope))
     if cond:
         return [column.in_(select(jobs.c.id).where(*cond))]
     return [column != UNALLOCATED_JOB] if jobs_only else []
@@ -280,17 +288,19 @@ def _job_days(
     fields: Sequence[str],
     owned: tuple[str | None, str | None, bool],
     job_ids: Sequence[str] | None = None,
+    scope: JobScope | None = None,
 ) -> Any:
     """The rows of each job and day in [start, end), GPUs ``excluded`` left out, only the
-    jobs ``owned`` (user, team, jobs_only as ``_owned_by``) and ``job_ids`` if given: (job
+    jobs ``owned`` (user, team, jobs_only as ``_owned_by``), of ``scope`` and ``job_ids`` if
+    given: (job
     id, its GPUs' ids comma-joined, ``fields``). From cost_job_day_1d, but for the (job, day)s
     that held an excluded GPU: their other GPUs' cost_job_1d rows."""
     t, j = cost_job_day_1d.c, cost_job_1d.c
     user, team, jobs_only = owned
     only_t = [] if job_ids is None else [t.job_id.in_(sorted(set(job_ids)))]
     per_day = select(t.job_id, t.gpu_ids, *(t[f] for f in fields)).where(
-        *_within(cost_job_day_1d, start, end, ()), *_owned_by(user, team, jobs_only, t.job_id),
-        *only_t,
+        *_within(cost_job_day_1d, start, end, ()),
+        *_owned_by(user, team, jobs_only, t.job_id, scope), *only_t,
     )  # fmt: skip
     left_out = sorted(excluded)
     if not left_out:
@@ -299,7 +309,7 @@ def _job_days(
     mixed = select(j.day, j.job_id).where(j.day >= start, j.day < end, j.gpu_id.in_(left_out))
     gpu_text = cast(j.gpu_id, Text).label("gpu_ids")
     per_gpu = select(j.job_id, gpu_text, *(j[f] for f in fields)).where(
-        *_within(cost_job_1d, start, end, left_out), *_owned_by(user, team, jobs_only),
+        *_within(cost_job_1d, start, end, left_out), *_owned_by(user, team, jobs_only, None, scope),
         tuple_(j.day, j.job_id).in_(mixed), *only_j,
     )  # fmt: skip
     return union_all(per_day.where(tuple_(t.day, t.job_id).not_in(mixed)), per_gpu).subquery()
@@ -316,6 +326,7 @@ def job_dollars(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> list[tuple[str, float, float, float, float]]:
     """Per job over the days in [start, end), GPUs ``excluded`` left out, only jobs of ``user``
     and ``team`` if given (of any job with ``jobs_only``): (job id, the sums of
@@ -323,8 +334,9 @@ def job_dollars(
     so the statement runs in parallel and reads back light."""
     read = [*dict.fromkeys((*idle_fields, *fixable_fields, "cost_usd", "unpriced_seconds"))]
     j = _job_days(
-        conn, start=start, end=end, excluded=excluded, fields=read, owned=(user, team, jobs_only)
-    ).c
+        conn, start=start, end=end, excluded=excluded, fields=read,
+        owned=(user, team, jobs_only), scope=scope,
+    ).c  # fmt: skip
 
     def total(names: Sequence[str]) -> Any:
         return func.sum(sum((j[f] for f in names[1:]), j[names[0]]))
@@ -349,13 +361,15 @@ def total_sums(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> tuple[list[int], tuple[Any, ...]]:
     """The (job, GPU, day) rows of the days in [start, end) summed (their sums per job and
     day), GPUs ``excluded`` left out, only jobs of ``user`` and ``team`` if given (of any job
-    with ``jobs_only``): (the GPUs they cover, the sums of ``fields``)."""
+    with ``jobs_only``) and of ``scope``: (the GPUs they cover, the sums of ``fields``)."""
     j = _job_days(
-        conn, start=start, end=end, excluded=excluded, fields=fields, owned=(user, team, jobs_only)
-    ).c
+        conn, start=start, end=end, excluded=excluded, fields=fields,
+        owned=(user, team, jobs_only), scope=scope,
+    ).c  # fmt: skip
     with _report_read(conn):
         row = conn.execute(
             select(_joined_text(conn, j.gpu_ids), *(func.sum(j[f]) for f in fields))
@@ -374,6 +388,7 @@ def group_sums(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
     job_ids: Sequence[str] | None = None,
 ) -> list[tuple[bool, str | None, dict[str, Any], list[int], list[str], tuple[Any, ...]]]:
     """The (job, GPU, day) rows of the days in [start, end) (their sums per job and day)
@@ -384,7 +399,7 @@ def group_sums(
     ids, the sums of ``fields``)."""
     j = _job_days(
         conn, start=start, end=end, excluded=excluded, fields=fields,
-        owned=(user, team, jobs_only),
+        owned=(user, team, jobs_only), scope=scope,
         job_ids=None if job_ids is None else list(job_ids),
     ).c  # fmt: skip
     # Summed per job first (hashed on one key, no join), then joined to the jobs' owners and,

@@ -6,13 +6,43 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, any_, bindparam, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    String,
+    and_,
+    any_,
+    bindparam,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql
 
 from service.db import tenants_repo
 from service.db.dialect import insert_ignore
 from service.db.schema import gpus, job_conflicts, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
+from service.roles import JobScope
+
+
+def scope_condition(scope: JobScope) -> ColumnElement[bool]:
+    """The jobs ``scope`` allows, as a condition on the jobs table: the person's own jobs and
+    their teams' (the SQL twin of ``JobScope.allows``)."""
+    return or_(jobs.c.user.in_(sorted(scope.users)), jobs.c.team.in_(sorted(scope.teams)))
+
+
+def gpus_held_in_scope(conn: Connection, *, scope: JobScope, uuids: Collection[str]) -> set[str]:
+    """Those of ``uuids`` that a job ``scope`` allows ever held."""
+    query = (
+        select(gpus.c.uuid)
+        .distinct()
+        .join(job_gpus, job_gpus.c.gpu_id == gpus.c.id)
+        .join(jobs, jobs.c.id == job_gpus.c.job_id)
+        .where(gpus.c.uuid.in_(sorted(set(uuids))), scope_condition(scope))
+    )
+    return {str(u) for (u,) in conn.execute(query)}
 
 
 def gpu_ids_by_uuid(conn: Connection, *, uuids: Sequence[str]) -> dict[str, tuple[int, str]]:

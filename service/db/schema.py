@@ -346,6 +346,9 @@ api_tokens = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("last_used_at", UTCDateTime, nullable=True),
     Column("revoked_at", UTCDateTime, nullable=True),
+    # A personal token a person minted in the console (migration 0034): who they are, as
+    # {"user", "teams", "fleet"}; it sees what they saw when they minted it.
+    Column("person", JSON, nullable=True),
 )
 
 jobs = Table(
@@ -676,4 +679,20 @@ notices = Table(
     Index(None, "created_at"),
     Index(None, "job_id"),
     Index(None, "asked"),
+)
+
+# --- who changed the configuration (migration 0034) -------------------------------------
+
+# One row per change of a policy, ladder, channel, silence, price table or owner entry made
+# through the API: who made it (``person:alice`` signed in, or ``token:<name or prefix>``).
+config_changes = Table(
+    "config_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("actor", String(300), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("name", String(300), nullable=False),
+    Column("action", String(16), nullable=False),
+    Index(None, "at"),
 )

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, func, insert, select, update
 
 from service.db.schema import api_tokens
 from service.errors import NotFound, ValidationFailed
+from service.roles import JobScope, Person
 from service.roles import Role as Role  # where callers have always found it
 
 TOKEN_PREFIX = "gw_"
@@ -29,6 +30,26 @@ class TokenInfo:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    # Set for a person signed in through the identity provider (no stored token: id 0).
+    person: Person | None = None
+
+    @property
+    def scope(self) -> JobScope | None:
+        """The jobs this caller may see: a person's, or None (every job) for a token."""
+        return None if self.person is None else self.person.scope
+
+    @property
+    def actor(self) -> str:
+        """Who acts, for the audit: ``person:alice`` or ``token:<name or prefix>``."""
+        if self.person is not None:
+            return f"person:{self.person.user}"
+        return f"token:{self.name or self.prefix}"
+
+
+def person_info(person: Person, *, now: datetime) -> TokenInfo:
+    """The caller record of a signed-in ``person``: no stored token stands behind it."""
+    return TokenInfo(0, f"person {person.user}", person.role, None, "person", now, None, None,
+                     person)  # fmt: skip
 
 
 def hash_token(token: str) -> str:
@@ -37,9 +58,16 @@ def hash_token(token: str) -> str:
 
 
 def create_token(
-    conn: Connection, *, role: Role, node: str | None, name: str | None, now: datetime
+    conn: Connection,
+    *,
+    role: Role,
+    node: str | None,
+    name: str | None,
+    now: datetime,
+    person: Person | None = None,
 ) -> tuple[str, TokenInfo]:
-    """Create a token and return (the secret, shown only now; its stored record)."""
+    """Create a token and return (the secret, shown only now; its stored record); with
+    ``person``, a personal token that sees what that person sees."""
     if role is Role.AGENT and not node:
         raise ValidationFailed("node", "an agent token must name the node it writes for")
     if role is not Role.AGENT and node:
@@ -55,15 +83,30 @@ def create_token(
             token_hash=hash_token(secret),
             prefix=prefix,
             created_at=now,
+            person=None if person is None else _person_json(person),
         )
         .returning(api_tokens.c.id)
     ).scalar_one()
-    info = TokenInfo(token_id, name, role, node, prefix, now, None, None)
+    info = TokenInfo(token_id, name, role, node, prefix, now, None, None, person)
     return secret, info
+
+
+def _person_json(person: Person) -> dict[str, object]:
+    return {"user": person.user, "teams": list(person.teams), "fleet": person.fleet,
+            "email": person.email}  # fmt: skip
 
 
 def _info(row: object) -> TokenInfo:
     r = row._mapping  # type: ignore[attr-defined]
+    p = r["person"]
+    person = (
+        None
+        if p is None
+        else Person(
+            user=str(p["user"]), teams=tuple(str(t) for t in p["teams"]), role=Role(r["role"]),
+            fleet=bool(p["fleet"]), email=p.get("email"),
+        )
+    )  # fmt: skip
     return TokenInfo(
         r["id"],
         r["name"],
@@ -73,6 +116,7 @@ def _info(row: object) -> TokenInfo:
         r["created_at"],
         r["last_used_at"],
         r["revoked_at"],
+        person,
     )
 
 

@@ -23,6 +23,7 @@ from service.costs.recommend import FixAssumptions, cause_fixes, with_model
 from service.costs.waste import GROUP_BYS, HARDWARE_GROUP_BYS, UNALLOCATED, Line, Summary, summarize
 from service.db import jobs_repo
 from service.errors import ValidationFailed
+from service.roles import JobScope
 from service.settings import Settings
 from service.usecases import day_sums as day_sums_mod
 from service.usecases import report_pages
@@ -145,6 +146,7 @@ def cost_report(
     limit: int | None = None,
     offset: int = 0,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
     ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
@@ -154,8 +156,15 @@ def cost_report(
     which only the benchmark and tests ask for, every second from finer data). Only the rows
     [offset, offset + limit) of that order are built (all from ``offset`` without ``limit``);
     the totals and ``row_count`` cover every row the filters keep (with ``jobs_only`` no time
-    no job held)."""
+    no job held). With ``scope``, only the jobs it allows (a person's own and their teams')
+    count, rows and totals alike; grouping by hardware is refused then."""
     _check_query(group_by, sort_by, cause)
+    if scope is not None and group_by in HARDWARE_GROUP_BYS:
+        raise ValidationFailed(
+            "group_by",
+            "a person's report groups their own and their teams' jobs by job, user, "
+            "team or project; node and GPU model reports show the whole fleet",
+        )
     check_range(settings, start=start, end=end, now=now)
     page = Page(sort_by, offset, limit)
     if causes:
@@ -170,7 +179,7 @@ def cost_report(
         ), None  # fmt: skip
     if window is not None and window.report_end is not None:
         end = window.report_end  # today is read from its sums, which end a little before now
-    lines = _lines_of(att, user=user, team=team, jobs_only=jobs_only)
+    lines = _lines_of(att, user=user, team=team, jobs_only=jobs_only, scope=scope)
     # Namespaces and labels are read from the jobs (the day sums group by job, then by these).
     labels = None
     if job_groups.by_job_labels(group_by):
@@ -187,7 +196,8 @@ def cost_report(
     paged = None
     if window is not None and group_by == "job" and cause is None and limit is not None:
         paged = report_pages.day_page(conn, window, edges=groups, page=page, money=money,
-                                      user=user, team=team, jobs_only=jobs_only)  # fmt: skip
+                                      user=user, team=team, jobs_only=jobs_only,
+                                      scope=scope)  # fmt: skip
     if paged is not None:
         att.jobs.update(paged.jobs)
         chosen, total, count = paged.rows, paged.total, paged.count
@@ -195,7 +205,7 @@ def cost_report(
         if window is not None:
             days = day_sums_mod.read_days(
                 conn, window, group_by="job" if labels is not None else group_by, user=user,
-                team=team, jobs_only=jobs_only,
+                team=team, jobs_only=jobs_only, scope=scope,
             )  # fmt: skip
             att.jobs.update(days.jobs)
             if labels is not None:
@@ -277,19 +287,26 @@ def split_rule_notes(stored: set[str], current: str) -> list[str]:
 
 
 def _lines_of(
-    att: Attribution, *, user: str | None, team: str | None, jobs_only: bool = False
+    att: Attribution,
+    *,
+    user: str | None,
+    team: str | None,
+    jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> list[Line]:
-    """The attribution's lines, only those of jobs of ``user`` and ``team`` where given, only
-    those of any job with ``jobs_only``."""
-    if user is None and team is None:
+    """The attribution's lines, only those of jobs of ``user`` and ``team`` where given and of
+    jobs ``scope`` allows where given, only those of any job with ``jobs_only``."""
+    if user is None and team is None and scope is None:
         return [ln for ln in att.lines if ln.job_id is not None] if jobs_only else att.lines
 
     def keep(line: Line) -> bool:
         if line.job_id is None:
             return False
         job = att.jobs.get(line.job_id, {})
-        return (user is None or job.get("user") == user) and (
-            team is None or job.get("team") == team
+        return (
+            (user is None or job.get("user") == user)
+            and (team is None or job.get("team") == team)
+            and (scope is None or scope.allows(job.get("user"), job.get("team")))
         )
 
     return [ln for ln in att.lines if keep(ln)]

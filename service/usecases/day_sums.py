@@ -29,6 +29,7 @@ from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, S
 from service.db import cost_days_repo
 from service.db.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
+from service.roles import JobScope
 from service.settings import Settings
 
 UNKNOWN = "__unknown__"  # a job without the user or team a report groups by
@@ -247,6 +248,7 @@ def read_dollars(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> dict[str, Dollars]:
     """Per job (``UNALLOCATED`` for time no job held, left out where ``user`` or ``team`` is
     given or with ``jobs_only``), the dollars of its summed days in ``window`` that bound its
@@ -254,7 +256,7 @@ def read_dollars(
     rows = cost_days_repo.job_dollars(
         conn, start=window.start, end=window.end, excluded=window.excluded,
         idle_fields=_IDLE_USD, fixable_fields=_FIXABLE_USD, user=user, team=team,
-        jobs_only=jobs_only,
+        jobs_only=jobs_only, scope=scope,
     )  # fmt: skip
     return {
         UNALLOCATED if job_id == cost_days_repo.UNALLOCATED_JOB else job_id: Dollars(
@@ -271,6 +273,7 @@ def read_total(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
 ) -> Summary:
     """The sum of every job's summed days in ``window`` (only jobs of ``user`` and ``team``
     where given, no time no job held with ``jobs_only``), with its GPUs; its job ids are left
@@ -278,7 +281,7 @@ def read_total(
     fields = REPORT_FIELDS
     gpu_ids, values = cost_days_repo.total_sums(
         conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields,
-        user=user, team=team, jobs_only=jobs_only,
+        user=user, team=team, jobs_only=jobs_only, scope=scope,
     )  # fmt: skip
     total = summary_from("__total__", fields, values)
     total.gpu_ids.update(gpu_ids)
@@ -293,6 +296,7 @@ def read_days(
     user: str | None = None,
     team: str | None = None,
     jobs_only: bool = False,
+    scope: JobScope | None = None,
     job_ids: Collection[str] | None = None,
 ) -> DaySums:
     """The sums of the days of ``window``, grouped in the database: per GPU when grouping by
@@ -310,13 +314,13 @@ def read_days(
             s.gpu_ids.add(gpu_id)
             s.job_ids.update(job_ids)
         return out
-    filtered = user is not None or team is not None or jobs_only
+    filtered = user is not None or team is not None or jobs_only or scope is not None
     only = None if job_ids is None else [
         cost_days_repo.UNALLOCATED_JOB if k == UNALLOCATED else k for k in job_ids
     ]  # fmt: skip
     for no_job, key, owner, gpu_ids, ids, values in cost_days_repo.group_sums(
         conn, start=start, end=end, excluded=excluded, fields=fields, group_by=group_by,
-        user=user, team=team, jobs_only=jobs_only, job_ids=only,
+        user=user, team=team, jobs_only=jobs_only, job_ids=only, scope=scope,
     ):  # fmt: skip
         if no_job and filtered:
             continue

@@ -8,6 +8,7 @@ from sqlalchemy import Connection
 
 from service.costs.focus import ReportDay
 from service.errors import ValidationFailed
+from service.roles import JobScope
 from service.settings import Settings
 from service.usecases.cost_report import check_range, cost_report
 
@@ -38,6 +39,7 @@ def report_days(
     group_by: str,
     user: str | None = None,
     team: str | None = None,
+    scope: JobScope | None = None,
 ) -> list[ReportDay]:
     """The cost report's rows (every one) of each UTC day of [start, end); a day's end is
     where its report ends (today's sums end a little before now)."""
@@ -53,7 +55,7 @@ def report_days(
     for day_start, day_end in bounds:
         data = cost_report(
             conn, settings=settings, start=day_start, end=day_end, now=now,
-            group_by=group_by, user=user, team=team,
+            group_by=group_by, user=user, team=team, scope=scope,
         )  # fmt: skip
         # Today ends where its report does, never before the day starts.
         days.append(ReportDay(day_start, max(day_start, min(day_end, data["end"])), data["rows"]))

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection
 
 from service.db import jobs_repo
+from service.roles import JobScope
 from service.settings import Settings
 from service.usecases import cost_report
 
@@ -40,14 +41,16 @@ def jobs_with_costs(
     sort: str,
     limit: int,
     offset: int = 0,
+    scope: JobScope | None = None,
 ) -> JobsPage:
     """The jobs [offset, offset + limit) of those that held GPUs in [start, end) (of ``user``
     and ``team`` where given), largest ``sort`` USD first, each with its stored fields and its
     figures over that window; the figures and the order are the cost report's by job (whole
-    days read from the day sums). Raises ValidationFailed naming ``sort`` or the range's field."""
+    days read from the day sums; only the jobs ``scope`` allows where given). Raises
+    ValidationFailed naming ``sort`` or the range's field."""
     report = cost_report.cost_report(
         conn, settings=settings, start=start, end=end, now=now, group_by="job", user=user,
-        team=team, sort_by=sort, limit=limit, offset=offset, jobs_only=True,
+        team=team, sort_by=sort, limit=limit, offset=offset, jobs_only=True, scope=scope,
     )  # fmt: skip
     stored = jobs_repo.jobs_by_id(conn, job_ids=[row["key"] for row in report["rows"]])
     out: list[dict[str, Any]] = []

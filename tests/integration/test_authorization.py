@@ -1,8 +1,12 @@
 """Every route of the API against every kind of caller, on SQLite and PostgreSQL.
 
 Callers: no token, a wrong token, the agent of another node (node-b), the agent of the node the
-data belongs to (node-a), a reader and an admin. Each case names the status each caller gets;
-a route the app serves but no case covers fails the coverage test, so a new route needs a row.
+data belongs to (node-a), a reader and an admin; and three people signed in to the console
+(session cookie and CSRF token as the console sends them): a researcher (alice, team nlp: her own
+job slurm:1, not bob's slurm:2 of team vision), a fleet reader and an admin. Each case names the
+status each caller gets (a person's default: a fleet reader as a reader token, an admin person as
+an admin token, the researcher 403 outside the routes that narrow to her scope); a route the app
+serves but no case covers fails the coverage test, so a new route needs a row.
 """
 
 from __future__ import annotations
@@ -18,12 +22,36 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
+from service.api import sessions
+from service.api.deps import session_key
+from service.roles import Person, Role
 from tests.alerting_support import SECRET, low_sm_policy
 from tests.conftest import make_token
 from tests.support import FakeClock, iso, make_batch
 
-CALLERS = ("none", "wrong", "other_agent", "agent", "reader", "admin")
+TOKEN_CALLERS = ("none", "wrong", "other_agent", "agent", "reader", "admin")
+PEOPLE = ("researcher", "fleet_reader", "person_admin")
+CALLERS = TOKEN_CALLERS + PEOPLE
 OPEN = dict.fromkeys(CALLERS, 200)
+# The people of the matrix: (user, teams, role, sees the whole fleet).
+PERSONS = {
+    "researcher": Person(user="alice", teams=("nlp",), role=Role.READER, fleet=False),
+    "fleet_reader": Person(user="frank", teams=(), role=Role.READER, fleet=True),
+    "person_admin": Person(user="carol", teams=(), role=Role.ADMIN, fleet=True),
+}
+
+
+PERSON_HEADERS: dict[str, dict[str, str]] = {}
+
+
+def with_people(expect: dict[str, int]) -> dict[str, int]:
+    """``expect`` with each person's default filled in where the case names none."""
+    researcher = (
+        expect["none"] if expect["none"] != 401 else 401 if expect["reader"] == 401 else 403
+    )
+    defaults = {"researcher": researcher, "fleet_reader": expect["reader"],
+                "person_admin": expect["admin"]}  # fmt: skip
+    return {**defaults, **expect}
 
 
 def reads(ok: int = 200) -> dict[str, int]:
@@ -90,7 +118,16 @@ CASES = [
         "GET",
         "/api/v1/gpus/{uuid}/series",
         "/api/v1/gpus/GPU-a0/series",
-        reads(),
+        # alice's slurm:1 held GPU-a0: its series are hers to read.
+        {**reads(), "researcher": 200},
+        params={"metric": "sm_active"},
+    ),
+    Case(
+        "series-other-team",
+        "GET",
+        "/api/v1/gpus/{uuid}/series",
+        "/api/v1/gpus/GPU-b0/series",
+        {**reads(), "researcher": 404},
         params={"metric": "sm_active"},
     ),
     Case(
@@ -98,8 +135,16 @@ CASES = [
         "GET",
         "/api/v1/gpus/series",
         "/api/v1/gpus/series",
-        reads(),
+        {**reads(), "researcher": 200},
         params={"gpu": "GPU-a0", "metric": "sm_active"},
+    ),
+    Case(
+        "series-batch-other-team-job",
+        "GET",
+        "/api/v1/gpus/series",
+        "/api/v1/gpus/series",
+        {**reads(), "researcher": 404},
+        params={"job": "slurm:2", "metric": "sm_active"},
     ),
     Case("gpu-moves", "GET", "/api/v1/gpus/{uuid}/moves", "/api/v1/gpus/GPU-a0/moves", reads()),
     Case("policies", "GET", "/api/v1/policies", "/api/v1/policies", reads()),
@@ -134,7 +179,8 @@ CASES = [
         "DELETE",
         "/api/v1/policies/{name}",
         "/api/v1/policies/doomed",
-        admin_only(204),
+        # The admin token deleted it first: 404 shows the admin person got past the check.
+        {**admin_only(204), "person_admin": 404},
     ),
     Case("channels", "GET", "/api/v1/channels", "/api/v1/channels", reads()),
     Case(
@@ -155,7 +201,8 @@ CASES = [
         "DELETE",
         "/api/v1/channels/{name}",
         "/api/v1/channels/doomed",
-        admin_only(204),
+        # The admin token deleted it first: 404 shows the admin person got past the check.
+        {**admin_only(204), "person_admin": 404},
     ),
     Case(
         "channel-test",
@@ -193,7 +240,8 @@ CASES = [
         "DELETE",
         "/api/v1/owners/{kind}/{name}",
         "/api/v1/owners/user/doomed",
-        admin_only(204),
+        # The admin token deleted it first: 404 shows the admin person got past the check.
+        {**admin_only(204), "person_admin": 404},
     ),
     Case("notices", "GET", "/api/v1/notices", "/api/v1/notices", reads()),
     Case("silences", "GET", "/api/v1/silences", "/api/v1/silences", reads()),
@@ -217,24 +265,79 @@ CASES = [
         admin_only(204),
     ),
     Case("alerts", "GET", "/api/v1/alerts", "/api/v1/alerts", reads()),
+    # A person lists alerts, ladder steps and notices of one job in their scope (job=).
+    Case(
+        "alerts-own-job",
+        "GET",
+        "/api/v1/alerts",
+        "/api/v1/alerts",
+        {**reads(), "researcher": 200},
+        params={"job": "slurm:1"},
+    ),
+    Case(
+        "alerts-other-team-job",
+        "GET",
+        "/api/v1/alerts",
+        "/api/v1/alerts",
+        {**reads(), "researcher": 404},
+        params={"job": "slurm:2"},
+    ),
+    Case(
+        "notices-own",
+        "GET",
+        "/api/v1/notices",
+        "/api/v1/notices",
+        {**reads(), "researcher": 200},
+        params={"user": "alice"},
+    ),
+    Case(
+        "notices-other-user",
+        "GET",
+        "/api/v1/notices",
+        "/api/v1/notices",
+        {**reads(), "researcher": 403},
+        params={"user": "bob"},
+    ),
+    Case(
+        "notices-own-job",
+        "GET",
+        "/api/v1/notices",
+        "/api/v1/notices",
+        {**reads(), "researcher": 200},
+        params={"job": "slurm:1"},
+    ),
     # No alert exists: 404 shows the caller got past the role check.
     Case("alert", "GET", "/api/v1/alerts/{alert_id}", "/api/v1/alerts/1", reads(404)),
-    Case("jobs", "GET", "/api/v1/jobs", "/api/v1/jobs", reads()),
-    Case("job", "GET", "/api/v1/jobs/{job_id}", "/api/v1/jobs/slurm:2", reads()),
+    Case("jobs", "GET", "/api/v1/jobs", "/api/v1/jobs", {**reads(), "researcher": 200}),
+    # Another team's job is 404 to a person, as a job that does not exist.
+    Case(
+        "job",
+        "GET",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/slurm:2",
+        {**reads(), "researcher": 404},
+    ),
+    Case(
+        "job-own",
+        "GET",
+        "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/slurm:1",
+        {**reads(), "researcher": 200},
+    ),
     # A job's verdict (for Slurm's AdminComment): readers, and the agent whose node registered it.
     Case(
         "verdict-own",
         "GET",
         "/api/v1/verdicts/{job_id}",
         "/api/v1/verdicts/slurm:1",
-        {**reads(), "agent": 200},
+        {**reads(), "agent": 200, "researcher": 200},
     ),
     Case(
         "verdict-other-node",
         "GET",
         "/api/v1/verdicts/{job_id}",
         "/api/v1/verdicts/slurm:2",
-        {**reads(), "other_agent": 200},
+        {**reads(), "other_agent": 200, "researcher": 404},
     ),
     Case(
         "job-create",
@@ -292,17 +395,48 @@ CASES = [
             }
         ],
     ),
-    Case("cost-report", "GET", "/api/v1/reports/cost", "/api/v1/reports/cost", reads()),
+    Case(
+        "cost-report",
+        "GET",
+        "/api/v1/reports/cost",
+        "/api/v1/reports/cost",
+        {**reads(), "researcher": 200},
+    ),
+    Case(
+        "cost-report-csv",
+        "GET",
+        "/api/v1/reports/cost",
+        "/api/v1/reports/cost",
+        {**reads(), "researcher": 200},
+        params={"format": "csv", "group_by": "team"},
+    ),
+    # Hardware views show the whole fleet: not a person's report.
+    Case(
+        "cost-report-by-node",
+        "GET",
+        "/api/v1/reports/cost",
+        "/api/v1/reports/cost",
+        {**reads(), "researcher": 422},
+        params={"group_by": "node"},
+    ),
     # The admins' report of the week just ended: no job ran in it, an empty report still is.
     Case("periodic-report", "GET", "/api/v1/reports/periodic", "/api/v1/reports/periodic", reads()),
     Case("report-sends", "GET", "/api/v1/reports/sends", "/api/v1/reports/sends", reads()),
-    Case("opt-outs", "GET", "/api/v1/reports/opt-outs", "/api/v1/reports/opt-outs", reads()),
+    # A person sees only their own and their teams' opt-outs.
+    Case(
+        "opt-outs",
+        "GET",
+        "/api/v1/reports/opt-outs",
+        "/api/v1/reports/opt-outs",
+        {**reads(), "researcher": 200},
+    ),
     Case(
         "opt-out",
         "PUT",
         "/api/v1/reports/opt-outs/{kind}/{name}",
         "/api/v1/reports/opt-outs/user/alice",
-        admin_only(200),
+        # alice, signed in, stops her own report (self-service).
+        {**admin_only(200), "researcher": 200},
     ),
     # Nobody opted out: 404 shows the caller got past the role check.
     Case(
@@ -322,6 +456,7 @@ CASES = [
         body=lambda _, __: {"token": "gw_not-a-token"},
     ),
     Case("fleet", "GET", "/api/v1/fleet", "/api/v1/fleet", reads()),
+    Case("changes", "GET", "/api/v1/changes", "/api/v1/changes", reads()),
     # The ladders' audit log: readers see it (filtered, to show the filter passes the check).
     Case("actions", "GET", "/api/v1/actions", "/api/v1/actions", reads()),
     Case(
@@ -329,11 +464,86 @@ CASES = [
         "GET",
         "/api/v1/actions",
         "/api/v1/actions",
-        reads(),
+        {**reads(), "researcher": 200},
         params={"job": "slurm:1", "outcome": "reclaimed", "format": "csv"},
     ),
-    Case("session-whoami", "GET", "/api/v1/session", "/api/v1/session", reads()),
-    Case("session-logout", "DELETE", "/api/v1/session", "/api/v1/session", reads(204)),
+    Case(
+        "session-whoami",
+        "GET",
+        "/api/v1/session",
+        "/api/v1/session",
+        {**reads(), "researcher": 200},
+    ),
+    Case(
+        "session-logout",
+        "DELETE",
+        "/api/v1/session",
+        "/api/v1/session",
+        {**reads(204), "researcher": 204},
+    ),
+    # Personal tokens: minted, listed and revoked by a person signed in, never by a token.
+    Case(
+        "personal-token-mint",
+        "POST",
+        "/api/v1/session/tokens",
+        "/api/v1/session/tokens",
+        {**reads(403), "researcher": 201, "fleet_reader": 201, "person_admin": 201},
+        body=lambda _, __: {"name": "cli"},
+    ),
+    Case(
+        "personal-tokens",
+        "GET",
+        "/api/v1/session/tokens",
+        "/api/v1/session/tokens",
+        {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
+    ),
+    Case(
+        "personal-token-revoke",
+        "DELETE",
+        "/api/v1/session/tokens/{token_id}",
+        "/api/v1/session/tokens/1",
+        # Token 1 is the agent's, not a person's: 404 shows the person got past the check.
+        {**reads(403), "researcher": 404, "fleet_reader": 404, "person_admin": 404},
+    ),
+    # A person's own channel (mail or a Slack DM); tokens change the owner directory instead.
+    Case(
+        "channel",
+        "GET",
+        "/api/v1/session/channel",
+        "/api/v1/session/channel",
+        {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
+    ),
+    Case(
+        "channel-put",
+        "PUT",
+        "/api/v1/session/channel",
+        "/api/v1/session/channel",
+        {**reads(403), "researcher": 200, "fleet_reader": 200, "person_admin": 200},
+        body=lambda _, __: {"channel": "slack", "slack": "U0ALICE"},
+    ),
+    # An admin signs a person out everywhere.
+    Case(
+        "sign-person-out",
+        "DELETE",
+        "/api/v1/session/people/{user}",
+        "/api/v1/session/people/nobody",
+        admin_only(204),
+    ),
+    # Single sign-on is not set up in this app: 404 names the setting, whoever asks.
+    Case(
+        "oidc-login",
+        "GET",
+        "/api/v1/auth/oidc/login",
+        "/api/v1/auth/oidc/login",
+        dict.fromkeys(CALLERS, 404),
+    ),
+    Case(
+        "oidc-callback",
+        "GET",
+        "/api/v1/auth/oidc/callback",
+        "/api/v1/auth/oidc/callback",
+        dict.fromkeys(CALLERS, 404),
+    ),
 ]
 
 
@@ -352,6 +562,14 @@ def world(
     """GPU-a0 on node-a holding job slurm:1, GPU-b0 on node-b holding slurm:2 (bob, vision),
     and one policy, channel and silence of each kind to read, change or delete."""
     app.state.ctx.settings.webhook_allow_nets = "127.0.0.0/8"
+    key = session_key(app.state.ctx)
+    for name, person in PERSONS.items():
+        session = sessions.person_session(
+            person=person, now=clock().timestamp(), lifetime_seconds=3600
+        )
+        cookie = sessions.encode(session, key=key)
+        PERSON_HEADERS[name] = {"Cookie": f"{sessions.COOKIE_NAME}={cookie}",
+                                sessions.CSRF_HEADER: sessions.csrf_token(session, key=key)}  # fmt: skip
     callers = {
         "wrong": "gw_" + "x" * 43,
         "other_agent": make_token(engine, "agent", "node-b"),
@@ -395,11 +613,14 @@ def test_role_matrix(
         case.setup(app)
     got = {}
     for caller in CALLERS:
-        headers = {} if caller == "none" else {"Authorization": f"Bearer {world[caller]}"}
+        if caller in PERSONS:
+            headers = PERSON_HEADERS[caller]
+        else:
+            headers = {} if caller == "none" else {"Authorization": f"Bearer {world[caller]}"}
         body = case.body(caller, clock()) if case.body is not None else None
         r = http.request(case.method, case.path, json=body, params=case.params, headers=headers)
         got[caller] = r.status_code
-    assert got == case.expect
+    assert got == with_people(case.expect)
 
 
 def test_the_reported_hijack_leaves_the_victims_job_alone(

@@ -34,6 +34,7 @@ from service.db.schema import (
     tenant_1h,
     tenant_1m,
 )
+from service.roles import JobScope
 from service.settings import Settings
 from service.usecases import cost_days, cost_report, day_sums, fleet, price_table, report_pages
 from tests.conftest import make_token, truncate_all
@@ -304,6 +305,16 @@ def test_day_sums_equal_the_minute_level_reading(
         assert _assert_pages(engine, s, start, stop, ("waste", "fixable")) > 0
         _assert_pages(engine, s, start, stop, ("waste",), jobs_only=True)
     _assert_pages(engine, s, start, stop, ("idle",), user="u0")
+    # A person's scope (their own jobs and their team's): the same from sums and minutes, paged
+    # alike, and nobody else's job in it.
+    scope = JobScope(users=frozenset({"u1"}), teams=frozenset({"vision"}))
+    _assert_same(engine, s, start, stop, "team", scope=scope)
+    _assert_pages(engine, s, start, stop, ("waste",), scope=scope)
+    with engine.connect() as conn:
+        scoped = cost_report.cost_report(
+            conn, settings=s, start=start, end=stop, now=NOW, group_by="job", scope=scope
+        )
+    assert all(r["user"] == "u1" or r["team"] == "vision" for r in scoped["rows"])
 
     # Late data: samples inside GPU-d1's gap, on a day already summed.
     at = GAP[0] + timedelta(minutes=late[0])

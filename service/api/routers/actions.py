@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request, Response
 
 from service.api import query
-from service.api.deps import Ctx, ReadConn, Reader
+from service.api.deps import Ctx, ReadConn, Scope, one_job_in_scope
 from service.api.params import MAX_ROW_ID
 from service.api.routers.reports import csv_cell
 from service.api.schemas.actions import ActionPublic
@@ -50,7 +50,7 @@ def get_actions(
     response: Response,
     ctx: Ctx,
     conn: ReadConn,
-    _: Reader,
+    scope: Scope,
     job: str | None = Query(None, description="only this job's steps (slurm:4242)"),
     user: str | None = Query(None, description="only steps on this user's jobs"),
     team: str | None = Query(None, description="only steps on this team's jobs"),
@@ -73,7 +73,9 @@ def get_actions(
     format: Literal["json", "csv"] = Query("json"),
 ) -> Any:
     """Ladder steps in [start, end), newest first, filtered; a full page names the next one in
-    ``Link: <...&before=ID>; rel="next"``."""
+    ``Link: <...&before=ID>; rel="next"``; a person lists one of their own or their teams'
+    jobs' steps (``job``)."""
+    one_job_in_scope(conn, scope, job)
     if outcome is not None and outcome not in ACTION_OUTCOMES:
         known = ", ".join(ACTION_OUTCOMES)
         raise query.query_error("outcome", f"{outcome!r} is not one of {known}")

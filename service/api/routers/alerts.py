@@ -7,7 +7,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query
 from sqlalchemy import Connection
 
-from service.api.deps import Ctx, ReadConn, Reader
+from service.api.deps import Ctx, ReadConn, Reader, Scope, one_job_in_scope
 from service.api.params import row_id
 from service.api.schemas.alerting import AlertPublic
 from service.db import alert_state_repo, policies_repo, silences_repo
@@ -39,14 +39,16 @@ _OPEN = ("pending", "firing")
 def list_alerts(
     ctx: Ctx,
     conn: ReadConn,
-    _: Reader,
+    scope: Scope,
     state: Literal["pending", "firing", "resolved", "inactive"] | None = None,
     policy: str | None = None,
     job: str | None = None,
     node: str | None = None,
     limit: int = Query(500, ge=1, le=10_000),
 ) -> list[dict[str, Any]]:
-    """Alerts newest first (pending, firing and resolved unless ``state`` says otherwise)."""
+    """Alerts newest first (pending, firing and resolved unless ``state`` says otherwise); a
+    person lists those of one of their own or their teams' jobs (``job``)."""
+    one_job_in_scope(conn, scope, job)
     rows = alert_state_repo.list_alerts(
         conn, state=state, policy=policy, job=job, node=node, limit=limit
     )

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.schemas.alerting import ChannelPublic, ChannelTestResult
-from service.db import policies_repo
+from service.db import changes_repo, policies_repo
 from service.errors import DeliveryError
 from service.notify import Notification
 from service.notify.urlsafety import check_url, parse_allow_nets
@@ -34,7 +34,7 @@ def list_channels(conn: ReadConn, _: Reader) -> list[ChannelPublic]:
 
 @router.post("", response_model=ChannelPublic, status_code=status.HTTP_201_CREATED)
 def create_channel(
-    ctx: Ctx, conn: WriteConn, _: Admin, doc: dict[str, Any] = _BODY
+    ctx: Ctx, conn: WriteConn, token: Admin, doc: dict[str, Any] = _BODY
 ) -> ChannelPublic:
     """Create a channel; its URL must not resolve to a private address (see the allow-list)."""
     channel = parse_channel(doc)
@@ -45,13 +45,17 @@ def create_channel(
             admit_url=ctx.settings.local_sink_url,
         )
     policies_repo.create_channel(conn, channel=channel, source="api", now=ctx.clock())
+    changes_repo.record(conn, actor=token.actor, kind="channel", name=channel.name,
+                        action="create", now=ctx.clock())  # fmt: skip
     return ChannelPublic.of(channel)
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_channel(name: str, conn: WriteConn, _: Admin) -> None:
+def delete_channel(name: str, ctx: Ctx, conn: WriteConn, token: Admin) -> None:
     """Delete a channel."""
     policies_repo.delete_channel(conn, name=name)
+    changes_repo.record(conn, actor=token.actor, kind="channel", name=name, action="delete",
+                        now=ctx.clock())  # fmt: skip
 
 
 @router.post("/{name}/test", response_model=ChannelTestResult)

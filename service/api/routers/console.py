@@ -12,7 +12,7 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from service.core.diagnosis import (
@@ -168,6 +168,15 @@ def team_page(
 ) -> HTMLResponse:
     """A team's own page, as a user's."""
     return console_page()
+
+
+@router.get("/console/sso.json")
+def sso(request: Request) -> JSONResponse:
+    """Whether single sign-on is set up (the login page then offers it)."""
+    return JSONResponse(
+        {"enabled": getattr(request.app.state, "oidc", None) is not None},
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 @router.get("/console/causes.json")

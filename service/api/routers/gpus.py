@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import Connection
 
 from service.api import query
-from service.api.deps import Ctx, Expensive, ReadConn, Reader
+from service.api.deps import Ctx, Expensive, ReadConn, Reader, Scope, gpus_in_scope, visible_job
 from service.api.schemas.gpus import (
     GpuMovePublic,
     GpuPublic,
@@ -124,14 +124,16 @@ def gpu_series(
     uuid: str,
     ctx: Ctx,
     conn: ReadConn,
-    _: Reader,
+    scope: Scope,
     metric: str = Query(description=_METRIC_HELP),
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 1h"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
     step: str | None = Query(None, description=_STEP_HELP),
 ) -> Response:
-    """One metric of one GPU over [start, end), read from raw, 1m or 1h data as step allows."""
+    """One metric of one GPU over [start, end), read from raw, 1m or 1h data as step allows (a
+    person: of a GPU a job in their scope held)."""
+    gpus_in_scope(conn, scope, [uuid])
     unit = _check_metrics([metric])[metric]
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=ctx.clock(), default_seconds=3600
@@ -196,7 +198,7 @@ def _batch_gpus(
 def batch_series(
     ctx: Ctx,
     conn: ReadConn,
-    _: Reader,
+    scope: Scope,
     metric: list[str] = Query(description=f"one or more (repeat it): {_METRIC_HELP}"),
     job: str | None = Query(None, description="a job id: the series of each of its GPUs"),
     gpu: list[str] | None = Query(None, description="GPU uuids (repeat it), instead of a job"),
@@ -209,8 +211,12 @@ def batch_series(
     step: str | None = Query(None, description=_STEP_HELP),
 ) -> Response:
     """Several metrics of a job's GPUs (or of the GPUs named) over one window, in one read:
-    a job page's every chart without one request per GPU and metric."""
+    a job page's every chart without one request per GPU and metric (a person: of a job in
+    their scope, or of GPUs such a job held)."""
     units = _check_metrics(list(dict.fromkeys(metric)))
+    if job is not None:
+        visible_job(scope, jobs_repo.get_job(conn, job_id=job), job)
+    gpus_in_scope(conn, scope, list(dict.fromkeys(gpu or [])))
     row, found = _batch_gpus(conn, job=job, gpu=gpu or [])
     now = ctx.clock()
     if row is not None and start is None and end is None:

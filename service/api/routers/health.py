@@ -70,7 +70,7 @@ async def metrics(
         raise query_error("shard", str(exc)) from None
     if ctx.settings.metrics_token_required:
         info = await authenticated(request, ctx)
-        if info.role not in (Role.READER, Role.ADMIN):
+        if info.role not in (Role.READER, Role.ADMIN) or info.scope is not None:
             return Response("a reader token is needed", status.HTTP_403_FORBIDDEN)
     # The fleet families read the database: off the event loop. The replica's lag is measured
     # first (when due), so its gauges in this scrape are current.

@@ -6,12 +6,12 @@ import logging
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, Query, Response, status
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import Connection
 
 from service.api import authz, query
-from service.api.deps import Agent, Ctx, Expensive, ReadConn, Reader, require
+from service.api.deps import Agent, Ctx, Expensive, ReadConn, Scope, require, visible_job
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -32,7 +32,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 # Not /jobs/{id}/verdict: a job id may hold "/" (k8s:<namespace>/<pod>), so that path would
 # also read as the job "k8s:<namespace>" of a pod named "verdict".
 verdicts = APIRouter(prefix="/verdicts", tags=["jobs"])
-AgentOrReader = Annotated[TokenInfo, Depends(require(Role.READER, Role.AGENT))]
+AgentOrReader = Annotated[TokenInfo, Depends(require(Role.READER, Role.AGENT, scoped=True))]
 log = logging.getLogger(__name__)
 
 
@@ -206,11 +206,10 @@ def _apply_update(
 
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
-def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
-    """A job with its money summary (total and per GPU), recommendations and energy."""
-    job = jobs_repo.get_job(conn, job_id=job_id)
-    if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
+def get_job(job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope) -> dict[str, Any]:
+    """A job with its money summary (total and per GPU), recommendations and energy (404 for a
+    job outside a person's scope, as for one that does not exist)."""
+    job = visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
     summary = job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
     return {**_public(job), **summary.as_dict()}
 
@@ -219,7 +218,7 @@ def get_job(job_id: str, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
 def list_jobs(
     ctx: Ctx,
     conn: ReadConn,
-    _: Reader,
+    scope: Scope,
     response: Response,
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
@@ -242,7 +241,7 @@ def list_jobs(
     try:
         page = job_list.jobs_with_costs(
             conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
-            user=user, team=team, sort=sort, limit=limit, offset=offset,
+            user=user, team=team, sort=sort, limit=limit, offset=offset, scope=scope,
         )  # fmt: skip
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
@@ -262,8 +261,6 @@ def get_verdict(job_id: str, ctx: Ctx, conn: ReadConn, token: AgentOrReader) -> 
     """A job's verdict so far in one line of at most 250 printable ASCII characters (no ``|``,
     quotes or backslashes), for Slurm's AdminComment: cost, GPU-hours, waste, top cause, its
     fix and a link to the job's page; an agent may read the jobs its node registered."""
-    job = jobs_repo.get_job(conn, job_id=job_id)
-    if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"job {job_id!r} does not exist")
+    job = visible_job(token.scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
     authz.check_job_rights(token, intervals=job["intervals"], field="verdict")
     return admin_comment(conn, job=job, now=ctx.clock(), settings=ctx.settings)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query
 
 from service.api import query
-from service.api.deps import Ctx, ReadConn, Reader
+from service.api.deps import Ctx, ReadConn, ScopedReader, one_job_in_scope
 from service.api.schemas.owners import NoticePublic
 from service.db import notices_repo
 from service.roles import Role
@@ -20,7 +20,7 @@ router = APIRouter(prefix="/notices", tags=["owners"])
 def list_notices(
     ctx: Ctx,
     conn: ReadConn,
-    caller: Reader,
+    caller: ScopedReader,
     job: str | None = None,
     user: str | None = Query(None, description="notices meant for this user"),
     team: str | None = Query(None, description="notices meant for this team"),
@@ -30,7 +30,10 @@ def list_notices(
     end: str | None = Query(None, description=query.TIME_HELP),
     limit: int = Query(200, ge=1, le=10_000),
 ) -> list[dict[str, Any]]:
-    """Notices queued in [start, end), filtered; addresses are shown to admins only."""
+    """Notices queued in [start, end), filtered; addresses are shown to admins only; a person
+    lists those of one of their own or their teams' jobs (``job``), or their own or their
+    teams' (``user``, ``team``)."""
+    one_job_in_scope(conn, caller.scope, job, user=user, team=team)
     now = ctx.clock()
     asked = f"user:{user}" if user else (f"team:{team}" if team else None)
     rows = notices_repo.list_notices(

@@ -10,7 +10,7 @@ from service.api.deps import Admin, Ctx, ReadConn, Reader
 from service.api.schemas.costs import PriceIn, PricePublic
 from service.costs.default_prices import KNOWN_MODEL_NAMES
 from service.costs.prices import PriceRow, matches
-from service.db import prices_repo
+from service.db import changes_repo, prices_repo
 from service.usecases import price_table
 
 router = APIRouter(prefix="/prices", tags=["prices"])
@@ -36,7 +36,7 @@ def get_prices(ctx: Ctx, conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
 
 
 @router.put("", response_model=list[PricePublic])
-def put_prices(body: list[PriceIn], ctx: Ctx, _: Admin) -> list[dict[str, Any]]:
+def put_prices(body: list[PriceIn], ctx: Ctx, token: Admin) -> list[dict[str, Any]]:
     """Replace the whole price table; an empty list falls back to the config file or default."""
     # Commit before answering, so a client that reads right after sees the new table.
     with ctx.engine.begin() as conn:
@@ -73,4 +73,6 @@ def put_prices(body: list[PriceIn], ctx: Ctx, _: Admin) -> list[dict[str, Any]]:
             PriceRow(p.model_pattern, p.usd_per_gpu_hour, p.effective_from, p.note) for p in body
         ]
         prices_repo.replace_prices(conn, rows=rows)
+        changes_repo.record(conn, actor=token.actor, kind="prices", name="price table",
+                            action="update", now=ctx.clock())  # fmt: skip
         return _public(price_table.effective_prices(conn, ctx.settings))

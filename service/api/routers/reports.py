@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Response
 from sqlalchemy import Connection
 
 from service.api import query
-from service.api.deps import Ctx, Expensive, ReadConn, Reader
+from service.api.deps import Ctx, Expensive, ReadConn, Scope
 from service.api.schemas.costs import CostReportPublic, CostRowPublic
 from service.context import ServiceContext
 from service.core.diagnosis import CAUSE_NAMES
@@ -21,6 +21,7 @@ from service.costs import focus
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
+from service.roles import JobScope
 from service.usecases import cost_report as cost_usecase
 from service.usecases import focus_report
 
@@ -112,7 +113,7 @@ def to_csv(data: dict[str, Any]) -> str:
 def cost_report(
     ctx: Ctx,
     conn: ReadConn,
-    _: Reader,
+    scope: Scope,
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 7d"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
@@ -135,13 +136,16 @@ def cost_report(
     ),
     offset: int = Query(0, ge=0, description="rows to skip before the first one returned"),
 ) -> Any:
-    """Cost and waste (idle + fixable) per group over [start, end), largest waste first."""
+    """Cost and waste (idle + fixable) per group over [start, end), largest waste first; a
+    person sees only their own and their teams' jobs."""
     now = ctx.clock()
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
     if format == "focus":
-        return _focus(ctx, conn, start_at, end_at, now, group_by=group_by, user=user, team=team)
+        return _focus(
+            ctx, conn, start_at, end_at, now, group_by=group_by, user=user, team=team, scope=scope
+        )
     try:
         data = cost_usecase.cost_report(
             conn,
@@ -156,6 +160,7 @@ def cost_report(
             sort_by=sort,
             limit=limit,
             offset=offset,
+            scope=scope,
         )
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
@@ -186,12 +191,13 @@ def _focus(
     group_by: str,
     user: str | None,
     team: str | None,
+    scope: JobScope | None,
 ) -> Response:
     """The cost report as a FOCUS CSV download."""
     try:
         days = focus_report.report_days(
             conn, settings=ctx.settings, start=start, end=end, now=now, group_by=group_by,
-            user=user, team=team,
+            user=user, team=team, scope=scope,
         )  # fmt: skip
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc

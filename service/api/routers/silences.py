@@ -9,7 +9,7 @@ from fastapi import APIRouter, status
 from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.params import row_id
 from service.api.schemas.alerting import SilenceCreate, SilencePublic
-from service.db import silences_repo
+from service.db import changes_repo, silences_repo
 from service.errors import ValidationFailed
 
 router = APIRouter(prefix="/silences", tags=["alerting"])
@@ -28,7 +28,7 @@ def list_silences(ctx: Ctx, conn: ReadConn, _: Reader) -> list[SilencePublic]:
 
 
 @router.post("", response_model=SilencePublic, status_code=status.HTTP_201_CREATED)
-def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, _: Admin) -> SilencePublic:
+def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, token: Admin) -> SilencePublic:
     """Create a silence from ``starts_at`` (default now) to ``ends_at``."""
     now = ctx.clock()
     for field, value in (("starts_at", body.starts_at), ("ends_at", body.ends_at)):
@@ -43,16 +43,21 @@ def create_silence(body: SilenceCreate, ctx: Ctx, conn: WriteConn, _: Admin) -> 
         starts_at=starts,
         ends_at=body.ends_at,
         comment=body.comment,
-        created_by=body.created_by,
+        # Who made it: the body may name someone, the person or token that did is kept too.
+        created_by=body.created_by or token.actor,
         now=now,
     )
+    changes_repo.record(conn, actor=token.actor, kind="silence", name=str(silence_id),
+                        action="create", now=now)  # fmt: skip
     row = next(r for r in silences_repo.list_silences(conn) if r["id"] == silence_id)
     return _public(row, now)
 
 
 @router.delete("/{silence_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_silence(silence_id: int, ctx: Ctx, conn: WriteConn, _: Admin) -> None:
+def delete_silence(silence_id: int, ctx: Ctx, conn: WriteConn, token: Admin) -> None:
     """End a silence now (it stays listed as expired)."""
     silences_repo.expire_silence(
         conn, silence_id=row_id(silence_id, what="silence"), now=ctx.clock()
     )
+    changes_repo.record(conn, actor=token.actor, kind="silence", name=str(silence_id),
+                        action="delete", now=ctx.clock())  # fmt: skip

@@ -237,6 +237,14 @@
     });
     clear(app).append(form);
     input.focus();
+    // Single sign-on, where the site set it up: the identity provider signs the person in.
+    fetch("/console/sso.json").then((r) => r.json()).then((sso) => {
+      if (!sso.enabled) return;
+      const next = consoleTarget(new URLSearchParams(location.search).get("next"));
+      form.insertBefore(el("p", {},
+        el("a", { class: "button", id: "sso", href: `/api/v1/auth/oidc/login?next=${encodeURIComponent(next)}`, text: "Sign in with single sign-on" })),
+      form.querySelector("p.muted"));
+    }).catch(() => {});
   }
 
   // --- fleet ---------------------------------------------------------------------------
@@ -723,7 +731,8 @@
     app.append(form);
     const [report, fleet, optOuts, notices] = await Promise.all([
       api(`/reports/cost?${q({ group_by: "job", [kind]: name, start: state.start, end: state.end, sort: "cost" })}`),
-      api(`/fleet?${q({ [kind]: name })}`),
+      // The GPUs now are a fleet view: a person who sees only their own jobs gets none.
+      session.fleet === false ? null : api(`/fleet?${q({ [kind]: name })}`),
       api("/reports/opt-outs"),
       api(`/notices?${q({ [kind]: name, start: state.start, end: state.end, limit: 50 })}`),
     ]);
@@ -735,8 +744,8 @@
       wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
     app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes", { by: "waste" })));
 
-    const mine = fleet.gpus.filter((g) => g[kind] === name);
-    app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
+    const mine = fleet ? fleet.gpus.filter((g) => g[kind] === name) : [];
+    if (fleet) app.append(el("h2", { text: `GPUs now (${mine.length})` }), mine.length
       ? table(["node", ["GPU", "num"], "model", "job", "state", "cause", "activity", ["cost today", "num"], ["waste today", "num"]], mine.map(gpuNowRow), { id: "owner-gpus" })
       : el("p", { class: "muted", id: "owner-gpus-none", text: `No GPU is held by a job of this ${kind} now.` }));
 
@@ -827,7 +836,7 @@
         await api("/silences", { method: "POST", body: {
           matchers: Object.fromEntries(pairs), comment: comment.value,
           ends_at: new Date(Date.now() + Number(duration.value) * 3600e3).toISOString(),
-          created_by: session.token_name || `token ${session.token_prefix}`,
+          created_by: session.user ? `person:${session.user}` : session.token_name || `token ${session.token_prefix}`,
         } });
         await alertsPage();
       } catch (err) { error.textContent = err.message; }
@@ -882,7 +891,9 @@
     const box = el("div", { class: "panel", id: "owner-report", "data-opted-out": mine ? "1" : "0" }, el("span", { id: "owner-report-state",
       text: mine ? `Opted out of the periodic report since ${when(mine.opted_out_at)}${mine.by ? ` (by ${mine.by})` : ""}.`
         : "Not opted out: gets the periodic report the site sends (GPUWARDEN_REPORT_PERIOD)." }));
-    if (!(session && session.role === "admin")) {
+    // A person signed in through single sign-on manages their own report and channel.
+    const own = Boolean(session && session.user && kind === "user" && session.user === name);
+    if (!(session && session.role === "admin") && !own) {
       box.append(" ", el("span", { class: "muted", text: "Admins can opt a user or team out." }));
       return box;
     }
@@ -891,7 +902,22 @@
         try { await api(`/reports/opt-outs/${kind}/${encodeURIComponent(name)}`, { method: mine ? "DELETE" : "PUT" }); await reload(); }
         catch (err) { showError(err); }
       } }));
+    if (own) box.append(channelChooser(reload));
     return box;
+  }
+
+  function channelChooser(reload) {
+    // Mail goes to the address the identity provider vouches for; Slack to the member id given.
+    const slackIn = el("input", { id: "channel-slack", size: 12, placeholder: "U0123ABCD" });
+    const wrap = el("p", { id: "owner-channel" }, el("span", { id: "channel-state", text: "Your notices go to: …" }), " ",
+      el("button", { type: "button", class: "small", id: "channel-mail", text: "Mail me",
+        onclick: () => api("/session/channel", { method: "PUT", body: { channel: "mail" } }).then(reload).catch(showError) }), " ",
+      slackIn, el("button", { type: "button", class: "small", id: "channel-dm", text: "Slack DM me",
+        onclick: () => api("/session/channel", { method: "PUT", body: { channel: "slack", slack: slackIn.value.trim() } }).then(reload).catch(showError) }));
+    api("/session/channel").then((c) => {
+      wrap.querySelector("#channel-state").textContent = `Your notices go to: ${c.channel === "mail" ? `mail (${c.email})` : c.channel === "slack" ? `Slack DM (${c.slack})` : "nowhere yet"}`;
+    }).catch(() => {});
+    return wrap;
   }
 
   async function actionsPage() {
@@ -928,6 +954,12 @@
     const notices = await api(`/notices?${q({ user: chosen.user, team: chosen.team, job: chosen.job, start: chosen.since && `-${chosen.since}`, limit: 200 })}`);
     app.append(el("h2", { text: "Notices sent" }), notices.length ? noticesTable(notices, "notices")
       : el("p", { class: "muted", id: "no-notices", text: "No notice matches." }));
+    // Who changed the policies, ladders, channels, silences, prices and owner entries.
+    const changes = await api("/changes?limit=100");
+    app.append(el("h2", { text: "Configuration changes" }), changes.length
+      ? table(["when", "who", "what", "which", "change"], changes.map((c) => el("tr", { "data-change": c.id },
+        td(when(c.at)), td(c.actor), td(c.kind), td(c.name, "clip"), td(c.action))), { id: "changes" })
+      : el("p", { class: "muted", id: "no-changes", text: "No change was made through the API yet." }));
   }
 
   // --- start -----------------------------------------------------------------------------
@@ -947,7 +979,11 @@
     if (!CONSOLE_PATHS.includes(path) && !OWN_PAGE.test(path)) { notFoundPage(); return; }
     session = await api("/session");
     [causes, states] = await Promise.all(["causes", "states"].map((n) => fetch(`/console/${n}.json`).then((r) => r.json())));
-    document.getElementById("who").textContent = `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
+    document.getElementById("who").textContent = session.user
+      ? `${session.user}${session.teams.length ? ` (${session.teams.join(", ")})` : ""} · ${session.fleet ? session.role : "own and team jobs"}`
+      : `${session.token_name || session.token_prefix + "…"} · ${session.role}`;
+    // A person who sees only their own and their teams' jobs starts at their jobs, not the fleet.
+    if (path === "/" && session.fleet === false) { location.replace("/jobs"); return; }
     const logout = document.getElementById("logout");
     logout.hidden = false;
     logout.addEventListener("click", async () => { await api("/session", { method: "DELETE" }); location.assign("/login"); });
