@@ -22,17 +22,13 @@ from service.settings import Settings
 from service.usecases import cost_days, cost_report, day_sums
 from tests.alerting_support import add_job
 from tests.integration.cost_data import GIB, roll_up, store_series
-from tests.support import FakeClock, iso
+from tests.support import FakeClock, auth, iso
 
 START = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)  # two whole days before the clock's day
 END = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 KEY = "app.kubernetes.io/name"
 MONEY = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd")
 SECONDS = ("held_seconds", "allocated_seconds", "idle_seconds", "waste_gpu_hours")
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def _metrics(gpu: int, minute: int) -> dict[str, Any]:

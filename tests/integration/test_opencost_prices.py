@@ -23,15 +23,11 @@ from service.settings import Settings
 from service.usecases import opencost_prices
 from tests.integration.cost_data import money_example_metrics, roll_up, store_series
 from tests.receivers import LoopbackHttp
-from tests.support import FakeClock, iso
+from tests.support import FakeClock, auth, iso
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "opencost"
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
 WINDOW_HOURS = 7 * 24.0
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def recorded() -> dict[str, Any]:
