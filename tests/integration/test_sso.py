@@ -421,3 +421,20 @@ def test_an_admin_signs_a_person_out_everywhere(site: str, clock: FakeClock) -> 
         assert alice.get("/api/v1/session").json()["user"] == "alice"
         changes = carol.get("/api/v1/changes", params={"kind": "sessions"}).json()
         assert [(c["actor"], c["name"]) for c in changes] == [("person:carol", "user/alice")]
+
+
+@pytest.mark.parametrize("login", ["bob", "carol"])
+def test_chromium_signs_the_team_lead_and_the_admin_in_to_what_they_may_see(
+    site: str, login: str
+) -> None:
+    # With alice above: a researcher, a team lead and an admin through the provider's own form.
+    with chromium_page() as page:
+        chromium_sign_in(page, site, login)
+        page.wait_for_selector("body[data-ready]", timeout=60_000)
+        page.goto(site + "/jobs")
+        page.wait_for_selector("body[data-ready]", timeout=60_000)
+        assert page.get_attribute("body", "data-ready") == "1", page.inner_text("main")
+        assert page.inner_text("#who").startswith(login)
+        rows = page.locator("#jobs tbody tr")
+        shown = {rows.nth(i).get_attribute("data-job") for i in range(rows.count())}
+        assert shown == SEES[login]
