@@ -37,7 +37,8 @@ def test_every_optional_parameter_left_empty_reads_as_absent(app, http, tokens):
         for method, op in methods.items():
             optional = [p["name"] for p in op.get("parameters", [])
                         if p["in"] == "query" and not p.get("required")]  # fmt: skip
-            if method != "get" or not optional or "{" in path:
+            # Single sign-on's routes redirect to the provider (404 where none is set up).
+            if method != "get" or not optional or "{" in path or path.startswith("/api/v1/auth/"):
                 continue
             required = {"metric": "sm_active"} if path.endswith("/series") else {}
             if path.endswith("/gpus/series"):
