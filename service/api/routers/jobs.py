@@ -19,13 +19,21 @@ from service.api.schemas.costs import (
     JobPublic,
     JobUpdate,
 )
+from service.api.schemas.progress import (
+    JobProgressPublic,
+    ProgressAccepted,
+    ProgressCreate,
+    ProgressSummaryPublic,
+    ReadingPublic,
+)
 from service.context import ServiceContext
+from service.core.progress import Reading
 from service.costs.money import SORT_BYS
 from service.db import job_runs_repo, jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.roles import Role
-from service.usecases import job_list
+from service.usecases import job_list, progress
 from service.usecases.job_summary import admin_comment, job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -203,6 +211,52 @@ def _apply_update(
         jobs_repo.end_job(
             conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=authz.agent_node(token)
         )
+
+
+# Before GET /{job_id:path}, which would read ".../progress" as a job's id: a job whose own id
+# ends in "/progress" (a pod named "progress") has its progress answered here instead.
+@router.post(
+    "/{job_id:path}/progress", response_model=ProgressAccepted, status_code=status.HTTP_201_CREATED
+)
+def post_progress(
+    job_id: str, body: ProgressCreate, ctx: Ctx, token: Agent, response: Response
+) -> ProgressAccepted:
+    """Record the job's running total of steps, samples or tokens (201; 200 for a repeat of the
+    last reading): an agent token of a node that registered the job, or an admin; a unit change,
+    a reading older than the last or a total below it is refused (409)."""
+    now = ctx.clock()
+    with ctx.engine.begin() as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id, for_update=True)
+        if job is None:
+            raise NotFound(f"job {job_id!r} does not exist")
+        authz.check_job_rights(token, intervals=job["intervals"], field="progress")
+        reading = Reading(at=body.at or now, unit=body.unit, value=body.value)
+        stored = progress.record(
+            conn,
+            job_id=job_id,
+            job_started_at=job["started_at"],
+            reading=reading,
+            now=now,
+            max_future_seconds=ctx.settings.ingest_max_future_seconds,
+        )
+    if not stored:
+        response.status_code = status.HTTP_200_OK
+    return ProgressAccepted(
+        job_id=job_id, at=reading.at, unit=reading.unit, value=reading.value, stored=stored
+    )
+
+
+@router.get("/{job_id:path}/progress", response_model=JobProgressPublic)
+def get_progress(job_id: str, conn: ReadConn, scope: Scope) -> JobProgressPublic:
+    """A job's progress readings in time order, with their summary (first and last total, units
+    advanced, rate per second, when it last advanced); null summary when it reported none."""
+    visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
+    found = progress.job_progress(conn, job_id=job_id)
+    return JobProgressPublic(
+        job_id=job_id,
+        readings=[ReadingPublic.of(r) for r in found.readings],
+        summary=None if found.summary is None else ProgressSummaryPublic.of(found.summary),
+    )
 
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])

@@ -1,0 +1,145 @@
+"""A job's progress counter (issue 46): stored under the monotonic rule, refused with the field
+named, read back with its summary; on both stores, through the real app on loopback."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import Engine
+
+from tests.alerting_support import add_job, ingest
+from tests.conftest import make_token
+from tests.support import FakeClock, auth, iso
+
+URL = "/api/v1/jobs/{}/progress"
+
+
+def _job(http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock) -> None:
+    start = clock() - timedelta(minutes=10)
+    ingest(http, tokens["agent"], start=start, count=6, metrics={"sm_active": 0.9})
+    add_job(engine, "slurm:77", ("GPU-a0",), started_at=start)
+
+
+def test_readings_stored_and_summarised(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    _job(http, tokens, engine, clock)
+    t0 = clock()
+    for i, value in enumerate((100.0, 160.0, 160.0, 400.0)):
+        body = {"unit": "steps", "value": value, "at": iso(t0 + timedelta(seconds=60 * i))}
+        r = http.post(URL.format("slurm:77"), json=body, headers=auth(tokens["agent"]))
+        assert r.status_code == 201, r.text
+        assert r.json()["stored"] is True
+    # The last reading sent again (a retry) is accepted once, not stored twice.
+    r = http.post(URL.format("slurm:77"), json=body, headers=auth(tokens["agent"]))
+    assert r.status_code == 200 and r.json()["stored"] is False
+    r = http.get(URL.format("slurm:77"), headers=auth(tokens["reader"]))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [x["value"] for x in got["readings"]] == [100.0, 160.0, 160.0, 400.0]
+    summary = got["summary"]
+    assert summary["unit"] == "steps"
+    assert summary["first_value"] == 100.0 and summary["last_value"] == 400.0
+    assert summary["units_advanced"] == 300.0
+    assert summary["rate_per_second"] == 300.0 / 180.0
+    assert summary["last_advanced_at"] == iso(t0 + timedelta(seconds=180))
+    assert summary["readings"] == 4
+
+
+def test_default_time_is_now_and_no_readings_is_null(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    _job(http, tokens, engine, clock)
+    r = http.get(URL.format("slurm:77"), headers=auth(tokens["reader"]))
+    assert r.json() == {"job_id": "slurm:77", "readings": [], "summary": None}
+    r = http.post(
+        URL.format("slurm:77"), json={"unit": "tokens", "value": 5e9}, headers=auth(tokens["admin"])
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["at"] == iso(clock())
+
+
+def _refusal(http: httpx.Client, token: str, body: dict[str, object]) -> tuple[int, str]:
+    r = http.post(URL.format("slurm:77"), json=body, headers=auth(token))
+    return r.status_code, str(r.json().get("detail"))
+
+
+def test_bad_readings_refused_naming_the_field(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    _job(http, tokens, engine, clock)
+    agent = tokens["agent"]
+    now = clock()
+    status, detail = _refusal(http, agent, {"unit": "epochs", "value": 1})
+    assert status == 422 and "unit" in detail
+    status, detail = _refusal(http, agent, {"unit": "steps", "value": -1})
+    assert status == 422 and "value" in detail
+    r = http.post(
+        URL.format("slurm:77"),
+        content=b'{"unit": "steps", "value": Infinity}',
+        headers={**auth(agent), "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422 and "value" in r.text
+    status, detail = _refusal(http, agent, {"unit": "steps", "value": 1, "extra": 2})
+    assert status == 422 and "extra" in detail
+    status, detail = _refusal(
+        http, agent, {"unit": "steps", "value": 1, "at": iso(now + timedelta(hours=1))}
+    )
+    assert status == 422 and "at" in detail
+    assert _refusal(http, agent, {"unit": "steps", "value": 50, "at": iso(now)})[0] == 201
+    # Below the last total: not monotonic.
+    status, detail = _refusal(
+        http, agent, {"unit": "steps", "value": 49, "at": iso(now + timedelta(seconds=1))}
+    )
+    assert status == 409 and detail.startswith("value:") and "monotonic" in detail
+    # Another unit mid-job.
+    status, detail = _refusal(
+        http, agent, {"unit": "samples", "value": 60, "at": iso(now + timedelta(seconds=1))}
+    )
+    assert status == 409 and detail.startswith("unit:")
+    # Older than the last reading.
+    status, detail = _refusal(
+        http, agent, {"unit": "steps", "value": 60, "at": iso(now - timedelta(seconds=1))}
+    )
+    assert status == 409 and detail.startswith("at:")
+    # Nothing refused was stored.
+    r = http.get(URL.format("slurm:77"), headers=auth(tokens["reader"]))
+    assert [x["value"] for x in r.json()["readings"]] == [50.0]
+
+
+def test_who_may_report(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    _job(http, tokens, engine, clock)
+    body = {"unit": "steps", "value": 1}
+    other_node = make_token(engine, "agent", "node-b")
+    status, detail = _refusal(http, other_node, body)
+    assert status == 403 and detail.startswith("progress:")
+    assert _refusal(http, tokens["reader"], body)[0] == 403
+    r = http.post(URL.format("slurm:77"), json=body)
+    assert r.status_code == 401
+    r = http.post(URL.format("slurm:78"), json=body, headers=auth(tokens["admin"]))
+    assert r.status_code == 404
+    r = http.get(URL.format("slurm:78"), headers=auth(tokens["reader"]))
+    assert r.status_code == 404
+    assert _refusal(http, tokens["agent"], body)[0] == 201
+
+
+def test_kubernetes_id_with_a_slash(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    start = clock() - timedelta(minutes=10)
+    ingest(http, tokens["agent"], start=start, count=6, metrics={"sm_active": 0.9})
+    add_job(engine, "k8s:ml/train-0", ("GPU-a0",), started_at=start)
+    r = http.post(
+        URL.format("k8s:ml/train-0"),
+        json={"unit": "samples", "value": 64},
+        headers=auth(tokens["agent"]),
+    )
+    assert r.status_code == 201, r.text
+    r = http.get(URL.format("k8s:ml/train-0"), headers=auth(tokens["reader"]))
+    assert r.json()["summary"]["last_value"] == 64.0
+    # The job's own page is still its page.
+    r = http.get("/api/v1/jobs/k8s:ml/train-0", headers=auth(tokens["reader"]))
+    assert r.status_code == 200 and r.json()["id"] == "k8s:ml/train-0"
