@@ -118,3 +118,37 @@ def gpu_seconds_per_unit(held_gpu_seconds: float, summary: ProgressSummary | Non
     if summary is None or summary.units_advanced <= 0:
         return None
     return held_gpu_seconds / summary.units_advanced
+
+
+# A unit's name for one of it ("1.6 GPU-seconds per step").
+_SINGULAR: dict[ProgressUnit, str] = {"steps": "step", "samples": "sample", "tokens": "token"}
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOfWork:
+    """What a job's GPU time is counted per: one unit of its reported progress, or the whole
+    run where it reported none; ``gpu_seconds_per_unit`` is None for the whole run."""
+
+    unit: str  # step, sample, token, or run
+    gpu_seconds_per_unit: float | None
+    text: str
+
+
+def unit_of_work(held_gpu_seconds: float, summary: ProgressSummary | None) -> UnitOfWork:
+    """The job's unit of work and its GPU-seconds per unit, said in words."""
+    per_unit = gpu_seconds_per_unit(held_gpu_seconds, summary)
+    if summary is None or per_unit is None:
+        why = "reported no progress" if summary is None else "reported no advance"
+        return UnitOfWork(
+            unit="run",
+            gpu_seconds_per_unit=None,
+            text=f"the job {why}: its unit of work is the whole run "
+            f"({held_gpu_seconds / 3600:.2f} GPU-h, a fixed-size job's figure per run)",
+        )
+    one = _SINGULAR[summary.unit]
+    return UnitOfWork(
+        unit=one,
+        gpu_seconds_per_unit=per_unit,
+        text=f"{per_unit:.4g} GPU-seconds per {one} ({summary.units_advanced:,.0f} "
+        f"{summary.unit} in {held_gpu_seconds / 3600:.2f} GPU-h)",
+    )

@@ -8,7 +8,15 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from service.core.progress import ProgressSummary, Reading, check_next, is_repeat, summarize
+from service.core.progress import (
+    ProgressSummary,
+    Reading,
+    UnitOfWork,
+    check_next,
+    is_repeat,
+    summarize,
+    unit_of_work,
+)
 from service.db import progress_repo
 from service.errors import ValidationFailed
 
@@ -51,3 +59,12 @@ def job_progress(conn: Connection, *, job_id: str) -> JobProgress:
     """The readings of ``job_id`` and their summary."""
     rows = progress_repo.readings(conn, job_id=job_id)
     return JobProgress(readings=rows, summary=summarize(rows))
+
+
+def job_work(
+    conn: Connection, *, job_id: str, held_gpu_seconds: float
+) -> tuple[ProgressSummary | None, UnitOfWork]:
+    """The job's progress summary and its unit of work: GPU-seconds per unit of progress where
+    it reported some, else the whole run."""
+    summary = summarize(progress_repo.readings(conn, job_id=job_id))
+    return summary, unit_of_work(held_gpu_seconds, summary)

@@ -8,6 +8,8 @@ from datetime import timedelta
 import httpx
 from sqlalchemy import Engine
 
+from service.cli.fleet import job_report
+from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_job, ingest
 from tests.conftest import make_token
 from tests.support import FakeClock, auth, iso
@@ -143,3 +145,30 @@ def test_kubernetes_id_with_a_slash(
     # The job's own page is still its page.
     r = http.get("/api/v1/jobs/k8s:ml/train-0", headers=auth(tokens["reader"]))
     assert r.status_code == 200 and r.json()["id"] == "k8s:ml/train-0"
+
+
+def test_job_page_counts_gpu_seconds_per_unit(
+    app, http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    _job(http, tokens, engine, clock)
+    rollup_once(app.state.ctx)
+    page = http.get("/api/v1/jobs/slurm:77", headers=auth(tokens["reader"])).json()
+    held = page["summary"]["held_seconds"]
+    assert held > 0
+    # No progress: the unit is the whole run, said so.
+    assert page["progress"] is None and page["gpu_seconds_per_unit"] is None
+    assert page["unit_of_work"] == "run" and "whole run" in page["unit_of_work_text"]
+    assert "Unit of work: the job reported no progress" in job_report(page, now=clock())
+    t0 = clock() - timedelta(minutes=5)
+    for i, value in enumerate((0, 1200)):
+        body = {"unit": "tokens", "value": value, "at": iso(t0 + timedelta(minutes=5 * i))}
+        r = http.post(URL.format("slurm:77"), json=body, headers=auth(tokens["agent"]))
+        assert r.status_code == 201, r.text
+    page = http.get("/api/v1/jobs/slurm:77", headers=auth(tokens["reader"])).json()
+    assert page["progress"]["units_advanced"] == 1200.0
+    assert page["unit_of_work"] == "token"
+    assert page["gpu_seconds_per_unit"] == held / 1200.0
+    assert "GPU-seconds per token" in page["unit_of_work_text"]
+    text = job_report(page, now=clock())
+    assert "Progress: 1,200 tokens (from 0: 1,200 advanced, 4/s); last advanced " in text
+    assert f"Unit of work: {page['unit_of_work_text']}" in text

@@ -12,6 +12,7 @@ from service.core.progress import (
     gpu_seconds_per_unit,
     is_repeat,
     summarize,
+    unit_of_work,
 )
 from service.errors import Conflict, ValidationFailed
 
@@ -60,3 +61,12 @@ def test_equal_total_later_is_accepted_and_a_retry_is_a_repeat() -> None:
     check_next(_at(20, 10), _at(10, 10))
     assert is_repeat(_at(10, 10), _at(10, 10))
     assert not is_repeat(_at(20, 10), _at(10, 10))
+
+
+def test_unit_of_work_in_words() -> None:
+    work = unit_of_work(7200.0, summarize([_at(0, 0, "samples"), _at(60, 4800, "samples")]))
+    assert (work.unit, work.gpu_seconds_per_unit) == ("sample", 1.5)
+    assert work.text == "1.5 GPU-seconds per sample (4,800 samples in 2.00 GPU-h)"
+    run = unit_of_work(7200.0, None)
+    assert run.unit == "run" and run.gpu_seconds_per_unit is None
+    assert "whole run" in run.text and "2.00 GPU-h" in run.text

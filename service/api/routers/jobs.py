@@ -265,7 +265,17 @@ def get_job(job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope) -> dict[str, An
     job outside a person's scope, as for one that does not exist)."""
     job = visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
     summary = job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
-    return {**_public(job), **summary.as_dict()}
+    reported, work = progress.job_work(
+        conn, job_id=job_id, held_gpu_seconds=float(summary.summary["held_seconds"])
+    )
+    return {
+        **_public(job),
+        **summary.as_dict(),
+        "progress": None if reported is None else ProgressSummaryPublic.of(reported),
+        "unit_of_work": work.unit,
+        "gpu_seconds_per_unit": work.gpu_seconds_per_unit,
+        "unit_of_work_text": work.text,
+    }
 
 
 @router.get("", response_model=list[JobListItemPublic], dependencies=[Expensive])
