@@ -4,6 +4,7 @@ every N seconds, and never raise into the training loop; both stores."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -210,3 +211,16 @@ def test_trainer_callback_in_samples_from_the_main_process_only(
     assert _values(http, tokens) == [0.0, 320.0]
     r = http.get(f"/api/v1/jobs/{JOB}/progress", headers=auth(tokens["reader"]))
     assert r.json()["summary"]["unit"] == "samples"
+
+
+def test_the_helper_imports_no_framework_nor_the_service() -> None:
+    code = (
+        "import sys, service.progress; "
+        "print(sorted(m for m in ('fastapi', 'sqlalchemy', 'pydantic', 'torch', 'lightning',"
+        " 'pytorch_lightning', 'transformers') if m in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
