@@ -172,3 +172,22 @@ def test_job_page_counts_gpu_seconds_per_unit(
     text = job_report(page, now=clock())
     assert "Progress: 1,200 tokens (from 0: 1,200 advanced, 4/s); last advanced " in text
     assert f"Unit of work: {page['unit_of_work_text']}" in text
+
+
+def test_a_pod_named_progress_still_has_its_page(
+    http: httpx.Client, tokens: dict[str, str], engine: Engine, clock: FakeClock
+) -> None:
+    start = clock() - timedelta(minutes=10)
+    ingest(http, tokens["agent"], start=start, count=6, metrics={"sm_active": 0.9})
+    add_job(engine, "k8s:ml/progress", ("GPU-a0",), started_at=start)
+    r = http.get("/api/v1/jobs/k8s:ml/progress", headers=auth(tokens["reader"]))
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == "k8s:ml/progress" and r.json()["unit_of_work"] == "run"
+    r = http.post(
+        "/api/v1/jobs/k8s:ml/progress/progress",
+        json={"unit": "steps", "value": 3},
+        headers=auth(tokens["agent"]),
+    )
+    assert r.status_code == 201, r.text
+    r = http.get("/api/v1/jobs/k8s:ml/progress/progress", headers=auth(tokens["reader"]))
+    assert r.json()["summary"]["last_value"] == 3.0

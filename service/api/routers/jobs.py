@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response, status
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import Connection
 
 from service.api import authz, query
@@ -32,7 +32,7 @@ from service.costs.money import SORT_BYS
 from service.db import job_runs_repo, jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
-from service.roles import Role
+from service.roles import JobScope, Role
 from service.usecases import job_list, progress
 from service.usecases.job_summary import admin_comment, job_summary
 
@@ -247,10 +247,17 @@ def post_progress(
 
 
 @router.get("/{job_id:path}/progress", response_model=JobProgressPublic)
-def get_progress(job_id: str, conn: ReadConn, scope: Scope) -> JobProgressPublic:
+def get_progress(
+    job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope
+) -> JobProgressPublic | JSONResponse:
     """A job's progress readings in time order, with their summary (first and last total, units
     advanced, rate per second, when it last advanced); null summary when it reported none."""
-    visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None and (whole := jobs_repo.get_job(conn, job_id=f"{job_id}/progress")):
+        # No job of that id, but one whose own id ends in "/progress" (a pod so named): its page.
+        page = JobDetailPublic.model_validate(_job_page(ctx, conn, scope, whole))
+        return JSONResponse(page.model_dump(mode="json"))
+    visible_job(scope, job, job_id)
     found = progress.job_progress(conn, job_id=job_id)
     return JobProgressPublic(
         job_id=job_id,
@@ -261,9 +268,21 @@ def get_progress(job_id: str, conn: ReadConn, scope: Scope) -> JobProgressPublic
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
 def get_job(job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope) -> dict[str, Any]:
-    """A job with its money summary (total and per GPU), recommendations and energy (404 for a
-    job outside a person's scope, as for one that does not exist)."""
-    job = visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
+    """A job with its money summary (total and per GPU), recommendations and energy, and its
+    unit of work (404 for a job outside a person's scope, as for one that does not exist)."""
+    return _job_page(ctx, conn, scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
+
+
+def _job_page(
+    ctx: ServiceContext,
+    conn: Connection,
+    scope: JobScope | None,
+    found: dict[str, Any] | None,
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """The page of the job ``found`` (404 where it is None or outside ``scope``)."""
+    job = visible_job(scope, found, job_id or (found or {}).get("id", ""))
+    job_id = job["id"]
     summary = job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
     reported, work = progress.job_work(
         conn, job_id=job_id, held_gpu_seconds=float(summary.summary["held_seconds"])
