@@ -191,3 +191,19 @@ def test_a_pod_named_progress_still_has_its_page(
     assert r.status_code == 201, r.text
     r = http.get("/api/v1/jobs/k8s:ml/progress/progress", headers=auth(tokens["reader"]))
     assert r.json()["summary"]["last_value"] == 3.0
+    # Its node's agent still ends it, and a field it may not send is still named.
+    r = http.patch("/api/v1/jobs/k8s:ml/progress", json={"bogus": 1}, headers=auth(tokens["agent"]))
+    assert r.status_code == 422 and "bogus" in r.text
+    r = http.patch(
+        "/api/v1/jobs/k8s:ml/progress",
+        json={"ended_at": iso(clock())},
+        headers=auth(tokens["agent"]),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == "k8s:ml/progress" and r.json()["ended_at"] == iso(clock())
+    # A method /progress does not take: 405, naming the ones it does.
+    for method in ("PATCH", "PUT", "DELETE"):
+        r = http.request(
+            method, "/api/v1/jobs/k8s:ml/train/progress", headers=auth(tokens["admin"])
+        )
+        assert r.status_code == 405 and r.headers["allow"] == "GET, POST", (method, r.text)

@@ -6,12 +6,24 @@ import logging
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy import Connection
 
 from service.api import authz, query
-from service.api.deps import Agent, Ctx, Expensive, ReadConn, Scope, require, visible_job
+from service.api.deps import (
+    Agent,
+    Authenticated,
+    Ctx,
+    Expensive,
+    ReadConn,
+    Scope,
+    require,
+    visible_job,
+)
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -166,6 +178,96 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
     return _public(job)
 
 
+# Before PATCH and GET /{job_id:path}, which would read ".../progress" as a job's id: a job
+# whose own id ends in "/progress" (a pod named "progress") is found by the routes below when no
+# job of the shorter id exists.
+@router.post(
+    "/{job_id:path}/progress", response_model=ProgressAccepted, status_code=status.HTTP_201_CREATED
+)
+def post_progress(
+    job_id: str, body: ProgressCreate, ctx: Ctx, token: Agent, response: Response
+) -> ProgressAccepted:
+    """Record the job's running total of steps, samples or tokens (201; 200 for a repeat of the
+    last reading): an agent token of a node that registered the job, or an admin; a unit change,
+    a reading older than the last or a total below it is refused (409)."""
+    now = ctx.clock()
+    with ctx.engine.begin() as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id, for_update=True)
+        if job is None:
+            raise NotFound(f"job {job_id!r} does not exist")
+        authz.check_job_rights(token, intervals=job["intervals"], field="progress")
+        reading = Reading(at=body.at or now, unit=body.unit, value=body.value)
+        stored = progress.record(
+            conn,
+            job_id=job_id,
+            job_started_at=job["started_at"],
+            reading=reading,
+            now=now,
+            max_future_seconds=ctx.settings.ingest_max_future_seconds,
+        )
+    if not stored:
+        response.status_code = status.HTTP_200_OK
+    return ProgressAccepted(
+        job_id=job_id, at=reading.at, unit=reading.unit, value=reading.value, stored=stored
+    )
+
+
+@router.api_route(
+    "/{job_id:path}/progress",
+    methods=["PATCH", "PUT", "DELETE", "OPTIONS"],
+    include_in_schema=False,
+)
+async def progress_other_methods(
+    job_id: str,
+    request: Request,
+    ctx: Ctx,
+    info: Authenticated,
+    body: Annotated[dict[str, Any] | None, Body()] = None,
+) -> Response:
+    """405 (Allow: GET, POST) for a method ``/progress`` does not take; a PATCH of a job whose
+    own id ends in "/progress" (a pod so named) is that job's PATCH."""
+    whole = f"{job_id}/progress"
+    if request.method == "PATCH" and await run_in_threadpool(_job_exists, ctx, whole):
+        token = await require(Role.AGENT)(info)
+        try:
+            update = JobUpdate.model_validate(body or {})
+        except PydanticValidationError as exc:
+            raise RequestValidationError(exc.errors(), body=body) from exc
+        job = await run_in_threadpool(update_job, whole, update, ctx, token)
+        return JSONResponse(JobPublic.model_validate(job).model_dump(mode="json"))
+    return Response(
+        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
+        headers={"Allow": "GET, POST"},
+        content='{"detail":"Method Not Allowed"}',
+        media_type="application/json",
+    )
+
+
+def _job_exists(ctx: ServiceContext, job_id: str) -> bool:
+    with ctx.engine.connect() as conn:
+        return jobs_repo.get_job(conn, job_id=job_id) is not None
+
+
+@router.get("/{job_id:path}/progress", response_model=JobProgressPublic)
+def get_progress(
+    job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope
+) -> JobProgressPublic | JSONResponse:
+    """A job's progress readings in time order, with their summary (first and last total, units
+    advanced, rate per second, when it last advanced); null summary when it reported none."""
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None and (whole := jobs_repo.get_job(conn, job_id=f"{job_id}/progress")):
+        # No job of that id, but one whose own id ends in "/progress" (a pod so named): its page.
+        page = JobDetailPublic.model_validate(_job_page(ctx, conn, scope, whole))
+        return JSONResponse(page.model_dump(mode="json"))
+    visible_job(scope, job, job_id)
+    found = progress.job_progress(conn, job_id=job_id)
+    return JobProgressPublic(
+        job_id=job_id,
+        readings=[ReadingPublic.of(r) for r in found.readings],
+        summary=None if found.summary is None else ProgressSummaryPublic.of(found.summary),
+    )
+
+
 @router.patch("/{job_id:path}", response_model=JobPublic)
 def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
@@ -211,59 +313,6 @@ def _apply_update(
         jobs_repo.end_job(
             conn, job_id=job_id, ended_at=body.ended_at, now=now, only_node=authz.agent_node(token)
         )
-
-
-# Before GET /{job_id:path}, which would read ".../progress" as a job's id: a job whose own id
-# ends in "/progress" (a pod named "progress") has its progress answered here instead.
-@router.post(
-    "/{job_id:path}/progress", response_model=ProgressAccepted, status_code=status.HTTP_201_CREATED
-)
-def post_progress(
-    job_id: str, body: ProgressCreate, ctx: Ctx, token: Agent, response: Response
-) -> ProgressAccepted:
-    """Record the job's running total of steps, samples or tokens (201; 200 for a repeat of the
-    last reading): an agent token of a node that registered the job, or an admin; a unit change,
-    a reading older than the last or a total below it is refused (409)."""
-    now = ctx.clock()
-    with ctx.engine.begin() as conn:
-        job = jobs_repo.get_job(conn, job_id=job_id, for_update=True)
-        if job is None:
-            raise NotFound(f"job {job_id!r} does not exist")
-        authz.check_job_rights(token, intervals=job["intervals"], field="progress")
-        reading = Reading(at=body.at or now, unit=body.unit, value=body.value)
-        stored = progress.record(
-            conn,
-            job_id=job_id,
-            job_started_at=job["started_at"],
-            reading=reading,
-            now=now,
-            max_future_seconds=ctx.settings.ingest_max_future_seconds,
-        )
-    if not stored:
-        response.status_code = status.HTTP_200_OK
-    return ProgressAccepted(
-        job_id=job_id, at=reading.at, unit=reading.unit, value=reading.value, stored=stored
-    )
-
-
-@router.get("/{job_id:path}/progress", response_model=JobProgressPublic)
-def get_progress(
-    job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope
-) -> JobProgressPublic | JSONResponse:
-    """A job's progress readings in time order, with their summary (first and last total, units
-    advanced, rate per second, when it last advanced); null summary when it reported none."""
-    job = jobs_repo.get_job(conn, job_id=job_id)
-    if job is None and (whole := jobs_repo.get_job(conn, job_id=f"{job_id}/progress")):
-        # No job of that id, but one whose own id ends in "/progress" (a pod so named): its page.
-        page = JobDetailPublic.model_validate(_job_page(ctx, conn, scope, whole))
-        return JSONResponse(page.model_dump(mode="json"))
-    visible_job(scope, job, job_id)
-    found = progress.job_progress(conn, job_id=job_id)
-    return JobProgressPublic(
-        job_id=job_id,
-        readings=[ReadingPublic.of(r) for r in found.readings],
-        summary=None if found.summary is None else ProgressSummaryPublic.of(found.summary),
-    )
 
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
