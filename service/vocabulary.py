@@ -525,3 +525,8 @@ def owner_page_path(kind: str, name: str) -> str:
     """The console page of a user or team (``/users/...``, ``/teams/...``), the name one
     percent-encoded segment as in ``job_path``."""
     return f"/{kind}s/{quote(name, safe='')}"
+
+
+# What a job's progress counter counts (issue 46): its monotonic running total is in one of these.
+ProgressUnit = Literal["steps", "samples", "tokens"]
+PROGRESS_UNITS: tuple[ProgressUnit, ...] = ("steps", "samples", "tokens")

@@ -352,12 +352,32 @@ def _energy_lines(energy: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _work_lines(job: dict[str, Any]) -> list[str]:
+    """The job's reported progress and its GPU-seconds per unit of it (or the whole run)."""
+    text = job.get("unit_of_work_text")
+    if not text:
+        return []
+    p = job.get("progress")
+    if not p:
+        return [f"Unit of work: {text}"]
+    rate = p.get("rate_per_second")
+    last = p.get("last_advanced_at")
+    return [
+        f"Progress: {p['last_value']:,.0f} {p['unit']} (from {p['first_value']:,.0f}: "
+        f"{p['units_advanced']:,.0f} advanced"
+        + ("" if rate is None else f", {rate:,.3g}/s")
+        + f"); last advanced {_when(last) if last else 'never'}",
+        f"Unit of work: {text}",
+    ]
+
+
 def job_report(job: dict[str, Any], *, now: datetime) -> str:
     """A jobstats-style plain-text report of ``GET /jobs/{id}``'s answer."""
     s = job["summary"]
     lines = _job_head(job, now=now)
     lines += fault_lines(job.get("faults") or [])
     lines += _money_lines(s)
+    lines += _work_lines(job)
     lines += _cause_lines(s.get("causes") or {})
     lines += _per_gpu_lines(job.get("per_gpu") or [])
     lines += _advice_lines(job)

@@ -343,11 +343,13 @@ def conflict_line(
     )
 
 
-def get_job(conn: Connection, *, job_id: str) -> dict[str, Any] | None:
+def get_job(conn: Connection, *, job_id: str, for_update: bool = False) -> dict[str, Any] | None:
     """The job row with its intervals, or None: each with gpu uuid, node (the GPU's node now,
     for display), registered_node (the node that registered or observed it, whose agent has
-    rights over it), started_at, ended_at and source."""
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    rights over it), started_at, ended_at and source. ``for_update`` locks the job's row until
+    the transaction ends (PostgreSQL), so writes about one job take turns."""
+    query = select(jobs).where(jobs.c.id == job_id)
+    row = conn.execute(query.with_for_update() if for_update else query).first()
     if row is None:
         return None
     out = dict(row._mapping)

@@ -696,3 +696,18 @@ config_changes = Table(
     Column("action", String(16), nullable=False),
     Index(None, "at"),
 )
+
+# --- a job's progress counter (migration 0035, issue 46) --------------------------------
+
+# One row per progress reading a job reported: its running total ``value`` of ``unit`` (steps,
+# samples or tokens) at ``at``. A job's rows keep one unit and never go down (core/progress.py).
+job_progress = Table(
+    "job_progress",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(255), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("unit", String(16), nullable=False),
+    Column("value", Float(precision=53), nullable=False),
+    Index(None, "job_id", "at"),
+)

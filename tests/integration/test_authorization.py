@@ -380,6 +380,33 @@ CASES = [
         {**AGENT_WRITES, "other_agent": 403, "agent": 200, "admin": 200},
         body=lambda _, now: {"ended_at": iso(now)},
     ),
+    # A job's progress: written like the job itself (its node's agent, or an admin).
+    Case(
+        "progress-post",
+        "POST",
+        "/api/v1/jobs/{job_id}/progress",
+        "/api/v1/jobs/slurm:1/progress",
+        {**AGENT_WRITES, "other_agent": 403, "agent": 201, "admin": 201},
+        body=lambda caller, now: {
+            "unit": "steps",
+            "value": CALLERS.index(caller),
+            "at": iso(now),
+        },
+    ),
+    Case(
+        "progress",
+        "GET",
+        "/api/v1/jobs/{job_id}/progress",
+        "/api/v1/jobs/slurm:2/progress",
+        {**reads(), "researcher": 404},
+    ),
+    Case(
+        "progress-own",
+        "GET",
+        "/api/v1/jobs/{job_id}/progress",
+        "/api/v1/jobs/slurm:1/progress",
+        {**reads(), "researcher": 200},
+    ),
     Case("prices", "GET", "/api/v1/prices", "/api/v1/prices", reads()),
     Case(
         "prices-put",

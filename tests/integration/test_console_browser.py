@@ -434,6 +434,30 @@ def test_job_page_shows_causes_timelines_advice_and_alerts(
     assert not admin.errors, admin.errors
 
 
+def test_job_page_shows_the_unit_of_work(admin: Console, demo: dict[str, Any]) -> None:
+    """A job that reports no progress counts its GPU time per whole run; one that reports
+    progress shows GPU-seconds per unit of it, as GET /jobs/{id} has it (issue 46)."""
+    jobs = demo["api"].get("/jobs", params={"start": "today-6d"}).json()
+    plain = next(j["id"] for j in jobs if j["id"] not in ("evil:1", ODD_JOB))
+    admin.open(f"/jobs/{plain}")
+    assert admin.page.inner_text("#job-work-value") == "whole run"
+    assert "no progress reported" in admin.page.inner_text("#job-work")
+    now = datetime.now(UTC)
+    for at, value in ((now - timedelta(minutes=15), 0), (now - timedelta(minutes=1), 6400)):
+        r = demo["api"].post(
+            "/jobs/evil:1/progress", json={"unit": "samples", "value": value, "at": at.isoformat()}
+        )
+        assert r.status_code == 201, r.text
+    job = demo["api"].get("/jobs/evil:1").json()
+    admin.open("/jobs/evil:1")
+    per = job["gpu_seconds_per_unit"]
+    shown = admin.page.inner_text("#job-work-value")
+    assert shown.endswith(" GPU-s per sample")
+    assert float(shown.split()[0]) == pytest.approx(per, rel=1e-3)
+    assert "6,400 samples" in admin.page.inner_text("#job-work")
+    assert not admin.errors, admin.errors
+
+
 def test_the_copy_bound_job_is_not_sent_to_a_slice_and_percentages_name_their_base(
     admin: Console, demo: dict[str, Any]
 ) -> None:

@@ -6,12 +6,24 @@ import logging
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response, status
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy import Connection
 
 from service.api import authz, query
-from service.api.deps import Agent, Ctx, Expensive, ReadConn, Scope, require, visible_job
+from service.api.deps import (
+    Agent,
+    Authenticated,
+    Ctx,
+    Expensive,
+    ReadConn,
+    Scope,
+    require,
+    visible_job,
+)
 from service.api.schemas.costs import (
     JobCreate,
     JobDetailPublic,
@@ -19,13 +31,21 @@ from service.api.schemas.costs import (
     JobPublic,
     JobUpdate,
 )
+from service.api.schemas.progress import (
+    JobProgressPublic,
+    ProgressAccepted,
+    ProgressCreate,
+    ProgressSummaryPublic,
+    ReadingPublic,
+)
 from service.context import ServiceContext
+from service.core.progress import Reading
 from service.costs.money import SORT_BYS
 from service.db import job_runs_repo, jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
-from service.roles import Role
-from service.usecases import job_list
+from service.roles import JobScope, Role
+from service.usecases import job_list, progress
 from service.usecases.job_summary import admin_comment, job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -158,6 +178,96 @@ def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> d
     return _public(job)
 
 
+# Before PATCH and GET /{job_id:path}, which would read ".../progress" as a job's id: a job
+# whose own id ends in "/progress" (a pod named "progress") is found by the routes below when no
+# job of the shorter id exists.
+@router.post(
+    "/{job_id:path}/progress", response_model=ProgressAccepted, status_code=status.HTTP_201_CREATED
+)
+def post_progress(
+    job_id: str, body: ProgressCreate, ctx: Ctx, token: Agent, response: Response
+) -> ProgressAccepted:
+    """Record the job's running total of steps, samples or tokens (201; 200 for a repeat of the
+    last reading): an agent token of a node that registered the job, or an admin; a unit change,
+    a reading older than the last or a total below it is refused (409)."""
+    now = ctx.clock()
+    with ctx.engine.begin() as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id, for_update=True)
+        if job is None:
+            raise NotFound(f"job {job_id!r} does not exist")
+        authz.check_job_rights(token, intervals=job["intervals"], field="progress")
+        reading = Reading(at=body.at or now, unit=body.unit, value=body.value)
+        stored = progress.record(
+            conn,
+            job_id=job_id,
+            job_started_at=job["started_at"],
+            reading=reading,
+            now=now,
+            max_future_seconds=ctx.settings.ingest_max_future_seconds,
+        )
+    if not stored:
+        response.status_code = status.HTTP_200_OK
+    return ProgressAccepted(
+        job_id=job_id, at=reading.at, unit=reading.unit, value=reading.value, stored=stored
+    )
+
+
+@router.api_route(
+    "/{job_id:path}/progress",
+    methods=["PATCH", "PUT", "DELETE", "OPTIONS"],
+    include_in_schema=False,
+)
+async def progress_other_methods(
+    job_id: str,
+    request: Request,
+    ctx: Ctx,
+    info: Authenticated,
+    body: Annotated[dict[str, Any] | None, Body()] = None,
+) -> Response:
+    """405 (Allow: GET, POST) for a method ``/progress`` does not take; a PATCH of a job whose
+    own id ends in "/progress" (a pod so named) is that job's PATCH."""
+    whole = f"{job_id}/progress"
+    if request.method == "PATCH" and await run_in_threadpool(_job_exists, ctx, whole):
+        token = await require(Role.AGENT)(info)
+        try:
+            update = JobUpdate.model_validate(body or {})
+        except PydanticValidationError as exc:
+            raise RequestValidationError(exc.errors(), body=body) from exc
+        job = await run_in_threadpool(update_job, whole, update, ctx, token)
+        return JSONResponse(JobPublic.model_validate(job).model_dump(mode="json"))
+    return Response(
+        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
+        headers={"Allow": "GET, POST"},
+        content='{"detail":"Method Not Allowed"}',
+        media_type="application/json",
+    )
+
+
+def _job_exists(ctx: ServiceContext, job_id: str) -> bool:
+    with ctx.engine.connect() as conn:
+        return jobs_repo.get_job(conn, job_id=job_id) is not None
+
+
+@router.get("/{job_id:path}/progress", response_model=JobProgressPublic)
+def get_progress(
+    job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope
+) -> JobProgressPublic | JSONResponse:
+    """A job's progress readings in time order, with their summary (first and last total, units
+    advanced, rate per second, when it last advanced); null summary when it reported none."""
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None and (whole := jobs_repo.get_job(conn, job_id=f"{job_id}/progress")):
+        # No job of that id, but one whose own id ends in "/progress" (a pod so named): its page.
+        page = JobDetailPublic.model_validate(_job_page(ctx, conn, scope, whole))
+        return JSONResponse(page.model_dump(mode="json"))
+    visible_job(scope, job, job_id)
+    found = progress.job_progress(conn, job_id=job_id)
+    return JobProgressPublic(
+        job_id=job_id,
+        readings=[ReadingPublic.of(r) for r in found.readings],
+        summary=None if found.summary is None else ProgressSummaryPublic.of(found.summary),
+    )
+
+
 @router.patch("/{job_id:path}", response_model=JobPublic)
 def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
@@ -207,11 +317,33 @@ def _apply_update(
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
 def get_job(job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope) -> dict[str, Any]:
-    """A job with its money summary (total and per GPU), recommendations and energy (404 for a
-    job outside a person's scope, as for one that does not exist)."""
-    job = visible_job(scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
+    """A job with its money summary (total and per GPU), recommendations and energy, and its
+    unit of work (404 for a job outside a person's scope, as for one that does not exist)."""
+    return _job_page(ctx, conn, scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
+
+
+def _job_page(
+    ctx: ServiceContext,
+    conn: Connection,
+    scope: JobScope | None,
+    found: dict[str, Any] | None,
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """The page of the job ``found`` (404 where it is None or outside ``scope``)."""
+    job = visible_job(scope, found, job_id or (found or {}).get("id", ""))
+    job_id = job["id"]
     summary = job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
-    return {**_public(job), **summary.as_dict()}
+    reported, work = progress.job_work(
+        conn, job_id=job_id, held_gpu_seconds=float(summary.summary["held_seconds"])
+    )
+    return {
+        **_public(job),
+        **summary.as_dict(),
+        "progress": None if reported is None else ProgressSummaryPublic.of(reported),
+        "unit_of_work": work.unit,
+        "gpu_seconds_per_unit": work.gpu_seconds_per_unit,
+        "unit_of_work_text": work.text,
+    }
 
 
 @router.get("", response_model=list[JobListItemPublic], dependencies=[Expensive])

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from service.api.schemas.progress import ProgressSummaryPublic
 from service.api.schemas.times import StoredTime
 from service.core.job_ids import job_id_problem
 from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue, Name
@@ -304,6 +305,22 @@ class JobDetailPublic(JobPublic):
         description="hardware faults of its GPUs while it held them (XIDs, GPUs off the bus)",
     )
     warnings: list[str]
+    progress: ProgressSummaryPublic | None = Field(
+        None,
+        description="the job's reported progress (POST /jobs/{id}/progress): first and last "
+        "total, units advanced, rate; null where it reported none",
+    )
+    unit_of_work: Literal["step", "sample", "token", "run"] = Field(
+        "run",
+        description="what the job's GPU time is counted per: a unit of its progress, or the "
+        "whole run (a fixed-size job) where it reported none",
+    )
+    gpu_seconds_per_unit: float | None = Field(
+        None,
+        description="held GPU-seconds per unit of progress (summary.held_seconds / "
+        "progress.units_advanced); null where the unit is the whole run",
+    )
+    unit_of_work_text: str = Field("", description="the unit of work and its figure in words")
 
 
 class JobListItemPublic(BaseModel):

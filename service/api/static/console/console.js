@@ -352,6 +352,18 @@
   }
 
   // "waste $3.00 = idle $2.00 + fixable $1.00 (estimated)" as a card.
+  // What the job's GPU time is counted per: GPU-seconds per unit of its reported progress, or
+  // the whole run (a fixed-size job) where it reported none (issue 46).
+  function workCard(job) {
+    const p = job.progress;
+    const per = job.gpu_seconds_per_unit;
+    const value = per === null || per === undefined ? "whole run" : `${Number(per.toPrecision(4))} GPU-s per ${job.unit_of_work}`;
+    const head = p ? `${Math.round(p.last_value).toLocaleString("en-US")} ${p.unit}${p.rate_per_second ? ` · ${Number(p.rate_per_second.toPrecision(3))}/s` : ""}` : "no progress reported";
+    return el("div", { class: "card", id: "job-work" }, el("div", { class: "k", text: "unit of work" }),
+      el("div", { class: "v", id: "job-work-value", "data-unit": job.unit_of_work || "run", text: value }),
+      el("div", { class: "muted small", title: job.unit_of_work_text || "", text: head }));
+  }
+
   function wasteCard(row, id) {
     const wasteHours = `${hours((row.waste_gpu_hours ?? 0) * 3600)} GPU-h`;
     return el("div", { class: "card" }, el("div", { class: "k", text: "waste" }),
@@ -595,7 +607,7 @@
       s.lost_seconds > 0 ? card("lost (GPU fell off the bus)", usd(s.lost_usd)) : "",
       s.nodata_seconds > 0 ? card("no data", usd(s.nodata_usd)) : "",
       card("efficiency (activity)", pct(s.efficiency)),
-      card("GPU-hours", hours(s.allocated_seconds)), card("GPUs", new Set(job.gpus.map((g) => g.gpu_uuid)).size)));
+      card("GPU-hours", hours(s.allocated_seconds)), card("GPUs", new Set(job.gpus.map((g) => g.gpu_uuid)).size), workCard(job)));
 
     const faults = job.faults || [];
     if (faults.length) {
