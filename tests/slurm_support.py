@@ -261,7 +261,7 @@ StorageLoc=slurm_acct_db
         self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT))
 
     def _until(self, ready: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a hang bound, as in start()
         while not ready():
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
                 raise AssertionError(f"{what} did not come up:\n{self.logs()}")
@@ -276,7 +276,8 @@ StorageLoc=slurm_acct_db
             self.procs.append(
                 subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
             )
-        deadline = time.monotonic() + 30
+        # A hang bound, not a timing: on a loaded machine slurmd registers late.
+        deadline = time.monotonic() + 120
         while self.run("sinfo", "-h", "-N", "-o", "%T", check=False).strip() != "idle":
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
                 raise AssertionError(f"Slurm did not come up:\n{self.logs()}")
@@ -348,8 +349,10 @@ def slurm_cluster(
     assert _munge_ready(), "munged is not running: run scripts/test-services.sh"
     c = Cluster(tmp_path_factory.mktemp("slurm"), accounting=accounting)
     c.configure()
-    c.start()
     try:
+        # Inside the try: a cluster that fails to come up still has its daemons stopped and
+        # their log files closed (a file left open fails a later test as unraisable).
+        c.start()
         yield c
     finally:
         c.stop()

@@ -27,7 +27,7 @@ import pytest
 
 from tests.integration.browser_support import ARGS, CHROMIUM, SHOTS, Console, _need_browser, expect
 from tests.process_support import stop, wait_until
-from tests.support import free_port, make_batch
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_SHOTS = ROOT / "docs" / "console"
@@ -304,36 +304,6 @@ def test_fleet_shows_no_green_working_state_on_a_transfer_bound_gpu(
         chip = f'#fleet tr[data-uuid="{busy["uuid"]}"] .chip[class*="state-"]'
         assert admin.page.inner_text(chip) == "underused"
         assert not _green(admin.page, chip)
-    assert not admin.errors, admin.errors
-
-
-def test_fleet_marks_a_hardware_slowdown_and_memory_not_reported(
-    admin: Console, demo: dict[str, Any]
-) -> None:
-    # A node whose exporter sends no memory use, one GPU held down by its own hardware (HW
-    # thermal slowdown, 0x40) and one at its software power cap (0x4, no mark).
-    made = subprocess.run(
-        [sys.executable, "-m", "service.cli", "token", "create", "--role", "agent",
-         "--name", "health node", "--node", "n-health"],
-        cwd=demo["folder"], env=demo["env"], capture_output=True, text=True, check=True,
-        timeout=60,
-    )  # fmt: skip
-    agent = made.stdout.strip().splitlines()[-1]
-    start = datetime.now(UTC) - timedelta(seconds=30)
-    for uuid, reasons in (("GPU-hot-1", 0x40 | 0x4), ("GPU-capped-2", 0x4)):
-        batch = make_batch(hostname="n-health", gpu_uuids=(uuid,), start=start, count=3,
-                           metrics={"gpu_util": 1.0, "clocks_event_reasons": reasons})  # fmt: skip
-        r = httpx.post(f"{demo['base']}/api/v1/ingest", json=batch,
-                       headers={"Authorization": f"Bearer {agent}"}, timeout=30)  # fmt: skip
-        assert r.status_code < 300, r.text
-    admin.open("/")
-    hot, capped = (f'#fleet tr[data-uuid="{u}"]' for u in ("GPU-hot-1", "GPU-capped-2"))
-    expect(admin.page.locator(f"{hot} .chip.hw-slowdown")).to_have_text("HW slowdown")
-    title = admin.page.get_attribute(f"{hot} .chip.hw-slowdown", "title") or ""
-    assert "hw_thermal_slowdown" in title
-    assert admin.page.locator(f"{capped} .chip.hw-slowdown").count() == 0
-    for row in (hot, capped):
-        expect(admin.page.locator(f"{row} .memory-unknown")).to_have_text("not reported")
     assert not admin.errors, admin.errors
 
 
@@ -767,7 +737,9 @@ def test_login_follows_next_only_to_console_paths(browser: Any, demo: dict[str, 
 def test_costs_and_jobs_keep_their_choices_in_the_url(sized: Console) -> None:
     sized.open("/costs")
     sized.page.select_option("#group-by", "node")
-    sized.page.wait_for_selector("#costs th >> text=node")
+    # Attached, not visible: at 800 px the table may collapse into labelled cells (headers
+    # hidden), depending on how wide its figures have grown.
+    sized.page.wait_for_selector("#costs th >> text=node", state="attached")
     sized.page.click("#cost-presets button >> text=24 h")
     sized.page.wait_for_url("**/costs?group_by=node&start=-24h")
     sized.ready()
@@ -776,7 +748,7 @@ def test_costs_and_jobs_keep_their_choices_in_the_url(sized: Console) -> None:
     sized.ready()
     assert sized.page.input_value("#group-by") == "node"
     assert sized.page.input_value("#start") == "-24h"
-    assert sized.page.locator("#costs th").first.inner_text() == "node"
+    assert sized.page.locator("#costs th").first.text_content() == "node"
     # The link opens the same view in another browser.
     other = Console(sized.page.context.browser, sized.base, width=_width(sized))
     other.context.add_cookies(sized.context.cookies())

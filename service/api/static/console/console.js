@@ -273,7 +273,7 @@
     return el("tr", { "data-uuid": g.uuid, "data-state": g.state },
       td(g.node), td(String(g.index), "num"), td(g.model.replace(/^NVIDIA /, "")),
       td(el("span", {}, el("span", { class: `chip state-${g.state}`, title: stateMeaning(g.state), text: g.state }),
-        current && g.hw_slowdown ? el("span", { class: "chip hw-slowdown", title: `clocks held down by the hardware: ${(g.clock_event_reasons || []).join(", ")}`, text: "HW slowdown" }) : "")),
+        current && g.hw_slowdown ? el("span", { class: "chip hw-slowdown", title: `hardware slowdown: the clocks are held down by ${(g.clock_event_reasons || []).join(", ")}`, text: "HW" }) : "")),
       td(current ? causeChip(g.cause) : el("span", { class: "muted", text: "–" })),
       td(amount(g.cost_usd, g.held_gpu_hours), "num"),
       td(w === undefined ? "–" : amount(w, g.waste_gpu_hours), "num", { "data-usd": w === null || w === undefined ? "" : w.toFixed(2), title: `${hours((g.waste_gpu_hours ?? 0) * 3600)} GPU-h wasted today` }),
