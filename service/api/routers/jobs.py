@@ -212,22 +212,40 @@ def post_progress(
     )
 
 
+def _progress_not_allowed() -> Response:
+    return Response(
+        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
+        headers={"Allow": "GET, POST"},
+        content='{"detail":"Method Not Allowed"}',
+        media_type="application/json",
+    )
+
+
+# Every other method is answered here: left to the router, its Allow header would also name the
+# methods of this path's PATCH and of these.
 @router.api_route(
     "/{job_id:path}/progress",
-    methods=["PATCH", "PUT", "DELETE", "OPTIONS"],
+    methods=["PUT", "DELETE", "OPTIONS", "TRACE"],
     include_in_schema=False,
 )
-async def progress_other_methods(
+async def progress_other_methods(job_id: str) -> Response:
+    """405 (Allow: GET, POST) for a method ``/progress`` does not take, before any token check,
+    as for every other path."""
+    return _progress_not_allowed()
+
+
+@router.patch("/{job_id:path}/progress", include_in_schema=False)
+async def patch_job_named_progress(
     job_id: str,
     request: Request,
     ctx: Ctx,
     info: Authenticated,
     body: Annotated[dict[str, Any] | None, Body()] = None,
 ) -> Response:
-    """405 (Allow: GET, POST) for a method ``/progress`` does not take; a PATCH of a job whose
-    own id ends in "/progress" (a pod so named) is that job's PATCH."""
+    """A PATCH of a job whose own id ends in "/progress" (a pod so named) is that job's PATCH;
+    of ``/progress`` itself, 405 (Allow: GET, POST)."""
     whole = f"{job_id}/progress"
-    if request.method == "PATCH" and await run_in_threadpool(_job_exists, ctx, whole):
+    if await run_in_threadpool(_job_exists, ctx, whole):
         token = await require(Role.AGENT)(info)
         try:
             update = JobUpdate.model_validate(body or {})
@@ -235,12 +253,7 @@ async def progress_other_methods(
             raise RequestValidationError(exc.errors(), body=body) from exc
         job = await run_in_threadpool(update_job, whole, update, ctx, token)
         return JSONResponse(JobPublic.model_validate(job).model_dump(mode="json"))
-    return Response(
-        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
-        headers={"Allow": "GET, POST"},
-        content='{"detail":"Method Not Allowed"}',
-        media_type="application/json",
-    )
+    return _progress_not_allowed()
 
 
 def _job_exists(ctx: ServiceContext, job_id: str) -> bool:
