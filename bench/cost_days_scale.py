@@ -36,7 +36,8 @@ from bench import report_bytes
 from bench.cost_report import END, GPUS_PER_NODE, MODELS, analyze, make_jobs
 from service.api.app import freeze_start_up_objects
 from service.costs.prices import PriceRow, price_lookup
-from service.db import cost_days_repo, cost_scratch, prices_repo
+from service.db import cost_scratch, prices_repo
+from service.db.costing import cost_days_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.db.schema import (
@@ -49,8 +50,8 @@ from service.db.schema import (
     nodes,
 )
 from service.settings import Settings
-from service.usecases import cost_report
-from service.usecases.day_sums import basis_of
+from service.usecases.costing import cost_report
+from service.usecases.costing.day_sums import basis_of
 
 DAY = timedelta(days=1)
 APP_LABEL = "app.kubernetes.io/name"  # the jobs' label that group_by=label:<key> reads

@@ -69,7 +69,7 @@ from service.db.schema import (
 )
 from service.roles import JobScope
 from service.settings import Settings
-from service.usecases import cost_days, cost_report
+from service.usecases.costing import cost_days, cost_report
 from service.usecases.job_summary import job_summary
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)

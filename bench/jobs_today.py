@@ -39,7 +39,7 @@ from service.core.buckets import floor_day
 from service.db.engine import make_engine
 from service.db.schema import cost_gpu_1d, cost_job_1d
 from service.settings import Settings
-from service.usecases import cost_days
+from service.usecases.costing import cost_days
 
 PAGE = ("/api/v1/jobs", {"start": "today-6d", "sort": "waste", "limit": "100"})
 TARGET_MS = 200.0

@@ -72,7 +72,11 @@ def run_reports(folder: str, url: str, code: str, specs: list[str]) -> None:
 
     from service.db.engine import make_engine
     from service.settings import Settings
-    from service.usecases import cost_report
+
+    try:  # the cost report's home since the money got a package of its own
+        from service.usecases.costing import cost_report
+    except ImportError:  # an older checkout's
+        from service.usecases import cost_report  # type: ignore[attr-defined,no-redef]
 
     end_of_data = datetime(2026, 12, 1, tzinfo=UTC)  # the benches' END
     engine = make_engine(url)

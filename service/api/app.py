@@ -66,7 +66,7 @@ from service.reads import ReadRouter
 from service.scheduler import start_scheduler
 from service.settings import Settings
 from service.telemetry import Telemetry
-from service.usecases.day_sums import today_lag_seconds
+from service.usecases.costing.day_sums import today_lag_seconds
 from service.usecases.evaluation import load_config as load_alerting_config
 from service.usecases.fleet import WastedTodayCache
 from service.usecases.upkeep import partitions_once

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete
 
-from service.db import cost_days_repo, partitions
+from service.db import partitions
+from service.db.costing import cost_days_repo
 from service.db.rollup_repo import delete_rollups_before
 from service.db.schema import (
     gpu_processes,

@@ -34,7 +34,8 @@ from service.costs.integrals import (
     stored_point,
 )
 from service.costs.tenants import SplitRule
-from service.db import cost_days_repo, tenants_repo
+from service.db import tenants_repo
+from service.db.costing import cost_days_repo
 from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, keys_in
 from service.db.schema import (
     CUMULATIVE_FIELDS,

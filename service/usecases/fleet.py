@@ -32,8 +32,8 @@ from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
 from service.errors import ValidationFailed
 from service.settings import Settings
-from service.usecases import day_sums
-from service.usecases.attribution import add_days, report_attribution, today_sums_end
+from service.usecases.costing import day_sums
+from service.usecases.costing.attribution import add_days, report_attribution, today_sums_end
 
 # The money figures the fleet shows per GPU and sums over the fleet.
 GPU_MONEY: tuple[str, ...] = (

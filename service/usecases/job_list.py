@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 from service.db import jobs_repo
 from service.roles import JobScope
 from service.settings import Settings
-from service.usecases import cost_report
+from service.usecases.costing import cost_report
 
 # The money figures each listed job carries (USD, and efficiency as a ratio).
 LISTED_FIGURES = (

@@ -24,11 +24,12 @@ from service.costs.recommend import (
     with_model,
 )
 from service.costs.waste import Summary, summarize
-from service.db import costs_repo, jobs_repo
+from service.db import jobs_repo
+from service.db.costing import costs_repo
 from service.settings import Settings
-from service.usecases.attribution import Attribution, attribute
-from service.usecases.cost_report import JOULES_PER_KWH, report_row
-from service.usecases.job_faults import job_faults
+from service.usecases.costing.attribution import Attribution, attribute
+from service.usecases.costing.cost_report import JOULES_PER_KWH, report_row
+from service.usecases.costing.job_faults import job_faults
 from service.usecases.price_table import effective_prices
 from service.vocabulary import job_path
 

@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from service.costs.opencost import OpenCostAnswerError, model_prices, node_gpu_costs
 from service.costs.prices import PriceRow, mig_share
-from service.db import costs_repo
+from service.db.costing import costs_repo
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

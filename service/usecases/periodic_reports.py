@@ -35,7 +35,7 @@ from service.notify.envelope import Message
 from service.settings import Settings
 from service.thresholds.owners import ADMINS, Addressee
 from service.usecases import notices
-from service.usecases.cost_report import cost_report
+from service.usecases.costing.cost_report import cost_report
 
 log = logging.getLogger(__name__)
 

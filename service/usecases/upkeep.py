@@ -15,7 +15,7 @@ from service.db import observed_jobs_repo, partitions, rollup_repo, set_aside
 from service.db.outages import is_outage
 from service.db.retention import enforce_retention
 from service.db.set_aside import SetAside
-from service.usecases import cost_days
+from service.usecases.costing import cost_days
 from service.usecases.fleet import WastedTodayCache, refresh_wasted_today
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from service.db import jobs_repo, windows_repo
 from service.db.migrate import upgrade
 from service.db.schema import gpus, nodes, rollup_1h, rollup_1m, rollup_dirty, samples
 from service.settings import Settings
-from service.usecases.cost_report import cost_report
+from service.usecases.costing.cost_report import cost_report
 from service.usecases.job_summary import job_summary
 from tests.alerting_support import add_job
 from tests.conftest import empty_engine

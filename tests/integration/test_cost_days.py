@@ -20,7 +20,8 @@ from service.api.app import create_app
 from service.core.buckets import DAY, floor_day
 from service.costs.prices import PriceRow
 from service.costs.waste import UNALLOCATED
-from service.db import costs_repo, jobs_repo, prices_repo
+from service.db import jobs_repo, prices_repo
+from service.db.costing import costs_repo
 from service.db.schema import (
     cost_day_dirty,
     cost_gpu_1d,
@@ -36,7 +37,8 @@ from service.db.schema import (
 )
 from service.roles import JobScope
 from service.settings import Settings
-from service.usecases import cost_days, cost_report, day_sums, fleet, price_table, report_pages
+from service.usecases import fleet, price_table
+from service.usecases.costing import cost_days, cost_report, day_sums, report_pages
 from tests.conftest import make_token, truncate_all
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock, live_server

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, insert, select
 
-from service.db import cost_days_repo
-from service.db.cost_days_repo import UNALLOCATED_JOB
+from service.db.costing import cost_days_repo
+from service.db.costing.cost_days_repo import UNALLOCATED_JOB
 from service.db.schema import COST_SUM_FIELDS, cost_job_1d, cost_job_day_1d, jobs
 
 DAY0 = datetime(2026, 11, 20, tzinfo=UTC)

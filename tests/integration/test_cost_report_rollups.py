@@ -14,10 +14,11 @@ from service.costs.money import figures
 from service.costs.prices import PriceRow
 from service.costs.recommend import FixAssumptions
 from service.costs.waste import UNALLOCATED, Allocation, Usage, plan_reads, segment_gpu, summarize
-from service.db import cost_sums, jobs_repo, prices_repo
+from service.db import jobs_repo, prices_repo
+from service.db.costing import cost_sums
 from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
-from service.usecases import cost_report
+from service.usecases.costing import cost_report
 from service.usecases.job_summary import job_summary
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.oracles import lines_from_segments

@@ -88,7 +88,7 @@ def test_report_rows_equal_job_summaries_for_jobs_of_a_minute_to_days(
 ) -> None:
     from service.db import jobs_repo
     from service.settings import Settings
-    from service.usecases.cost_report import cost_report
+    from service.usecases.costing.cost_report import cost_report
     from service.usecases.job_summary import job_summary
     from tests.integration.cost_data import roll_up, store_series
 
@@ -135,7 +135,7 @@ def test_report_rows_equal_job_summaries_when_hundreds_of_jobs_have_recent_edges
 
     from service.db import jobs_repo
     from service.settings import Settings
-    from service.usecases.cost_report import cost_report
+    from service.usecases.costing.cost_report import cost_report
     from service.usecases.job_summary import job_summary
     from tests.integration.cost_data import roll_up, store_series
 

@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from service.cli.main import main
 from service.costs.focus import COLUMNS
 from service.settings import Settings
-from service.usecases import cost_days
+from service.usecases.costing import cost_days
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.support import FakeClock, auth, iso
 

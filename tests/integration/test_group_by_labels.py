@@ -19,7 +19,7 @@ from service.costs.prices import PriceRow
 from service.db import prices_repo
 from service.db.schema import jobs
 from service.settings import Settings
-from service.usecases import cost_days, cost_report, day_sums
+from service.usecases.costing import cost_days, cost_report, day_sums
 from tests.alerting_support import add_job
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock, auth, iso

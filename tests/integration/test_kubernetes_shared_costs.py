@@ -31,7 +31,7 @@ from service.db import observed_jobs_repo, rollup_repo
 from service.db.schema import gpu_processes, job_gpus, prices, samples, tenant_1m
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
-from service.usecases.cost_report import cost_report
+from service.usecases.costing.cost_report import cost_report
 from service.wire import IngestBatch
 from tests.fake_nvml import FakeGpu
 from tests.kubelet_fake import node_agent, pod, write_proc

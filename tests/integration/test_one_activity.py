@@ -18,7 +18,7 @@ from service.db.schema import alerts, gpus, outbox
 from service.exposition.fleet import fleet_families
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
-from service.usecases.cost_report import cost_report
+from service.usecases.costing.cost_report import cost_report
 from service.usecases.evaluation import evaluate_once, load_config
 from service.wire import IngestBatch
 from tests.alerting_support import add_job

@@ -16,7 +16,7 @@ from service.db import jobs_repo, rollup_repo
 from service.db.schema import gpus, job_gpus, jobs, prices, tenant_1m
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
-from service.usecases.cost_report import cost_report
+from service.usecases.costing.cost_report import cost_report
 from service.wire import IngestBatch
 from tests.support import FakeClock, iso
 

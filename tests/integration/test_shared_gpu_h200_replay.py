@@ -19,7 +19,7 @@ from service.db import rollup_repo
 from service.db.schema import prices
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
-from service.usecases.cost_report import cost_report
+from service.usecases.costing.cost_report import cost_report
 from service.wire import IngestBatch
 from tests.support import FakeClock
 

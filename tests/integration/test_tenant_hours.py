@@ -16,7 +16,8 @@ from service.context import ServiceContext
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
 from service.costs.prices import PriceRow, price_lookup
 from service.costs.tenants import SplitRule, tenant_line
-from service.db import costs_repo, rollup_repo, tenants_repo
+from service.db import rollup_repo, tenants_repo
+from service.db.costing import costs_repo
 from service.db.migrate import upgrade
 from service.db.retention import enforce_retention
 from service.db.schema import (
@@ -31,8 +32,9 @@ from service.db.schema import (
     tenant_1m,
 )
 from service.settings import Settings
-from service.usecases import cost_report, price_table, shared_minutes
 from service.usecases import ingest as ingest_service
+from service.usecases import price_table
+from service.usecases.costing import cost_report, shared_minutes
 from service.wire import IngestBatch
 from tests.conftest import empty_engine
 from tests.support import FakeClock, iso

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.costs.focus import COLUMNS, ReportDay, billing_period, focus_rows, running_cents
-from service.usecases.focus_report import day_bounds
+from service.usecases.costing.focus_report import day_bounds
 
 DAY = datetime(2026, 12, 31, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from service.core.diagnosis import CAUSE_NAMES
 from service.costs.recommend import FixAssumptions
 from service.costs.waste import Summary
 from service.settings import Settings
-from service.usecases.cost_report import report_row
+from service.usecases.costing.cost_report import report_row
 
 JOB_METADATA = {"user", "team", "project", "faults"}
 

@@ -22,8 +22,8 @@ from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
 from service.roles import JobScope
-from service.usecases import cost_report as cost_usecase
-from service.usecases import focus_report
+from service.usecases.costing import cost_report as cost_usecase
+from service.usecases.costing import focus_report
 
 router = APIRouter(prefix="/reports", tags=["reports"])
 

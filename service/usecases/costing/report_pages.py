@@ -16,7 +16,7 @@ from service.costs.money import Money
 from service.costs.paging import Dollars, Page, RankKey, order_key, page_keys
 from service.costs.waste import UNALLOCATED, Summary
 from service.roles import JobScope
-from service.usecases import day_sums
+from service.usecases.costing import day_sums
 
 
 @dataclass(slots=True)

@@ -17,11 +17,12 @@ from service.core.buckets import ceil_day, floor_day
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.tenants import without_stretches
 from service.costs.waste import Line, Segment, Summary, group_segments, segment_gpu
-from service.db import cost_sums, costs_repo, tenants_repo
+from service.db import tenants_repo
+from service.db.costing import cost_sums, costs_repo
 from service.settings import Settings
-from service.usecases import day_sums as day_sums_mod
+from service.usecases.costing import day_sums as day_sums_mod
+from service.usecases.costing.shared_minutes import PriceOf, shared_lines
 from service.usecases.price_table import PriceSource, effective_prices
-from service.usecases.shared_minutes import PriceOf, shared_lines
 
 log = logging.getLogger(__name__)
 

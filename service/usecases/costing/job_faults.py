@@ -11,9 +11,10 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.costs.prices import PriceRow, price_at
-from service.db import costs_repo, gpus_repo
+from service.db import gpus_repo
+from service.db.costing import costs_repo
 from service.settings import Settings
-from service.usecases.attribution import Attribution
+from service.usecases.costing.attribution import Attribution
 from service.usecases.price_table import effective_prices
 
 Span = tuple[int, datetime, datetime]  # a GPU held over [start, end]

@@ -25,11 +25,16 @@ from service.db import jobs_repo
 from service.errors import ValidationFailed
 from service.roles import JobScope
 from service.settings import Settings
-from service.usecases import day_sums as day_sums_mod
-from service.usecases import report_pages
-from service.usecases.attribution import Attribution, add_days, attribute, report_attribution
+from service.usecases.costing import day_sums as day_sums_mod
+from service.usecases.costing import report_pages
+from service.usecases.costing.attribution import (
+    Attribution,
+    add_days,
+    attribute,
+    report_attribution,
+)
+from service.usecases.costing.job_faults import report_faults
 from service.usecases.gc_pause import gc_paused
-from service.usecases.job_faults import report_faults
 from service.usecases.opencost_prices import opencost_problem
 
 UNKNOWN = day_sums_mod.UNKNOWN  # a job without the user or team a report groups by

@@ -17,11 +17,11 @@ from sqlalchemy import Connection, Engine
 
 from service.core.buckets import DAY, ceil_day, floor_day, floor_minute
 from service.costs.waste import Summary
-from service.db import cost_days_repo, costs_repo
-from service.db.cost_days_repo import UNALLOCATED_JOB
+from service.db.costing import cost_days_repo, costs_repo
+from service.db.costing.cost_days_repo import UNALLOCATED_JOB
 from service.settings import Settings
-from service.usecases.attribution import attribute
-from service.usecases.day_sums import (
+from service.usecases.costing.attribution import attribute
+from service.usecases.costing.day_sums import (
     basis_of,
     held_range,
     stored_bounds,

@@ -10,7 +10,7 @@ from service.costs.focus import ReportDay
 from service.errors import ValidationFailed
 from service.roles import JobScope
 from service.settings import Settings
-from service.usecases.cost_report import check_range, cost_report
+from service.usecases.costing.cost_report import check_range, cost_report
 
 # A FOCUS charge is a resource's cost over a period: a job or a GPU, not a team or a node.
 FOCUS_GROUP_BYS = ("job", "gpu")

@@ -1,5 +1,5 @@
 """The cost day sums as a report reads them: which GPUs' whole days are summed and current, and
-their figures as Summaries (the rows themselves are written by ``service.usecases.cost_days``).
+their figures as Summaries (the rows themselves are written by ``costing.cost_days``).
 
 A (GPU, day) is read from the sums when its row carries the current ``basis`` (the price table
 and the settings it was priced and integrated with), it covers the part of the day the GPU is
@@ -26,8 +26,8 @@ from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
 from service.costs.paging import FIXABLE_AT, IDLE_AT, Dollars
 from service.costs.prices import PriceRow
 from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary, Usage
-from service.db import cost_days_repo
-from service.db.costs_repo import GpuInfo
+from service.db.costing import cost_days_repo
+from service.db.costing.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
 from service.roles import JobScope
 from service.settings import Settings

@@ -16,7 +16,8 @@ from service.costs.integrals import INTEGRAL_FIELDS
 from service.costs.prices import PriceRow, change_points
 from service.costs.tenants import SplitRule, tenant_line
 from service.costs.waste import Line, Segment, Usage
-from service.db import costs_repo, tenants_repo
+from service.db import tenants_repo
+from service.db.costing import costs_repo
 from service.settings import Settings
 
 MINUTE = timedelta(minutes=1)
