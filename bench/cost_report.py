@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine, func, insert, select, text
+from sqlalchemy import Connection, Engine, func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -70,6 +70,7 @@ from service.db.schema import (
 from service.roles import JobScope
 from service.settings import Settings
 from service.usecases.costing import cost_days, cost_report
+from service.usecases.costing.dollars import EdgeRule, ReadPath, forced
 from service.usecases.job_summary import job_summary
 
 END = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
@@ -272,9 +273,9 @@ def bench(engine: Engine, days: int, check: bool = False) -> None:
         for _ in range(3):
             for flag, acc in ((True, with_c), (False, without_c)):
                 t = time.perf_counter()
-                cost_report.cost_report(
+                report_via(
+                    ReadPath(causes=flag),
                     conn, settings=settings, start=start, end=END, now=END, group_by="team",
-                    causes=flag,
                 )  # fmt: skip
                 acc.append(time.perf_counter() - t)
         ratio = statistics.median(with_c) / statistics.median(without_c)
@@ -511,16 +512,16 @@ def bench_edges(engine: Engine, days: int, runs: int) -> None:
             times: dict[bool, list[float]] = {True: [], False: []}
             totals: dict[bool, dict[str, Any]] = {}
             for raw in (True, False):  # warm the caches
-                cost_report.cost_report(
+                report_via(
+                    ReadPath(edges=edge_rule(raw)),
                     conn, settings=settings, start=start, end=END, now=END, group_by=group_by,
-                    raw_edges=raw,
                 )  # fmt: skip
             for _ in range(runs):
                 for raw in (True, False):
                     t = time.perf_counter()
-                    data = cost_report.cost_report(
-                        conn, settings=settings, start=start, end=END, now=END,
-                        group_by=group_by, raw_edges=raw,
+                    data = report_via(
+                        ReadPath(edges=edge_rule(raw)),
+                        conn, settings=settings, start=start, end=END, now=END, group_by=group_by,
                     )  # fmt: skip
                     times[raw].append(time.perf_counter() - t)
                     totals[raw] = data["totals"]
@@ -537,6 +538,17 @@ def bench_edges(engine: Engine, days: int, runs: int) -> None:
                 f"{statistics.median(times[False]) * 1000:.0f} ms; totals differ by {diff:.1e}",
                 flush=True,
             )
+
+
+def edge_rule(raw: bool) -> EdgeRule:
+    """The edge rule of the benches' raw flag: raw samples, or pro rata from the minute."""
+    return "raw" if raw else "minute"
+
+
+def report_via(path: ReadPath, conn: Connection, **kwargs: Any) -> dict[str, Any]:
+    """``cost_report`` read by ``path`` (the switches only benchmarks and tests set)."""
+    with forced(path):
+        return cost_report.cost_report(conn, **kwargs)
 
 
 def write_day_sums(engine: Engine) -> None:
@@ -571,23 +583,25 @@ def bench_day_sums(engine: Engine, days: int, runs: int, csv_dir: str | None = N
                 times: dict[bool, list[float]] = {False: [], True: []}
                 out: dict[bool, Any] = {}
                 for flag in (False, True):  # warm the caches
-                    cost_report.cost_report(conn, settings=settings, start=start, end=end,
-                                            now=END, group_by=group_by, day_sums=flag)  # fmt: skip
+                    report_via(ReadPath(day_sums=flag), conn, settings=settings, start=start,
+                               end=end, now=END, group_by=group_by)  # fmt: skip
                 for _ in range(runs):
                     for flag in (False, True):
                         t = time.perf_counter()
-                        out[flag] = cost_report.cost_report(
+                        out[flag] = report_via(
+                            ReadPath(day_sums=flag),
                             conn, settings=settings, start=start, end=end, now=END,
-                            group_by=group_by, day_sums=flag,
+                            group_by=group_by,
                         )  # fmt: skip
                         times[flag].append(time.perf_counter() - t)
                 report_bytes.save(csv_dir, f"{label.replace(' ', '_')}_{group_by}", out[True])
                 # Exactness: both read every edge from raw samples (the default reading takes
                 # a fleet's edges pro rata from their minute, the day sums' edges are raw).
                 exact = {
-                    flag: cost_report.cost_report(
+                    flag: report_via(
+                        ReadPath(edges="raw", day_sums=flag),
                         conn, settings=settings, start=start, end=end, now=END,
-                        group_by=group_by, day_sums=flag, raw_edges=True,
+                        group_by=group_by,
                     )
                     for flag in (False, True)
                 }  # fmt: skip

@@ -32,8 +32,7 @@ from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
 from service.errors import ValidationFailed
 from service.settings import Settings
-from service.usecases.costing import day_sums
-from service.usecases.costing.attribution import add_days, report_attribution, today_sums_end
+from service.usecases.costing.dollars import DollarsQuery, add_days, dollars, summed_until
 
 # The money figures the fleet shows per GPU and sums over the fleet.
 GPU_MONEY: tuple[str, ...] = (
@@ -102,18 +101,17 @@ def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> Wast
     report's figures grouped by GPU (whole 1m buckets at the job edges, as long reports read
     them), through ``until``: now, or where today's sums end when the report reads them."""
     day_start = floor_day(now)
-    att, window = report_attribution(
-        conn, settings=settings, start=day_start, end=now, now=now, raw_edges=False
-    )
+    read = dollars(conn, DollarsQuery(day_start, now, edges="minute"), settings=settings, now=now)
+    att = read.attribution
     by_gpu = summarize(att.lines, lambda line: att.gpus[line.gpu_id].uuid, jobs_only=False)
     team_of = {job_id: job.get("team") for job_id, job in att.jobs.items()}
     teams_lines = [ln for ln in att.lines if ln.job_id is not None and team_of.get(ln.job_id)]
     by_team_gpu = summarize(
         teams_lines, lambda ln: f"{team_of[ln.job_id or '']}\0{att.gpus[ln.gpu_id].uuid}"
     )
-    if window is not None:
-        add_days(by_gpu, day_sums.read_days(conn, window, group_by="gpu"), att, "gpu")
-        for (team, gpu_id), summed in day_sums.read_team_gpus(conn, window).items():
+    if read.window is not None:
+        add_days(by_gpu, read.summed(conn, group_by="gpu"), att, "gpu")
+        for (team, gpu_id), summed in read.summed_team_gpus(conn).items():
             key = f"{team}\0{att.gpus[gpu_id].uuid}"
             if key in by_team_gpu:
                 by_team_gpu[key].merge(summed)
@@ -129,7 +127,7 @@ def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> Wast
     for key, s in by_team_gpu.items():
         team, uuid = key.split("\0", 1)
         by_team.setdefault(team, {})[uuid] = money(s)
-    until = window.report_end if window is not None else None
+    until = read.sums_end
     return WastedToday(
         day_start,
         until or now,
@@ -146,7 +144,7 @@ def refresh_wasted_today(
 ) -> bool:
     """Read the fleet's dollars of today into ``cache`` when today's sums end past those kept
     (nothing where no sums are read); True if it read them."""
-    end = today_sums_end(conn, settings=settings, now=now)
+    end = summed_until(conn, settings=settings, now=now)
     kept = cache.latest()
     if end is None or (kept is not None and kept.from_sums and kept.until == end):
         return False

@@ -27,8 +27,9 @@ from service.costs.waste import Summary, summarize
 from service.db import jobs_repo
 from service.db.costing import costs_repo
 from service.settings import Settings
-from service.usecases.costing.attribution import Attribution, attribute
+from service.usecases.costing.attribution import Attribution
 from service.usecases.costing.cost_report import JOULES_PER_KWH, report_row
+from service.usecases.costing.dollars import DollarsQuery, dollars
 from service.usecases.costing.job_faults import job_faults
 from service.usecases.price_table import effective_prices
 from service.vocabulary import job_path
@@ -121,10 +122,8 @@ def job_summary(
     uses: list[GpuUse] = []
     prices: list[PriceRow] = []
     if gpu_ids and start < end:
-        att = attribute(
-            conn, settings=settings, start=start, end=end, now=now, gpu_ids=gpu_ids,
-            cause_energy=True,
-        )  # fmt: skip
+        query = DollarsQuery(start, end, gpu_ids=tuple(gpu_ids), edges="raw", cause_energy=True)
+        att = dollars(conn, query, settings=settings, now=now).attribution
         warnings = att.warnings
         prices = effective_prices(conn, settings).rows
         mine = [ln for ln in att.lines if ln.job_id == job["id"]]

@@ -39,6 +39,7 @@ from service.roles import JobScope
 from service.settings import Settings
 from service.usecases import fleet, price_table
 from service.usecases.costing import cost_days, cost_report, day_sums, report_pages
+from service.usecases.costing.dollars import ReadPath, forced
 from tests.conftest import make_token, truncate_all
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock, live_server
@@ -50,6 +51,8 @@ GPUS = (("GPU-d0", "node-a", "NVIDIA H100 80GB HBM3", 0), ("GPU-d1", "node-a",
         "NVIDIA H100 80GB HBM3", 1), ("GPU-d2", "node-b", "NVIDIA A100-SXM4-80GB", 0))  # fmt: skip
 GAP = (datetime(2026, 11, 29, 10, 0, tzinfo=UTC), datetime(2026, 11, 29, 13, 0, tzinfo=UTC))
 STEP = 60.0
+RAW = ReadPath(edges="raw")  # edges from raw samples, whole days from the day sums
+FINER_RAW = ReadPath(edges="raw", day_sums=False)  # every second from finer data
 TODAY_UNTIL = NOW - timedelta(minutes=2)  # today's sums end a settling time before NOW
 MONEY = ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd", "lost_usd")
 SECONDS = ("held_seconds", "allocated_seconds", "nodata_seconds", "idle_seconds",
@@ -126,14 +129,20 @@ def _assert_same(engine: Engine, s: Settings, start: datetime, end: datetime, gr
     """The report with day sums equals the minute-level report (edges raw in both) over the
     window it read, which ends where today's sums do if it reads them; returns that end."""
     with engine.connect() as conn:
-        fast = cost_report.cost_report(
-            conn, settings=s, start=start, end=end, now=NOW, group_by=group_by, raw_edges=True,
-            **filters,
-        )  # fmt: skip
-        slow = cost_report.cost_report(
-            conn, settings=s, start=start, end=fast["end"], now=NOW, group_by=group_by,
-            raw_edges=True, day_sums=False, **filters,
-        )  # fmt: skip
+        with forced(RAW):
+            fast = cost_report.cost_report(
+                conn, settings=s, start=start, end=end, now=NOW, group_by=group_by, **filters
+            )
+        with forced(FINER_RAW):
+            slow = cost_report.cost_report(
+                conn,
+                settings=s,
+                start=start,
+                end=fast["end"],
+                now=NOW,
+                group_by=group_by,
+                **filters,
+            )
     rows = {r["key"]: r for r in slow["rows"]}
     assert sorted(r["key"] for r in fast["rows"]) == sorted(rows)
     for got in [*fast["rows"], fast["totals"]]:
@@ -180,18 +189,24 @@ def _assert_pages(engine: Engine, s: Settings, start: datetime, end: datetime,
         chosen_in_db += out is not None
         return out
 
-    with engine.connect() as conn, pytest.MonkeyPatch.context() as mp:
+    with engine.connect() as conn, pytest.MonkeyPatch.context() as mp, forced(RAW):
         mp.setattr(report_pages, "day_page", spy)
         for sort in sorts:
             whole = cost_report.cost_report(
-                conn, settings=s, start=start, end=end, now=NOW, group_by="job", sort_by=sort,
-                raw_edges=True, **filters,
-            )  # fmt: skip
+                conn,
+                settings=s,
+                start=start,
+                end=end,
+                now=NOW,
+                group_by="job",
+                sort_by=sort,
+                **filters,
+            )
             n = whole["row_count"]
             for offset, limit in ((0, 1), (1, 2), (max(n - 1, 0), 1)):
                 page = cost_report.cost_report(
                     conn, settings=s, start=start, end=end, now=NOW, group_by="job",
-                    sort_by=sort, raw_edges=True, offset=offset, limit=limit, **filters,
+                    sort_by=sort, offset=offset, limit=limit, **filters,
                 )  # fmt: skip
                 want = whole["rows"][offset : offset + limit]
                 assert [r["key"] for r in page["rows"]] == [r["key"] for r in want], sort
@@ -209,11 +224,10 @@ def _assert_pages(engine: Engine, s: Settings, start: datetime, end: datetime,
 def _assert_jobs_only(engine: Engine, s: Settings, start: datetime, end: datetime) -> None:
     """The report by job of jobs only is the report by job without its unallocated row: the
     same rows in the same order, its totals less that row's."""
-    with engine.connect() as conn:
+    with engine.connect() as conn, forced(RAW):
         every, jobs_only = (
             cost_report.cost_report(
-                conn, settings=s, start=start, end=end, now=NOW, group_by="job",
-                raw_edges=True, jobs_only=only,
+                conn, settings=s, start=start, end=end, now=NOW, group_by="job", jobs_only=only,
             )
             for only in (False, True)
         )  # fmt: skip
@@ -480,10 +494,10 @@ def test_today_is_summed_so_far_and_a_report_reaching_now_ends_there(loaded: Eng
     # The fleet's dollars of today: from the same sums, per GPU and per team and GPU.
     with engine.connect() as conn:
         wasted = fleet.wasted_today(conn, settings=s, now=NOW)
-        by_gpu = cost_report.cost_report(
-            conn, settings=s, start=today, end=TODAY_UNTIL, now=NOW, group_by="gpu",
-            raw_edges=True, day_sums=False,
-        )  # fmt: skip
+        with forced(FINER_RAW):
+            by_gpu = cost_report.cost_report(
+                conn, settings=s, start=today, end=TODAY_UNTIL, now=NOW, group_by="gpu"
+            )
     assert wasted.until == TODAY_UNTIL and len(by_gpu["rows"]) == 3
     for row in by_gpu["rows"]:
         for f in ("cost_usd", "waste_usd", "idle_usd", "fixable_usd", "nodata_usd"):

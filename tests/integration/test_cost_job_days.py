@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, insert, select
 
-from service.db.costing import cost_days_repo
+from service.db.costing import cost_days_reads, cost_days_repo
 from service.db.costing.cost_days_repo import UNALLOCATED_JOB
 from service.db.schema import COST_SUM_FIELDS, cost_job_1d, cost_job_day_1d, jobs
 
@@ -109,13 +109,13 @@ def test_the_job_day_sums_read_as_their_rows(
     args: dict[str, Any] = dict(start=start, end=end, excluded=excluded, user=user, team=team,
                                 jobs_only=jobs_only)  # fmt: skip
     with engine.connect() as conn:
-        groups = cost_days_repo.group_sums(conn, fields=FIELDS, group_by=group_by, **args)
-        dollars = cost_days_repo.job_dollars(
+        groups = cost_days_reads.group_sums(conn, fields=FIELDS, group_by=group_by, **args)
+        dollars = cost_days_reads.job_dollars(
             conn, idle_fields=("idle_empty_usd",), fixable_fields=("compute_tensor_usd",), **args
         )
-        gpu_ids, totals = cost_days_repo.total_sums(conn, fields=FIELDS, **args)
+        gpu_ids, totals = cost_days_reads.total_sums(conn, fields=FIELDS, **args)
         some = sorted(want)[::2]
-        page = cost_days_repo.group_sums(conn, fields=FIELDS, group_by="job", job_ids=some,
+        page = cost_days_reads.group_sums(conn, fields=FIELDS, group_by="job", job_ids=some,
                                          **args)  # fmt: skip
 
     _check_groups(groups, want, group_by)
@@ -176,7 +176,7 @@ def test_replacing_and_pruning_days_keeps_the_job_day_sums_on_their_rows(engine:
             t = cost_job_day_1d.c
             return {
                 (d.replace(tzinfo=UTC) if d.tzinfo is None else d, j):
-                    (cost_days_repo.gpu_set(ids), float(usd))
+                    (cost_days_reads.gpu_set(ids), float(usd))
                 for d, j, ids, usd in conn.execute(select(t.day, t.job_id, t.gpu_ids, t.cost_usd))
             }  # fmt: skip
 

@@ -20,6 +20,7 @@ from service.db import prices_repo
 from service.db.schema import jobs
 from service.settings import Settings
 from service.usecases.costing import cost_days, cost_report, day_sums
+from service.usecases.costing.dollars import ReadPath, forced
 from tests.alerting_support import add_job
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock, auth, iso
@@ -103,14 +104,19 @@ def test_day_sums_group_by_namespace_and_label_as_finer_data_does(
 
     monkeypatch.setattr(day_sums, "read_days", spy)
     with engine.connect() as conn:
-        fast = cost_report.cost_report(
-            conn, settings=labelled, start=START, end=END, now=clock(), group_by=group_by,
-            raw_edges=True,
-        )  # fmt: skip
-        slow = cost_report.cost_report(
-            conn, settings=labelled, start=START, end=fast["end"], now=clock(),
-            group_by=group_by, raw_edges=True, day_sums=False,
-        )  # fmt: skip
+        with forced(ReadPath(edges="raw")):
+            fast = cost_report.cost_report(
+                conn, settings=labelled, start=START, end=END, now=clock(), group_by=group_by
+            )
+        with forced(ReadPath(edges="raw", day_sums=False)):
+            slow = cost_report.cost_report(
+                conn,
+                settings=labelled,
+                start=START,
+                end=fast["end"],
+                now=clock(),
+                group_by=group_by,
+            )
     assert read_as == ["job"]  # whole days came from the day sums, read per job
     rows = {r["key"]: r for r in slow["rows"]}
     assert {r["key"] for r in fast["rows"]} == set(rows) == keys

@@ -20,7 +20,7 @@ from service.costs.integrals import (
     stored_point,
 )
 from service.costs.waste import Span, Usage
-from service.db.costing.cost_sums import sum_raw
+from service.db.costing.raw_sums import sum_raw
 from service.db.partitions import ensure_partitions
 from service.db.schema import CUMULATIVE_FIELDS, gpus, nodes, samples
 

@@ -13,14 +13,12 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection
 
 from service.core import diagnosis
-from service.core.buckets import ceil_day, floor_day
 from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.tenants import without_stretches
-from service.costs.waste import Line, Segment, Summary, group_segments, segment_gpu
+from service.costs.waste import Line, Segment, group_segments, segment_gpu
 from service.db import tenants_repo
 from service.db.costing import cost_sums, costs_repo
 from service.settings import Settings
-from service.usecases.costing import day_sums as day_sums_mod
 from service.usecases.costing.shared_minutes import PriceOf, shared_lines
 from service.usecases.price_table import PriceSource, effective_prices
 
@@ -243,116 +241,3 @@ def unpriced_warning(model: str) -> str:
         f"no price matches GPU model {model!r}: its cost is null; add a pattern with PUT "
         "/api/v1/prices"
     )
-
-
-def _sums_basis(
-    conn: Connection,
-    *,
-    settings: Settings,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    whole: tuple[datetime, datetime] | None,
-) -> str | None:
-    """The price basis to read day sums under, None where the window reads none: a window of
-    less than a day that does not reach today from midnight."""
-    if whole is None and not start <= floor_day(now) <= end:
-        return None
-    return day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
-
-
-def today_sums_end(conn: Connection, *, settings: Settings, now: datetime) -> datetime | None:
-    """Where a report of today from midnight to ``now`` ends when it reads today's sums so far
-    (``day_sums.today_until``); None where it reads none."""
-    start = floor_day(now)
-    basis = _sums_basis(conn, settings=settings, start=start, end=now, now=now, whole=None)
-    if basis is None:
-        return None
-    return day_sums_mod.today_until(
-        conn, start=start, end=now, now=now, basis=basis, settings=settings
-    )
-
-
-def report_attribution(
-    conn: Connection,
-    *,
-    settings: Settings,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    raw_edges: bool | None,
-    day_sums: bool = True,
-) -> tuple[Attribution, day_sums_mod.DayWindow | None]:
-    """A report window's lines and, with ``day_sums``, the days to read from the day sums:
-    those of every GPU whose days are all summed and current (``day_sums.stale_in``). Where
-    today is summed so far and the window reaches it (``day_sums.today_until``), the window
-    ends where those sums do: the DayWindow's end. The days' edges, and the days of the other
-    GPUs, are attributed from finer data (rollups, tenant rows, raw edges) as without sums."""
-    whole = day_sums_mod.whole_days(start, min(end, now)) if day_sums else None
-    basis = None
-    if day_sums:
-        basis = _sums_basis(conn, settings=settings, start=start, end=end, now=now, whole=whole)
-    until = None if basis is None else day_sums_mod.today_until(
-        conn, start=start, end=end, now=now, basis=basis, settings=settings
-    )  # fmt: skip
-    asked_end = end
-    if until is not None:
-        end, whole = until, (ceil_day(start), until)
-    if whole is None or basis is None:
-        return attribute(
-            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges
-        ), None  # fmt: skip
-    d0, d1 = whole
-    gpus = costs_repo.load_gpus(conn)
-    stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
-    if len(stale) >= len(gpus):
-        return attribute(
-            conn, settings=settings, start=start, end=asked_end, now=now, raw_edges=raw_edges,
-            gpu_info=gpus,
-        ), None  # fmt: skip
-    parts: list[tuple[datetime, datetime, list[int] | None]] = [(start, d0, None), (d1, end, None)]
-    if stale:
-        parts.append((d0, d1, sorted(stale)))
-    parts = [(a, b, ids) for a, b, ids in parts if a < min(b, now)]
-    # Where the rollups of each GPU end: read once for every part (a statement per GPU).
-    rolled = costs_repo.rolled_until(conn, gpu_ids=None) if len(parts) > 1 else None
-    atts = [
-        attribute(
-            conn, settings=settings, start=a, end=b, now=now, raw_edges=raw_edges,
-            gpu_ids=ids, gpu_info=gpus, rolled=rolled,
-        )
-        for a, b, ids in parts
-    ]  # fmt: skip
-    warnings = {w for att in atts for w in att.warnings}
-    if not atts or atts[0].price_source != "none":
-        warnings |= {
-            unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale
-        }
-    merged = Attribution(
-        [line for att in atts for line in att.lines],
-        gpus,
-        {k: v for att in atts for k, v in att.jobs.items()},
-        sorted(warnings),
-        atts[0].price_source if atts else effective_prices(conn, settings).source,
-        {rule for att in atts for rule in att.split_rules},
-    )
-    return merged, day_sums_mod.DayWindow(d0, d1, frozenset(stale))
-
-
-def add_days(
-    groups: dict[str, Summary], days: day_sums_mod.DaySums, att: Attribution, group_by: str
-) -> None:
-    """Merge the summed days (grouped already, or per GPU for hardware) into ``groups``."""
-    pieces = list(days.groups.items())
-    for gpu_id, summary in days.by_gpu.items():
-        info = att.gpus[gpu_id]
-        pieces.append(({"node": info.node, "gpu_model": info.model}.get(group_by, info.uuid),
-                       summary))  # fmt: skip
-    for key, summary in pieces:
-        group = groups.get(key)
-        if group is None:
-            # The day sums are read for this report alone: taken as they are, not copied.
-            summary.key = key
-            groups[key] = summary
-        else:
-            group.merge(summary)

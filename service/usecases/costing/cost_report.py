@@ -26,13 +26,8 @@ from service.errors import ValidationFailed
 from service.roles import JobScope
 from service.settings import Settings
 from service.usecases.costing import day_sums as day_sums_mod
-from service.usecases.costing import report_pages
-from service.usecases.costing.attribution import (
-    Attribution,
-    add_days,
-    attribute,
-    report_attribution,
-)
+from service.usecases.costing.attribution import Attribution
+from service.usecases.costing.dollars import DollarsQuery, Who, add_days, dollars
 from service.usecases.costing.job_faults import report_faults
 from service.usecases.gc_pause import gc_paused
 from service.usecases.opencost_prices import opencost_problem
@@ -145,9 +140,6 @@ def cost_report(
     team: str | None = None,
     cause: str | None = None,
     sort_by: str = "waste",
-    causes: bool = True,
-    raw_edges: bool | None = None,
-    day_sums: bool = True,
     limit: int | None = None,
     offset: int = 0,
     jobs_only: bool = False,
@@ -155,14 +147,13 @@ def cost_report(
 ) -> dict[str, Any]:
     """The cost report over [start, end) grouped by ``group_by``: USD and seconds, largest
     ``sort_by`` dollars first (waste by default), only the groups whose top cause is ``cause``
-    if given, with totals over every row kept (seconds per cause left at 0 without ``causes``,
-    which only the benchmark asks for; edges read as ``attribute``'s ``raw_edges`` says).
-    Whole UTC days are read from the day sums where they are current (without ``day_sums``,
-    which only the benchmark and tests ask for, every second from finer data). Only the rows
-    [offset, offset + limit) of that order are built (all from ``offset`` without ``limit``);
-    the totals and ``row_count`` cover every row the filters keep (with ``jobs_only`` no time
-    no job held). With ``scope``, only the jobs it allows (a person's own and their teams')
-    count, rows and totals alike; grouping by hardware is refused then."""
+    if given, with totals over every row kept. The dollars are read through
+    ``dollars.dollars``, which picks their sources (a report reaching today may end where
+    today's sums do). Only the rows [offset, offset + limit) of that order are built (all from
+    ``offset`` without ``limit``); the totals and ``row_count`` cover every row the filters
+    keep (with ``jobs_only`` no time no job held). With ``scope``, only the jobs it allows (a
+    person's own and their teams') count, rows and totals alike; grouping by hardware is
+    refused then."""
     _check_query(group_by, sort_by, cause)
     if scope is not None and group_by in HARDWARE_GROUP_BYS:
         raise ValidationFailed(
@@ -172,19 +163,10 @@ def cost_report(
         )
     check_range(settings, start=start, end=end, now=now)
     page = Page(sort_by, offset, limit)
-    if causes:
-        att, window = report_attribution(
-            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
-            day_sums=day_sums,
-        )  # fmt: skip
-    else:
-        att, window = attribute(
-            conn, settings=settings, start=start, end=end, now=now, raw_edges=raw_edges,
-            causes=False,
-        ), None  # fmt: skip
-    if window is not None and window.report_end is not None:
-        end = window.report_end  # today is read from its sums, which end a little before now
-    lines = _lines_of(att, user=user, team=team, jobs_only=jobs_only, scope=scope)
+    who = Who(user=user, team=team, jobs_only=jobs_only, scope=scope)
+    read = dollars(conn, DollarsQuery(start, end, who=who), settings=settings, now=now)
+    att, end = read.attribution, read.end
+    lines = read.lines()
     # Namespaces and labels are read from the jobs (the day sums group by job, then by these).
     labels = None
     if job_groups.by_job_labels(group_by):
@@ -199,19 +181,14 @@ def cost_report(
     assumptions = fix_assumptions_of(settings)
     money = _money_of(att, assumptions)
     paged = None
-    if window is not None and group_by == "job" and cause is None and limit is not None:
-        paged = report_pages.day_page(conn, window, edges=groups, page=page, money=money,
-                                      user=user, team=team, jobs_only=jobs_only,
-                                      scope=scope)  # fmt: skip
+    if group_by == "job" and cause is None and limit is not None:
+        paged = read.summed_page(conn, edges=groups, page=page, money=money)
     if paged is not None:
         att.jobs.update(paged.jobs)
         chosen, total, count = paged.rows, paged.total, paged.count
     else:
-        if window is not None:
-            days = day_sums_mod.read_days(
-                conn, window, group_by="job" if labels is not None else group_by, user=user,
-                team=team, jobs_only=jobs_only, scope=scope,
-            )  # fmt: skip
+        if read.window is not None:
+            days = read.summed(conn, group_by="job" if labels is not None else group_by)
             att.jobs.update(days.jobs)
             if labels is not None:
                 days.groups = _regrouped(conn, days.groups, group_by, labels)
@@ -289,32 +266,6 @@ def split_rule_notes(stored: set[str], current: str) -> list[str]:
         f"some minutes of shared GPUs were split by the rule {', '.join(other)} (the rule in "
         f"force when they were rolled up); the rule now is {current}"
     ]
-
-
-def _lines_of(
-    att: Attribution,
-    *,
-    user: str | None,
-    team: str | None,
-    jobs_only: bool = False,
-    scope: JobScope | None = None,
-) -> list[Line]:
-    """The attribution's lines, only those of jobs of ``user`` and ``team`` where given and of
-    jobs ``scope`` allows where given, only those of any job with ``jobs_only``."""
-    if user is None and team is None and scope is None:
-        return [ln for ln in att.lines if ln.job_id is not None] if jobs_only else att.lines
-
-    def keep(line: Line) -> bool:
-        if line.job_id is None:
-            return False
-        job = att.jobs.get(line.job_id, {})
-        return (
-            (user is None or job.get("user") == user)
-            and (team is None or job.get("team") == team)
-            and (scope is None or scope.allows(job.get("user"), job.get("team")))
-        )
-
-    return [ln for ln in att.lines if keep(ln)]
 
 
 def _row(

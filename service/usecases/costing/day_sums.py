@@ -26,7 +26,7 @@ from service.costs.integrals import CAUSE_ENERGY_FIELDS, CAUSE_FIELDS
 from service.costs.paging import FIXABLE_AT, IDLE_AT, Dollars
 from service.costs.prices import PriceRow
 from service.costs.waste import HARDWARE_GROUP_BYS, UNALLOCATED, USAGE_FIELDS, Summary, Usage
-from service.db.costing import cost_days_repo
+from service.db.costing import cost_days_reads, cost_days_repo
 from service.db.costing.costs_repo import GpuInfo
 from service.db.schema import COST_SUM_FIELDS
 from service.roles import JobScope
@@ -253,7 +253,7 @@ def read_dollars(
     """Per job (``UNALLOCATED`` for time no job held, left out where ``user`` or ``team`` is
     given or with ``jobs_only``), the dollars of its summed days in ``window`` that bound its
     place in a report."""
-    rows = cost_days_repo.job_dollars(
+    rows = cost_days_reads.job_dollars(
         conn, start=window.start, end=window.end, excluded=window.excluded,
         idle_fields=_IDLE_USD, fixable_fields=_FIXABLE_USD, user=user, team=team,
         jobs_only=jobs_only, scope=scope,
@@ -279,7 +279,7 @@ def read_total(
     where given, no time no job held with ``jobs_only``), with its GPUs; its job ids are left
     to the caller."""
     fields = REPORT_FIELDS
-    gpu_ids, values = cost_days_repo.total_sums(
+    gpu_ids, values = cost_days_reads.total_sums(
         conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields,
         user=user, team=team, jobs_only=jobs_only, scope=scope,
     )  # fmt: skip
@@ -307,7 +307,7 @@ def read_days(
     out = DaySums()
     fields = REPORT_FIELDS
     if group_by in HARDWARE_GROUP_BYS:
-        for gpu_id, job_ids, values in cost_days_repo.gpu_sums(
+        for gpu_id, job_ids, values in cost_days_reads.gpu_sums(
             conn, start=start, end=end, excluded=excluded, fields=fields
         ):
             s = out.by_gpu[gpu_id] = summary_from(str(gpu_id), fields, values)
@@ -318,7 +318,7 @@ def read_days(
     only = None if job_ids is None else [
         cost_days_repo.UNALLOCATED_JOB if k == UNALLOCATED else k for k in job_ids
     ]  # fmt: skip
-    for no_job, key, owner, gpu_ids, ids, values in cost_days_repo.group_sums(
+    for no_job, key, owner, gpu_ids, ids, values in cost_days_reads.group_sums(
         conn, start=start, end=end, excluded=excluded, fields=fields, group_by=group_by,
         user=user, team=team, jobs_only=jobs_only, job_ids=only, scope=scope,
     ):  # fmt: skip
@@ -342,7 +342,7 @@ def read_team_gpus(conn: Connection, window: DayWindow) -> dict[tuple[str, int],
     """The sums of the days of ``window`` per (team, GPU id), of the jobs with a team."""
     fields = REPORT_FIELDS
     out: dict[tuple[str, int], Summary] = {}
-    for team, gpu_id, values in cost_days_repo.team_gpu_sums(
+    for team, gpu_id, values in cost_days_reads.team_gpu_sums(
         conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields
     ):
         if team:

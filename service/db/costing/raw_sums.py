@@ -1,0 +1,212 @@
+"""The waste integrals of spans' edges from raw samples, summed inside the database: each
+sample covers up to the next one (at most the largest gap), as ``integrate`` has it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection
+
+from service.core.diagnosis import CAUSES, IDLE_CAUSES, Rung
+from service.costs.integrals import (
+    CAUSE_ENERGY_FIELDS,
+    CAUSE_FIELDS,
+    CAUSE_SIGNALS,
+    Thresholds,
+)
+from service.costs.waste import Span, Usage
+from service.db.cost_scratch import fill, scratch_table
+from service.db.schema import samples
+from service.db.set_aside import possible_text
+
+# Per-connection scratch table the reads are loaded into, one row a distinct GPU stretch.
+_READS = scratch_table(
+    "gw_cost_reads",
+    ("k", "gpu_id", "since", "lo_at", "hi_at", "lo", "hi"),
+    timestamps={"since", "lo_at", "hi_at"},
+    integers={"k", "gpu_id"},
+)
+
+
+@contextmanager
+def pg_local(conn: Connection, **settings: str) -> Iterator[None]:
+    """On PostgreSQL, SET LOCAL each setting for the statements inside, then back to default."""
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        for name, value in settings.items():
+            conn.exec_driver_sql(f"SET LOCAL {name} = {value}")
+    try:
+        yield
+    finally:
+        if pg:
+            for name in settings:
+                conn.exec_driver_sql(f"SET LOCAL {name} = DEFAULT")
+
+
+# What one (group, cause, rung) row of ``_raw_sql`` adds to: its cause's seconds and energy,
+# the idle seconds (idle_empty + idle_held, as ``integrate`` adds them) and the fallback seconds.
+_CAUSE_SECONDS = {int(c): CAUSE_FIELDS[c.column] for c in CAUSES}
+_CAUSE_JOULES = {int(c): CAUSE_ENERGY_FIELDS[c.column] for c in CAUSES}
+_IDLE_CAUSES = frozenset(int(c) for c in IDLE_CAUSES)
+_GPU_UTIL = int(Rung.GPU_UTIL)
+# The metrics whose sum and count over the samples inside a read the integrals carry.
+_RAW_METRICS = ("tensor_active", "dram_active")
+# Every stored column the raw read takes a value of.
+_BOUNDED = (*_RAW_METRICS, "activity", "power_watts", "gr_engine_active", "gpu_util",
+            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")  # fmt: skip
+_SIGNAL_OF = {int(sig.cause): sig for sig in CAUSE_SIGNALS}
+
+
+@cache
+def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
+    """Per read, cause and rung: the seconds, activity x seconds and joules the read's raw
+    samples cover, and per metric of ``_RAW_METRICS`` the sum and count of the samples inside.
+
+    Integrated as ``integrate`` does: each sample covers [ts, min(next ts, ts + max_gap))
+    clipped to its read's [lo, hi); nodata (activity or cause NULL) covers nothing but ends the
+    cover of the sample before it. Reads are rows of ``_READS`` (k, gpu_id, since, lo_at, hi_at,
+    lo, hi): [lo_at, hi_at) in stored form and [lo, hi) in Unix seconds; the last sample in
+    [since, lo_at), since = lo - max_gap, covers lo's first seconds.
+    """
+    # A stored value past what hardware can report reads as absent (set aside), so one such
+    # sample cannot overflow a sum (PostgreSQL refuses the whole report then).
+    v = {m: possible_text(f"s.{m}", m) for m in _BOUNDED}
+    metrics = ", ".join(f"{v[m]} AS {m}" for m in _RAW_METRICS)
+    greatest = "GREATEST" if pg else "MAX"
+    tx, rx = v["pcie_tx_bytes_per_second"], v["pcie_rx_bytes_per_second"]
+    # The signals of CAUSE_SIGNALS, as ``stored_point`` reads them.
+    signals = (
+        f"CASE WHEN s.activity_rung = {int(Rung.SM_ACTIVE)} AND {v['gr_engine_active']} IS NOT "
+        f"NULL THEN {v['gr_engine_active']} WHEN s.activity_rung <> {_GPU_UTIL} THEN "
+        f"{v['gpu_util']} END AS duty, {v['dram_active']} AS dram, CASE WHEN {tx} IS NOT NULL "
+        f"OR {rx} IS NOT NULL THEN {greatest}(COALESCE({tx}, 0), COALESCE({rx}, 0)) END AS pcie"
+    )
+    cols = (
+        f"r.k, r.lo, r.hi, {{ts}} AS t, {v['activity']} AS activity, s.activity_rung AS rung, "
+        f"s.cause, {v['power_watts']} AS power, {metrics}, {signals}"
+    )
+    if pg:
+        cols = cols.format(ts="EXTRACT(EPOCH FROM s.ts)::float8")
+        least = "LEAST"
+        # The samples inside each read, and the one before it, found once per read.
+        x = (
+            f"SELECT {cols}, 1 AS inside FROM {_READS.name} r JOIN {samples.name} s "
+            "  ON s.gpu_id = r.gpu_id AND s.ts >= r.lo_at AND s.ts < r.hi_at "
+            f"UNION ALL SELECT {cols}, 0 FROM {_READS.name} r CROSS JOIN LATERAL "
+            f"  (SELECT * FROM {samples.name} p WHERE p.gpu_id = r.gpu_id AND p.ts >= r.since "
+            "   AND p.ts < r.lo_at ORDER BY p.ts DESC LIMIT 1) s"
+        )
+    else:
+        # Stored text 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds plus the fraction (julianday
+        # would round to the millisecond).
+        seconds = "CAST(strftime('%s', substr(s.ts, 1, 19)) AS REAL)"
+        cols = cols.format(ts=f"({seconds} + CAST(substr(s.ts, 20) AS REAL))")
+        least = "MIN"
+        # One range per read, from the sample before it on (one scan: SQLite sorts each arm
+        # of a UNION on its own).
+        x = (
+            f"SELECT {cols}, CASE WHEN s.ts >= r.lo_at THEN 1 ELSE 0 END AS inside "
+            f"FROM {_READS.name} r JOIN {samples.name} s ON s.gpu_id = r.gpu_id AND s.ts >= "
+            f"  COALESCE((SELECT MAX(p.ts) FROM {samples.name} p WHERE p.gpu_id = r.gpu_id "
+            "   AND p.ts >= r.since AND p.ts < r.lo_at), r.lo_at) AND s.ts < r.hi_at"
+        )
+    gap = repr(float(max_gap_seconds))
+    metric_sums = ", ".join(
+        f"SUM(inside * {m}), SUM(CASE WHEN {m} IS NOT NULL THEN inside END)" for m in _RAW_METRICS
+    )
+    return (
+        f"WITH x AS ({x}), "
+        "y AS (SELECT x.*, LEAD(t) OVER (PARTITION BY k ORDER BY t) AS nt FROM x), "
+        f"z AS (SELECT k, cause, rung, activity, power, inside, {', '.join(_RAW_METRICS)}, "
+        "  duty, dram, pcie, "
+        "  CASE WHEN activity IS NOT NULL AND cause IS NOT NULL THEN "
+        f"  {greatest}({least}(COALESCE(nt, t + {gap}), t + {gap}, hi) - {greatest}(t, lo), 0) "
+        "  END AS dt FROM y) "
+        "SELECT k, cause, rung, SUM(dt), SUM(dt * activity), SUM(dt * power), "
+        f"{metric_sums}, SUM(dt * duty), SUM(dt * dram), SUM(dt * pcie) "
+        "FROM z GROUP BY k, cause, rung"
+    )
+
+
+def _raw_part(cause: int | None, rung: int | None, sums: Sequence[float]) -> dict[str, float]:
+    """The Usage fields one row of ``_raw_sql`` adds to, with what it adds."""
+    seconds, active, joules, *metric_sums = sums[: 3 + 2 * len(_RAW_METRICS)]
+    signal_sums = dict(
+        zip(("duty", "dram", "pcie"), sums[3 + 2 * len(_RAW_METRICS) :], strict=True)
+    )
+    part: dict[str, float] = {}
+    for i, metric in enumerate(_RAW_METRICS):
+        part[f"{metric}_sum"], part[f"{metric}_count"] = metric_sums[2 * i : 2 * i + 2]
+    if cause is None or not seconds:
+        return part
+    part |= {
+        "covered_seconds": seconds,
+        "unused_seconds": seconds - active,
+        "energy_used_joules": joules,
+        _CAUSE_SECONDS[cause]: seconds,
+        _CAUSE_JOULES[cause]: joules,
+    }
+    signal = _SIGNAL_OF.get(cause)
+    if signal is not None:
+        part[signal.field] = active if signal.signal == "activity" else signal_sums[signal.signal]
+    if cause in _IDLE_CAUSES:
+        part["idle_seconds"] = seconds
+    if rung == _GPU_UTIL:
+        part["fallback_seconds"] = seconds
+    return part
+
+
+def sum_raw(
+    conn: Connection,
+    reads: Sequence[Span],
+    out: list[Usage],
+    thresholds: Thresholds,
+    fields: Sequence[str],
+) -> None:
+    """Add to ``out[read.group]`` factor x each read's ``fields`` integrated from raw samples
+    (the others untouched), in one statement inside the database.
+
+    Each distinct stretch of a GPU is integrated once: the jobs sharing a GPU, and the spans
+    of one job cut by a price change, read the same edges.
+    """
+    gap = timedelta(seconds=thresholds.max_gap_seconds)
+    key_of: dict[tuple[int, datetime, datetime], int] = {}
+    shares: list[list[tuple[int, float]]] = []  # by k: (group, factor)
+    rows = []
+    for read in reads:
+        key = (read.gpu_id, read.start, read.end)
+        k = key_of.get(key)
+        if k is None:
+            k = key_of[key] = len(shares)
+            shares.append([])
+            rows.append((k, read.gpu_id, read.start - gap, read.start, read.end,
+                         read.start.timestamp(), read.end.timestamp()))  # fmt: skip
+        shares[k].append((read.group, read.factor))
+    fill(conn, _READS, rows)
+    # The planner cannot estimate the range join and would hash-join a full scan of samples
+    # instead of probing its key once per read.
+    with pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
+        result = conn.exec_driver_sql(
+            _raw_sql(conn.dialect.name == "postgresql", thresholds.max_gap_seconds)
+        ).all()
+    # Summed per group first (few keys), then spread over the fields.
+    by_key: dict[tuple[int, Any, Any], list[float]] = {}
+    for k, cause, rung, *sums in result:
+        values = [float(v or 0.0) for v in sums]
+        for group, factor in shares[k]:
+            acc = by_key.get((group, cause, rung))
+            if acc is None:
+                by_key[(group, cause, rung)] = [factor * v for v in values]
+            else:
+                for i, v in enumerate(values):
+                    acc[i] += factor * v
+    wanted = frozenset(fields)
+    for (group, cause, rung), values in by_key.items():
+        usage = out[group]
+        for name, value in _raw_part(cause, rung, values).items():
+            if value and name in wanted:
+                setattr(usage, name, getattr(usage, name) + value)

@@ -1,0 +1,331 @@
+"""The one door to the money: the dollars of some jobs or GPUs over [start, end), read from
+whichever source answers them (day sums for whole days that are summed and current, today's
+sums so far, minute rollups and raw samples at the edges); no caller chooses the source.
+
+The cost report, the fleet page, job verdicts (alerts and ladder steps), job pages and the
+periodic reports all read through ``dollars``; only the day sums' own writer
+(``cost_days``) calls ``attribute`` directly, since it makes one of the sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import Connection
+
+from service.core.buckets import ceil_day, floor_day
+from service.costs.money import Money
+from service.costs.paging import Page
+from service.costs.waste import Line, Summary
+from service.db.costing import costs_repo
+from service.roles import JobScope
+from service.settings import Settings
+from service.usecases.costing import day_sums as day_sums_mod
+from service.usecases.costing import report_pages
+from service.usecases.costing.attribution import Attribution, attribute, unpriced_warning
+from service.usecases.price_table import effective_prices
+
+# How the seconds at a share's edges are read: from raw samples while raw retention holds them
+# ("raw"), pro rata from their 1m bucket ("minute"), or raw while few spans have such an edge
+# ("auto", ``report_raw_edge_spans``).
+EdgeRule = Literal["raw", "minute", "auto"]
+Source = Literal["day_sums", "finer"]
+_RAW_EDGES: dict[EdgeRule, bool | None] = {"raw": True, "minute": False, "auto": None}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPath:
+    """A forced way of reading, for benchmarks and tests only: ``edges`` over the query's own
+    rule where given, no day sums without ``day_sums`` (every second from finer data), and no
+    seconds per cause summed without ``causes`` (they read 0; finer data only)."""
+
+    edges: EdgeRule | None = None
+    day_sums: bool = True
+    causes: bool = True
+
+
+_PLAIN = ReadPath()
+_FORCED: ContextVar[ReadPath | None] = ContextVar("costing_read_path", default=None)
+
+
+@contextmanager
+def forced(path: ReadPath) -> Iterator[None]:
+    """Read every query inside the block by ``path`` (a benchmark's or test's switch)."""
+    token = _FORCED.set(path)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class Who:
+    """Whose time counts: jobs of ``user`` and ``team`` where given, those ``scope`` allows
+    where given, any job's with ``jobs_only`` (else time no job held counts too)."""
+
+    user: str | None = None
+    team: str | None = None
+    jobs_only: bool = False
+    scope: JobScope | None = None
+
+    @property
+    def everyone(self) -> bool:
+        """Whether no filter drops any line."""
+        return self.user is None and self.team is None and self.scope is None
+
+
+@dataclass(frozen=True, slots=True)
+class DollarsQuery:
+    """The dollars of the GPUs ``gpu_ids`` (every GPU without) over [start, end), of the time
+    ``who`` counts, with edges read as ``edges`` says and, with ``cause_energy``, the energy
+    per cause summed too."""
+
+    start: datetime
+    end: datetime
+    gpu_ids: tuple[int, ...] | None = None
+    who: Who = field(default_factory=Who)
+    edges: EdgeRule = "auto"
+    cause_energy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePlan:
+    """Which source answers which part of a window: the days [start, end) of ``days`` from the
+    day sums (None: none), each part of ``finer`` (start, end, GPU ids or None for all) from
+    rollups, tenant rows and raw edges; the window ends at ``end`` (today's sums' end where
+    the report reads them, else the end asked)."""
+
+    days: tuple[datetime, datetime] | None
+    finer: tuple[tuple[datetime, datetime, tuple[int, ...] | None], ...]
+    end: datetime
+
+    def source_of(self, at: datetime) -> Source:
+        """The source of the instant ``at`` for a GPU not excluded from the days."""
+        if self.days is not None and self.days[0] <= at < self.days[1]:
+            return "day_sums"
+        return "finer"
+
+
+def may_read_sums(start: datetime, end: datetime, now: datetime) -> bool:
+    """Whether a window may read any day sums: it holds a whole UTC day before now, or it
+    reaches today from midnight (today's sums so far)."""
+    return (
+        day_sums_mod.whole_days(start, min(end, now)) is not None or start <= floor_day(now) <= end
+    )
+
+
+def plan_sources(
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    *,
+    sums_until: datetime | None,
+    stale: frozenset[int] = frozenset(),
+) -> SourcePlan:
+    """The plan of [start, end) at ``now``: whole days from the sums (and today up to
+    ``sums_until``, where today's sums so far are current and the window reaches them), their
+    edges from finer data, and the ``stale`` GPUs' days from finer data too."""
+    days: tuple[datetime, datetime] | None
+    if sums_until is not None:
+        end, days = sums_until, (ceil_day(start), sums_until)
+    else:
+        days = day_sums_mod.whole_days(start, min(end, now))
+    if days is None:
+        return SourcePlan(None, ((start, end, None),), end)
+    d0, d1 = days
+    parts: list[tuple[datetime, datetime, tuple[int, ...] | None]] = [
+        (start, d0, None),
+        (d1, end, None),
+    ]
+    if stale:
+        parts.append((d0, d1, tuple(sorted(stale))))
+    return SourcePlan(days, tuple((a, b, ids) for a, b, ids in parts if a < min(b, now)), end)
+
+
+@dataclass(slots=True)
+class DollarsRead:
+    """A query's dollars: the lines read from finer data (``attribution``), and the summed
+    days (``window``, None where none was read), which ``summed``, ``summed_page`` and
+    ``summed_team_gpus`` read grouped in the database."""
+
+    query: DollarsQuery
+    attribution: Attribution
+    window: day_sums_mod.DayWindow | None
+
+    @property
+    def sums_end(self) -> datetime | None:
+        """Where today's sums end, when the figures end there instead of the end asked."""
+        return None if self.window is None else self.window.report_end
+
+    @property
+    def end(self) -> datetime:
+        """Where the figures end: today's sums' end, or the end asked."""
+        return self.sums_end or self.query.end
+
+    def lines(self) -> list[Line]:
+        """The finer data's lines of the time the query's ``who`` counts."""
+        att, who = self.attribution, self.query.who
+        if who.everyone:
+            return [ln for ln in att.lines if ln.job_id is not None] if who.jobs_only else att.lines
+
+        def keep(line: Line) -> bool:
+            if line.job_id is None:
+                return False
+            job = att.jobs.get(line.job_id, {})
+            return (
+                (who.user is None or job.get("user") == who.user)
+                and (who.team is None or job.get("team") == who.team)
+                and (who.scope is None or who.scope.allows(job.get("user"), job.get("team")))
+            )
+
+        return [ln for ln in att.lines if keep(ln)]
+
+    def summed(self, conn: Connection, *, group_by: str) -> day_sums_mod.DaySums:
+        """The summed days grouped by ``group_by`` (empty where none were read)."""
+        if self.window is None:
+            return day_sums_mod.DaySums()
+        w = self.query.who
+        return day_sums_mod.read_days(
+            conn, self.window, group_by=group_by, user=w.user, team=w.team,
+            jobs_only=w.jobs_only, scope=w.scope,
+        )  # fmt: skip
+
+    def summed_page(
+        self,
+        conn: Connection,
+        *,
+        edges: dict[str, Summary],
+        page: Page,
+        money: Callable[[Summary], Money],
+    ) -> report_pages.DayPage | None:
+        """A report page by job chosen in the database (``report_pages.day_page``): None where
+        no days were read, or only the whole report can order the page."""
+        if self.window is None:
+            return None
+        w = self.query.who
+        return report_pages.day_page(
+            conn, self.window, edges=edges, page=page, money=money, user=w.user, team=w.team,
+            jobs_only=w.jobs_only, scope=w.scope,
+        )  # fmt: skip
+
+    def summed_team_gpus(self, conn: Connection) -> dict[tuple[str, int], Summary]:
+        """The summed days per (team, GPU id) of the jobs with a team (none: empty)."""
+        return {} if self.window is None else day_sums_mod.read_team_gpus(conn, self.window)
+
+
+def dollars(
+    conn: Connection, query: DollarsQuery, *, settings: Settings, now: datetime
+) -> DollarsRead:
+    """The dollars ``query`` asks for at ``now``, each part from the source that answers it:
+    a window of every GPU reads the days of every GPU whose days are all summed and current
+    (``day_sums.stale_in``) from the day sums, and today from today's sums where they are
+    current and the window reaches them (the window then ends where they do); the days'
+    edges, the other GPUs' days, and any query of chosen GPUs read finer data."""
+    path = _FORCED.get() or _PLAIN
+    raw_edges = _RAW_EDGES[path.edges or query.edges]
+    start, asked_end = query.start, query.end
+    basis = None
+    whole_fleet = query.gpu_ids is None and path.day_sums and path.causes
+    if whole_fleet and may_read_sums(start, asked_end, now):
+        basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+    if basis is None:
+        gpu_ids = None if query.gpu_ids is None else list(query.gpu_ids)
+        att = attribute(
+            conn, settings=settings, start=start, end=asked_end, now=now, raw_edges=raw_edges,
+            gpu_ids=gpu_ids, causes=path.causes, cause_energy=query.cause_energy,
+        )  # fmt: skip
+        return DollarsRead(query, att, None)
+    until = day_sums_mod.today_until(
+        conn, start=start, end=asked_end, now=now, basis=basis, settings=settings
+    )
+    plan = plan_sources(start, asked_end, now, sums_until=until)
+    if plan.days is None:
+        att = attribute(
+            conn, settings=settings, start=start, end=asked_end, now=now, raw_edges=raw_edges
+        )
+        return DollarsRead(query, att, None)
+    d0, d1 = plan.days
+    gpus = costs_repo.load_gpus(conn)
+    stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
+    if len(stale) >= len(gpus):
+        att = attribute(
+            conn, settings=settings, start=start, end=asked_end, now=now, raw_edges=raw_edges,
+            gpu_info=gpus,
+        )  # fmt: skip
+        return DollarsRead(query, att, None)
+    plan = plan_sources(start, asked_end, now, sums_until=until, stale=frozenset(stale))
+    att = _merged(conn, plan, gpus, unpriced, stale, settings=settings, now=now,
+                  raw_edges=raw_edges)  # fmt: skip
+    return DollarsRead(query, att, day_sums_mod.DayWindow(d0, d1, frozenset(stale)))
+
+
+def _merged(
+    conn: Connection,
+    plan: SourcePlan,
+    gpus: dict[int, costs_repo.GpuInfo],
+    unpriced: set[int],
+    stale: set[int],
+    *,
+    settings: Settings,
+    now: datetime,
+    raw_edges: bool | None,
+) -> Attribution:
+    """The finer data of every part of ``plan``, as one Attribution."""
+    # Where the rollups of each GPU end: read once for every part (a statement per GPU).
+    rolled = costs_repo.rolled_until(conn, gpu_ids=None) if len(plan.finer) > 1 else None
+    atts = [
+        attribute(
+            conn, settings=settings, start=a, end=b, now=now, raw_edges=raw_edges,
+            gpu_ids=None if ids is None else list(ids), gpu_info=gpus, rolled=rolled,
+        )
+        for a, b, ids in plan.finer
+    ]  # fmt: skip
+    warnings = {w for att in atts for w in att.warnings}
+    if not atts or atts[0].price_source != "none":
+        warnings |= {
+            unpriced_warning(gpus[g].model) for g in unpriced if g in gpus and g not in stale
+        }
+    return Attribution(
+        [line for att in atts for line in att.lines],
+        gpus,
+        {k: v for att in atts for k, v in att.jobs.items()},
+        sorted(warnings),
+        atts[0].price_source if atts else effective_prices(conn, settings).source,
+        {rule for att in atts for rule in att.split_rules},
+    )
+
+
+def summed_until(conn: Connection, *, settings: Settings, now: datetime) -> datetime | None:
+    """Where the dollars of today from midnight to ``now`` end when today's sums so far answer
+    them (``day_sums.today_until``); None where finer data does."""
+    start = floor_day(now)
+    if not may_read_sums(start, now, now):
+        return None
+    basis = day_sums_mod.basis_of(effective_prices(conn, settings).rows, settings)
+    return day_sums_mod.today_until(
+        conn, start=start, end=now, now=now, basis=basis, settings=settings
+    )
+
+
+def add_days(
+    groups: dict[str, Summary], days: day_sums_mod.DaySums, att: Attribution, group_by: str
+) -> None:
+    """Merge the summed days (grouped already, or per GPU for hardware) into ``groups``."""
+    pieces = list(days.groups.items())
+    for gpu_id, summary in days.by_gpu.items():
+        info = att.gpus[gpu_id]
+        pieces.append(({"node": info.node, "gpu_model": info.model}.get(group_by, info.uuid),
+                       summary))  # fmt: skip
+    for key, summary in pieces:
+        group = groups.get(key)
+        if group is None:
+            # The day sums are read for this report alone: taken as they are, not copied.
+            summary.key = key
+            groups[key] = summary
+        else:
+            group.merge(summary)
