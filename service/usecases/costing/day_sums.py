@@ -42,6 +42,25 @@ _USAGE = frozenset(USAGE_FIELDS)
 assert len(_CAUSE_USD) == len(CAUSE_FIELDS)
 
 
+@dataclass(frozen=True, slots=True)
+class Who:
+    """Whose time counts: jobs of ``user`` and ``team`` where given, those ``scope`` allows
+    where given, any job's with ``jobs_only`` (else time no job held counts too)."""
+
+    user: str | None = None
+    team: str | None = None
+    jobs_only: bool = False
+    scope: JobScope | None = None
+
+    @property
+    def everyone(self) -> bool:
+        """Whether no filter of jobs drops any time (``jobs_only`` aside)."""
+        return self.user is None and self.team is None and self.scope is None
+
+
+EVERYONE = Who()
+
+
 def basis_of(prices: Sequence[PriceRow], settings: Settings) -> str:
     """A digest of what a day's figures depend on besides the stored data: the price table,
     the gap a sample covers at most and the split rule; rows under another basis are stale."""
@@ -245,18 +264,15 @@ def read_dollars(
     conn: Connection,
     window: DayWindow,
     *,
-    user: str | None = None,
-    team: str | None = None,
-    jobs_only: bool = False,
-    scope: JobScope | None = None,
+    who: Who = EVERYONE,
 ) -> dict[str, Dollars]:
-    """Per job (``UNALLOCATED`` for time no job held, left out where ``user`` or ``team`` is
-    given or with ``jobs_only``), the dollars of its summed days in ``window`` that bound its
+    """Per job of those ``who`` counts (``UNALLOCATED`` for time no job held, where it counts
+    that), the dollars of its summed days in ``window`` that bound its
     place in a report."""
     rows = cost_days_reads.job_dollars(
         conn, start=window.start, end=window.end, excluded=window.excluded,
-        idle_fields=_IDLE_USD, fixable_fields=_FIXABLE_USD, user=user, team=team,
-        jobs_only=jobs_only, scope=scope,
+        idle_fields=_IDLE_USD, fixable_fields=_FIXABLE_USD, user=who.user, team=who.team,
+        jobs_only=who.jobs_only, scope=who.scope,
     )  # fmt: skip
     return {
         UNALLOCATED if job_id == cost_days_repo.UNALLOCATED_JOB else job_id: Dollars(
@@ -270,18 +286,14 @@ def read_total(
     conn: Connection,
     window: DayWindow,
     *,
-    user: str | None = None,
-    team: str | None = None,
-    jobs_only: bool = False,
-    scope: JobScope | None = None,
+    who: Who = EVERYONE,
 ) -> Summary:
-    """The sum of every job's summed days in ``window`` (only jobs of ``user`` and ``team``
-    where given, no time no job held with ``jobs_only``), with its GPUs; its job ids are left
-    to the caller."""
+    """The sum of the summed days in ``window`` of the time ``who`` counts, with its GPUs;
+    its job ids are left to the caller."""
     fields = REPORT_FIELDS
     gpu_ids, values = cost_days_reads.total_sums(
         conn, start=window.start, end=window.end, excluded=window.excluded, fields=fields,
-        user=user, team=team, jobs_only=jobs_only, scope=scope,
+        user=who.user, team=who.team, jobs_only=who.jobs_only, scope=who.scope,
     )  # fmt: skip
     total = summary_from("__total__", fields, values)
     total.gpu_ids.update(gpu_ids)
@@ -293,15 +305,12 @@ def read_days(
     window: DayWindow,
     *,
     group_by: str,
-    user: str | None = None,
-    team: str | None = None,
-    jobs_only: bool = False,
-    scope: JobScope | None = None,
+    who: Who = EVERYONE,
     job_ids: Collection[str] | None = None,
 ) -> DaySums:
     """The sums of the days of ``window``, grouped in the database: per GPU when grouping by
-    hardware, else by ``group_by`` of the jobs as they are now (only jobs of ``user`` and
-    ``team`` if given, whose filters drop time no job held as ``jobs_only`` does; only the
+    hardware, else by ``group_by`` of the jobs as they are now (only the time ``who``
+    counts: any filter of jobs drops time no job held as ``jobs_only`` does; only the
     jobs ``job_ids`` if given, ``UNALLOCATED`` among them for time no job held)."""
     start, end, excluded = window.start, window.end, window.excluded
     out = DaySums()
@@ -314,13 +323,13 @@ def read_days(
             s.gpu_ids.add(gpu_id)
             s.job_ids.update(job_ids)
         return out
-    filtered = user is not None or team is not None or jobs_only or scope is not None
+    filtered = not who.everyone or who.jobs_only
     only = None if job_ids is None else [
         cost_days_repo.UNALLOCATED_JOB if k == UNALLOCATED else k for k in job_ids
     ]  # fmt: skip
     for no_job, key, owner, gpu_ids, ids, values in cost_days_reads.group_sums(
         conn, start=start, end=end, excluded=excluded, fields=fields, group_by=group_by,
-        user=user, team=team, jobs_only=jobs_only, job_ids=only, scope=scope,
+        user=who.user, team=who.team, jobs_only=who.jobs_only, job_ids=only, scope=who.scope,
     ):  # fmt: skip
         if no_job and filtered:
             continue

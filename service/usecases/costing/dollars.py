@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -23,11 +23,12 @@ from service.costs.money import Money
 from service.costs.paging import Page
 from service.costs.waste import Line, Summary
 from service.db.costing import costs_repo
-from service.roles import JobScope
 from service.settings import Settings
 from service.usecases.costing import day_sums as day_sums_mod
 from service.usecases.costing import report_pages
 from service.usecases.costing.attribution import Attribution, attribute, unpriced_warning
+from service.usecases.costing.day_sums import EVERYONE
+from service.usecases.costing.day_sums import Who as Who  # the door's own: callers import it here
 from service.usecases.price_table import effective_prices
 
 # How the seconds at a share's edges are read: from raw samples while raw retention holds them
@@ -64,22 +65,6 @@ def forced(path: ReadPath) -> Iterator[None]:
 
 
 @dataclass(frozen=True, slots=True)
-class Who:
-    """Whose time counts: jobs of ``user`` and ``team`` where given, those ``scope`` allows
-    where given, any job's with ``jobs_only`` (else time no job held counts too)."""
-
-    user: str | None = None
-    team: str | None = None
-    jobs_only: bool = False
-    scope: JobScope | None = None
-
-    @property
-    def everyone(self) -> bool:
-        """Whether no filter drops any line."""
-        return self.user is None and self.team is None and self.scope is None
-
-
-@dataclass(frozen=True, slots=True)
 class DollarsQuery:
     """The dollars of the GPUs ``gpu_ids`` (every GPU without) over [start, end), of the time
     ``who`` counts, with edges read as ``edges`` says and, with ``cause_energy``, the energy
@@ -88,7 +73,7 @@ class DollarsQuery:
     start: datetime
     end: datetime
     gpu_ids: tuple[int, ...] | None = None
-    who: Who = field(default_factory=Who)
+    who: Who = EVERYONE
     edges: EdgeRule = "auto"
     cause_energy: bool = False
 
@@ -189,11 +174,7 @@ class DollarsRead:
         """The summed days grouped by ``group_by`` (empty where none were read)."""
         if self.window is None:
             return day_sums_mod.DaySums()
-        w = self.query.who
-        return day_sums_mod.read_days(
-            conn, self.window, group_by=group_by, user=w.user, team=w.team,
-            jobs_only=w.jobs_only, scope=w.scope,
-        )  # fmt: skip
+        return day_sums_mod.read_days(conn, self.window, group_by=group_by, who=self.query.who)
 
     def summed_page(
         self,
@@ -207,11 +188,9 @@ class DollarsRead:
         no days were read, or only the whole report can order the page."""
         if self.window is None:
             return None
-        w = self.query.who
         return report_pages.day_page(
-            conn, self.window, edges=edges, page=page, money=money, user=w.user, team=w.team,
-            jobs_only=w.jobs_only, scope=w.scope,
-        )  # fmt: skip
+            conn, self.window, edges=edges, page=page, money=money, who=self.query.who
+        )
 
     def summed_team_gpus(self, conn: Connection) -> dict[tuple[str, int], Summary]:
         """The summed days per (team, GPU id) of the jobs with a team (none: empty)."""

@@ -15,7 +15,6 @@ from sqlalchemy import Connection
 from service.costs.money import Money
 from service.costs.paging import Dollars, Page, RankKey, order_key, page_keys
 from service.costs.waste import UNALLOCATED, Summary
-from service.roles import JobScope
 from service.usecases.costing import day_sums
 
 
@@ -37,17 +36,12 @@ def day_page(
     edges: dict[str, Summary],
     page: Page,
     money: Callable[[Summary], Money],
-    user: str | None = None,
-    team: str | None = None,
-    jobs_only: bool = False,
-    scope: JobScope | None = None,
+    who: day_sums.Who = day_sums.EVERYONE,
 ) -> DayPage | None:
     """The ``page`` of a report by job over the summed days of ``window`` plus the groups
     ``edges`` read from finer data (taken, not copied); None where the page reaches the
     unpriced jobs or has no limit, which only the whole report can order."""
-    summed = day_sums.read_dollars(
-        conn, window, user=user, team=team, jobs_only=jobs_only, scope=scope
-    )
+    summed = day_sums.read_dollars(conn, window, who=who)
     dollars = dict(summed)
     for key, s in edges.items():
         own = Dollars.of(s)
@@ -57,18 +51,15 @@ def day_page(
         return None
     # The totals first: the walk merges the summed days into the edges' groups.
     total = Summary.total_of("__total__", list(edges.values()))
-    total.merge(
-        day_sums.read_total(conn, window, user=user, team=team, jobs_only=jobs_only, scope=scope)
-    )
+    total.merge(day_sums.read_total(conn, window, who=who))
     total.job_ids.update(k for k in summed if k != UNALLOCATED)
     out = DayPage([], total, len(dollars))
     full: dict[str, Summary] = {}
 
     def ranks(keys: Sequence[str]) -> dict[str, RankKey]:
         read = day_sums.read_days(
-            conn, window, group_by="job", user=user, team=team, jobs_only=jobs_only, scope=scope,
-            job_ids=[k for k in keys if k in summed],
-        )  # fmt: skip
+            conn, window, group_by="job", who=who, job_ids=[k for k in keys if k in summed]
+        )
         out.jobs.update(read.jobs)
         for key in keys:
             full[key] = _joined(key, edges.get(key), read.groups.get(key))
