@@ -98,7 +98,7 @@ def save(folder: str, db_file: str, now_text: str, code: str) -> None:
             (out / name).write_bytes(body)
         jobs = client.get("/api/v1/jobs").json()
         rows = jobs["jobs"] if isinstance(jobs, dict) else jobs
-        for job in rows[:6]:
+        for job in rows:
             (out / f"job_{job['id'].replace(':', '_')}.json").write_bytes(
                 client.get(f"/api/v1/jobs/{job['id']}").content
             )

@@ -4,7 +4,7 @@ energy and hardware faults; and what a job alert says of the job, read from it."
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 from operator import add
@@ -30,7 +30,7 @@ from service.settings import Settings
 from service.usecases.costing.attribution import Attribution
 from service.usecases.costing.cost_report import JOULES_PER_KWH, report_row
 from service.usecases.costing.dollars import DollarsQuery, dollars
-from service.usecases.costing.job_faults import job_faults
+from service.usecases.costing.job_faults import JobFault, job_faults
 from service.usecases.price_table import effective_prices
 from service.vocabulary import job_path
 
@@ -90,7 +90,7 @@ class JobSummary:
     energy: JobEnergy
     recommendations: list[Recommendation]
     savings_usd: float | None
-    faults: list[dict[str, Any]]
+    faults: list[JobFault]
     warnings: list[str]
 
     def as_dict(self) -> dict[str, Any]:
@@ -101,7 +101,7 @@ class JobSummary:
             "energy": self.energy.as_dict(),
             "recommendations": [f.as_dict() for f in self.recommendations],
             "savings_usd": self.savings_usd,
-            "faults": self.faults,
+            "faults": [f.as_dict() for f in self.faults],
             "warnings": self.warnings,
         }
 
@@ -152,17 +152,16 @@ def job_summary(
     )
 
 
-def _with_lost_figures(
-    faults: list[dict[str, Any]], per_gpu: dict[str, Summary]
-) -> list[dict[str, Any]]:
+def _with_lost_figures(faults: list[JobFault], per_gpu: dict[str, Summary]) -> list[JobFault]:
     """The faults with a lost GPU's seconds and USD those of the job's summary on that GPU (its
     held seconds no sample covers after ``lost_at``), so the page and the bill say one figure."""
+    out = []
     for f in faults:
-        s = per_gpu.get(f["gpu_uuid"])
-        if f["kind"] == "lost" and s is not None:
-            f["lost_seconds"] = s.lost_seconds
-            f["lost_usd"] = s.lost_usd if s.priced else None
-    return faults
+        s = per_gpu.get(f.gpu_uuid)
+        if f.kind == "lost" and s is not None:
+            f = replace(f, lost_seconds=s.lost_seconds, lost_usd=s.lost_usd if s.priced else None)
+        out.append(f)
+    return out
 
 
 # A counter reading whose mean power differs from the integrated power by more than this

@@ -28,7 +28,7 @@ from service.settings import Settings
 from service.usecases.costing import day_sums as day_sums_mod
 from service.usecases.costing.attribution import Attribution
 from service.usecases.costing.dollars import DollarsQuery, Who, add_days, dollars
-from service.usecases.costing.job_faults import report_faults
+from service.usecases.costing.job_faults import JobFault, report_faults
 from service.usecases.gc_pause import gc_paused
 from service.usecases.opencost_prices import opencost_problem
 
@@ -275,7 +275,7 @@ def _row(
     assumptions: FixAssumptions,
     *,
     group_by: str,
-    faults: dict[str, list[dict[str, Any]]],
+    faults: dict[str, list[JobFault]],
 ) -> dict[str, Any]:
     """One report row; a job's with its user, team, project and faults."""
     row = report_row(summary, settings, _for_gpus(assumptions, att, summary))
@@ -287,7 +287,7 @@ def _row(
             user=job.get("user"),
             team=job.get("team"),
             project=job.get("project"),
-            faults=faults.get(summary.key, []),
+            faults=[f.as_dict() for f in faults.get(summary.key, [])],
         )
     return row
 

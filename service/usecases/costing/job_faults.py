@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,31 @@ from service.usecases.price_table import effective_prices
 Span = tuple[int, datetime, datetime]  # a GPU held over [start, end]
 
 
+@dataclass(frozen=True, slots=True)
+class JobFault:
+    """One hardware fault of a job's GPU while the job held it: an XID (``kind`` "xid") or the
+    GPU off the bus ("lost": when it was reported lost, and the seconds and USD the job held
+    it lost from then; USD None unpriced)."""
+
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    kind: str
+    xid: int | None
+    at: datetime
+    lost_at: datetime | None
+    lost_seconds: float | None = None
+    lost_usd: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The API's form of the fault (a report row's and a job page's ``faults``)."""
+        return {
+            "gpu_uuid": self.gpu_uuid, "node": self.node, "gpu_index": self.gpu_index,
+            "kind": self.kind, "xid": self.xid, "at": self.at, "lost_at": self.lost_at,
+            "lost_seconds": self.lost_seconds, "lost_usd": self.lost_usd,
+        }  # fmt: skip
+
+
 def report_faults(
     conn: Connection,
     att: Attribution,
@@ -29,7 +55,7 @@ def report_faults(
     now: datetime,
     settings: Settings,
     gpu_ids: Iterable[int] | None = None,
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[JobFault]]:
     """Each job's hardware faults in a report's window on ``gpu_ids`` (every GPU of ``att`` if
     None): the 1h rollups' XIDs up to two hours before its end, finer reads after; the jobs'
     intervals read only for GPUs with a fault."""
@@ -62,7 +88,7 @@ def job_faults(
     now: datetime,
     prices: Sequence[PriceRow],
     settings: Settings,
-) -> list[dict[str, Any]]:
+) -> list[JobFault]:
     """The hardware faults of the job's GPUs while it held them: each hardware XID (node, GPU
     index, code, first time) and each GPU that fell off the bus (its last sample, when it was
     reported lost, and the seconds and USD the job held it lost: from ``lost_at``)."""
@@ -80,7 +106,7 @@ def faults_of_jobs(
     prices: Sequence[PriceRow],
     settings: Settings,
     hourly_before: datetime | None = None,
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[JobFault]]:
     """Each job's hardware faults (see ``job_faults``) on the GPUs it held over its spans, read
     in one pass over the GPUs (``hourly_before`` as ``gpus_repo.gpu_faults`` has it)."""
     spans = [s for spans in spans_of.values() for s in spans]
@@ -94,7 +120,7 @@ def faults_of_jobs(
         end=max(z for _, _, z in spans) + grace,
         hourly_before=hourly_before,
     )
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[JobFault]] = {}
     for f in faults:
         for job_id, mine in spans_of.items():
             held = [
@@ -112,18 +138,16 @@ def _fault_row(
     f: gpus_repo.GpuFault,
     held: list[tuple[datetime, datetime]],
     prices: Sequence[PriceRow],
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "gpu_uuid": f.uuid, "node": f.node, "gpu_index": f.gpu_index,
-        "kind": "xid" if f.xid is not None else "lost", "xid": f.xid, "at": f.at,
-        "lost_at": f.lost_at, "lost_seconds": None, "lost_usd": None,
-    }  # fmt: skip
-    if f.lost_at is not None:
-        seconds = sum(max((z - max(a, f.lost_at)).total_seconds(), 0.0) for a, z in held)
-        row["lost_seconds"] = seconds
-        price = price_at(prices, _model_of(conn, f.gpu_id), f.lost_at) if prices else None
-        row["lost_usd"] = None if price is None else seconds * price.usd_per_gpu_hour / 3600
-    return row
+) -> JobFault:
+    """The fault ``f`` of a job that held its GPU over ``held``, with what it held lost."""
+    row = JobFault(f.uuid, f.node, f.gpu_index, "xid" if f.xid is not None else "lost", f.xid,
+                   f.at, f.lost_at)  # fmt: skip
+    if f.lost_at is None:
+        return row
+    seconds = sum(max((z - max(a, f.lost_at)).total_seconds(), 0.0) for a, z in held)
+    price = price_at(prices, _model_of(conn, f.gpu_id), f.lost_at) if prices else None
+    usd = None if price is None else seconds * price.usd_per_gpu_hour / 3600
+    return replace(row, lost_seconds=seconds, lost_usd=usd)
 
 
 def _model_of(conn: Connection, gpu_id: int) -> str:
