@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,9 +18,9 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, select, update
 
 from service.api.app import create_app
-from service.core.buckets import DAY, floor_day
+from service.core.buckets import DAY, ceil_day, floor_day
 from service.costs.prices import PriceRow
-from service.costs.waste import UNALLOCATED
+from service.costs.waste import UNALLOCATED, summarize
 from service.db import jobs_repo, prices_repo
 from service.db.costing import costs_repo
 from service.db.schema import (
@@ -39,7 +40,7 @@ from service.roles import JobScope
 from service.settings import Settings
 from service.usecases import fleet, price_table
 from service.usecases.costing import cost_days, cost_report, day_sums, report_pages
-from service.usecases.costing.dollars import ReadPath, forced
+from service.usecases.costing.dollars import DollarsQuery, ReadPath, dollars, forced
 from tests.conftest import make_token, truncate_all
 from tests.integration.cost_data import GIB, roll_up, store_series
 from tests.support import FakeClock, live_server
@@ -408,6 +409,43 @@ def _one_job_per_gpu(engine: Engine) -> None:
                 conn, job_id=f"slurm:{k}", fields={"team": "vision"}, gpu_uuids=[uuid],
                 started_at=START, ended_at=None, now=NOW,
             )  # fmt: skip
+
+
+def test_the_door_reads_summed_days_for_the_fleet_and_finer_data_for_chosen_gpus(
+    loaded: Engine,
+) -> None:
+    """``dollars`` reads the fleet's whole days from the day sums and only their edges from
+    finer data; a query of chosen GPUs, or a forced read without sums, reads finer data alone,
+    and the three agree on the dollars."""
+    engine = loaded
+    s = Settings(database_url=engine.url.render_as_string(hide_password=False),
+                 run_scheduler=False)  # fmt: skip
+    _one_job_per_gpu(engine)
+    _write_days(engine, s)
+    query = DollarsQuery(START, END, edges="raw")
+    with engine.connect() as conn:
+        fleet = dollars(conn, query, settings=s, now=NOW)
+        gpu_ids = tuple(sorted(fleet.attribution.gpus))
+        chosen = dollars(conn, replace(query, gpu_ids=gpu_ids), settings=s, now=NOW)
+        with forced(ReadPath(day_sums=False)):
+            finer = dollars(conn, query, settings=s, now=NOW)
+        summed = fleet.summed(conn, group_by="job")
+    assert fleet.window is not None
+    assert (fleet.window.start, fleet.window.end) == (ceil_day(START), floor_day(END))
+    assert fleet.window.excluded == frozenset()
+    assert chosen.window is None and finer.window is None and finer.end == END
+    # The fleet's finer lines are the edges alone: [START, Nov 28) and [Dec 1, END) of each
+    # GPU (each is held from its first sample, up to 14 s after START).
+    edges, every, one = (
+        summarize(read.attribution.lines, lambda ln: "all", jobs_only=False)["all"]
+        for read in (fleet, finer, chosen)
+    )
+    assert edges.held_seconds == pytest.approx(3 * 12 * 3600, abs=60)
+    assert every.held_seconds == pytest.approx(3 * (END - START).total_seconds(), abs=60)
+    assert one.held_seconds == pytest.approx(every.held_seconds)
+    days_usd = sum(g.cost_usd for g in summed.groups.values())
+    assert edges.cost_usd + days_usd == pytest.approx(every.cost_usd, rel=1e-9)
+    assert one.cost_usd == pytest.approx(every.cost_usd, rel=1e-9)
 
 
 def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Engine) -> None:
