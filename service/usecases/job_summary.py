@@ -16,13 +16,8 @@ from service.core import diagnosis
 from service.core.admin_comment import verdict_line
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.prices import PriceRow
-from service.costs.recommend import (
-    GpuUse,
-    Recommendation,
-    recommend_job,
-    total_saving_usd,
-    with_model,
-)
+from service.costs.recommend import Recommendation, total_saving_usd, with_model
+from service.costs.rightsizing import GpuUse, recommend_job
 from service.costs.waste import Summary, summarize
 from service.db import costs_repo, jobs_repo
 from service.settings import Settings
