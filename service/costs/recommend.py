@@ -10,7 +10,7 @@ therefore add up to at most its cost, whichever of them it acts on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Literal, assert_never
 
 from service.core.diagnosis import CAUSE_FIX, CAUSE_NAMES, IDLE_CAUSES, Cause
@@ -78,19 +78,7 @@ class Recommendation:
 
     def as_dict(self) -> dict[str, object]:
         """The API's form of the recommendation."""
-        return {
-            "kind": self.kind,
-            "cause": self.cause,
-            "action": self.action,
-            "seconds": self.seconds,
-            "usd": self.usd,
-            "saving_fraction": self.saving_fraction,
-            "saving_usd": self.saving_usd,
-            "assumption": self.assumption,
-            "profile": self.profile,
-            "gpus": self.gpus,
-            "base": self.base,
-        }
+        return asdict(self)  # every field, in their order
 
 
 def fix_fraction(

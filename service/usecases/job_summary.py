@@ -4,7 +4,7 @@ energy and hardware faults; and what a job alert says of the job, read from it."
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import reduce
 from operator import add
@@ -62,15 +62,7 @@ class JobEnergy:
 
     def as_dict(self) -> dict[str, Any]:
         """The API's form of the energy."""
-        return {
-            "kwh": self.kwh,
-            "usd": self.usd,
-            "idle_kwh": self.idle_kwh,
-            "idle_usd": self.idle_usd,
-            "usd_per_kwh": self.usd_per_kwh,
-            "source": self.source,
-            "by_cause_kwh": self.by_cause_kwh,
-        }
+        return asdict(self)  # every field, in their order
 
 
 @dataclass(frozen=True, slots=True)
