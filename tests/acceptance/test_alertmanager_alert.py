@@ -433,6 +433,25 @@ def keep_muted_past_expiry(
     return alert
 
 
+@contextmanager
+def notify_all_am(
+    engine: Engine, tmp_path: Path, receiver: Receiver
+) -> Iterator[tuple[httpx.Client, str, dict[str, str], str]]:
+    """A service sending to channel "am", a real Alertmanager that notifies ``receiver`` of every
+    alert: (client of the service, Alertmanager's URL, admin headers, agent token of node-a).
+
+    Alerts are re-sent every second, so endsAt is 4 s ahead: a muted alert not re-sent expires
+    within 4 s.
+    """
+    with (
+        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
+        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
+        httpx.Client(base_url=url) as http,
+    ):
+        admin, agent = am_channel(engine, http, am)
+        yield http, am, admin, agent
+
+
 def alerts_of(am: str, policy: str) -> list[dict]:  # type: ignore[type-arg]
     r = httpx.get(am + "/api/v2/alerts", params={"filter": f'policy="{policy}"'}, timeout=5)
     r.raise_for_status()
@@ -443,13 +462,7 @@ def test_a_silence_in_gpu_warden_never_reaches_alertmanager_as_a_resolution(
     engine, tmp_path: Path
 ) -> None:
     receiver = Receiver()
-    with (
-        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
-        # endsAt is 4 resend periods ahead: a muted alert not re-sent expires within 4 s.
-        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
-        httpx.Client(base_url=url) as http,
-    ):
-        admin, agent = am_channel(engine, http, am)
+    with notify_all_am(engine, tmp_path, receiver) as (http, am, admin, agent):
         policy = hot_gpu_policy("warning")
         assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
 
@@ -488,12 +501,7 @@ def test_a_job_alert_suppressed_by_a_lost_gpu_stays_firing_in_alertmanager(
     engine, tmp_path: Path
 ) -> None:
     receiver = Receiver()
-    with (
-        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
-        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
-        httpx.Client(base_url=url) as http,
-    ):
-        admin, agent = am_channel(engine, http, am)
+    with notify_all_am(engine, tmp_path, receiver) as (http, am, admin, agent):
 
         def report(lost: bool = False) -> None:
             batch = make_batch(
