@@ -184,6 +184,13 @@ def http(server: str) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
+def central(settings: Settings, engine: Engine) -> Iterator[str]:
+    """The central service on the wall clock (Prometheus scrapes in real time); its base URL."""
+    with live_server(create_app(settings, engine=engine)) as url:
+        yield url
+
+
+@pytest.fixture
 def receiver() -> Iterator[Receiver]:
     """A real HTTP receiver on loopback (webhooks, Slack, Alertmanager), closed after the test."""
     r = Receiver()
