@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import Connection, Engine
@@ -82,13 +82,7 @@ class ReplicaState:
 
     def as_dict(self) -> dict[str, object]:
         """The state as /healthz shows it."""
-        return {
-            "status": self.status,
-            "lag_seconds": self.lag_seconds,
-            "lag_bytes": self.lag_bytes,
-            "max_lag_seconds": self.max_lag_seconds,
-            "checked_seconds_ago": self.checked_seconds_ago,
-        }
+        return asdict(self)  # every field, in their order
 
 
 class ReadRouter:

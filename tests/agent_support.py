@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.shipper import Shipper
@@ -15,6 +18,15 @@ from service.collectors.spool import Spool
 from service.collectors.transport import StdlibTransport, TransportError
 from service.delivery import RetryPolicy
 from tests.support import FakeClock
+
+
+def mock_shipper(
+    answer: Callable[[httpx.Request], httpx.Response], url: str = "http://central"
+) -> Shipper:
+    """A shipper (token "t") whose every request ``answer`` answers, in process (no socket)."""
+    return Shipper(
+        central_url=url, token="t", client=httpx.Client(transport=httpx.MockTransport(answer))
+    )
 
 
 class FakeMonotonic:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import hypothesis
@@ -26,7 +27,11 @@ from service.db.migrate import upgrade
 from service.db.schema import metadata
 from service.settings import Settings
 from tests.hypothesis_support import DEV_EXAMPLES
+from tests.receivers import Receiver
 from tests.support import FakeClock, live_server
+
+if TYPE_CHECKING:
+    from tests.smtp_support import SmtpServer
 
 # Hypothesis: in CI (CI set) its own "ci" profile runs every property's full example count;
 # elsewhere the fast loop ("dev") runs a tenth of them, and HYPOTHESIS_PROFILE picks another
@@ -176,3 +181,28 @@ def http(server: str) -> Iterator[httpx.Client]:
     """An HTTP client for the live server."""
     with httpx.Client(base_url=server, timeout=30) as client:
         yield client
+
+
+@pytest.fixture
+def central(settings: Settings, engine: Engine) -> Iterator[str]:
+    """The central service on the wall clock (Prometheus scrapes in real time); its base URL."""
+    with live_server(create_app(settings, engine=engine)) as url:
+        yield url
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real HTTP receiver on loopback (webhooks, Slack, Alertmanager), closed after the test."""
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    """A real SMTP server on loopback (plain SMTP), stopped after the test."""
+    from tests.smtp_support import SmtpServer  # aiosmtpd only where mail is sent
+
+    server = SmtpServer()
+    yield server
+    server.close()

@@ -105,5 +105,10 @@ class SmtpServer:
             "smtp_ca_file": self.cert[0] if self.cert else None,
         }
 
+    def send_here(self, settings: Any) -> None:
+        """Point ``settings`` (a service's Settings) at this server: ``settings()`` applied."""
+        for key, value in self.settings().items():
+            setattr(settings, key, value)
+
     def close(self) -> None:
         self.controller.stop()

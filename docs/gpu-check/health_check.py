@@ -29,7 +29,8 @@ from typing import Any
 
 import pynvml
 
-from service.collectors.nvml import HEALTH_FIELDS, NvmlBackend
+from service.collectors.nvml import NvmlBackend
+from service.collectors.nvml_fields import HEALTH_FIELDS
 from service.vocabulary import clock_event_names, hw_slowdown
 
 PHASE_SECONDS = float(os.environ.get("PHASE_SECONDS", "20"))

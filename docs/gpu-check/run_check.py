@@ -23,7 +23,8 @@ import pynvml
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
-from service.collectors.nvml import ENERGY_EVERY_CYCLES, GPM_FIELDS, NvmlBackend
+from service.collectors.nvml import ENERGY_EVERY_CYCLES, NvmlBackend
+from service.collectors.nvml_fields import GPM_FIELDS
 from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 

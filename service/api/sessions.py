@@ -17,6 +17,8 @@ import json
 import secrets
 from dataclasses import dataclass
 
+from starlette.responses import Response
+
 from service.roles import Person, Role
 
 COOKIE_NAME = "gw_session"
@@ -86,6 +88,21 @@ def encode(session: Session, *, key: str) -> str:
                      "m": p.email}  # fmt: skip
     payload = json.dumps(data, separators=(",", ":")).encode()
     return _b64(payload) + "." + _b64(_mac(key, b"session", payload))
+
+
+def set_cookie(
+    response: Response, session: Session, *, key: str, lifetime_seconds: float, secure: bool
+) -> None:
+    """Give ``response`` the session cookie: signed, HttpOnly, SameSite=Strict, site-wide."""
+    response.set_cookie(
+        COOKIE_NAME,
+        encode(session, key=key),
+        max_age=int(lifetime_seconds),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+    )
 
 
 def decode(value: str, *, key: str, now: float) -> Session | None:

@@ -334,12 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(GPUWARDEN_DATABASE_ALLOW_MAINTENANCE)",
     )
 
+    # Where serve, up and demo listen.
+    listen = argparse.ArgumentParser(add_help=False)
+    listen.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
+    listen.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
+
     p = sub.add_parser("migrate", help="upgrade the database schema", parents=[common])
     p.set_defaults(handler=cmd_migrate)
 
-    p = sub.add_parser("serve", help="run the central service", parents=[common])
-    p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
-    p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
+    p = sub.add_parser("serve", help="run the central service", parents=[common, listen])
     p.add_argument("--config", help="GPUWARDEN_CONFIG: YAML with policies, channels, prices")
     p.add_argument("--migrate", action="store_true", help="upgrade the schema first")
     p.add_argument("--access-log", action="store_true", help="log every request")
@@ -389,18 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_agent)
 
     p = sub.add_parser(
-        "up", help="run the central service on SQLite plus a local agent", parents=[common]
+        "up", help="run the central service on SQLite plus a local agent", parents=[common, listen]
     )
-    p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
-    p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
     _agent_flags(p)
     p.set_defaults(handler=cmd_up)
 
     p = sub.add_parser(
-        "demo", help="run the central service with a simulated fleet", parents=[common]
+        "demo", help="run the central service with a simulated fleet", parents=[common, listen]
     )
-    p.add_argument("--host", help="GPUWARDEN_HOST (127.0.0.1)")
-    p.add_argument("--port", type=int, help="GPUWARDEN_PORT (8000)")
     p.add_argument("--nodes", type=int, default=3, help="simulated nodes (3)")
     p.add_argument(
         "--gpus",

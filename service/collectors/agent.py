@@ -31,6 +31,7 @@ from service.collectors.batch import (
     raw_json,
     split_to_limits,
 )
+from service.collectors.job_ends import collect_job_ends, ship_job_ends
 from service.collectors.plausible import drop_implausible, drop_implausible_processes
 from service.collectors.shipper import Reply, Shipper
 from service.collectors.spool import Entry, Spool
@@ -401,56 +402,12 @@ class Agent:
             self.telemetry.cycle_done()
 
     def collect_job_ends(self) -> int:
-        """Move the job ends the Slurm epilog left in ``job_end_dir`` into the spool; returns how
-        many. Each file is ``{"job_id": ..., "ended_at": ...}``, written whole then renamed."""
-        folder = self.config.job_end_dir
-        if folder is None or not folder.is_dir():
-            return 0
-        taken = 0
-        for f in sorted(folder.glob("*.json")):
-            try:
-                doc = json.loads(f.read_text())
-                job_id, ended_at = str(doc["job_id"]), str(doc["ended_at"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("job end file %s cannot be read (%s); set aside as .bad", f, exc)
-                f.replace(f.with_suffix(".bad"))
-                continue
-            self.spool.add_job_end(job_id, ended_at, now=self.clock().timestamp())
-            f.unlink(missing_ok=True)
-            taken += 1
-        return taken
+        """Move the job ends the Slurm epilog left into the spool; returns how many."""
+        return collect_job_ends(self.config.job_end_dir, self.spool, now=self.clock().timestamp())
 
     def ship_job_ends(self) -> int:
-        """Send the spooled job ends to central; returns how many it took. Kept on no answer,
-        5xx, 429 or 401/403, for the next cycle; dropped (logged) when central can never take
-        one: 404 (the job was never registered) or another 4xx."""
-        done = 0
-        for job_id, ended_at in self.spool.job_ends():
-            reply = self.shipper.end_job(job_id, ended_at)
-            status = reply.status
-            if status is not None and 200 <= status < 300:
-                self.spool.remove_job_end(job_id)
-                done += 1
-                continue
-            if status is None or status >= 500 or status in (401, 403, 408, 429):
-                if self._said.due("job_end", self.monotonic()):
-                    log.warning(
-                        "central did not take the end of job %s (%s %s); kept, next try in one"
-                        " cycle",
-                        job_id,
-                        status or "no answer:",
-                        reply.message[:200],
-                    )
-                break
-            log.warning(
-                "central refused the end of job %s at %s (%s %s); dropped",
-                job_id,
-                ended_at,
-                status,
-                reply.message[:200],
-            )
-            self.spool.remove_job_end(job_id)
-        return done
+        """Send the spooled job ends to central; returns how many it took."""
+        return ship_job_ends(self.spool, self.shipper, self._said, self.monotonic)
 
     def run_forever(self) -> None:
         """Run cycles every interval until ``stop()``; the schedule does not drift."""

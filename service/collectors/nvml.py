@@ -1,9 +1,9 @@
 """The NVML backend: GPM profiling metrics, simple getters, XID events, processes and MIG.
 
-This is the only module that imports pynvml. Faults stay where they happen: a field a GPU does
-not support is remembered and never asked for again (absent, not 0); a lost GPU is flagged while
-the others keep reporting; a driver-level failure raises BackendError so the agent re-initialises
-NVML with backoff.
+This is the only module that imports pynvml; nvml_fields holds the tables of what is asked.
+Faults stay where they happen: a field a GPU does not support is remembered and never asked for
+again (absent, not 0); a lost GPU is flagged while the others keep reporting; a driver-level
+failure raises BackendError so the agent re-initialises NVML with backoff.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from service.collectors.backend import BackendError, Device, GpuReading, ProcessReading, Snapshot
 from service.collectors.mig import MigIdentities, profile_of
-from service.vocabulary import MIB, ActivitySource
+from service.collectors.nvml_events import open_xid_events, poll_xids
+from service.collectors.nvml_fields import GETTERS, GPM_FIELDS, NOT_SUPPORTED, text
+from service.vocabulary import ActivitySource
 
 log = logging.getLogger(__name__)
 
@@ -26,162 +27,10 @@ log = logging.getLogger(__name__)
 _DRIVER_ERRORS = {1, 9, 12, 18, 19, 999}  # UNINITIALIZED, DRIVER_NOT_LOADED, LIB_NOT_FOUND,
 # LIB_RM_VERSION_MISMATCH, IN_USE... and UNKNOWN
 _GPU_IS_LOST = 15
-_NOT_SUPPORTED = 3
 _NOT_FOUND = 6  # per-process utilisation: no sample since the timestamp asked for
-_TIMEOUT = 10
-_MAX_EVENTS_PER_POLL = 64
 GPM_MIN_INTERVAL_SECONDS = 0.1  # NVML needs this much between two GPM samples
 # Energy is a counter and its call costs ~5 ms: read every N-th cycle only.
 ENERGY_EVERY_CYCLES = 6
-
-
-@dataclass(frozen=True, slots=True)
-class GpmField:
-    """A canonical metric read from GPM: NVML_GPM_METRIC_<gpm> x ``scale`` is its value."""
-
-    metric: str
-    gpm: str
-    scale: float
-
-
-# Read in one nvmlGpmMetricsGet per GPU per cycle. Percentages become ratios; MiB/s bytes/s.
-GPM_FIELDS: tuple[GpmField, ...] = (
-    GpmField("sm_active", "SM_UTIL", 0.01),
-    GpmField("sm_occupancy", "SM_OCCUPANCY", 0.01),
-    GpmField("tensor_active", "ANY_TENSOR_UTIL", 0.01),
-    GpmField("dram_active", "DRAM_BW_UTIL", 0.01),
-    GpmField("gr_engine_active", "GRAPHICS_UTIL", 0.01),
-    GpmField("pcie_tx_bytes_per_second", "PCIE_TX_PER_SEC", MIB),
-    GpmField("pcie_rx_bytes_per_second", "PCIE_RX_PER_SEC", MIB),
-    GpmField("nvlink_tx_bytes_per_second", "NVLINK_TOTAL_TX_PER_SEC", MIB),
-    GpmField("nvlink_rx_bytes_per_second", "NVLINK_TOTAL_RX_PER_SEC", MIB),
-)
-
-
-def _utilization(lib: Any, h: Any) -> dict[str, float]:
-    u = lib.nvmlDeviceGetUtilizationRates(h)
-    return {"gpu_util": u.gpu / 100.0, "mem_copy_util": u.memory / 100.0}
-
-
-def _memory(lib: Any, h: Any) -> dict[str, float]:
-    mem = lib.nvmlDeviceGetMemoryInfo(h)
-    return {
-        "fb_used_bytes": int(mem.used),
-        "fb_total_bytes": int(mem.total),
-        "fb_free_bytes": int(mem.free),
-    }
-
-
-def _encoder(lib: Any, h: Any) -> dict[str, float]:
-    util, _period_us = lib.nvmlDeviceGetEncoderUtilization(h)
-    return {"enc_util": util / 100.0}
-
-
-def _decoder(lib: Any, h: Any) -> dict[str, float]:
-    util, _period_us = lib.nvmlDeviceGetDecoderUtilization(h)
-    return {"dec_util": util / 100.0}
-
-
-def _power(lib: Any, h: Any) -> dict[str, float]:
-    return {"power_watts": lib.nvmlDeviceGetPowerUsage(h) / 1000.0}
-
-
-def _temperature(lib: Any, h: Any) -> dict[str, float]:
-    return {"temperature_celsius": float(lib.nvmlDeviceGetTemperature(h, lib.NVML_TEMPERATURE_GPU))}
-
-
-def _sm_clock(lib: Any, h: Any) -> dict[str, float]:
-    return {"sm_clock_hz": lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM) * 1e6}
-
-
-def _energy(lib: Any, h: Any) -> dict[str, float]:
-    return {"energy_joules": lib.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0}
-
-
-def _remapped_rows(lib: Any, h: Any) -> dict[str, float]:
-    _corr, unc, _pending, failed = lib.nvmlDeviceGetRemappedRows(h)
-    return {"remapped_rows_uncorrectable": int(unc), "row_remap_failure": int(bool(failed))}
-
-
-def _pcie_replays(lib: Any, h: Any) -> dict[str, float]:
-    return {"pcie_replays": int(lib.nvmlDeviceGetPcieReplayCounter(h))}
-
-
-# NVML field ids (nvml.h NVML_FI_DEV_*) of the health counters read in one
-# nvmlDeviceGetFieldValues call, as DCGM reads them: field id -> canonical metric.
-HEALTH_FIELDS: dict[int, str] = {
-    4: "ecc_dbe_errors",  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL
-    30: "retired_pages_dbe",  # NVML_FI_DEV_RETIRED_DBE
-    31: "retired_pages_pending",  # NVML_FI_DEV_RETIRED_PENDING
-    38: "nvlink_crc_errors",  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
-    52: "nvlink_replay_errors",  # NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
-    59: "nvlink_recovery_errors",  # NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
-}
-# nvmlValue_t's member for each nvmlValueType_t (DOUBLE, UNSIGNED_INT, ... UNSIGNED_SHORT).
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-
-
-def _health(lib: Any, h: Any) -> dict[str, float]:
-    """The health counters the GPU supports; NOT_SUPPORTED (never asked again) if none."""
-    ids = list(HEALTH_FIELDS)
-    out: dict[str, float] = {}
-    for fv in lib.nvmlDeviceGetFieldValues(h, ids)[: len(ids)]:
-        metric = HEALTH_FIELDS.get(int(fv.fieldId))
-        if metric is None or fv.nvmlReturn != 0 or not 0 <= fv.valueType < len(_VALUE_MEMBERS):
-            continue
-        out[metric] = int(getattr(fv.value, _VALUE_MEMBERS[fv.valueType]))
-    if not out:
-        raise lib.NVMLError(_NOT_SUPPORTED)
-    return out
-
-
-def _clock_events(lib: Any, h: Any) -> dict[str, float]:
-    # Renamed from "throttle reasons" in driver 535; older nvidia-ml-py has the old name only.
-    get = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    if get is None:
-        get = lib.nvmlDeviceGetCurrentClocksThrottleReasons
-    return {"clocks_event_reasons": int(get(h))}
-
-
-@dataclass(frozen=True, slots=True)
-class Getter:
-    """One NVML call and the canonical metrics it yields.
-
-    ``key`` names the call once the GPU has said it does not support it (then it is never asked
-    again, unless ``ask_again``); a ``sparse`` call runs every ``energy_every_cycles``-th poll.
-    """
-
-    key: str
-    metrics: tuple[str, ...]
-    read: Callable[[Any, Any], dict[str, float]]
-    ask_again: bool = False
-    sparse: bool = False
-
-
-GETTERS: tuple[Getter, ...] = (
-    Getter("util", ("gpu_util", "mem_copy_util"), _utilization),
-    Getter("mem", ("fb_used_bytes", "fb_total_bytes", "fb_free_bytes"), _memory, ask_again=True),
-    # The video engines: nvmlDeviceGetUtilizationRates counts kernels only.
-    Getter("enc", ("enc_util",), _encoder),
-    Getter("dec", ("dec_util",), _decoder),
-    Getter("power", ("power_watts",), _power),
-    Getter("temp", ("temperature_celsius",), _temperature),
-    Getter("clock", ("sm_clock_hz",), _sm_clock),
-    Getter("energy", ("energy_joules",), _energy, sparse=True),
-    # Health counters change rarely; read with energy, every few polls.
-    Getter(
-        "remap",
-        ("remapped_rows_uncorrectable", "row_remap_failure"),
-        _remapped_rows,
-        sparse=True,
-    ),
-    Getter("replay", ("pcie_replays",), _pcie_replays, sparse=True),
-    Getter("health", tuple(HEALTH_FIELDS.values()), _health, sparse=True),
-    # The clocks' reasons change with the load: read every poll.
-    Getter("clocks_event", ("clocks_event_reasons",), _clock_events),
-)
-# Read from XID events, not a getter.
-EVENT_METRICS: tuple[str, ...] = ("xid_last",)
 
 
 def _load_pynvml() -> Any:
@@ -251,13 +100,15 @@ class NvmlBackend:
             self.close()
             raise BackendError(f"NVML enumeration failed: {exc}") from exc
         self._gpus = gpus
-        self._register_events()
+        self._events = open_xid_events(
+            self.lib, [(g.handle, g.device.uuid) for g in gpus if g.device.mig_parent_uuid is None]
+        )
 
     def _open_device(self, index: int) -> list[_Gpu]:
         lib = self.lib
         handle = lib.nvmlDeviceGetHandleByIndex(index)
-        uuid = _text(lib.nvmlDeviceGetUUID(handle))
-        model = _text(lib.nvmlDeviceGetName(handle))
+        uuid = text(lib.nvmlDeviceGetUUID(handle))
+        model = text(lib.nvmlDeviceGetName(handle))
         try:
             total = int(lib.nvmlDeviceGetMemoryInfo(handle).total)
         except lib.NVMLError:
@@ -278,7 +129,7 @@ class NvmlBackend:
         """The GPU's PCI bus id, as nvidia-smi and dcgm-exporter spell it (00000000:1A:00.0)."""
         lib = self.lib
         try:
-            return _text(lib.nvmlDeviceGetPciInfo(handle).busId)
+            return text(lib.nvmlDeviceGetPciInfo(handle).busId)
         except (lib.NVMLError, AttributeError):
             return None
 
@@ -293,16 +144,16 @@ class NvmlBackend:
     def _driver_version(self) -> str | None:
         lib = self.lib
         try:
-            return _text(lib.nvmlSystemGetDriverVersion())
+            return text(lib.nvmlSystemGetDriverVersion())
         except (lib.NVMLError, AttributeError):
             return None
 
     def _mig_identity(self, mig: Any, parent_uuid: str, model: str) -> tuple[str, str, int | None]:
         """(GPU Warden identity, model name, GPU instance id) of a MIG device handle."""
         lib = self.lib
-        mig_uuid = _text(lib.nvmlDeviceGetUUID(mig))
+        mig_uuid = text(lib.nvmlDeviceGetUUID(mig))
         try:
-            name = _text(lib.nvmlDeviceGetName(mig))
+            name = text(lib.nvmlDeviceGetName(mig))
         except lib.NVMLError:
             name = ""
         profile = profile_of(name)
@@ -324,7 +175,7 @@ class NvmlBackend:
             mig_total: int | None = int(lib.nvmlDeviceGetMemoryInfo(mig).total)
         except lib.NVMLError:
             mig_total = None
-        alias = _text(lib.nvmlDeviceGetUUID(mig))
+        alias = text(lib.nvmlDeviceGetUUID(mig))
         dev = Device(
             identity,
             index,
@@ -440,24 +291,6 @@ class NvmlBackend:
                 continue  # slot not populated
         return out
 
-    def _register_events(self) -> None:
-        lib = self.lib
-        try:
-            self._events = lib.nvmlEventSetCreate()
-        except lib.NVMLError as exc:
-            log.warning("XID events unavailable: %s", exc)
-            self._events = None
-            return
-        for g in self._gpus:
-            if g.device.mig_parent_uuid is not None:
-                continue
-            try:
-                lib.nvmlDeviceRegisterEvents(
-                    g.handle, lib.nvmlEventTypeXidCriticalError, self._events
-                )
-            except lib.NVMLError as exc:
-                log.info("XID events not supported on %s: %s", g.device.uuid, exc)
-
     def close(self) -> None:
         """Free GPM buffers and the event set, and shut NVML down (errors ignored)."""
         lib = self.lib
@@ -489,7 +322,7 @@ class NvmlBackend:
         if self._polls % self.mig_rescan_cycles == 0:
             self._rescan_migs()
         snap = Snapshot(ts=now)
-        xids = self._poll_xids()
+        xids = poll_xids(self.lib, self._events)
         for g in self._gpus:
             if g.device.lost:
                 continue
@@ -561,7 +394,7 @@ class NvmlBackend:
 
     def _field_failed(self, g: _Gpu, key: str, exc: Any) -> None:
         code = getattr(exc, "value", None)
-        if code == _NOT_SUPPORTED:
+        if code == NOT_SUPPORTED:
             g.unsupported.add(key)  # absent from now on, never asked again
             return
         if code == _GPU_IS_LOST or code in _DRIVER_ERRORS:
@@ -625,31 +458,6 @@ class NvmlBackend:
             pid: (min(sm / n / 100.0, 1.0), min(mem / n / 100.0, 1.0))
             for pid, (sm, mem, n) in sums.items()
         }
-
-    def _poll_xids(self) -> dict[str, float]:
-        """The last XID per GPU uuid since the previous poll (event set, timeout 0)."""
-        lib = self.lib
-        out: dict[str, float] = {}
-        if self._events is None:
-            return out
-        for _ in range(_MAX_EVENTS_PER_POLL):
-            try:
-                data = lib.nvmlEventSetWait_v2(self._events, 0)
-            except lib.NVMLError as exc:
-                if getattr(exc, "value", None) != _TIMEOUT:
-                    log.warning("XID event poll failed: %s", exc)
-                break
-            try:
-                uuid = _text(lib.nvmlDeviceGetUUID(data.device))
-            except lib.NVMLError:
-                continue
-            out[uuid] = float(data.eventData)
-            log.warning("XID %d on GPU %s", data.eventData, uuid)
-        return out
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def gpu_present(lib: Any = None) -> bool:

@@ -255,25 +255,22 @@ def _tensor(activity: float, p: GpuPeaks, conservative_speedup: float) -> Share:
         f"the datasheet's dense bf16 {p.bf16_dense_tflops:g} vs fp32 {p.fp32_tflops:g} TFLOPS "
         f"({ratio:.1f}x) is a ceiling no whole step reaches"
     )
-    if p.measured_tensor_speedup is not None:
-        gain = min(p.measured_tensor_speedup, ratio)
-        share = _clamp(activity * (1.0 - 1.0 / gain))
-        return Share(
-            share,
+    measured = p.measured_tensor_speedup
+    gain = min(measured if measured is not None else conservative_speedup, ratio)
+    share = _clamp(activity * (1.0 - 1.0 / gain))
+    if measured is not None:
+        why = (
             f"SM activity {activity:.3f} x (1 - 1/{gain:.1f}) = {share:.0%}: fp32 matrix maths "
             f"ran {gain:.1f}x faster on tensor cores ({MEASURED_TENSOR_SOURCE}); {datasheet}; "
-            f"work other than matrix maths speeds up less",
-            False,
+            f"work other than matrix maths speeds up less"
         )
-    gain = min(conservative_speedup, ratio)
-    share = _clamp(activity * (1.0 - 1.0 / gain))
-    return Share(
-        share,
-        f"SM activity {activity:.3f} x (1 - 1/{gain:g}) = {share:.0%}: a conservative {gain:g}x "
-        f"(setting fix_tensor_speedup), as no speed-up was measured on this model; {datasheet}, "
-        f"and fp32 GEMMs measured 11.7x on an H200",
-        False,
-    )
+    else:
+        why = (
+            f"SM activity {activity:.3f} x (1 - 1/{gain:g}) = {share:.0%}: a conservative "
+            f"{gain:g}x (setting fix_tensor_speedup), as no speed-up was measured on this model; "
+            f"{datasheet}, and fp32 GEMMs measured 11.7x on an H200"
+        )
+    return Share(share, why, False)
 
 
 def _memory(dram: float, speedup: float, t: Targets) -> Share:

@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from service.db import tenants_repo
+from service.db import tenant_marks
 from service.db.dialect import insert_ignore
 from service.db.schema import gpus, job_conflicts, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
@@ -198,7 +198,7 @@ def _add_api_intervals(
         ],
     )
     for gpu_id in added:  # minutes shared with other jobs get tenant rows
-        tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=job_id, start=started_at, end=ended_at)
+        tenant_marks.mark_shared(conn, gpu_id=gpu_id, job_id=job_id, start=started_at, end=ended_at)
 
 
 def end_earlier_jobs(
@@ -239,7 +239,7 @@ def end_earlier_jobs(
         return []
     closing = list(set(conn.execute(select(job_gpus.c.gpu_id).where(cond)).scalars()))
     conn.execute(update(job_gpus).where(cond).values(ended_at=started_at))
-    tenants_repo.mark_after(conn, gpu_ids=closing, since=started_at)
+    tenant_marks.mark_after(conn, gpu_ids=closing, since=started_at)
     for ghost in ghosts:
         still_open = conn.execute(
             select(job_gpus.c.id).where(job_gpus.c.job_id == ghost, job_gpus.c.ended_at.is_(None))
@@ -278,7 +278,7 @@ def end_job(
         cond = and_(cond, job_gpus.c.registered_node == only_node)
     closing = list(conn.execute(select(job_gpus.c.gpu_id).where(cond)).scalars())
     closed = conn.execute(update(job_gpus).where(cond).values(ended_at=ended_at)).rowcount
-    tenants_repo.mark_after(conn, gpu_ids=closing, since=ended_at)
+    tenant_marks.mark_after(conn, gpu_ids=closing, since=ended_at)
     if only_node is not None and not closed:
         return  # this node's part had ended already; the job's own end is not its to move
     still_open = conn.execute(

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
-from service.db import tenants_repo
+from service.db import tenant_marks
 from service.db.dialect import insert_ignore
 from service.db.schema import gpu_processes, gpus, job_gpus, jobs, nodes
 
@@ -220,7 +220,7 @@ def _open_interval(
         ]
         if not others_since:
             conn.execute(update(job_gpus).where(job_gpus.c.id == latest.id).values(ended_at=None))
-            tenants_repo.mark_shared(
+            tenant_marks.mark_shared(
                 conn, gpu_id=gpu_id, job_id=s.job_id, start=latest.ended_at, end=None
             )
             return "reopened"
@@ -234,7 +234,7 @@ def _open_interval(
             registered_node=node,
         )
     )
-    tenants_repo.mark_shared(conn, gpu_id=gpu_id, job_id=s.job_id, start=s.first, end=None)
+    tenant_marks.mark_shared(conn, gpu_id=gpu_id, job_id=s.job_id, start=s.first, end=None)
     return "opened"
 
 
@@ -266,7 +266,7 @@ def close_unseen(conn: Connection, *, now: datetime, grace_seconds: float) -> in
         conn.execute(
             update(job_gpus).where(job_gpus.c.id == r.id).values(ended_at=last or r.started_at)
         )
-        tenants_repo.mark_after(conn, gpu_ids=[r.gpu_id], since=last or r.started_at)
+        tenant_marks.mark_after(conn, gpu_ids=[r.gpu_id], since=last or r.started_at)
         closed_jobs.add(r.job_id)
         closed += 1
     if closed_jobs:

@@ -7,7 +7,6 @@ tokens they need themselves, so one command shows GPUs, jobs and waste.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -17,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +25,7 @@ from service.collectors.agent import Agent, backfill
 from service.collectors.backend import Backend
 from service.collectors.runner import agent_state, build_agent, make_backend, node_name
 from service.collectors.simulated import SCENARIOS, SimulatedBackend
-from service.db import policies_repo, tokens_repo
+from service.db import policies_repo
 from service.db.engine import check_database, service_engine
 from service.db.migrate import upgrade
 from service.db.schema import prices
@@ -47,11 +45,11 @@ from service.local.run import (
     LocalRun,
     forget_running,
     local_database_url,
-    read_json,
     record_running,
     state_dir,
-    write_private,
 )
+from service.local.sink import LocalSink, start_local_sink
+from service.local.tokens import own_tokens
 from service.settings import Settings
 from service.thresholds.default_policies import default_policies
 from service.thresholds.policy import ChannelSpec
@@ -78,14 +76,6 @@ class LocalNode:
     history_shipped: threading.Event = field(default_factory=threading.Event)
 
 
-def _token(engine: Engine, role: str, node: str | None, name: str) -> str:
-    with engine.begin() as conn:
-        secret, _ = tokens_repo.create_token(
-            conn, role=tokens_repo.Role(role), node=node, name=name, now=datetime.now(UTC)
-        )
-    return secret
-
-
 def check_port_free(host: str, port: int) -> None:
     """ConfigError at once if ``host:port`` cannot be listened on (before any banner or token)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -98,100 +88,6 @@ def check_port_free(host: str, port: int) -> None:
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}): is another gpuwarden "
                 "serve, up or demo running? Stop it, or pass --port"
             ) from None
-
-
-def _own_tokens(
-    engine: Engine, path: Path, wanted: dict[str, tuple[str, str, str | None]]
-) -> dict[str, str]:
-    """The tokens ``up`` or ``demo`` needs, by key -> (role, name, node): the last run's when
-    they still work, else new ones.
-
-    Each run used to mint new tokens and leave the old ones valid; now the secrets are kept in
-    the state directory (owner-only) and reused, and tokens of these names that cannot be reused
-    are revoked before new ones are made.
-    """
-    kept = read_json(path) or {}
-    with engine.connect() as conn:
-        working = {}
-        for key, (role, _, node) in wanted.items():
-            secret = kept.get(key)
-            info = tokens_repo.authenticate(conn, token=secret) if isinstance(secret, str) else None
-            if info is not None and info.role.value == role and info.node == node:
-                working[key] = str(secret)
-    if len(working) == len(wanted):
-        return working
-    now = datetime.now(UTC)
-    names = {name for _, name, _ in wanted.values()}
-    with engine.begin() as conn:
-        for info in tokens_repo.list_tokens(conn):
-            if info.revoked_at is None and info.name in names:
-                tokens_repo.revoke_token(conn, token_id=info.id, now=now)
-    fresh = {key: _token(engine, role, node, name) for key, (role, name, node) in wanted.items()}
-    write_private(path, fresh)
-    return fresh
-
-
-class _SinkHandler(BaseHTTPRequestHandler):
-    """Appends each notification POSTed to it as one readable line to the server's log file."""
-
-    server: _Sink
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        try:
-            body = json.loads(self.rfile.read(min(length, 1 << 20)))
-            doc = body.get("data", body)  # a Standard Webhooks payload: the alert is its data
-            # The summary already says the job's waste so far (an alert's and a notice's alike).
-            line = str(doc.get("summary") or doc) + self.server.from_history(doc)
-        except (ValueError, AttributeError, TypeError):
-            line = "a notification that was not JSON"
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        with self.server.lock, self.server.log_path.open("a") as f:
-            f.write(f"{stamp} {line}\n")
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the log file is the record."""
-
-
-class _Sink(ThreadingHTTPServer):
-    """The local notification sink of ``up`` and ``demo``: a log of the notifications received."""
-
-    def __init__(self, log_path: Path) -> None:
-        super().__init__(("127.0.0.1", 0), _SinkHandler)
-        self.log_path = log_path
-        self.lock = threading.Lock()
-        # Notifications about events before this time come from the demo's replayed history.
-        self.history_until: datetime | None = None
-
-    def from_history(self, doc: dict[str, Any]) -> str:
-        """`` (from history: fired at 00:31:05Z)`` for an event before ``history_until``; never
-        for a ladder notice, whose step is taken live even on an alert that fired in history."""
-        if doc.get("kind") == "notice":
-            return ""
-        resolved = doc.get("state") == "resolved"
-        text = doc.get("resolved_at" if resolved else "fired_at")
-        if self.history_until is None or not isinstance(text, str):
-            return ""
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        if at >= self.history_until:
-            return ""
-        return f" (from history: {'resolved' if resolved else 'fired'} at {at:%H:%M:%S}Z)"
-
-    @property
-    def url(self) -> str:
-        """Where the channel posts."""
-        return f"http://127.0.0.1:{self.server_address[1]}/notifications"
-
-
-def start_local_sink(log_path: Path) -> _Sink:
-    """Serve the local notification sink on a free loopback port in a daemon thread."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.touch()
-    sink = _Sink(log_path)
-    threading.Thread(target=sink.serve_forever, name="notification-log", daemon=True).start()
-    return sink
 
 
 def install_default_alerting(engine: Engine, sink_url: str) -> int:
@@ -366,7 +262,7 @@ def _local_settings(settings: Settings, command: str) -> Settings:
     return settings.model_copy(update=update)
 
 
-def _prepare(settings: Settings, command: str) -> tuple[Settings, Engine, Path, _Sink]:
+def _prepare(settings: Settings, command: str) -> tuple[Settings, Engine, Path, LocalSink]:
     """What ``up`` and ``demo`` share: the port checked first, the config, database, sink."""
     check_port_free(settings.host, settings.port)
     if settings.config is not None:
@@ -393,7 +289,7 @@ def run_up(settings: Settings) -> int:
     backend: Backend = make_backend(
         settings, hostname=hostname, simulate_without_gpu=True, state=agent_files
     )
-    tokens = _own_tokens(
+    tokens = own_tokens(
         engine,
         state / "up-tokens.json",
         {
@@ -533,7 +429,7 @@ def run_demo(
     spools = settings.model_copy(
         update={"state_dir": Path(tempfile.mkdtemp(prefix="gpuwarden-demo-"))}
     )
-    tokens = _own_tokens(
+    tokens = own_tokens(
         engine,
         state / "demo-tokens.json",
         {

@@ -4,7 +4,7 @@ energy and hardware faults; and what a job alert says of the job, read from it."
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from functools import reduce
 from operator import add
@@ -16,13 +16,8 @@ from service.core import diagnosis
 from service.core.admin_comment import verdict_line
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.prices import PriceRow
-from service.costs.recommend import (
-    GpuUse,
-    Recommendation,
-    recommend_job,
-    total_saving_usd,
-    with_model,
-)
+from service.costs.recommend import Recommendation, total_saving_usd, with_model
+from service.costs.rightsizing import GpuUse, recommend_job
 from service.costs.waste import Summary, summarize
 from service.db import jobs_repo
 from service.db.costing import costs_repo
@@ -69,15 +64,7 @@ class JobEnergy:
 
     def as_dict(self) -> dict[str, Any]:
         """The API's form of the energy."""
-        return {
-            "kwh": self.kwh,
-            "usd": self.usd,
-            "idle_kwh": self.idle_kwh,
-            "idle_usd": self.idle_usd,
-            "usd_per_kwh": self.usd_per_kwh,
-            "source": self.source,
-            "by_cause_kwh": self.by_cause_kwh,
-        }
+        return asdict(self)  # every field, in their order
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from sqlalchemy import Engine
 
 from tests.alerting_support import (
     add_job,
@@ -89,6 +90,30 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def am_channel(engine: Engine, http: httpx.Client, am: str) -> tuple[dict[str, str], str]:
+    """Admin headers and an agent token of node-a, after making channel "am" post to ``am``."""
+    admin = auth(make_token(engine, "admin"))
+    agent = make_token(engine, "agent", "node-a")
+    channel = {"name": "am", "type": "alertmanager", "url": am}
+    assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+    return admin, agent
+
+
+def hot_gpu_policy(severity: str) -> dict[str, object]:
+    """Policy "hot-gpu": a GPU above 85 C over 5 s fires at once, to channel "am"."""
+    return {
+        "name": "hot-gpu", "metric": "temperature_celsius", "aggregate": "avg",
+        "window": "5s", "op": ">", "threshold": 85, "for": "0s", "scope": "gpu",
+        "severity": severity, "channels": ["am"],
+    }  # fmt: skip
+
+
+def report_hot(http: httpx.Client, agent: str) -> None:
+    """One sample of GPU-a0 at 91 C, a second ago."""
+    now = datetime.now(UTC) - timedelta(seconds=1)
+    ingest(http, agent, start=now, count=1, metrics={"temperature_celsius": 91.0})
+
+
 def am_alerts(am: str) -> list[dict]:  # type: ignore[type-arg]
     r = httpx.get(am + "/api/v2/alerts", params={"filter": 'alertname="hot-gpu"'}, timeout=5)
     r.raise_for_status()
@@ -100,23 +125,8 @@ def test_hot_gpu_alert_lives_in_alertmanager(engine, alertmanager: str) -> None:
         running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
         httpx.Client(base_url=url) as http,
     ):
-        admin = auth(make_token(engine, "admin"))
-        agent = make_token(engine, "agent", "node-a")
-        channel = {"name": "am", "type": "alertmanager", "url": alertmanager}
-        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
-        policy = {
-            "name": "hot-gpu",
-            "metric": "temperature_celsius",
-            "aggregate": "avg",
-            "window": "5s",
-            "op": ">",
-            "threshold": 85,
-            "for": "0s",
-            "scope": "gpu",
-            "severity": "warning",
-            "channels": ["am"],
-            "description": "GPU core above 85 C",
-        }
+        admin, agent = am_channel(engine, http, alertmanager)
+        policy = {**hot_gpu_policy("warning"), "description": "GPU core above 85 C"}
         assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
         ingest(
             http,
@@ -207,10 +217,7 @@ def test_shipped_config_groups_per_job_and_inhibits_idle_on_a_faulty_gpu(
         running_service(engine, alertmanager_resend_seconds=60.0) as (url, _ctx),
         httpx.Client(base_url=url) as http,
     ):
-        admin = auth(make_token(engine, "admin"))
-        agent = make_token(engine, "agent", "node-a")
-        channel = {"name": "am", "type": "alertmanager", "url": am}
-        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+        admin, agent = am_channel(engine, http, am)
 
         def report(xid: int | None = None) -> None:
             now = datetime.now(UTC) - timedelta(seconds=1)
@@ -289,24 +296,13 @@ def test_a_firing_alert_keeps_its_labels_in_alertmanager_after_its_job_ends(
         running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
         httpx.Client(base_url=url) as http,
     ):
-        admin = auth(make_token(engine, "admin"))
-        agent = make_token(engine, "agent", "node-a")
-        channel = {"name": "am", "type": "alertmanager", "url": alertmanager}
-        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
-        policy = {
-            "name": "hot-gpu", "metric": "temperature_celsius", "aggregate": "avg",
-            "window": "5s", "op": ">", "threshold": 85, "for": "0s", "scope": "gpu",
-            "severity": "critical", "channels": ["am"],
-        }  # fmt: skip
+        admin, agent = am_channel(engine, http, alertmanager)
+        policy = hot_gpu_policy("critical")
         assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
 
-        def hot() -> None:
-            now = datetime.now(UTC) - timedelta(seconds=1)
-            ingest(http, agent, start=now, count=1, metrics={"temperature_celsius": 91.0})
-
-        hot()
+        report_hot(http, agent)
         add_job(engine, "slurm:7", ("GPU-a0",), started_at=datetime.now(UTC) - timedelta(minutes=1))
-        hot()
+        report_hot(http, agent)
         (fired,) = wait_until(lambda: am_alerts(alertmanager), timeout=20)
         assert fired["labels"]["job_id"] == "slurm:7"
         ended = {"ended_at": datetime.now(UTC).isoformat()}
@@ -317,7 +313,7 @@ def test_a_firing_alert_keeps_its_labels_in_alertmanager_after_its_job_ends(
         first_ends = datetime.fromisoformat(fired["endsAt"])
 
         def past_first_ends() -> bool:
-            hot()
+            report_hot(http, agent)
             return datetime.now(UTC) > first_ends + timedelta(seconds=1)
 
         wait_until(past_first_ends, timeout=60, every=1.0)
@@ -437,6 +433,25 @@ def keep_muted_past_expiry(
     return alert
 
 
+@contextmanager
+def notify_all_am(
+    engine: Engine, tmp_path: Path, receiver: Receiver
+) -> Iterator[tuple[httpx.Client, str, dict[str, str], str]]:
+    """A service sending to channel "am", a real Alertmanager that notifies ``receiver`` of every
+    alert: (client of the service, Alertmanager's URL, admin headers, agent token of node-a).
+
+    Alerts are re-sent every second, so endsAt is 4 s ahead: a muted alert not re-sent expires
+    within 4 s.
+    """
+    with (
+        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
+        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
+        httpx.Client(base_url=url) as http,
+    ):
+        admin, agent = am_channel(engine, http, am)
+        yield http, am, admin, agent
+
+
 def alerts_of(am: str, policy: str) -> list[dict]:  # type: ignore[type-arg]
     r = httpx.get(am + "/api/v2/alerts", params={"filter": f'policy="{policy}"'}, timeout=5)
     r.raise_for_status()
@@ -447,28 +462,11 @@ def test_a_silence_in_gpu_warden_never_reaches_alertmanager_as_a_resolution(
     engine, tmp_path: Path
 ) -> None:
     receiver = Receiver()
-    with (
-        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
-        # endsAt is 4 resend periods ahead: a muted alert not re-sent expires within 4 s.
-        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
-        httpx.Client(base_url=url) as http,
-    ):
-        admin = auth(make_token(engine, "admin"))
-        agent = make_token(engine, "agent", "node-a")
-        channel = {"name": "am", "type": "alertmanager", "url": am}
-        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
-        policy = {
-            "name": "hot-gpu", "metric": "temperature_celsius", "aggregate": "avg",
-            "window": "5s", "op": ">", "threshold": 85, "for": "0s", "scope": "gpu",
-            "severity": "warning", "channels": ["am"],
-        }  # fmt: skip
+    with notify_all_am(engine, tmp_path, receiver) as (http, am, admin, agent):
+        policy = hot_gpu_policy("warning")
         assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
 
-        def hot() -> None:
-            now = datetime.now(UTC) - timedelta(seconds=1)
-            ingest(http, agent, start=now, count=1, metrics={"temperature_celsius": 91.0})
-
-        hot()
+        report_hot(http, agent)
         (fired,) = wait_until(lambda: alerts_of(am, "hot-gpu"), timeout=20)
         wait_until(lambda: receiver.received, timeout=20)
         assert "gpuwarden_muted" not in fired["annotations"]
@@ -477,7 +475,7 @@ def test_a_silence_in_gpu_warden_never_reaches_alertmanager_as_a_resolution(
                    "ends_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}  # fmt: skip
         r = http.post("/api/v1/silences", json=silence, headers=admin)
         assert r.status_code == 201, r.text
-        muted = keep_muted_past_expiry(am, "hot-gpu", hot, receiver)
+        muted = keep_muted_past_expiry(am, "hot-gpu", lambda: report_hot(http, agent), receiver)
         # The same alert (label set, start), marked as muted here; still firing in GPU Warden.
         assert muted["fingerprint"] == fired["fingerprint"]
         assert muted["startsAt"] == fired["startsAt"]
@@ -489,7 +487,7 @@ def test_a_silence_in_gpu_warden_never_reaches_alertmanager_as_a_resolution(
         assert http.delete(f"/api/v1/silences/{r.json()['id']}", headers=admin).status_code == 204
 
         def unmuted() -> dict | None:  # type: ignore[type-arg]
-            hot()
+            report_hot(http, agent)
             (alert,) = alerts_of(am, "hot-gpu")
             return None if "gpuwarden_muted" in alert["annotations"] else alert
 
@@ -503,15 +501,7 @@ def test_a_job_alert_suppressed_by_a_lost_gpu_stays_firing_in_alertmanager(
     engine, tmp_path: Path
 ) -> None:
     receiver = Receiver()
-    with (
-        run_alertmanager(tmp_path, NOTIFY_ALL_CONFIG.format(url=receiver.url + "/am")) as am,
-        running_service(engine, alertmanager_resend_seconds=1.0) as (url, _ctx),
-        httpx.Client(base_url=url) as http,
-    ):
-        admin = auth(make_token(engine, "admin"))
-        agent = make_token(engine, "agent", "node-a")
-        channel = {"name": "am", "type": "alertmanager", "url": am}
-        assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
+    with notify_all_am(engine, tmp_path, receiver) as (http, am, admin, agent):
 
         def report(lost: bool = False) -> None:
             batch = make_batch(

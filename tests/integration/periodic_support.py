@@ -16,17 +16,11 @@ from tests.alerting_support import auth
 from tests.conftest import make_token
 from tests.integration.cost_data import roll_up, store_series, worked_example_metrics
 from tests.receivers import Receiver
+from tests.smtp_support import SmtpServer
 from tests.support import FakeClock, iso, live_server
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # alice's job: 06:00-07:00 on Wednesday
 BOB_AT = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)  # bob's job, the week before
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture
@@ -68,3 +62,16 @@ def service_settings(engine: Engine, **overrides: Any) -> Settings:
         report_channels="hook",
         **overrides,
     )
+
+
+def mail_the_owners(http: httpx.Client, ctx: Any, smtp: SmtpServer) -> None:
+    """Reports go by mail (channel "mail") to ``smtp``: alice, team vision and the admins have
+    addresses, bob none."""
+    smtp.send_here(ctx.settings)
+    assert http.post("/api/v1/channels", json={"name": "mail", "type": "email"}).status_code == 201
+    for entry in (
+        {"kind": "user", "name": "alice", "email": "alice@example.org", "team": "vision"},
+        {"kind": "team", "name": "vision", "email": "vision@example.org"},
+        {"kind": "admins", "name": "admins", "email": "gpu-admins@example.org"},
+    ):
+        assert http.post("/api/v1/owners", json=entry).status_code == 201

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,13 +26,6 @@ from service.settings import Settings
 from tests.receivers import Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"action-webhook-test-key-32bytes!").decode()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def settings(**kw: object) -> Settings:

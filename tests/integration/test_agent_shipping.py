@@ -12,11 +12,10 @@ from sqlalchemy import Engine, func, select
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.batch import encode
-from service.collectors.shipper import Shipper
 from service.collectors.simulated import SimulatedBackend
 from service.collectors.spool import Spool
 from service.db.schema import gpus, samples
-from tests.agent_support import Wire, make_agent
+from tests.agent_support import Wire, make_agent, mock_shipper
 from tests.support import FakeClock, free_port, live_server
 
 
@@ -154,11 +153,7 @@ def test_plain_400_is_dead_lettered_once_and_later_batches_still_flow(tmp_path: 
     agent = Agent(
         config=AgentConfig(hostname="n", labels={}, dead_letter_path=tmp_path / "dl.jsonl"),
         backend=backend,
-        shipper=Shipper(
-            central_url="http://central",
-            token="t",
-            client=httpx.Client(transport=httpx.MockTransport(handler)),
-        ),
+        shipper=mock_shipper(handler),
         spool=Spool(tmp_path / "s.sqlite"),
         clock=clock,
     )

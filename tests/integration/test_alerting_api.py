@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Engine, select
 from standardwebhooks.webhooks import Webhook
 
 from service.db.schema import outbox
@@ -108,31 +108,40 @@ def test_silences(http: httpx.Client, tokens, clock: FakeClock) -> None:
     assert http.delete("/api/v1/silences/999", headers=admin).status_code == 404
 
 
+def _low_sm_job(
+    http: httpx.Client,
+    engine: Engine,
+    tokens: dict[str, str],
+    start: datetime,
+    hook: dict[str, str],
+    job_id: str,
+    metrics: dict[str, float],
+) -> datetime:
+    """Channel ``hook`` and the low-SM policy sending to it; job ``job_id`` on GPU-a0 and GPU-a1
+    with ``metrics`` for 4 minutes from ``start``; returns ``start``."""
+    admin = auth(tokens["admin"])
+    assert http.post("/api/v1/channels", json=hook, headers=admin).status_code == 201
+    policy = low_sm_policy(["hook"])
+    assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    ingest(http, tokens["agent"], start=start, count=24, metrics=metrics,
+           gpu_uuids=("GPU-a0", "GPU-a1"))  # fmt: skip
+    add_job(engine, job_id, ("GPU-a0", "GPU-a1"), started_at=start)
+    return start
+
+
 def test_job_alert_fires_notifies_signed_and_resolves(
     app, http: httpx.Client, tokens, engine, clock: FakeClock
 ) -> None:
     ctx = app.state.ctx
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"
     ctx.settings.public_url = "https://warden.example"
-    admin, agent = auth(tokens["admin"]), tokens["agent"]
+    agent = tokens["agent"]
     receiver = Receiver()
     try:
         hook = {"name": "hook", "type": "webhook", "url": receiver.url + "/in", "secret": SECRET}
-        assert http.post("/api/v1/channels", json=hook, headers=admin).status_code == 201
-        assert (
-            http.post("/api/v1/policies", json=low_sm_policy(["hook"]), headers=admin).status_code
-            == 201
-        )
-        start = clock() - timedelta(minutes=4)
-        ingest(
-            http,
-            agent,
-            start=start,
-            count=24,
-            metrics={"sm_active": 0.1, "gpu_util": 0.3, "fb_used_bytes": 2**34},
-            gpu_uuids=("GPU-a0", "GPU-a1"),
-        )
-        add_job(engine, "slurm:42", ("GPU-a0", "GPU-a1"), started_at=start)
+        low = {"sm_active": 0.1, "gpu_util": 0.3, "fb_used_bytes": 2**34}
+        start = _low_sm_job(http, engine, tokens, clock() - timedelta(minutes=4), hook,
+                            "slurm:42", low)  # fmt: skip
         add_price(engine, "*H100*", 4.0, start)
         from service.usecases.upkeep import rollup_once
 
@@ -386,23 +395,9 @@ def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
 
     ctx = app.state.ctx
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"
-    admin = auth(tokens["admin"])
     hook = {"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/in"}  # never drained
-    assert http.post("/api/v1/channels", json=hook, headers=admin).status_code == 201
-    assert (
-        http.post("/api/v1/policies", json=low_sm_policy(["hook"]), headers=admin).status_code
-        == 201
-    )
-    start = clock() - timedelta(minutes=4)
-    ingest(
-        http,
-        tokens["agent"],
-        start=start,
-        count=24,
-        metrics={"sm_active": 0.1},
-        gpu_uuids=("GPU-a0", "GPU-a1"),
-    )
-    add_job(engine, "slurm:43", ("GPU-a0", "GPU-a1"), started_at=start)
+    _low_sm_job(http, engine, tokens, clock() - timedelta(minutes=4), hook, "slurm:43",
+                {"sm_active": 0.1})  # fmt: skip
     asked: list[str] = []
 
     def broken_dollars(conn: Connection, *, job_id: str, **_: object) -> dict[str, object]:

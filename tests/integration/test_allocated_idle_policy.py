@@ -27,9 +27,9 @@ def _shipped(name: str) -> dict[str, Any]:
     return doc | {"channels": ["log"]}
 
 
-def test_allocated_idle_gpu_fires_on_an_empty_allocation(
-    app, http: httpx.Client, tokens, engine, clock: FakeClock
-) -> None:
+def _with_shipped_policy(app: Any, http: httpx.Client, tokens: dict[str, str]) -> tuple[Any, str]:
+    """The shipped allocated-idle-gpu policy in place, sending to a channel nobody drains:
+    (the service context, the agent token)."""
     ctx = app.state.ctx
     admin, agent = auth(tokens["admin"]), tokens["agent"]
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"
@@ -37,6 +37,13 @@ def test_allocated_idle_gpu_fires_on_an_empty_allocation(
     assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
     policy = _shipped("allocated-idle-gpu")
     assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    return ctx, agent
+
+
+def test_allocated_idle_gpu_fires_on_an_empty_allocation(
+    app, http: httpx.Client, tokens, engine, clock: FakeClock
+) -> None:
+    ctx, agent = _with_shipped_policy(app, http, tokens)
     start = clock() - timedelta(minutes=70)
     # GPU-a0: nothing running, only the driver's 0.5 GiB; GPU-a1: 20 GiB held, nothing running.
     ingest(
@@ -115,13 +122,7 @@ def test_allocated_idle_gpu_fires_on_a_job_idle_beside_a_busy_one(
 ) -> None:
     """On a GPU two jobs share, the GPU is busy with one job's kernels; the other job holds it
     and runs nothing: its own tenant rows say idle_empty, and the job-scope policy reads them."""
-    ctx = app.state.ctx
-    admin, agent = auth(tokens["admin"]), tokens["agent"]
-    ctx.settings.webhook_allow_nets = "127.0.0.0/8"
-    channel = {"name": "log", "type": "webhook", "url": "http://127.0.0.1:9/in"}
-    assert http.post("/api/v1/channels", json=channel, headers=admin).status_code == 201
-    policy = _shipped("allocated-idle-gpu")
-    assert http.post("/api/v1/policies", json=policy, headers=admin).status_code == 201
+    ctx, agent = _with_shipped_policy(app, http, tokens)
     start = clock() - timedelta(minutes=70)
     ingest(http, agent, start=start, count=1, gpu_uuids=("GPU-s0",), metrics=BUSY)
     add_job(engine, BUSY_JOB, ("GPU-s0",), started_at=start)

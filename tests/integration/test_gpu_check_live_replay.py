@@ -31,13 +31,21 @@ CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 SINGLE_CAUSE = tuple(c.label for c in WASTE_CAUSES)
 
 
-def test_each_live_job_gets_its_fix_and_the_mig_sized_job_a_slice(
+def _replay_advice(
     app: Any, http: httpx.Client, engine: Any, clock: FakeClock
-) -> None:
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The advice check's recorded agent output replayed: (job id by phase, reader headers)."""
     result = json.loads((CHECK / "advice_result.json").read_text())
     by_phase = {ph["phase"]: ph["job"] for ph in result["phases"]}
     recorded = {ph["job"]: result["jobs"][ph["phase"]] for ph in result["phases"]}
     reader = _replay(app, http, engine, clock, CHECK / "advice_agent_output.jsonl", recorded)
+    return by_phase, reader
+
+
+def test_each_live_job_gets_its_fix_and_the_mig_sized_job_a_slice(
+    app: Any, http: httpx.Client, engine: Any, clock: FakeClock
+) -> None:
+    by_phase, reader = _replay_advice(app, http, engine, clock)
     jobs = {}
     for phase, job_id in by_phase.items():
         r = http.get(f"/api/v1/jobs/{job_id}", headers=reader)
@@ -130,10 +138,7 @@ def test_three_live_tenants_reconcile_under_every_rule(
 def test_each_live_jobs_waste_is_its_fixes_savings_and_the_bf16_job_wastes_its_start_only(
     app: Any, http: httpx.Client, engine: Any, clock: FakeClock
 ) -> None:
-    result = json.loads((CHECK / "advice_result.json").read_text())
-    by_phase = {ph["phase"]: ph["job"] for ph in result["phases"]}
-    recorded = {ph["job"]: result["jobs"][ph["phase"]] for ph in result["phases"]}
-    reader = _replay(app, http, engine, clock, CHECK / "advice_agent_output.jsonl", recorded)
+    by_phase, reader = _replay_advice(app, http, engine, clock)
     jobs = {
         phase: http.get(f"/api/v1/jobs/{job_id}", headers=reader).json()
         for phase, job_id in by_phase.items()

@@ -9,7 +9,6 @@ still arrives through a real SMTP server."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
@@ -44,17 +43,9 @@ ALICE = OwnerEntry(kind="user", name="alice", email="alice@example.org")
 
 
 @pytest.fixture
-def smtp() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def ctx(app: Any, smtp: SmtpServer) -> Any:
     ctx = app.state.ctx
-    for key, value in smtp.settings().items():
-        setattr(ctx.settings, key, value)
+    smtp.send_here(ctx.settings)
     ctx.settings.public_url = "https://warden.example"
     return ctx
 

@@ -22,12 +22,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine, insert
 
-from service.api.app import create_app
 from service.clock import utc_now
 from service.db.schema import gpus, job_gpus, prices
-from service.settings import Settings
 from tests.integration.metrics_support import add_job
-from tests.support import live_server, make_batch, prometheus_server
+from tests.support import make_batch, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "grafana" / "dashboards" / "job-efficiency.json"
@@ -42,12 +40,6 @@ STOCK = {
     "fb_used_bytes": 20 * GIB,
     "power_watts": 250.0,
 }
-
-
-@pytest.fixture
-def central(settings: Settings, engine: Engine) -> Iterator[str]:
-    with live_server(create_app(settings, engine=engine)) as url:
-        yield url
 
 
 @pytest.fixture

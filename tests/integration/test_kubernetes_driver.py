@@ -561,13 +561,6 @@ def test_the_rbac_check_has_teeth():
         rbac_grants([{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}])
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
-
-
 def pod_ladder(
     app: Any, engine: Engine, clock: FakeClock, receiver: Receiver, driver: KubernetesDriver
 ) -> LadderWorld:

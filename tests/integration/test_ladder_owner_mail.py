@@ -3,11 +3,9 @@ was seen, the dollars, what was done and what comes next and when, once per step
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine
 
 from service.db import notices_repo, owners_repo, policies_repo
@@ -23,18 +21,10 @@ from tests.support import FakeClock
 JOB = "slurm:5150"
 
 
-@pytest.fixture
-def smtp() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    yield server
-    server.close()
-
-
 def _world(app: Any, engine: Engine, clock: FakeClock, smtp: SmtpServer, *, dry_run: bool,
            receiver: Receiver) -> LadderWorld:  # fmt: skip
     ctx = app.state.ctx
-    for key, value in smtp.settings().items():
-        setattr(ctx.settings, key, value)
+    smtp.send_here(ctx.settings)
     w = LadderWorld(ctx, engine, clock, receiver, {"slurm": RecordingDriver()})
     w.samples(1, IDLE_HELD)
     policy = idle_policy({"steps": STEPS, "dry_run": dry_run}, channels=["owner"])
@@ -49,13 +39,6 @@ def _world(app: Any, engine: Engine, clock: FakeClock, smtp: SmtpServer, *, dry_
             owners_repo.put_owner(conn, entry=entry, source="api", now=clock())
     add_job(engine, JOB, w.gpus, started_at=clock() - timedelta(minutes=1))
     return w
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def test_each_step_mails_the_owner_once_with_what_comes_next(

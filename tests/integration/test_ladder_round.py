@@ -4,7 +4,6 @@ retried, never repeated; a failing driver is retried later; an ended job is left
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -19,13 +18,6 @@ from tests.receivers import Receiver
 from tests.support import FakeClock
 
 JOB = "slurm:4242"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest.fixture

@@ -30,13 +30,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
 def job(
     cluster: Cluster, server: str, http: httpx.Client, tokens: dict[str, str], engine: Engine,
     clock: FakeClock,

@@ -16,14 +16,10 @@ from service.db import policies_repo, tokens_repo
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
 from service.errors import ConfigError, ValidationFailed
-from service.local.launcher import (
-    LOCAL_CHANNEL,
-    _own_tokens,
-    check_port_free,
-    install_default_alerting,
-    start_local_sink,
-)
+from service.local.launcher import LOCAL_CHANNEL, check_port_free, install_default_alerting
 from service.local.run import LocalRun, find_running, record_running, resolve_database
+from service.local.sink import LocalSink, start_local_sink
+from service.local.tokens import own_tokens
 from service.notify import webhook
 from service.notify.base import Notification
 from service.notify.urlsafety import check_url
@@ -45,13 +41,13 @@ def engine(tmp_path: Path):
 
 def test_up_reuses_its_tokens_instead_of_minting_two_per_start(engine, tmp_path: Path) -> None:
     path = tmp_path / "up-tokens.json"
-    first = _own_tokens(engine, path, WANTED)
-    assert _own_tokens(engine, path, WANTED) == first
+    first = own_tokens(engine, path, WANTED)
+    assert own_tokens(engine, path, WANTED) == first
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     with engine.connect() as conn:
         assert len(tokens_repo.list_tokens(conn)) == 2
     path.unlink()  # the secrets are lost: the old tokens are retired, not left valid
-    second = _own_tokens(engine, path, WANTED)
+    second = own_tokens(engine, path, WANTED)
     assert second != first
     with engine.connect() as conn:
         live = [t for t in tokens_repo.list_tokens(conn) if t.revoked_at is None]
@@ -147,10 +143,8 @@ def test_gpus_after_a_run_that_ended_says_nothing_is_running(tmp_path: Path) -> 
 
 def _sink_lines(notes: list[Notification], *, history_until: datetime) -> list[str]:
     """The log lines the local sink writes for ``notes`` posted as the webhook channel posts."""
-    from service.local.launcher import _Sink
-
     sink = start_local_sink(Path(tempfile.mkdtemp()) / "notifications.log")
-    assert isinstance(sink, _Sink)
+    assert isinstance(sink, LocalSink)
     sink.history_until = history_until
     try:
         for note in notes:

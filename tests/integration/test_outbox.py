@@ -51,13 +51,6 @@ def ctx(app):
     return ctx
 
 
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.close()
-
-
 def setup_channel(ctx, url: str, ctype: str = "webhook", rate: float | None = None) -> None:
     with ctx.engine.begin() as conn:
         policies_repo.create_channel(

@@ -37,17 +37,9 @@ USD = re.compile(r"\$([\d,]+\.\d\d)")
 
 
 @pytest.fixture
-def smtp() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def ctx(app: Any, smtp: SmtpServer) -> Any:
     ctx = app.state.ctx
-    for key, value in smtp.settings().items():
-        setattr(ctx.settings, key, value)
+    smtp.send_here(ctx.settings)
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"
     ctx.settings.public_url = "https://warden.example"
     return ctx
@@ -379,8 +371,7 @@ def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
     cert = self_signed_cert(tmp_path, "localhost")
     server = SmtpServer(tls=tls, cert=cert, login=("warden", "s3cret"))  # type: ignore[arg-type]
     try:
-        for key, value in server.settings().items():
-            setattr(ctx.settings, key, value)
+        server.send_here(ctx.settings)
         with ctx.engine.begin() as conn:
             policies_repo.put_channel(
                 conn, channel=parse_channel({"name": "mail", "type": "email"}), source="api",

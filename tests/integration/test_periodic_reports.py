@@ -5,25 +5,23 @@ opted-out users none."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import select
 
 from service.db.schema import outbox, report_sends
 from service.usecases.outbox import Dispatcher
 from service.usecases.periodic_reports import reports_once
 from tests.alerting_support import wait_until
-from tests.integration.periodic_support import receiver, week
+from tests.integration.periodic_support import mail_the_owners, week
 from tests.receivers import Receiver
 from tests.smtp_support import SmtpServer
 from tests.support import iso
 
-__all__ = ["receiver", "week"]  # fixtures, shared with the unsubscribe tests
+__all__ = ["week"]  # the fixture periodic_support shares with the unsubscribe tests
 
 WEEK = (datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 7, tzinfo=UTC))
 DOLLARS = re.compile(r"\$[0-9,]+\.[0-9]{2}")
@@ -151,28 +149,13 @@ def test_the_docs_sample_is_the_report_as_it_arrives(week, receiver: Receiver) -
     assert found.group(1) == alice["text"], alice["text"]
 
 
-@pytest.fixture
-def smtp() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    yield server
-    server.close()
-
-
 def test_the_weekly_report_arrives_by_mail_with_the_cost_reports_figures(
     week, smtp: SmtpServer
 ) -> None:
     """A real SMTP server on loopback gets alice's, her team's and the admins' report; bob has
     no address, so his report reaches no one else and the notice says why."""
     http, ctx, _clock = week
-    for key, value in smtp.settings().items():
-        setattr(ctx.settings, key, value)
-    assert http.post("/api/v1/channels", json={"name": "mail", "type": "email"}).status_code == 201
-    for entry in (
-        {"kind": "user", "name": "alice", "email": "alice@example.org", "team": "vision"},
-        {"kind": "team", "name": "vision", "email": "vision@example.org"},
-        {"kind": "admins", "name": "admins", "email": "gpu-admins@example.org"},
-    ):
-        assert http.post("/api/v1/owners", json=entry).status_code == 201
+    mail_the_owners(http, ctx, smtp)
     done = reports_once(ctx)
     assert done.outcomes["user:bob"] == "queued"  # to the report channel only
     Dispatcher(ctx).drain()

@@ -14,20 +14,11 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
-from service.api.app import create_app
 from service.clock import utc_now
-from service.settings import Settings
-from tests.support import live_server, make_batch, prometheus_query, prometheus_server
+from tests.support import make_batch, prometheus_query, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuwarden-alerts.yml"
-
-
-@pytest.fixture
-def central(settings: Settings, engine: Engine) -> Iterator[str]:
-    """The central service on the wall clock (Prometheus scrapes in real time)."""
-    with live_server(create_app(settings, engine=engine)) as url:
-        yield url
 
 
 @pytest.fixture

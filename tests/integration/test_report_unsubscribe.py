@@ -6,7 +6,6 @@ that recipient's report; a forged or altered link stops nothing; the admins' rep
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -14,30 +13,15 @@ import pytest
 
 from service.usecases.outbox import Dispatcher
 from service.usecases.periodic_reports import reports_once
-from tests.integration.periodic_support import receiver, week  # noqa: F401 (fixtures)
+from tests.integration.periodic_support import mail_the_owners, week  # noqa: F401 (fixtures)
 from tests.smtp_support import Mail, SmtpServer
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    yield server
-    server.close()
 
 
 @pytest.fixture
 def mails(week, smtp: SmtpServer) -> tuple[httpx.Client, dict[str, Mail]]:  # noqa: F811
     """This week's reports mailed to alice, her team and the admins: (admin client, by To)."""
     http, ctx, _clock = week
-    for key, value in smtp.settings().items():
-        setattr(ctx.settings, key, value)
-    assert http.post("/api/v1/channels", json={"name": "mail", "type": "email"}).status_code == 201
-    for entry in (
-        {"kind": "user", "name": "alice", "email": "alice@example.org", "team": "vision"},
-        {"kind": "team", "name": "vision", "email": "vision@example.org"},
-        {"kind": "admins", "name": "admins", "email": "gpu-admins@example.org"},
-    ):
-        assert http.post("/api/v1/owners", json=entry).status_code == 201
+    mail_the_owners(http, ctx, smtp)
     reports_once(ctx)
     Dispatcher(ctx).drain()
     return http, {m.message["To"]: m for m in smtp.received}

@@ -16,7 +16,7 @@ from service.context import ServiceContext
 from service.costs.integrals import INTEGRAL_FIELDS, Thresholds
 from service.costs.prices import PriceRow, price_lookup
 from service.costs.tenants import SplitRule, tenant_line
-from service.db import rollup_repo, tenants_repo
+from service.db import rollup_repo, tenant_marks, tenants_repo
 from service.db.costing import costs_repo
 from service.db.migrate import upgrade
 from service.db.retention import enforce_retention
@@ -328,7 +328,7 @@ def test_the_rollup_job_keeps_the_hours_when_minutes_are_split_again(
     with shared.begin() as conn:  # job-b's interval ends early (as end_job closes one)
         h0 = conn.execute(select(gpus.c.id).where(gpus.c.uuid == "GPU-h0")).scalar_one()
         conn.execute(update(job_gpus).where(job_gpus.c.job_id == "job-b").values(ended_at=ended))
-        tenants_repo.mark_after(conn, gpu_ids=[h0], since=ended)
+        tenant_marks.mark_after(conn, gpu_ids=[h0], since=ended)
     _roll_up(shared, SplitRule.EQUAL)
     assert_hours_match_minutes(shared)
     with shared.connect() as conn:

@@ -22,12 +22,11 @@ import pytest
 
 from service.collectors.agent import Agent, AgentConfig
 from service.collectors.backend import Device, GpuReading, ProcessReading, Snapshot
-from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 from service.delivery import RetryPolicy, rfc3339
 from service.vocabulary import ActivitySource
 from service.wire import MAX_BATCH_PROCESSES, IngestBatch
-from tests.agent_support import FakeMonotonic
+from tests.agent_support import FakeMonotonic, mock_shipper
 from tests.support import FakeClock
 
 Answer = tuple[int, dict[str, str]]
@@ -95,11 +94,7 @@ def make(
             retry=RetryPolicy(base_seconds=5, cap_seconds=60),
         ),
         backend=backend or FakeBackend(),
-        shipper=Shipper(
-            central_url="http://central",
-            token="t",
-            client=httpx.Client(transport=httpx.MockTransport(central)),
-        ),
+        shipper=mock_shipper(central),
         spool=Spool(tmp / "spool.sqlite"),
         clock=clock,
         monotonic=FakeMonotonic(clock),
@@ -394,8 +389,7 @@ def test_job_ends_left_by_the_epilog_are_kept_until_central_takes_them(
         config=AgentConfig(hostname="node-a", labels={}, dead_letter_path=tmp_path / "d.jsonl",
                            job_end_dir=ends),
         backend=FakeBackend(),
-        shipper=Shipper(central_url="http://central", token="t",
-                        client=httpx.Client(transport=httpx.MockTransport(central))),
+        shipper=mock_shipper(central),
         spool=Spool(tmp_path / "spool.sqlite"),
         clock=clock,
         monotonic=FakeMonotonic(clock),

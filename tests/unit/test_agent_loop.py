@@ -16,12 +16,11 @@ from service.collectors.agent import Agent, AgentConfig
 from service.collectors.attribution import JobAttributor
 from service.collectors.nvml import NvmlBackend
 from service.collectors.runner import parse_labels, serve_metrics
-from service.collectors.shipper import Shipper
 from service.collectors.spool import Spool
 from service.delivery import Backoff
 from service.errors import ConfigError
 from service.wire import IngestBatch
-from tests.agent_support import FakeMonotonic
+from tests.agent_support import FakeMonotonic, mock_shipper
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.support import FakeClock, free_port
 from tests.unit.attribution_support import SLURM_V2, make_proc
@@ -40,11 +39,7 @@ def nvml_agent(tmp: Path, lib: FakeNvml, central: Central, clock: FakeClock, **k
     return Agent(
         config=AgentConfig(hostname="gpu-7", labels={"rack": "r9"}, dead_letter_path=tmp / "dl"),
         backend=NvmlBackend(lib=lib),
-        shipper=Shipper(
-            central_url="http://c",
-            token="t",
-            client=httpx.Client(transport=httpx.MockTransport(central)),
-        ),
+        shipper=mock_shipper(central, "http://c"),
         spool=Spool(tmp / "spool.sqlite"),
         clock=clock,
         monotonic=FakeMonotonic(clock),

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from service.collectors.nvml import HEALTH_FIELDS, NvmlBackend
+from service.collectors.nvml import NvmlBackend
+from service.collectors.nvml_fields import HEALTH_FIELDS
 from service.vocabulary import clock_event_names, hw_slowdown
 from tests.fake_nvml import FakeGpu, FakeNvml
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.db.ingest_repo import dirty_range
+from service.db.ingest_samples import dirty_range
 from service.errors import Forbidden, ValidationFailed
 from service.usecases.ingest import check_node, check_times, parse_batch
 from tests.support import make_batch

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from service.core.diagnosis import CAUSES, IDLE_CAUSES, Cause
 from service.costs.integrals import CAUSE_FIELDS
 from service.costs.money import FIXABLE_CAUSES, money_of, waste_share
-from service.costs.recommend import FixAssumptions, GpuUse, cause_fixes, recommend_job
+from service.costs.recommend import FixAssumptions, cause_fixes
+from service.costs.rightsizing import GpuUse, recommend_job
 from service.costs.waste import Line, Summary, Usage
 from tests.hypothesis_support import examples
 

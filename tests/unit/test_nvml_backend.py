@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import service.collectors.nvml as nvml_mod
+import service.collectors.nvml_fields as fields_mod
 from service.collectors.backend import BackendError
 from service.collectors.nvml import NvmlBackend
 from service.vocabulary import METRIC_NAMES, ActivitySource
@@ -139,9 +140,9 @@ def test_mig_instances_are_gpus_of_their_own_with_gpm_from_the_parent():
 
 
 def test_every_canonical_metric_has_one_nvml_source():
-    sources = [f.metric for f in nvml_mod.GPM_FIELDS]
-    sources += [m for g in nvml_mod.GETTERS for m in g.metrics]
-    sources += list(nvml_mod.EVENT_METRICS)
+    sources = [f.metric for f in fields_mod.GPM_FIELDS]
+    sources += [m for g in fields_mod.GETTERS for m in g.metrics]
+    sources += list(fields_mod.EVENT_METRICS)
     assert sorted(sources) == sorted(METRIC_NAMES)
 
 
@@ -180,11 +181,11 @@ def test_ecc_nvlink_and_retired_pages_are_read_in_one_field_values_call():
     lib = FakeNvml([FakeGpu("GPU-0"), faulty, none])
     b = NvmlBackend(lib=lib, energy_every_cycles=1)
     m = {r.uuid: r.metrics for r in poll(b, 0).readings}
-    got = {k: m["GPU-0"][k] for k in nvml_mod.HEALTH_FIELDS.values() if k in m["GPU-0"]}
+    got = {k: m["GPU-0"][k] for k in fields_mod.HEALTH_FIELDS.values() if k in m["GPU-0"]}
     assert got == {"ecc_dbe_errors": 0}  # unsupported ones are absent, not 0
     assert m["GPU-1"]["ecc_dbe_errors"] == 2 and m["GPU-1"]["retired_pages_dbe"] == 3
     assert m["GPU-1"]["nvlink_recovery_errors"] == 1 and m["GPU-1"]["retired_pages_pending"] == 1
-    assert not set(nvml_mod.HEALTH_FIELDS.values()) & set(m["GPU-2"])
+    assert not set(fields_mod.HEALTH_FIELDS.values()) & set(m["GPU-2"])
     asked = lib.calls["health"]
     poll(b, 1)
     assert lib.calls["health"] == asked + 2  # GPU-2 is not asked again

@@ -10,16 +10,8 @@ import pytest
 
 from service.core.diagnosis import CAUSE_NAMES, WASTE_CAUSES
 from service.costs.prices import PriceRow
-from service.costs.recommend import (
-    MIG_PROFILES,
-    FixAssumptions,
-    GpuUse,
-    cause_fixes,
-    fit_mig,
-    mig_family,
-    recommend_job,
-    total_saving_usd,
-)
+from service.costs.recommend import FixAssumptions, cause_fixes, total_saving_usd
+from service.costs.rightsizing import MIG_PROFILES, GpuUse, fit_mig, mig_family, recommend_job
 from service.costs.waste import UNALLOCATED, Line, Summary, Usage
 
 H200_BYTES = 150_754_820_096  # what the lent H200 reports (docs/gpu-check)

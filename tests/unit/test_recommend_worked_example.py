@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.costs.recommend import (
-    FixAssumptions,
-    GpuUse,
-    fit_mig,
-    recommend_job,
-    total_saving_usd,
-)
+from service.costs.recommend import FixAssumptions, total_saving_usd
+from service.costs.rightsizing import GpuUse, fit_mig, recommend_job
 from service.costs.waste import Line, Summary, Usage
 
 GIB = 1024**3

@@ -112,15 +112,7 @@ async def oidc_callback(
     session = sessions.person_session(person=person, now=now, lifetime_seconds=lifetime)
     secure = app_state.gate.https(request)
     response = RedirectResponse(login.next_path, status_code=status.HTTP_303_SEE_OTHER)
-    response.set_cookie(
-        sessions.COOKIE_NAME,
-        sessions.encode(session, key=key),
-        max_age=int(lifetime),
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=secure,
-    )
+    sessions.set_cookie(response, session, key=key, lifetime_seconds=lifetime, secure=secure)
     response.delete_cookie(
         oidc.LOGIN_COOKIE, path=_COOKIE_PATH, httponly=True, samesite="lax", secure=secure
     )

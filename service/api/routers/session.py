@@ -107,15 +107,8 @@ async def login(
         now=ctx.clock().timestamp(),
         lifetime_seconds=lifetime,
     )
-    response.set_cookie(
-        sessions.COOKIE_NAME,
-        sessions.encode(session, key=key),
-        max_age=int(lifetime),
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=app_state.gate.https(request),
-    )
+    secure = app_state.gate.https(request)
+    sessions.set_cookie(response, session, key=key, lifetime_seconds=lifetime, secure=secure)
     response.headers["Cache-Control"] = "no-store"
     return _public(info, session, key)
 

@@ -261,8 +261,8 @@ class JobConflictPublic(BaseModel):
     at: datetime
 
 
-class JobPublic(BaseModel):
-    """A job with its GPU intervals."""
+class JobFieldsPublic(BaseModel):
+    """What a job is: its id, owner, labels, where it came from and when it ran."""
 
     id: str
     user: str | None
@@ -272,6 +272,11 @@ class JobPublic(BaseModel):
     source: str
     started_at: datetime
     ended_at: datetime | None
+
+
+class JobPublic(JobFieldsPublic):
+    """A job with its GPU intervals."""
+
     created_at: datetime
     updated_at: datetime
     gpus: list[JobGpuPublic]
@@ -323,17 +328,9 @@ class JobDetailPublic(JobPublic):
     unit_of_work_text: str = Field("", description="the unit of work and its figure in words")
 
 
-class JobListItemPublic(BaseModel):
+class JobListItemPublic(JobFieldsPublic):
     """A job in a listing, with its money figures over the listed window (CostRowPublic's)."""
 
-    id: str
-    user: str | None
-    team: str | None
-    project: str | None
-    labels: dict[str, str]
-    source: str
-    started_at: datetime
-    ended_at: datetime | None
     cost_usd: float | None
     waste_usd: float | None
     idle_usd: float | None

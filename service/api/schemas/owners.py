@@ -58,15 +58,8 @@ class OwnerPublic(BaseModel):
     @classmethod
     def of(cls, s: StoredOwner) -> OwnerPublic:
         """The public view of a stored entry."""
-        e = s.entry
         return cls(
-            kind=e.kind,
-            name=e.name,
-            email=e.email,
-            slack=e.slack,
-            cc_email=e.cc_email,
-            cc_slack=e.cc_slack,
-            team=e.team,
+            **s.entry.model_dump(),
             source=s.source,
             expires_at=s.expires_at,
             updated_at=s.updated_at,

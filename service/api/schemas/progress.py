@@ -67,17 +67,7 @@ class ProgressSummaryPublic(BaseModel):
     @classmethod
     def of(cls, summary: ProgressSummary) -> ProgressSummaryPublic:
         """The public form of ``summary``."""
-        return cls(
-            unit=summary.unit,
-            readings=summary.readings,
-            first_at=summary.first_at,
-            last_at=summary.last_at,
-            first_value=summary.first_value,
-            last_value=summary.last_value,
-            units_advanced=summary.units_advanced,
-            rate_per_second=summary.rate_per_second,
-            last_advanced_at=summary.last_advanced_at,
-        )
+        return cls.model_validate(summary, from_attributes=True)  # the same fields, by name
 
 
 class JobProgressPublic(BaseModel):
