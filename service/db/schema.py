@@ -364,9 +364,12 @@ jobs = Table(
     Column("ended_at", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The job's work key (0036, service.core.work_key): runs of the same work share it.
+    Column("work_key", String(64), nullable=True),
     Index(None, "started_at"),
     Index(None, "user"),
     Index(None, "team"),
+    Index(None, "work_key", "started_at"),
 )
 
 # A node's claim on a job that disagreed with the job's metadata (a squatted id, a hijack): refused

@@ -1,0 +1,49 @@
+"""A job's work key (issue 46): runs of the same work share it, so a fix told to one run is
+checked against the next; filled for the jobs stored before it.
+
+Revision ID: 0036
+Revises: 0035
+Create Date: 2026-12-07
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from service.core.work_key import key_of_row
+
+revision = "0036"
+down_revision = "0035"
+branch_labels = None
+depends_on = None
+
+_BATCH = 1000
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("work_key", sa.String(64), nullable=True))
+    op.create_index("ix_jobs_work_key_started_at", "jobs", ["work_key", "started_at"])
+    conn = op.get_bind()
+    jobs = sa.table(
+        "jobs",
+        sa.column("id", sa.String),
+        sa.column("user", sa.String),
+        sa.column("team", sa.String),
+        sa.column("labels", sa.JSON),
+        sa.column("work_key", sa.String),
+    )
+    rows = conn.execute(sa.select(jobs.c.id, jobs.c.user, jobs.c.team, jobs.c.labels)).all()
+    keys = [{"job_id": r.id, "key": key_of_row(r.id, r.user, r.team, r.labels or {})} for r in rows]
+    update = (
+        sa.update(jobs)
+        .where(jobs.c.id == sa.bindparam("job_id"))
+        .values(work_key=sa.bindparam("key"))
+    )
+    for i in range(0, len(keys), _BATCH):
+        conn.execute(update, keys[i : i + _BATCH])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_jobs_work_key_started_at", table_name="jobs")
+    op.drop_column("jobs", "work_key")
