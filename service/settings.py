@@ -102,6 +102,14 @@ class Settings(BaseSettings):
     opencost_refresh_seconds: float = Field(3600.0, gt=0)
     opencost_window: str = "7d"
 
+    # Proven savings (docs/savings.md): a run told a fix is checked against the next run of its
+    # work key that starts within this many days of its end; a difference under the floor (a
+    # share) is never a saving, whatever the key's own spread; a run that reports no progress
+    # and strays this share past the key's usual length did other work.
+    savings_horizon_days: float = Field(30.0, gt=0)
+    savings_noise_floor: float = Field(0.05, ge=0, le=1)
+    savings_length_tolerance: float = Field(0.25, ge=0)
+
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).
     max_body_bytes: int = Field(1024 * 1024, gt=0)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from service.api.schemas.progress import ProgressSummaryPublic
+from service.api.schemas.savings import SavingPublic
 from service.api.schemas.times import StoredTime
 from service.core.job_ids import job_id_problem
 from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue, Name
@@ -321,6 +322,11 @@ class JobDetailPublic(JobPublic):
         "progress.units_advanced); null where the unit is the whole run",
     )
     unit_of_work_text: str = Field("", description="the unit of work and its figure in words")
+    savings: SavingPublic | None = Field(
+        None,
+        description="what this run saved against the earlier run of its work that was told a "
+        "fix (docs/savings.md); null where there is none",
+    )
 
 
 class JobListItemPublic(BaseModel):

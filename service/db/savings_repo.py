@@ -1,0 +1,93 @@
+"""Reads for proven savings (issue 46): the runs of a work key with their GPUs, held GPU-seconds
+and progress, and the runs that ended in a window (the ledger's later runs)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, select
+
+from service.db.schema import gpus, job_gpus, job_progress, jobs
+
+BATCH = 5000  # ids bound per statement (SQLite binds at most 32,766)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A stored job as a run of its work: its row, its GPUs' models (one per GPU), its held
+    GPU-seconds up to ``now`` and its progress (units advanced and unit; None where none)."""
+
+    job: dict[str, Any]
+    gpu_models: tuple[str, ...]
+    gpu_seconds: float
+    units: float | None
+    unit: str | None
+
+
+def _runs(conn: Connection, rows: list[dict[str, Any]], now: datetime) -> list[StoredRun]:
+    """The runs of the job ``rows``: their intervals and progress read in batches."""
+    ids = [r["id"] for r in rows]
+    models: dict[str, dict[int, str]] = defaultdict(dict)
+    held: dict[str, float] = defaultdict(float)
+    progress: dict[str, tuple[float, str]] = {}
+    for i in range(0, len(ids), BATCH):
+        part = ids[i : i + BATCH]
+        for r in conn.execute(
+            select(job_gpus.c.job_id, job_gpus.c.gpu_id, gpus.c.model, job_gpus.c.started_at,
+                   job_gpus.c.ended_at)
+            .join(gpus, gpus.c.id == job_gpus.c.gpu_id)
+            .where(job_gpus.c.job_id.in_(part))
+        ):  # fmt: skip
+            models[r.job_id][r.gpu_id] = r.model or "unknown"
+            end = min(r.ended_at or now, now)
+            held[r.job_id] += max(0.0, (end - r.started_at).total_seconds())
+        c = job_progress.c
+        for job_id, advanced, unit in conn.execute(
+            select(c.job_id, func.max(c.value) - func.min(c.value), func.min(c.unit))
+            .where(c.job_id.in_(part))
+            .group_by(c.job_id)
+        ):
+            progress[job_id] = (float(advanced), str(unit))
+    out = []
+    for row in rows:
+        units, unit = progress.get(row["id"], (None, None))
+        out.append(
+            StoredRun(
+                job=row,
+                gpu_models=tuple(m for _, m in sorted(models[row["id"]].items())),
+                gpu_seconds=held[row["id"]],
+                units=units,
+                unit=unit,
+            )
+        )
+    return out
+
+
+def runs_of_key(
+    conn: Connection, *, key: str, start: datetime, end: datetime, now: datetime
+) -> list[StoredRun]:
+    """The jobs of work key ``key`` that started in [start, end], oldest first."""
+    rows = conn.execute(
+        select(jobs)
+        .where(and_(jobs.c.work_key == key, jobs.c.started_at >= start, jobs.c.started_at <= end))
+        .order_by(jobs.c.started_at, jobs.c.id)
+    )
+    return _runs(conn, [dict(r._mapping) for r in rows], now)
+
+
+def keys_ended_in(
+    conn: Connection, *, start: datetime, end: datetime, job_ids: Collection[str] | None = None
+) -> list[tuple[str, str]]:
+    """(job id, work key) of the jobs with a work key that ended in [start, end), by end."""
+    query = (
+        select(jobs.c.id, jobs.c.work_key)
+        .where(and_(jobs.c.work_key.is_not(None), jobs.c.ended_at >= start, jobs.c.ended_at < end))
+        .order_by(jobs.c.ended_at, jobs.c.id)
+    )
+    if job_ids is not None:
+        query = query.where(jobs.c.id.in_(sorted(job_ids)))
+    return [(r.id, r.work_key) for r in conn.execute(query)]

@@ -1,0 +1,102 @@
+"""Proven savings (issue 46) on both stores, through the real app on loopback: a run told to fix
+its input starvation, the next run of its work with the fix applied, the saving on the later
+run's page, the fix it applied no longer told, and the ledger adding up to the cent."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+
+from tests.alerting_support import ingest
+from tests.support import FakeClock, auth, iso
+
+STARVED = {"sm_active": 0.15, "gr_engine_active": 0.2, "tensor_active": 0.12,
+           "fb_used_bytes": 20 * 2**30}  # fmt: skip
+FIXED = {"sm_active": 0.95, "gr_engine_active": 0.97, "tensor_active": 0.9,
+         "fb_used_bytes": 20 * 2**30}  # fmt: skip
+
+
+def _run(http: httpx.Client, tokens: dict[str, str], job_id: str, start: datetime,
+         minutes: int, metrics: dict[str, Any], steps: float | None,
+         labels: dict[str, str] | None = None) -> None:  # fmt: skip
+    """One run of the work "bert": samples, the job (registered and ended) and its progress."""
+    ingest(http, tokens["agent"], start=start, count=minutes * 6, metrics=metrics)
+    end = start + timedelta(minutes=minutes)
+    body = {"id": job_id, "user": "alice", "team": "nlp", "project": "bert",
+            "labels": labels or {"work": "bert"}, "gpus": ["GPU-a0"],
+            "started_at": iso(start), "ended_at": iso(end)}  # fmt: skip
+    r = http.post("/api/v1/jobs", json=body, headers=auth(tokens["admin"]))
+    assert r.status_code == 201, r.text
+    if steps is not None:
+        for at, value in ((start, 0.0), (end, steps)):
+            r = http.post(f"/api/v1/jobs/{job_id}/progress", json={"unit": "steps", "value": value,
+                          "at": iso(at)}, headers=auth(tokens["admin"]))  # fmt: skip
+            assert r.status_code == 201, r.text
+
+
+def _job(http: httpx.Client, tokens: dict[str, str], job_id: str) -> dict[str, Any]:
+    r = http.get(f"/api/v1/jobs/{job_id}", headers=auth(tokens["reader"]))
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
+    http: httpx.Client, tokens: dict[str, str], clock: FakeClock
+) -> None:
+    t0 = clock() - timedelta(hours=3)
+    _run(http, tokens, "manual:bert-1", t0, 30, STARVED, 3000)
+    _run(http, tokens, "manual:bert-2", t0 + timedelta(minutes=40), 12, FIXED, 3000)
+    before = _job(http, tokens, "manual:bert-1")
+    assert before["savings"] is None  # no earlier run
+    told = {f["cause"]: f for f in before["recommendations"]}
+    assert "input_starved" in told and told["input_starved"]["saving_usd"] > 0
+
+    after = _job(http, tokens, "manual:bert-2")
+    s = after["savings"]
+    assert s is not None, after
+    assert (s["compared_with"], s["unit"], s["verdict"]) == ("manual:bert-1", "progress", "saved")
+    assert s["fix_cause"] == "input_starved"
+    assert s["fix_share_before"] > 0.9 and s["fix_share_after"] == 0.0
+    # 1 - (12 min / 3000 steps) / (30 min / 3000 steps) = 0.6, unless the waste was smaller.
+    waste_share = before["summary"]["waste_usd"] / before["summary"]["cost_usd"]
+    assert abs(s["realised_fraction"] - min(0.6, waste_share)) < 1e-6
+    assert s["realised_usd"] <= before["summary"]["waste_usd"] + 1e-9
+    price = after["summary"]["cost_usd"] / after["summary"]["held_seconds"]
+    want_usd = min(s["realised_fraction"] * before["summary"]["held_seconds"] * price,
+                   before["summary"]["waste_usd"])  # fmt: skip
+    assert abs(s["realised_usd"] - want_usd) < 1e-6
+    assert abs(s["promised_usd"] - told["input_starved"]["saving_usd"]) < 1e-9
+    # The fixed run is not told the fix it applies.
+    assert "input_starved" not in {f["cause"] for f in after["recommendations"]}
+
+    start, end = iso(t0 - timedelta(days=1)), iso(clock())
+    r = http.get("/api/v1/reports/savings", params={"start": start, "end": end, "group_by": "team"},
+                 headers=auth(tokens["reader"]))  # fmt: skip
+    assert r.status_code == 200, r.text
+    ledger = r.json()
+    [row] = ledger["rows"]
+    assert (row["group"], row["pairs"], row["jobs"]) == ("nlp", 1, ["manual:bert-2"])
+    assert row["month"] == f"{clock():%Y-%m}"
+    assert row["realised_usd"] == round(s["realised_usd"], 2)
+    assert row["promised_usd"] == round(s["promised_usd"], 2)
+    assert ledger["totals"]["realised_usd"] == row["realised_usd"]
+    [cal] = ledger["calibration"]
+    assert (cal["cause"], cal["pairs"], cal["factor"]) == ("input_starved", 1, None)
+    r = http.get("/api/v1/reports/savings", params={"group_by": "node"},
+                 headers=auth(tokens["reader"]))  # fmt: skip
+    assert r.status_code == 422 and "group_by" in r.text
+
+
+def test_a_run_on_other_gpus_is_not_compared_and_says_why(
+    http: httpx.Client, tokens: dict[str, str], clock: FakeClock
+) -> None:
+    t0 = clock() - timedelta(hours=3)
+    _run(http, tokens, "manual:bert-1", t0, 30, STARVED, None)
+    # The same work without progress, four times as long: not the same fixed-size work.
+    _run(http, tokens, "manual:bert-2", t0 + timedelta(minutes=40), 120, FIXED, None)
+    s = _job(http, tokens, "manual:bert-2")["savings"]
+    assert s is not None and s["verdict"] == "not_compared" and s["unit"] == "run"
+    assert s["reason"].startswith("duration outside the key's usual spread")
+    assert s["realised_usd"] is None
