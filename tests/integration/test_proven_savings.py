@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from service.cli.fleet import job_report
 from tests.alerting_support import ingest
 from tests.support import FakeClock, auth, iso
 
@@ -68,6 +69,11 @@ def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
                    before["summary"]["waste_usd"])  # fmt: skip
     assert abs(s["realised_usd"] - want_usd) < 1e-6
     assert abs(s["promised_usd"] - told["input_starved"]["saving_usd"]) < 1e-9
+    text = job_report(after, now=clock())
+    assert "Proven saving (against manual:bert-1, per unit of progress):" in text
+    assert "fix applied: input_starved 100% -> 0% of the run" in text
+    assert f"realised {s['realised_fraction']:.1%} (${s['realised_usd']:,.2f})" in text
+    assert f"promised {s['promised_fraction']:.1%}" in text and "noise ±5.0%: saved" in text
     # The fixed run is not told the fix it applies.
     assert "input_starved" not in {f["cause"] for f in after["recommendations"]}
 
@@ -100,3 +106,6 @@ def test_a_run_on_other_gpus_is_not_compared_and_says_why(
     assert s is not None and s["verdict"] == "not_compared" and s["unit"] == "run"
     assert s["reason"].startswith("duration outside the key's usual spread")
     assert s["realised_usd"] is None
+    assert "  not compared: duration outside" in job_report(
+        _job(http, tokens, "manual:bert-2"), now=clock()
+    )
