@@ -126,9 +126,15 @@ job_gpu_uuids() {
 
 # team and project: the job comment's team= / project=, the accounts file, the account.
 comment=${SLURM_JOB_COMMENT-}
-if [ -z "${SLURM_JOB_COMMENT+set}" ] && [ "${GPUWARDEN_SLURM_SCONTROL:-no}" = yes ]; then
-    comment=$(timeout -k 1 1 scontrol show job -o "${SLURM_JOB_ID:-}" 2>/dev/null |
-        sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*//')
+job_name=${SLURM_JOB_NAME:-}
+if { [ -z "${SLURM_JOB_COMMENT+set}" ] || [ -z "$job_name" ]; } &&
+    [ "${GPUWARDEN_SLURM_SCONTROL:-no}" = yes ]; then
+    # One RPC for both: the comment and the job's name (a Prolog is given neither).
+    shown=$(timeout -k 1 1 scontrol show job -o "${SLURM_JOB_ID:-}" 2>/dev/null)
+    [ -z "${SLURM_JOB_COMMENT+set}" ] &&
+        comment=$(sed -n 's/.* Comment=\(.*\)/\1/p' <<< "$shown" | sed 's/ [A-Z][A-Za-z]*=.*//')
+    [ -z "$job_name" ] &&
+        job_name=$(sed -n 's/.*JobName=\(.*\)/\1/p' <<< "$shown" | sed 's/ [A-Z][A-Za-z]*=.*//')
 fi
 account=${SLURM_JOB_ACCOUNT:-}
 team=$account project=""
@@ -165,7 +171,7 @@ exclusive=true
 
 labels="\"partition\":$(json_str "${SLURM_JOB_PARTITION:-}")"
 [ -n "${SLURM_CLUSTER_NAME:-}" ] && labels+=",\"cluster\":$(json_str "$SLURM_CLUSTER_NAME")"
-[ -n "${SLURM_JOB_NAME:-}" ] && labels+=",\"name\":$(json_str "$SLURM_JOB_NAME")"
+[ -n "$job_name" ] && labels+=",\"name\":$(json_str "$job_name")"
 [ -n "$account" ] && labels+=",\"account\":$(json_str "$account")"
 [ -n "$work" ] && labels+=",\"work\":$(json_str "$work")"
 if [ "${GPUWARDEN_SLURM_SCRIPT_HASH:-no}" = yes ] && [ -n "${SLURM_JOB_ID:-}" ]; then

@@ -7,6 +7,7 @@ differs is shown as "not compared" with its reason rather than silently left out
 
 - Slurm (``slurm:<id>``): the job name, user, account and partition (the prolog's ``name``,
   ``account`` and ``partition`` labels); shape: GPUs, model and ``script_sha256`` where sent.
+  Without a name, the script's hash takes its place.
 - Kubernetes (``k8s:<namespace>/<pod>``): the owning workload (Job, CronJob, Deployment,
   StatefulSet or notebook) as the ``workload_kind``/``workload`` labels say, else as the pod's
   generated name says; shape: GPUs, model and the ``image`` label.
@@ -129,10 +130,13 @@ def _identity(facts: JobFacts) -> tuple[WorkKind, tuple[tuple[str, str], ...]]:
     work = _label(labels, "work")
     if work is not None:
         return "work_label", (("work", work), ("user", facts.user or ""))
-    if facts.job_id.startswith("slurm:") and (name := _label(labels, "name")) is not None:
+    name, script = _label(labels, "name"), _label(labels, "script_sha256")
+    if facts.job_id.startswith("slurm:") and (name is not None or script is not None):
         account = _label(labels, "account") or facts.team or ""
+        # Without its name (no scontrol asked), the script names the work.
+        what = ("name", name) if name is not None else ("script_sha256", script or "")
         return "slurm", (
-            ("name", name),
+            what,
             ("user", facts.user or ""),
             ("account", account),
             ("partition", _label(labels, "partition") or ""),

@@ -196,21 +196,24 @@ def test_work_key_labels_name_account_work_and_script_hash(
     bin_dir = tmp_path / "scontrol-bin"
     bin_dir.mkdir()
     scontrol = bin_dir / "scontrol"
-    # As Slurm's: "write batch_script <id> -" prints the script; 72 has none (an salloc).
+    # As Slurm's: "write batch_script <id> -" prints the script, 72 has none (an salloc); "show
+    # job -o" one line with the job's name (a Prolog is not given it).
     scontrol.write_text(
-        '#!/bin/bash\n[ "$1 $2 $4" = "write batch_script -" ] || exit 2\n'
-        '[ "$3" = 72 ] && exit 1\nprintf "#!/bin/bash\\npython train.py\\n"\n'
+        '#!/bin/bash\ncase "$1 $2" in\n'
+        '"show job") echo "JobId=$4 JobName=train UserId=dave(1) Comment=work=bert Priority=1";;\n'
+        '"write batch_script") [ "$3" = 72 ] && exit 1\n'
+        '  printf "#!/bin/bash\\npython train.py\\n";;\n*) exit 2;;\nesac\n'
     )
     scontrol.chmod(0o755)
     env = base_env(tmp_path, server, tokens["agent"]) | {
         "SLURM_JOB_USER": "dave",
         "SLURM_JOB_GPUS": "0",
-        "SLURM_JOB_NAME": "train",
         "SLURM_JOB_ACCOUNT": "proj7",
         "GPUWARDEN_SLURM_SCRIPT_HASH": "yes",
+        "GPUWARDEN_SLURM_SCONTROL": "yes",
     }
     script_sha = hashlib.sha256(b"#!/bin/bash\npython train.py\n").hexdigest()
-    done = run_script("prolog.sh", env | {"SLURM_JOB_ID": "71", "SLURM_JOB_COMMENT": "work=bert"},
+    done = run_script("prolog.sh", env | {"SLURM_JOB_ID": "71"},
                       path=f"{bin_dir}:{os.environ['PATH']}")  # fmt: skip
     assert done.returncode == 0 and done.stderr == "", done.stderr
     labels = get_job(http, tokens, "slurm:71")["labels"]

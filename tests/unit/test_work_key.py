@@ -26,10 +26,14 @@ def test_slurm_runs_of_one_script_share_a_key_and_keep_their_shape() -> None:
     assert work_key_of(other_user).key != a.key
 
 
-def test_a_slurm_job_without_a_name_is_a_one_off() -> None:
+def test_a_slurm_job_without_a_name_is_its_script_or_a_one_off() -> None:
     a = work_key_of(JobFacts("slurm:1", "alice", "ml", {"partition": "gpu"}))
     b = work_key_of(JobFacts("slurm:2", "alice", "ml", {"partition": "gpu"}))
     assert a.kind == "one_off" and a.key != b.key
+    c = work_key_of(JobFacts("slurm:3", "alice", "ml", {"script_sha256": "aa"}))
+    d = work_key_of(JobFacts("slurm:4", "alice", "ml", {"script_sha256": "aa"}))
+    e = work_key_of(JobFacts("slurm:5", "alice", "ml", {"script_sha256": "bb"}))
+    assert c.kind == "slurm" and c.key == d.key != e.key
 
 
 def test_the_work_label_wins_and_is_the_users_word() -> None:
