@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     savings_horizon_days: float = Field(30.0, gt=0)
     savings_noise_floor: float = Field(0.05, ge=0, le=1)
     savings_length_tolerance: float = Field(0.25, ge=0)
+    # Each cause's promises carry a factor learned from its pairs of the last days (from this
+    # many pairs on), relearned by a background round this often.
+    savings_calibration_days: float = Field(90.0, gt=0)
+    savings_calibration_min_pairs: int = Field(20, ge=1)
+    savings_calibration_interval_seconds: float = Field(3600.0, gt=0)
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).

@@ -1,5 +1,6 @@
 """A job's work key (issue 46): runs of the same work share it, so a fix told to one run is
-checked against the next; filled for the jobs stored before it.
+checked against the next; filled for the jobs stored before it. And the calibration of each
+cause's promises, learned from the realised savings (rewritten by a background round).
 
 Revision ID: 0036
 Revises: 0035
@@ -12,6 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from service.core.work_key import key_of_row
+from service.db.types import UTCDateTime
 
 revision = "0036"
 down_revision = "0035"
@@ -22,6 +24,16 @@ _BATCH = 1000
 
 
 def upgrade() -> None:
+    op.create_table(
+        "savings_calibration",
+        sa.Column("cause", sa.String(32), nullable=False),
+        sa.Column("pairs", sa.Integer, nullable=False),
+        sa.Column("median_promised", sa.Float(precision=53), nullable=False),
+        sa.Column("median_realised", sa.Float(precision=53), nullable=False),
+        sa.Column("factor", sa.Float(precision=53), nullable=True),
+        sa.Column("computed_at", UTCDateTime, nullable=False),
+        sa.PrimaryKeyConstraint("cause", name="pk_savings_calibration"),
+    )
     op.add_column("jobs", sa.Column("work_key", sa.String(64), nullable=True))
     op.create_index("ix_jobs_work_key_started_at", "jobs", ["work_key", "started_at"])
     conn = op.get_bind()
@@ -45,5 +57,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("savings_calibration")
     op.drop_index("ix_jobs_work_key_started_at", table_name="jobs")
     op.drop_column("jobs", "work_key")

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, and_, delete, func, insert, select
 
-from service.db.schema import gpus, job_gpus, job_progress, jobs
+from service.costs.savings import Calibration
+from service.db.schema import gpus, job_gpus, job_progress, jobs, savings_calibration
 
 BATCH = 5000  # ids bound per statement (SQLite binds at most 32,766)
 
@@ -91,3 +92,26 @@ def keys_ended_in(
     if job_ids is not None:
         query = query.where(jobs.c.id.in_(sorted(job_ids)))
     return [(r.id, r.work_key) for r in conn.execute(query)]
+
+
+def replace_calibration(conn: Connection, *, rows: list[Calibration], at: datetime) -> None:
+    """Write the calibration table whole (in the caller's transaction)."""
+    conn.execute(delete(savings_calibration))
+    if rows:
+        conn.execute(
+            insert(savings_calibration),
+            [
+                {"cause": r.cause, "pairs": r.pairs, "median_promised": r.median_promised,
+                 "median_realised": r.median_realised, "factor": r.factor, "computed_at": at}
+                for r in rows
+            ],
+        )  # fmt: skip
+
+
+def calibration(conn: Connection) -> list[Calibration]:
+    """The stored calibration, by cause."""
+    c = savings_calibration.c
+    return [
+        Calibration(r.cause, r.pairs, r.median_promised, r.median_realised, r.factor)
+        for r in conn.execute(select(savings_calibration).order_by(c.cause))
+    ]

@@ -714,3 +714,17 @@ job_progress = Table(
     Column("value", Float(precision=53), nullable=False),
     Index(None, "job_id", "at"),
 )
+
+
+# Each cause's calibration (0036): its compared pairs, median promised and realised shares, and
+# the factor its promises carry (null under 20 pairs); rewritten whole by the savings round.
+savings_calibration = Table(
+    "savings_calibration",
+    metadata,
+    Column("cause", String(32), primary_key=True),
+    Column("pairs", Integer, nullable=False),
+    Column("median_promised", Float(precision=53), nullable=False),
+    Column("median_realised", Float(precision=53), nullable=False),
+    Column("factor", Float(precision=53), nullable=True),
+    Column("computed_at", UTCDateTime, nullable=False),
+)

@@ -10,14 +10,17 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from service.context import ServiceContext
 from service.core.matching import MatchRules, Run, pair_of, previous_run
 from service.core.work_key import JobFacts, work_key_of
+from service.costs.recommend import Recommendation
 from service.costs.savings import (
     Calibration,
     LedgerPair,
     LedgerRow,
     RunMoney,
     Saving,
+    calibrated,
     calibration,
     counts_in_ledger,
     ledger,
@@ -230,5 +233,49 @@ def savings_ledger(
         )  # fmt: skip
     return Ledger(
         start=start, end=end, group_by=group_by, rows=ledger(pairs, group_by), pairs=pairs,
-        calibration=calibration(p.saving for p in pairs),
+        calibration=calibration((p.saving for p in pairs), settings.savings_calibration_min_pairs),
     )  # fmt: skip
+
+
+def calibration_once(ctx: ServiceContext) -> int:
+    """Relearn each cause's calibration from the pairs of the last
+    ``savings_calibration_days`` and store it; returns how many causes it has."""
+    now = ctx.clock()
+    s = ctx.settings
+    with ctx.engine.begin() as conn:
+        found = savings_ledger(
+            conn, settings=s, start=now - timedelta(days=s.savings_calibration_days), end=now,
+            now=now,
+        )  # fmt: skip
+        savings_repo.replace_calibration(conn, rows=found.calibration, at=now)
+    return len(found.calibration)
+
+
+def calibrated_fixes(
+    conn: Connection, recommendations: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The job's fixes (their API form), each with its cause's calibration factor and its
+    saving once calibrated (null where the cause has no factor yet)."""
+    table = savings_repo.calibration(conn)
+    out = []
+    for fix, rec in zip(recommendations, _as_fixes(recommendations), strict=True):
+        factor, usd = calibrated(rec, table) if rec is not None else (None, None)
+        out.append({**fix, "calibration_factor": factor, "calibrated_saving_usd": usd})
+    return out
+
+
+def _as_fixes(recommendations: list[dict[str, Any]]) -> list[Recommendation | None]:
+    """The cause fixes among ``recommendations`` (API form) as Recommendations, else None."""
+    out: list[Recommendation | None] = []
+    for f in recommendations:
+        if f.get("kind") != "cause":
+            out.append(None)
+            continue
+        out.append(
+            Recommendation(
+                kind="cause", cause=f["cause"], action=f["action"], seconds=f["seconds"],
+                usd=f["usd"], saving_fraction=f["saving_fraction"], saving_usd=f["saving_usd"],
+                assumption=f["assumption"],
+            )
+        )  # fmt: skip
+    return out

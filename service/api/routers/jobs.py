@@ -351,9 +351,11 @@ def _job_page(
         conn, job_id=job_id, held_gpu_seconds=float(summary.summary["held_seconds"])
     )
     saving = savings.job_saving(conn, settings=ctx.settings, job=job, now=now, summary=summary)
+    page = savings.without_applied_fix(summary, saving).as_dict()
+    page["recommendations"] = savings.calibrated_fixes(conn, page["recommendations"])
     return {
         **_public(job),
-        **savings.without_applied_fix(summary, saving).as_dict(),
+        **page,
         "savings": None if saving is None else saving.as_dict(),
         "progress": None if reported is None else ProgressSummaryPublic.of(reported),
         "unit_of_work": work.unit,

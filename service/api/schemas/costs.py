@@ -283,6 +283,20 @@ class JobPublic(BaseModel):
     )
 
 
+class JobRecommendationPublic(RecommendationPublic):
+    """A job's fix with its cause's calibration: how that cause's promises came out on the
+    runs that applied them (docs/savings.md)."""
+
+    calibration_factor: float | None = Field(
+        None,
+        description="median realised / median promised share of this cause's fixes, from 20 "
+        "compared pairs on; null before",
+    )
+    calibrated_saving_usd: float | None = Field(
+        None, description="saving_usd times the factor (never more than the USD it acts on)"
+    )
+
+
 class JobDetailPublic(JobPublic):
     """A job with its money summary over its lifetime (cost, waste, seconds and USD per
     cause, top cause), per GPU, recommendations and energy."""
@@ -290,7 +304,7 @@ class JobDetailPublic(JobPublic):
     summary: CostRowPublic
     per_gpu: list[PerGpuPublic]
     energy: EnergyPublic | None = None
-    recommendations: list[RecommendationPublic] = Field(
+    recommendations: list[JobRecommendationPublic] = Field(
         default_factory=list,
         description="every fix with its saving, largest first: one per waste cause and fewer "
         "GPUs (their savings add up to summary.waste_usd), and a MIG slice where the job fits "
