@@ -162,13 +162,13 @@ def build_scheduler(
             s.rollup_interval_seconds,
         ),
     ]
-    from service.usecases.savings import calibration_once
+    from service.usecases.savings import savings_once
 
     # Each cause's promises relearn their calibration from the savings realised (issue 46).
     jobs.append(
         (
-            "savings_calibration",
-            one_replica_at_a_time(ctx, "savings_calibration", lambda: calibration_once(ctx)),
+            "savings",
+            one_replica_at_a_time(ctx, "savings", lambda: savings_once(ctx)),
             s.savings_calibration_interval_seconds,
         )
     )

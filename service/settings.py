@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     savings_calibration_days: float = Field(90.0, gt=0)
     savings_calibration_min_pairs: int = Field(20, ge=1)
     savings_calibration_interval_seconds: float = Field(3600.0, gt=0)
+    # Each round recomputes the savings of the runs that ended in this many last days (late
+    # data, a price change); older ones stay as stored.
+    savings_recompute_days: float = Field(2.0, gt=0)
 
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).

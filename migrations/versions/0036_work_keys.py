@@ -1,6 +1,7 @@
 """A job's work key (issue 46): runs of the same work share it, so a fix told to one run is
 checked against the next; filled for the jobs stored before it. And the calibration of each
-cause's promises, learned from the realised savings (rewritten by a background round).
+cause's promises, learned from the realised savings, and the savings of the later runs (both
+written by a background round: /metrics and the calibration read them).
 
 Revision ID: 0036
 Revises: 0035
@@ -34,6 +35,28 @@ def upgrade() -> None:
         sa.Column("computed_at", UTCDateTime, nullable=False),
         sa.PrimaryKeyConstraint("cause", name="pk_savings_calibration"),
     )
+    op.create_table(
+        "work_savings",
+        sa.Column("job_id", sa.String(255), nullable=False),
+        sa.Column("compared_with", sa.String(255), nullable=False),
+        sa.Column("team", sa.String(255), nullable=True),
+        sa.Column("user", sa.String(255), nullable=True),
+        sa.Column("project", sa.String(255), nullable=True),
+        sa.Column("ended_at", UTCDateTime, nullable=False),
+        sa.Column("fix_cause", sa.String(32), nullable=True),
+        sa.Column("verdict", sa.String(32), nullable=False),
+        sa.Column("booked", sa.Boolean, nullable=False),
+        sa.Column("promised_fraction", sa.Float(precision=53), nullable=True),
+        sa.Column("realised_fraction", sa.Float(precision=53), nullable=True),
+        sa.Column("promised_usd", sa.Float(precision=53), nullable=True),
+        sa.Column("realised_usd", sa.Float(precision=53), nullable=True),
+        sa.Column("computed_at", UTCDateTime, nullable=False),
+        sa.PrimaryKeyConstraint("job_id", name="pk_work_savings"),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name="fk_work_savings_job_id_jobs", ondelete="CASCADE"
+        ),
+    )
+    op.create_index("ix_work_savings_ended_at", "work_savings", ["ended_at"])
     op.add_column("jobs", sa.Column("work_key", sa.String(64), nullable=True))
     op.create_index("ix_jobs_work_key_started_at", "jobs", ["work_key", "started_at"])
     conn = op.get_bind()
@@ -57,6 +80,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_work_savings_ended_at", table_name="work_savings")
+    op.drop_table("work_savings")
     op.drop_table("savings_calibration")
     op.drop_index("ix_jobs_work_key_started_at", table_name="jobs")
     op.drop_column("jobs", "work_key")

@@ -11,8 +11,15 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, insert, select
 
-from service.costs.savings import Calibration
-from service.db.schema import gpus, job_gpus, job_progress, jobs, savings_calibration
+from service.costs.savings import Calibration, LedgerPair, Saving, counts_in_ledger
+from service.db.schema import (
+    gpus,
+    job_gpus,
+    job_progress,
+    jobs,
+    savings_calibration,
+    work_savings,
+)
 
 BATCH = 5000  # ids bound per statement (SQLite binds at most 32,766)
 
@@ -115,3 +122,76 @@ def calibration(conn: Connection) -> list[Calibration]:
         Calibration(r.cause, r.pairs, r.median_promised, r.median_realised, r.factor)
         for r in conn.execute(select(savings_calibration).order_by(c.cause))
     ]
+
+
+def store_savings(
+    conn: Connection, *, pairs: list[tuple[LedgerPair, datetime]], at: datetime
+) -> None:
+    """Store each pair's saving (with its later run's end), replacing what was stored for the
+    same later runs."""
+    if not pairs:
+        return
+    ids = [p.job_id for p, _ in pairs]
+    for i in range(0, len(ids), BATCH):
+        conn.execute(delete(work_savings).where(work_savings.c.job_id.in_(ids[i : i + BATCH])))
+    conn.execute(
+        insert(work_savings),
+        [
+            {
+                "job_id": p.job_id, "compared_with": p.saving.compared_with, "team": p.team,
+                "user": p.user, "project": p.project, "ended_at": ended,
+                "fix_cause": p.saving.fix_cause, "verdict": p.saving.verdict,
+                "booked": counts_in_ledger(p.saving),
+                "promised_fraction": p.saving.promised_fraction,
+                "realised_fraction": p.saving.realised_fraction,
+                "promised_usd": p.saving.promised_usd, "realised_usd": p.saving.realised_usd,
+                "computed_at": at,
+            }
+            for p, ended in pairs
+        ],
+    )  # fmt: skip
+
+
+def stored_count(conn: Connection) -> int:
+    """How many later runs have a stored saving."""
+    return int(conn.execute(select(func.count()).select_from(work_savings)).scalar_one())
+
+
+def stored_savings(conn: Connection, *, since: datetime) -> list[Saving]:
+    """The stored savings of later runs that ended at or after ``since`` (the calibration's
+    fields: cause, verdict, promised and realised shares)."""
+    c = work_savings.c
+    rows = conn.execute(
+        select(c.job_id, c.compared_with, c.fix_cause, c.verdict, c.promised_fraction,
+               c.realised_fraction, c.promised_usd, c.realised_usd)
+        .where(c.ended_at >= since)
+    )  # fmt: skip
+    return [
+        Saving(
+            work_key="",
+            compared_with=r.compared_with,
+            unit="run",
+            fix_cause=r.fix_cause,
+            fix_share_before=0.0,
+            fix_share_after=0.0,
+            promised_fraction=r.promised_fraction,
+            promised_usd=r.promised_usd,
+            realised_fraction=r.realised_fraction,
+            realised_usd=r.realised_usd,
+            noise_fraction=None,
+            verdict=r.verdict,
+            reason=None,
+        )
+        for r in rows
+    ]
+
+
+def realised_by_team_and_cause(conn: Connection) -> dict[tuple[str, str], float]:
+    """The booked realised savings (USD) of every stored later run, per (team, cause)."""
+    c = work_savings.c
+    rows = conn.execute(
+        select(c.team, c.fix_cause, func.sum(c.realised_usd))
+        .where(c.booked.is_(True))
+        .group_by(c.team, c.fix_cause)
+    )
+    return {(team or "", cause or ""): float(usd or 0.0) for team, cause, usd in rows}

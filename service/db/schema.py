@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Float,
     ForeignKey,
@@ -727,4 +728,26 @@ savings_calibration = Table(
     Column("median_realised", Float(precision=53), nullable=False),
     Column("factor", Float(precision=53), nullable=True),
     Column("computed_at", UTCDateTime, nullable=False),
+)
+
+# The saving of each later run against the earlier run of its work (0036), as the savings
+# round last computed it: /metrics counts the booked ones, the calibration learns from them.
+work_savings = Table(
+    "work_savings",
+    metadata,
+    Column("job_id", String(255), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("compared_with", String(255), nullable=False),
+    Column("team", String(255), nullable=True),
+    Column("user", String(255), nullable=True),
+    Column("project", String(255), nullable=True),
+    Column("ended_at", UTCDateTime, nullable=False),
+    Column("fix_cause", String(32), nullable=True),
+    Column("verdict", String(32), nullable=False),
+    Column("booked", Boolean, nullable=False),
+    Column("promised_fraction", Float(precision=53), nullable=True),
+    Column("realised_fraction", Float(precision=53), nullable=True),
+    Column("promised_usd", Float(precision=53), nullable=True),
+    Column("realised_usd", Float(precision=53), nullable=True),
+    Column("computed_at", UTCDateTime, nullable=False),
+    Index(None, "ended_at"),
 )

@@ -237,18 +237,33 @@ def savings_ledger(
     )  # fmt: skip
 
 
-def calibration_once(ctx: ServiceContext) -> int:
-    """Relearn each cause's calibration from the pairs of the last
-    ``savings_calibration_days`` and store it; returns how many causes it has."""
+def savings_once(ctx: ServiceContext) -> int:
+    """Compute and store the savings of the later runs that ended lately (the last
+    ``savings_recompute_days``; the whole calibration window the first time), then relearn
+    each cause's calibration from the stored ones; returns how many savings it stored."""
     now = ctx.clock()
     s = ctx.settings
     with ctx.engine.begin() as conn:
-        found = savings_ledger(
-            conn, settings=s, start=now - timedelta(days=s.savings_calibration_days), end=now,
-            now=now,
-        )  # fmt: skip
-        savings_repo.replace_calibration(conn, rows=found.calibration, at=now)
-    return len(found.calibration)
+        days = s.savings_recompute_days
+        if savings_repo.stored_count(conn) == 0:
+            days = max(days, s.savings_calibration_days)
+        found = savings_ledger(conn, settings=s, start=now - timedelta(days=days), end=now, now=now)
+        ends = {p.job_id: e for p in found.pairs if (e := _ended(conn, p.job_id)) is not None}
+        savings_repo.store_savings(
+            conn, pairs=[(p, ends[p.job_id]) for p in found.pairs if p.job_id in ends], at=now
+        )
+        stored = savings_repo.stored_savings(
+            conn, since=now - timedelta(days=s.savings_calibration_days)
+        )
+        savings_repo.replace_calibration(
+            conn, rows=calibration(stored, s.savings_calibration_min_pairs), at=now
+        )
+    return len(found.pairs)
+
+
+def _ended(conn: Connection, job_id: str) -> datetime | None:
+    job = jobs_repo.get_job(conn, job_id=job_id)
+    return None if job is None else job["ended_at"]
 
 
 def calibrated_fixes(

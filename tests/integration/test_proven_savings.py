@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 
 from service.cli.fleet import job_report
-from service.usecases.savings import calibration_once
+from service.usecases.savings import savings_once
 from tests.alerting_support import ingest
 from tests.support import FakeClock, auth, iso
 
@@ -97,7 +97,12 @@ def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
     ctx = app.state.ctx
     assert _fix(before, "input_starved")["calibration_factor"] is None
     ctx.settings.savings_calibration_min_pairs = 1
-    assert calibration_once(ctx) == 1
+    assert savings_once(ctx) == 1
+    r = http.get("/metrics")
+    line = next(ln for ln in r.text.splitlines()
+                if ln.startswith("gpuwarden_realised_savings_usd_total{"))  # fmt: skip
+    assert line.startswith('gpuwarden_realised_savings_usd_total{cause="input_starved",team="nlp"}')
+    assert abs(float(line.split()[-1]) - s["realised_usd"]) < 1e-9
     fix = _fix(_job(http, tokens, "manual:bert-1"), "input_starved")
     factor = s["realised_fraction"] / s["promised_fraction"]
     assert abs(fix["calibration_factor"] - factor) < 1e-9
