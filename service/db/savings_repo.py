@@ -195,3 +195,15 @@ def realised_by_team_and_cause(conn: Connection) -> dict[tuple[str, str], float]
         .group_by(c.team, c.fix_cause)
     )
     return {(team or "", cause or ""): float(usd or 0.0) for team, cause, usd in rows}
+
+
+def booked_between(conn: Connection, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """The booked stored savings of later runs that ended in [start, end): job id, owner,
+    realised and promised USD."""
+    c = work_savings.c
+    rows = conn.execute(
+        select(c.job_id, c.user, c.team, c.project, c.realised_usd, c.promised_usd)
+        .where(c.booked.is_(True), c.ended_at >= start, c.ended_at < end)
+        .order_by(c.job_id)
+    )
+    return [dict(r._mapping) for r in rows]

@@ -107,6 +107,27 @@ def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
     factor = s["realised_fraction"] / s["promised_fraction"]
     assert abs(fix["calibration_factor"] - factor) < 1e-9
     assert abs(fix["calibrated_saving_usd"] - fix["saving_usd"] * factor) < 1e-9
+    # The cost report's columns, from the stored savings, reconcile with the ledger to the cent.
+    window = {"start": start, "end": end}
+    r = http.get("/api/v1/reports/cost", params={**window, "group_by": "team"},
+                 headers=auth(tokens["reader"]))  # fmt: skip
+    team_row = next(x for x in r.json()["rows"] if x["key"] == "nlp")
+    assert team_row["realised_usd"] == row["realised_usd"]
+    assert team_row["promised_usd"] == row["promised_usd"]
+    assert r.json()["totals"]["realised_usd"] == ledger["totals"]["realised_usd"]
+    r = http.get("/api/v1/reports/cost", params={**window, "group_by": "job"},
+                 headers=auth(tokens["reader"]))  # fmt: skip
+    by_job = {x["key"]: x["realised_usd"] for x in r.json()["rows"] if x["key"].startswith("m")}
+    assert by_job == {"manual:bert-1": 0.0, "manual:bert-2": row["realised_usd"]}
+    r = http.get("/api/v1/reports/cost", params={**window, "group_by": "team", "format": "csv"},
+                 headers=auth(tokens["reader"]))  # fmt: skip
+    header, *lines = r.text.splitlines()
+    line = next(x for x in lines if x.startswith("nlp,"))
+    assert header.endswith(",top_fix_saving_usd,realised_usd,promised_usd")
+    assert line.endswith(f",{row['realised_usd']},{row['promised_usd']}")
+    r = http.get("/api/v1/reports/cost", params={**window, "group_by": "node"},
+                 headers=auth(tokens["reader"]))  # fmt: skip
+    assert r.json()["rows"][0]["realised_usd"] is None
     r = http.get("/api/v1/reports/savings", params={"group_by": "node"},
                  headers=auth(tokens["reader"]))  # fmt: skip
     assert r.status_code == 422 and "group_by" in r.text

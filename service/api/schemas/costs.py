@@ -147,6 +147,19 @@ class CostRowPublic(BaseModel):
     )
 
 
+class CostReportRowPublic(CostRowPublic):
+    """A cost report's row with the proven savings of its jobs (docs/savings.md): realised and
+    promised USD of the fixes applied by its later runs that ended in the report's window, as
+    the savings round stored them; null for hardware groupings."""
+
+    realised_usd: float | None = Field(
+        None, description="realised savings of the group's later runs (USD, to the cent)"
+    )
+    promised_usd: float | None = Field(
+        None, description="what the same fixes promised (USD, to the cent)"
+    )
+
+
 class CostReportPublic(BaseModel):
     """A cost report: rows largest ``sort`` dollars first (waste by default), the page
     [offset, offset + limit) of them, totals of every row (not only the page), and warnings."""
@@ -155,11 +168,11 @@ class CostReportPublic(BaseModel):
     end: datetime
     group_by: str
     sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
-    rows: list[CostRowPublic]
+    rows: list[CostReportRowPublic]
     row_count: int = Field(description="rows the report has, before offset and limit")
     offset: int = 0
     limit: int | None = None
-    totals: CostRowPublic
+    totals: CostReportRowPublic
     price_source: PriceSourcePublic = Field(
         description="where prices came from: api (PUT /api/v1/prices), config, default (the "
         "shipped list prices), opencost (a running OpenCost) or none (no prices: GPU-hours)"
