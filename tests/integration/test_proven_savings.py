@@ -4,13 +4,16 @@ run's page, the fix it applied no longer told, and the ledger adding up to the c
 
 from __future__ import annotations
 
+import io
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from rich.console import Console
 
 from service.cli.fleet import job_report
+from service.cli.report import render_table
 from service.usecases.savings import savings_once
 from tests.alerting_support import ingest
 from tests.support import FakeClock, auth, iso
@@ -115,6 +118,12 @@ def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
     assert team_row["realised_usd"] == row["realised_usd"]
     assert team_row["promised_usd"] == row["promised_usd"]
     assert r.json()["totals"]["realised_usd"] == ledger["totals"]["realised_usd"]
+    out = Console(file=io.StringIO(), width=200)
+    render_table(r.json(), limit=10, console=out)
+    assert (
+        f"proven savings: fixes applied saved ${row['realised_usd']:,.2f}, measured against the "
+        f"runs before them (${row['promised_usd']:,.2f} promised"
+    ) in out.file.getvalue()  # type: ignore[attr-defined]
     r = http.get("/api/v1/reports/cost", params={**window, "group_by": "job"},
                  headers=auth(tokens["reader"]))  # fmt: skip
     by_job = {x["key"]: x["realised_usd"] for x in r.json()["rows"] if x["key"].startswith("m")}
