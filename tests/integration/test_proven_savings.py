@@ -5,6 +5,7 @@ run's page, the fix it applied no longer told, and the ledger adding up to the c
 from __future__ import annotations
 
 import io
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,9 @@ from rich.console import Console
 
 from service.cli.fleet import job_report
 from service.cli.report import render_table
+from service.costs.periodic import Period
+from service.costs.report_render import render
+from service.usecases.periodic_reports import reports_of
 from service.usecases.savings import savings_once
 from tests.alerting_support import ingest
 from tests.support import FakeClock, auth, iso
@@ -137,6 +141,15 @@ def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
     r = http.get("/api/v1/reports/cost", params={**window, "group_by": "node"},
                  headers=auth(tokens["reader"]))  # fmt: skip
     assert r.json()["rows"][0]["realised_usd"] is None
+    # The weekly reports (e-mail and Slack): the team's and the admins' say it, a quiet one not.
+    period = Period(t0 - timedelta(days=1), clock(), "weekly")
+    with ctx.engine.connect() as conn:
+        reports = {r.recipient: render(r) for r in reports_of(
+            conn, settings=ctx.settings, period=period, now=clock())}  # fmt: skip
+    said = f"Fixes applied this week saved ${row['realised_usd']:,.2f}, measured against the runs"
+    for who in ("team:nlp", "user:alice", "admins"):
+        assert said in reports[who].text, reports[who].text
+        assert said in json.dumps(reports[who].slack) and said in reports[who].html
     r = http.get("/api/v1/reports/savings", params={"group_by": "node"},
                  headers=auth(tokens["reader"]))  # fmt: skip
     assert r.status_code == 422 and "group_by" in r.text
