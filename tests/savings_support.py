@@ -11,9 +11,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
 
 from service.core.matching import Run
 from service.core.work_key import JobFacts, work_key_of
+from tests.alerting_support import ingest
+from tests.support import auth, iso
 
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
@@ -134,3 +139,29 @@ def _history(rng: random.Random, out: LabelledSet, kind: str, name: str, runs: i
         run = _run(facts, start, gpu_seconds, units if progress else None)
         out.runs.append(LabelledRun(run, f"{kind}:{name}:{h}", version, waste))
         start = (run.ended_at or start) + timedelta(days=rng.uniform(0.5, 6))
+
+
+# Samples of an input-starved run and of the same work with the fix applied (H100, GPM).
+STARVED = {"sm_active": 0.15, "gr_engine_active": 0.2, "tensor_active": 0.12,
+           "fb_used_bytes": 20 * 2**30}  # fmt: skip
+FIXED = {"sm_active": 0.95, "gr_engine_active": 0.97, "tensor_active": 0.9,
+         "fb_used_bytes": 20 * 2**30}  # fmt: skip
+
+
+def add_run(http: httpx.Client, tokens: dict[str, str], job_id: str, start: datetime,
+            minutes: int, metrics: dict[str, Any], steps: float | None,
+            labels: dict[str, str] | None = None) -> None:  # fmt: skip
+    """One run of the work "bert" on GPU-a0 (alice, team nlp): samples, the job (registered
+    and ended) and its progress where ``steps`` is given."""
+    ingest(http, tokens["agent"], start=start, count=minutes * 6, metrics=metrics)
+    end = start + timedelta(minutes=minutes)
+    body = {"id": job_id, "user": "alice", "team": "nlp", "project": "bert",
+            "labels": labels or {"work": "bert"}, "gpus": ["GPU-a0"],
+            "started_at": iso(start), "ended_at": iso(end)}  # fmt: skip
+    r = http.post("/api/v1/jobs", json=body, headers=auth(tokens["admin"]))
+    assert r.status_code == 201, r.text
+    if steps is not None:
+        for at, value in ((start, 0.0), (end, steps)):
+            r = http.post(f"/api/v1/jobs/{job_id}/progress", json={"unit": "steps", "value": value,
+                          "at": iso(at)}, headers=auth(tokens["admin"]))  # fmt: skip
+            assert r.status_code == 201, r.text

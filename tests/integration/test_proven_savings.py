@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -19,31 +19,8 @@ from service.costs.periodic import Period
 from service.costs.report_render import render
 from service.usecases.periodic_reports import reports_of
 from service.usecases.savings import savings_once
-from tests.alerting_support import ingest
+from tests.savings_support import FIXED, STARVED, add_run
 from tests.support import FakeClock, auth, iso
-
-STARVED = {"sm_active": 0.15, "gr_engine_active": 0.2, "tensor_active": 0.12,
-           "fb_used_bytes": 20 * 2**30}  # fmt: skip
-FIXED = {"sm_active": 0.95, "gr_engine_active": 0.97, "tensor_active": 0.9,
-         "fb_used_bytes": 20 * 2**30}  # fmt: skip
-
-
-def _run(http: httpx.Client, tokens: dict[str, str], job_id: str, start: datetime,
-         minutes: int, metrics: dict[str, Any], steps: float | None,
-         labels: dict[str, str] | None = None) -> None:  # fmt: skip
-    """One run of the work "bert": samples, the job (registered and ended) and its progress."""
-    ingest(http, tokens["agent"], start=start, count=minutes * 6, metrics=metrics)
-    end = start + timedelta(minutes=minutes)
-    body = {"id": job_id, "user": "alice", "team": "nlp", "project": "bert",
-            "labels": labels or {"work": "bert"}, "gpus": ["GPU-a0"],
-            "started_at": iso(start), "ended_at": iso(end)}  # fmt: skip
-    r = http.post("/api/v1/jobs", json=body, headers=auth(tokens["admin"]))
-    assert r.status_code == 201, r.text
-    if steps is not None:
-        for at, value in ((start, 0.0), (end, steps)):
-            r = http.post(f"/api/v1/jobs/{job_id}/progress", json={"unit": "steps", "value": value,
-                          "at": iso(at)}, headers=auth(tokens["admin"]))  # fmt: skip
-            assert r.status_code == 201, r.text
 
 
 def _job(http: httpx.Client, tokens: dict[str, str], job_id: str) -> dict[str, Any]:
@@ -56,8 +33,8 @@ def test_the_fixed_run_shows_what_the_fix_saved_and_the_ledger_adds_up(
     app: FastAPI, http: httpx.Client, tokens: dict[str, str], clock: FakeClock
 ) -> None:
     t0 = clock() - timedelta(hours=3)
-    _run(http, tokens, "manual:bert-1", t0, 30, STARVED, 3000)
-    _run(http, tokens, "manual:bert-2", t0 + timedelta(minutes=40), 12, FIXED, 3000)
+    add_run(http, tokens, "manual:bert-1", t0, 30, STARVED, 3000)
+    add_run(http, tokens, "manual:bert-2", t0 + timedelta(minutes=40), 12, FIXED, 3000)
     before = _job(http, tokens, "manual:bert-1")
     assert before["savings"] is None  # no earlier run
     told = {f["cause"]: f for f in before["recommendations"]}
@@ -163,9 +140,9 @@ def test_a_run_on_other_gpus_is_not_compared_and_says_why(
     http: httpx.Client, tokens: dict[str, str], clock: FakeClock
 ) -> None:
     t0 = clock() - timedelta(hours=3)
-    _run(http, tokens, "manual:bert-1", t0, 30, STARVED, None)
+    add_run(http, tokens, "manual:bert-1", t0, 30, STARVED, None)
     # The same work without progress, four times as long: not the same fixed-size work.
-    _run(http, tokens, "manual:bert-2", t0 + timedelta(minutes=40), 120, FIXED, None)
+    add_run(http, tokens, "manual:bert-2", t0 + timedelta(minutes=40), 120, FIXED, None)
     s = _job(http, tokens, "manual:bert-2")["savings"]
     assert s is not None and s["verdict"] == "not_compared" and s["unit"] == "run"
     assert s["reason"].startswith("duration outside the key's usual spread")
