@@ -75,16 +75,23 @@ def _runs(conn: Connection, rows: list[dict[str, Any]], now: datetime) -> list[S
     return out
 
 
+# The latest runs of a key read at most: enough for the run before and the key's spread, and a
+# job page stays one small read however often its work runs (a CronJob every minute).
+RUNS_OF_KEY_MAX = 200
+
+
 def runs_of_key(
     conn: Connection, *, key: str, start: datetime, end: datetime, now: datetime
 ) -> list[StoredRun]:
-    """The jobs of work key ``key`` that started in [start, end], oldest first."""
+    """The latest ``RUNS_OF_KEY_MAX`` jobs of work key ``key`` that started in [start, end],
+    oldest first."""
     rows = conn.execute(
         select(jobs)
         .where(and_(jobs.c.work_key == key, jobs.c.started_at >= start, jobs.c.started_at <= end))
-        .order_by(jobs.c.started_at, jobs.c.id)
+        .order_by(jobs.c.started_at.desc(), jobs.c.id.desc())
+        .limit(RUNS_OF_KEY_MAX)
     )
-    return _runs(conn, [dict(r._mapping) for r in rows], now)
+    return _runs(conn, [dict(r._mapping) for r in reversed(list(rows))], now)
 
 
 def keys_ended_in(

@@ -243,12 +243,14 @@ def savings_once(ctx: ServiceContext) -> int:
     each cause's calibration from the stored ones; returns how many savings it stored."""
     now = ctx.clock()
     s = ctx.settings
-    with ctx.engine.begin() as conn:
+    # Read first, outside any write: a long read never holds the store's write lock (SQLite).
+    with ctx.engine.connect() as conn:
         days = s.savings_recompute_days
         if savings_repo.stored_count(conn) == 0:
             days = max(days, s.savings_calibration_days)
         found = savings_ledger(conn, settings=s, start=now - timedelta(days=days), end=now, now=now)
         ends = {p.job_id: e for p in found.pairs if (e := _ended(conn, p.job_id)) is not None}
+    with ctx.engine.begin() as conn:
         savings_repo.store_savings(
             conn, pairs=[(p, ends[p.job_id]) for p in found.pairs if p.job_id in ends], at=now
         )
