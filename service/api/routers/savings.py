@@ -3,7 +3,7 @@ promises beside them, and the calibration per cause (issue 46)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 
@@ -24,8 +24,8 @@ def savings_ledger(
     start: str | None = Query(None, description=f"{query.TIME_HELP}; default end - 30d"),
     end: str | None = Query(None, description=f"{query.TIME_HELP}; default now"),
     since: str | None = Query(None, description=query.SINCE_HELP),
-    group_by: str = Query(
-        "team", description=f"one of {', '.join(savings_usecase.LEDGER_GROUP_BYS)}"
+    group_by: Literal["team", "user", "project"] = Query(
+        "team", description="the ledger's groups: team, user or project of the later runs"
     ),
 ) -> Any:
     """Realised savings (USD, to the cent) of the runs that ended in [start, end) against the
