@@ -152,8 +152,11 @@ def realised(
         verdict="not_compared",
         reason=pair.reason,
     )
-    if pair.reason is not None or pair.before.per_unit <= 0:
-        return replace(base, reason=pair.reason or "the earlier run held no GPU time")
+    if pair.reason is not None:
+        return base
+    for which, run in (("earlier", pair.before), ("later", pair.after)):
+        if run.gpu_seconds <= 0:
+            return replace(base, reason=f"the {which} run held no GPU time")
     noise = noise_fraction(pair.history, noise_floor)
     fraction = 1 - pair.after.per_unit / pair.before.per_unit
     ceiling = before.waste_fraction()

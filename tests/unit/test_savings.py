@@ -155,3 +155,14 @@ def test_realised_never_exceeds_the_waste_and_the_ledger_adds_up(
             cents(p.saving.realised_usd or 0.0) for p in in_month
         )
         assert sum(r.pairs for r in rows if r.month == bucket) == len(in_month)
+
+
+def test_a_run_that_held_no_gpu_time_is_not_compared() -> None:
+    before_money = _money(3600, {"input_starved": 0.5}, [_fix("input_starved", 1800, 0.5, 1e-3)])
+    a, b = _run("manual:1", 0, 3600, units=10), _run("manual:2", 2, 0, units=10)
+    s = realised(pair_of([a, b], b, MatchRules()), before_money, before_money, noise_floor=0.05)  # type: ignore[arg-type]
+    assert (s.verdict, s.reason, s.realised_usd) == (
+        "not_compared",
+        "the later run held no GPU time",
+        None,
+    )
