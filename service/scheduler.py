@@ -162,6 +162,16 @@ def build_scheduler(
             s.rollup_interval_seconds,
         ),
     ]
+    from service.usecases.savings import savings_once
+
+    # Each cause's promises relearn their calibration from the savings realised (issue 46).
+    jobs.append(
+        (
+            "savings",
+            one_replica_at_a_time(ctx, "savings", lambda: savings_once(ctx)),
+            s.savings_calibration_interval_seconds,
+        )
+    )
     if fleet_cache is not None:
         # Every replica keeps its own copy of the fleet's dollars, read once as today's sums move.
         jobs.append(

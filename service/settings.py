@@ -102,6 +102,22 @@ class Settings(BaseSettings):
     opencost_refresh_seconds: float = Field(3600.0, gt=0)
     opencost_window: str = "7d"
 
+    # Proven savings (docs/savings.md): a run told a fix is checked against the next run of its
+    # work key that starts within this many days of its end; a difference under the floor (a
+    # share) is never a saving, whatever the key's own spread; a run that reports no progress
+    # and strays this share past the key's usual length did other work.
+    savings_horizon_days: float = Field(30.0, gt=0)
+    savings_noise_floor: float = Field(0.05, ge=0, le=1)
+    savings_length_tolerance: float = Field(0.25, ge=0)
+    # Each cause's promises carry a factor learned from its pairs of the last days (from this
+    # many pairs on), relearned by a background round this often.
+    savings_calibration_days: float = Field(90.0, gt=0)
+    savings_calibration_min_pairs: int = Field(20, ge=1)
+    savings_calibration_interval_seconds: float = Field(3600.0, gt=0)
+    # Each round recomputes the savings of the runs that ended in this many last days (late
+    # data, a price change); older ones stay as stored.
+    savings_recompute_days: float = Field(2.0, gt=0)
+
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
     # Every other route's body limit, as sent and once expanded (413 past it).
     max_body_bytes: int = Field(1024 * 1024, gt=0)

@@ -16,6 +16,10 @@
 #                                                  not pass SLURM_JOB_COMMENT (costs one RPC)
 #   GPUWARDEN_SLURM_SHARED_GPUS=yes                this node's GPUs are shared by design
 #                                                  (OverSubscribe, time slicing): see below
+#   GPUWARDEN_SLURM_SCRIPT_HASH=yes                send the sha256 of the batch script
+#                                                  (scontrol write batch_script: one RPC), so
+#                                                  a run of a changed script is not compared
+#                                                  with the last one (docs/savings.md)
 # A job that holds its GPUs alone is sent as "exclusive": central ends any earlier Slurm job
 # still open on those GPUs (its epilog was lost: central was down, the node crashed, the epilog
 # was killed), which would otherwise share this job's time and bill. Not for GPUs shared by
@@ -27,7 +31,9 @@
 # accounts file, else SLURM_JOB_ACCOUNT; project: the comment's project=, else the accounts file.
 #
 # It never fails the job (a Prolog that exits non-zero drains the node) and logs one line to
-# syslog (stderr without syslog) when the job could not be registered. Needs bash 4, curl 7.29+.
+# syslog (stderr without syslog) when the job could not be registered. Labels: partition,
+# cluster, the job's name and account, and work=<name> from the comment (runs of one work, for
+# proven savings) with the script's sha256 where asked for: the job's work key (docs/savings.md). Needs bash 4, curl 7.29+.
 set -u
 PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -120,9 +126,15 @@ job_gpu_uuids() {
 
 # team and project: the job comment's team= / project=, the accounts file, the account.
 comment=${SLURM_JOB_COMMENT-}
-if [ -z "${SLURM_JOB_COMMENT+set}" ] && [ "${GPUWARDEN_SLURM_SCONTROL:-no}" = yes ]; then
-    comment=$(timeout -k 1 1 scontrol show job -o "${SLURM_JOB_ID:-}" 2>/dev/null |
-        sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*//')
+job_name=${SLURM_JOB_NAME:-}
+if { [ -z "${SLURM_JOB_COMMENT+set}" ] || [ -z "$job_name" ]; } &&
+    [ "${GPUWARDEN_SLURM_SCONTROL:-no}" = yes ]; then
+    # One RPC for both: the comment and the job's name (a Prolog is given neither).
+    shown=$(timeout -k 1 1 scontrol show job -o "${SLURM_JOB_ID:-}" 2>/dev/null)
+    [ -z "${SLURM_JOB_COMMENT+set}" ] &&
+        comment=$(sed -n 's/.* Comment=\(.*\)/\1/p' <<< "$shown" | sed 's/ [A-Z][A-Za-z]*=.*//')
+    [ -z "$job_name" ] &&
+        job_name=$(sed -n 's/.*JobName=\(.*\)/\1/p' <<< "$shown" | sed 's/ [A-Z][A-Za-z]*=.*//')
 fi
 account=${SLURM_JOB_ACCOUNT:-}
 team=$account project=""
@@ -134,10 +146,12 @@ fi
 # A control character in the comment (an escape, a ^A pasted from a terminal) separates words
 # like a space does: it is never part of a team or project name.
 comment=${comment//[[:cntrl:]]/ }
+work=""
 for word in ${comment//[,;]/ }; do
     case $word in
         project=*) project=${word#project=} ;;
         team=*) team=${word#team=} ;;
+        work=*) work=${word#work=} ;;
     esac
 done
 
@@ -157,6 +171,17 @@ exclusive=true
 
 labels="\"partition\":$(json_str "${SLURM_JOB_PARTITION:-}")"
 [ -n "${SLURM_CLUSTER_NAME:-}" ] && labels+=",\"cluster\":$(json_str "$SLURM_CLUSTER_NAME")"
+[ -n "$job_name" ] && labels+=",\"name\":$(json_str "$job_name")"
+[ -n "$account" ] && labels+=",\"account\":$(json_str "$account")"
+[ -n "$work" ] && labels+=",\"work\":$(json_str "$work")"
+if [ "${GPUWARDEN_SLURM_SCRIPT_HASH:-no}" = yes ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    # An salloc has no batch script: no hash, and its runs compare by name and shape alone.
+    sha=$(timeout -k 1 1 scontrol write batch_script "$SLURM_JOB_ID" - 2>/dev/null | sha256sum)
+    sha=${sha%% *}
+    # sha256 of nothing: no script was written (an allocation, or scontrol failed).
+    [ "$sha" != e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 ] &&
+        [ -n "$sha" ] && labels+=",\"script_sha256\":\"$sha\""
+fi
 body=$(printf '{"id":%s,"user":%s,"team":%s,"project":%s,"labels":{%s},"gpus":[%s],"started_at":"%s","exclusive":%s}' \
     "$(json_str "$JOB")" "$(json_str "${SLURM_JOB_USER:-}")" "$(json_str "$team")" \
     "$(json_str "$project")" "$labels" "$gpus" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$exclusive")

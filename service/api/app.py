@@ -47,6 +47,7 @@ from service.api.routers import oidc as oidc_router
 from service.api.routers import periodic_reports as periodic_router
 from service.api.routers import prices as prices_router
 from service.api.routers import reports as reports_router
+from service.api.routers import savings as savings_router
 from service.api.routers import unsubscribe as unsubscribe_router
 from service.api.timing import ServerTiming
 from service.api.validation import request_validation_error
@@ -240,6 +241,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(jobs_router.verdicts, prefix="/api/v1")
     app.include_router(prices_router.router, prefix="/api/v1")
     app.include_router(reports_router.router, prefix="/api/v1")
+    app.include_router(savings_router.router, prefix="/api/v1")
     app.include_router(periodic_router.router, prefix="/api/v1")
     app.include_router(unsubscribe_router.router)
     app.include_router(actions_router.router, prefix="/api/v1")

@@ -371,6 +371,38 @@ def _work_lines(job: dict[str, Any]) -> list[str]:
     ]
 
 
+def _savings_lines(saving: dict[str, Any] | None) -> list[str]:
+    """What the run saved against the earlier run of its work that was told a fix: promised
+    beside realised, or why the two were not compared."""
+    if not saving:
+        return []
+    head = f"Proven saving (against {saving['compared_with']}, per "
+    head += "unit of progress):" if saving["unit"] == "progress" else "whole run, no progress):"
+    cause = saving.get("fix_cause")
+    fix = (
+        f"  fix applied: {cause} {saving['fix_share_before']:.0%} -> "
+        f"{saving['fix_share_after']:.0%} of the run"
+        if cause
+        else "  no fix told was applied (no advised cause's share fell by half)"
+    )
+    lines = ["", head, fix]
+    if saving["verdict"] == "not_compared":
+        return [*lines, f"  not compared: {saving['reason']}"]
+    promised = saving.get("promised_fraction")
+    lines.append(
+        f"  realised {saving['realised_fraction']:.1%} ({money(saving['realised_usd'])})"
+        + (
+            ""
+            if promised is None
+            else f", promised {promised:.1%} ({money(saving['promised_usd'])})"
+        )
+        + f"; noise ±{saving['noise_fraction']:.1%}: {saving['verdict'].replace('_', ' ')}"
+    )
+    if saving.get("reason"):
+        lines.append(f"  {saving['reason']}")
+    return lines
+
+
 def job_report(job: dict[str, Any], *, now: datetime) -> str:
     """A jobstats-style plain-text report of ``GET /jobs/{id}``'s answer."""
     s = job["summary"]
@@ -381,6 +413,7 @@ def job_report(job: dict[str, Any], *, now: datetime) -> str:
     lines += _cause_lines(s.get("causes") or {})
     lines += _per_gpu_lines(job.get("per_gpu") or [])
     lines += _advice_lines(job)
+    lines += _savings_lines(job.get("savings"))
     lines += _energy_lines(job.get("energy"))
     lines += [f"warning: {w}" for w in job.get("warnings") or []]
     return "\n".join(lines)

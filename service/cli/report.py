@@ -212,6 +212,13 @@ def _totals_notes(totals: dict[str, Any], hours: bool = False) -> list[str]:
             "top fixes: "
             + "; ".join(f"{f['cause']} {money(f['saving_usd'])} ({f['action']})" for f in fixes)
         )
+    # Proven savings only where some were booked: a report without any reads as before.
+    if totals.get("realised_usd") or totals.get("promised_usd"):
+        notes.append(
+            f"proven savings: fixes applied saved {money(totals['realised_usd'])}, measured "
+            f"against the runs before them ({money(totals['promised_usd'])} promised; --csv "
+            "has them per row)"
+        )
     return notes
 
 

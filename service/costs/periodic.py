@@ -83,6 +83,10 @@ class Totals:
     waste_gpu_hours: float = 0.0
     idle_gpu_hours: float = 0.0
     fixable_gpu_hours: float = 0.0
+    # Proven savings (docs/savings.md): the fixes applied by runs that ended in the period,
+    # realised and promised (USD); None where the report has no such figure.
+    realised_usd: float | None = None
+    promised_usd: float | None = None
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Totals:
@@ -104,6 +108,8 @@ class Totals:
             waste_gpu_hours=float(row.get("waste_gpu_hours") or 0.0),
             idle_gpu_hours=float(row.get("idle_gpu_hours") or 0.0),
             fixable_gpu_hours=float(row.get("fixable_gpu_hours") or 0.0),
+            realised_usd=row.get("realised_usd"),
+            promised_usd=row.get("promised_usd"),
         )
 
 

@@ -81,6 +81,11 @@ def _summary_lines(report: Report, t: Totals) -> list[str]:
     if t.waste_by_cause_usd:
         causes = ", ".join(f"{c} {usd(v)}" for c, v in t.waste_by_cause_usd.items())
         lines.append(f"Waste by cause: {causes}")
+    if t.realised_usd:  # only where fixes were applied and measured: other reports read as before
+        lines.append(
+            f"Fixes applied this {_span(report)} saved {usd(t.realised_usd)}, measured against "
+            f"the runs before them ({usd(t.promised_usd)} promised)"
+        )
     p = report.previous
     if p is None:
         lines.append(f"Change since the {_span(report)} before: no jobs then")

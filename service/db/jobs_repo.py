@@ -20,6 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
+from service.core.work_key import key_of_row
 from service.db import tenant_marks
 from service.db.dialect import insert_ignore
 from service.db.schema import gpus, job_conflicts, job_gpus, jobs, nodes
@@ -128,6 +129,9 @@ def _insert_job(
                 team=fields.get("team"),
                 project=fields.get("project"),
                 labels=fields.get("labels") or {},
+                work_key=key_of_row(
+                    job_id, fields.get("user"), fields.get("team"), fields.get("labels") or {}
+                ),
                 source="api",
                 started_at=started_at,
                 ended_at=ended_at,
@@ -154,6 +158,7 @@ def _merge_job(
     if "labels" in changes:
         changes["labels"] = {**(existing.labels or {}), **changes["labels"]}
     changes["started_at"] = min(existing.started_at, started_at)
+    changes["work_key"] = _key_after(existing, changes)
     if ended_at is not None:
         changes["ended_at"] = ended_at
     changes["updated_at"] = now
@@ -299,7 +304,18 @@ def update_fields(conn: Connection, *, job_id: str, fields: dict[str, Any], now:
     if "labels" in changes:
         changes["labels"] = {**(existing.labels or {}), **(changes["labels"] or {})}
     if changes:
+        changes["work_key"] = _key_after(existing, changes)
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changes, updated_at=now))
+
+
+def _key_after(existing: Any, changes: Mapping[str, Any]) -> str:
+    """The work key of stored job ``existing`` once ``changes`` are written."""
+    return key_of_row(
+        existing.id,
+        changes.get("user", existing.user),
+        changes.get("team", existing.team),
+        changes.get("labels", existing.labels) or {},
+    )
 
 
 def record_conflict(

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
+from service.core.work_key import key_of_row
 from service.db import tenant_marks
 from service.db.dialect import insert_ignore
 from service.db.schema import gpu_processes, gpus, job_gpus, jobs, nodes
@@ -171,6 +172,7 @@ def _create_jobs(conn: Connection, seen: list[Seen], now: datetime) -> int:
                 "team": None,
                 "project": None,
                 "labels": {},
+                "work_key": key_of_row(job, s.user, None, {}),
                 "source": OBSERVED,
                 "started_at": s.first,
                 "ended_at": None,

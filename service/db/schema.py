@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Float,
     ForeignKey,
@@ -364,9 +365,12 @@ jobs = Table(
     Column("ended_at", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The job's work key (0036, service.core.work_key): runs of the same work share it.
+    Column("work_key", String(64), nullable=True),
     Index(None, "started_at"),
     Index(None, "user"),
     Index(None, "team"),
+    Index(None, "work_key", "started_at"),
 )
 
 # A node's claim on a job that disagreed with the job's metadata (a squatted id, a hijack): refused
@@ -710,4 +714,40 @@ job_progress = Table(
     Column("unit", String(16), nullable=False),
     Column("value", Float(precision=53), nullable=False),
     Index(None, "job_id", "at"),
+)
+
+
+# Each cause's calibration (0036): its compared pairs, median promised and realised shares, and
+# the factor its promises carry (null under 20 pairs); rewritten whole by the savings round.
+savings_calibration = Table(
+    "savings_calibration",
+    metadata,
+    Column("cause", String(32), primary_key=True),
+    Column("pairs", Integer, nullable=False),
+    Column("median_promised", Float(precision=53), nullable=False),
+    Column("median_realised", Float(precision=53), nullable=False),
+    Column("factor", Float(precision=53), nullable=True),
+    Column("computed_at", UTCDateTime, nullable=False),
+)
+
+# The saving of each later run against the earlier run of its work (0036), as the savings
+# round last computed it: /metrics counts the booked ones, the calibration learns from them.
+work_savings = Table(
+    "work_savings",
+    metadata,
+    Column("job_id", String(255), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("compared_with", String(255), nullable=False),
+    Column("team", String(255), nullable=True),
+    Column("user", String(255), nullable=True),
+    Column("project", String(255), nullable=True),
+    Column("ended_at", UTCDateTime, nullable=False),
+    Column("fix_cause", String(32), nullable=True),
+    Column("verdict", String(32), nullable=False),
+    Column("booked", Boolean, nullable=False),
+    Column("promised_fraction", Float(precision=53), nullable=True),
+    Column("realised_fraction", Float(precision=53), nullable=True),
+    Column("promised_usd", Float(precision=53), nullable=True),
+    Column("realised_usd", Float(precision=53), nullable=True),
+    Column("computed_at", UTCDateTime, nullable=False),
+    Index(None, "ended_at"),
 )

@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.costs.assumptions import fix_assumptions_of
-from service.db import policies_repo
+from service.db import policies_repo, savings_repo
 from service.db.evidence_repo import CLOCK_OFFSET_VALID_SECONDS
 from service.db.metrics_repo import (
     count_actions,
@@ -87,6 +87,7 @@ class FleetCollector(Collector):
                 # From the primary: a replica lagging behind it would read as a counter reset.
                 with ctx.engine.connect() as conn:
                     families.append(actions_counter(conn))
+                    families.append(realised_savings_counter(conn))
             up = 1.0
         except Exception:
             log.exception("reading the fleet for /metrics failed")
@@ -114,6 +115,20 @@ def actions_counter(conn: Connection) -> CounterMetricFamily:
         if p.ladder is not None
     ]
     return actions_family(count_actions(conn), zero=ladder_label_sets(ladders))
+
+
+def realised_savings_counter(conn: Connection) -> CounterMetricFamily:
+    """``gpuwarden_realised_savings_usd_total{team,cause}``: the booked realised savings the
+    savings round stored (docs/savings.md), the same on every replica."""
+    family = CounterMetricFamily(
+        "gpuwarden_realised_savings_usd",
+        "Realised savings (USD) of later runs that applied a fix GPU Warden named, measured "
+        "against the earlier run of their work, per team and cause.",
+        labels=["team", "cause"],
+    )
+    for (team, cause), usd in sorted(savings_repo.realised_by_team_and_cause(conn).items()):
+        family.add_metric([team, cause], usd)
+    return family
 
 
 NODE_CLOCK_OFFSET = "gpuwarden_node_clock_offset_seconds"

@@ -36,6 +36,7 @@ from service.settings import Settings
 from service.thresholds.owners import ADMINS, Addressee
 from service.usecases import notices
 from service.usecases.costing.cost_report import cost_report
+from service.usecases.savings_columns import add_savings
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,19 @@ def period_data(
             group_by=group_by,
         )  # fmt: skip
 
+    by_user, by_team, by_node = report("user"), report("team"), report("node")
+    for data in (by_user, by_team):
+        add_savings(conn, data, start=period.start, end=period.end)
+    # The fleet's totals (the admins') carry the fleet's savings: every team's.
+    by_node["totals"] = {
+        **by_node["totals"],
+        "realised_usd": by_team["totals"]["realised_usd"],
+        "promised_usd": by_team["totals"]["promised_usd"],
+    }
     return PeriodData(
-        by_user=report("user"),
-        by_team=report("team"),
-        by_node=report("node"),
+        by_user=by_user,
+        by_team=by_team,
+        by_node=by_node,
         by_job=report("job") if jobs else None,
     )
 

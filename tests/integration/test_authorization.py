@@ -446,6 +446,14 @@ CASES = [
         {**reads(), "researcher": 422},
         params={"group_by": "node"},
     ),
+    # The savings ledger: a person's own and their teams' jobs only.
+    Case(
+        "savings-ledger",
+        "GET",
+        "/api/v1/reports/savings",
+        "/api/v1/reports/savings",
+        {**reads(), "researcher": 200},
+    ),
     # The admins' report of the week just ended: no job ran in it, an empty report still is.
     Case("periodic-report", "GET", "/api/v1/reports/periodic", "/api/v1/reports/periodic", reads()),
     Case("report-sends", "GET", "/api/v1/reports/sends", "/api/v1/reports/sends", reads()),

@@ -52,7 +52,14 @@ def test_sbatch_job_is_registered_with_its_gpus_and_ended(
 
     job = wait_for_job(http, tokens["reader"], f"slurm:{slurm_id}", ended=False)
     assert (job["user"], job["team"], job["project"]) == ("root", "vision", "resnet50")
-    assert job["labels"] == {"partition": "gpu", "cluster": "gwtest"}
+    labels = job["labels"]
+    assert {k: labels.pop(k) for k in ("partition", "cluster", "account")} == {
+        "partition": "gpu",
+        "cluster": "gwtest",
+        "account": "vision",
+    }
+    # The job's name where slurmd passes it to the Prolog (its work key's name).
+    assert labels in ({}, {"name": "wrap"})
     # Slurm hands out /dev/nvidia0 and /dev/nvidia1: the GPUs of device minors 0 and 1.
     assert sorted(g["gpu_uuid"] for g in job["gpus"]) == sorted(
         [UUID_OF_MINOR[0], UUID_OF_MINOR[1]]

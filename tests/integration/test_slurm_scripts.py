@@ -8,6 +8,7 @@ The real Slurm (slurmctld, slurmd, sbatch, salloc) runs these scripts in test_sl
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -92,7 +93,7 @@ def test_prolog_registers_and_epilog_ends_the_job(
     assert done.returncode == 0 and done.stderr == "", done.stderr
     job = get_job(http, tokens, "slurm:4242")
     assert (job["user"], job["team"], job["project"]) == ('ali"ce', "vision", "resnet50")
-    assert job["labels"] == {"partition": "gpu", "cluster": "hpc1"}
+    assert job["labels"] == {"partition": "gpu", "cluster": "hpc1", "account": "vision"}
     assert [g["gpu_uuid"] for g in job["gpus"]] == [TITAN_X]  # /dev/nvidia1
     assert job["ended_at"] is None
 
@@ -186,6 +187,46 @@ def test_team_and_project_from_the_accounts_file_and_the_comment(
         assert done.returncode == 0 and done.stderr == "", done.stderr
         job = get_job(http, tokens, f"slurm:{job_id}")
         assert (job["team"], job["project"]) == want, job_id
+
+
+def test_work_key_labels_name_account_work_and_script_hash(
+    server: str, http: httpx.Client, tokens, engine: Engine, clock: FakeClock, tmp_path: Path
+):
+    know_gpus(engine, clock, [GTX_1080_TI, TITAN_X])
+    bin_dir = tmp_path / "scontrol-bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    # As Slurm's: "write batch_script <id> -" prints the script, 72 has none (an salloc); "show
+    # job -o" one line with the job's name (a Prolog is not given it).
+    scontrol.write_text(
+        '#!/bin/bash\ncase "$1 $2" in\n'
+        '"show job") echo "JobId=$4 JobName=train UserId=dave(1) Comment=work=bert Priority=1";;\n'
+        '"write batch_script") [ "$3" = 72 ] && exit 1\n'
+        '  printf "#!/bin/bash\\npython train.py\\n";;\n*) exit 2;;\nesac\n'
+    )
+    scontrol.chmod(0o755)
+    env = base_env(tmp_path, server, tokens["agent"]) | {
+        "SLURM_JOB_USER": "dave",
+        "SLURM_JOB_GPUS": "0",
+        "SLURM_JOB_ACCOUNT": "proj7",
+        "GPUWARDEN_SLURM_SCRIPT_HASH": "yes",
+        "GPUWARDEN_SLURM_SCONTROL": "yes",
+    }
+    script_sha = hashlib.sha256(b"#!/bin/bash\npython train.py\n").hexdigest()
+    done = run_script("prolog.sh", env | {"SLURM_JOB_ID": "71"},
+                      path=f"{bin_dir}:{os.environ['PATH']}")  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    labels = get_job(http, tokens, "slurm:71")["labels"]
+    assert labels == {
+        "partition": "gpu", "cluster": "hpc1", "name": "train", "account": "proj7",
+        "work": "bert", "script_sha256": script_sha,
+    }  # fmt: skip
+    done = run_script(
+        "prolog.sh", env | {"SLURM_JOB_ID": "72"}, path=f"{bin_dir}:{os.environ['PATH']}"
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    labels = get_job(http, tokens, "slurm:72")["labels"]
+    assert "script_sha256" not in labels and labels["name"] == "train"
 
 
 def test_works_with_the_curl_of_rhel_8(

@@ -24,8 +24,9 @@ def test_csv_has_every_figure_and_cause_once():
     figures = set(CostRowPublic.model_fields) - {"causes", "fixes", "faults"}
     per_cause = {f"{c}_{unit}" for c in CAUSE_NAMES for unit in ("seconds", "usd", "waste_usd")}
     extra = {"top_fix", "top_fix_saving_usd", "hardware_faults"}
-    assert set(CSV_COLUMNS) == figures | per_cause | extra
-    assert CSV_COLUMNS[0] == "key"
+    savings = ("realised_usd", "promised_usd")  # proven savings: appended at the end
+    assert set(CSV_COLUMNS) == figures | per_cause | extra | set(savings)
+    assert CSV_COLUMNS[0] == "key" and CSV_COLUMNS[-2:] == savings
 
 
 def test_the_old_overlapping_names_are_gone_from_every_row_and_column():

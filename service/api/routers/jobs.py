@@ -45,7 +45,7 @@ from service.db import job_runs_repo, jobs_repo
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.roles import JobScope, Role
-from service.usecases import job_list, progress
+from service.usecases import job_list, progress, savings
 from service.usecases.job_summary import admin_comment, job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -345,13 +345,18 @@ def _job_page(
     """The page of the job ``found`` (404 where it is None or outside ``scope``)."""
     job = visible_job(scope, found, job_id or (found or {}).get("id", ""))
     job_id = job["id"]
-    summary = job_summary(conn, settings=ctx.settings, job=job, now=ctx.clock())
+    now = ctx.clock()
+    summary = job_summary(conn, settings=ctx.settings, job=job, now=now)
     reported, work = progress.job_work(
         conn, job_id=job_id, held_gpu_seconds=float(summary.summary["held_seconds"])
     )
+    saving = savings.job_saving(conn, settings=ctx.settings, job=job, now=now, summary=summary)
+    page = savings.without_applied_fix(summary, saving).as_dict()
+    page["recommendations"] = savings.calibrated_fixes(conn, page["recommendations"])
     return {
         **_public(job),
-        **summary.as_dict(),
+        **page,
+        "savings": None if saving is None else saving.as_dict(),
         "progress": None if reported is None else ProgressSummaryPublic.of(reported),
         "unit_of_work": work.unit,
         "gpu_seconds_per_unit": work.gpu_seconds_per_unit,

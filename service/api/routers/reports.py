@@ -22,6 +22,7 @@ from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
 from service.roles import JobScope
+from service.usecases import savings_columns
 from service.usecases.costing import cost_report as cost_usecase
 from service.usecases.costing import focus_report
 
@@ -45,6 +46,9 @@ CSV_COLUMNS: tuple[str, ...] = tuple(
             "top_fix",
             "top_fix_saving_usd",
             "hardware_faults",
+            # Proven savings (docs/savings.md): appended, so every earlier column stays put.
+            "realised_usd",
+            "promised_usd",
         ]
     )
 )
@@ -164,6 +168,9 @@ def cost_report(
         )
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
+    savings_columns.add_savings(
+        conn, data, start=start_at, end=end_at, user=user, team=team, scope=scope
+    )
     if format == "csv":
         headers = {"Content-Disposition": f'attachment; filename="gpuwarden-cost-{group_by}.csv"'}
         if data["warnings"]:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from service.api.schemas.progress import ProgressSummaryPublic
+from service.api.schemas.savings import SavingPublic
 from service.api.schemas.times import StoredTime
 from service.core.job_ids import job_id_problem
 from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue, Name
@@ -146,6 +147,19 @@ class CostRowPublic(BaseModel):
     )
 
 
+class CostReportRowPublic(CostRowPublic):
+    """A cost report's row with the proven savings of its jobs (docs/savings.md): realised and
+    promised USD of the fixes applied by its later runs that ended in the report's window, as
+    the savings round stored them; null for hardware groupings."""
+
+    realised_usd: float | None = Field(
+        None, description="realised savings of the group's later runs (USD, to the cent)"
+    )
+    promised_usd: float | None = Field(
+        None, description="what the same fixes promised (USD, to the cent)"
+    )
+
+
 class CostReportPublic(BaseModel):
     """A cost report: rows largest ``sort`` dollars first (waste by default), the page
     [offset, offset + limit) of them, totals of every row (not only the page), and warnings."""
@@ -154,11 +168,11 @@ class CostReportPublic(BaseModel):
     end: datetime
     group_by: str
     sort: Literal["waste", "cost", "idle", "fixable"] = "waste"
-    rows: list[CostRowPublic]
+    rows: list[CostReportRowPublic]
     row_count: int = Field(description="rows the report has, before offset and limit")
     offset: int = 0
     limit: int | None = None
-    totals: CostRowPublic
+    totals: CostReportRowPublic
     price_source: PriceSourcePublic = Field(
         description="where prices came from: api (PUT /api/v1/prices), config, default (the "
         "shipped list prices), opencost (a running OpenCost) or none (no prices: GPU-hours)"
@@ -287,6 +301,20 @@ class JobPublic(JobFieldsPublic):
     )
 
 
+class JobRecommendationPublic(RecommendationPublic):
+    """A job's fix with its cause's calibration: how that cause's promises came out on the
+    runs that applied them (docs/savings.md)."""
+
+    calibration_factor: float | None = Field(
+        None,
+        description="median realised / median promised share of this cause's fixes, from 20 "
+        "compared pairs on; null before",
+    )
+    calibrated_saving_usd: float | None = Field(
+        None, description="saving_usd times the factor (never more than the USD it acts on)"
+    )
+
+
 class JobDetailPublic(JobPublic):
     """A job with its money summary over its lifetime (cost, waste, seconds and USD per
     cause, top cause), per GPU, recommendations and energy."""
@@ -294,7 +322,7 @@ class JobDetailPublic(JobPublic):
     summary: CostRowPublic
     per_gpu: list[PerGpuPublic]
     energy: EnergyPublic | None = None
-    recommendations: list[RecommendationPublic] = Field(
+    recommendations: list[JobRecommendationPublic] = Field(
         default_factory=list,
         description="every fix with its saving, largest first: one per waste cause and fewer "
         "GPUs (their savings add up to summary.waste_usd), and a MIG slice where the job fits "
@@ -326,6 +354,11 @@ class JobDetailPublic(JobPublic):
         "progress.units_advanced); null where the unit is the whole run",
     )
     unit_of_work_text: str = Field("", description="the unit of work and its figure in words")
+    savings: SavingPublic | None = Field(
+        None,
+        description="what this run saved against the earlier run of its work that was told a "
+        "fix (docs/savings.md); null where there is none",
+    )
 
 
 class JobListItemPublic(JobFieldsPublic):

@@ -364,6 +364,19 @@
       el("div", { class: "muted small", title: job.unit_of_work_text || "", text: head }));
   }
 
+  // What this run saved against the earlier run of its work that was told a fix: realised
+  // beside promised, or why the two were not compared (docs/savings.md).
+  function savingPanel(sv) {
+    const per = sv.unit === "progress" ? "per unit of progress" : "whole run (no progress reported)";
+    const fix = sv.fix_cause
+      ? `fix applied: ${sv.fix_cause.replaceAll("_", " ")} ${pct(sv.fix_share_before)} → ${pct(sv.fix_share_after)} of the run`
+      : "no fix told was applied (no advised cause's share fell by half)";
+    const figures = sv.verdict === "not_compared" ? `not compared: ${sv.reason}`
+      : `realised ${pct(sv.realised_fraction)} (${usd(sv.realised_usd)})${sv.promised_fraction === null ? "" : `, promised ${pct(sv.promised_fraction)} (${usd(sv.promised_usd)})`}; noise ±${pct(sv.noise_fraction)}: ${sv.verdict.replaceAll("_", " ")}${sv.reason ? ` (${sv.reason})` : ""}`;
+    return el("div", { class: "panel", id: "job-saving", "data-verdict": sv.verdict, "data-usd": sv.realised_usd?.toFixed(2) ?? "" },
+      el("p", {}, "against ", jobLink(sv.compared_with), `, ${per}`), el("p", { text: fix }), el("p", { id: "job-saving-figures", text: figures }));
+  }
+
   function wasteCard(row, id) {
     const wasteHours = `${hours((row.waste_gpu_hours ?? 0) * 3600)} GPU-h`;
     return el("div", { class: "card" }, el("div", { class: "k", text: "waste" }),
@@ -625,9 +638,12 @@
       const what = r.kind === "cause" && r.cause ? `${r.cause.replaceAll("_", " ")}: ` : { mig: "MIG slice: ", fewer_gpus: "fewer GPUs: ", pool: "idle capacity: " }[r.kind] || "";
       // The percentage is of the base the fix names (a cause's dollars, what the fixes above leave).
       const base = r.base || `${hours(r.seconds)} GPU-h`;
+      // A cause whose promises came out otherwise on the runs that applied them says so (issue 46).
+      const calibrated = r.calibration_factor === null || r.calibration_factor === undefined ? ""
+        : `; calibrated ${usd(r.calibrated_saving_usd)} (x${r.calibration_factor.toFixed(2)}, from the runs that applied it)`;
       recs.push(el("li", { "data-kind": r.kind },
         el("strong", { text: what }), r.action,
-        el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${base}; ${r.assumption})` })));
+        el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${base}; ${r.assumption}${calibrated})` })));
     }
     const top = s.top_cause;
     if (!fixes.length && top) recs.push(el("li", {}, el("strong", { text: `Top cause ${top.replaceAll("_", " ")}: ` }), causeMeaning(top)));
@@ -635,6 +651,7 @@
     app.append(el("h2", { text: `Recommendations${savings}` }), el("div", { class: "panel", id: "job-recs" },
       recs.length ? el("ul", { class: "recs" }, recs) : el("p", { class: "muted", text: "Nothing to recommend: no waste cause dominates." })));
     for (const w of job.warnings || []) app.append(el("p", { class: "note", text: w }));
+    if (job.savings) app.append(el("h2", { text: "Proven saving" }), savingPanel(job.savings));
 
     const alerts = await api(`/alerts?${q({ job: job.id })}`);
     app.append(el("h2", { text: "Alerts" }), alerts.length ? alertsTable(alerts) : el("p", { class: "muted", text: "No alerts for this job." }));
@@ -753,7 +770,11 @@
     for (const w of report.warnings || []) app.append(el("p", { class: "note", text: w }));
     app.append(el("div", { class: "cards", id: "owner-cards" },
       el("div", { class: "card" }, el("div", { class: "k", text: "cost" }), el("div", { class: "v", id: "owner-cost", "data-usd": t.cost_usd?.toFixed(2) ?? "", text: amount(t.cost_usd, t.held_gpu_hours) })),
-      wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency))));
+      wasteCard(t, "owner-waste"), card("GPU-hours", hours(t.held_seconds)), card("jobs", t.jobs), card("efficiency (activity)", pct(t.efficiency)),
+      // Proven savings of the range: the fixes its runs applied, measured (docs/savings.md).
+      t.realised_usd ? el("div", { class: "card", id: "owner-saved" }, el("div", { class: "k", text: "saved by fixes (measured)" }),
+        el("div", { class: "v", "data-usd": t.realised_usd.toFixed(2), text: usd(t.realised_usd) }),
+        el("div", { class: "muted small", text: `${usd(t.promised_usd)} promised` })) : ""));
     app.append(el("h2", { text: "Waste by cause" }), el("div", { class: "panel" }, causeBar(t.causes, "owner-causes", { by: "waste" })));
 
     const mine = fleet ? fleet.gpus.filter((g) => g[kind] === name) : [];
