@@ -13,6 +13,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, text
 
 from service.context import ServiceContext
+from service.core.verdict import NO_VERDICT, Verdict
 from service.db import (
     alert_state_repo,
     outbox_repo,
@@ -173,27 +174,14 @@ def owner_addressees(
         return {}
 
 
-VERDICT_KEYS = (
-    "cost_usd",
-    "waste_usd",
-    "idle_usd",
-    "fixable_usd",
-    "top_cause",
-    "fix",
-    "fix_saving_usd",
-)
-
-
-def verdict_by_job(
-    ctx: ServiceContext, jobs: set[str], now: datetime
-) -> dict[str, dict[str, Any] | None]:
+def verdict_by_job(ctx: ServiceContext, jobs: set[str], now: datetime) -> dict[str, Verdict | None]:
     """Each job's verdict so far (waste USD as idle + fixable, top cause, its fix and what it
     saves), for its notifications; None where it is unknown or could not be computed.
 
     Runs the cost model on a connection of its own, before the round's write transaction: a
     slow or failing cost query then neither holds that transaction open nor aborts it.
     """
-    out: dict[str, dict[str, Any] | None] = dict.fromkeys(jobs)
+    out: dict[str, Verdict | None] = dict.fromkeys(jobs)
     if not jobs:
         return out
     with ctx.engine.connect() as conn:
@@ -213,7 +201,7 @@ def notification(
     kind: NotifyKind | Literal["notice"],
     alert_id: int | None,
     now: datetime,
-    verdict: dict[str, Any] | None = None,
+    verdict: Verdict | None = None,
     xid_code: int | None = None,
 ) -> Notification:
     """The notification of one alert ``state``; its delivery id is empty until ``outbox_row``
@@ -245,7 +233,7 @@ def notification(
         stale=state.stale,
         silenced=state.silenced,
         suppressed=state.suppressed,
-        **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
+        verdict=verdict or NO_VERDICT,
         xid_code=xid_code,
         # Links for people: the console's pages, not the JSON API.
         report_url=base + job_path(job) if job else None,
@@ -354,7 +342,7 @@ class _Reads:
 class _Extras:
     """What this round's notifications say beyond the alert, each found before the write."""
 
-    verdicts: dict[str, dict[str, Any] | None]  # by job id
+    verdicts: dict[str, Verdict | None]  # by job id
     addressees: dict[tuple[str | None, str | None], Addressee]  # by (user, team)
     xids: dict[str, int]  # by GPU uuid
     memory_unreported: set[str]  # GPU uuids whose exporter sends no memory use

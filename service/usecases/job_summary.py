@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from service.core import diagnosis
 from service.core.admin_comment import verdict_line
+from service.core.verdict import Verdict
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.prices import PriceRow
 from service.costs.recommend import (
@@ -271,7 +272,7 @@ def job_waste_usd(
 
 def job_verdict(
     conn: Connection, *, job_id: str, now: datetime, settings: Settings
-) -> dict[str, Any] | None:
+) -> Verdict | None:
     """What a job alert says about the job so far: its cost and waste (idle + fixable USD), its
     top cause, that cause's fix and what it saves; None for an unknown job."""
     job = jobs_repo.get_job(conn, job_id=job_id)
@@ -280,21 +281,21 @@ def job_verdict(
     return _verdict_of(job_summary(conn, settings=settings, job=job, now=now))
 
 
-def _verdict_of(summary: JobSummary) -> dict[str, Any]:
-    """The verdict's fields (as job_verdict has them) of a job's ``summary``."""
+def _verdict_of(summary: JobSummary) -> Verdict:
+    """The verdict of a job's ``summary``."""
     row = summary.summary
     cause = row["top_cause"]
     fixes = summary.recommendations
     fix = next((f for f in fixes if cause and f.cause == cause), fixes[0] if fixes else None)
-    return {
-        "cost_usd": row["cost_usd"],
-        "waste_usd": row["waste_usd"],
-        "idle_usd": row["idle_usd"],
-        "fixable_usd": row["fixable_usd"],
-        "top_cause": cause,
-        "fix": fix.action if fix else None,
-        "fix_saving_usd": fix.saving_usd if fix else None,
-    }
+    return Verdict(
+        cost_usd=row["cost_usd"],
+        waste_usd=row["waste_usd"],
+        idle_usd=row["idle_usd"],
+        fixable_usd=row["fixable_usd"],
+        top_cause=cause,
+        fix=fix.action if fix else None,
+        fix_saving_usd=fix.saving_usd if fix else None,
+    )
 
 
 def admin_comment(
@@ -305,10 +306,10 @@ def admin_comment(
     summary = job_summary(conn, settings=settings, job=job, now=now)
     verdict = _verdict_of(summary)
     return verdict_line(
-        cost_usd=verdict["cost_usd"],
+        cost_usd=verdict.cost_usd,
         held_seconds=summary.summary["held_seconds"],
-        waste_usd=verdict["waste_usd"],
-        top_cause=verdict["top_cause"],
-        fix=verdict["fix"],
+        waste_usd=verdict.waste_usd,
+        top_cause=verdict.top_cause,
+        fix=verdict.fix,
         link=settings.public_url.rstrip("/") + job_path(job["id"]),
     )

@@ -18,6 +18,7 @@ from typing import Any, assert_never, cast
 from service.actions.base import JobProbe, ProbeResult, ReclaimDriver, ReclaimResult, ReclaimTarget
 from service.actions.registry import drivers_from
 from service.context import ServiceContext
+from service.core.verdict import NO_VERDICT, Verdict
 from service.db import (
     actions_repo,
     alert_state_repo,
@@ -296,7 +297,7 @@ def _take(
     result: LadderRoundResult,
 ) -> _DriverCall | None:
     """Take ``step``: a warning now, a reclaim returned to be sent."""
-    verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or {}
+    verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or NO_VERDICT
     turn = _Turn(ctx, ep, prog, facts, step, verdict, now, result)
     if ep.ladder.steps[step].action == "notify_owner":
         _warn(turn)
@@ -536,7 +537,7 @@ def _record(
     step: int | None,
     outcome: str,
     dry_run: bool,
-    verdict: Mapping[str, Any] | None = None,
+    verdict: Verdict = NO_VERDICT,
     **extra: Any,
 ) -> None:
     """One audit row with the numbers behind it (value, threshold, since, dollars)."""
@@ -557,8 +558,8 @@ def _record(
         value=ep.state.value,
         threshold=ep.policy.threshold,
         since=prog.episode_start,
-        waste_usd=(verdict or {}).get("waste_usd"),
-        idle_usd=(verdict or {}).get("idle_usd"),
+        waste_usd=verdict.waste_usd,
+        idle_usd=verdict.idle_usd,
         **extra,
     )
 
@@ -568,7 +569,7 @@ def owner_notice(
     prog: LadderProgress,
     step: int,
     facts: JobFacts,
-    verdict: Mapping[str, Any],
+    verdict: Verdict,
     *,
     outcome: str,
 ) -> tuple[str, str | None, datetime | None]:
@@ -583,12 +584,12 @@ def owner_notice(
         text += f" ({ep.policy.aggregate} {ep.policy.metric} over {ep.policy.window} = "
         text += f"{ep.state.value:.4g}, {ep.policy.op} {ep.policy.threshold:g})"
     text += "."
-    if verdict.get("top_cause"):
-        text += f" Top cause: {verdict['top_cause']}."
-    if verdict.get("waste_usd") is not None:
-        text += f" Waste so far ${verdict['waste_usd']:,.2f}"
-        if verdict.get("idle_usd") is not None:
-            text += f" (idle ${verdict['idle_usd']:,.2f})"
+    if verdict.top_cause:
+        text += f" Top cause: {verdict.top_cause}."
+    if verdict.waste_usd is not None:
+        text += f" Waste so far ${verdict.waste_usd:,.2f}"
+        if verdict.idle_usd is not None:
+            text += f" (idle ${verdict.idle_usd:,.2f})"
         text += "."
     word = step_word(lad, lad.steps[step], ep.job_id)
     if outcome == "would":
@@ -616,7 +617,7 @@ class _Turn:
     prog: LadderProgress
     facts: JobFacts
     step: int
-    verdict: Mapping[str, Any]
+    verdict: Verdict
     now: datetime
     result: LadderRoundResult
 
@@ -656,7 +657,7 @@ class _Turn:
             step=self.step,
             progress_id=self.prog.id,
             outcome=outcome,
-            payload=self.notice(outcome=outcome).model_dump(mode="json"),
+            note=self.notice(outcome=outcome),
         )
 
     def notice(self, *, outcome: str) -> Notification:
@@ -672,7 +673,7 @@ class _Turn:
             "notice",
             ep.alert_id,
             self.now,
-            dict(self.verdict) or None,
+            self.verdict,
         )
         return note.model_copy(
             update={"notice": text, "next_step": next_word, "next_step_at": next_at}
@@ -731,7 +732,8 @@ def _target(turn: _Turn, driver: DriverName) -> ReclaimTarget:
         labels=dict(turn.facts.labels),
         policy=ep.policy.name,
         reason=f"{condition_words(ep.policy)} since {prog.episode_start.isoformat()}",
-        figures=_figures(turn.verdict, prog, turn.now),
+        figures={"condition_seconds": (turn.now - prog.episode_start).total_seconds()},
+        verdict=turn.verdict,
         started_at=turn.facts.started_at,
         # One step of one episode of this job's ladder: the same on every retry and restart.
         idempotency_key=f"ladder-{prog.id}-{int(prog.episode_start.timestamp())}-step-{turn.step}",
@@ -788,16 +790,6 @@ def _unwarned(turn: _Turn) -> str | None:
         "no warning of this episode has reached the owner: a reclaim needs one sent"
         f" ({counts['pending']} still queued, {counts['failed']} failed)"
     )
-
-
-def _figures(verdict: Mapping[str, Any], prog: LadderProgress, now: datetime) -> dict[str, float]:
-    """The numbers behind a reclaim: how long the condition has held (seconds) and the job's
-    verdict's dollar figures."""
-    out = {"condition_seconds": (now - prog.episode_start).total_seconds()}
-    for key, value in verdict.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = float(value)
-    return out
 
 
 def _call(driver: ReclaimDriver, target: ReclaimTarget, *, dry_run: bool) -> ReclaimResult:

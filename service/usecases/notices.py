@@ -370,9 +370,9 @@ def ladder_owner_part(
     step: int,
     progress_id: int,
     outcome: str,
-    payload: dict[str, Any],
+    note: Notification,
 ) -> OwnerPart | None:
-    """A ladder step's owner notice from the step's notification ``payload`` (a dry run's goes
+    """A ladder step's owner notice from the step's notification ``note`` (a dry run's goes
     to the admins), or None when the policy does not address ``owner`` or no one can be
     reached; call it outside a write transaction (the lookup may run)."""
     lad = policy.ladder
@@ -381,13 +381,12 @@ def ladder_owner_part(
     addressee = ladder_addressee(ctx, user=facts.user, team=facts.team, dry_run=lad.dry_run)
     if addressee.entry is None:
         return None
-    note = Notification.model_validate({**payload, "delivery_id": "owner"})
-    next_word, next_at = payload.get("next_step"), payload.get("next_step_at")
+    next_word = note.next_step
     verb = "would" if lad.dry_run else "will"
     notice = owner_notice_of(
         note,
         next_step=f"GPU Warden {verb} {next_word}" if next_word else None,
-        next_at=datetime.fromisoformat(next_at) if next_at else None,
+        next_step_at=note.next_step_at,
     )
     word = step_word(lad, lad.steps[step], job_id)
     notice = notice.model_copy(

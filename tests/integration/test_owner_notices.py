@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from service.core.verdict import Verdict
 from service.db import notices_repo, policies_repo
 from service.db.schema import outbox
 from service.notify.envelope import Message
@@ -277,16 +278,18 @@ def test_a_slack_dm_reaches_the_user_within_block_kit_limits_escaped(
         gpus="0 (GPU-a0)",
         since=ctx.clock() - timedelta(hours=1),
         seen="avg activity over 1h = 0 (< 0.05)",
-        cause="idle_held",
-        cost_usd=3.0,
-        waste_usd=3.0,
-        idle_usd=3.0,
-        fixable_usd=0.0,
-        fix="release the GPU & <exit> " + "x" * 5000,
-        fix_saving_usd=3.0,
+        verdict=Verdict(
+            top_cause="idle_held",
+            cost_usd=3.0,
+            waste_usd=3.0,
+            idle_usd=3.0,
+            fixable_usd=0.0,
+            fix="release the GPU & <exit> " + "x" * 5000,
+            fix_saving_usd=3.0,
+        ),
         next_step="the job is cancelled",
-        next_at=ctx.clock() + timedelta(minutes=15),
-        job_url="https://warden.example/jobs/slurm%3A1?a=1&b=2",
+        next_step_at=ctx.clock() + timedelta(minutes=15),
+        report_url="https://warden.example/jobs/slurm%3A1?a=1&b=2",
     )
     with ctx.engine.begin() as conn:
         queued = notices.queue_owner_notice(
