@@ -2,12 +2,12 @@
 what the fix saves, with one name per figure wherever an alert, a notice or a reclaim carries it.
 
 Adding a figure is one field here plus the renderers that show it; stored notifications keep the
-figures as flat keys beside their other fields (``flat`` and ``FIELDS``), so old rows read back.
+figures as flat keys beside their other fields (``FIELDS``), so old rows read back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,10 +24,6 @@ class Verdict(BaseModel):
     top_cause: str | None = None  # the cause whose fix saves most
     fix: str | None = None  # that cause's fix in words
     fix_saving_usd: float | None = None
-
-    def flat(self) -> dict[str, Any]:
-        """The figures by name, as a notification's JSON carries them beside its other keys."""
-        return self.model_dump()
 
     def waste_words(self) -> str | None:
         """The waste so far in words, e.g. "waste so far $3.00 (idle $2.00 + fixable $1.00,
@@ -65,10 +61,10 @@ FIELDS: tuple[str, ...] = tuple(Verdict.model_fields)
 NO_VERDICT = Verdict()
 
 
-def split_flat(doc: dict[str, Any]) -> dict[str, Any]:
+def split_flat(doc: Mapping[str, object]) -> Mapping[str, object]:
     """``doc`` (a notification's fields) with its flat verdict figures moved under ``verdict``,
     so a stored row written before the figures had a type of their own reads back the same."""
-    if not isinstance(doc, dict) or not any(k in doc for k in FIELDS):
+    if not any(k in doc for k in FIELDS):
         return doc
     rest = {k: v for k, v in doc.items() if k not in FIELDS}
     given = doc.get("verdict")

@@ -6,15 +6,32 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 from sqlalchemy import Connection
 
 from service.costs.prices import PriceRow, price_at
 from service.db import costs_repo, gpus_repo
+from service.db.rows import JobRow
 from service.settings import Settings
 from service.usecases.attribution import Attribution
 from service.usecases.price_table import effective_prices
+
+
+class JobFault(TypedDict):
+    """A hardware fault of a GPU while the job held it: a hardware XID, or the GPU lost (then
+    the seconds and USD the job held it lost)."""
+
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    kind: Literal["xid", "lost"]
+    xid: int | None
+    at: datetime
+    lost_at: datetime | None
+    lost_seconds: float | None
+    lost_usd: float | None
+
 
 Span = tuple[int, datetime, datetime]  # a GPU held over [start, end]
 
@@ -57,19 +74,18 @@ def report_faults(
 def job_faults(
     conn: Connection,
     *,
-    job: dict[str, Any],
+    job: JobRow,
     now: datetime,
     prices: Sequence[PriceRow],
     settings: Settings,
-) -> list[dict[str, Any]]:
+) -> list[JobFault]:
     """The hardware faults of the job's GPUs while it held them: each hardware XID (node, GPU
     index, code, first time) and each GPU that fell off the bus (its last sample, when it was
     reported lost, and the seconds and USD the job held it lost: from ``lost_at``)."""
     spans = [(iv["gpu_id"], iv["started_at"], min(iv["ended_at"] or now, now))
              for iv in job["intervals"]]  # fmt: skip
-    return faults_of_jobs(conn, {job["id"]: spans}, prices=prices, settings=settings).get(
-        job["id"], []
-    )
+    found = faults_of_jobs(conn, {job["id"]: spans}, prices=prices, settings=settings)
+    return cast(list[JobFault], found.get(job["id"], []))
 
 
 def faults_of_jobs(
@@ -93,6 +109,7 @@ def faults_of_jobs(
         end=max(z for _, _, z in spans) + grace,
         hourly_before=hourly_before,
     )
+    # Untyped here: the cost report's rows carry these as they are (its code reads them so).
     out: dict[str, list[dict[str, Any]]] = {}
     for f in faults:
         for job_id, mine in spans_of.items():
@@ -102,7 +119,8 @@ def faults_of_jobs(
                 and f.at <= z + grace
             ]  # fmt: skip
             if held:
-                out.setdefault(job_id, []).append(_fault_row(conn, f, held, prices))
+                row = _fault_row(conn, f, held, prices)
+                out.setdefault(job_id, []).append(cast(dict[str, Any], row))
     return out
 
 
@@ -111,8 +129,8 @@ def _fault_row(
     f: gpus_repo.GpuFault,
     held: list[tuple[datetime, datetime]],
     prices: Sequence[PriceRow],
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
+) -> JobFault:
+    row: JobFault = {
         "gpu_uuid": f.uuid, "node": f.node, "gpu_index": f.gpu_index,
         "kind": "xid" if f.xid is not None else "lost", "xid": f.xid, "at": f.at,
         "lost_at": f.lost_at, "lost_seconds": None, "lost_usd": None,

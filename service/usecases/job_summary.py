@@ -26,10 +26,11 @@ from service.costs.recommend import (
 )
 from service.costs.waste import Summary, summarize
 from service.db import costs_repo, jobs_repo
+from service.db.rows import JobInterval, JobRow
 from service.settings import Settings
 from service.usecases.attribution import Attribution, attribute
 from service.usecases.cost_report import JOULES_PER_KWH, report_row
-from service.usecases.job_faults import job_faults
+from service.usecases.job_faults import JobFault, job_faults
 from service.usecases.price_table import effective_prices
 from service.vocabulary import job_path
 
@@ -89,7 +90,7 @@ class JobSummary:
     energy: JobEnergy
     recommendations: list[Recommendation]
     savings_usd: float | None
-    faults: list[dict[str, Any]]
+    faults: list[JobFault]
     warnings: list[str]
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,9 +106,7 @@ class JobSummary:
         }
 
 
-def job_summary(
-    conn: Connection, *, settings: Settings, job: dict[str, Any], now: datetime
-) -> JobSummary:
+def job_summary(conn: Connection, *, settings: Settings, job: JobRow, now: datetime) -> JobSummary:
     """The waste summary of one job over its lifetime: totals, per GPU, recommendations with
     their savings, and energy."""
     intervals = job["intervals"]
@@ -153,9 +152,7 @@ def job_summary(
     )
 
 
-def _with_lost_figures(
-    faults: list[dict[str, Any]], per_gpu: dict[str, Summary]
-) -> list[dict[str, Any]]:
+def _with_lost_figures(faults: list[JobFault], per_gpu: dict[str, Summary]) -> list[JobFault]:
     """The faults with a lost GPU's seconds and USD those of the job's summary on that GPU (its
     held seconds no sample covers after ``lost_at``), so the page and the bill say one figure."""
     for f in faults:
@@ -215,7 +212,7 @@ def _gpu_uses(
     conn: Connection,
     att: Attribution,
     per_gpu: dict[str, Summary],
-    intervals: list[dict[str, Any]],
+    intervals: list[JobInterval],
     *,
     end: datetime,
 ) -> list[GpuUse]:
@@ -298,9 +295,7 @@ def _verdict_of(summary: JobSummary) -> Verdict:
     )
 
 
-def admin_comment(
-    conn: Connection, *, job: dict[str, Any], now: datetime, settings: Settings
-) -> str:
+def admin_comment(conn: Connection, *, job: JobRow, now: datetime, settings: Settings) -> str:
     """The job's verdict so far as one short ASCII line for Slurm's AdminComment, with the same
     cost, waste, top cause and fix as its summary and job alerts, and a link to its page."""
     summary = job_summary(conn, settings=settings, job=job, now=now)

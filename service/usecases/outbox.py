@@ -25,6 +25,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, policies_repo, set_aside
+from service.db.rows import NewOutboxRow
 from service.db.set_aside import SetAside
 from service.delivery import (
     Action,
@@ -68,7 +69,7 @@ OutboxPayload = Annotated[Notification | ReportMessage | Envelope, Field(discrim
 OUTBOX_PAYLOAD: TypeAdapter[Notification | ReportMessage | Envelope] = TypeAdapter(OutboxPayload)
 
 
-def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> dict[str, Any]:
+def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> NewOutboxRow:
     """The outbox row of ``note`` to ``channel`` under a new delivery id: its payload is the
     notification's JSON, as ``Dispatcher`` reads it back."""
     delivery_id = f"msg_{uuid.uuid4().hex}"

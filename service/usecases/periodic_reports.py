@@ -30,6 +30,7 @@ from service.costs.periodic import (
 from service.costs.report_render import Rendered, render
 from service.db import outbox_repo, policies_repo, reports_repo, secrets_repo
 from service.db.leader import LeaderLock
+from service.db.rows import NewOutboxRow
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.notify.envelope import Message
 from service.settings import Settings
@@ -291,7 +292,7 @@ def _queue(
     addresses; the delivery ids."""
     rendered = render(report)
     ids = [f"rep_{uuid.uuid4().hex}" for _ in channels]
-    rows = [
+    rows: list[NewOutboxRow] = [
         {"delivery_id": i, "channel": ch, "alert_id": None, "payload": message(report, rendered, i)}
         for i, ch in zip(ids, channels, strict=True)
     ]
@@ -303,7 +304,7 @@ def _queue(
         made = notices.queue_message(
             conn, ctx, addressee=addressee, message=message_, kind="report", key=key
         )
-        ids += [n["delivery_id"] for n in made if n["status"] == "pending"]
+        ids += [str(n["delivery_id"]) for n in made if n["status"] == "pending"]
     return ids
 
 

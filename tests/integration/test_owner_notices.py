@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from service.core.verdict import Verdict
 from service.db import notices_repo, policies_repo
+from service.db.rows import NewNotice
 from service.db.schema import outbox
 from service.notify.envelope import Message
 from service.notify.message import OwnerNotice, render_owner_notice
@@ -190,7 +191,7 @@ def test_an_unknown_owner_falls_back_to_the_team_then_the_admins(
     )
 
 
-def _queue(ctx: Any, entry: OwnerEntry, *, key: str | None = None) -> list[dict[str, Any]]:
+def _queue(ctx: Any, entry: OwnerEntry, *, key: str | None = None) -> list[NewNotice]:
     msg = Message(subject="s", text="t", html="<p>t</p>", slack_text="t")
     with ctx.engine.begin() as conn:
         return notices.queue_message(
@@ -396,7 +397,7 @@ def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
         assert server.received == []
         with ctx.engine.connect() as conn:
             (row,) = notices_repo.list_notices(conn)
-        assert row["status"] == "pending" and "SMTP 535" in row["error"]  # kept, retried
+        assert row["status"] == "pending" and "SMTP 535" in str(row["error"])  # kept, retried
         ctx.settings.smtp_password = "s3cret"
         with ctx.engine.begin() as conn:  # due again now
             conn.execute(outbox.update().values(next_attempt_at=ctx.clock()))
@@ -409,7 +410,7 @@ def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
         Dispatcher(ctx).drain()
         with ctx.engine.connect() as conn:
             newest = notices_repo.list_notices(conn)[0]
-        assert newest["status"] == "pending" and "not trusted" in newest["error"]
+        assert newest["status"] == "pending" and "not trusted" in str(newest["error"])
         assert len(server.received) == 1
     finally:
         server.close()

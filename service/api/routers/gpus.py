@@ -18,6 +18,7 @@ from service.api.schemas.gpus import (
 )
 from service.context import ServiceContext
 from service.db import gpus_repo, jobs_repo
+from service.db.rows import JobRow
 from service.usecases.fleet import with_states
 from service.vocabulary import METRICS_BY_NAME
 
@@ -169,7 +170,7 @@ def gpu_series(
 
 def _batch_gpus(
     conn: Connection, *, job: str | None, gpu: list[str]
-) -> tuple[dict[str, Any] | None, list[tuple[str, str | None, int]]]:
+) -> tuple[JobRow | None, list[tuple[str, str | None, int]]]:
     """The job named (or None) and the GPUs to read: (uuid, node, internal id), a job's in
     the order it got them; 404 for an unknown job or GPU, 422 when neither or both are named."""
     if job is None and not gpu:

@@ -23,6 +23,7 @@ from service.db import (
     windows_repo,
 )
 from service.db.metrics_repo import node_last_seen
+from service.db.rows import NewOutboxRow
 from service.db.set_aside import SetAside
 from service.db.windows_repo import OwnStats, Scopes, WindowStatsByGpu
 from service.notify import Notification
@@ -375,7 +376,7 @@ def _queue(
     alert_id: int,
     channel_types: Mapping[str, str],
     extras: _Extras,
-) -> list[dict[str, Any]]:
+) -> list[NewOutboxRow]:
     """The outbox rows of ``ch``'s notification, one per channel it routes to; a notice to the
     job's owner is queued here too and counted in the round's result."""
     if ch.notify is None:

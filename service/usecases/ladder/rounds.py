@@ -96,8 +96,8 @@ def _episode_over(rnd: Round, prog: LadderProgress, ladder: LadderSpec | None) -
     job that ended (its end resolves its alerts) is noted gone."""
     now = rnd.now
     with rnd.ctx.engine.begin() as conn:
-        job = jobs_repo.get_job(conn, job_id=prog.job_id) or {}
-        ended = not job or job.get("ended_at") is not None
+        job = jobs_repo.get_job(conn, job_id=prog.job_id)
+        ended = job is None or job["ended_at"] is not None
         state = "gone" if ended else "reset"
         ladder_repo.stop_ladder(conn, progress_id=prog.id, state=state, now=now)
         if prog.steps_done or prog.pending_step is not None:
@@ -107,8 +107,8 @@ def _episode_over(rnd: Round, prog: LadderProgress, ladder: LadderSpec | None) -
                 at=now,
                 policy=prog.policy,
                 job_id=prog.job_id,
-                user=job.get("user"),
-                team=job.get("team"),
+                user=job["user"] if job else None,
+                team=job["team"] if job else None,
                 alert_id=prog.alert_id,
                 action=action_at(ladder, prog),
                 outcome=outcome,

@@ -13,6 +13,7 @@ from service.actions.base import ReclaimDriver
 from service.context import ServiceContext
 from service.core.verdict import NO_VERDICT, Verdict
 from service.db import actions_repo, ladder_repo, policies_repo
+from service.db.rows import NewOutboxRow
 from service.notify import Notification
 from service.thresholds.evaluator import AlertState
 from service.thresholds.ladder import JobFacts, LadderProgress, LadderSpec, next_step_at, step_word
@@ -148,7 +149,7 @@ class Turn:
             update={"notice": text, "next_step": next_word, "next_step_at": next_at}
         )
 
-    def notice_rows(self, *, outcome: str) -> list[dict[str, Any]]:
+    def notice_rows(self, *, outcome: str) -> list[NewOutboxRow]:
         """Outbox rows of the step's notice, one per Slack or webhook channel of the policy."""
         ep, note = self.ep, self.notice(outcome=outcome)
         with self.ctx.engine.connect() as conn:
