@@ -170,3 +170,58 @@ class JobRow(TypedDict):
     updated_at: datetime
     intervals: list[JobInterval]
     conflicts: list[JobConflict]
+
+
+class ActionRow(TypedDict):
+    """One audit row of a ladder's step: what it did (or would have), its outcome and why, with
+    the figures behind it."""
+
+    id: int
+    at: datetime
+    policy: str
+    job_id: str
+    user: str | None
+    team: str | None
+    alert_id: int | None
+    step: int | None
+    action: str
+    outcome: str
+    reason: str | None
+    dry_run: bool
+    driver: str | None
+    mode: str | None
+    detail: str | None
+    value: float | None
+    threshold: float | None
+    since: datetime | None
+    waste_usd: float | None
+    idle_usd: float | None
+    delivery_ids: list[str] | None
+
+
+class GpuMove(TypedDict):
+    """A GPU's move from one node to another that reported it."""
+
+    from_node: str | None
+    to_node: str
+    moved_at: datetime
+    from_last_sample_at: datetime | None
+
+
+class ReportSendRow(TypedDict):
+    """A periodic report claimed for sending to one recipient, with its outcome."""
+
+    period_start: datetime
+    recipient: str
+    period_end: datetime
+    status: str
+    delivery_ids: list[str]
+    claimed_at: datetime
+
+
+class OptOutRow(TypedDict):
+    """A user or team that gets no periodic report, since when and by whom."""
+
+    recipient: str
+    opted_out_at: datetime
+    by: str | None

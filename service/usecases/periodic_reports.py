@@ -11,7 +11,7 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection
 
@@ -331,9 +331,21 @@ class ReportScheduler:
         return reports_once(self.ctx)
 
 
+class ReportPreview(TypedDict):
+    """A report as it is sent: its subject, text and HTML, and its figures (USD, GPU-hours)."""
+
+    recipient: str
+    period_start: datetime
+    period_end: datetime
+    subject: str
+    text: str
+    html: str
+    figures: dict[str, Any]
+
+
 def preview(
     conn: Connection, *, settings: Settings, recipient: str, at: datetime, now: datetime
-) -> dict[str, Any]:
+) -> ReportPreview:
     """``recipient``'s report of the last period due at ``at`` (a past period, or the one just
     ended), rendered as it is sent; NotFound when that recipient has none in it."""
     name = settings.report_period if settings.report_period != "off" else "weekly"
