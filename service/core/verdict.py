@@ -17,8 +17,9 @@ class Verdict(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    cost_usd: float | None = None  # the job's cost so far, every held second priced
+    # In the order stored notifications have always had them.
     waste_usd: float | None = None  # idle (certain) + fixable (estimated)
+    cost_usd: float | None = None  # the job's cost so far, every held second priced
     idle_usd: float | None = None
     fixable_usd: float | None = None
     top_cause: str | None = None  # the cause whose fix saves most
