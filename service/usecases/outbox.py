@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated, Any, assert_never
+from typing import Annotated, Any, Literal, assert_never
 
 import httpx
 from pydantic import Field, TypeAdapter, ValidationError
@@ -65,6 +65,8 @@ INTERNAL_ERROR = "internal error"  # how a delivery's last_error starts after su
 INTERNAL_ERROR_RETRY_SECONDS = 60.0
 # What an outbox row holds, told apart by its ``kind``: a periodic report ("report"), a
 # rendered message ("message"), else an alert's notification (its NotifyKind, "test", "notice").
+# How one delivery attempt ended, as counted in /metrics.
+Attempt = Literal["sent", "retry", "failed"]
 OutboxPayload = Annotated[Notification | ReportMessage | Envelope, Field(discriminator="kind")]
 OUTBOX_PAYLOAD: TypeAdapter[Notification | ReportMessage | Envelope] = TypeAdapter(OutboxPayload)
 
@@ -251,7 +253,13 @@ class Dispatcher:
         self._record(row, "retry", str(exc), d.delay_seconds, quiet=keep)
 
     def _record(
-        self, row: Any, outcome: str, error: str | None, delay: float = 0.0, *, quiet: bool = False
+        self,
+        row: Any,
+        outcome: Attempt,
+        error: str | None,
+        delay: float = 0.0,
+        *,
+        quiet: bool = False,
     ) -> None:
         """Store one attempt's outcome in its own transaction and count it."""
         now = self.ctx.clock()
@@ -264,17 +272,20 @@ class Dispatcher:
                 error=error,
                 now=now,
             )
-            if outcome == "sent":
-                outbox_repo.mark_sent(conn, row_id=row.id, now=now)
-            elif outcome == "retry":
-                outbox_repo.mark_retry(
-                    conn,
-                    row_id=row.id,
-                    error=error or "",
-                    next_attempt_at=now + timedelta(seconds=delay),
-                )
-            else:
-                outbox_repo.mark_failed(conn, row_id=row.id, error=error or "")
+            match outcome:
+                case "sent":
+                    outbox_repo.mark_sent(conn, row_id=row.id, now=now)
+                case "retry":
+                    outbox_repo.mark_retry(
+                        conn,
+                        row_id=row.id,
+                        error=error or "",
+                        next_attempt_at=now + timedelta(seconds=delay),
+                    )
+                case "failed":
+                    outbox_repo.mark_failed(conn, row_id=row.id, error=error or "")
+                case _:
+                    assert_never(outcome)
         self.ctx.telemetry.notifications.labels(row.channel, outcome).inc()
         if outcome != "sent" and not quiet:
             # The error text names the channel and status, never its URL or secret.

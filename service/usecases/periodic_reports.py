@@ -11,7 +11,7 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, TypedDict, assert_never
 
 from sqlalchemy import Connection
 
@@ -230,12 +230,16 @@ def addressees(ctx: ServiceContext, reports: list[Report]) -> dict[str, Addresse
         admins = notices.directory(conn, users=(), teams=(), now=ctx.clock()).get(ADMINS)
     out = {}
     for r in reports:
-        if r.kind == "user":
-            found = by_user[(r.name, None)]
-        elif r.kind == "team":
-            found = notices.resolve_team_addressee(ctx, team=r.name)
-        else:
-            found = Addressee(ADMINS, admins if admins is not None and admins.reachable else None)
+        match r.kind:
+            case "user":
+                found = by_user[(r.name, None)]
+            case "team":
+                found = notices.resolve_team_addressee(ctx, team=r.name)
+            case "admins":
+                reachable = admins if admins is not None and admins.reachable else None
+                found = Addressee(ADMINS, reachable)
+            case _:
+                assert_never(r.kind)
         if found.fallback is not None or found.entry is None:
             why = f"{r.kind} {r.name} has no address in the owner directory"
             found = Addressee(r.recipient, None, None, why)
