@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 from operator import add
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection
 
@@ -33,6 +33,18 @@ from service.usecases.cost_report import JOULES_PER_KWH, report_row
 from service.usecases.job_faults import JobFault, job_faults
 from service.usecases.price_table import effective_prices
 from service.vocabulary import job_path
+
+
+class EnergyDoc(TypedDict):
+    """A job's energy as the API has it (kWh, USD at the site's rate, per cause)."""
+
+    kwh: float
+    usd: float
+    idle_kwh: float
+    idle_usd: float
+    usd_per_kwh: float
+    source: str
+    by_cause_kwh: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +79,7 @@ class JobEnergy:
             by_cause_kwh={name: j / JOULES_PER_KWH for name, j in by_cause_joules.items()},
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> EnergyDoc:
         """The API's form of the energy."""
         return {
             "kwh": self.kwh,
@@ -78,6 +90,18 @@ class JobEnergy:
             "source": self.source,
             "by_cause_kwh": self.by_cause_kwh,
         }
+
+
+class JobSummaryDoc(TypedDict):
+    """A job's summary as the API has it (EnergyPublic, PerGpuPublic and the rest validate it)."""
+
+    summary: dict[str, Any]
+    per_gpu: list[dict[str, Any]]
+    energy: EnergyDoc
+    recommendations: list[dict[str, object]]
+    savings_usd: float | None
+    faults: list[JobFault]
+    warnings: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +117,7 @@ class JobSummary:
     faults: list[JobFault]
     warnings: list[str]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JobSummaryDoc:
         """The API's form of the summary (GET /api/v1/jobs/{id} adds the job's own fields)."""
         return {
             "summary": self.summary,
