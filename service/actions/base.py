@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
+from service.core.verdict import NO_VERDICT, Verdict
+
 # reclaimed: the driver freed the job's GPUs now; gone: the job had already ended (nothing to
 # do, which counts as done); would: dry run, nothing was touched; failed: try again later.
 ReclaimOutcome = Literal["reclaimed", "gone", "would", "failed"]
@@ -34,6 +36,8 @@ class ReclaimTarget:
     policy: str | None = None
     reason: str | None = None
     figures: Mapping[str, float] = field(default_factory=dict)
+    # The job's verdict so far (its dollars, top cause and fix), sent beside ``figures``.
+    verdict: Verdict = NO_VERDICT
     idempotency_key: str | None = None
     # When GPU Warden's record says the job started: a scheduler's job of the same id that
     # started at another time (a wrapped Slurm id, a re-created pod) is another job.

@@ -65,7 +65,7 @@ def action_document(target: ReclaimTarget, *, key: str, now: Any) -> dict[str, A
             "policy": target.policy,
             "dry_run": False,
             "reason": target.reason,
-            "figures": dict(target.figures),
+            "figures": dict(target.figures) | target.verdict.amounts(),
         },
     }
 

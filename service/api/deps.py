@@ -32,6 +32,7 @@ from service.api.reads import WRITER_KEY
 from service.context import ServiceContext
 from service.db import jobs_repo, secrets_repo, sessions_repo, tokens_repo
 from service.db.outages import OutageLog
+from service.db.rows import JobRow
 from service.db.tokens_repo import Role, TokenInfo, person_info
 from service.roles import JobScope
 from service.usecases.fleet import WastedTodayCache
@@ -448,7 +449,7 @@ async def job_scope(info: ScopedReader) -> JobScope | None:
 Scope = Annotated[JobScope | None, Depends(job_scope)]
 
 
-def visible_job(scope: JobScope | None, job: dict[str, Any] | None, job_id: str) -> dict[str, Any]:
+def visible_job(scope: JobScope | None, job: JobRow | None, job_id: str) -> JobRow:
     """``job`` when it exists and ``scope`` allows it; 404 else, so a person cannot tell another
     team's job from one that does not exist."""
     if job is None or (scope is not None and not scope.allows(job.get("user"), job.get("team"))):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 from sqlalchemy import Connection, and_, func, insert, or_, select
 
+from service.db.rows import ActionRow
 from service.db.schema import ladder_actions
 from service.vocabulary import ACTION_OUTCOMES
 
@@ -67,7 +68,7 @@ def list_actions(
     until: datetime | None = None,
     before_id: int | None = None,
     limit: int = 100,
-) -> list[dict[str, Any]]:
+) -> list[ActionRow]:
     """Audit-log rows matching every filter given, newest first (``since`` inclusive, ``until``
     exclusive), at most ``limit`` (capped at MAX_ACTIONS_LISTED); ``dry_run`` as a bool.
 
@@ -93,7 +94,7 @@ def list_actions(
     for r in conn.execute(q):
         row = dict(r._mapping)
         row["dry_run"] = bool(row["dry_run"])
-        out.append(row)
+        out.append(cast(ActionRow, row))
     return out
 
 
@@ -114,9 +115,7 @@ def last_failure_at(
     return value
 
 
-def latest_action(
-    conn: Connection, *, policy: str, job_id: str, alert_id: int
-) -> dict[str, Any] | None:
+def latest_action(conn: Connection, *, policy: str, job_id: str, alert_id: int) -> ActionRow | None:
     """The newest audit row of this job's ladder in this episode, or None."""
     t = ladder_actions
     row = conn.execute(
@@ -125,7 +124,8 @@ def latest_action(
         .order_by(t.c.at.desc(), t.c.id.desc())
         .limit(1)
     ).first()
-    return dict(row._mapping) if row is not None else None
+    # dry_run as stored (0 or 1): only the outcome, step and reason are compared.
+    return cast(ActionRow, dict(row._mapping)) if row is not None else None
 
 
 def warning_deliveries(

@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
+from service.db.rows import (
+    AlertEvent,
+    AlertRow,
+    AlertStateColumns,
+    NewAlert,
+    NewAlertEvent,
+)
 from service.db.schema import alert_events, alerts
 from service.thresholds.evaluator import AlertState, Change
 from service.thresholds.policy import PolicySpec
@@ -41,7 +48,7 @@ def open_alerts(conn: Connection) -> dict[str, dict[str, AlertState]]:
     return out
 
 
-def _row(policy: PolicySpec, s: AlertState, now: datetime) -> dict[str, Any]:
+def _row(policy: PolicySpec, s: AlertState, now: datetime) -> NewAlert:
     labels = dict(s.labels)
     return {
         "policy": s.policy,
@@ -57,7 +64,7 @@ def _row(policy: PolicySpec, s: AlertState, now: datetime) -> dict[str, Any]:
     }
 
 
-def _mutable(s: AlertState) -> dict[str, Any]:
+def _mutable(s: AlertState) -> AlertStateColumns:
     """The columns of an alert that change with its state (``_MUTABLE``); no policy needed."""
     return {
         "state": s.state,
@@ -97,10 +104,10 @@ def apply_changes(
     """
     changes = list(changes)
     ids: list[int | None] = [None] * len(changes)
-    new_rows: list[dict[str, Any]] = []
+    new_rows: list[NewAlert] = []
     new_idx: list[int] = []
     updates: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
+    events: list[NewAlertEvent] = []
     for i, (policy, ch) in enumerate(changes):
         if ch.before is ch.after and ch.before.id is not None:
             ids[i] = ch.before.id  # unchanged: nothing to write
@@ -137,7 +144,7 @@ def apply_changes(
     return [int(i) for i in ids if i is not None]
 
 
-def _event(alert_id: int, src: str, dst: str, ts: datetime, value: float | None) -> dict[str, Any]:
+def _event(alert_id: int, src: str, dst: str, ts: datetime, value: float | None) -> NewAlertEvent:
     return {"alert_id": alert_id, "ts": ts, "from_state": src, "to_state": dst, "value": value}
 
 
@@ -150,7 +157,7 @@ def list_alerts(
     node: str | None = None,
     alert_id: int | None = None,
     limit: int = 500,
-) -> list[dict[str, Any]]:
+) -> list[AlertRow]:
     """Alerts newest first with their events (history); pending, firing and resolved by default."""
     q = select(alerts).order_by(alerts.c.id.desc()).limit(limit)
     if alert_id is not None:
@@ -168,7 +175,7 @@ def list_alerts(
     rows = [dict(r._mapping) for r in conn.execute(q)]
     if not rows:
         return []
-    history: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    history: dict[int, list[AlertEvent]] = defaultdict(list)
     ev = conn.execute(
         select(alert_events)
         .where(alert_events.c.alert_id.in_([r["id"] for r in rows]))
@@ -182,7 +189,7 @@ def list_alerts(
         for flag in ("stale", "suppressed", "silenced"):
             r[flag] = bool(r[flag])
         r["history"] = history[r["id"]]
-    return rows
+    return cast(list[AlertRow], rows)
 
 
 def firing_counts(conn: Connection) -> dict[str, int]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from sqlalchemy import Connection, and_, select
 
 from service.core.diagnosis import Cause, Decision, Rung, memory_unknown, supported_causes
 from service.costs.integrals import SIGNAL_METRICS
 from service.db import holders_repo
+from service.db.rows import GpuMove
 from service.db.schema import (
     gpu_moves,
     gpus,
@@ -185,7 +186,7 @@ def gpu_id_by_uuid(conn: Connection, *, uuid: str) -> int | None:
     return conn.execute(select(gpus.c.id).where(gpus.c.uuid == uuid)).scalar()
 
 
-def moves(conn: Connection, *, gpu_id: int) -> list[dict[str, Any]]:
+def moves(conn: Connection, *, gpu_id: int) -> list[GpuMove]:
     """GPU ``gpu_id``'s moves between nodes, oldest first."""
     rows = conn.execute(
         select(
@@ -197,7 +198,7 @@ def moves(conn: Connection, *, gpu_id: int) -> list[dict[str, Any]]:
         .where(gpu_moves.c.gpu_id == gpu_id)
         .order_by(gpu_moves.c.moved_at, gpu_moves.c.id)
     )
-    return [dict(r._mapping) for r in rows]
+    return [cast(GpuMove, dict(r._mapping)) for r in rows]
 
 
 def choose_resolution(step_seconds: float) -> Resolution:

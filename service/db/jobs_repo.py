@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql
 from service.core.work_key import key_of_row
 from service.db import tenant_marks
 from service.db.dialect import insert_ignore
+from service.db.rows import JobConflict, JobInterval, JobRow
 from service.db.schema import gpus, job_conflicts, job_gpus, jobs, nodes
 from service.errors import Forbidden, NotFound, ValidationFailed
 from service.roles import JobScope
@@ -335,11 +336,11 @@ def record_conflict(
     )
 
 
-def conflicts_of(conn: Connection, *, job_id: str) -> list[dict[str, Any]]:
+def conflicts_of(conn: Connection, *, job_id: str) -> list[JobConflict]:
     """The refused claims on job ``job_id``, oldest first."""
     c = job_conflicts.c
     q = select(c.node, c.source, c.claimed, c.at).where(c.job_id == job_id).order_by(c.at, c.id)
-    return [dict(r._mapping) for r in conn.execute(q)]
+    return [cast(JobConflict, dict(r._mapping)) for r in conn.execute(q)]
 
 
 def conflict_line(
@@ -359,7 +360,7 @@ def conflict_line(
     )
 
 
-def get_job(conn: Connection, *, job_id: str, for_update: bool = False) -> dict[str, Any] | None:
+def get_job(conn: Connection, *, job_id: str, for_update: bool = False) -> JobRow | None:
     """The job row with its intervals, or None: each with gpu uuid, node (the GPU's node now,
     for display), registered_node (the node that registered or observed it, whose agent has
     rights over it), started_at, ended_at and source. ``for_update`` locks the job's row until
@@ -370,7 +371,7 @@ def get_job(conn: Connection, *, job_id: str, for_update: bool = False) -> dict[
         return None
     out = dict(row._mapping)
     out["intervals"] = [
-        dict(r._mapping)
+        cast(JobInterval, dict(r._mapping))
         for r in conn.execute(
             select(
                 job_gpus.c.gpu_id,
@@ -388,7 +389,7 @@ def get_job(conn: Connection, *, job_id: str, for_update: bool = False) -> dict[
         )
     ]
     out["conflicts"] = conflicts_of(conn, job_id=job_id)
-    return out
+    return cast(JobRow, out)
 
 
 def jobs_by_id(conn: Connection, *, job_ids: Collection[str]) -> dict[str, dict[str, Any]]:

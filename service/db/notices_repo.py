@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, delete, insert, select, update
 
+from service.db.rows import NoticeRow
 from service.db.schema import notices
 
 NOTICE_FIELDS = (
@@ -26,7 +27,7 @@ NOTICE_FIELDS = (
 )
 
 
-def record(conn: Connection, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
+def record(conn: Connection, rows: Sequence[Mapping[str, Any]], *, now: datetime) -> None:
     """Store notices (NOTICE_FIELDS each) made at ``now``."""
     if rows:
         conn.execute(
@@ -69,7 +70,7 @@ def list_notices(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = 200,
-) -> list[dict[str, Any]]:
+) -> list[NoticeRow]:
     """Notices newest first, filtered by job, addressee (user:alice), kind, status and time."""
     c = notices.c
     q = select(notices).order_by(c.created_at.desc(), c.id.desc()).limit(limit)
@@ -85,4 +86,4 @@ def list_notices(
         q = q.where(c.created_at >= since)
     if until is not None:
         q = q.where(c.created_at < until)
-    return [dict(r._mapping) for r in conn.execute(q)]
+    return [cast(NoticeRow, dict(r._mapping)) for r in conn.execute(q)]

@@ -10,10 +10,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Text, cast, delete, func, insert, select, update
 
+from service.db.rows import NewOutboxRow
 from service.db.schema import notices, outbox
 
 
-def enqueue(conn: Connection, rows: Sequence[dict[str, Any]], *, now: datetime) -> None:
+def enqueue(conn: Connection, rows: Sequence[NewOutboxRow], *, now: datetime) -> None:
     """Queue deliveries (``delivery_id``, ``channel``, ``alert_id``, ``payload``) to send now."""
     if rows:
         conn.execute(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 from sqlalchemy import Connection, delete, select
 
 from service.db.dialect import insert_ignore
+from service.db.rows import OptOutRow, ReportSendRow
 from service.db.schema import report_opt_outs, report_sends
 
 PERIOD_MARKER = "__period__"  # the claim saying every recipient of a period was handled
@@ -50,14 +51,14 @@ def claim(
 
 def sends(
     conn: Connection, *, period_start: datetime | None = None, limit: int = 1000
-) -> list[dict[str, Any]]:
+) -> list[ReportSendRow]:
     """The claims (newest period first), of one period if given, without the markers."""
     c = report_sends.c
     q = select(report_sends).where(c.recipient != PERIOD_MARKER)
     if period_start is not None:
         q = q.where(c.period_start == period_start)
     q = q.order_by(c.period_start.desc(), c.recipient).limit(limit)
-    return [dict(r._mapping) for r in conn.execute(q)]
+    return [cast(ReportSendRow, dict(r._mapping)) for r in conn.execute(q)]
 
 
 def opted_out(conn: Connection) -> set[str]:
@@ -65,10 +66,10 @@ def opted_out(conn: Connection) -> set[str]:
     return set(conn.execute(select(report_opt_outs.c.recipient)).scalars())
 
 
-def list_opt_outs(conn: Connection) -> list[dict[str, Any]]:
+def list_opt_outs(conn: Connection) -> list[OptOutRow]:
     """Every opt-out, by recipient."""
     q = select(report_opt_outs).order_by(report_opt_outs.c.recipient)
-    return [dict(r._mapping) for r in conn.execute(q)]
+    return [cast(OptOutRow, dict(r._mapping)) for r in conn.execute(q)]
 
 
 def opt_out(conn: Connection, *, recipient: str, by: str | None, now: datetime) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 from sqlalchemy import Connection, insert, select, update
 
+from service.db.rows import SilenceRow
 from service.db.schema import silences
 from service.errors import NotFound
 from service.thresholds.evaluator import Silence
@@ -40,10 +41,10 @@ def create_silence(
     )
 
 
-def list_silences(conn: Connection) -> list[dict[str, Any]]:
+def list_silences(conn: Connection) -> list[SilenceRow]:
     """Every silence, newest first."""
     rows = conn.execute(select(silences).order_by(silences.c.id.desc()))
-    return [dict(r._mapping) for r in rows]
+    return [cast(SilenceRow, dict(r._mapping)) for r in rows]
 
 
 def expire_silence(conn: Connection, *, silence_id: int, now: datetime) -> None:

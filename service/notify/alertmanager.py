@@ -22,11 +22,11 @@ def render(note: Notification) -> list[dict[str, Any]]:
     if note.description:
         annotations["policy_description"] = note.description
     for name in ("waste_usd", "idle_usd", "fixable_usd"):
-        value = getattr(note, name)
+        value = getattr(note.verdict, name)
         if value is not None:
             annotations[name] = f"{value:.2f}"
-    if note.top_cause:
-        annotations["top_cause"] = note.top_cause
+    if note.verdict.top_cause:
+        annotations["top_cause"] = note.verdict.top_cause
     if note.report_url:
         annotations["report_url"] = note.report_url
     if muted := muted_by(note):

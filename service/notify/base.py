@@ -6,8 +6,15 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import httpx
-from pydantic import BaseModel, field_validator
+from pydantic import (
+    BaseModel,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from service.core.verdict import NO_VERDICT, Verdict, split_flat
 from service.delivery import rfc3339
 from service.errors import DeliveryError
 from service.thresholds.policy import SILENT_SECONDS
@@ -41,15 +48,8 @@ class Notification(BaseModel):
     # Muted in GPU Warden while firing: only Alertmanager is still sent it, to keep it alive.
     silenced: bool = False
     suppressed: bool = False  # by a hardware fault on its GPU
-    # The job's verdict (job alerts): its waste so far (USD) = idle (certain) + fixable
-    # (estimated), its top cause (the one whose fix saves most), that fix and its saving (USD).
-    waste_usd: float | None = None
-    cost_usd: float | None = None  # the job's cost so far (USD), every held second priced
-    idle_usd: float | None = None
-    fixable_usd: float | None = None
-    top_cause: str | None = None
-    fix: str | None = None
-    fix_saving_usd: float | None = None
+    # The job's verdict (job alerts), stored as flat keys beside the others (old rows too).
+    verdict: Verdict = NO_VERDICT
     # A hardware fault's most recent hardware XID code in the window, when one caused it.
     xid_code: int | None = None
     # The GPU's exporter sends no memory use: "held" was told by a job or process holding it.
@@ -61,6 +61,23 @@ class Notification(BaseModel):
     notice: str | None = None
     next_step: str | None = None  # the ladder's next step in words ("cancel"), if any
     next_step_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_verdict(cls, doc: Any) -> Any:
+        return split_flat(doc) if isinstance(doc, dict) else doc
+
+    @model_serializer(mode="wrap")
+    def _flat_verdict(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The figures stay flat keys in the stored JSON, where the verdict field stands.
+        doc: dict[str, Any] = handler(self)
+        out: dict[str, Any] = {}
+        for key, value in doc.items():
+            if key == "verdict":
+                out.update(value)
+            else:
+                out[key] = value
+        return out
 
     @field_validator("labels", mode="after")
     @classmethod
@@ -82,28 +99,6 @@ class Notification(BaseModel):
         """The alert's non-empty labels in the one vocabulary, with ``policy`` and ``severity``."""
         labels = self.labels | {"policy": self.policy, "severity": self.severity}
         return {k: v for k, v in labels.items() if v}
-
-    def waste(self) -> str | None:
-        """The job's waste so far in words, e.g. "waste so far $3.00 (idle $2.00 + fixable
-        $1.00, estimated)", or None when unknown."""
-        if self.waste_usd is None:
-            return None
-        text = f"waste so far ${self.waste_usd:,.2f}"
-        if self.idle_usd is not None and self.fixable_usd is not None:
-            text += f" (idle ${self.idle_usd:,.2f} + fixable ${self.fixable_usd:,.2f}, estimated)"
-        return text
-
-    def verdict(self) -> str | None:
-        """The job's verdict in one line, e.g. "top cause: launch_bound; fix: CUDA graphs, ...
-        (saves about $0.67)", or None without a top cause."""
-        if not self.top_cause:
-            return None
-        text = f"top cause: {self.top_cause}"
-        if self.fix:
-            text += f"; fix: {self.fix}"
-            if self.fix_saving_usd is not None:
-                text += f" (saves about ${self.fix_saving_usd:,.2f})"
-        return text
 
     def condition(self) -> str:
         """The value against the threshold, e.g. "avg sm_active over 10m = 0.12 (< 0.3)", with

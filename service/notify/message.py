@@ -11,7 +11,7 @@ import html
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from service.core.slack_text import (
     FIELD_MAX,
@@ -22,6 +22,7 @@ from service.core.slack_text import (
     cut_escaped,
     escape,
 )
+from service.core.verdict import NO_VERDICT, Verdict
 from service.delivery import rfc3339
 from service.notify.base import Notification
 from service.notify.envelope import Message
@@ -30,6 +31,8 @@ from service.notify.slack import render
 
 class OwnerNotice(BaseModel):
     """What a notice to a job's owner says, in figures; ``render_owner_notice`` words it."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt figure fails, never goes unsaid
 
     job_id: str
     user: str | None = None
@@ -40,16 +43,10 @@ class OwnerNotice(BaseModel):
     gpus: str | None = None  # the GPUs as "0,1 (GPU-a0,GPU-a1)"
     since: datetime
     seen: str  # the condition in words: "avg sm_active over 10m = 0.1 (< 0.3)"
-    cause: str | None = None
-    cost_usd: float | None = None
-    waste_usd: float | None = None
-    idle_usd: float | None = None
-    fixable_usd: float | None = None
-    fix: str | None = None
-    fix_saving_usd: float | None = None
+    verdict: Verdict = NO_VERDICT
     next_step: str | None = None  # "the job is cancelled", "another warning"
-    next_at: datetime | None = None
-    job_url: str | None = None
+    next_step_at: datetime | None = None
+    report_url: str | None = None  # the job's console page
     fallback_reason: str | None = None  # why this reached a team or the admins instead
     action: str | None = None  # what GPU Warden did or would do now (a ladder's step)
 
@@ -58,7 +55,7 @@ def owner_notice_of(
     note: Notification,
     *,
     next_step: str | None = None,
-    next_at: datetime | None = None,
+    next_step_at: datetime | None = None,
     fallback_reason: str | None = None,
 ) -> OwnerNotice:
     """The owner notice of a job alert's notification (and the ladder's next step, if any)."""
@@ -75,16 +72,10 @@ def owner_notice_of(
         gpus=gpus,
         since=note.active_since,
         seen=note.condition(),
-        cause=note.top_cause,
-        cost_usd=note.cost_usd,
-        waste_usd=note.waste_usd,
-        idle_usd=note.idle_usd,
-        fixable_usd=note.fixable_usd,
-        fix=note.fix,
-        fix_saving_usd=note.fix_saving_usd,
+        verdict=note.verdict,
         next_step=next_step,
-        next_at=next_at,
-        job_url=note.report_url,
+        next_step_at=next_step_at,
+        report_url=note.report_url,
         fallback_reason=fallback_reason,
     )
 
@@ -99,23 +90,24 @@ def notice_lines(n: OwnerNotice) -> list[tuple[str, str]]:
     lines = [("Seen", f"{n.seen} on {where or 'its GPUs'} since {rfc3339(n.since)}")]
     if n.description:
         lines.append(("Policy", n.description))
-    if n.cause:
-        lines.append(("Cause", n.cause))
-    if n.waste_usd is not None or n.cost_usd is not None:
+    v = n.verdict
+    if v.top_cause:
+        lines.append(("Cause", v.top_cause))
+    if v.waste_usd is not None or v.cost_usd is not None:
         money = []
-        if n.cost_usd is not None:
-            money.append(f"cost so far {_usd(n.cost_usd)}")
-        if n.waste_usd is not None:
-            waste = f"waste so far {_usd(n.waste_usd)}"
-            if n.idle_usd is not None and n.fixable_usd is not None:
-                waste += f" (idle {_usd(n.idle_usd)} + fixable {_usd(n.fixable_usd)}, estimated)"
+        if v.cost_usd is not None:
+            money.append(f"cost so far {_usd(v.cost_usd)}")
+        if v.waste_usd is not None:
+            waste = f"waste so far {_usd(v.waste_usd)}"
+            if v.idle_usd is not None and v.fixable_usd is not None:
+                waste += f" (idle {_usd(v.idle_usd)} + fixable {_usd(v.fixable_usd)}, estimated)"
             money.append(waste)
         lines.append(("Dollars", "; ".join(money)))
-    if n.fix:
-        saving = f" (saves about {_usd(n.fix_saving_usd)})" if n.fix_saving_usd is not None else ""
-        lines.append(("Fix", n.fix + saving))
+    if v.fix:
+        saving = f" (saves about {_usd(v.fix_saving_usd)})" if v.fix_saving_usd is not None else ""
+        lines.append(("Fix", v.fix + saving))
     if n.next_step:
-        when = f" at {rfc3339(n.next_at)}" if n.next_at is not None else ""
+        when = f" at {rfc3339(n.next_step_at)}" if n.next_step_at is not None else ""
         lines.append(("Next", f"{n.next_step}{when}"))
     else:
         lines.append(("Next", "nothing is done to the job; this notice repeats while it lasts"))
@@ -129,8 +121,8 @@ def render_owner_notice(n: OwnerNotice) -> Message:
     subject = f"GPU Warden: your job {n.job_id} ({n.policy})"
     if n.action and n.action.startswith("[dry run]"):
         subject = f"[dry run] {subject}"
-    if n.waste_usd is not None:
-        subject += f", {_usd(n.waste_usd)} wasted so far"
+    if n.verdict.waste_usd is not None:
+        subject += f", {_usd(n.verdict.waste_usd)} wasted so far"
     lines = notice_lines(n)
     greeting = f"Hello {n.user}," if n.user else "Hello,"
     intro = f"GPU Warden's policy {n.policy} matched your job {n.job_id}."
@@ -139,15 +131,15 @@ def render_owner_notice(n: OwnerNotice) -> Message:
     text = "\n".join(
         [greeting, "", intro, ""]
         + [f"{head}: {body}" for head, body in lines]
-        + ([f"\nThe job's page: {n.job_url}"] if n.job_url else [])
+        + ([f"\nThe job's page: {n.report_url}"] if n.report_url else [])
     )
     rows = "".join(
         f"<tr><th align='left' valign='top'>{html.escape(h)}</th><td>{html.escape(b)}</td></tr>"
         for h, b in lines
     )
     link = (
-        f'<p><a href="{html.escape(n.job_url, quote=True)}">The job\'s page</a></p>'
-        if n.job_url
+        f'<p><a href="{html.escape(n.report_url, quote=True)}">The job\'s page</a></p>'
+        if n.report_url
         else ""
     )
     body_html = (
@@ -165,11 +157,13 @@ def render_owner_notice(n: OwnerNotice) -> Message:
             ],
         },
     ]
-    if n.job_url:
+    if n.report_url:
         blocks.append(
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"<{escape(n.job_url)}|The job's page>"}],
+                "elements": [
+                    {"type": "mrkdwn", "text": f"<{escape(n.report_url)}|The job's page>"}
+                ],
             }
         )
     return Message(
@@ -184,7 +178,7 @@ def render_owner_notice(n: OwnerNotice) -> Message:
 def message_of_notification(note: Notification) -> Message:
     """An alert's notification as a message for an e-mail or Slack DM channel."""
     lines = [note.condition(), f"since {rfc3339(note.fired_at or note.active_since)}"]
-    for extra in (note.waste(), note.verdict(), note.description):
+    for extra in (note.verdict.waste_words(), note.verdict.cause_words(), note.description):
         if extra:
             lines.append(extra)
     labels = note.alert_labels()

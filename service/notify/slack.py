@@ -36,10 +36,10 @@ def render(note: Notification) -> dict[str, Any]:
         lines.insert(0, note.notice)
     if note.status == "resolved" and note.resolved_at is not None:
         lines.append(f"resolved at {iso(note.resolved_at)}")
-    waste = note.waste()
+    waste = note.verdict.waste_words()
     if waste:
         lines.append(waste)
-    verdict = note.verdict()
+    verdict = note.verdict.cause_words()
     if verdict:
         lines.append(verdict)
     if note.stale:
@@ -70,10 +70,10 @@ def render(note: Notification) -> dict[str, Any]:
             {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(elements)}]}
         )
     text = f"{note.headline()}: {note.notice or note.condition()}"
-    if note.waste_usd is not None:
-        text += f", waste so far ${note.waste_usd:,.2f}"
-    if note.top_cause:
-        text += f"; top cause: {note.top_cause}"
+    if note.verdict.waste_usd is not None:
+        text += f", waste so far ${note.verdict.waste_usd:,.2f}"
+    if note.verdict.top_cause:
+        text += f"; top cause: {note.verdict.top_cause}"
     return {"text": f"{icon} {cut_escaped(text, TEXT_MAX - len(icon) - 1)}", "blocks": blocks}
 
 

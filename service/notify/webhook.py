@@ -60,19 +60,23 @@ def _data(note: Notification) -> dict[str, Any]:
         "active_since": iso(note.active_since),
         "fired_at": iso(note.fired_at),
         "resolved_at": iso(note.resolved_at),
-        "waste_usd": note.waste_usd,
-        "idle_usd": note.idle_usd,
-        "fixable_usd": note.fixable_usd,
-        "top_cause": note.top_cause,
-        "fix": note.fix,
-        "fix_saving_usd": note.fix_saving_usd,
+        "waste_usd": note.verdict.waste_usd,
+        "idle_usd": note.verdict.idle_usd,
+        "fixable_usd": note.verdict.fixable_usd,
+        "top_cause": note.verdict.top_cause,
+        "fix": note.verdict.fix,
+        "fix_saving_usd": note.verdict.fix_saving_usd,
         "xid_code": note.xid_code,
         "report_url": note.report_url,
         "alert_url": note.alert_url,
         "summary": note.notice
         or "; ".join(
             part
-            for part in (f"{note.headline()}: {note.condition()}", note.waste(), note.verdict())
+            for part in (
+                f"{note.headline()}: {note.condition()}",
+                note.verdict.waste_words(),
+                note.verdict.cause_words(),
+            )
             if part
         ),
     }

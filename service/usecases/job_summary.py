@@ -4,16 +4,17 @@ energy and hardware faults; and what a job alert says of the job, read from it."
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import reduce
 from operator import add
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection
 
 from service.core import diagnosis
 from service.core.admin_comment import verdict_line
+from service.core.verdict import Verdict
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.prices import PriceRow
 from service.costs.recommend import Recommendation, total_saving_usd, with_model
@@ -21,6 +22,7 @@ from service.costs.rightsizing import GpuUse, recommend_job
 from service.costs.waste import Summary, summarize
 from service.db import jobs_repo
 from service.db.costing import costs_repo
+from service.db.rows import JobInterval, JobRow
 from service.settings import Settings
 from service.usecases.costing.attribution import Attribution
 from service.usecases.costing.cost_report import JOULES_PER_KWH, report_row
@@ -28,6 +30,18 @@ from service.usecases.costing.dollars import DollarsQuery, dollars
 from service.usecases.costing.job_faults import JobFault, job_faults
 from service.usecases.price_table import effective_prices
 from service.vocabulary import job_path
+
+
+class EnergyDoc(TypedDict):
+    """A job's energy as the API has it (kWh, USD at the site's rate, per cause)."""
+
+    kwh: float
+    usd: float
+    idle_kwh: float
+    idle_usd: float
+    usd_per_kwh: float
+    source: str
+    by_cause_kwh: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +76,29 @@ class JobEnergy:
             by_cause_kwh={name: j / JOULES_PER_KWH for name, j in by_cause_joules.items()},
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> EnergyDoc:
         """The API's form of the energy."""
-        return asdict(self)  # every field, in their order
+        return {
+            "kwh": self.kwh,
+            "usd": self.usd,
+            "idle_kwh": self.idle_kwh,
+            "idle_usd": self.idle_usd,
+            "usd_per_kwh": self.usd_per_kwh,
+            "source": self.source,
+            "by_cause_kwh": self.by_cause_kwh,
+        }
+
+
+class JobSummaryDoc(TypedDict):
+    """A job's summary as the API has it (EnergyPublic, PerGpuPublic and the rest validate it)."""
+
+    summary: dict[str, Any]
+    per_gpu: list[dict[str, Any]]
+    energy: EnergyDoc
+    recommendations: list[dict[str, object]]
+    savings_usd: float | None
+    faults: list[dict[str, Any]]
+    warnings: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +114,7 @@ class JobSummary:
     faults: list[JobFault]
     warnings: list[str]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JobSummaryDoc:
         """The API's form of the summary (GET /api/v1/jobs/{id} adds the job's own fields)."""
         return {
             "summary": self.summary,
@@ -93,9 +127,7 @@ class JobSummary:
         }
 
 
-def job_summary(
-    conn: Connection, *, settings: Settings, job: dict[str, Any], now: datetime
-) -> JobSummary:
+def job_summary(conn: Connection, *, settings: Settings, job: JobRow, now: datetime) -> JobSummary:
     """The waste summary of one job over its lifetime: totals, per GPU, recommendations with
     their savings, and energy."""
     intervals = job["intervals"]
@@ -200,7 +232,7 @@ def _gpu_uses(
     conn: Connection,
     att: Attribution,
     per_gpu: dict[str, Summary],
-    intervals: list[dict[str, Any]],
+    intervals: list[JobInterval],
     *,
     end: datetime,
 ) -> list[GpuUse]:
@@ -257,7 +289,7 @@ def job_waste_usd(
 
 def job_verdict(
     conn: Connection, *, job_id: str, now: datetime, settings: Settings
-) -> dict[str, Any] | None:
+) -> Verdict | None:
     """What a job alert says about the job so far: its cost and waste (idle + fixable USD), its
     top cause, that cause's fix and what it saves; None for an unknown job."""
     job = jobs_repo.get_job(conn, job_id=job_id)
@@ -266,35 +298,33 @@ def job_verdict(
     return _verdict_of(job_summary(conn, settings=settings, job=job, now=now))
 
 
-def _verdict_of(summary: JobSummary) -> dict[str, Any]:
-    """The verdict's fields (as job_verdict has them) of a job's ``summary``."""
+def _verdict_of(summary: JobSummary) -> Verdict:
+    """The verdict of a job's ``summary``."""
     row = summary.summary
     cause = row["top_cause"]
     fixes = summary.recommendations
     fix = next((f for f in fixes if cause and f.cause == cause), fixes[0] if fixes else None)
-    return {
-        "cost_usd": row["cost_usd"],
-        "waste_usd": row["waste_usd"],
-        "idle_usd": row["idle_usd"],
-        "fixable_usd": row["fixable_usd"],
-        "top_cause": cause,
-        "fix": fix.action if fix else None,
-        "fix_saving_usd": fix.saving_usd if fix else None,
-    }
+    return Verdict(
+        cost_usd=row["cost_usd"],
+        waste_usd=row["waste_usd"],
+        idle_usd=row["idle_usd"],
+        fixable_usd=row["fixable_usd"],
+        top_cause=cause,
+        fix=fix.action if fix else None,
+        fix_saving_usd=fix.saving_usd if fix else None,
+    )
 
 
-def admin_comment(
-    conn: Connection, *, job: dict[str, Any], now: datetime, settings: Settings
-) -> str:
+def admin_comment(conn: Connection, *, job: JobRow, now: datetime, settings: Settings) -> str:
     """The job's verdict so far as one short ASCII line for Slurm's AdminComment, with the same
     cost, waste, top cause and fix as its summary and job alerts, and a link to its page."""
     summary = job_summary(conn, settings=settings, job=job, now=now)
     verdict = _verdict_of(summary)
     return verdict_line(
-        cost_usd=verdict["cost_usd"],
+        cost_usd=verdict.cost_usd,
         held_seconds=summary.summary["held_seconds"],
-        waste_usd=verdict["waste_usd"],
-        top_cause=verdict["top_cause"],
-        fix=verdict["fix"],
+        waste_usd=verdict.waste_usd,
+        top_cause=verdict.top_cause,
+        fix=verdict.fix,
         link=settings.public_url.rstrip("/") + job_path(job["id"]),
     )

@@ -20,12 +20,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, owners_repo, policies_repo
+from service.db.rows import NewNotice, NewOutboxRow, NoticeBase
 from service.notify import Notification
 from service.notify.envelope import Envelope, Message
 from service.notify.lookup import run_lookup
@@ -168,7 +168,7 @@ def queue_message(
     job_id: str | None = None,
     policy: str | None = None,
     key: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[NewNotice]:
     """Queue ``message`` to ``addressee``'s e-mail address (copy: cc_email) and Slack id
     (copy: cc_slack) in ``conn``'s transaction and record each as a notice; the notices made
     (a single ``unreachable`` one when no address or channel was found). With ``key``, a
@@ -209,7 +209,7 @@ def _notice_base(
     kind: str,
     job_id: str | None,
     policy: str | None,
-) -> dict[str, Any]:
+) -> NoticeBase:
     """The fields every notice of one message shares."""
     entry = addressee.entry
     return {
@@ -226,13 +226,13 @@ def _notice_base(
 
 def _record_unreachable(
     conn: Connection,
-    base: dict[str, Any],
+    base: NoticeBase,
     addressee: Addressee,
     *,
     kind: str,
     key: str | None,
     now: datetime,
-) -> list[dict[str, Any]]:
+) -> list[NewNotice]:
     """Record the one ``unreachable`` notice of a message that has no address or channel
     (none if ``key``'s was recorded already); the notices recorded."""
     why = (
@@ -241,8 +241,11 @@ def _record_unreachable(
         else "no e-mail or slack_dm channel for its addresses"
     )
     marker = _delivery_id(key, "unreachable") if key else None
-    notice = base | {
+    notice: NewNotice = {
+        **base,
         "delivery_id": marker,
+        "channel": None,
+        "address": None,
         "status": "unreachable",
         "reason": "; ".join(r for r in (addressee.reason, why) if r),
     }
@@ -256,14 +259,15 @@ def _record_unreachable(
 def _enqueue(
     conn: Connection,
     made: list[tuple[ChannelSpec, list[str], list[str], str]],
-    base: dict[str, Any],
+    base: NoticeBase,
     message: Message,
     *,
     now: datetime,
-) -> list[dict[str, Any]]:
+) -> list[NewNotice]:
     """Put each part of ``made`` (channel, to, cc, delivery id) in the outbox and record it as
     a pending notice; the notices recorded."""
-    rows, notices = [], []
+    rows: list[NewOutboxRow] = []
+    notices: list[NewNotice] = []
     for channel, to, cc, delivery_id in made:
         env = Envelope(delivery_id=delivery_id, to=to, cc=cc, message=message)
         rows.append(
@@ -275,8 +279,8 @@ def _enqueue(
             }
         )
         notices.append(
-            base
-            | {
+            {
+                **base,
                 "delivery_id": delivery_id,
                 "channel": channel.name,
                 "address": ", ".join(to + cc),
@@ -295,7 +299,7 @@ def queue_owner_notice(
     notice: OwnerNotice,
     addressee: Addressee,
     key: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[NewNotice]:
     """Render ``notice`` (saying why it reached a team or the admins, if it did) and queue it
     to ``addressee`` as ``queue_message`` does."""
     if addressee.fallback is not None and notice.fallback_reason is None:
@@ -370,9 +374,9 @@ def ladder_owner_part(
     step: int,
     progress_id: int,
     outcome: str,
-    payload: dict[str, Any],
+    note: Notification,
 ) -> OwnerPart | None:
-    """A ladder step's owner notice from the step's notification ``payload`` (a dry run's goes
+    """A ladder step's owner notice from the step's notification ``note`` (a dry run's goes
     to the admins), or None when the policy does not address ``owner`` or no one can be
     reached; call it outside a write transaction (the lookup may run)."""
     lad = policy.ladder
@@ -381,13 +385,12 @@ def ladder_owner_part(
     addressee = ladder_addressee(ctx, user=facts.user, team=facts.team, dry_run=lad.dry_run)
     if addressee.entry is None:
         return None
-    note = Notification.model_validate({**payload, "delivery_id": "owner"})
-    next_word, next_at = payload.get("next_step"), payload.get("next_step_at")
+    next_word = note.next_step
     verb = "would" if lad.dry_run else "will"
     notice = owner_notice_of(
         note,
         next_step=f"GPU Warden {verb} {next_word}" if next_word else None,
-        next_at=datetime.fromisoformat(next_at) if next_at else None,
+        next_step_at=note.next_step_at,
     )
     word = step_word(lad, lad.steps[step], job_id)
     notice = notice.model_copy(

@@ -18,13 +18,14 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated, Any, assert_never
+from typing import Annotated, Any, Literal, assert_never
 
 import httpx
 from pydantic import Field, TypeAdapter, ValidationError
 
 from service.context import ServiceContext
 from service.db import notices_repo, outbox_repo, policies_repo, set_aside
+from service.db.rows import NewOutboxRow
 from service.db.set_aside import SetAside
 from service.delivery import (
     Action,
@@ -64,11 +65,13 @@ INTERNAL_ERROR = "internal error"  # how a delivery's last_error starts after su
 INTERNAL_ERROR_RETRY_SECONDS = 60.0
 # What an outbox row holds, told apart by its ``kind``: a periodic report ("report"), a
 # rendered message ("message"), else an alert's notification (its NotifyKind, "test", "notice").
+# How one delivery attempt ended, as counted in /metrics.
+Attempt = Literal["sent", "retry", "failed"]
 OutboxPayload = Annotated[Notification | ReportMessage | Envelope, Field(discriminator="kind")]
 OUTBOX_PAYLOAD: TypeAdapter[Notification | ReportMessage | Envelope] = TypeAdapter(OutboxPayload)
 
 
-def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> dict[str, Any]:
+def outbox_row(note: Notification, *, channel: str, alert_id: int | None) -> NewOutboxRow:
     """The outbox row of ``note`` to ``channel`` under a new delivery id: its payload is the
     notification's JSON, as ``Dispatcher`` reads it back."""
     delivery_id = f"msg_{uuid.uuid4().hex}"
@@ -250,7 +253,13 @@ class Dispatcher:
         self._record(row, "retry", str(exc), d.delay_seconds, quiet=keep)
 
     def _record(
-        self, row: Any, outcome: str, error: str | None, delay: float = 0.0, *, quiet: bool = False
+        self,
+        row: Any,
+        outcome: Attempt,
+        error: str | None,
+        delay: float = 0.0,
+        *,
+        quiet: bool = False,
     ) -> None:
         """Store one attempt's outcome in its own transaction and count it."""
         now = self.ctx.clock()
@@ -263,17 +272,20 @@ class Dispatcher:
                 error=error,
                 now=now,
             )
-            if outcome == "sent":
-                outbox_repo.mark_sent(conn, row_id=row.id, now=now)
-            elif outcome == "retry":
-                outbox_repo.mark_retry(
-                    conn,
-                    row_id=row.id,
-                    error=error or "",
-                    next_attempt_at=now + timedelta(seconds=delay),
-                )
-            else:
-                outbox_repo.mark_failed(conn, row_id=row.id, error=error or "")
+            match outcome:
+                case "sent":
+                    outbox_repo.mark_sent(conn, row_id=row.id, now=now)
+                case "retry":
+                    outbox_repo.mark_retry(
+                        conn,
+                        row_id=row.id,
+                        error=error or "",
+                        next_attempt_at=now + timedelta(seconds=delay),
+                    )
+                case "failed":
+                    outbox_repo.mark_failed(conn, row_id=row.id, error=error or "")
+                case _:
+                    assert_never(outcome)
         self.ctx.telemetry.notifications.labels(row.channel, outcome).inc()
         if outcome != "sent" and not quiet:
             # The error text names the channel and status, never its URL or secret.

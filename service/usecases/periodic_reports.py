@@ -11,7 +11,7 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, assert_never
 
 from sqlalchemy import Connection
 
@@ -30,6 +30,7 @@ from service.costs.periodic import (
 from service.costs.report_render import Rendered, render
 from service.db import outbox_repo, policies_repo, reports_repo, secrets_repo
 from service.db.leader import LeaderLock
+from service.db.rows import NewOutboxRow
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.notify.envelope import Message
 from service.settings import Settings
@@ -239,12 +240,16 @@ def addressees(ctx: ServiceContext, reports: list[Report]) -> dict[str, Addresse
         admins = notices.directory(conn, users=(), teams=(), now=ctx.clock()).get(ADMINS)
     out = {}
     for r in reports:
-        if r.kind == "user":
-            found = by_user[(r.name, None)]
-        elif r.kind == "team":
-            found = notices.resolve_team_addressee(ctx, team=r.name)
-        else:
-            found = Addressee(ADMINS, admins if admins is not None and admins.reachable else None)
+        match r.kind:
+            case "user":
+                found = by_user[(r.name, None)]
+            case "team":
+                found = notices.resolve_team_addressee(ctx, team=r.name)
+            case "admins":
+                reachable = admins if admins is not None and admins.reachable else None
+                found = Addressee(ADMINS, reachable)
+            case _:
+                assert_never(r.kind)
         if found.fallback is not None or found.entry is None:
             why = f"{r.kind} {r.name} has no address in the owner directory"
             found = Addressee(r.recipient, None, None, why)
@@ -301,7 +306,7 @@ def _queue(
     addresses; the delivery ids."""
     rendered = render(report)
     ids = [f"rep_{uuid.uuid4().hex}" for _ in channels]
-    rows = [
+    rows: list[NewOutboxRow] = [
         {"delivery_id": i, "channel": ch, "alert_id": None, "payload": message(report, rendered, i)}
         for i, ch in zip(ids, channels, strict=True)
     ]
@@ -313,7 +318,7 @@ def _queue(
         made = notices.queue_message(
             conn, ctx, addressee=addressee, message=message_, kind="report", key=key
         )
-        ids += [n["delivery_id"] for n in made if n["status"] == "pending"]
+        ids += [str(n["delivery_id"]) for n in made if n["status"] == "pending"]
     return ids
 
 
@@ -340,9 +345,21 @@ class ReportScheduler:
         return reports_once(self.ctx)
 
 
+class ReportPreview(TypedDict):
+    """A report as it is sent: its subject, text and HTML, and its figures (USD, GPU-hours)."""
+
+    recipient: str
+    period_start: datetime
+    period_end: datetime
+    subject: str
+    text: str
+    html: str
+    figures: dict[str, Any]
+
+
 def preview(
     conn: Connection, *, settings: Settings, recipient: str, at: datetime, now: datetime
-) -> dict[str, Any]:
+) -> ReportPreview:
     """``recipient``'s report of the last period due at ``at`` (a past period, or the one just
     ended), rendered as it is sent; NotFound when that recipient has none in it."""
     name = settings.report_period if settings.report_period != "off" else "weekly"

@@ -28,6 +28,7 @@ from service.costs.savings import (
     was_told_a_fix,
 )
 from service.db import jobs_repo, savings_repo
+from service.db.rows import JobRow
 from service.db.savings_repo import StoredRun
 from service.errors import ValidationFailed
 from service.roles import JobScope
@@ -85,7 +86,7 @@ class _Summaries:
     now: datetime
     cache: dict[str, JobSummary] = field(default_factory=dict)
 
-    def of(self, conn: Connection, job: dict[str, Any]) -> JobSummary:
+    def of(self, conn: Connection, job: JobRow) -> JobSummary:
         if job["id"] not in self.cache:
             self.cache[job["id"]] = job_summary(conn, settings=self.settings, job=job, now=self.now)
         return self.cache[job["id"]]
@@ -93,7 +94,7 @@ class _Summaries:
 
 def _saving(
     conn: Connection,
-    job: dict[str, Any],
+    job: JobRow,
     summaries: _Summaries,
     after: JobSummary | None,
 ) -> Saving | None:
@@ -132,7 +133,7 @@ def job_saving(
     conn: Connection,
     *,
     settings: Settings,
-    job: dict[str, Any],
+    job: JobRow,
     now: datetime,
     summary: JobSummary | None = None,
 ) -> Saving | None:
@@ -224,7 +225,7 @@ def savings_ledger(
         ):
             continue
         saving = _saving(conn, job, summaries, None)
-        if saving is None:
+        if saving is None or job["ended_at"] is None:
             continue
         ended = job["ended_at"].astimezone(UTC)
         pairs.append(

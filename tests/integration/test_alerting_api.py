@@ -391,7 +391,7 @@ def test_a_failing_dollar_query_leaves_the_job_alert_to_go_out_without_dollars(
 ) -> None:
     """The dollars are read apart from the round's write transaction: a statement that fails
     there (on PostgreSQL it would abort the whole transaction) costs the figure, not the alert."""
-    from service.usecases import evaluation
+    from service.usecases.evaluation import notes as evaluation
 
     ctx = app.state.ctx
     ctx.settings.webhook_allow_nets = "127.0.0.0/8"

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.usecases import evaluation
 from service.usecases.evaluation import StateCache, evaluate_once
+from service.usecases.evaluation import rounds as evaluation
 from tests.alerting_support import auth
 from tests.support import FakeClock, make_batch
 

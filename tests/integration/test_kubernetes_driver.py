@@ -593,7 +593,7 @@ def test_the_ladder_leaves_a_pod_the_api_no_longer_has(
     with engine.connect() as conn:
         last = actions_repo.list_actions(conn, job_id=POD_JOB)[0]
     assert last["driver"] == "kubernetes"
-    assert last["reason"].startswith(
+    assert str(last["reason"]).startswith(
         "the kubernetes driver asked the scheduler: GET pod ml/train-0"
     )
     assert {m for m, _ in sent(api)} == {"GET"} and len(world.notices()) == 1

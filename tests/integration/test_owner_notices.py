@@ -17,7 +17,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from service.core.verdict import Verdict
 from service.db import notices_repo, policies_repo
+from service.db.rows import NewNotice
 from service.db.schema import outbox
 from service.notify.envelope import Message
 from service.notify.message import OwnerNotice, render_owner_notice
@@ -181,7 +183,7 @@ def test_an_unknown_owner_falls_back_to_the_team_then_the_admins(
     )
 
 
-def _queue(ctx: Any, entry: OwnerEntry, *, key: str | None = None) -> list[dict[str, Any]]:
+def _queue(ctx: Any, entry: OwnerEntry, *, key: str | None = None) -> list[NewNotice]:
     msg = Message(subject="s", text="t", html="<p>t</p>", slack_text="t")
     with ctx.engine.begin() as conn:
         return notices.queue_message(
@@ -269,16 +271,18 @@ def test_a_slack_dm_reaches_the_user_within_block_kit_limits_escaped(
         gpus="0 (GPU-a0)",
         since=ctx.clock() - timedelta(hours=1),
         seen="avg activity over 1h = 0 (< 0.05)",
-        cause="idle_held",
-        cost_usd=3.0,
-        waste_usd=3.0,
-        idle_usd=3.0,
-        fixable_usd=0.0,
-        fix="release the GPU & <exit> " + "x" * 5000,
-        fix_saving_usd=3.0,
+        verdict=Verdict(
+            top_cause="idle_held",
+            cost_usd=3.0,
+            waste_usd=3.0,
+            idle_usd=3.0,
+            fixable_usd=0.0,
+            fix="release the GPU & <exit> " + "x" * 5000,
+            fix_saving_usd=3.0,
+        ),
         next_step="the job is cancelled",
-        next_at=ctx.clock() + timedelta(minutes=15),
-        job_url="https://warden.example/jobs/slurm%3A1?a=1&b=2",
+        next_step_at=ctx.clock() + timedelta(minutes=15),
+        report_url="https://warden.example/jobs/slurm%3A1?a=1&b=2",
     )
     with ctx.engine.begin() as conn:
         queued = notices.queue_owner_notice(
@@ -384,7 +388,7 @@ def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
         assert server.received == []
         with ctx.engine.connect() as conn:
             (row,) = notices_repo.list_notices(conn)
-        assert row["status"] == "pending" and "SMTP 535" in row["error"]  # kept, retried
+        assert row["status"] == "pending" and "SMTP 535" in str(row["error"])  # kept, retried
         ctx.settings.smtp_password = "s3cret"
         with ctx.engine.begin() as conn:  # due again now
             conn.execute(outbox.update().values(next_attempt_at=ctx.clock()))
@@ -397,7 +401,7 @@ def test_mail_goes_over_starttls_or_implicit_tls_with_the_login(
         Dispatcher(ctx).drain()
         with ctx.engine.connect() as conn:
             newest = notices_repo.list_notices(conn)[0]
-        assert newest["status"] == "pending" and "not trusted" in newest["error"]
+        assert newest["status"] == "pending" and "not trusted" in str(newest["error"])
         assert len(server.received) == 1
     finally:
         server.close()

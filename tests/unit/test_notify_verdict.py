@@ -45,8 +45,8 @@ WASTE = "waste so far $3.00 (idle $2.00 + fixable $1.00, estimated)"
 def test_slack_webhook_and_alertmanager_say_the_waste_the_cause_and_the_fix() -> None:
     line = "top cause: launch_bound; fix: launch fewer, larger kernels: CUDA graphs "
     line += "(saves about $0.67)"
-    assert note(**VERDICT).verdict() == line
-    assert note(**VERDICT).waste() == WASTE
+    assert note(**VERDICT).verdict.cause_words() == line
+    assert note(**VERDICT).verdict.waste_words() == WASTE
     section = slack.render(note(**VERDICT))["blocks"][1]["text"]["text"]
     assert line in section and WASTE in section
     body = webhook.render(note(**VERDICT))["data"]
@@ -62,7 +62,7 @@ def test_slack_webhook_and_alertmanager_say_the_waste_the_cause_and_the_fix() ->
 
 def test_without_a_verdict_nothing_is_said() -> None:
     plain = note()
-    assert plain.verdict() is None and plain.waste() is None
+    assert plain.verdict.cause_words() is None and plain.verdict.waste_words() is None
     assert "top cause" not in str(slack.render(plain))
     assert webhook.render(plain)["data"]["top_cause"] is None
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
+from service.core.verdict import Verdict
 from service.notify import Notification
 from service.thresholds.evaluator import AlertState
 from service.thresholds.policy import PolicySpec
@@ -83,7 +84,7 @@ OLD_ROW = {
 
 
 def test_the_payload_is_the_notifications_json_under_the_rows_delivery_id() -> None:
-    note = notification(CTX, POLICY, STATE, "firing", 7, NOW, VERDICT)
+    note = notification(CTX, POLICY, STATE, "firing", 7, NOW, Verdict(**VERDICT))
     row = outbox_row(note, channel="slack", alert_id=7)
     stored = json.loads(json.dumps(row["payload"]))  # as the outbox's JSON column keeps it
     assert row["delivery_id"].startswith("msg_") and stored["delivery_id"] == row["delivery_id"]
@@ -94,7 +95,7 @@ def test_the_payload_is_the_notifications_json_under_the_rows_delivery_id() -> N
 
 
 def test_a_row_queued_before_the_upgrade_reads_as_the_same_notification() -> None:
-    note = notification(CTX, POLICY, STATE, "firing", 7, NOW, VERDICT)
+    note = notification(CTX, POLICY, STATE, "firing", 7, NOW, Verdict(**VERDICT))
     stored = outbox_row(note, channel="slack", alert_id=7)["payload"]
     assert set(OLD_ROW) <= set(stored)  # every key an old row has is still written
     old = Notification.model_validate(OLD_ROW)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlencode
 
@@ -24,7 +25,7 @@ router = APIRouter(prefix="/actions", tags=["actions"])
 CSV_COLUMNS: tuple[str, ...] = tuple(ActionPublic.model_fields)
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
+def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     """The audit log's rows as CSV, one line per step; an empty cell is null."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")  # RFC 4180, as the cost report
@@ -35,7 +36,7 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def next_link(request: Request, rows: list[dict[str, Any]], limit: int) -> str | None:
+def next_link(request: Request, rows: Sequence[Mapping[str, Any]], limit: int) -> str | None:
     """The ``Link`` header to the next, older page when this one is full; None otherwise."""
     if len(rows) < limit:
         return None

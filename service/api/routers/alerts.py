@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from datetime import datetime
+from typing import Literal
 
 from fastapi import APIRouter, Query
 from sqlalchemy import Connection
@@ -11,13 +12,14 @@ from service.api.deps import Ctx, ReadConn, Reader, Scope, one_job_in_scope
 from service.api.params import row_id
 from service.api.schemas.alerting import AlertPublic
 from service.db import alert_state_repo, policies_repo, silences_repo
+from service.db.rows import AlertRow
 from service.errors import NotFound
 from service.thresholds.evaluator import silenced_now
 
 router = APIRouter(prefix="/alerts", tags=["alerting"])
 
 
-def _with_silences(conn: Connection, rows: list[dict[str, Any]], now: Any) -> list[dict[str, Any]]:
+def _with_silences(conn: Connection, rows: list[AlertRow], now: datetime) -> list[AlertRow]:
     """Open alerts flagged silenced as the silences stand now, not as at the last evaluation:
     a silence made (or expired) a moment ago shows on the alerts at once."""
     if not any(r["state"] in _OPEN for r in rows):
@@ -45,7 +47,7 @@ def list_alerts(
     job: str | None = None,
     node: str | None = None,
     limit: int = Query(500, ge=1, le=10_000),
-) -> list[dict[str, Any]]:
+) -> list[AlertRow]:
     """Alerts newest first (pending, firing and resolved unless ``state`` says otherwise); a
     person lists those of one of their own or their teams' jobs (``job``)."""
     one_job_in_scope(conn, scope, job)
@@ -56,7 +58,7 @@ def list_alerts(
 
 
 @router.get("/{alert_id}", response_model=AlertPublic)
-def get_alert(alert_id: int, ctx: Ctx, conn: ReadConn, _: Reader) -> dict[str, Any]:
+def get_alert(alert_id: int, ctx: Ctx, conn: ReadConn, _: Reader) -> AlertRow:
     """One alert with its history."""
     rows = alert_state_repo.list_alerts(conn, alert_id=row_id(alert_id, what="alert"))
     if not rows:

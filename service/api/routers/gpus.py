@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import Connection
@@ -18,6 +18,7 @@ from service.api.schemas.gpus import (
 )
 from service.context import ServiceContext
 from service.db import gpus_repo, jobs_repo
+from service.db.rows import GpuMove, JobRow
 from service.usecases.fleet import with_states
 from service.vocabulary import METRICS_BY_NAME
 
@@ -43,7 +44,7 @@ def list_gpus(
 
 
 @router.get("/{uuid}/moves", response_model=list[GpuMovePublic])
-def gpu_moves(uuid: str, conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
+def gpu_moves(uuid: str, conn: ReadConn, _: Reader) -> list[GpuMove]:
     """The GPU's history of nodes: each move to a node that reported it, oldest first."""
     gpu_id = gpus_repo.gpu_id_by_uuid(conn, uuid=uuid)
     if gpu_id is None:
@@ -112,7 +113,17 @@ def _plan(
     return _Plan(start_at, end_at, step_seconds, resolution)
 
 
-def _points(points: list[gpus_repo.SeriesPoint]) -> list[dict[str, Any]]:
+class _Point(TypedDict):
+    """One step of a series as SeriesPointPublic validates it (a dict: thousands are cheap)."""
+
+    ts: datetime
+    avg: float
+    min: float
+    max: float
+    count: int
+
+
+def _points(points: list[gpus_repo.SeriesPoint]) -> list[_Point]:
     return [
         {"ts": p.ts, "avg": p.avg, "min": p.min, "max": p.max, "count": p.sample_count}
         for p in points
@@ -169,7 +180,7 @@ def gpu_series(
 
 def _batch_gpus(
     conn: Connection, *, job: str | None, gpu: list[str]
-) -> tuple[dict[str, Any] | None, list[tuple[str, str | None, int]]]:
+) -> tuple[JobRow | None, list[tuple[str, str | None, int]]]:
     """The job named (or None) and the GPUs to read: (uuid, node, internal id), a job's in
     the order it got them; 404 for an unknown job or GPU, 422 when neither or both are named."""
     if job is None and not gpu:

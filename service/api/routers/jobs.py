@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -42,6 +43,7 @@ from service.context import ServiceContext
 from service.core.progress import Reading
 from service.costs.money import SORT_BYS
 from service.db import job_runs_repo, jobs_repo
+from service.db.rows import JobRow
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.roles import JobScope, Role
@@ -74,7 +76,12 @@ def _gpu_facts(conn: Connection, uuids: list[str]) -> list[authz.GpuFacts]:
     return facts
 
 
-def _public(job: dict[str, Any]) -> dict[str, Any]:
+def _public(job: JobRow) -> JobPublic:
+    return JobPublic.model_validate(_shown(job))
+
+
+def _shown(job: JobRow) -> Mapping[str, Any]:
+    """The job's fields as its public forms name them (its intervals are its ``gpus``)."""
     return {**job, "labels": job.get("labels") or {}, "gpus": job.get("intervals", [])}
 
 
@@ -82,7 +89,7 @@ def _record_claim(
     ctx: ServiceContext,
     conn: Connection,
     token: TokenInfo,
-    existing: dict[str, Any],
+    existing: JobRow,
     claimed: dict[str, Any],
     exc: Conflict,
 ) -> Conflict:
@@ -132,7 +139,7 @@ def _set_aside_ended_run(conn: Connection, body: JobCreate, now: datetime) -> No
 
 
 @router.post("", response_model=JobPublic, status_code=status.HTTP_201_CREATED)
-def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> dict[str, Any]:
+def create_job(body: JobCreate, ctx: Ctx, token: Agent, response: Response) -> JobPublic:
     """Create a job, or merge into the job of that id (201 when new, 200 when merged)."""
     now = ctx.clock()
     fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
@@ -282,7 +289,7 @@ def get_progress(
 
 
 @router.patch("/{job_id:path}", response_model=JobPublic)
-def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> dict[str, Any]:
+def update_job(job_id: str, body: JobUpdate, ctx: Ctx, token: Agent) -> JobPublic:
     """Change a job's user, team, project or labels, or end it by setting ``ended_at``."""
     fields = body.model_dump(include=set(authz.CREATION_FIELDS), exclude_unset=True)
     with ctx.engine.begin() as conn:
@@ -329,7 +336,7 @@ def _apply_update(
 
 
 @router.get("/{job_id:path}", response_model=JobDetailPublic, dependencies=[Expensive])
-def get_job(job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope) -> dict[str, Any]:
+def get_job(job_id: str, ctx: Ctx, conn: ReadConn, scope: Scope) -> JobDetailPublic:
     """A job with its money summary (total and per GPU), recommendations and energy, and its
     unit of work (404 for a job outside a person's scope, as for one that does not exist)."""
     return _job_page(ctx, conn, scope, jobs_repo.get_job(conn, job_id=job_id), job_id)
@@ -339,11 +346,11 @@ def _job_page(
     ctx: ServiceContext,
     conn: Connection,
     scope: JobScope | None,
-    found: dict[str, Any] | None,
+    found: JobRow | None,
     job_id: str | None = None,
-) -> dict[str, Any]:
+) -> JobDetailPublic:
     """The page of the job ``found`` (404 where it is None or outside ``scope``)."""
-    job = visible_job(scope, found, job_id or (found or {}).get("id", ""))
+    job = visible_job(scope, found, job_id or (found["id"] if found else ""))
     job_id = job["id"]
     now = ctx.clock()
     summary = job_summary(conn, settings=ctx.settings, job=job, now=now)
@@ -353,15 +360,17 @@ def _job_page(
     saving = savings.job_saving(conn, settings=ctx.settings, job=job, now=now, summary=summary)
     page = savings.without_applied_fix(summary, saving).as_dict()
     page["recommendations"] = savings.calibrated_fixes(conn, page["recommendations"])
-    return {
-        **_public(job),
-        **page,
-        "savings": None if saving is None else saving.as_dict(),
-        "progress": None if reported is None else ProgressSummaryPublic.of(reported),
-        "unit_of_work": work.unit,
-        "gpu_seconds_per_unit": work.gpu_seconds_per_unit,
-        "unit_of_work_text": work.text,
-    }
+    return JobDetailPublic.model_validate(
+        {
+            **_shown(job),
+            **page,
+            "savings": None if saving is None else saving.as_dict(),
+            "progress": None if reported is None else ProgressSummaryPublic.of(reported),
+            "unit_of_work": work.unit,
+            "gpu_seconds_per_unit": work.gpu_seconds_per_unit,
+            "unit_of_work_text": work.text,
+        }
+    )
 
 
 @router.get("", response_model=list[JobListItemPublic], dependencies=[Expensive])

@@ -3,7 +3,7 @@ what, meant for whom, sent to whom and why, when, and whether it went."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Query
 
@@ -11,6 +11,7 @@ from service.api import query
 from service.api.deps import Ctx, ReadConn, ScopedReader, one_job_in_scope
 from service.api.schemas.owners import NoticePublic
 from service.db import notices_repo
+from service.db.rows import NoticeRow
 from service.roles import Role
 
 router = APIRouter(prefix="/notices", tags=["owners"])
@@ -29,7 +30,7 @@ def list_notices(
     start: str | None = Query(None, description=query.TIME_HELP),
     end: str | None = Query(None, description=query.TIME_HELP),
     limit: int = Query(200, ge=1, le=10_000),
-) -> list[dict[str, Any]]:
+) -> list[NoticeRow]:
     """Notices queued in [start, end), filtered; addresses are shown to admins only; a person
     lists those of one of their own or their teams' jobs (``job``), or their own or their
     teams' (``user``, ``team``)."""

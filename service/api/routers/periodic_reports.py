@@ -4,7 +4,7 @@ daily) report of a user, a team or the admins, what was sent, and who opted out.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Path, Query, status
 
@@ -12,6 +12,7 @@ from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Reader, ScopedReader, WriteConn
 from service.api.schemas.reports import OptOutPublic, ReportPreviewPublic, ReportSendPublic
 from service.db import reports_repo
+from service.db.rows import OptOutRow, ReportSendRow
 from service.db.tokens_repo import TokenInfo
 from service.errors import Forbidden, NotFound
 from service.roles import Role
@@ -44,7 +45,7 @@ def periodic_report(
     at: str | None = Query(
         None, description=f"the period due last at this time ({query.TIME_HELP}); default now"
     ),
-) -> dict[str, Any]:
+) -> periodic_reports.ReportPreview:
     """A user's, a team's or (with neither) the admins' report of the last period ended, as
     it is sent: subject, text, HTML and figures."""
     if user is not None and team is not None:
@@ -62,13 +63,13 @@ def report_sends(
     conn: ReadConn,
     _: Reader,
     limit: int = Query(1000, ge=1, le=10_000),
-) -> list[dict[str, Any]]:
+) -> list[ReportSendRow]:
     """The reports claimed for sending, newest period first, with each recipient's outcome."""
     return reports_repo.sends(conn, limit=limit)
 
 
 @router.get("/opt-outs", response_model=list[OptOutPublic])
-def list_opt_outs(conn: ReadConn, token: ScopedReader) -> list[dict[str, Any]]:
+def list_opt_outs(conn: ReadConn, token: ScopedReader) -> list[OptOutRow]:
     """The users and teams that get no periodic report (a person: of themselves and their
     teams)."""
     rows = reports_repo.list_opt_outs(conn)
@@ -83,7 +84,7 @@ def list_opt_outs(conn: ReadConn, token: ScopedReader) -> list[dict[str, Any]]:
 def opt_out(
     kind: Literal["user", "team"], ctx: Ctx, conn: WriteConn, token: ScopedReader,
     name: str = OwnerName,
-) -> dict[str, Any]:  # fmt: skip
+) -> OptOutRow:  # fmt: skip
     """Stop the periodic report of a user or team (again: no change); a person signed in may
     stop their own."""
     _may_change(token, kind, name)

@@ -35,8 +35,8 @@ _BODY = Body(
 )
 
 
-def _public(p: PolicySpec) -> dict[str, Any]:
-    return p.model_dump()
+def _public(p: PolicySpec) -> PolicyPublic:
+    return PolicyPublic.model_validate(p.model_dump())
 
 
 def _validated(conn: WriteConn, doc: Any) -> PolicySpec:
@@ -46,7 +46,7 @@ def _validated(conn: WriteConn, doc: Any) -> PolicySpec:
 
 
 @router.get("", response_model=list[PolicyPublic], response_model_by_alias=True)
-def list_policies(conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
+def list_policies(conn: ReadConn, _: Reader) -> list[PolicyPublic]:
     """Every policy."""
     return [_public(p) for p in policies_repo.list_policies(conn)]
 
@@ -59,7 +59,7 @@ def list_policies(conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
 )
 def create_policy(
     ctx: Ctx, conn: WriteConn, token: Admin, doc: dict[str, Any] = _BODY
-) -> dict[str, Any]:
+) -> PolicyPublic:
     """Create a policy (409 if the name exists)."""
     policy = _validated(conn, doc)
     policies_repo.create_policy(conn, policy=policy, source="api", now=ctx.clock())
@@ -89,7 +89,7 @@ def _stored(conn: WriteConn, name: str) -> PolicySpec | None:
 
 
 @router.get("/{name}", response_model=PolicyPublic, response_model_by_alias=True)
-def get_policy(name: str, conn: ReadConn, _: Reader) -> dict[str, Any]:
+def get_policy(name: str, conn: ReadConn, _: Reader) -> PolicyPublic:
     """One policy."""
     return _public(policies_repo.get_policy(conn, name=name))
 
@@ -102,7 +102,7 @@ def put_policy(
     response: Response,
     token: Admin,
     doc: dict[str, Any] = _BODY,
-) -> dict[str, Any]:
+) -> PolicyPublic:
     """Create or replace policy ``name`` (the body's name, if given, must match)."""
     if isinstance(doc, dict):
         doc = {"name": name, **doc}

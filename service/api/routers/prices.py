@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, status
 
 from service.api.deps import Admin, Ctx, ReadConn, Reader
@@ -16,27 +14,27 @@ from service.usecases import price_table
 router = APIRouter(prefix="/prices", tags=["prices"])
 
 
-def _public(table: price_table.PriceTable) -> list[dict[str, Any]]:
+def _public(table: price_table.PriceTable) -> list[PricePublic]:
     return [
-        {
-            "model_pattern": r.model_pattern,
-            "usd_per_gpu_hour": r.usd_per_gpu_hour,
-            "effective_from": r.effective_from,
-            "note": r.note,
-            "source": table.source,
-        }
+        PricePublic(
+            model_pattern=r.model_pattern,
+            usd_per_gpu_hour=r.usd_per_gpu_hour,
+            effective_from=r.effective_from,
+            note=r.note,
+            source=table.source,
+        )
         for r in table.rows
     ]
 
 
 @router.get("", response_model=list[PricePublic])
-def get_prices(ctx: Ctx, conn: ReadConn, _: Reader) -> list[dict[str, Any]]:
+def get_prices(ctx: Ctx, conn: ReadConn, _: Reader) -> list[PricePublic]:
     """The price table in force: the one PUT here, else the config file's, else the default."""
     return _public(price_table.effective_prices(conn, ctx.settings))
 
 
 @router.put("", response_model=list[PricePublic])
-def put_prices(body: list[PriceIn], ctx: Ctx, token: Admin) -> list[dict[str, Any]]:
+def put_prices(body: list[PriceIn], ctx: Ctx, token: Admin) -> list[PricePublic]:
     """Replace the whole price table; an empty list falls back to the config file or default."""
     # Commit before answering, so a client that reads right after sees the new table.
     with ctx.engine.begin() as conn:

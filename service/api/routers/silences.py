@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
 
 from fastapi import APIRouter, status
 
@@ -10,14 +10,15 @@ from service.api.deps import Admin, Ctx, ReadConn, Reader, WriteConn
 from service.api.params import row_id
 from service.api.schemas.alerting import SilenceCreate, SilencePublic
 from service.db import changes_repo, silences_repo
+from service.db.rows import SilenceRow
 from service.errors import ValidationFailed
 
 router = APIRouter(prefix="/silences", tags=["alerting"])
 
 
-def _public(row: dict[str, Any], now: Any) -> SilencePublic:
+def _public(row: SilenceRow, now: datetime) -> SilencePublic:
     state = "pending" if now < row["starts_at"] else "active" if now < row["ends_at"] else "expired"
-    return SilencePublic(**{k: v for k, v in row.items()}, status=state)
+    return SilencePublic(**row, status=state)
 
 
 @router.get("", response_model=list[SilencePublic])

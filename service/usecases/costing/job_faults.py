@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 from service.costs.prices import PriceRow, price_at
 from service.db import gpus_repo
 from service.db.costing import costs_repo
+from service.db.rows import JobRow
 from service.settings import Settings
 from service.usecases.costing.attribution import Attribution
 from service.usecases.price_table import effective_prices
@@ -84,7 +85,7 @@ def report_faults(
 def job_faults(
     conn: Connection,
     *,
-    job: dict[str, Any],
+    job: JobRow,
     now: datetime,
     prices: Sequence[PriceRow],
     settings: Settings,

@@ -1,4 +1,4 @@
-"""The evaluation round and its wiring: read data, run the pure evaluator, store, queue, send."""
+"""The evaluation round: read data, run the pure evaluator, store changes, queue notifications."""
 
 from __future__ import annotations
 
@@ -8,42 +8,32 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from service.context import ServiceContext
+from service.core.verdict import Verdict
 from service.db import (
     alert_state_repo,
     outbox_repo,
-    owners_repo,
     policies_repo,
     set_aside,
     silences_repo,
     windows_repo,
 )
-from service.db.leader import LeaderLock
 from service.db.metrics_repo import node_last_seen
+from service.db.rows import NewOutboxRow
 from service.db.set_aside import SetAside
 from service.db.windows_repo import OwnStats, Scopes, WindowStatsByGpu
-from service.errors import ConfigError, ValidationFailed
 from service.notify import Notification
 from service.notify.message import owner_notice_of
-from service.notify.urlsafety import (
-    HostDoesNotResolve,
-    Resolver,
-    check_url,
-    parse_allow_nets,
-    system_resolver,
-)
-from service.settings import load_config_file
 from service.thresholds.evaluator import (
     AlertState,
     Change,
     NotifyKind,
     Observation,
     Silence,
-    alert_labels,
     evaluate,
     observe,
     observe_silence,
@@ -51,68 +41,28 @@ from service.thresholds.evaluator import (
     route,
 )
 from service.thresholds.grouping import grouped, idle_now
-from service.thresholds.owners import Addressee, parse_owners_section
+from service.thresholds.owners import Addressee
 from service.thresholds.policy import (
-    OWNER_CHANNEL,
     SILENT_SECONDS,
     PolicySpec,
     cause_of_metric,
-    parse_config,
 )
-from service.usecases.job_summary import job_verdict
-from service.usecases.notices import queue_owner_notice, resolve_many
-from service.usecases.outbox import Dispatcher, outbox_row
-from service.vocabulary import alert_page_path, job_path
+from service.usecases.evaluation.notes import (
+    _job_of,
+    _owner_of,
+    fault_xids,
+    memory_unreported_gpus,
+    notification,
+    owner_addressees,
+    verdict_by_job,
+)
+from service.usecases.notices import queue_owner_notice
+from service.usecases.outbox import outbox_row
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)
 
 # An XID this recent (or a lost GPU) suppresses low-utilization alerts on that GPU.
 FRESH_FAULT_SECONDS = 600.0
-CONFIG_LOCK_KEY = 0x67707577_636F6E66  # "gpuwconf": serialises config loading across replicas
-
-
-def check_file_channels(
-    channels: list[Any],
-    allow_nets_text: str,
-    *,
-    resolver: Resolver = system_resolver,
-    source: str = "the config file",
-) -> None:
-    """Refuse (ConfigError) a config-file channel whose URL may not be called, as the API does.
-
-    A host that does not resolve yet (DNS may come up after us) is only warned about: every
-    send resolves and checks it again.
-    """
-    nets = parse_allow_nets(allow_nets_text)
-    for i, c in enumerate(channels):
-        if not c.is_http:
-            continue
-        try:
-            check_url(c.url, nets, resolver=resolver, field=f"channels.{i}.url")
-        except HostDoesNotResolve as exc:
-            log.warning("channel %s from %s: %s", c.name, source, exc.message)
-        except ValidationFailed as exc:
-            raise ConfigError(f"channel {c.name!r} in {source}: {exc}") from None
-
-
-def load_config(ctx: ServiceContext) -> tuple[int, int]:
-    """Load policies and channels from the YAML config file into the store; returns the counts."""
-    if ctx.settings.config is None:
-        return 0, 0
-    config = load_config_file(ctx.settings.config)
-    with ctx.engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            # Replicas starting together must not race on the same upserts.
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CONFIG_LOCK_KEY})
-        api_channels = {c.name for c in policies_repo.list_channels(conn)}
-        policy_specs, channel_specs = parse_config(config, known_channels=api_channels)
-        check_file_channels(channel_specs, ctx.settings.webhook_allow_nets)
-        policies_repo.sync_from_file(
-            conn, policy_specs=policy_specs, channel_specs=channel_specs, now=ctx.clock()
-        )
-        owners = parse_owners_section(config.get("owners"))
-        owners_repo.sync_from_file(conn, entries=owners, now=ctx.clock())
-    return len(policy_specs), len(channel_specs)
 
 
 @dataclass
@@ -127,177 +77,6 @@ class RoundResult:
     by_kind: dict[str, int] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # read, evaluate, write
     failed_policies: list[str] = field(default_factory=list)  # skipped this round after an error
-
-
-def _job_of(policy: PolicySpec, state: AlertState) -> str | None:
-    return state.labels.get("job_id") if policy.scope == "job" else None
-
-
-def _report_job(policy: PolicySpec, state: AlertState) -> str | None:
-    """The job whose report a notification links to: a job alert's, or the one job holding a
-    GPU alert's GPU (none where several share it, their ids joined by commas)."""
-    if policy.scope == "job":
-        return _job_of(policy, state)
-    job = state.labels.get("job_id") if policy.scope == "gpu" else None
-    return job if job and "," not in job else None
-
-
-OWNER_KINDS = ("firing", "repeat")  # what a job's owner is told: not resolves or resends
-
-
-def _owner_of(policy: PolicySpec, change: Change) -> tuple[str | None, str | None] | None:
-    """The (user, team) a notification of ``change`` goes to as the job's owner, else None
-    (a policy with a ladder tells the owner at its notify_owner steps instead)."""
-    if change.notify not in OWNER_KINDS or OWNER_CHANNEL not in policy.channels:
-        return None
-    if policy.ladder is not None:
-        return None
-    if _job_of(policy, change.after) is None:
-        return None
-    labels = change.after.labels
-    return labels.get("user") or None, labels.get("team") or None
-
-
-def owner_addressees(
-    ctx: ServiceContext, changes: list[tuple[PolicySpec, Change]]
-) -> dict[tuple[str | None, str | None], Addressee]:
-    """Where this round's owner notices go, by (user, team), found before the write
-    transaction (the lookup command may take seconds); empty when that failed."""
-    owners = {o for p, ch in changes if (o := _owner_of(p, ch)) is not None}
-    if not owners:
-        return {}
-    try:
-        return resolve_many(ctx, owners)
-    except Exception:  # the alert still goes to the policy's channels
-        log.exception("the owners of this round's job alerts could not be resolved")
-        return {}
-
-
-VERDICT_KEYS = (
-    "cost_usd",
-    "waste_usd",
-    "idle_usd",
-    "fixable_usd",
-    "top_cause",
-    "fix",
-    "fix_saving_usd",
-)
-
-
-def verdict_by_job(
-    ctx: ServiceContext, jobs: set[str], now: datetime
-) -> dict[str, dict[str, Any] | None]:
-    """Each job's verdict so far (waste USD as idle + fixable, top cause, its fix and what it
-    saves), for its notifications; None where it is unknown or could not be computed.
-
-    Runs the cost model on a connection of its own, before the round's write transaction: a
-    slow or failing cost query then neither holds that transaction open nor aborts it.
-    """
-    out: dict[str, dict[str, Any] | None] = dict.fromkeys(jobs)
-    if not jobs:
-        return out
-    with ctx.engine.connect() as conn:
-        for job in sorted(jobs):
-            try:
-                out[job] = job_verdict(conn, job_id=job, now=now, settings=ctx.settings)
-            except Exception:  # dollars are a nice-to-have; the alert must still go out
-                log.exception("the verdict on job %s could not be computed", job)
-                conn.rollback()  # a failed statement must not spoil the next job's reads
-    return out
-
-
-def notification(
-    ctx: ServiceContext,
-    policy: PolicySpec,
-    state: AlertState,
-    kind: NotifyKind | Literal["notice"],
-    alert_id: int | None,
-    now: datetime,
-    verdict: dict[str, Any] | None = None,
-    xid_code: int | None = None,
-) -> Notification:
-    """The notification of one alert ``state``; its delivery id is empty until ``outbox_row``
-    queues it to a channel."""
-    base = ctx.settings.public_url.rstrip("/")
-    job = _report_job(policy, state)
-    resend = ctx.settings.alertmanager_resend_seconds
-    return Notification(
-        delivery_id="",
-        kind=kind,
-        status="resolved" if state.state == "resolved" else "firing",
-        policy=policy.name,
-        severity=policy.severity,
-        description=policy.description,
-        metric=policy.metric,
-        aggregate=policy.aggregate,
-        window=policy.window,
-        op=policy.op,
-        threshold=policy.threshold,
-        value=state.value,
-        scope=policy.scope,
-        scope_key=state.key,
-        labels=alert_labels(policy, state.labels),
-        active_since=state.active_since,
-        fired_at=state.fired_at,
-        resolved_at=state.resolved_at,
-        # Like Prometheus: an alert not re-sent within 4 resend periods is considered gone.
-        ends_at=now + timedelta(seconds=4 * max(resend, ctx.settings.eval_interval_seconds)),
-        stale=state.stale,
-        silenced=state.silenced,
-        suppressed=state.suppressed,
-        **{key: (verdict or {}).get(key) for key in VERDICT_KEYS},
-        xid_code=xid_code,
-        # Links for people: the console's pages, not the JSON API.
-        report_url=base + job_path(job) if job else None,
-        alert_url=base + alert_page_path(alert_id) if alert_id is not None else None,
-        alert_id=alert_id,
-    )
-
-
-def fault_xids(
-    ctx: ServiceContext, changes: list[tuple[PolicySpec, Change]], now: datetime
-) -> dict[str, int]:
-    """The hardware XID behind each GPU fault notified this round, by GPU uuid, for the
-    notification's text; empty where none (a fault of the counters, or the query failed)."""
-    windows: dict[str, float] = {}
-    for p, ch in changes:
-        uuid = ch.after.labels.get("gpu_uuid")
-        if ch.notify is not None and p.metric == "hardware_fault" and uuid:
-            windows[uuid] = max(windows.get(uuid, 0.0), p.window_seconds)
-    if not windows:
-        return {}
-    since = now - timedelta(seconds=max(windows.values()))
-    try:
-        with ctx.engine.connect() as conn:
-            return windows_repo.last_hardware_xids(conn, gpu_uuids=windows, since=since, until=now)
-    except Exception:  # the code is a nice-to-have; the alert must still go out
-        log.exception("the XID codes of this round's faults could not be read")
-        return {}
-
-
-# The policy metrics whose verdict rests on memory use: idle-held is "nothing runs, memory held".
-_MEMORY_METRICS = frozenset({"idle_held"})
-
-
-def memory_unreported_gpus(
-    ctx: ServiceContext, changes: list[tuple[PolicySpec, Change]], now: datetime
-) -> set[str]:
-    """The GPUs of this round's idle-held notifications whose samples carry no memory reading,
-    so the text can say "held" was told by a job or process; empty where the read failed."""
-    windows: dict[str, float] = {}
-    for p, ch in changes:
-        uuid = ch.after.labels.get("gpu_uuid")
-        if ch.notify is not None and p.metric in _MEMORY_METRICS and uuid:
-            windows[uuid] = max(windows.get(uuid, 0.0), p.window_seconds)
-    if not windows:
-        return set()
-    since = now - timedelta(seconds=max(windows.values()))
-    try:
-        with ctx.engine.connect() as conn:
-            return windows_repo.memory_unreported(conn, gpu_uuids=windows, since=since, until=now)
-    except Exception:  # a nice-to-have for the text; the alert must still go out
-        log.exception("the memory readings of this round's idle-held GPUs could not be read")
-        return set()
 
 
 @dataclass
@@ -354,7 +133,7 @@ class _Reads:
 class _Extras:
     """What this round's notifications say beyond the alert, each found before the write."""
 
-    verdicts: dict[str, dict[str, Any] | None]  # by job id
+    verdicts: dict[str, Verdict | None]  # by job id
     addressees: dict[tuple[str | None, str | None], Addressee]  # by (user, team)
     xids: dict[str, int]  # by GPU uuid
     memory_unreported: set[str]  # GPU uuids whose exporter sends no memory use
@@ -597,7 +376,7 @@ def _queue(
     alert_id: int,
     channel_types: Mapping[str, str],
     extras: _Extras,
-) -> list[dict[str, Any]]:
+) -> list[NewOutboxRow]:
     """The outbox rows of ``ch``'s notification, one per channel it routes to; a notice to the
     job's owner is queued here too and counted in the round's result."""
     if ch.notify is None:
@@ -635,39 +414,3 @@ def _note(
     note = notification(rnd.ctx, p, state, kind, alert_id, rnd.now, verdict, xid)
     note.memory_unknown = gpu_uuid in extras.memory_unreported
     return note
-
-
-class Alerting:
-    """The evaluator's runtime in one process: the leader lock and the dispatcher."""
-
-    def __init__(self, ctx: ServiceContext, dispatcher: Dispatcher | None = None) -> None:
-        self.ctx = ctx
-        self.leader = LeaderLock(ctx.engine)
-        self.dispatcher = dispatcher or Dispatcher(ctx)
-        self.cache = StateCache()
-        self._epoch = -1
-
-    def evaluate_tick(self) -> RoundResult | None:
-        """If this replica is the leader: evaluate, then send what that queued."""
-        leader = self.leader.check()
-        self.ctx.telemetry.evaluator_leader.set(1 if leader else 0)
-        if leader and self.leader.acquisitions != self._epoch:
-            self.cache.clear()  # another replica may have written alerts meanwhile
-            self._epoch = self.leader.acquisitions
-        if not leader:
-            return None
-        result = evaluate_once(self.ctx, cache=self.cache)
-        if result.notifications:
-            self.dispatcher.drain()
-        return result
-
-    def deliver_tick(self) -> int:
-        """If this replica is the leader: send due deliveries (retries, rate-limited ones)."""
-        if not self.leader.check():
-            return 0
-        return self.dispatcher.drain()
-
-    def close(self) -> None:
-        """Release the leader lock and the HTTP client."""
-        self.leader.release()
-        self.dispatcher.client.close()

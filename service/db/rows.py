@@ -1,0 +1,228 @@
+"""Typed rows the repositories read and write, one name per column, so a misspelt key or a
+column read that no longer exists fails in mypy rather than at run time."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NotRequired, TypedDict
+
+
+class AlertStateColumns(TypedDict):
+    """The columns of an alert that change with its state."""
+
+    state: str
+    labels: dict[str, str]
+    value: float | None
+    fired_at: datetime | None
+    resolved_at: datetime | None
+    last_notified_at: datetime | None
+    last_resent_at: datetime | None
+    stale: int
+    suppressed: int
+    silenced: int
+
+
+class NewAlert(AlertStateColumns):
+    """A new alert's row as it is inserted."""
+
+    policy: str
+    scope_key: str
+    severity: str
+    threshold: float
+    active_since: datetime
+    last_eval_at: datetime
+    job_id: str | None
+    node: str | None
+    gpu_uuid: str | None
+
+
+class AlertEvent(TypedDict):
+    """One state change of an alert, as its history shows it."""
+
+    ts: datetime
+    from_state: str
+    to_state: str
+    value: float | None
+
+
+class NewAlertEvent(AlertEvent):
+    """One state change of an alert, as it is inserted."""
+
+    alert_id: int
+
+
+class AlertRow(TypedDict):
+    """An alert as listed: its stored columns (flags as booleans) and its history."""
+
+    id: int
+    policy: str
+    scope_key: str
+    severity: str
+    state: str
+    labels: dict[str, Any]
+    value: float | None
+    threshold: float
+    active_since: datetime
+    fired_at: datetime | None
+    resolved_at: datetime | None
+    last_eval_at: datetime
+    last_notified_at: datetime | None
+    last_resent_at: datetime | None
+    stale: bool
+    suppressed: bool
+    silenced: bool
+    job_id: str | None
+    node: str | None
+    gpu_uuid: str | None
+    history: list[AlertEvent]
+
+
+class SilenceRow(TypedDict):
+    """A stored silence."""
+
+    id: int
+    matchers: dict[str, str]
+    starts_at: datetime
+    ends_at: datetime
+    comment: str
+    created_by: str | None
+    created_at: datetime
+
+
+class NewOutboxRow(TypedDict):
+    """A delivery to queue: its payload is an outbox payload's JSON (a notification, a report
+    or a rendered message)."""
+
+    delivery_id: str
+    channel: str
+    alert_id: int | None
+    payload: dict[str, Any]
+
+
+class NoticeBase(TypedDict):
+    """The fields every notice of one message shares."""
+
+    kind: str
+    subject: str
+    job_id: str | None
+    policy: str | None
+    asked: str
+    recipient: str | None
+    fallback: str | None
+    reason: str | None
+
+
+class NewNotice(NoticeBase):
+    """A notice as it is recorded: queued to one channel and address, or unreachable."""
+
+    delivery_id: str | None
+    status: str
+    channel: str | None  # None: unreachable, nothing was queued
+    address: str | None
+
+
+class NoticeRow(NoticeBase):
+    """A stored notice with the outcome of its delivery."""
+
+    id: int
+    delivery_id: str | None
+    channel: str | None
+    address: str | None
+    status: str
+    error: str | None
+    created_at: datetime
+    sent_at: datetime | None
+
+
+class JobConflict(TypedDict):
+    """A node's refused claim on a job."""
+
+    node: str
+    source: str
+    claimed: dict[str, Any]
+    at: datetime
+
+
+class JobInterval(TypedDict):
+    """One GPU a job held: the GPU, its node now, the node that registered the hold, and when."""
+
+    gpu_id: int
+    gpu_uuid: str
+    node: str
+    registered_node: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    source: str
+
+
+class JobRow(TypedDict):
+    """A stored job with its GPU intervals and the refused claims on it."""
+
+    id: str
+    user: str | None
+    team: str | None
+    project: str | None
+    labels: dict[str, Any]
+    source: str
+    started_at: datetime
+    ended_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    intervals: list[JobInterval]
+    conflicts: list[JobConflict]
+    work_key: NotRequired[str | None]  # runs of the same work share it (core/work_key.py)
+
+
+class ActionRow(TypedDict):
+    """One audit row of a ladder's step: what it did (or would have), its outcome and why, with
+    the figures behind it."""
+
+    id: int
+    at: datetime
+    policy: str
+    job_id: str
+    user: str | None
+    team: str | None
+    alert_id: int | None
+    step: int | None
+    action: str
+    outcome: str
+    reason: str | None
+    dry_run: bool
+    driver: str | None
+    mode: str | None
+    detail: str | None
+    value: float | None
+    threshold: float | None
+    since: datetime | None
+    waste_usd: float | None
+    idle_usd: float | None
+    delivery_ids: list[str] | None
+
+
+class GpuMove(TypedDict):
+    """A GPU's move from one node to another that reported it."""
+
+    from_node: str | None
+    to_node: str
+    moved_at: datetime
+    from_last_sample_at: datetime | None
+
+
+class ReportSendRow(TypedDict):
+    """A periodic report claimed for sending to one recipient, with its outcome."""
+
+    period_start: datetime
+    recipient: str
+    period_end: datetime
+    status: str
+    delivery_ids: list[str]
+    claimed_at: datetime
+
+
+class OptOutRow(TypedDict):
+    """A user or team that gets no periodic report, since when and by whom."""
+
+    recipient: str
+    opted_out_at: datetime
+    by: str | None
