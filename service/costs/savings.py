@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from service.core.matching import Pair, noise_fraction
 from service.costs.recommend import Recommendation
@@ -48,6 +48,45 @@ class RunMoney:
         return min(1.0, saved / self.gpu_seconds) if self.gpu_seconds > 0 else 0.0
 
 
+class SavingFigures(TypedDict):
+    """A saving as the API has it (the contract's fields)."""
+
+    work_key: str
+    compared_with: str
+    unit: Literal["progress", "run"]
+    fix_cause: str | None
+    fix_share_before: float
+    fix_share_after: float
+    promised_fraction: float | None
+    promised_usd: float | None
+    realised_fraction: float | None
+    realised_usd: float | None
+    noise_fraction: float | None
+    verdict: Verdict
+    reason: str | None
+
+
+class LedgerRowFigures(TypedDict):
+    """A ledger row as the API has it."""
+
+    group: str
+    month: str
+    pairs: int
+    realised_usd: float
+    promised_usd: float
+    jobs: list[str]
+
+
+class CalibrationFigures(TypedDict):
+    """A cause's calibration as the API has it."""
+
+    cause: str
+    pairs: int
+    median_promised_fraction: float
+    median_realised_fraction: float
+    factor: float | None
+
+
 @dataclass(frozen=True, slots=True)
 class Saving:
     """One pair's saving, as ``GET /jobs/{id}`` shows it in ``savings`` (contract of issue 46)."""
@@ -67,7 +106,7 @@ class Saving:
     reason: str | None
     capped: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> SavingFigures:
         """The API's form (the contract's fields)."""
         return {
             "work_key": self.work_key,
@@ -228,7 +267,7 @@ class LedgerRow:
     promised_cents: int = 0
     job_ids: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> LedgerRowFigures:
         """The API's form of the row."""
         return {
             "group": self.group,
@@ -267,7 +306,7 @@ class Calibration:
     median_realised: float
     factor: float | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CalibrationFigures:
         """The API's form of the row."""
         return {
             "cause": self.cause,

@@ -226,3 +226,43 @@ class OptOutRow(TypedDict):
     recipient: str
     opted_out_at: datetime
     by: str | None
+
+
+class GpuHeld(TypedDict):
+    """The fields a fleet view filters, sorts and states a GPU by, with the job holding it."""
+
+    uuid: str
+    index: int
+    model: str
+    node: str
+    last_seen_at: datetime | None
+    lost: bool
+    cause: str | None
+    job: str | None
+    user: str | None
+    team: str | None
+    state: NotRequired[str]  # added by the fleet's state rule
+
+
+class GpuIndexRow(GpuHeld):
+    """A GPU of the fleet's light index (``gpus_repo.fleet_index``)."""
+
+    gpu_id: int
+
+
+class GpuRow(GpuHeld):
+    """A GPU in full as the API has it (``gpus_repo.list_gpus``), with its latest sample."""
+
+    node_labels: dict[str, str]
+    fb_total_bytes: int | None
+    mig_parent_uuid: str | None
+    first_seen_at: datetime
+    retired_at: datetime | None
+    source: str | None
+    latest: dict[str, Any]
+    activity: float | None
+    activity_rung: str | None
+    supported_causes: list[str]
+    memory_unknown: bool
+    clock_event_reasons: list[str]
+    hw_slowdown: bool
