@@ -7,6 +7,7 @@ This is the edge that reads the database; the arithmetic lives in ``waste`` and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -125,6 +126,20 @@ def _check_query(group_by: str, sort_by: str, cause: str | None) -> None:
     waste_causes = tuple(c.label for c in diagnosis.WASTE_CAUSES)
     if cause is not None and cause not in waste_causes:
         raise ValidationFailed("cause", f"unknown cause {cause!r}; one of {waste_causes}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRequest:
+    """What a cost report covers: [start, end) read at ``now``, grouped by ``group_by``, of the
+    jobs ``user``, ``team`` and ``scope`` let through."""
+
+    start: datetime
+    end: datetime
+    now: datetime
+    group_by: str
+    user: str | None = None
+    team: str | None = None
+    scope: JobScope | None = None
 
 
 @gc_paused()
