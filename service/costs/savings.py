@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 from service.core.matching import Pair, noise_fraction
 from service.costs.recommend import Recommendation
@@ -46,24 +46,6 @@ class RunMoney:
             return min(1.0, max(0.0, self.waste_usd / self.cost_usd))
         saved = sum(f.seconds * f.saving_fraction for f in self.fixes if f.kind != "mig")
         return min(1.0, saved / self.gpu_seconds) if self.gpu_seconds > 0 else 0.0
-
-
-class SavingFigures(TypedDict):
-    """A saving as the API has it (the contract's fields)."""
-
-    work_key: str
-    compared_with: str
-    unit: Literal["progress", "run"]
-    fix_cause: str | None
-    fix_share_before: float
-    fix_share_after: float
-    promised_fraction: float | None
-    promised_usd: float | None
-    realised_fraction: float | None
-    realised_usd: float | None
-    noise_fraction: float | None
-    verdict: Verdict
-    reason: str | None
 
 
 class LedgerRowFigures(TypedDict):
@@ -106,7 +88,7 @@ class Saving:
     reason: str | None
     capped: bool = False
 
-    def as_dict(self) -> SavingFigures:
+    def as_dict(self) -> dict[str, Any]:
         """The API's form (the contract's fields)."""
         return {
             "work_key": self.work_key,

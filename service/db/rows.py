@@ -4,7 +4,7 @@ column read that no longer exists fails in mypy rather than at run time."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 
 class AlertStateColumns(TypedDict):
@@ -266,3 +266,14 @@ class GpuRow(GpuHeld):
     memory_unknown: bool
     clock_event_reasons: list[str]
     hw_slowdown: bool
+
+
+class BookedSaving(NamedTuple):
+    """A booked stored saving of a later run: its job, owner, realised and promised USD."""
+
+    job_id: str
+    user: str | None
+    team: str | None
+    project: str | None
+    realised_usd: float | None
+    promised_usd: float | None
