@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -29,107 +30,93 @@ class Telemetry:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.ingest_batches = Counter(
+        # Every family below goes into this object's own registry, never the global one.
+        counter, gauge = partial(Counter, registry=r), partial(Gauge, registry=r)
+        histogram = partial(Histogram, registry=r)
+        self.ingest_batches = counter(
             "gpuwarden_ingest_batches",
             "Ingest batches by outcome (stored; rejected; refused: busy or client gone; error).",
             ["outcome"],
-            registry=r,
         )
-        self.ingest_samples = Counter(
-            "gpuwarden_ingest_samples", "Samples received in stored batches.", registry=r
+        self.ingest_samples = counter(
+            "gpuwarden_ingest_samples", "Samples received in stored batches."
         )
-        self.ingest_values = Counter(
-            "gpuwarden_ingest_metric_values",
-            "Metric values received in stored batches.",
-            registry=r,
+        self.ingest_values = counter(
+            "gpuwarden_ingest_metric_values", "Metric values received in stored batches."
         )
-        self.ingest_seconds = Histogram(
+        self.ingest_seconds = histogram(
             "gpuwarden_ingest_batch_duration_seconds",
             "Time to validate and store one ingest batch.",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=r,
         )
-        self.gpu_moves = Counter(
+        self.gpu_moves = counter(
             "gpuwarden_gpu_moves",
             "GPUs moved to the node that reported them (their old node no longer did).",
-            registry=r,
         )
-        self.ingest_gpus_refused = Counter(
+        self.ingest_gpus_refused = counter(
             "gpuwarden_ingest_gpus_refused",
             "GPUs left out of a batch because another node still reports them.",
-            registry=r,
         )
-        self.db_errors = Counter(
+        self.db_errors = counter(
             "gpuwarden_database_errors",
             "Database operations that failed, by operation.",
             ["operation"],
-            registry=r,
         )
         # "task", not "job": Prometheus owns the job label of every scraped series.
-        self.job_runs = Counter(
+        self.job_runs = counter(
             "gpuwarden_background_job_runs",
             "Background job runs by task and outcome.",
             ["task", "outcome"],
-            registry=r,
         )
-        self.job_seconds = Histogram(
+        self.job_seconds = histogram(
             "gpuwarden_background_job_duration_seconds",
             "Duration of background job runs (seconds).",
             ["task"],
-            registry=r,
         )
-        self.set_aside_rows = Counter(
+        self.set_aside_rows = counter(
             "gpuwarden_set_aside_rows",
             "Stored rows a background round could not use and left out, by round (rollup,"
             " evaluate, deliver); each is logged with which row and why.",
             ["round"],
-            registry=r,
         )
-        self.job_conflicts = Counter(
+        self.job_conflicts = counter(
             "gpuwarden_job_conflicts",
             "Claims of a node on a job that disagreed with the job (a squatted or hijacked id),"
             " refused and recorded on the job, by source (api: the node's POST or PATCH;"
             " observed: its process hints).",
             ["source"],
-            registry=r,
         )
-        self.rollup_buckets = Counter(
+        self.rollup_buckets = counter(
             "gpuwarden_rollup_buckets_recomputed",
             "One-minute rollup buckets recomputed from raw samples.",
-            registry=r,
         )
         # --- alerting ------------------------------------------------------------------
-        self.reports = Counter(
+        self.reports = counter(
             "gpuwarden_reports",
             "Periodic reports by outcome (queued; opted_out; no_jobs: skipped, nothing ran).",
             ["outcome"],
-            registry=r,
         )
-        self.notifications = Counter(
+        self.notifications = counter(
             "gpuwarden_notifications",
             "Notification delivery attempts by channel and outcome (sent, retry, failed).",
             ["channel", "outcome"],
-            registry=r,
         )
-        self.outbox_depth = Gauge(
-            "gpuwarden_outbox_depth", "Notifications queued and not yet delivered.", registry=r
+        self.outbox_depth = gauge(
+            "gpuwarden_outbox_depth", "Notifications queued and not yet delivered."
         )
-        self.policy_failures = Counter(
+        self.policy_failures = counter(
             "gpuwarden_policy_evaluation_failures",
             "Evaluation rounds in which a policy raised and was skipped (the others went on).",
             ["policy"],
-            registry=r,
         )
-        self.evaluation_seconds = Histogram(
+        self.evaluation_seconds = histogram(
             "gpuwarden_evaluation_duration_seconds",
             "Time to evaluate every policy once.",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=r,
         )
-        self.evaluator_leader = Gauge(
+        self.evaluator_leader = gauge(
             "gpuwarden_evaluator_leader",
             "1 while this replica holds the evaluator lock (evaluates and sends), else 0.",
-            registry=r,
         )
         for outcome in INGEST_OUTCOMES:
             self.ingest_batches.labels(outcome)
@@ -139,8 +126,8 @@ class Telemetry:
             self.set_aside_rows.labels(round_)
         for source in JOB_CONFLICT_SOURCES:
             self.job_conflicts.labels(source)
-        self.alerts_firing = Gauge(
-            "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"], registry=r
+        self.alerts_firing = gauge(
+            "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"]
         )
 
     def task(self, name: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -25,71 +26,57 @@ class AgentTelemetry:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.cycle_seconds = Histogram(
+        # Every family below goes into this object's own registry, never the global one.
+        counter, gauge = partial(Counter, registry=r), partial(Gauge, registry=r)
+        histogram = partial(Histogram, registry=r)
+        self.cycle_seconds = histogram(
             "gpuwarden_agent_cycle_duration_seconds",
             "Wall time of one collect-and-ship cycle.",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
-            registry=r,
         )
-        self.errors = Counter(
-            "gpuwarden_agent_errors",
-            f"Errors by kind ({', '.join(ERROR_KINDS)}).",
-            ["kind"],
-            registry=r,
+        self.errors = counter(
+            "gpuwarden_agent_errors", f"Errors by kind ({', '.join(ERROR_KINDS)}).", ["kind"]
         )
         for kind in ERROR_KINDS:
             self.errors.labels(kind)
-        self.spool_batches = Gauge(
-            "gpuwarden_agent_spool_batches", "Polls waiting in the on-disk spool.", registry=r
+        self.spool_batches = gauge(
+            "gpuwarden_agent_spool_batches", "Polls waiting in the on-disk spool."
         )
-        self.spool_bytes = Gauge(
-            "gpuwarden_agent_spool_bytes", "Bytes of batches in the on-disk spool.", registry=r
+        self.spool_bytes = gauge(
+            "gpuwarden_agent_spool_bytes", "Bytes of batches in the on-disk spool."
         )
-        self.dropped = Counter(
+        self.dropped = counter(
             "gpuwarden_agent_dropped_batches",
             "Oldest spooled polls dropped because the spool reached its size cap.",
-            registry=r,
         )
-        self.dead_letters = Counter(
+        self.dead_letters = counter(
             "gpuwarden_agent_dead_letter_batches",
             "Polls central refused for their content (4xx), written to the dead-letter file.",
-            registry=r,
         )
-        self.splits = Counter(
+        self.splits = counter(
             "gpuwarden_agent_split_batches",
             "Batches refused whole and sent again poll by poll to find the bad one.",
-            registry=r,
         )
-        self.set_aside = Counter(
+        self.set_aside = counter(
             "gpuwarden_agent_set_aside_batches",
             "Times a poll central kept failing on (5xx) was set aside behind newer ones.",
-            registry=r,
         )
-        self.dropped_fields = Counter(
+        self.dropped_fields = counter(
             "gpuwarden_agent_dropped_fields",
             "Impossible metric values (NaN, inf, out of range, DCGM sentinel) dropped from a"
             " sample before shipping, by field and reason.",
             ["field", "reason"],
-            registry=r,
         )
-        self.sent = Counter(
-            "gpuwarden_agent_batches_sent", "Batches the central service accepted.", registry=r
-        )
-        self.samples = Counter(
-            "gpuwarden_agent_samples_collected", "GPU samples collected.", registry=r
-        )
-        self.last_push = Gauge(
+        self.sent = counter("gpuwarden_agent_batches_sent", "Batches the central service accepted.")
+        self.samples = counter("gpuwarden_agent_samples_collected", "GPU samples collected.")
+        self.last_push = gauge(
             "gpuwarden_agent_last_successful_push_timestamp_seconds",
             "Unix time of the last batch the central service accepted.",
-            registry=r,
         )
-        self.gpus = Gauge(
-            "gpuwarden_agent_gpus", "GPUs the backend sees, by state.", ["state"], registry=r
-        )
-        self.last_cycle = Gauge(
+        self.gpus = gauge("gpuwarden_agent_gpus", "GPUs the backend sees, by state.", ["state"])
+        self.last_cycle = gauge(
             "gpuwarden_agent_last_cycle_timestamp_seconds",
             "Unix time the last collect-and-ship cycle ended (the liveness probe reads it).",
-            registry=r,
         )
         self.started_at = time.time()
         self.last_cycle_at: float | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from service.core.matching import Pair, noise_fraction
 from service.costs.recommend import Recommendation
@@ -46,6 +46,27 @@ class RunMoney:
             return min(1.0, max(0.0, self.waste_usd / self.cost_usd))
         saved = sum(f.seconds * f.saving_fraction for f in self.fixes if f.kind != "mig")
         return min(1.0, saved / self.gpu_seconds) if self.gpu_seconds > 0 else 0.0
+
+
+class LedgerRowFigures(TypedDict):
+    """A ledger row as the API has it."""
+
+    group: str
+    month: str
+    pairs: int
+    realised_usd: float
+    promised_usd: float
+    jobs: list[str]
+
+
+class CalibrationFigures(TypedDict):
+    """A cause's calibration as the API has it."""
+
+    cause: str
+    pairs: int
+    median_promised_fraction: float
+    median_realised_fraction: float
+    factor: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +249,7 @@ class LedgerRow:
     promised_cents: int = 0
     job_ids: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> LedgerRowFigures:
         """The API's form of the row."""
         return {
             "group": self.group,
@@ -267,7 +288,7 @@ class Calibration:
     median_realised: float
     factor: float | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CalibrationFigures:
         """The API's form of the row."""
         return {
             "cause": self.cause,

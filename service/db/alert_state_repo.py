@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
+from service.db.records import record_of
 from service.db.rows import (
     AlertEvent,
     AlertRow,
@@ -22,22 +23,7 @@ from service.thresholds.policy import PolicySpec
 
 
 def _state(r: Any) -> AlertState:
-    return AlertState(
-        policy=r.policy,
-        key=r.scope_key,
-        state=r.state,
-        labels=r.labels,
-        value=r.value,
-        active_since=r.active_since,
-        fired_at=r.fired_at,
-        resolved_at=r.resolved_at,
-        last_notified_at=r.last_notified_at,
-        last_resent_at=r.last_resent_at,
-        stale=bool(r.stale),
-        suppressed=bool(r.suppressed),
-        silenced=bool(r.silenced),
-        id=r.id,
-    )
+    return record_of(AlertState, r, key="scope_key")
 
 
 def open_alerts(conn: Connection) -> dict[str, dict[str, AlertState]]:

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, and_, select
 from service.core.diagnosis import Cause, Decision, Rung, memory_unknown, supported_causes
 from service.costs.integrals import SIGNAL_METRICS
 from service.db import holders_repo
-from service.db.rows import GpuMove
+from service.db.rows import GpuIndexRow, GpuMove, GpuRow
 from service.db.schema import (
     gpu_moves,
     gpus,
@@ -25,9 +25,7 @@ from service.vocabulary import HARDWARE_XIDS, METRIC_NAMES, clock_event_names, h
 Resolution = Literal["raw", "1m", "1h"]
 
 
-def fleet_index(
-    conn: Connection, *, now: datetime, start_skew_seconds: float
-) -> list[dict[str, Any]]:
+def fleet_index(conn: Connection, *, now: datetime, start_skew_seconds: float) -> list[GpuIndexRow]:
     """Every GPU's few fields a fleet view filters and sorts by (id, uuid, node, index, model,
     last-seen time, lost, latest cause, and the job holding it at ``now``), in node and index
     order: a page is chosen from these before any GPU's full row is read."""
@@ -46,7 +44,7 @@ def fleet_index(
         .order_by(nodes.c.hostname, gpus.c.gpu_index, gpus.c.uuid)
     )
     holders = holders_repo.holders_at(conn, now=now, start_skew_seconds=start_skew_seconds)
-    out = []
+    out: list[GpuIndexRow] = []
     # fetchall and tuple unpacking: ten thousand rows fetched one by one cost a third more.
     for gpu_id, uuid, index, model, last_seen, lost_at, node, cause in conn.execute(query).all():
         held = holders.get(gpu_id)
@@ -107,7 +105,7 @@ def list_gpus(
     node: str | None = None,
     model: str | None = None,
     gpu_ids: Collection[int] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[GpuRow]:
     """Every GPU (only ``gpu_ids`` where given) with its node, model, last-seen time, the
     values of its latest sample and the job holding it at ``now`` (holders_repo's rule,
     ``start_skew_seconds`` its allowance), in node and index order."""
@@ -149,7 +147,7 @@ def list_gpus(
     return [_gpu_row(r, holders) for r in rows]
 
 
-def _gpu_row(r: Any, holders: Mapping[int, Sequence[holders_repo.Holder]]) -> dict[str, Any]:
+def _gpu_row(r: Any, holders: Mapping[int, Sequence[holders_repo.Holder]]) -> GpuRow:
     """One row of ``list_gpus`` as the API has it."""
     latest = {m: getattr(r, m) for m in METRIC_NAMES if getattr(r, m) is not None}
     held = holders.get(r.gpu_id_)

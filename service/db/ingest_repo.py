@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
@@ -35,6 +35,17 @@ class GpuState:
     # (gpu_index, model, fb_total_bytes, mig_parent_uuid, lost, retired, pci_bus_id, driver)
     attrs: tuple[Any, ...]
     read_at: datetime  # when it was last read from the database
+
+
+class StoredCounts(TypedDict):
+    """What one stored batch counted: samples taken and new, processes, GPUs, and the GPU
+    claims settled (moved here or left out)."""
+
+    samples: int
+    samples_new: int
+    processes: int
+    gpus: int
+    claims: list[GpuClaim]
 
 
 @dataclass
@@ -432,7 +443,7 @@ def store_batch(
     pending: IngestCache,
     move_after_seconds: float = 60.0,
     clock_offset_seconds: float | None = None,
-) -> dict[str, Any]:
+) -> StoredCounts:
     """Store ``batch`` in the caller's transaction; raises before writing anything bad.
 
     A GPU another node owns moves here if that node has not reported it for

@@ -7,23 +7,13 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
+from service.db.records import record_of
 from service.db.schema import ladder_progress
 from service.thresholds.ladder import LadderProgress
 
 
 def _progress(r: Any) -> LadderProgress:
-    return LadderProgress(
-        id=r.id,
-        policy=r.policy,
-        job_id=r.job_id,
-        alert_id=r.alert_id,
-        episode_start=r.episode_start,
-        state=r.state,
-        steps_done=r.steps_done,
-        pending_step=r.pending_step,
-        last_step_at=r.last_step_at,
-        ladder_digest=r.ladder_digest,
-    )
+    return record_of(LadderProgress, r)
 
 
 def progress_for(

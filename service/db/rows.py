@@ -4,7 +4,7 @@ column read that no longer exists fails in mypy rather than at run time."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 
 class AlertStateColumns(TypedDict):
@@ -226,3 +226,54 @@ class OptOutRow(TypedDict):
     recipient: str
     opted_out_at: datetime
     by: str | None
+
+
+class GpuHeld(TypedDict):
+    """The fields a fleet view filters, sorts and states a GPU by, with the job holding it."""
+
+    uuid: str
+    index: int
+    model: str
+    node: str
+    last_seen_at: datetime | None
+    lost: bool
+    cause: str | None
+    job: str | None
+    user: str | None
+    team: str | None
+    state: NotRequired[str]  # added by the fleet's state rule
+
+
+class GpuIndexRow(GpuHeld):
+    """A GPU of the fleet's light index (``gpus_repo.fleet_index``)."""
+
+    gpu_id: int
+
+
+class GpuRow(GpuHeld):
+    """A GPU in full as the API has it (``gpus_repo.list_gpus``), with its latest sample."""
+
+    node_labels: dict[str, str]
+    fb_total_bytes: int | None
+    mig_parent_uuid: str | None
+    first_seen_at: datetime
+    retired_at: datetime | None
+    source: str | None
+    latest: dict[str, Any]
+    activity: float | None
+    activity_rung: str | None
+    supported_causes: list[str]
+    memory_unknown: bool
+    clock_event_reasons: list[str]
+    hw_slowdown: bool
+
+
+class BookedSaving(NamedTuple):
+    """A booked stored saving of a later run: its job, owner, realised and promised USD."""
+
+    job_id: str
+    user: str | None
+    team: str | None
+    project: str | None
+    realised_usd: float | None
+    promised_usd: float | None

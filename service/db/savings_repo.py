@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, func, insert, select
 
 from service.costs.savings import Calibration, LedgerPair, Saving, counts_in_ledger
+from service.db.rows import BookedSaving
 from service.db.schema import (
     gpus,
     job_gpus,
@@ -204,7 +205,7 @@ def realised_by_team_and_cause(conn: Connection) -> dict[tuple[str, str], float]
     return {(team or "", cause or ""): float(usd or 0.0) for team, cause, usd in rows}
 
 
-def booked_between(conn: Connection, *, start: datetime, end: datetime) -> list[dict[str, Any]]:
+def booked_between(conn: Connection, *, start: datetime, end: datetime) -> list[BookedSaving]:
     """The booked stored savings of later runs that ended in [start, end): job id, owner,
     realised and promised USD."""
     c = work_savings.c
@@ -213,4 +214,4 @@ def booked_between(conn: Connection, *, start: datetime, end: datetime) -> list[
         .where(c.booked.is_(True), c.ended_at >= start, c.ended_at < end)
         .order_by(c.job_id)
     )
-    return [dict(r._mapping) for r in rows]
+    return [BookedSaving(*r) for r in rows]

@@ -390,29 +390,29 @@ def _fleet_families(
     snapshot: FleetSnapshot, tally: _Tally, lost_usd_per_hour: float
 ) -> list[Metric]:
     """The fleet-wide families: GPUs by cause and state, and the fleet's figures."""
-    cause_count = GaugeMetricFamily(
-        "gpuwarden_fleet_gpus_by_cause",
-        "Reporting GPUs whose latest sample has each cause (GPUs).",
-        labels=["cause"],
-    )
-    cause_usd = GaugeMetricFamily(
-        "gpuwarden_fleet_cause_usd_per_hour",
-        "Price of the priced GPUs whose latest sample has each cause: what each cause costs "
-        "per hour now (USD per hour).",
-        labels=["cause"],
-    )
-    for name, n in tally.by_cause.items():
-        cause_count.add_metric([name], n)
-        cause_usd.add_metric([name], tally.usd_by_cause[name])
-    state_count = GaugeMetricFamily(
-        "gpuwarden_fleet_gpus_by_state",
-        "GPUs in each state (working, underused, idle-held, idle, lost, no-data, unclassified), "
-        "from the cause of each reporting GPU's latest sample; lost GPUs as lost (GPUs).",
-        labels=["state"],
-    )
-    for name, n in tally.by_state.items():
-        state_count.add_metric([name], n)
-    families: list[Metric] = [cause_count, cause_usd, state_count]
+    families: list[Metric] = [
+        _by_label(
+            "gpuwarden_fleet_gpus_by_cause",
+            "Reporting GPUs whose latest sample has each cause (GPUs).",
+            "cause",
+            tally.by_cause,
+        ),
+        _by_label(
+            "gpuwarden_fleet_cause_usd_per_hour",
+            "Price of the priced GPUs whose latest sample has each cause: what each cause costs "
+            "per hour now (USD per hour).",
+            "cause",
+            {name: tally.usd_by_cause[name] for name in tally.by_cause},
+        ),
+        _by_label(
+            "gpuwarden_fleet_gpus_by_state",
+            "GPUs in each state (working, underused, idle-held, idle, lost, no-data, "
+            "unclassified), from the cause of each reporting GPU's latest sample; lost GPUs as "
+            "lost (GPUs).",
+            "state",
+            tally.by_state,
+        ),
+    ]
     families += _fleet_figures(
         reporting=len(snapshot.readings),
         idle=tally.idle,
@@ -424,6 +424,14 @@ def _fleet_families(
         lost_usd_per_hour=lost_usd_per_hour,
     )
     return families
+
+
+def _by_label(name: str, doc: str, label: str, values: Mapping[str, float]) -> GaugeMetricFamily:
+    """Family ``name`` with one series per ``label`` value of ``values``, in their order."""
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    for value_of, value in values.items():
+        family.add_metric([value_of], value)
+    return family
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
@@ -30,11 +30,16 @@ from service.costs.money import SORT_FIELDS, SORT_HOURS, money_of, sample_waste_
 from service.costs.recommend import FixAssumptions, with_model
 from service.costs.waste import Summary, summarize
 from service.db import gpus_repo, jobs_repo
+from service.db.rows import GpuHeld, GpuIndexRow
 from service.errors import ValidationFailed
 from service.settings import Settings
 from service.usecases.costing.dollars import DollarsQuery, add_days, dollars, summed_until
 
 # The money figures the fleet shows per GPU and sums over the fleet.
+# A GPU row with the fields a fleet view states it by, and any row of a page.
+HeldT = TypeVar("HeldT", bound=GpuHeld)
+RowT = TypeVar("RowT")
+
 GPU_MONEY: tuple[str, ...] = (
     "cost_usd", "waste_usd", "idle_usd", "fixable_usd", "lost_usd",
     "held_gpu_hours", "waste_gpu_hours",
@@ -153,12 +158,12 @@ def refresh_wasted_today(
 
 
 def with_states(
-    conn: Connection, gpus: list[dict[str, Any]], *, now: datetime, settings: Settings
-) -> list[dict[str, Any]]:
+    conn: Connection, gpus: list[HeldT], *, now: datetime, settings: Settings
+) -> list[HeldT]:
     """The GPUs (as ``gpus_repo.list_gpus`` or ``fleet_index`` has them), each with its
     ``state`` now; a busy GPU whose fix would recover a large share of its time (its latest
     sample's own signal) is ``underused``, not ``working`` (``diagnosis.gpu_state``)."""
-    fixable = [
+    fixable: list[Mapping[str, Any]] = [
         g for g in gpus if g["cause"] is not None and CAUSE_BY_NAME[g["cause"]] in FIXABLE_CAUSES
     ]
     ids = [g["gpu_id"] for g in fixable if "latest" not in g and "gpu_id" in g]
@@ -177,7 +182,7 @@ def with_states(
 
 
 def _fixable_share(
-    gpu: dict[str, Any],
+    gpu: Mapping[str, Any],
     cause: Cause | None,
     signals: Mapping[int, gpus_repo.LatestSignals],
     a: FixAssumptions,
@@ -222,7 +227,7 @@ class FleetFilter:
     cause: str | None = None
 
 
-def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) -> None:
+def _check_filter(conn: Connection, f: FleetFilter, gpus: list[GpuIndexRow]) -> None:
     """ValidationFailed naming the filter and the nearest known value, for a name not known."""
     if f.state is not None and f.state not in STATE_NAMES:
         raise ValidationFailed(
@@ -245,7 +250,7 @@ def _check_filter(conn: Connection, f: FleetFilter, gpus: list[dict[str, Any]]) 
             raise ValidationFailed("team", f"no job of team {f.team!r}" + nearest(f.team, teams))
 
 
-def _shown(gpu: dict[str, Any], f: FleetFilter, team_usd: dict[str, Any]) -> bool:
+def _shown(gpu: GpuIndexRow, f: FleetFilter, team_usd: dict[str, Any]) -> bool:
     return (
         (f.node is None or gpu["node"] == f.node)
         and (f.model is None or gpu["model"] == f.model)
@@ -264,7 +269,7 @@ class FleetPage:
     offset: int = 0
     limit: int | None = None
 
-    def of(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def of(self, rows: list[RowT]) -> list[RowT]:
         """The page's part of ``rows``."""
         return rows[self.offset :] if self.limit is None else rows[self.offset :][: self.limit]
 
@@ -308,7 +313,7 @@ def fleet_now(
     field, hours = SORT_FIELDS[sort_by], SORT_HOURS[sort_by]
     rank = {name: i for i, name in enumerate(STATE_NAMES)}
 
-    def order(g: dict[str, Any]) -> tuple[bool, float, int]:
+    def order(g: GpuIndexRow) -> tuple[bool, float, int]:
         figures = usd.get(g["uuid"], no_figures)
         value = figures.get(field)
         if value is None:  # unpriced (a site without prices): by GPU-hours, after the priced

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,6 +28,9 @@ from service.exposition.actions import actions_family, ladder_label_sets
 from service.exposition.fleet import fleet_families
 from service.exposition.shards import Shard
 from service.usecases.price_table import effective_prices
+
+# The two kinds of family the fleet collector fills with series.
+F = TypeVar("F", CounterMetricFamily, GaugeMetricFamily)
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +130,13 @@ def realised_savings_counter(conn: Connection) -> CounterMetricFamily:
         "against the earlier run of their work, per team and cause.",
         labels=["team", "cause"],
     )
-    for (team, cause), usd in sorted(savings_repo.realised_by_team_and_cause(conn).items()):
-        family.add_metric([team, cause], usd)
+    return _with_series(family, savings_repo.realised_by_team_and_cause(conn).items())
+
+
+def _with_series(family: F, series: Iterable[tuple[tuple[str, ...], float]]) -> F:
+    """``family`` with one sample per label values of ``series``, in label order."""
+    for labels, value in sorted(series):
+        family.add_metric(list(labels), value)
     return family
 
 
@@ -143,9 +152,7 @@ def node_clock_offset_family(offsets: dict[str, float]) -> GaugeMetricFamily:
         "acts on its jobs.",
         labels=["node"],
     )
-    for host, offset in sorted(offsets.items()):
-        family.add_metric([host], offset)
-    return family
+    return _with_series(family, (((host,), offset) for host, offset in offsets.items()))
 
 
 NODE_LAST_SEEN = "gpuwarden_node_last_seen_timestamp_seconds"
@@ -159,6 +166,4 @@ def node_last_seen_family(last_seen: dict[str, datetime]) -> GaugeMetricFamily:
         "series stays while the node is silent, so time() minus it is how long it has been.",
         labels=["node"],
     )
-    for host, seen in sorted(last_seen.items()):
-        family.add_metric([host], seen.timestamp())
-    return family
+    return _with_series(family, (((host,), seen.timestamp()) for host, seen in last_seen.items()))

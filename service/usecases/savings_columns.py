@@ -38,15 +38,15 @@ def add_savings(
     by_group: dict[str, list[int]] = {}
     total = [0, 0]
     for b in savings_repo.booked_between(conn, start=start, end=end):
-        if (user is not None and b["user"] != user) or (team is not None and b["team"] != team):
+        if (user is not None and b.user != user) or (team is not None and b.team != team):
             continue
-        if scope is not None and not scope.allows(b["user"], b["team"]):
+        if scope is not None and not scope.allows(b.user, b.team):
             continue
-        key = b["job_id"] if group_by == "job" else b[group_by] or UNKNOWN
+        key = b.job_id if group_by == "job" else getattr(b, group_by) or UNKNOWN
         sums = by_group.setdefault(key, [0, 0])
-        for i, name in enumerate(("realised_usd", "promised_usd")):
-            sums[i] += cents(b[name] or 0.0)
-            total[i] += cents(b[name] or 0.0)
+        for i, usd in enumerate((b.realised_usd, b.promised_usd)):
+            sums[i] += cents(usd or 0.0)
+            total[i] += cents(usd or 0.0)
     for row in data["rows"]:
         realised, promised = by_group.get(row["key"], [0, 0])
         row["realised_usd"], row["promised_usd"] = realised / 100, promised / 100

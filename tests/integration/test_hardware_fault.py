@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from service.db import gpus_repo, windows_repo
+from service.db import gpus_repo, sample_facts_repo, windows_repo
 from service.db.schema import gpus
 from tests.integration.cost_data import roll_up, store_series
 from tests.support import FakeClock
@@ -82,7 +82,7 @@ def test_gpus_without_memory_readings_are_named_for_the_alert_text(
                  metrics=[{"gpu_util": 0.0, "fb_used_bytes": 2**30}] * 3)  # fmt: skip
     store_series(engine, clock, uuid="GPU-nomem", start=start, metrics=[{"gpu_util": 0.0}] * 3)
     with engine.connect() as conn:
-        got = windows_repo.memory_unreported(
+        got = sample_facts_repo.memory_unreported(
             conn, gpu_uuids=["GPU-mem", "GPU-nomem", "GPU-unknown"],
             since=start - timedelta(seconds=1), until=clock(),
         )  # fmt: skip

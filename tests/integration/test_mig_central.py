@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, insert, select
 
-from service.db import windows_repo
+from service.db import scopes_repo, windows_repo
 from service.db.migrate import upgrade
 from service.db.schema import gpus, nodes
 from service.db.types import UTCDateTime
@@ -71,7 +71,7 @@ def test_a_destroyed_instance_is_retired_not_lost(
     assert listed[GONE]["retired_at"] is not None and listed[GONE]["lost"] is False
     assert listed[KEEP]["retired_at"] is None
     with engine.connect() as conn:
-        scopes = windows_repo.scope_members(conn, now=clock(), start_skew_seconds=300.0)
+        scopes = scopes_repo.scope_members(conn, now=clock(), start_skew_seconds=300.0)
         ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())
         faults = windows_repo.window_stats(
             conn,

@@ -18,7 +18,7 @@ from service.api.schemas.gpus import (
 )
 from service.context import ServiceContext
 from service.db import gpus_repo, jobs_repo
-from service.db.rows import GpuMove, JobRow
+from service.db.rows import GpuMove, GpuRow, JobRow
 from service.usecases.fleet import with_states
 from service.vocabulary import METRICS_BY_NAME
 
@@ -30,7 +30,7 @@ MAX_POINTS = 11_000  # like Prometheus: refuse queries that would return more po
 @router.get("", response_model=list[GpuPublic])
 def list_gpus(
     ctx: Ctx, conn: ReadConn, _: Reader, node: str | None = None, model: str | None = None
-) -> list[dict[str, object]]:
+) -> list[GpuRow]:
     """Every GPU with its node, model, last-seen time, latest values and state now."""
     now = ctx.clock()
     every = gpus_repo.list_gpus(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import string
-from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -21,7 +20,6 @@ from service.costs import focus
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
 from service.errors import ValidationFailed
-from service.roles import JobScope
 from service.usecases import savings_columns
 from service.usecases.costing import cost_report as cost_usecase
 from service.usecases.costing import focus_report
@@ -147,9 +145,8 @@ def cost_report(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
     if format == "focus":
-        return _focus(
-            ctx, conn, start_at, end_at, now, group_by=group_by, user=user, team=team, scope=scope
-        )
+        request = cost_usecase.ReportRequest(start_at, end_at, now, group_by, user, team, scope)
+        return _focus(ctx, conn, request)
     try:
         data = cost_usecase.cost_report(
             conn,
@@ -188,26 +185,13 @@ def to_focus_csv(rows: list[list[Any]]) -> str:
     return buf.getvalue()
 
 
-def _focus(
-    ctx: ServiceContext,
-    conn: Connection,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    *,
-    group_by: str,
-    user: str | None,
-    team: str | None,
-    scope: JobScope | None,
-) -> Response:
+def _focus(ctx: ServiceContext, conn: Connection, request: cost_usecase.ReportRequest) -> Response:
     """The cost report as a FOCUS CSV download."""
     try:
-        days = focus_report.report_days(
-            conn, settings=ctx.settings, start=start, end=end, now=now, group_by=group_by,
-            user=user, team=team, scope=scope,
-        )  # fmt: skip
+        days = focus_report.report_days(conn, settings=ctx.settings, request=request)
     except ValidationFailed as exc:
         raise query.query_error(exc.field, exc.message) from exc
+    group_by = request.group_by
     body = to_focus_csv(focus.focus_rows(days, group_by=group_by))
     headers = {"Content-Disposition": f'attachment; filename="gpuwarden-focus-{group_by}.csv"'}
     return Response(body, media_type="text/csv; charset=utf-8", headers=headers)

@@ -7,6 +7,7 @@ This is the edge that reads the database; the arithmetic lives in ``waste`` and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -37,12 +38,11 @@ JOULES_PER_KWH = 3.6e6
 TOP_FIXES = 3  # fixes a report row names
 
 
-def with_energy(row: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """The row with its energy in kWh and that energy's cost at ``energy_usd_per_kwh``."""
+def add_energy(row: dict[str, Any], settings: Settings) -> None:
+    """Add to ``row`` its energy in kWh and that energy's cost at ``energy_usd_per_kwh``."""
     kwh = float(row["energy_used_joules"]) / JOULES_PER_KWH
     row["energy_kwh"] = kwh
     row["energy_usd"] = kwh * settings.energy_usd_per_kwh
-    return row
 
 
 def _for_gpus(a: FixAssumptions, att: Attribution, summary: Summary) -> FixAssumptions:
@@ -67,7 +67,8 @@ def report_row(summary: Summary, settings: Settings, a: FixAssumptions) -> dict[
         for f in fixes
         if f.cause is not None and (cause := CAUSE_BY_NAME[f.cause]) in diagnosis.WASTE_CAUSES
     }
-    row = with_energy(figures(summary, a, shares), settings)
+    row = figures(summary, a, shares)
+    add_energy(row, settings)
     row["fixes"] = [f.as_dict() for f in fixes[:TOP_FIXES]]
     return row
 
@@ -125,6 +126,20 @@ def _check_query(group_by: str, sort_by: str, cause: str | None) -> None:
     waste_causes = tuple(c.label for c in diagnosis.WASTE_CAUSES)
     if cause is not None and cause not in waste_causes:
         raise ValidationFailed("cause", f"unknown cause {cause!r}; one of {waste_causes}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRequest:
+    """What a cost report covers: [start, end) read at ``now``, grouped by ``group_by``, of the
+    jobs ``user``, ``team`` and ``scope`` let through."""
+
+    start: datetime
+    end: datetime
+    now: datetime
+    group_by: str
+    user: str | None = None
+    team: str | None = None
+    scope: JobScope | None = None
 
 
 @gc_paused()

@@ -8,9 +8,8 @@ from sqlalchemy import Connection
 
 from service.costs.focus import ReportDay
 from service.errors import ValidationFailed
-from service.roles import JobScope
 from service.settings import Settings
-from service.usecases.costing.cost_report import check_range, cost_report
+from service.usecases.costing.cost_report import ReportRequest, check_range, cost_report
 
 # A FOCUS charge is a resource's cost over a period: a job or a GPU, not a team or a node.
 FOCUS_GROUP_BYS = ("job", "gpu")
@@ -33,20 +32,15 @@ def report_days(
     conn: Connection,
     *,
     settings: Settings,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    group_by: str,
-    user: str | None = None,
-    team: str | None = None,
-    scope: JobScope | None = None,
+    request: ReportRequest,
 ) -> list[ReportDay]:
-    """The cost report's rows (every one) of each UTC day of [start, end); a day's end is
-    where its report ends (today's sums end a little before now)."""
-    if group_by not in FOCUS_GROUP_BYS:
+    """The cost report's rows (every one) of each UTC day of the ``request``'s [start, end); a
+    day's end is where its report ends (today's sums end a little before now)."""
+    r = request
+    if r.group_by not in FOCUS_GROUP_BYS:
         raise ValidationFailed("group_by", f"format=focus groups by one of {FOCUS_GROUP_BYS}")
-    check_range(settings, start=start, end=end, now=now)  # refuses a time without a zone
-    bounds = day_bounds(start.astimezone(UTC), end.astimezone(UTC))
+    check_range(settings, start=r.start, end=r.end, now=r.now)  # refuses a time without a zone
+    bounds = day_bounds(r.start.astimezone(UTC), r.end.astimezone(UTC))
     if len(bounds) > MAX_DAYS:
         raise ValidationFailed(
             "start", f"format=focus covers at most {MAX_DAYS} UTC days; ask for a month at a time"
@@ -54,8 +48,8 @@ def report_days(
     days = []
     for day_start, day_end in bounds:
         data = cost_report(
-            conn, settings=settings, start=day_start, end=day_end, now=now,
-            group_by=group_by, user=user, team=team, scope=scope,
+            conn, settings=settings, start=day_start, end=day_end, now=r.now,
+            group_by=r.group_by, user=r.user, team=r.team, scope=r.scope,
         )  # fmt: skip
         # Today ends where its report does, never before the day starts.
         days.append(ReportDay(day_start, max(day_start, min(day_end, data["end"])), data["rows"]))

@@ -9,9 +9,7 @@ from typing import Literal
 
 from service.context import ServiceContext
 from service.core.verdict import NO_VERDICT, Verdict
-from service.db import (
-    windows_repo,
-)
+from service.db import sample_facts_repo
 from service.notify import Notification
 from service.thresholds.evaluator import (
     AlertState,
@@ -158,7 +156,9 @@ def fault_xids(
     since = now - timedelta(seconds=max(windows.values()))
     try:
         with ctx.engine.connect() as conn:
-            return windows_repo.last_hardware_xids(conn, gpu_uuids=windows, since=since, until=now)
+            return sample_facts_repo.last_hardware_xids(
+                conn, gpu_uuids=windows, since=since, until=now
+            )
     except Exception:  # the code is a nice-to-have; the alert must still go out
         log.exception("the XID codes of this round's faults could not be read")
         return {}
@@ -183,7 +183,9 @@ def memory_unreported_gpus(
     since = now - timedelta(seconds=max(windows.values()))
     try:
         with ctx.engine.connect() as conn:
-            return windows_repo.memory_unreported(conn, gpu_uuids=windows, since=since, until=now)
+            return sample_facts_repo.memory_unreported(
+                conn, gpu_uuids=windows, since=since, until=now
+            )
     except Exception:  # a nice-to-have for the text; the alert must still go out
         log.exception("the memory readings of this round's idle-held GPUs could not be read")
         return set()

@@ -18,14 +18,18 @@ from service.db import (
     alert_state_repo,
     outbox_repo,
     policies_repo,
+    scopes_repo,
     set_aside,
     silences_repo,
+    tenant_stats_repo,
     windows_repo,
 )
 from service.db.metrics_repo import node_last_seen
 from service.db.rows import NewOutboxRow
+from service.db.scopes_repo import Scopes
 from service.db.set_aside import SetAside
-from service.db.windows_repo import OwnStats, Scopes, WindowStatsByGpu
+from service.db.tenant_stats_repo import OwnStats
+from service.db.windows_repo import WindowStatsByGpu
 from service.notify import Notification
 from service.notify.message import owner_notice_of
 from service.thresholds.evaluator import (
@@ -204,7 +208,7 @@ def _read(rnd: _Round, cache: StateCache | None) -> _Reads:
     with rnd.ctx.engine.connect() as conn:
         policies = policies_repo.list_policies(conn)
         channel_types = {c.name: c.type for c in policies_repo.list_channels(conn)}
-        scopes = windows_repo.scope_members(
+        scopes = scopes_repo.scope_members(
             conn, now=now, start_skew_seconds=s.ingest_max_future_seconds
         )
         last_seen = _last_seen(conn, policies, now)
@@ -216,7 +220,7 @@ def _read(rnd: _Round, cache: StateCache | None) -> _Reads:
             lost_gpu_ids=scopes.lost_gpu_ids,
             set_aside=left_out,
         )
-        own = windows_repo.tenant_cause_stats(
+        own = tenant_stats_repo.tenant_cause_stats(
             conn, windows=_job_cause_windows(policies), now=now, gpu_stats=stats
         )
         silences = silences_repo.active_silences(conn, now=now)

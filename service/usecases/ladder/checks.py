@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, assert_never, cast
 
 from service.actions.base import JobProbe, ProbeResult, ReclaimTarget
-from service.db import actions_repo, evidence_repo, ladder_repo, windows_repo
+from service.db import actions_repo, evidence_repo, ladder_repo, sample_facts_repo
 from service.thresholds.evidence import EvidenceRules, evidence_problem
 from service.thresholds.ladder import JobFacts, LadderProgress, driver_for, reclaim_mode
 from service.usecases.ladder.turn import Episode, Round, Turn, hold, record, stop
@@ -137,7 +137,7 @@ def busy_again(turn: Turn) -> bool:
     ep, prog, now = turn.ep, turn.prog, turn.now
     after = prog.episode_start
     with turn.ctx.engine.begin() as conn:
-        busy_at = windows_repo.last_busy_at(conn, job_id=ep.job_id, after=after, until=now)
+        busy_at = sample_facts_repo.last_busy_at(conn, job_id=ep.job_id, after=after, until=now)
         if busy_at is None:
             return False
         ladder_repo.restart_ladder(conn, progress_id=prog.id, episode_start=busy_at, now=now)
