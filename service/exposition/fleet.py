@@ -406,7 +406,8 @@ def _fleet_families(
         cause_usd.add_metric([name], tally.usd_by_cause[name])
     state_count = GaugeMetricFamily(
         "gpuwarden_fleet_gpus_by_state",
-        "GPUs in each state (working, underused, idle-held, idle, lost, no-data, unclassified), "
+        "GPUs in each state (working, underused, idle-held, idle, lost, no-data, unclassified, "
+        "sham, hung), "
         "from the cause of each reporting GPU's latest sample; lost GPUs as lost (GPUs).",
         labels=["state"],
     )
