@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import pairwise
 
 from service.core.diagnosis import Cause
 
@@ -146,7 +147,7 @@ def _bursts(ts: Sequence[float], busy: Sequence[bool]) -> tuple[float | None, fl
             run_start = None
     if len(starts) < 3 or not lengths:
         return None, None
-    periods = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    periods = [b - a for a, b in pairwise(starts)]
     return statistics.median(periods), statistics.median(lengths)
 
 
@@ -291,9 +292,7 @@ def words(kind: Kind, ev: Evidence) -> str:
         parts.append(f"no data was read or written ({ev.io_bytes / 1024:.0f} KiB)")
     if ev.fb_used_bytes is not None:
         parts.append(f"memory held flat at {ev.fb_used_bytes / 1024**3:.1f} GiB")
-    parts.append(
-        "progress stopped" if ev.progress_advanced is False else "no progress reported"
-    )
+    parts.append("progress stopped" if ev.progress_advanced is False else "no progress reported")
     return "; ".join(parts)
 
 

@@ -31,9 +31,7 @@ def recorded_points(text: str) -> Recorded:
             continue
         batch = json.loads(line)
         for s in batch["samples"]:
-            out.setdefault(s["gpu_uuid"], ([], []))[0].append(
-                GpuPoint(_ts(s["ts"]), s["metrics"])
-            )
+            out.setdefault(s["gpu_uuid"], ([], []))[0].append(GpuPoint(_ts(s["ts"]), s["metrics"]))
         for p in batch["processes"]:
             if p.get("host_read_bytes") is None:
                 continue
