@@ -53,6 +53,46 @@ for arg in sys.argv[2:]:
 """
 
 
+def central_verdicts(db: Path, phases: list[dict[str, object]]) -> dict[str, object]:
+    """The central's own verdict job (service/usecases/useful_work.py) run every 5 s of the
+    recorded time over the stored data, as its scheduler would; then, per phase, the share of
+    the stored samples' seconds after the hold whose cause is sham or hung."""
+    import sqlite3
+    from datetime import UTC, datetime
+
+    from service.core.diagnosis import Cause
+    from service.db.engine import make_engine
+    from service.settings import Settings
+    from service.usecases.useful_work import judge_once
+
+    engine = make_engine(f"sqlite:///{db}")
+    settings = Settings(database_url=f"sqlite:///{db}", useful_work_hold_minutes=HOLD / 60)
+    con = sqlite3.connect(db)
+    lo, hi = con.execute("SELECT MIN(ts), MAX(ts) FROM samples").fetchone()
+    t = datetime.fromisoformat(lo).replace(tzinfo=UTC).timestamp() + HOLD
+    end = datetime.fromisoformat(hi).replace(tzinfo=UTC).timestamp()
+    kinds: dict[str, int] = {}
+    while t <= end:
+        for j in judge_once(engine, settings, now=datetime.fromtimestamp(t, UTC)):
+            kinds[j.verdict.kind.value] = kinds.get(j.verdict.kind.value, 0) + 1
+        t += 5.0
+    rows = [
+        (datetime.fromisoformat(ts).replace(tzinfo=UTC).timestamp(), cause)
+        for ts, cause in con.execute("SELECT ts, cause FROM samples ORDER BY ts")
+    ]
+    jobs = con.execute("SELECT job_id, COUNT(*) FROM job_gpus GROUP BY job_id").fetchall()
+    con.close()
+    useless = {int(Cause.SHAM), int(Cause.HUNG)}
+    table = []
+    for ph in phases:
+        a, b = float(ph["start"]) + HOLD, float(ph["end"]) - 0.5  # type: ignore[arg-type]
+        inside = [c for ts, c in rows if a <= ts <= b]
+        n = sum(1 for c in inside if c in useless)
+        table.append({"phase": ph["phase"], "samples": len(inside),
+                      "sham_or_hung_share": round(n / len(inside), 4) if inside else None})  # fmt: skip
+    return {"judged": kinds, "jobs": jobs, "table": table}
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     TMP.mkdir(parents=True, exist_ok=True)
@@ -125,7 +165,12 @@ def main() -> None:
     gpus = recorded_points(record.read_text())
     rules = Rules(hold_seconds=HOLD)
     table = phase_shares(gpus, phases, rules)
+    try:
+        stored = central_verdicts(db, phases)
+    except Exception as exc:  # the replay above still stands
+        stored = {"error": repr(exc)}
     result = {
+        "central": stored,
         "hold_seconds": HOLD,
         "waste_seconds": WASTE_S,
         "real_seconds": REAL_S,
@@ -138,6 +183,7 @@ def main() -> None:
     (OUT / "useful_result.json").write_text(json.dumps(result, indent=1, default=str))
     for t in table:
         print(json.dumps(t, default=str))
+    print(json.dumps(stored, default=str))
 
 
 if __name__ == "__main__":
