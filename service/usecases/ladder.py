@@ -48,6 +48,7 @@ from service.thresholds.policy import PolicySpec, condition_words
 from service.usecases.evaluation import Alerting, notification, verdict_by_job
 from service.usecases.notices import OwnerPart, ladder_owner_part
 from service.usecases.outbox import outbox_row
+from service.usecases.useful_work import USEFUL_WORK_METRICS, job_evidence_words
 from service.vocabulary import STEP_DONE_OUTCOMES
 
 log = logging.getLogger(__name__)
@@ -297,6 +298,8 @@ def _take(
 ) -> _DriverCall | None:
     """Take ``step``: a warning now, a reclaim returned to be sent."""
     verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or {}
+    if ep.policy.metric in USEFUL_WORK_METRICS:  # the evidence in words (issue 47)
+        verdict = {**verdict, "evidence": job_evidence_words(ctx, ep.job_id, now)}
     turn = _Turn(ctx, ep, prog, facts, step, verdict, now, result)
     if ep.ladder.steps[step].action == "notify_owner":
         _warn(turn)
@@ -585,6 +588,8 @@ def owner_notice(
     text += "."
     if verdict.get("top_cause"):
         text += f" Top cause: {verdict['top_cause']}."
+    if verdict.get("evidence"):
+        text += f" Evidence: {verdict['evidence']}."
     if verdict.get("waste_usd") is not None:
         text += f" Waste so far ${verdict['waste_usd']:,.2f}"
         if verdict.get("idle_usd") is not None:

@@ -60,10 +60,39 @@ def judge_once(engine: Engine, settings: Settings, *, now: datetime) -> list[Jud
     return out
 
 
+# The policy metrics whose ladder notices carry the verdict's evidence in words.
+USEFUL_WORK_METRICS = frozenset({"cause:sham", "cause:hung"})
+
+
+def job_evidence_words(ctx: ServiceContext, job_id: str, now: datetime) -> str | None:
+    """The plain words of the sham or hung verdict on the job's GPUs over the last hold time
+    (each GPU named where the job has several), None where none is sham or hung."""
+    rules = rules_of(ctx.settings)
+    start = now - timedelta(seconds=rules.hold_seconds)
+    with ctx.engine.connect() as conn:
+        mine = [
+            w for w in useful_work_repo.windows(conn, start=start, end=now) if w.job_id == job_id
+        ]
+    said = []
+    for w in mine:
+        v = judge(w.samples, w.host, w.progress, rules=rules, labels=w.labels)
+        if v.cause is not None:
+            said.append(f"{w.uuid}: {v.words}" if len(mine) > 1 else v.words)
+    return "; ".join(said) or None
+
+
 def useful_work_once(ctx: ServiceContext) -> int:
     """The scheduler's job: judge now; returns how many GPUs' time became sham or hung."""
     judged = judge_once(ctx.engine, ctx.settings, now=ctx.clock())
     return sum(1 for j in judged if j.changed)
 
 
-__all__ = ["Judged", "Kind", "judge_once", "rules_of", "useful_work_once"]
+__all__ = [
+    "USEFUL_WORK_METRICS",
+    "Judged",
+    "Kind",
+    "job_evidence_words",
+    "judge_once",
+    "rules_of",
+    "useful_work_once",
+]

@@ -16,7 +16,7 @@ from service.core.useful_work import EXEMPT_LABEL, Kind
 from service.db.schema import gpu_processes, gpus, jobs, rollup_1m, samples
 from service.settings import Settings
 from service.usecases import ingest as ingest_service
-from service.usecases.useful_work import judge_once
+from service.usecases.useful_work import job_evidence_words, judge_once
 from service.wire import IngestBatch
 from tests.alerting_support import add_job
 from tests.integration.cost_data import roll_up
@@ -114,6 +114,11 @@ def test_a_keep_alive_loop_is_stored_as_sham(engine: Engine, clock: FakeClock) -
     assert sham_seconds[ids["GPU-sham"]] == 650.0
     assert sham_seconds[ids["GPU-reader"]] == sham_seconds[ids["GPU-bench"]] == 0
     assert latest["GPU-sham"] == int(Cause.SHAM)
+    # The ladder's notice for the job names the evidence in words; none for the others.
+    said = job_evidence_words(ctx, "job-GPU-sham", now)
+    assert said is not None and said.startswith("the GPU has been held at a flat 50% duty cycle")
+    assert "no data was read or written" in said and "no progress reported" in said
+    assert job_evidence_words(ctx, "job-GPU-reader", now) is None
     # Judged again: nothing more to change (idempotent).
     again = {j.gpu_uuid: j for j in judge_once(engine, settings, now=now)}
     assert again["GPU-sham"].changed == 0
