@@ -94,7 +94,7 @@ class Evidence:
     mean_sm_active: float | None
     fb_range_bytes: float | None
     fb_used_bytes: float | None
-    pcie_bytes_per_second: float | None
+    pcie_bytes_per_second: float | None  # median over the busy samples
     io_bytes: float | None
     cpu_share: float | None
     switches_per_second: float | None
@@ -169,7 +169,8 @@ def evidence_of(
     busy_duties = [d for d, b in zip(duties, busy, strict=True) if b]
     sm = [float(v) for p in gpu if (v := p.values.get("sm_active")) is not None]
     fb = [float(v) for p in gpu if (v := p.values.get("fb_used_bytes")) is not None]
-    pcie = [v for p in gpu if (v := _pcie(p.values)) is not None]
+    # Traffic while kernels ran: a notebook's idle minutes do not hide its cell's copies.
+    pcie = [v for p, b in zip(gpu, busy, strict=True) if b and (v := _pcie(p.values)) is not None]
     seconds = ts[-1] - ts[0] if len(ts) > 1 else 0.0
     io = cpu = switches = None
     by_pid: dict[int, list[HostPoint]] = {}
