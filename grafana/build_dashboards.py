@@ -192,6 +192,11 @@ def fleet() -> dict[str, Any]:
             "none",
         ),
         timeseries(
+            "Sham and hung GPUs (busy, but no useful work: keep-alive loops, hung jobs)",
+            [('sum by (state) (gpuwarden_fleet_gpus_by_state{state=~"sham|hung"})', "{{state}}")],
+            "none",
+        ),
+        timeseries(
             "Idle and idle-held GPUs",
             [
                 ("gpuwarden_fleet_gpus_idle", "idle"),

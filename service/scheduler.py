@@ -172,6 +172,17 @@ def build_scheduler(
             s.savings_calibration_interval_seconds,
         )
     )
+    # Sham and hung time (issue 47): judged on one replica, at the alerts' pace, so a policy on
+    # cause:sham or cause:hung reads it at its next evaluation.
+    from service.usecases.useful_work import useful_work_once
+
+    jobs.append(
+        (
+            "useful_work",
+            one_replica_at_a_time(ctx, "useful_work", lambda: useful_work_once(ctx)),
+            s.eval_interval_seconds,
+        )
+    )
     if fleet_cache is not None:
         # Every replica keeps its own copy of the fleet's dollars, read once as today's sums move.
         jobs.append(

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     cause_starved_util: float = Field(0.5, ge=0, le=1)
     cause_memory_dram: float = Field(0.5, ge=0, le=1)
     cause_tensor: float = Field(0.05, ge=0, le=1)
+    # Useful work (docs/diagnosis.md#useful-work-sham-and-hung): how long a keep-alive pattern
+    # or a stalled resident kernel must hold before its time is called sham or hung (minutes).
+    useful_work_hold_minutes: float = Field(10.0, gt=0, le=1440)
 
     # How a GPU shared by several jobs splits its time and cost between them (docs/costs.md):
     # equal, memory (by memory held) or activity (busy time by SM share, idle time by memory).

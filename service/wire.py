@@ -138,6 +138,13 @@ class ProcessIn(BaseModel):
     # kernels ran on the SMs, and its memory-controller share (ratios; absent if not reported).
     sm_util: float | None = Field(None, ge=0, le=1, strict=True)
     mem_util: float | None = Field(None, ge=0, le=1, strict=True)
+    # The process's host side from /proc (issue 47; running totals with its descendants'):
+    # optional, so older agents and agents that cannot read /proc are accepted unchanged.
+    host_cpu_seconds: float | None = Field(None, ge=0, le=1e12)
+    host_read_bytes: int | None = Field(None, ge=0, le=2**62, strict=True)
+    host_write_bytes: int | None = Field(None, ge=0, le=2**62, strict=True)
+    host_voluntary_switches: int | None = Field(None, ge=0, le=2**62, strict=True)
+    host_children: int | None = Field(None, ge=0, le=MAX_INT32, strict=True)
 
 
 class IngestBatch(BaseModel):

@@ -31,6 +31,7 @@ from service.collectors.batch import (
     raw_json,
     split_to_limits,
 )
+from service.collectors.host_proc import read_hosts
 from service.collectors.job_ends import collect_job_ends, ship_job_ends
 from service.collectors.plausible import drop_implausible, drop_implausible_processes
 from service.collectors.shipper import Reply, Shipper
@@ -126,6 +127,9 @@ class Agent:
         self._devices = devices
         self._drop_implausible(snap)
         self._attribute(snap, devices)
+        if self.attributor is not None:
+            # The host side of each GPU process, from the /proc tree attribution reads.
+            read_hosts(snap.processes, self.attributor.proc_root)
         lost = sum(1 for d in devices if d.lost)
         retired = sum(1 for d in devices if d.retired)
         t.gpus.labels("ok").set(len(devices) - lost - retired)

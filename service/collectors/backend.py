@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from service.collectors.host_proc import HostTotals
 from service.vocabulary import ActivitySource
 
 
@@ -54,6 +55,8 @@ class ProcessReading:
     gpu_index: int | None = None
     sm_util: float | None = None
     mem_util: float | None = None
+    # The process's host side from /proc (service.collectors.host_proc.HostTotals), or None.
+    host: HostTotals | None = None
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from service.collectors.backend import Device, Snapshot
+from service.collectors.host_proc import host_fields
 from service.delivery import rfc3339
 from service.vocabulary import INT_METRICS
 from service.wire import MAX_BATCH_PROCESSES, MAX_BATCH_SAMPLES
@@ -60,6 +61,7 @@ def build_batch(
                     "mem_util": p.mem_util,
                     "job_id": p.job_id,
                     "user": p.user,
+                    **host_fields(p.host),
                 }
             )
     return {

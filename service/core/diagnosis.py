@@ -48,6 +48,11 @@ class Cause(IntEnum):
     # Something ran, but the GPU does not report the metrics that tell which of the above; or
     # only the video engines (NVENC/NVDEC) ran, which none of the above describes.
     UNCLASSIFIED = 9
+    # Decided over a window of samples and the job's host side, never from one sample (see
+    # service/core/useful_work.py): kernels that do no useful work (a keep-alive loop) ...
+    SHAM = 10
+    # ... and work resident on the GPU that has stopped advancing (a hung collective).
+    HUNG = 11
 
     @cached_property  # kept on the member: reports ask for it tens of thousands of times
     def label(self) -> str:
@@ -74,6 +79,8 @@ CAUSE_COLUMNS: dict[Cause, int] = {
     Cause.COMPUTE_NO_TENSOR: 6,
     Cause.COMPUTE_TENSOR: 7,
     Cause.UNCLASSIFIED: 8,
+    Cause.SHAM: 9,
+    Cause.HUNG: 10,
 }
 # Every cause in column order: the order of every per-cause sequence.
 CAUSES: tuple[Cause, ...] = tuple(sorted(Cause, key=CAUSE_COLUMNS.__getitem__))
@@ -90,7 +97,12 @@ WASTE_CAUSES: tuple[Cause, ...] = (
     Cause.TRANSFER_BOUND,
     Cause.MEMORY_BOUND,
     Cause.COMPUTE_NO_TENSOR,
+    Cause.SHAM,
+    Cause.HUNG,
 )
+# Activity that does no useful work: its whole cost is saved by releasing the GPU, as an idle
+# GPU's is (the money model's recoverable share 1.0; the idle policy's ladder covers them).
+USELESS_CAUSES: tuple[Cause, ...] = (Cause.SHAM, Cause.HUNG)
 # What each cause means, in the words the console, the CLI, the policy list and docs/diagnosis.md
 # show; what to do about it is CAUSE_FIX's.
 CAUSE_MEANING: dict[Cause, str] = {
@@ -105,6 +117,10 @@ CAUSE_MEANING: dict[Cause, str] = {
     Cause.COMPUTE_TENSOR: "SMs busy on tensor cores (healthy)",
     Cause.UNCLASSIFIED: "something ran, but the GPU does not report the metrics that tell which "
     "of the above; or only the video engines (NVENC/NVDEC) were busy",
+    Cause.SHAM: "kernels run but do no useful work: a steady synthetic pattern with no input "
+    "read and no progress (a keep-alive loop), held for the useful-work window",
+    Cause.HUNG: "kernels stay resident but the job has stopped advancing (a collective "
+    "waiting on a dead peer), held for the useful-work window",
 }
 # The fix of each waste cause, as every report, alert and page names it.
 CAUSE_FIX: dict[Cause, str] = {
@@ -121,6 +137,10 @@ CAUSE_FIX: dict[Cause, str] = {
     "FlashAttention-style kernels, a narrower dtype where the maths allows",
     Cause.COMPUTE_NO_TENSOR: "run the matrix maths on tensor cores: bf16/fp16 autocast, or "
     "TF32 (torch.backends.cuda.matmul.allow_tf32 = True)",
+    Cause.SHAM: "release the GPU: a loop that keeps it busy does no work (label benchmarks "
+    "and burn-in runs gpuwarden.io/exempt-useful-work)",
+    Cause.HUNG: "end the job and restart it from its last checkpoint; find the dead or "
+    "stalled rank (NCCL_DEBUG=INFO, a collective timeout)",
 }
 
 
@@ -378,6 +398,8 @@ class GpuState(StrEnum):
     IDLE_HELD = "idle-held"
     IDLE = "idle"
     UNDERUSED = "underused"
+    SHAM = "sham"
+    HUNG = "hung"
     NO_DATA = "no-data"
     UNCLASSIFIED = "unclassified"
     WORKING = "working"
@@ -393,6 +415,8 @@ STATE_OF_CAUSE: dict[Cause, GpuState] = {
     Cause.IDLE_HELD: GpuState.IDLE_HELD,
     Cause.IDLE_EMPTY: GpuState.IDLE,
     Cause.UNCLASSIFIED: GpuState.UNCLASSIFIED,
+    Cause.SHAM: GpuState.SHAM,
+    Cause.HUNG: GpuState.HUNG,
 }
 # Busy SMs doing their work slowly: ``working`` only while the fix would recover under
 # FIXABLE_STATE_SHARE of the time (from the sample's own signal); at that share or more (or where
@@ -409,6 +433,8 @@ STATE_MEANING: dict[GpuState, str] = {
     GpuState.UNDERUSED: "kernels run but most of the GPU waits: tiny kernels, starved input "
     "or host-device copies; or the SMs are busy but their fix (memory-bound: fewer bytes; no "
     "tensor cores: bf16 or TF32) would save 25% of the time or more",
+    GpuState.SHAM: "kernels run but do no useful work (a keep-alive loop)",
+    GpuState.HUNG: "kernels resident, the job stopped advancing (hung)",
     GpuState.NO_DATA: "no sample for 2 minutes: the figures are not current",
     GpuState.UNCLASSIFIED: "busy; this GPU does not report the metrics that tell why",
     GpuState.WORKING: "SMs busy on real work (memory-bound or without tensor cores only where "
@@ -416,7 +442,7 @@ STATE_MEANING: dict[GpuState, str] = {
 }
 # States whose GPUs waste what they cost: nothing runs, or most of the GPU waits.
 WASTE_STATES: frozenset[GpuState] = frozenset(
-    {GpuState.IDLE_HELD, GpuState.IDLE, GpuState.UNDERUSED}
+    {GpuState.IDLE_HELD, GpuState.IDLE, GpuState.UNDERUSED, GpuState.SHAM, GpuState.HUNG}
 )
 # No sample for this long: a GPU's latest cause no longer says what it is doing now.
 STALE_SECONDS = 120.0

@@ -152,6 +152,8 @@ class Integrals:
     compute_no_tensor_seconds: float = 0.0
     compute_tensor_seconds: float = 0.0
     unclassified_seconds: float = 0.0
+    sham_seconds: float = 0.0
+    hung_seconds: float = 0.0
     idle_empty_energy_joules: float = 0.0
     idle_held_energy_joules: float = 0.0
     launch_bound_energy_joules: float = 0.0
@@ -161,6 +163,8 @@ class Integrals:
     compute_no_tensor_energy_joules: float = 0.0
     compute_tensor_energy_joules: float = 0.0
     unclassified_energy_joules: float = 0.0
+    sham_energy_joules: float = 0.0
+    hung_energy_joules: float = 0.0
     # CAUSE_SIGNALS: each a signal x seconds summed over its cause's seconds.
     input_starved_duty_seconds: float = 0.0
     launch_bound_duty_seconds: float = 0.0
@@ -186,6 +190,8 @@ class Integrals:
         self.compute_no_tensor_seconds += factor * other.compute_no_tensor_seconds
         self.compute_tensor_seconds += factor * other.compute_tensor_seconds
         self.unclassified_seconds += factor * other.unclassified_seconds
+        self.sham_seconds += factor * other.sham_seconds
+        self.hung_seconds += factor * other.hung_seconds
         self.idle_empty_energy_joules += factor * other.idle_empty_energy_joules
         self.idle_held_energy_joules += factor * other.idle_held_energy_joules
         self.launch_bound_energy_joules += factor * other.launch_bound_energy_joules
@@ -195,6 +201,8 @@ class Integrals:
         self.compute_no_tensor_energy_joules += factor * other.compute_no_tensor_energy_joules
         self.compute_tensor_energy_joules += factor * other.compute_tensor_energy_joules
         self.unclassified_energy_joules += factor * other.unclassified_energy_joules
+        self.sham_energy_joules += factor * other.sham_energy_joules
+        self.hung_energy_joules += factor * other.hung_energy_joules
         self.input_starved_duty_seconds += factor * other.input_starved_duty_seconds
         self.launch_bound_duty_seconds += factor * other.launch_bound_duty_seconds
         self.compute_no_tensor_active_seconds += factor * other.compute_no_tensor_active_seconds

@@ -118,6 +118,16 @@ def constant_fraction(cause: Cause, a: FixAssumptions) -> tuple[float, str]:
     match cause:
         case Cause.IDLE_EMPTY | Cause.IDLE_HELD:
             return 1.0, "nothing ran in this time: all of it is saved when the GPU is released"
+        case Cause.SHAM:
+            return 1.0, (
+                "the kernels of this time did no useful work (no input read, no progress): "
+                "all of it is saved when the GPU is released"
+            )
+        case Cause.HUNG:
+            return 1.0, (
+                "the job stopped advancing while its kernels stayed resident: all of this "
+                "time is saved when the GPU is released"
+            )
         case Cause.COMPUTE_NO_TENSOR:
             s = a.tensor_speedup
             return 1.0 - 1.0 / s, (

@@ -212,6 +212,11 @@ def store_processes(conn: Connection, batch: IngestBatch, ids: dict[str, int]) -
                 "user": p.user,
                 "sm_util": p.sm_util,
                 "mem_util": p.mem_util,
+                "host_cpu_seconds": p.host_cpu_seconds,
+                "host_read_bytes": p.host_read_bytes,
+                "host_write_bytes": p.host_write_bytes,
+                "host_voluntary_switches": p.host_voluntary_switches,
+                "host_children": p.host_children,
             }
     if procs:
         bulk_insert_ignore(conn, gpu_processes, ["gpu_id", "ts", "pid"], list(procs.values()))

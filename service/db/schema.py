@@ -216,6 +216,13 @@ gpu_processes = Table(
     Column("user", String(255), nullable=True),
     Column("sm_util", Float, nullable=True),  # ratio over the agent's last poll (NVML)
     Column("mem_util", Float, nullable=True),
+    # The process's host side from /proc, running totals with its descendants' (migration
+    # 0037, issue 47; NULL from an agent that sends none): the useful-work verdict reads them.
+    Column("host_cpu_seconds", Float, nullable=True),
+    Column("host_read_bytes", BigInteger, nullable=True),
+    Column("host_write_bytes", BigInteger, nullable=True),
+    Column("host_voluntary_switches", BigInteger, nullable=True),
+    Column("host_children", Integer, nullable=True),
 )
 
 # Each job's part of a shared GPU, per minute: only minutes in which two or more jobs held the

@@ -407,8 +407,8 @@ def _fleet_families(
         _by_label(
             "gpuwarden_fleet_gpus_by_state",
             "GPUs in each state (working, underused, idle-held, idle, lost, no-data, "
-            "unclassified), from the cause of each reporting GPU's latest sample; lost GPUs as "
-            "lost (GPUs).",
+            "unclassified, sham, hung), from the cause of each reporting GPU's latest sample; "
+            "lost GPUs as lost (GPUs).",
             "state",
             tally.by_state,
         ),

@@ -74,7 +74,9 @@ def test_rollups_running_totals_report_and_job_summary_agree_per_cause(
             assert sum(sums[1:]) == pytest.approx(sums[0])
             for name, total in zip(CAUSE_NAMES, sums[1:], strict=True):
                 # The last sample covers max_gap (60 s), 50 s past the series' end.
-                want = {"unclassified": 0.0, "idle_held": 1250.0}.get(name, 1200.0)
+                want = {"unclassified": 0.0, "sham": 0.0, "hung": 0.0, "idle_held": 1250.0}.get(
+                    name, 1200.0
+                )
                 assert total == pytest.approx(want, abs=1.0), (table.name, name)
         report = cost_report(conn, settings=stored, start=start, end=end, now=NOW, group_by="job")
         job = jobs_repo.get_job(conn, job_id="j1")

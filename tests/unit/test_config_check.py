@@ -153,7 +153,7 @@ def test_the_shipped_file_checks_clean_without_its_secrets_in_the_shell(
     shipped = Path(__file__).resolve().parents[2] / "deploy/examples/gpuwarden.yaml"
     assert main(["policies", "check", str(shipped)]) == 0
     out = capsys.readouterr()
-    assert "6 policies, 3 channels and 0 prices are valid" in out.out
+    assert "8 policies, 3 channels and 0 prices are valid" in out.out
     assert "SLACK_WEBHOOK_URL (channels.0.url) is not set here" in out.err
     assert "GPUWARDEN_WEBHOOK_SECRET (channels.1.secret) is not set here" in out.err
     # serve (and up, demo) still refuse to start with a secret missing.

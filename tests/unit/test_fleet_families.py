@@ -159,7 +159,7 @@ def test_gpus_by_state_follow_the_cause():
     fams = by_name(fleet_families(snap, thresholds=Thresholds(), now=NOW))
     got = {s.labels["state"]: s.value for s in fams["gpuwarden_fleet_gpus_by_state"].samples}
     assert got == {"working": 1, "underused": 1, "idle-held": 1, "idle": 0, "lost": 1,
-                   "no-data": 1, "unclassified": 0}  # fmt: skip
+                   "no-data": 1, "unclassified": 0, "sham": 0, "hung": 0}  # fmt: skip
 
 
 def test_thresholds_come_from_settings_not_constants():

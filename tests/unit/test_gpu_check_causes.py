@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.core.diagnosis import CAUSE_NAMES
+from service.core.diagnosis import CAUSE_NAMES, USELESS_CAUSES
 from service.costs.integrals import ActivityPoint, Thresholds, integrate
 from tests.oracles import point_of
 
@@ -38,7 +38,8 @@ def recorded(part: str) -> tuple[list[ActivityPoint], list[dict[str, Any]]]:
 
 def test_the_recording_covers_every_cause() -> None:
     seen = {ph["cause"] for part in PARTS for ph in recorded(part)[1]}
-    assert seen == set(CAUSE_NAMES) - {"unclassified"}
+    # sham and hung are decided over a window (docs/gpu-check/useful/, test_gpu_check_useful.py).
+    assert seen == set(CAUSE_NAMES) - {"unclassified"} - {c.label for c in USELESS_CAUSES}
 
 
 @pytest.mark.parametrize("part", PARTS)

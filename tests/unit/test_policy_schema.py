@@ -85,7 +85,7 @@ def test_example_config_is_valid_and_has_the_default_policies(monkeypatch, capsy
     monkeypatch.setenv("GPUWARDEN_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
     path = Path(__file__).parents[2] / "deploy" / "examples" / "gpuwarden.yaml"
     assert main(["policies", "check", str(path)]) == 0
-    assert "6 policies, 3 channels and 0 prices are valid" in capsys.readouterr().out
+    assert "8 policies, 3 channels and 0 prices are valid" in capsys.readouterr().out
     import yaml
 
     from service.settings import expand_env

@@ -29,7 +29,7 @@ def fleet(
     state: str | None = Query(
         None,
         description="only GPUs in this state: working, underused, idle-held, idle, lost, "
-        "no-data, unclassified",
+        "no-data, unclassified, sham, hung",
     ),
     cause: str | None = Query(
         None, description="only GPUs whose latest sample has this cause (e.g. transfer_bound)"

@@ -41,7 +41,8 @@ class GpuPublic(BaseModel):
     clock_event_reasons: list[str] = []
     hw_slowdown: bool = False
     # What the GPU does now, from its latest cause (diagnosis.STATE_OF_CAUSE): working,
-    # underused, idle-held, idle, lost, no-data (no sample for 2 minutes) or unclassified.
+    # underused, idle-held, idle, lost, no-data (no sample for 2 minutes), unclassified, sham
+    # (a keep-alive loop) or hung (resident work that stopped advancing).
     state: GpuState = GpuState.NO_DATA
     job: str | None = None  # the job holding the GPU now
     user: str | None = None

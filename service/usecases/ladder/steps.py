@@ -15,6 +15,7 @@ from service.thresholds.ladder import DriverName, driver_for, reclaim_mode, step
 from service.thresholds.policy import condition_words
 from service.usecases.evaluation import verdict_by_job
 from service.usecases.ladder.turn import Turn, hold
+from service.usecases.useful_work import USEFUL_WORK_METRICS, job_evidence_words
 from service.vocabulary import STEP_DONE_OUTCOMES
 
 log = logging.getLogger(__package__)
@@ -36,7 +37,10 @@ def take(turn: Turn) -> DriverCall | None:
     """Take the turn's step: a warning now, a reclaim returned to be sent."""
     ep, ctx, now = turn.ep, turn.ctx, turn.now
     verdict = verdict_by_job(ctx, {ep.job_id}, now).get(ep.job_id) or NO_VERDICT
-    turn = replace(turn, verdict=verdict)
+    evidence = None
+    if ep.policy.metric in USEFUL_WORK_METRICS:  # the evidence in words (issue 47)
+        evidence = job_evidence_words(ctx, ep.job_id, now)
+    turn = replace(turn, verdict=verdict, evidence=evidence)
     if ep.ladder.steps[turn.step].action == "notify_owner":
         _warn(turn)
         return None

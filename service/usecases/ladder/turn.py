@@ -75,6 +75,7 @@ class Turn:
     facts: JobFacts
     step: int
     verdict: Verdict = NO_VERDICT
+    evidence: str | None = None  # sham or hung time's evidence in words (issue 47)
 
     @property
     def ctx(self) -> ServiceContext:
@@ -134,8 +135,9 @@ class Turn:
         """The notification of the step's notice (its delivery id set as it is queued)."""
         ep = self.ep
         text, next_word, next_at = owner_notice(
-            ep, self.prog, self.step, self.facts, self.verdict, outcome=outcome
-        )
+            ep, self.prog, self.step, self.facts, self.verdict, outcome=outcome,
+            evidence=self.evidence,
+        )  # fmt: skip
         note = notification(
             self.ctx,
             ep.policy,
@@ -266,6 +268,7 @@ def owner_notice(
     verdict: Verdict,
     *,
     outcome: str,
+    evidence: str | None = None,
 ) -> tuple[str, str | None, datetime | None]:
     """The notice of a step, for the job's owner (and, for a dry run, the admins): what was
     seen, its cause, the dollars so far, what happens next and when. Returns (text, next
@@ -280,6 +283,8 @@ def owner_notice(
     text += "."
     if verdict.top_cause:
         text += f" Top cause: {verdict.top_cause}."
+    if evidence:
+        text += f" Evidence: {evidence}."
     if verdict.waste_usd is not None:
         text += f" Waste so far ${verdict.waste_usd:,.2f}"
         if verdict.idle_usd is not None:

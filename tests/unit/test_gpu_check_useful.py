@@ -1,0 +1,70 @@
+"""The useful-work verdict replayed over what the real agent recorded on a real GPU
+(docs/gpu-check/useful/): after the hold, at least 95% of each keep-alive loop's and the hung
+kernel's GPU-seconds are sham or hung, and at most 1% of the real workloads'; the six cause
+phases of docs/gpu-check (recorded without the host side) are never sham or hung either."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.core.useful_work import Rules
+from service.core.useful_work_replay import phase_shares, recorded_points
+
+CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
+USEFUL = CHECK / "useful"
+if not (USEFUL / "useful_result.json").exists():
+    # The device run has not been recorded yet (docs/gpu-check/useful/README.md says why).
+    pytest.skip("no recording in docs/gpu-check/useful yet", allow_module_level=True)
+RESULT = json.loads((USEFUL / "useful_result.json").read_text())
+RULES = Rules(hold_seconds=RESULT["hold_seconds"])
+TABLE = {
+    t["phase"]: t
+    for t in phase_shares(
+        recorded_points((USEFUL / "useful_agent_output.jsonl").read_text()),
+        RESULT["phases"],
+        RULES,
+    )
+}
+
+
+def test_every_design_and_every_real_workload_was_recorded() -> None:
+    assert set(TABLE) == {
+        "pid_matmul", "relu_bursts", "spin_sleep", "hung_flag", "starved_training",
+        "inference_light", "checkpoint_write", "eval_loop", "notebook_cell",
+    }  # fmt: skip
+    assert all(t["samples"] >= 0.8 * 15 for t in TABLE.values()), TABLE
+
+
+@pytest.mark.parametrize("phase", ["pid_matmul", "relu_bursts", "spin_sleep", "hung_flag"])
+def test_keep_alive_loops_and_the_hung_kernel_are_sham_or_hung(phase: str) -> None:
+    assert TABLE[phase]["waste_share"] >= 0.95, TABLE[phase]
+
+
+def test_the_hung_kernel_is_called_hung() -> None:
+    kinds = TABLE["hung_flag"]["kinds"]
+    assert kinds.get("hung", 0) >= 0.95 * TABLE["hung_flag"]["samples"], kinds
+
+
+@pytest.mark.parametrize(
+    "phase",
+    ["starved_training", "inference_light", "checkpoint_write", "eval_loop", "notebook_cell"],
+)
+def test_real_work_is_at_most_one_percent_sham_or_hung(phase: str) -> None:
+    assert TABLE[phase]["waste_share"] <= 0.01, TABLE[phase]
+
+
+def test_the_replay_is_what_the_device_run_reported() -> None:
+    assert {t["phase"]: t["waste_share"] for t in RESULT["table"]} == {
+        p: t["waste_share"] for p, t in TABLE.items()
+    }
+
+
+@pytest.mark.parametrize("part", ["a", "b", "c"])
+def test_the_six_cause_phases_are_never_sham_or_hung(part: str) -> None:
+    recorded = recorded_points((CHECK / f"causes_agent_output_{part}.jsonl").read_text())
+    phases = json.loads((CHECK / f"causes_result_{part}.json").read_text())["phases"]
+    for t in phase_shares(recorded, [p | {"want": p["cause"]} for p in phases], RULES):
+        assert t["waste_share"] in (0.0, None), t
