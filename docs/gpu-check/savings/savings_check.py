@@ -13,9 +13,11 @@ with the agent's token as the prolog does, with the job name, account, partition
 training script's sha256 as labels, the same for both runs of a pair; ended by PATCH as the
 epilog does) and its own process with ``SLURM_JOB_ID`` set. The pairs:
 
-- the five calibration workloads (``savings_workload.py`` over ``../calibration/calib_workload.py``),
-  each run for RUN_SECONDS reporting its steps with ``service.progress.ProgressReporter``;
-- one fixed-size pair (FIXED_STEPS steps of ``compute_no_tensor``, no progress: the unit is the run);
+- the five calibration workloads (``savings_workload.py`` over
+  ``../calibration/calib_workload.py``), each run for RUN_SECONDS reporting its steps with
+  ``service.progress.ProgressReporter``;
+- one fixed-size pair (FIXED_STEPS steps of ``compute_no_tensor``, no progress: the unit is the
+  run);
 - two public training scripts, unpatched (``upstream/``): pytorch/examples ``imagenet/main.py
   --dummy`` at ``-j 0`` then ``-j 12``, and pytorch-image-models ``train.py`` (a ViT-L/16 on a
   synthetic ImageFolder made here) in fp32 then ``--amp --amp-dtype bfloat16``; each runs
@@ -94,7 +96,8 @@ def pairs() -> list[dict[str, Any]]:
     timm = [
         "--data-dir", str(SYNTH), "--val-split", "", "--model", "vit_large_patch16_224",
         "--num-classes", "10", "-b", "64", "-j", "12", "--pin-mem", "--epochs", "1",
-        "--epoch-repeats", "200", "--warmup-epochs", "0", "--log-interval", "5", "--synchronize-step",
+        "--epoch-repeats", "200", "--warmup-epochs", "0", "--log-interval", "5",
+        "--synchronize-step",
         "--output", "/tmp/gwc-timm-out",
     ]  # fmt: skip
     out.append(
@@ -189,6 +192,8 @@ def recording_proxy(central: str, record: Path) -> tuple[ThreadingHTTPServer, in
     lock = threading.Lock()
     posts = record.parent / "savings_progress_posts.jsonl"
     posts.unlink(missing_ok=True)
+    arrivals = record.parent / "savings_batch_arrivals.jsonl"
+    arrivals.unlink(missing_ok=True)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -203,6 +208,9 @@ def recording_proxy(central: str, record: Path) -> tuple[ThreadingHTTPServer, in
                     gz = self.headers.get("Content-Encoding") == "gzip"
                     with record.open("ab") as fh:
                         fh.write((gzip.decompress(body) if gz else body).strip() + b"\n")
+                    with arrivals.open("a") as fh:  # when it reached the central, by line
+                        fh.write(json.dumps({"received": time.time(), "status": r.status_code}))
+                        fh.write("\n")
                 else:
                     entry = {"path": self.path, "received": time.time(), "status": r.status_code,
                              "body": json.loads(body or b"null")}  # fmt: skip

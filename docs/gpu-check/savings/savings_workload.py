@@ -53,9 +53,8 @@ def main() -> None:
     if os.environ.get("BACKEND") == "simulated":  # no GPU: a dry run of the machinery
         steps = simulated_steps(run)
     else:
-        import torch  # after the start time is read: its import is part of the run
-
         import calib_workload
+        import torch  # after the start time is read: its import is part of the run
 
         torch.zeros(1, device="cuda")
         torch.cuda.synchronize()
