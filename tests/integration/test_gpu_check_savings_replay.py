@@ -26,6 +26,11 @@ SAVINGS = Path(__file__).resolve().parents[2] / "docs" / "gpu-check" / "savings"
 NODE = "h200-check"
 REALISED_TOLERANCE = 0.05
 PROMISE_TOLERANCE = 0.10
+# Until the device run is recorded here (docs/gpu-check/savings/README.md) there is nothing to
+# replay; once it is, every test below runs.
+pytestmark = pytest.mark.skipif(
+    not (SAVINGS / "savings_runs.json").exists(), reason="the savings check is not recorded yet"
+)
 
 
 def _at(text: str) -> datetime:
