@@ -38,7 +38,7 @@ def recorded(part: str) -> tuple[list[ActivityPoint], list[dict[str, Any]]]:
 
 def test_the_recording_covers_every_cause() -> None:
     seen = {ph["cause"] for part in PARTS for ph in recorded(part)[1]}
-    # sham and hung are decided over a window (docs/gpu-check/useful/, test_gpu_check_useful.py).
+    # sham and hung are decided over a window (docs/gpu-check/useful/, test_useful_work_cause_phases.py).
     assert seen == set(CAUSE_NAMES) - {"unclassified"} - {c.label for c in USELESS_CAUSES}
 
 
