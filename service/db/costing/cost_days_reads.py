@@ -42,14 +42,12 @@ def _report_read(conn: Connection) -> Iterator[None]:
         # A month of a 10,000-GPU fleet's (job, GPU, day) rows (615,000, 48 sums each) is
         # hashed per job in about 100 MB; at 64 MB PostgreSQL sorted them on disk instead
         # (1.06 s against 0.81 s for the query). It is a ceiling, taken only as the hash grows.
-        conn.exec_driver_sql("SET LOCAL work_mem = '256MB'")
-        conn.exec_driver_sql("SET LOCAL jit = off")
+        conn.exec_driver_sql("SET LOCAL work_mem = '256MB'; SET LOCAL jit = off")
     try:
         yield
     finally:
         if pg:
-            conn.exec_driver_sql("SET LOCAL work_mem = DEFAULT")
-            conn.exec_driver_sql("SET LOCAL jit = DEFAULT")
+            conn.exec_driver_sql("SET LOCAL work_mem = DEFAULT; SET LOCAL jit = DEFAULT")
 
 
 def _value_list(conn: Connection, column: Any, *, flat: bool = False) -> Any:

@@ -36,15 +36,14 @@ _READS = scratch_table(
 def pg_local(conn: Connection, **settings: str) -> Iterator[None]:
     """On PostgreSQL, SET LOCAL each setting for the statements inside, then back to default."""
     pg = conn.dialect.name == "postgresql"
+    # One round trip each way for all the settings, not one per setting.
     if pg:
-        for name, value in settings.items():
-            conn.exec_driver_sql(f"SET LOCAL {name} = {value}")
+        conn.exec_driver_sql("; ".join(f"SET LOCAL {k} = {v}" for k, v in settings.items()))
     try:
         yield
     finally:
         if pg:
-            for name in settings:
-                conn.exec_driver_sql(f"SET LOCAL {name} = DEFAULT")
+            conn.exec_driver_sql("; ".join(f"SET LOCAL {k} = DEFAULT" for k in settings))
 
 
 # What one (group, cause, rung) row of ``_raw_sql`` adds to: its cause's seconds and energy,
