@@ -317,9 +317,11 @@ def test_config_file_policies_load_at_start_and_resync(engine, tmp_path, monkeyp
             "allocated-idle-gpu",
             "gpu-hardware-fault",
             "hot-gpu",
+            "hung-gpu",
             "idle-held-gpu",
             "low-sm-activity",
             "node-silent",
+            "sham-gpu",
         ]
         channels = http.get("/api/v1/channels", headers=reader)
         assert "secretpart" not in channels.text and SECRET not in channels.text
