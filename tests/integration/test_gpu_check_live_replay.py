@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.core.diagnosis import WASTE_CAUSES
+from service.core.diagnosis import WASTE_CAUSES, Cause
 from service.costs.tenants import SplitRule
 from service.settings import Settings
 from tests.integration.gpu_check_support import _replay
@@ -28,7 +28,9 @@ from tests.support import FakeClock
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 # One workload per cause of waste: its job's top fix must be that cause's.
-SINGLE_CAUSE = tuple(c.label for c in WASTE_CAUSES)
+# The per-sample waste causes the advice check ran a phase of (sham and hung are decided over a
+# window of samples; their own check is docs/gpu-check/useful/).
+SINGLE_CAUSE = tuple(c.label for c in WASTE_CAUSES if c not in (Cause.SHAM, Cause.HUNG))
 
 
 def _replay_advice(
