@@ -52,6 +52,9 @@ def add_cause_columns(cause: str, signal: str | None = None) -> None:
                     batch.add_column(sa.Column(name, sa.Float, nullable=True))
                 else:
                     batch.add_column(sa.Column(name, sa.Float, nullable=False, server_default="0"))
+        # A new cause had no seconds before: the running totals of rows already stored are 0.
+        for name in (n for n in names if n.startswith("cum_")):
+            op.execute(sa.text(f"UPDATE {table} SET {name} = 0 WHERE {name} IS NULL"))
 
 
 def drop_cause_columns(cause: str, signal: str | None = None) -> None:

@@ -57,7 +57,7 @@ def test_up_reuses_its_tokens_instead_of_minting_two_per_start(engine, tmp_path:
 def test_default_policies_send_to_a_local_log(engine, tmp_path: Path) -> None:
     sink = start_local_sink(tmp_path / "notifications.log")
     try:
-        assert install_default_alerting(engine, sink.url) == 6
+        assert install_default_alerting(engine, sink.url) == 8
         with engine.connect() as conn:
             policies = policies_repo.list_policies(conn)
             (channel,) = policies_repo.list_channels(conn)
