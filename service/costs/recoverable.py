@@ -20,7 +20,6 @@ from service.costs.integrals import CAUSE_SIGNALS, Integrals
 
 __all__ = [
     "GPU_PEAKS",
-    "MEASURED_TENSOR_SOURCE",
     "PEAKS_SOURCE",
     "TARGETS",
     "GpuPeaks",
@@ -47,6 +46,7 @@ class GpuPeaks:
     # How many times faster fp32 GEMMs ran under bf16 autocast, measured on this model (None:
     # never measured here; the conservative fix_tensor_speedup stands in).
     measured_tensor_speedup: float | None = None
+    measured_source: str = ""  # where and when that speed-up was measured
 
     @property
     def tensor_ratio(self) -> float:
@@ -61,10 +61,29 @@ class GpuPeaks:
 # first: "H100 PCIe" before "H100".
 GPU_PEAKS: tuple[GpuPeaks, ...] = (
     GpuPeaks(r"H200\s*NVL", 60.0, 835.0, 4.8, 5),
-    GpuPeaks(r"H200", 67.0, 989.0, 4.8, 5, measured_tensor_speedup=86.70 / 7.42),
+    GpuPeaks(
+        r"H200",
+        67.0,
+        989.0,
+        4.8,
+        5,
+        measured_tensor_speedup=86.70 / 7.42,
+        measured_source="measured on an NVIDIA H200 SXM, 2026-12-04: 4 fp32 GEMMs of 8192 x 8192 "
+        "a step (TF32 off) 86.70 ms, the same under bf16 autocast 7.42 ms, "
+        "docs/gpu-check/calibration/",
+    ),
     GpuPeaks(r"H100\s*PCIe", 51.0, 756.0, 2.0, 5),
     GpuPeaks(r"H100\s*NVL", 60.0, 835.0, 3.9, 5),
-    GpuPeaks(r"H100", 67.0, 989.0, 3.35, 5),
+    GpuPeaks(
+        r"H100",
+        67.0,
+        989.0,
+        3.35,
+        5,
+        measured_tensor_speedup=85.49 / 7.32,
+        measured_source="measured on an NVIDIA H100 80GB HBM3, 2026-12-07: the same GEMMs "
+        "85.49 ms in fp32, 7.32 ms under bf16 autocast, docs/gpu-check/savings/",
+    ),
     GpuPeaks(r"A100.*40\s*GB", 19.5, 312.0, 1.555, 4),
     GpuPeaks(r"A100", 19.5, 312.0, 2.039, 4),
     GpuPeaks(r"L40S", 91.6, 362.0, 0.864, 4),
@@ -75,11 +94,6 @@ PEAKS_SOURCE = (
     "NVIDIA datasheets, dense peaks: H200 SXM fp32 67 TFLOPS, bf16 989 (14.8x), HBM3e 4.8 TB/s, "
     "PCIe Gen5 x16; H100 SXM 67 / 989, 3.35 TB/s; H100 PCIe 51 / 756; A100 19.5 / 312 (16x), "
     "PCIe Gen4; L40S 91.6 / 362 (4x); L4 30.3 / 121"
-)
-# Where the one measured tensor-core speed-up comes from (docs/gpu-check/calibration/).
-MEASURED_TENSOR_SOURCE = (
-    "measured on an NVIDIA H200 SXM, 2026-12-04: 4 fp32 GEMMs of 8192 x 8192 a step (TF32 off) "
-    "86.70 ms, the same under bf16 autocast 7.42 ms, docs/gpu-check/calibration/"
 )
 _PATTERNS = tuple((re.compile(p.pattern, re.IGNORECASE), p) for p in GPU_PEAKS)
 
@@ -261,7 +275,7 @@ def _tensor(activity: float, p: GpuPeaks, conservative_speedup: float) -> Share:
     if measured is not None:
         why = (
             f"SM activity {activity:.3f} x (1 - 1/{gain:.1f}) = {share:.0%}: fp32 matrix maths "
-            f"ran {gain:.1f}x faster on tensor cores ({MEASURED_TENSOR_SOURCE}); {datasheet}; "
+            f"ran {gain:.1f}x faster on tensor cores ({p.measured_source}); {datasheet}; "
             f"work other than matrix maths speeds up less"
         )
     else:

@@ -76,10 +76,10 @@ def test_the_money_models_worked_example(
     http: httpx.Client, tokens, engine: Engine, clock: FakeClock
 ):
     """One H100 held an hour at $4: 30 min idle holding 20 GiB, 20 min fp32 GEMMs, 10 min no
-    data -> cost $4.00 = idle_held $2.00 + compute_no_tensor $1.33 + nodata $0.67; waste $2.96
-    = idle $2.00 + fixable $0.96 (the tensor-core fix saves SM activity 0.96 x (1 - 1/4) = 0.72
-    of the fp32 time: a conservative 4x, as no speed-up was measured on an H100, never the
-    datasheet's 14.8x, issue 50); efficiency 0.38."""
+    data -> cost $4.00 = idle_held $2.00 + compute_no_tensor $1.33 + nodata $0.67; waste $3.17
+    = idle $2.00 + fixable $1.17 (the tensor-core fix saves SM activity 0.96 x (1 - 7.32/85.49)
+    = 0.878 of the fp32 time: the speed-up measured on an H100, 11.7x, never the datasheet's
+    14.8x, issue 50); efficiency 0.38."""
     store_series(engine, clock, uuid="GPU-a0", start=T0, metrics=money_example_metrics())
     roll_up(engine)
     put_prices(http, tokens).raise_for_status()
@@ -94,18 +94,19 @@ def test_the_money_models_worked_example(
     assert s["cost_usd"] == pytest.approx(
         sum(c["usd"] for c in s["causes"].values()) + s["nodata_usd"] + s["lost_usd"]
     )
-    share = 0.96 * (1 - 1 / 4)
+    share = 0.96 * (1 - 7.32 / 85.49)
     assert (s["waste_usd"], s["idle_usd"], s["fixable_usd"]) == (
         pytest.approx(2.00 + 4 / 3 * share), pytest.approx(2.00), pytest.approx(4 / 3 * share)
     )  # fmt: skip
-    assert round(s["waste_usd"], 2) == 2.96 and round(s["fixable_usd"], 2) == 0.96
+    assert round(s["waste_usd"], 2) == 3.17 and round(s["fixable_usd"], 2) == 1.17
     assert s["efficiency"] == pytest.approx(0.96 * 20 / 50)
     assert s["top_cause"] == "idle_held"
     fixes = job["recommendations"]
     assert [f["cause"] for f in fixes] == ["idle_held", "compute_no_tensor"]
-    assert round(sum(f["saving_usd"] for f in fixes), 2) == round(s["waste_usd"], 2) == 2.96
+    assert round(sum(f["saving_usd"] for f in fixes), 2) == round(s["waste_usd"], 2) == 3.17
     (tensor,) = [f for f in fixes if f["cause"] == "compute_no_tensor"]
-    assert "conservative 4x" in tensor["assumption"] and "14.8x" in tensor["assumption"]
+    assert "11.7x faster" in tensor["assumption"] and "H100 80GB HBM3" in tensor["assumption"]
+    assert "14.8x" in tensor["assumption"]
     assert job["savings_usd"] == pytest.approx(s["waste_usd"])
 
 

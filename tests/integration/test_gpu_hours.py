@@ -19,9 +19,9 @@ from tests.support import FakeClock, auth, iso
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)  # the clock stands at 08:00
 # The money model's worked example: 30 min idle holding memory, 20 min fp32 without tensor
-# cores (on an H100, with no measured speed-up, the fix saves SM 0.96 x (1 - 1/4) of it: the
-# conservative default speed-up), 10 min no data.
-SHARE = 0.96 * (1 - 1 / Settings().fix_tensor_speedup)
+# cores (on an H100 the fix saves SM 0.96 x (1 - 1/11.7) of it: the speed-up measured there,
+# service.costs.recoverable.GPU_PEAKS), 10 min no data.
+SHARE = 0.96 * (1 - 7.32 / 85.49)
 WASTE_GPU_HOURS = (1800 + 1200 * SHARE) / 3600
 
 

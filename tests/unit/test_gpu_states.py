@@ -85,8 +85,11 @@ def test_the_sample_share_follows_the_fix_and_its_setting() -> None:
     a = FixAssumptions()
     h100 = "NVIDIA H100 80GB HBM3"
     no_tensor = Decision(0.96, Rung.SM_ACTIVE, Cause.COMPUTE_NO_TENSOR)
-    share = sample_waste_share(no_tensor, {"gr_engine_active": 0.997}, h100, a)
-    assert share == pytest.approx(0.96 * (1 - 1 / 4))  # conservative: nothing measured on H100
+    a100 = "NVIDIA A100-SXM4-80GB"
+    share = sample_waste_share(no_tensor, {"gr_engine_active": 0.997}, a100, a)
+    assert share == pytest.approx(0.96 * (1 - 1 / 4))  # conservative: nothing measured on A100
+    measured = sample_waste_share(no_tensor, {"gr_engine_active": 0.997}, h100, a)
+    assert measured == pytest.approx(0.96 * (1 - 7.32 / 85.49))  # measured on an H100
     h200 = sample_waste_share(no_tensor, {}, "NVIDIA H200", a)
     assert h200 == pytest.approx(0.96 * (1 - 7.42 / 86.70))  # measured on an H200
     memory = Decision(0.99, Rung.SM_ACTIVE, Cause.MEMORY_BOUND)

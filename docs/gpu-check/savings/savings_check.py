@@ -165,7 +165,12 @@ def fake_upstream(kind: str, phase: str) -> None:
 
 
 def synthetic_imagefolder() -> None:
-    """A small ImageFolder of JPEGs (10 classes x 100, 64 x 64 noise): timm's train.py input."""
+    """An ImageFolder of JPEGs (10 classes x 4,800, 64 x 64 noise): timm's train.py input.
+
+    100 distinct images per class, each hard-linked 48 times: an epoch of 750 steps at batch 64
+    outlasts UPSTREAM_SECONDS even in bf16 (``--epoch-repeats`` only repeats iterable datasets,
+    so the folder itself must be big enough), and making it takes a second.
+    """
     if BACKEND == "simulated" or (SYNTH / "train").exists():
         return
     import numpy as np
@@ -178,6 +183,8 @@ def synthetic_imagefolder() -> None:
         for i in range(100):
             px = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
             Image.fromarray(px).save(d / f"{i}.jpg", quality=90)
+            for copy in range(1, 48):
+                os.link(d / f"{i}.jpg", d / f"{i}_{copy}.jpg")
 
 
 # --- recording -------------------------------------------------------------------------------
