@@ -41,16 +41,20 @@ class GpuSeries:
     progress: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
-def series(conn: Connection, *, start: datetime, end: datetime) -> list[GpuSeries]:
+def series(
+    conn: Connection, *, start: datetime, end: datetime, job_id: str | None = None
+) -> list[GpuSeries]:
     """[start, end] of every GPU some job held in it (a GPU no job held has no verdict: its
-    idle time is the idle causes'); each series' lists in time order."""
+    idle time is the idle causes'), or only those ``job_id`` held (their holds then being
+    its own only); each series' lists in time order."""
     jg = job_gpus.c
+    only = [jg.job_id == job_id] if job_id is not None else []
     held = conn.execute(
         select(jg.gpu_id, jg.job_id, jg.started_at, jg.ended_at, jg.source, gpus.c.uuid,
                jobs.c.labels)
         .join(gpus, gpus.c.id == jg.gpu_id)
         .join(jobs, jobs.c.id == jg.job_id)
-        .where(jg.started_at <= end, or_(jg.ended_at.is_(None), jg.ended_at >= start))
+        .where(jg.started_at <= end, or_(jg.ended_at.is_(None), jg.ended_at >= start), *only)
     ).all()  # fmt: skip
     if not held:
         return []

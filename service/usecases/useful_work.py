@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from service.context import ServiceContext
 from service.core.diagnosis import Cause
@@ -17,9 +17,11 @@ from service.core.useful_work import (
     GpuPoint,
     HostPoint,
     Kind,
+    OddGpu,
     Rules,
     Verdict,
     judge,
+    odd_gpus,
     sole_holder,
 )
 from service.db import useful_work_repo
@@ -146,6 +148,17 @@ def job_evidence_words(ctx: ServiceContext, job_id: str, now: datetime) -> str |
     return "; ".join(said) or None
 
 
+def job_odd_gpus(
+    conn: Connection, settings: Settings, job_id: str, *, end: datetime
+) -> list[OddGpu]:
+    """The GPUs of ``job_id`` whose activity over the hold time ending at ``end`` departs
+    from their peers' (a job on three or more GPUs; none otherwise)."""
+    rules = rules_of(settings)
+    start = end - timedelta(seconds=rules.hold_seconds)
+    mine = useful_work_repo.series(conn, start=start, end=end, job_id=job_id)
+    return odd_gpus({s.uuid: s.samples for s in mine}, rules)
+
+
 def useful_work_once(ctx: ServiceContext) -> int:
     """The scheduler's job: judge now; returns how many GPUs' time became sham or hung."""
     judged = judge_once(ctx.engine, ctx.settings, now=ctx.clock())
@@ -157,6 +170,7 @@ __all__ = [
     "Judged",
     "Kind",
     "job_evidence_words",
+    "job_odd_gpus",
     "judge_once",
     "rules_of",
     "useful_work_once",
