@@ -79,8 +79,13 @@ def main() -> None:
                 ingest_service.ingest(
                     ctx, IngestBatch.model_validate(body), token_node=f"node-{node}"
                 )
+            # Started before the samples: every sample of the run's look-back (an evaluation
+            # interval and the longest gap, 90 s: 9 samples) has a hold time of its own to judge.
             add_job(
-                engine, f"job-{node}", tuple(f"GPU-{node}-{i}" for i in range(8)), started_at=T0
+                engine,
+                f"job-{node}",
+                tuple(f"GPU-{node}-{i}" for i in range(8)),
+                started_at=T0 - timedelta(minutes=5),
             )
         now = T0 + timedelta(minutes=10, seconds=30)
         took = []

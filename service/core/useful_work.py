@@ -254,6 +254,42 @@ def judge(
     return Verdict(Kind.SHAM, ev, words(Kind.SHAM, ev))
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A job's hold on a GPU (Unix seconds): ``end`` None while open; an ``observed`` one (no
+    scheduler registered it) still open holds only while its processes are seen, ``last_seen``
+    being the latest time they were (None: not in the window read)."""
+
+    job_id: str
+    start: float
+    end: float | None
+    observed: bool = False
+    last_seen: float | None = None
+
+
+def _holds_until(h: Hold, start: float) -> float:
+    """Until when ``h`` holds its GPU, seen from a window starting at ``start``: its end; an
+    open observed hold seen since ``start`` is open, one not seen since ended when last seen."""
+    if h.end is not None:
+        return h.end
+    if h.observed and (h.last_seen is None or h.last_seen < start):
+        return h.last_seen if h.last_seen is not None else float("-inf")
+    return float("inf")
+
+
+def sole_holder(holds: Sequence[Hold], start: float, end: float) -> str | None:
+    """The job that alone held the GPU through [start, end], None where none did or another
+    job held it for part of that time (a GPU changing hands, or shared). An observed hold left
+    open whose processes were last seen before ``start`` has ended (it is closed at that time
+    once the grace period passes): it neither holds nor shares the window."""
+    inside = [h for h in holds if h.start <= end and _holds_until(h, start) >= start]
+    if len({h.job_id for h in inside}) != 1:
+        return None
+    if not any(h.start <= start and _holds_until(h, start) >= end for h in inside):
+        return None
+    return inside[0].job_id
+
+
 def _resident(gpu: Sequence[GpuPoint], rules: Rules) -> bool:
     """A kernel sat on the GPU nearly all the time, filling few SMs (a spin or a wait)."""
     hits = 0

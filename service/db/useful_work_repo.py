@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, func, or_, select, update
 
 from service.core.diagnosis import Cause
-from service.core.useful_work import GpuPoint, HostPoint
+from service.core.useful_work import GpuPoint, Hold, HostPoint
 from service.db.dialect import bulk_insert
 from service.db.ingest_samples import dirty_range
+from service.db.observed_jobs_repo import OBSERVED
 from service.db.schema import (
     gpu_processes,
     gpus,
@@ -28,55 +28,76 @@ _METRICS = tuple(m.name for m in METRICS)
 
 
 @dataclass(slots=True)
-class GpuWindow:
-    """One GPU's window: its samples, its processes' host readings, the job holding it (one
-    job; a GPU shared by several is left out), that job's labels and progress readings."""
+class GpuSeries:
+    """One GPU over a time range: its samples, the holds of the jobs on it then, and per job
+    (None: a process no job was named for) its processes' host readings, labels and progress."""
 
     gpu_id: int
     uuid: str
-    job_id: str
-    labels: dict[str, str]
+    holds: list[Hold] = field(default_factory=list)
     samples: list[GpuPoint] = field(default_factory=list)
-    host: list[HostPoint] = field(default_factory=list)
-    progress: list[tuple[float, float]] = field(default_factory=list)
+    host: dict[str | None, list[HostPoint]] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    progress: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
-def windows(conn: Connection, *, start: datetime, end: datetime) -> list[GpuWindow]:
-    """The window [start, end] of every GPU one job held through it (the GPUs of no job, or of
-    several, have no verdict: idle time is the idle causes', a shared GPU is split by job)."""
+def series(
+    conn: Connection, *, start: datetime, end: datetime, job_id: str | None = None
+) -> list[GpuSeries]:
+    """[start, end] of every GPU some job held in it (a GPU no job held has no verdict: its
+    idle time is the idle causes'), or only those ``job_id`` held (their holds then being
+    its own only); each series' lists in time order."""
+    jg = job_gpus.c
+    only = [jg.job_id == job_id] if job_id is not None else []
     held = conn.execute(
-        select(job_gpus.c.gpu_id, job_gpus.c.job_id, gpus.c.uuid, jobs.c.labels)
-        .join(gpus, gpus.c.id == job_gpus.c.gpu_id)
-        .join(jobs, jobs.c.id == job_gpus.c.job_id)
-        .where(job_gpus.c.started_at <= start)
-        .where(or_(job_gpus.c.ended_at.is_(None), job_gpus.c.ended_at >= end))
-    ).all()
-    holders: dict[int, list[Any]] = {}
-    for r in held:
-        holders.setdefault(r.gpu_id, []).append(r)
-    out = {
-        gid: GpuWindow(gid, rs[0].uuid, rs[0].job_id, dict(rs[0].labels or {}))
-        for gid, rs in holders.items()
-        if len({r.job_id for r in rs}) == 1
-    }
-    if not out:
+        select(jg.gpu_id, jg.job_id, jg.started_at, jg.ended_at, jg.source, gpus.c.uuid,
+               jobs.c.labels)
+        .join(gpus, gpus.c.id == jg.gpu_id)
+        .join(jobs, jobs.c.id == jg.job_id)
+        .where(jg.started_at <= end, or_(jg.ended_at.is_(None), jg.ended_at >= start), *only)
+    ).all()  # fmt: skip
+    if not held:
         return []
+    p = gpu_processes.c
+    open_observed = {(r.gpu_id, r.job_id) for r in held if r.ended_at is None and
+                     r.source == OBSERVED}  # fmt: skip
+    last_seen: dict[tuple[int, str], float] = {}
+    if open_observed:
+        for gid, job, at in conn.execute(
+            select(p.gpu_id, p.job_id, func.max(p.ts))
+            .where(p.gpu_id.in_({g for g, _ in open_observed}), p.ts >= start, p.ts <= end)
+            .where(p.job_id.in_({j for _, j in open_observed}))
+            .group_by(p.gpu_id, p.job_id)
+        ):
+            last_seen[(gid, job)] = at.timestamp()
+    out: dict[int, GpuSeries] = {}
+    for r in held:
+        s = out.setdefault(r.gpu_id, GpuSeries(r.gpu_id, r.uuid))
+        s.holds.append(
+            Hold(
+                job_id=r.job_id,
+                start=r.started_at.timestamp(),
+                end=r.ended_at.timestamp() if r.ended_at is not None else None,
+                observed=r.source == OBSERVED,
+                last_seen=last_seen.get((r.gpu_id, r.job_id)),
+            )
+        )
+        s.labels[r.job_id] = dict(r.labels or {})
     ids = sorted(out)
-    for s in conn.execute(
+    for row in conn.execute(
         select(samples.c.gpu_id, samples.c.ts, *(samples.c[m] for m in _METRICS))
         .where(samples.c.gpu_id.in_(ids), samples.c.ts >= start, samples.c.ts <= end)
         .order_by(samples.c.gpu_id, samples.c.ts)
     ):
-        values = {m: getattr(s, m) for m in _METRICS if getattr(s, m) is not None}
-        out[s.gpu_id].samples.append(GpuPoint(s.ts.timestamp(), values))
-    p = gpu_processes.c
+        values = {m: getattr(row, m) for m in _METRICS if getattr(row, m) is not None}
+        out[row.gpu_id].samples.append(GpuPoint(row.ts.timestamp(), values))
     for h in conn.execute(
-        select(p.gpu_id, p.ts, p.pid, p.host_cpu_seconds, p.host_read_bytes, p.host_write_bytes,
-               p.host_voluntary_switches, p.host_children)
+        select(p.gpu_id, p.ts, p.pid, p.job_id, p.host_cpu_seconds, p.host_read_bytes,
+               p.host_write_bytes, p.host_voluntary_switches, p.host_children)
         .where(p.gpu_id.in_(ids), p.ts >= start, p.ts <= end, p.host_read_bytes.is_not(None))
         .order_by(p.gpu_id, p.ts)
     ):  # fmt: skip
-        out[h.gpu_id].host.append(
+        out[h.gpu_id].host.setdefault(h.job_id, []).append(
             HostPoint(
                 ts=h.ts.timestamp(),
                 cpu_seconds=h.host_cpu_seconds or 0.0,
@@ -90,13 +111,13 @@ def windows(conn: Connection, *, start: datetime, end: datetime) -> list[GpuWind
     by_job: dict[str, list[tuple[float, float]]] = {}
     for g in conn.execute(
         select(job_progress.c.job_id, job_progress.c.at, job_progress.c.value)
-        .where(job_progress.c.job_id.in_({w.job_id for w in out.values()}))
+        .where(job_progress.c.job_id.in_({r.job_id for r in held}))
         .where(job_progress.c.at >= start, job_progress.c.at <= end)
         .order_by(job_progress.c.at)
     ):
         by_job.setdefault(g.job_id, []).append((g.at.timestamp(), g.value))
-    for w in out.values():
-        w.progress = by_job.get(w.job_id, [])
+    for s in out.values():
+        s.progress = {j: by_job[j] for j in s.labels if j in by_job}
     return [out[g] for g in ids]
 
 

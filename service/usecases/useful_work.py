@@ -4,14 +4,26 @@ its samples of that time take the cause, so rollups, reports, /metrics and polic
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from service.context import ServiceContext
-from service.core.useful_work import Kind, Rules, Verdict, judge
+from service.core.diagnosis import Cause
+from service.core.useful_work import (
+    GpuPoint,
+    HostPoint,
+    Kind,
+    OddGpu,
+    Rules,
+    Verdict,
+    judge,
+    odd_gpus,
+    sole_holder,
+)
 from service.db import useful_work_repo
 from service.settings import Settings
 
@@ -36,27 +48,77 @@ def rules_of(settings: Settings) -> Rules:
     )
 
 
-def judge_once(engine: Engine, settings: Settings, *, now: datetime) -> list[Judged]:
-    """Judge the last hold time of every GPU one job held and store sham and hung time."""
+def _window_of(s: useful_work_repo.GpuSeries, job_id: str, until: int) -> Window:
+    """The samples of ``s`` up to index ``until`` (excluded) with the host readings of
+    ``job_id``'s processes (and of processes no job was named for) up to the last of them."""
+    upto = s.samples[until - 1].ts
+    host = [h for j in (job_id, None) for h in s.host.get(j, ()) if h.ts <= upto]
+    host.sort(key=lambda h: h.ts)
+    progress = [r for r in s.progress.get(job_id, ()) if r[0] <= upto]
+    return Window(s.samples[:until], host, progress)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What one verdict reads: samples, host readings and progress readings, in time order."""
+
+    samples: list[GpuPoint]
+    host: list[HostPoint]
+    progress: list[tuple[float, float]]
+
+
+def judge_once(
+    engine: Engine, settings: Settings, *, now: datetime, since: datetime | None = None
+) -> list[Judged]:
+    """Judge, for every sample of a GPU one job held that was taken after ``since`` (default:
+    an evaluation interval and the longest gap a sample covers ago, so late batches count),
+    the hold time ending at that sample, as the replay does; a sham or hung verdict gives
+    that hold time's samples its cause. Returns each GPU's latest verdict."""
     rules = rules_of(settings)
-    start = now - timedelta(seconds=rules.hold_seconds)
+    if since is None:
+        since = now - timedelta(seconds=settings.eval_interval_seconds + settings.max_gap_seconds)
+    lo = since.timestamp()
     out = []
     with engine.begin() as conn:
-        for w in useful_work_repo.windows(conn, start=start, end=now):
-            v = judge(w.samples, w.host, w.progress, rules=rules, labels=w.labels)
+        for s in useful_work_repo.series(
+            conn, start=since - timedelta(seconds=rules.hold_seconds), end=now
+        ):
+            latest: tuple[str, Verdict] | None = None
+            marks: list[tuple[Cause, float, float]] = []
+            first = bisect.bisect_right([p.ts for p in s.samples], lo)
+            for i in range(first, len(s.samples)):
+                ts = s.samples[i].ts
+                job_id = sole_holder(s.holds, ts - rules.hold_seconds, ts)
+                if job_id is None:
+                    continue
+                w = _window_of(s, job_id, i + 1)
+                v = judge(w.samples, w.host, w.progress, rules=rules, labels=s.labels[job_id])
+                latest = (job_id, v)
+                if v.cause is not None:
+                    if (
+                        marks
+                        and marks[-1][0] is v.cause
+                        and marks[-1][2] >= ts - rules.hold_seconds
+                    ):
+                        marks[-1] = (v.cause, marks[-1][1], ts)
+                    else:
+                        marks.append((v.cause, ts - rules.hold_seconds, ts))
+            if latest is None:
+                continue
             changed = 0
-            if v.cause is not None:
-                changed = useful_work_repo.mark_cause(
+            for cause, a, b in marks:
+                changed += useful_work_repo.mark_cause(
                     conn,
-                    gpu_id=w.gpu_id,
-                    cause=v.cause,
-                    start=start,
-                    end=now,
+                    gpu_id=s.gpu_id,
+                    cause=cause,
+                    start=datetime.fromtimestamp(a, UTC),
+                    end=datetime.fromtimestamp(b, UTC),
                     max_gap_seconds=settings.max_gap_seconds,
                 )
-                if changed:
-                    log.info("GPU %s of job %s: %s: %s", w.uuid, w.job_id, v.kind, v.words)
-            out.append(Judged(w.gpu_id, w.uuid, w.job_id, v, changed))
+            job_id, v = latest
+            if changed and v.cause is not None:
+                log.info("GPU %s of job %s: %s: %s", s.uuid, job_id, v.kind, v.words)
+            out.append(Judged(s.gpu_id, s.uuid, job_id, v, changed))
     return out
 
 
@@ -70,15 +132,31 @@ def job_evidence_words(ctx: ServiceContext, job_id: str, now: datetime) -> str |
     rules = rules_of(ctx.settings)
     start = now - timedelta(seconds=rules.hold_seconds)
     with ctx.engine.connect() as conn:
-        mine = [
-            w for w in useful_work_repo.windows(conn, start=start, end=now) if w.job_id == job_id
-        ]
+        every = useful_work_repo.series(conn, start=start, end=now)
+    mine = [
+        s
+        for s in every
+        if s.samples
+        and sole_holder(s.holds, s.samples[-1].ts - rules.hold_seconds, s.samples[-1].ts) == job_id
+    ]
     said = []
-    for w in mine:
-        v = judge(w.samples, w.host, w.progress, rules=rules, labels=w.labels)
+    for s in mine:
+        w = _window_of(s, job_id, len(s.samples))
+        v = judge(w.samples, w.host, w.progress, rules=rules, labels=s.labels[job_id])
         if v.cause is not None:
-            said.append(f"{w.uuid}: {v.words}" if len(mine) > 1 else v.words)
+            said.append(f"{s.uuid}: {v.words}" if len(mine) > 1 else v.words)
     return "; ".join(said) or None
+
+
+def job_odd_gpus(
+    conn: Connection, settings: Settings, job_id: str, *, end: datetime
+) -> list[OddGpu]:
+    """The GPUs of ``job_id`` whose activity over the hold time ending at ``end`` departs
+    from their peers' (a job on three or more GPUs; none otherwise)."""
+    rules = rules_of(settings)
+    start = end - timedelta(seconds=rules.hold_seconds)
+    mine = useful_work_repo.series(conn, start=start, end=end, job_id=job_id)
+    return odd_gpus({s.uuid: s.samples for s in mine}, rules)
 
 
 def useful_work_once(ctx: ServiceContext) -> int:
@@ -92,6 +170,7 @@ __all__ = [
     "Judged",
     "Kind",
     "job_evidence_words",
+    "job_odd_gpus",
     "judge_once",
     "rules_of",
     "useful_work_once",

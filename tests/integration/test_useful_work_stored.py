@@ -110,8 +110,10 @@ def test_a_keep_alive_loop_is_stored_as_sham(engine: Engine, clock: FakeClock) -
         latest = dict(conn.execute(select(gpus.c.uuid, gpus.c.last_cause)).all())
     assert causes[ids["GPU-sham"]] == int(Cause.SHAM)
     assert causes[ids["GPU-reader"]] == causes[ids["GPU-bench"]] != int(Cause.SHAM)
-    # The 10 minutes, and the last sample covering 50 s past the series (max_gap 60 s).
-    assert sham_seconds[ids["GPU-sham"]] == 650.0
+    # The 10 minutes ending at each sample judged (those of the last 90 s: an evaluation
+    # interval and the longest gap a sample covers), from 3:35 to 14:55 after T0, and the last
+    # sample covering 50 s past the series (max_gap 60 s).
+    assert sham_seconds[ids["GPU-sham"]] == 685.0 + 50.0
     assert sham_seconds[ids["GPU-reader"]] == sham_seconds[ids["GPU-bench"]] == 0
     assert latest["GPU-sham"] == int(Cause.SHAM)
     # The ladder's notice for the job names the evidence in words; none for the others.

@@ -20,12 +20,14 @@ from service.core.diagnosis import USELESS_CAUSES, Cause
 from service.core.useful_work import (
     EXEMPT_LABEL,
     GpuPoint,
+    Hold,
     HostPoint,
     Kind,
     Rules,
     judge,
     odd_gpus,
     sliding,
+    sole_holder,
 )
 from service.costs.recommend import FixAssumptions, constant_fraction
 from service.wire import ProcessIn
@@ -164,6 +166,22 @@ def test_the_gpu_departing_from_its_peers_is_named(scenarios: list[str], odd: in
     named = odd_gpus(windows)
     assert [o.gpu_uuid for o in named] == [b.devices()[odd].uuid]
     assert abs(named[0].mean_duty - named[0].peers_duty) >= Rules().odd_duty
+
+
+def test_the_gpu_is_one_jobs_once_an_observed_job_that_left_is_no_longer_seen() -> None:
+    # Job a's processes were last seen at 100 s; its observed hold stays open until the grace
+    # period closes it. Job b took the GPU at 105 s.
+    left = Hold("a", 0.0, None, observed=True, last_seen=100.0)
+    holds = [left, Hold("b", 105.0, None, observed=True, last_seen=200.0)]
+    assert sole_holder(holds, 50.0, 99.0) == "a"
+    assert sole_holder(holds, 95.0, 110.0) is None  # the GPU changed hands in the window
+    assert sole_holder(holds, 104.0, 120.0) is None  # b did not hold it all the window
+    assert sole_holder(holds, 106.0, 200.0) == "b"
+    # A scheduler's hold is what it says until it ends; two at once: a shared GPU, no one's.
+    registered = [Hold("a", 0.0, None), Hold("b", 105.0, None, observed=True, last_seen=200.0)]
+    assert sole_holder(registered, 106.0, 200.0) is None
+    assert sole_holder([Hold("a", 0.0, 150.0)], 100.0, 160.0) is None
+    assert sole_holder([Hold("a", 0.0, 150.0)], 100.0, 150.0) == "a"
 
 
 def test_the_host_side_of_a_real_process_and_its_children_is_read() -> None:

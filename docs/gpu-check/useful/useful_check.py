@@ -72,7 +72,9 @@ def central_verdicts(db: Path, phases: list[dict[str, object]]) -> dict[str, obj
     t = datetime.fromisoformat(lo).replace(tzinfo=UTC).timestamp() + HOLD
     end = datetime.fromisoformat(hi).replace(tzinfo=UTC).timestamp()
     kinds: dict[str, int] = {}
-    while t <= end:
+    # One run after the last sample too: the scheduler keeps running, and a run at t sees only
+    # the samples taken up to t (stopping at the last sample left its last seconds unjudged).
+    while t < end + 5.0:
         for j in judge_once(engine, settings, now=datetime.fromtimestamp(t, UTC)):
             kinds[j.verdict.kind.value] = kinds.get(j.verdict.kind.value, 0) + 1
         t += 5.0

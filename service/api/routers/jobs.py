@@ -31,6 +31,7 @@ from service.api.schemas.costs import (
     JobListItemPublic,
     JobPublic,
     JobUpdate,
+    OddGpuPublic,
 )
 from service.api.schemas.progress import (
     JobProgressPublic,
@@ -47,7 +48,7 @@ from service.db.rows import JobRow
 from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.roles import JobScope, Role
-from service.usecases import job_list, progress, savings
+from service.usecases import job_list, progress, savings, useful_work
 from service.usecases.job_summary import admin_comment, job_summary
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -369,6 +370,12 @@ def _job_page(
             "unit_of_work": work.unit,
             "gpu_seconds_per_unit": work.gpu_seconds_per_unit,
             "unit_of_work_text": work.text,
+            "odd_gpus": [
+                OddGpuPublic(gpu_uuid=o.gpu_uuid, mean_duty=o.mean_duty, peers_duty=o.peers_duty)
+                for o in useful_work.job_odd_gpus(
+                    conn, ctx.settings, job_id, end=min(job["ended_at"] or now, now)
+                )
+            ],
         }
     )
 

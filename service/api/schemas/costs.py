@@ -315,6 +315,15 @@ class JobRecommendationPublic(RecommendationPublic):
     )
 
 
+class OddGpuPublic(BaseModel):
+    """A GPU of a multi-GPU job whose activity departs from its peers' (a straggler, or a
+    dead rank whose peers spin in a collective) over the last useful-work hold time."""
+
+    gpu_uuid: str
+    mean_duty: float = Field(description="the GPU's mean duty cycle over that time (0 to 1)")
+    peers_duty: float = Field(description="the median of the other GPUs' mean duty cycles")
+
+
 class JobDetailPublic(JobPublic):
     """A job with its money summary over its lifetime (cost, waste, seconds and USD per
     cause, top cause), per GPU, recommendations and energy."""
@@ -354,6 +363,12 @@ class JobDetailPublic(JobPublic):
         "progress.units_advanced); null where the unit is the whole run",
     )
     unit_of_work_text: str = Field("", description="the unit of work and its figure in words")
+    odd_gpus: list[OddGpuPublic] = Field(
+        default_factory=list,
+        description="of a job on three or more GPUs, each GPU whose mean duty cycle over the "
+        "last useful-work hold time (ending now, or at the job's end) is 0.3 or more from the "
+        "median of its peers' (a straggler or a dead rank); empty otherwise",
+    )
     savings: SavingPublic | None = Field(
         None,
         description="what this run saved against the earlier run of its work that was told a "

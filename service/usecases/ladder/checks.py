@@ -1,6 +1,7 @@
 """What the ladder checks before it acts, exactly as it must: "never act on what you cannot
-verify". A changed ladder starts over, a step that failed lately waits, GPUs busy again restart
-the ladder, the scheduler must confirm the job, and the samples must support the step."""
+verify". A changed ladder starts over, a step that failed lately waits, GPUs busy again (for a
+sham or hung policy: no longer sham or hung) restart the ladder, the scheduler must confirm the
+job, and the samples must support the step."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from service.db import actions_repo, evidence_repo, ladder_repo, sample_facts_re
 from service.thresholds.evidence import EvidenceRules, evidence_problem
 from service.thresholds.ladder import JobFacts, LadderProgress, driver_for, reclaim_mode
 from service.usecases.ladder.turn import Episode, Round, Turn, hold, record, stop
+from service.usecases.useful_work import USEFUL_WORK_METRICS, job_evidence_words
 
 log = logging.getLogger(__package__)
 
@@ -133,8 +135,11 @@ def backing_off(rnd: Round, ep: Episode, step: int) -> bool:
 def busy_again(turn: Turn) -> bool:
     """If something ran on the job's GPUs since the condition began (by the samples' own times,
     so a late batch that arrived after a step counts too), skip the step and start the ladder
-    over from then."""
+    over from then. A sham or hung policy's GPUs run kernels all along: for it, busy means the
+    job's last hold time is no longer judged sham or hung (useful, or unverified)."""
     ep, prog, now = turn.ep, turn.prog, turn.now
+    if ep.policy.metric in USEFUL_WORK_METRICS:
+        return _useful_again(turn)
     after = prog.episode_start
     with turn.ctx.engine.begin() as conn:
         busy_at = sample_facts_repo.last_busy_at(conn, job_id=ep.job_id, after=after, until=now)
@@ -151,6 +156,30 @@ def busy_again(turn: Turn) -> bool:
             dry_run=ep.ladder.dry_run,
             reason=f"the job's GPUs were busy again at {busy_at.isoformat()}; "
             "the ladder starts over from then",
+        )
+    turn.result.count("skipped")
+    return True
+
+
+def _useful_again(turn: Turn) -> bool:
+    """If the job's GPUs are not sham or hung over the last hold time now (the per-sample
+    causes of the newest samples, not judged yet, cannot tell), skip the step and start the
+    ladder over from now: a sham or hung step is taken only on its evidence."""
+    ep, prog, now = turn.ep, turn.prog, turn.now
+    if job_evidence_words(turn.ctx, ep.job_id, now) is not None:
+        return False
+    with turn.ctx.engine.begin() as conn:
+        ladder_repo.restart_ladder(conn, progress_id=prog.id, episode_start=now, now=now)
+        record(
+            conn,
+            ep,
+            prog,
+            now,
+            step=turn.step,
+            outcome="skipped",
+            dry_run=ep.ladder.dry_run,
+            reason="the job's GPUs are not sham or hung over the last hold time (useful work,"
+            " or the evidence is partial: unverified); the ladder starts over from now",
         )
     turn.result.count("skipped")
     return True

@@ -1,7 +1,8 @@
-"""The useful-work verdict replayed over what the real agent recorded on a real GPU
-(docs/gpu-check/useful/): after the hold, at least 95% of each keep-alive loop's and the hung
+"""The useful-work verdict replayed over what the real agent recorded on a real GPU (an H100,
+docs/gpu-check/useful/): after the hold, at least 95% of each keep-alive loop's and the hung
 kernel's GPU-seconds are sham or hung, and at most 1% of the real workloads'; the six cause
-phases of docs/gpu-check (recorded without the host side) are never sham or hung either."""
+phases of docs/gpu-check (recorded without the host side) are never sham or hung either. The
+central's own job over the same recording: tests/integration/test_gpu_check_useful_central.py."""
 
 from __future__ import annotations
 
@@ -15,9 +16,6 @@ from service.core.useful_work_replay import phase_shares, recorded_points
 
 CHECK = Path(__file__).resolve().parents[2] / "docs" / "gpu-check"
 USEFUL = CHECK / "useful"
-if not (USEFUL / "useful_result.json").exists():
-    # The device run has not been recorded yet (docs/gpu-check/useful/README.md says why).
-    pytest.skip("no recording in docs/gpu-check/useful yet", allow_module_level=True)
 RESULT = json.loads((USEFUL / "useful_result.json").read_text())
 RULES = Rules(hold_seconds=RESULT["hold_seconds"])
 TABLE = {
