@@ -226,12 +226,10 @@ def match_of(
     told: Callable[[Run], float | None],
 ) -> Pair | None:
     """The pair ``later`` is shown with: of the earlier runs of its key told a fix (``told``
-    gives a run's max saving fraction, None where it was told none) whose later runs it is
-    among, up to their first unchanged one (``matches``), the latest it is compared with, else
-    the latest with why they are not compared; None where there is none.
-
-    ``told`` is asked only of runs that a run in between does not already take (it may cost
-    a job summary); a run is asked about once."""
+    gives a run's max saving fraction, None where it was told none; asked only of runs no run
+    in between already takes, as it may cost a job summary) whose later runs it is among up to
+    their first unchanged one (``matches``), the latest it is compared with, else the latest
+    with why they are not compared, else None."""
     mine = [r for r in runs if r.key.key == later.key.key]
     order = (later.started_at, later.job_id)
     candidates = sorted(
