@@ -333,6 +333,11 @@ def _advice_lines(job: dict[str, Any]) -> list[str]:
     top = CAUSE_BY_NAME.get(job["summary"].get("top_cause") or "")
     if top not in CAUSE_FIX:  # no fix to name either
         return []
+    saving = job.get("savings") or {}
+    if saving.get("fix_applied") and saving.get("fix_cause") == top.label:
+        # A fixed run is never told the fix it applies (docs/savings.md).
+        return ["", "Recommendations:", f"  - {top.label}: {CAUSE_MEANING[top]}",
+                "      its fix is already applied by this run"]  # fmt: skip
     return [
         "",
         "Recommendations:",

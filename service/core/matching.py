@@ -1,7 +1,10 @@
-"""Which earlier run a job's run is compared with (issue 46), and why a pair is not compared.
+"""Which later run a run told a fix is compared with (issue 46), and why a pair is not compared.
 
-A later run is paired with the run of its work key that ended last before it started, within
-the horizon; the pair is compared only where the work evidently stayed the same: the same GPU
+A run told a fix is matched to the later runs of its work key (those that started after it
+ended, within the horizon), first to last: it is compared with the **first** of them whose work
+did not change, and the later runs before that one are shown as not compared, each with its
+reason. The run-to-run noise is the spread of the key's runs up to the told one (the runs before
+the fix). The pair is compared only where the work evidently stayed the same: the same GPU
 count and model, the same script hash and container image where both runs say one, progress in
 the same unit, and, for runs that report no progress (the whole run is the unit), a length
 inside the key's usual spread (widened downwards by what the earlier run's fixes could save).
@@ -11,7 +14,7 @@ Pure: runs in, a pair and a reason out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -48,6 +51,9 @@ class MatchRules:
     length_tolerance: float = 0.25
 
 
+NOT_ENDED = "the later run has not ended"
+
+
 @dataclass(frozen=True, slots=True)
 class Pair:
     """A later run, the earlier run it is paired with, the key's runs up to that one (for its
@@ -62,6 +68,12 @@ class Pair:
     def unit(self) -> str:
         """``progress`` where both runs counted progress, else ``run`` (a fixed-size job)."""
         return "progress" if _has_progress(self.before) and _has_progress(self.after) else "run"
+
+    @property
+    def same_work_so_far(self) -> bool:
+        """Whether nothing says the work changed: compared, or a running later run of the same
+        shape (its fix can be read from its shares so far)."""
+        return self.reason is None or self.reason == NOT_ENDED
 
 
 def _has_progress(run: Run) -> bool:
@@ -125,30 +137,123 @@ def _length_reason(
     return None
 
 
-def pair_of(
-    runs: Sequence[Run], later: Run, rules: MatchRules, max_saving_fraction: float = 1.0
-) -> Pair | None:
-    """The pair of ``later`` and the earlier run it is compared with (None: no earlier run of
-    its key in the horizon), with why it is not compared; ``max_saving_fraction`` is the
-    share of the earlier run its fixes could save (its waste over its cost)."""
-    before = previous_run(runs, later, rules)
-    if before is None:
-        return None
+def _history(runs: Sequence[Run], before: Run) -> tuple[Run, ...]:
+    """The key's runs up to ``before`` of its shape and unit (its run-to-run noise), at least
+    ``before`` itself."""
     history = tuple(
         sorted(
             (r for r in runs if r.key.key == before.key.key and r.ended_at is not None
-             and r.ended_at <= before.ended_at  # type: ignore[operator]
+             and before.ended_at is not None and r.ended_at <= before.ended_at
              and _shape_reason(r, before) is None and _unit_reason(r, before) is None),
             key=lambda r: (r.started_at, r.job_id),
         )
     )  # fmt: skip
-    reason = None
-    if later.ended_at is None:
-        reason = "the later run has not ended"
-    reason = reason or _shape_reason(before, later) or _unit_reason(before, later)
+    return history or (before,)
+
+
+def compare(
+    runs: Sequence[Run],
+    before: Run,
+    later: Run,
+    rules: MatchRules,
+    max_saving_fraction: float,
+    history: tuple[Run, ...] | None = None,
+) -> Pair:
+    """The pair of ``before`` and ``later`` with the key's runs up to ``before`` (its noise;
+    ``history`` where the caller has it) and why it is not compared (None: compared);
+    ``max_saving_fraction`` is the share of the earlier run its fixes could save."""
+    history = history if history is not None else _history(runs, before)
+    reason = _shape_reason(before, later) or _unit_reason(before, later)
+    if reason is None and later.ended_at is None:
+        reason = NOT_ENDED
     if reason is None and not _has_progress(later):
-        reason = _length_reason(history or (before,), later, max_saving_fraction, rules)
-    return Pair(before=before, after=later, history=history or (before,), reason=reason)
+        reason = _length_reason(history, later, max_saving_fraction, rules)
+    return Pair(before=before, after=later, history=history, reason=reason)
+
+
+def pair_of(
+    runs: Sequence[Run], later: Run, rules: MatchRules, max_saving_fraction: float = 1.0
+) -> Pair | None:
+    """The pair of ``later`` and the run of its key just before it (None: none in the horizon),
+    with why it is not compared: the match where every run is told a fix."""
+    before = previous_run(runs, later, rules)
+    return None if before is None else compare(runs, before, later, rules, max_saving_fraction)
+
+
+def _later_runs(runs: Sequence[Run], told: Run, rules: MatchRules) -> list[Run]:
+    """The runs of ``told``'s key that started after it ended, within the horizon, in order."""
+    if told.ended_at is None:
+        return []
+    end = told.ended_at
+    return sorted(
+        (r for r in runs if r.job_id != told.job_id and r.key.key == told.key.key
+         and end <= r.started_at and r.started_at - end <= rules.horizon),
+        key=lambda r: (r.started_at, r.job_id),
+    )  # fmt: skip
+
+
+def matches(
+    runs: Sequence[Run], told: Run, rules: MatchRules, max_saving_fraction: float
+) -> list[Pair]:
+    """The later runs of a run told a fix, in order, up to and including the first whose work
+    did not change (the one it is compared with; the others carry their reason)."""
+    history = _history(runs, told)
+    out = []
+    for later in _later_runs(runs, told, rules):
+        pair = compare(runs, told, later, rules, max_saving_fraction, history)
+        out.append(pair)
+        if pair.reason is None:
+            break
+    return out
+
+
+def _taken(
+    runs: Sequence[Run],
+    before: Run,
+    between: Sequence[Run],
+    rules: MatchRules,
+    fraction: float,
+    history: tuple[Run, ...],
+) -> bool:
+    """Whether one of the runs ``between`` is compared with ``before`` (so takes it)."""
+    return any(compare(runs, before, r, rules, fraction, history).reason is None for r in between)
+
+
+def match_of(
+    runs: Sequence[Run],
+    later: Run,
+    rules: MatchRules,
+    told: Callable[[Run], float | None],
+) -> Pair | None:
+    """The pair ``later`` is shown with: of the earlier runs of its key told a fix (``told``
+    gives a run's max saving fraction, None where it was told none; asked only of runs no run
+    in between already takes, as it may cost a job summary) whose later runs it is among up to
+    their first unchanged one (``matches``), the latest it is compared with, else the latest
+    with why they are not compared, else None."""
+    mine = [r for r in runs if r.key.key == later.key.key]
+    order = (later.started_at, later.job_id)
+    candidates = sorted(
+        (r for r in mine if r.job_id != later.job_id and r.ended_at is not None
+         and r.ended_at <= later.started_at and later.started_at - r.ended_at <= rules.horizon),
+        key=lambda r: (r.ended_at, r.started_at, r.job_id),
+        reverse=True,
+    )  # fmt: skip
+    shown: Pair | None = None
+    for before in candidates:
+        history = _history(mine, before)
+        between = [r for r in _later_runs(mine, before, rules) if (r.started_at, r.job_id) < order]
+
+        # Taken even at the strictest length rule (no saving): no need to ask if it was told.
+        if _taken(mine, before, between, rules, 0.0, history):
+            continue
+        fraction = told(before)
+        if fraction is None or _taken(mine, before, between, rules, fraction, history):
+            continue
+        pair = compare(mine, before, later, rules, fraction, history)
+        if pair.reason is None:
+            return pair
+        shown = shown or pair
+    return shown
 
 
 def noise_fraction(history: Sequence[Run], floor: float) -> float:

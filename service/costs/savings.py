@@ -87,6 +87,14 @@ class Saving:
     verdict: Verdict
     reason: str | None
     capped: bool = False
+    # Nothing says the work changed (compared, or a running later run of the same shape).
+    same_work: bool = False
+
+    @property
+    def applied_cause(self) -> str | None:
+        """The cause whose fix this run already applies (so it is never told that fix): the
+        fix read from the shares, on a pair whose work did not change; None where none."""
+        return self.fix_cause if self.same_work else None
 
     def as_dict(self) -> dict[str, Any]:
         """The API's form (the contract's fields)."""
@@ -104,6 +112,7 @@ class Saving:
             "noise_fraction": self.noise_fraction,
             "verdict": self.verdict,
             "reason": self.reason,
+            "fix_applied": self.applied_cause is not None,
         }
 
 
@@ -172,12 +181,13 @@ def realised(
         noise_fraction=None,
         verdict="not_compared",
         reason=pair.reason,
+        same_work=pair.same_work_so_far,
     )
     if pair.reason is not None:
         return base
     for which, run in (("earlier", pair.before), ("later", pair.after)):
         if run.gpu_seconds <= 0:
-            return replace(base, reason=f"the {which} run held no GPU time")
+            return replace(base, reason=f"the {which} run held no GPU time", same_work=False)
     noise = noise_fraction(pair.history, noise_floor)
     fraction = 1 - pair.after.per_unit / pair.before.per_unit
     ceiling = before.waste_fraction()

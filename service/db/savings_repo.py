@@ -160,6 +160,24 @@ def store_savings(
     )  # fmt: skip
 
 
+def applied_fix_causes(conn: Connection, *, job_ids: Collection[str]) -> dict[str, str]:
+    """The cause whose fix each of ``job_ids`` already applies, by its stored saving (a named
+    fix on a pair that was compared); runs without one are left out."""
+    c = work_savings.c
+    ids = sorted(job_ids)
+    out: dict[str, str] = {}
+    for i in range(0, len(ids), BATCH):
+        rows = conn.execute(
+            select(c.job_id, c.fix_cause).where(
+                c.job_id.in_(ids[i : i + BATCH]),
+                c.fix_cause.is_not(None),
+                c.verdict != "not_compared",
+            )
+        )
+        out.update({r.job_id: r.fix_cause for r in rows})
+    return out
+
+
 def stored_count(conn: Connection) -> int:
     """How many later runs have a stored saving."""
     return int(conn.execute(select(func.count()).select_from(work_savings)).scalar_one())

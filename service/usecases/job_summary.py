@@ -1,5 +1,5 @@
 """A job's summary over its lifetime: totals and per GPU, recommendations with their savings,
-energy and hardware faults; and what a job alert says of the job, read from it."""
+energy and hardware faults (what a job alert says of it is ``usecases/verdict.py``'s)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from typing import Any, TypedDict
 from sqlalchemy import Connection
 
 from service.core import diagnosis
-from service.core.admin_comment import verdict_line
-from service.core.verdict import Verdict
 from service.costs.assumptions import fix_assumptions_of
 from service.costs.prices import PriceRow
 from service.costs.recommend import Recommendation, total_saving_usd, with_model
@@ -29,7 +27,6 @@ from service.usecases.costing.cost_report import JOULES_PER_KWH, report_row
 from service.usecases.costing.dollars import DollarsQuery, dollars
 from service.usecases.costing.job_faults import JobFault, job_faults
 from service.usecases.price_table import effective_prices
-from service.vocabulary import job_path
 
 
 class EnergyDoc(TypedDict):
@@ -285,46 +282,3 @@ def job_waste_usd(
         return None
     value = job_summary(conn, settings=settings, job=job, now=now).summary["waste_usd"]
     return None if value is None else float(value)
-
-
-def job_verdict(
-    conn: Connection, *, job_id: str, now: datetime, settings: Settings
-) -> Verdict | None:
-    """What a job alert says about the job so far: its cost and waste (idle + fixable USD), its
-    top cause, that cause's fix and what it saves; None for an unknown job."""
-    job = jobs_repo.get_job(conn, job_id=job_id)
-    if job is None:
-        return None
-    return _verdict_of(job_summary(conn, settings=settings, job=job, now=now))
-
-
-def _verdict_of(summary: JobSummary) -> Verdict:
-    """The verdict of a job's ``summary``."""
-    row = summary.summary
-    cause = row["top_cause"]
-    fixes = summary.recommendations
-    fix = next((f for f in fixes if cause and f.cause == cause), fixes[0] if fixes else None)
-    return Verdict(
-        cost_usd=row["cost_usd"],
-        waste_usd=row["waste_usd"],
-        idle_usd=row["idle_usd"],
-        fixable_usd=row["fixable_usd"],
-        top_cause=cause,
-        fix=fix.action if fix else None,
-        fix_saving_usd=fix.saving_usd if fix else None,
-    )
-
-
-def admin_comment(conn: Connection, *, job: JobRow, now: datetime, settings: Settings) -> str:
-    """The job's verdict so far as one short ASCII line for Slurm's AdminComment, with the same
-    cost, waste, top cause and fix as its summary and job alerts, and a link to its page."""
-    summary = job_summary(conn, settings=settings, job=job, now=now)
-    verdict = _verdict_of(summary)
-    return verdict_line(
-        cost_usd=verdict.cost_usd,
-        held_seconds=summary.summary["held_seconds"],
-        waste_usd=verdict.waste_usd,
-        top_cause=verdict.top_cause,
-        fix=verdict.fix,
-        link=settings.public_url.rstrip("/") + job_path(job["id"]),
-    )

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.context import ServiceContext
-from service.core.matching import MatchRules, Run, pair_of, previous_run
+from service.core.matching import MatchRules, Run, match_of
 from service.core.work_key import JobFacts, work_key_of
 from service.costs.recommend import Recommendation
 from service.costs.savings import (
@@ -98,8 +98,9 @@ def _saving(
     summaries: _Summaries,
     after: JobSummary | None,
 ) -> Saving | None:
-    """The saving of ``job`` against the earlier run of its key (None: no earlier run in the
-    horizon, or that run was told no fix)."""
+    """The saving of ``job`` against the earlier run of its key told a fix that it is the first
+    unchanged later run of (``matching.match_of``); None where no told run precedes it in the
+    horizon."""
     key = job.get("work_key")
     if not key:
         return None
@@ -113,20 +114,23 @@ def _saving(
     later = next((r for r in runs if r.job_id == job["id"]), None)
     if later is None:
         return None
-    before = previous_run(runs, later, rules)
-    if before is None:
-        return None
-    before_job = jobs_repo.get_job(conn, job_id=before.job_id)
-    if before_job is None:
-        return None
-    before_money = money_of(summaries.of(conn, before_job))
-    if not was_told_a_fix(before_money):
-        return None
-    pair = pair_of(runs, later, rules, before_money.waste_fraction())
+    monies: dict[str, RunMoney] = {}
+
+    def told(run: Run) -> float | None:
+        """The run's max saving fraction where it was told a fix, else None."""
+        row = jobs_repo.get_job(conn, job_id=run.job_id)
+        if row is None:
+            return None
+        money = monies[run.job_id] = money_of(summaries.of(conn, row))
+        return money.waste_fraction() if was_told_a_fix(money) else None
+
+    pair = match_of(runs, later, rules, told)
     if pair is None:
         return None
     after_money = money_of(after if after is not None else summaries.of(conn, job))
-    return realised(pair, before_money, after_money, noise_floor=settings.savings_noise_floor)
+    return realised(
+        pair, monies[pair.before.job_id], after_money, noise_floor=settings.savings_noise_floor
+    )
 
 
 def job_saving(
@@ -145,9 +149,10 @@ def job_saving(
 def without_applied_fix(summary: JobSummary, saving: Saving | None) -> JobSummary:
     """``summary`` less the fix its run already applies (a fixed run is never told the fix it
     applies): where the saving names the applied fix, its cause's recommendation goes."""
-    if saving is None or saving.fix_cause is None or saving.verdict == "not_compared":
+    applied = saving.applied_cause if saving is not None else None
+    if applied is None:
         return summary
-    kept = [f for f in summary.recommendations if f.cause != saving.fix_cause]
+    kept = [f for f in summary.recommendations if f.cause != applied]
     if len(kept) == len(summary.recommendations):
         return summary
     total = sum(f.saving_usd or 0.0 for f in kept) if summary.savings_usd is not None else None

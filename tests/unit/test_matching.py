@@ -1,12 +1,16 @@
-"""Matching a run to the earlier run of its work (issue 46): on a labelled set of 240 synthetic
-histories, precision >= 95% and recall >= 70%; and each reason a pair is not compared."""
+"""Matching a run told a fix to the later runs of its work (issue 46): on a labelled set of 240
+synthetic histories, precision >= 95% and recall >= 70%; the first later run whose work did not
+change is the one compared, seen alike from the told run and from the later one; and each reason
+a pair is not compared."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
-from service.core.matching import MatchRules, Run, noise_fraction, pair_of
+from service.core.matching import MatchRules, Run, match_of, matches, noise_fraction, pair_of
 from service.core.work_key import JobFacts, work_key_of
 from tests.savings_support import T0, labelled_histories
 
@@ -21,7 +25,7 @@ def test_precision_and_recall_on_the_labelled_histories() -> None:
     truth = {lr.run.job_id: lr for lr in labelled.runs}
     tp = fp = fn = tn = 0
     for lr in labelled.runs:
-        pair = pair_of(runs, lr.run, RULES, truth[lr.run.job_id].waste_fraction)
+        pair = match_of(runs, lr.run, RULES, lambda r: truth[r.job_id].waste_fraction)
         if pair is None:
             continue
         before = truth[pair.before.job_id]
@@ -36,6 +40,40 @@ def test_precision_and_recall_on_the_labelled_histories() -> None:
     assert tn >= 50, (tp, fp, fn, tn)
     assert precision >= 0.95, (precision, tp, fp, fn, tn)
     assert recall >= 0.70, (recall, tp, fp, fn, tn)
+
+
+def test_a_told_run_is_compared_with_its_first_unchanged_later_run_from_both_sides() -> None:
+    labelled = labelled_histories()
+    runs = [lr.run for lr in labelled.runs]
+    waste = {lr.run.job_id: lr.waste_fraction for lr in labelled.runs}
+    rng = random.Random(46)
+    told_ids = {r.job_id for r in runs if rng.random() < 0.6}
+
+    def told(run: Run) -> float | None:
+        return waste[run.job_id] if run.job_id in told_ids else None
+
+    compared = 0
+    for run in runs:
+        pair = match_of(runs, run, RULES, told)
+        if pair is None:
+            continue
+        assert pair.before.job_id in told_ids
+        found = matches(runs, pair.before, RULES, waste[pair.before.job_id])
+        # The later run is among the told run's later runs, up to the first unchanged one.
+        assert run.job_id in [p.after.job_id for p in found]
+        if pair.reason is None:
+            compared += 1
+            assert found[-1].after.job_id == run.job_id and found[-1].reason is None
+            assert all(p.reason is not None for p in found[:-1])
+            # The noise is the spread of the runs up to the told one (before the fix).
+            assert all(r.ended_at <= pair.before.ended_at for r in pair.history)  # type: ignore[operator]
+    for job_id in sorted(told_ids):
+        run = next(r for r in runs if r.job_id == job_id)
+        found = matches(runs, run, RULES, waste[job_id])
+        if found and found[-1].reason is None:  # its first unchanged later run is compared
+            pair = match_of(runs, found[-1].after, RULES, told)
+            assert pair is not None and pair.reason is None
+    assert compared >= 100
 
 
 def _run(job_id: str, day: float, gpu_seconds: float, units: float | None = None,
@@ -90,3 +128,42 @@ def test_noise_is_the_spread_of_the_runs_before_at_least_the_floor() -> None:
     runs = [_run(f"slurm:{i}", i, s) for i, s in enumerate((1000, 1100, 900))]
     assert noise_fraction(runs, 0.05) == (1100 - 900) / 1000
     assert noise_fraction(runs[:1], 0.05) == 0.05
+
+
+def told_of(waste: dict[str, float]) -> Callable[[Run], float | None]:
+    """``told`` of the runs ``waste`` names (their max saving fraction)."""
+    return lambda run: waste.get(run.job_id)
+
+
+def test_a_fix_applied_after_a_run_of_other_work_is_compared_with_the_told_run() -> None:
+    told = _run("slurm:1", 0, 3600, script="aa")
+    other = _run("slurm:2", 2, 3600, gpus=2, script="aa")  # another GPU count: not compared
+    fixed = _run("slurm:3", 4, 2000, script="aa")
+    runs = [told, other, fixed]
+    waste = {"slurm:1": 0.5}
+    pair = match_of(runs, fixed, RULES, told_of(waste))
+    assert pair is not None and pair.reason is None and pair.before.job_id == "slurm:1"
+    shown = match_of(runs, other, RULES, told_of(waste))
+    assert shown is not None and shown.before.job_id == "slurm:1"
+    assert shown.reason == "other GPU count (1 before, 2 after)"
+    assert [(p.after.job_id, p.reason is None) for p in matches(runs, told, RULES, 0.5)] == [
+        ("slurm:2", False),
+        ("slurm:3", True),
+    ]
+    # The run just before would have been the pair: told nothing, it gives none.
+    assert pair_of(runs, fixed, RULES).before.job_id == "slurm:2"  # type: ignore[union-attr]
+
+
+def test_a_told_run_is_compared_once_and_an_untold_run_in_between_takes_it() -> None:
+    told = _run("slurm:1", 0, 3600, script="aa")
+    same = _run("slurm:2", 2, 3500, script="aa")  # the next run, the fix not applied yet
+    fixed = _run("slurm:3", 4, 2000, script="aa")
+    runs = [told, same, fixed]
+    waste = {"slurm:1": 0.5}
+    assert match_of(runs, same, RULES, told_of(waste)).before.job_id == "slurm:1"  # type: ignore[union-attr]
+    assert match_of(runs, fixed, RULES, told_of(waste)) is None  # slurm:1 is compared already
+    waste["slurm:2"] = 0.5  # told too: the fixed run is compared with it
+    assert match_of(runs, fixed, RULES, told_of(waste)).before.job_id == "slurm:2"  # type: ignore[union-attr]
+    # Beyond the horizon of the told run, nothing.
+    late = _run("slurm:4", 40, 2000, script="aa")
+    assert match_of([told, late], late, RULES, told_of(waste)) is None

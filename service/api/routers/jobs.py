@@ -49,7 +49,8 @@ from service.db.tokens_repo import TokenInfo
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.roles import JobScope, Role
 from service.usecases import job_list, progress, savings, useful_work
-from service.usecases.job_summary import admin_comment, job_summary
+from service.usecases.job_summary import job_summary
+from service.usecases.verdict import admin_comment
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 # Not /jobs/{id}/verdict: a job id may hold "/" (k8s:<namespace>/<pod>), so that path would

@@ -44,6 +44,11 @@ class SavingPublic(BaseModel):
     reason: str | None = Field(
         description="why not compared, why inside the noise, or that the saving was capped"
     )
+    fix_applied: bool = Field(
+        False,
+        description="whether this run already applies fix_cause's fix (the work did not "
+        "change; a running run by its shares so far): no surface tells it that fix",
+    )
 
 
 class LedgerRowPublic(BaseModel):

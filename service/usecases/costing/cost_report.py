@@ -22,7 +22,7 @@ from service.costs.money import SORT_BYS, Money, figures, money_of
 from service.costs.paging import Page, page_of
 from service.costs.recommend import FixAssumptions, cause_fixes, with_model
 from service.costs.waste import GROUP_BYS, HARDWARE_GROUP_BYS, UNALLOCATED, Line, Summary, summarize
-from service.db import jobs_repo
+from service.db import jobs_repo, savings_repo
 from service.errors import ValidationFailed
 from service.roles import JobScope
 from service.settings import Settings
@@ -217,6 +217,8 @@ def cost_report(
         _row(summary, att, settings, assumptions, group_by=group_by, faults=faults)
         for summary in chosen
     ]
+    if group_by == "job":
+        _without_applied_fixes(conn, rows)
     return {
         "start": start,
         "end": end,
@@ -305,6 +307,16 @@ def _row(
             faults=[f.as_dict() for f in faults.get(summary.key, [])],
         )
     return row
+
+
+def _without_applied_fixes(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Drop from each job row the fix its run already applies, by its stored saving (a fixed
+    run is never told the fix it applies; docs/savings.md)."""
+    applied = savings_repo.applied_fix_causes(conn, job_ids=[str(r["key"]) for r in rows])
+    for row in rows:
+        cause = applied.get(str(row["key"]))
+        if cause is not None:
+            row["fixes"] = [f for f in row["fixes"] if f.get("cause") != cause]
 
 
 def _regrouped(

@@ -22,8 +22,8 @@ from service.thresholds.policy import (
     OWNER_CHANNEL,
     PolicySpec,
 )
-from service.usecases.job_summary import job_verdict
 from service.usecases.notices import resolve_many
+from service.usecases.verdict import job_verdict
 from service.vocabulary import alert_page_path, job_path
 
 log = logging.getLogger(__package__)

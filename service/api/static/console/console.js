@@ -646,7 +646,10 @@
         el("span", { class: "muted", text: ` (saves ${usd(r.saving_usd)}, ${pct(r.saving_fraction)} of ${base}; ${r.assumption}${calibrated})` })));
     }
     const top = s.top_cause;
-    if (!fixes.length && top) recs.push(el("li", {}, el("strong", { text: `Top cause ${top.replaceAll("_", " ")}: ` }), causeMeaning(top)));
+    // A fixed run is never told the fix it applies (docs/savings.md): its cause's meaning only.
+    const applied = job.savings && job.savings.fix_applied && job.savings.fix_cause === top;
+    if (!fixes.length && top) recs.push(el("li", { id: "job-top-cause" }, el("strong", { text: `Top cause ${top.replaceAll("_", " ")}: ` }),
+      applied ? `${(causes.find((x) => x.name === top) || {}).meaning || ""}; its fix is already applied by this run` : causeMeaning(top)));
     const savings = job.savings_usd === null || job.savings_usd === undefined ? "" : ` · together they save ${usd(job.savings_usd)}`;
     app.append(el("h2", { text: `Recommendations${savings}` }), el("div", { class: "panel", id: "job-recs" },
       recs.length ? el("ul", { class: "recs" }, recs) : el("p", { class: "muted", text: "Nothing to recommend: no waste cause dominates." })));
