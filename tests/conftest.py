@@ -146,8 +146,13 @@ def settings(engine: Engine) -> Settings:
 
 @pytest.fixture
 def app(settings: Settings, engine: Engine, clock: FakeClock):
-    """The central service app on the test database and scripted clock."""
-    return create_app(settings, engine=engine, clock=clock)
+    """The central service app on the test database and scripted clock; its own ingest pool
+    closed after the test (a test that calls use cases without serving the app never runs the
+    shutdown that would, and a pooled connection left to the collector warns)."""
+    made = create_app(settings, engine=engine, clock=clock)
+    yield made
+    if made.state.ctx.ingest_engine is not None:
+        made.state.ctx.ingest_engine.dispose()
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ realised share = 1 - (GPU-seconds per unit after / before); in dollars, the earl
 GPU-seconds at the price per GPU-second the later run paid, times that share. A share inside the
 key's run-to-run noise is "no measurable change" (no dollars); a saving is never more than the
 earlier run's waste (capped, and the reason says so). The fix applied is the advised cause whose
-share of the run fell (by at least half); the promise compared is that fix's.
+GPU-seconds per unit of work fell (by at least half what it promised); the promise compared is
+that fix's.
 
 Pure: figures of two runs in, a saving out.
 """
@@ -23,8 +24,9 @@ from service.costs.recommend import Recommendation
 Verdict = Literal["saved", "no_measurable_change", "worse", "not_compared"]
 VERDICTS: tuple[Verdict, ...] = ("saved", "no_measurable_change", "worse", "not_compared")
 
-# A fix counts as applied where its cause's share of the run fell to at most this share of
-# what it was (89% -> 3% is applied; 40% -> 35% is noise in the mix of causes).
+# A fix counts as applied where its cause's GPU-seconds per unit of work fell by at least this
+# share of what the fix promised (input-starved, promised 91%: 89% -> 3% of the run is applied,
+# 40% -> 35% is noise in the mix of causes; bf16, promised 50%, halves a memory-bound step).
 APPLIED_SHARE_RATIO = 0.5
 CALIBRATION_MIN_PAIRS = 20
 
@@ -127,18 +129,26 @@ def was_told_a_fix(money: RunMoney) -> bool:
     return bool(told_fixes(money))
 
 
-def applied_fix(before: RunMoney, after: RunMoney) -> tuple[Recommendation | None, float, float]:
-    """The fix the later run applied (the told fix whose cause's share fell most, to at most
-    half), with that cause's share before and after; where none fell, None with the shares of
-    the largest fix told."""
+def applied_fix(
+    before: RunMoney, after: RunMoney, per_unit_before: float = 1.0, per_unit_after: float = 1.0
+) -> tuple[Recommendation | None, float, float]:
+    """The fix the later run applied (the told fix whose cause's GPU-seconds per unit of work
+    fell most, by at least half its promise), with that cause's share before and after; where
+    none fell, None with the shares of the largest fix told.
+
+    Per unit of work, not share of the run: a CUDA graph, pinned copies or bf16 leave a run
+    launch-, transfer- or memory-bound (its share stays) while each step takes a fifth of the
+    time; a start-up second of input starvation gone is then not the fix that was applied."""
     fixes = told_fixes(before)
     if not fixes:
         return None, 0.0, 0.0
     best: tuple[float, Recommendation] | None = None
     for f in fixes:
         assert f.cause is not None
-        b, a = before.cause_shares.get(f.cause, 0.0), after.cause_shares.get(f.cause, 0.0)
-        if b > 0 and a <= b * APPLIED_SHARE_RATIO and (best is None or b - a > best[0]):
+        b = before.cause_shares.get(f.cause, 0.0) * per_unit_before
+        a = after.cause_shares.get(f.cause, 0.0) * per_unit_after
+        applied = a <= b * (1 - APPLIED_SHARE_RATIO * f.saving_fraction)
+        if b > 0 and applied and (best is None or b - a > best[0]):
             best = (b - a, f)
     shown = best[1] if best else fixes[0]
     assert shown.cause is not None
@@ -165,7 +175,10 @@ def realised(
 ) -> Saving:
     """The saving of ``pair``: realised share and USD beside the applied fix's promise, its
     noise band and verdict (not_compared with the pair's reason where it has one)."""
-    fix, share_b, share_a = applied_fix(before, after)
+    per_unit = (pair.before.per_unit, pair.after.per_unit)
+    fix, share_b, share_a = (
+        applied_fix(before, after, *per_unit) if all(per_unit) else (applied_fix(before, after))
+    )
     promised_fraction, promised_usd = _promise(fix, before)
     base = Saving(
         work_key=pair.after.key.key,

@@ -258,7 +258,7 @@ class Check:
             "team": "team-savings",
             "project": "savings-check",
             "labels": {
-                "job_name": f"train-{pair['pair']}",
+                "name": f"train-{pair['pair']}",
                 "account": "ml-research",
                 "partition": "gpu",
                 "script_sha256": sha256(pair["script"]),
