@@ -110,14 +110,49 @@ def migrated_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     engine.dispose()
 
 
+# PostgreSQL: the tables that hold rows, and the moved id sequences those tables own.
+_PG_NONEMPTY = " UNION ALL ".join(
+    f"SELECT '{t.name}' WHERE EXISTS (SELECT 1 FROM \"{t.name}\")" for t in metadata.sorted_tables
+)
+_PG_USED_SEQUENCES = text(
+    "SELECT s.oid::regclass::text, ps.start_value FROM pg_sequences ps "
+    "JOIN pg_class s ON s.oid = CAST(quote_ident(ps.schemaname) || '.' "
+    "|| quote_ident(ps.sequencename) AS regclass) "
+    "JOIN pg_depend d ON d.objid = s.oid AND d.classid = 'pg_class'::regclass "
+    "AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i') "
+    "JOIN pg_class t ON t.oid = d.refobjid "
+    "WHERE ps.last_value IS NOT NULL AND ps.schemaname = current_schema() "
+    "AND t.relname = ANY(:tables)"
+).bindparams(tables=[t.name for t in metadata.sorted_tables])
+
+
 def truncate_all(engine: Engine) -> None:
-    """Empty every table (the schema stays)."""
+    """Empty every table (the schema stays) and restart the id sequences, as TRUNCATE ...
+    RESTART IDENTITY CASCADE would.
+
+    On PostgreSQL only the tables that hold rows are emptied, by DELETE with triggers and
+    foreign keys off for the transaction (a superuser's session_replication_role): TRUNCATE
+    makes new files for every table and index and costs 0.1-0.9 s a test on a loaded 2-core
+    machine, these DELETEs a few milliseconds. Without superuser rights it falls back to TRUNCATE.
+    """
     names = [t.name for t in reversed(metadata.sorted_tables)]
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
-            conn.execute(
-                text("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY CASCADE")
-            )
+            if conn.execute(text("SELECT current_setting('is_superuser')")).scalar() != "on":
+                quoted = ", ".join(f'"{n}"' for n in names)
+                conn.execute(text(f"TRUNCATE {quoted} RESTART IDENTITY CASCADE"))
+                return
+            held = {row[0] for row in conn.execute(text(_PG_NONEMPTY))}
+            if held:
+                conn.execute(text("SET LOCAL session_replication_role = replica"))
+                for n in names:
+                    if n in held:
+                        conn.execute(text(f'DELETE FROM "{n}"'))
+            for sequence, start in conn.execute(_PG_USED_SEQUENCES).all():
+                conn.execute(
+                    text("SELECT setval(CAST(:s AS regclass), :v, false)"),
+                    {"s": sequence, "v": start},
+                )
         else:
             for n in names:
                 conn.execute(text(f'DELETE FROM "{n}"'))
