@@ -66,3 +66,20 @@ def test_the_six_cause_phases_are_never_sham_or_hung(part: str) -> None:
     phases = json.loads((CHECK / f"causes_result_{part}.json").read_text())["phases"]
     for t in phase_shares(recorded, [p | {"want": p["cause"]} for p in phases], RULES):
         assert t["waste_share"] in (0.0, None), t
+
+
+@pytest.mark.parametrize("run", ["run1", "run2"])
+def test_public_training_scripts_as_they_ship_are_never_sham_or_hung(run: str) -> None:
+    """pytorch/examples ImageNet and timm's train.py, recorded by the savings check with the
+    agent reading /proc (docs/gpu-check/savings/): every judged second is useful or idle."""
+    folder = CHECK / "savings" / run
+    runs = json.loads((folder / "savings_runs.json").read_text())["runs"]
+    phases = [
+        {"phase": f"{r['pair']}:{r['phase']}", "want": "useful", "start": r["job_start"],
+         "end": r["job_end"]}
+        for r in runs if r["kind"] == "upstream"
+    ]  # fmt: skip
+    recorded = recorded_points((folder / "savings_agent_output.jsonl").read_text())
+    table = phase_shares(recorded, phases, RULES)
+    assert len(table) == 4 and all(t["samples"] >= 4 for t in table), table
+    assert all(t["waste_share"] == 0.0 for t in table), table
