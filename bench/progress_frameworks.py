@@ -21,8 +21,6 @@ import argparse
 import importlib.util
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,8 @@ import httpx
 if __package__ in (None, ""):  # run as a file: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import gpuwarden
+from bench.common import served as common_served
 from service.progress import ProgressReporter
 
 EVERY_SECONDS = 1.0  # the reporters' send interval (the least they take)
@@ -74,55 +74,15 @@ class Outcome:
         return self.reported is not None and self.reported == self.trained
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cli(env: dict[str, str], *args: str) -> str:
-    """Run ``gpuwarden <args>`` (this interpreter) and return its stdout."""
-    done = subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
-        env=env, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return done.stdout
-
-
 @contextmanager
 def served() -> Iterator[Central]:
     """A fresh SQLite central on a free loopback port, migrated, with an admin token."""
     with tempfile.TemporaryDirectory() as d:
-        port = _free_port()
-        env = {
-            **os.environ,
-            "GPUWARDEN_DATABASE_URL": f"sqlite:///{d}/central.db",
-            "GPUWARDEN_PORT": str(port),
-            "GPUWARDEN_LOG_LEVEL": "WARNING",
-        }
-        _cli(env, "migrate")
-        token = _cli(env, "token", "create", "--role", "admin").strip().splitlines()[-1]
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        try:
-            while True:
-                try:
-                    if httpx.get(f"{base}/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the central service did not start")
-                time.sleep(0.2)
+        url = f"sqlite:///{d}/central.db"
+        gpuwarden(url, "migrate")
+        token = gpuwarden(url, "token", "create", "--role", "admin").strip().splitlines()[-1]
+        with common_served(url, GPUWARDEN_LOG_LEVEL="WARNING") as (base, _):
             yield Central(base, token)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
 def register(central: Central, job_id: str) -> None:

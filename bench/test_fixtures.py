@@ -17,45 +17,24 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import httpx
 import uvicorn
-from sqlalchemy import Engine, insert, text
+from sqlalchemy import Engine, text
 
 from bench.common import fresh_database, machine
 from service.api.app import create_app
 from service.db.engine import make_engine
 from service.db.migrate import upgrade
-from service.db.schema import gpus, job_gpus, jobs, metadata, nodes
+from service.db.schema import metadata
 from service.settings import Settings
 from tests.conftest import make_token, truncate_all
-from tests.support import FakeClock, free_port, live_server
-
-T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+from tests.support import FakeClock, free_port, live_server, store_a_job_on_a_gpu
 
 
 def write_like_a_test(engine: Engine) -> None:
     """A node, a GPU, a job on it and three tokens: what a typical API test stores."""
-    with engine.begin() as conn:
-        node_id = conn.execute(
-            insert(nodes)
-            .values(hostname="n1", labels={}, first_seen_at=T0, last_seen_at=T0)
-            .returning(nodes.c.id)
-        ).scalar_one()
-        gpu_id = conn.execute(
-            insert(gpus)
-            .values(uuid="GPU-0", node_id=node_id, gpu_index=0, model="H100", first_seen_at=T0)
-            .returning(gpus.c.id)
-        ).scalar_one()
-        conn.execute(
-            insert(jobs).values(
-                id="slurm:1", labels={}, source="api", started_at=T0, created_at=T0, updated_at=T0
-            )
-        )
-        conn.execute(
-            insert(job_gpus).values(job_id="slurm:1", gpu_id=gpu_id, started_at=T0, source="api")
-        )
+    store_a_job_on_a_gpu(engine)
     for role in ("admin", "reader"):
         make_token(engine, role)
     make_token(engine, "agent", "n1")

@@ -19,7 +19,9 @@ import httpx
 import uvicorn
 import yaml
 from fastapi import FastAPI
+from sqlalchemy import Engine, insert
 
+from service.db.schema import gpus, job_gpus, jobs, nodes
 from service.delivery import rfc3339
 
 
@@ -228,3 +230,50 @@ def query_field(r: httpx.Response) -> str:
 def auth(token: str) -> dict[str, str]:
     """The Authorization header of a bearer ``token``."""
     return {"Authorization": f"Bearer {token}"}
+
+
+# One GPU's readings under a keep-alive loop: half the time busy on fp32 maths, memory flat, a
+# trickle of PCIe (the useful-work tests' sham GPU).
+KEEP_ALIVE = {
+    "sm_active": 0.48,
+    "gr_engine_active": 0.5,
+    "gpu_util": 0.5,
+    "tensor_active": 0.0,
+    "fb_used_bytes": 2 * 2**30,
+    "pcie_tx_bytes_per_second": 1e6,
+    "pcie_rx_bytes_per_second": 5e6,
+}
+
+
+SEED_AT = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+
+def store_a_job_on_a_gpu(engine: Engine) -> int:
+    """A node, a GPU and a job on it (its job_gpus row marks a day dirty); the node's id."""
+    with engine.begin() as conn:
+        node_id = conn.execute(
+            insert(nodes)
+            .values(hostname="n1", labels={}, first_seen_at=SEED_AT, last_seen_at=SEED_AT)
+            .returning(nodes.c.id)
+        ).scalar_one()
+        gpu_id = conn.execute(
+            insert(gpus)
+            .values(uuid="GPU-0", node_id=node_id, gpu_index=0, model="H100", first_seen_at=SEED_AT)
+            .returning(gpus.c.id)
+        ).scalar_one()
+        conn.execute(
+            insert(jobs).values(
+                id="slurm:1",
+                labels={},
+                source="api",
+                started_at=SEED_AT,
+                created_at=SEED_AT,
+                updated_at=SEED_AT,
+            )
+        )
+        conn.execute(
+            insert(job_gpus).values(
+                job_id="slurm:1", gpu_id=gpu_id, started_at=SEED_AT, source="api"
+            )
+        )
+    return int(node_id)

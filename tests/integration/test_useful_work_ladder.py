@@ -24,18 +24,9 @@ from service.wire import IngestBatch
 from tests.alerting_support import add_job
 from tests.ladder_support import LadderWorld, RecordingDriver
 from tests.receivers import Receiver
-from tests.support import FakeClock, iso
+from tests.support import KEEP_ALIVE, FakeClock, iso
 
 T0 = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
-KEEP_ALIVE = {
-    "sm_active": 0.48,
-    "gr_engine_active": 0.5,
-    "gpu_util": 0.5,
-    "tensor_active": 0.0,
-    "fb_used_bytes": 2 * 2**30,
-    "pcie_tx_bytes_per_second": 1e6,
-    "pcie_rx_bytes_per_second": 5e6,
-}
 SHAM, BLIND = "GPU-sham", "GPU-blind"  # the host side read; the host side not readable
 SHAM_JOB, BLIND_JOB = "slurm:500", "slurm:501"
 

@@ -20,18 +20,9 @@ from service.usecases.useful_work import job_evidence_words, judge_once
 from service.wire import IngestBatch
 from tests.alerting_support import add_job
 from tests.integration.cost_data import roll_up
-from tests.support import FakeClock, iso
+from tests.support import KEEP_ALIVE, FakeClock, iso
 
 T0 = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
-KEEP_ALIVE = {
-    "sm_active": 0.48,
-    "gr_engine_active": 0.5,
-    "gpu_util": 0.5,
-    "tensor_active": 0.0,
-    "fb_used_bytes": 2 * 2**30,
-    "pcie_tx_bytes_per_second": 1e6,
-    "pcie_rx_bytes_per_second": 5e6,
-}
 UUIDS = ("GPU-sham", "GPU-reader", "GPU-bench")
 
 

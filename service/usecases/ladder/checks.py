@@ -8,8 +8,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, assert_never, cast
+
+from sqlalchemy import Connection
 
 from service.actions.base import JobProbe, ProbeResult, ReclaimTarget
 from service.db import actions_repo, evidence_repo, ladder_repo, sample_facts_repo
@@ -145,19 +147,11 @@ def busy_again(turn: Turn) -> bool:
         busy_at = sample_facts_repo.last_busy_at(conn, job_id=ep.job_id, after=after, until=now)
         if busy_at is None:
             return False
-        ladder_repo.restart_ladder(conn, progress_id=prog.id, episode_start=busy_at, now=now)
-        record(
-            conn,
-            ep,
-            prog,
-            now,
-            step=turn.step,
-            outcome="skipped",
-            dry_run=ep.ladder.dry_run,
-            reason=f"the job's GPUs were busy again at {busy_at.isoformat()}; "
+        _start_over(
+            turn, conn, busy_at,
+            f"the job's GPUs were busy again at {busy_at.isoformat()}; "
             "the ladder starts over from then",
-        )
-    turn.result.count("skipped")
+        )  # fmt: skip
     return True
 
 
@@ -165,24 +159,25 @@ def _useful_again(turn: Turn) -> bool:
     """If the job's GPUs are not sham or hung over the last hold time now (the per-sample
     causes of the newest samples, not judged yet, cannot tell), skip the step and start the
     ladder over from now: a sham or hung step is taken only on its evidence."""
-    ep, prog, now = turn.ep, turn.prog, turn.now
+    ep, now = turn.ep, turn.now
     if job_evidence_words(turn.ctx, ep.job_id, now) is not None:
         return False
     with turn.ctx.engine.begin() as conn:
-        ladder_repo.restart_ladder(conn, progress_id=prog.id, episode_start=now, now=now)
-        record(
-            conn,
-            ep,
-            prog,
-            now,
-            step=turn.step,
-            outcome="skipped",
-            dry_run=ep.ladder.dry_run,
-            reason="the job's GPUs are not sham or hung over the last hold time (useful work,"
+        _start_over(
+            turn, conn, now,
+            "the job's GPUs are not sham or hung over the last hold time (useful work,"
             " or the evidence is partial: unverified); the ladder starts over from now",
-        )
-    turn.result.count("skipped")
+        )  # fmt: skip
     return True
+
+
+def _start_over(turn: Turn, conn: Connection, episode_start: datetime, reason: str) -> None:
+    """Restart the ladder's episode at ``episode_start`` and record the step as skipped."""
+    ep, prog, now = turn.ep, turn.prog, turn.now
+    ladder_repo.restart_ladder(conn, progress_id=prog.id, episode_start=episode_start, now=now)
+    record(conn, ep, prog, now, step=turn.step, outcome="skipped", dry_run=ep.ladder.dry_run,
+           reason=reason)  # fmt: skip
+    turn.result.count("skipped")
 
 
 def _probe(turn: Turn) -> tuple[str, ProbeResult] | None:
