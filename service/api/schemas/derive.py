@@ -15,11 +15,11 @@ M = TypeVar("M", bound=BaseModel)
 _METHOD = (FunctionType, classmethod, staticmethod, property)
 
 
-def _defaults(source: type) -> dict[str, Any]:
+def _defaults(source: type) -> dict[str, object]:
     """The default of each field of dataclass ``source`` that has one (a TypedDict has none)."""
     if not dataclasses.is_dataclass(source):
         return {}
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
     for f in dataclasses.fields(source):
         if f.default is not dataclasses.MISSING:
             found[f.name] = f.default
