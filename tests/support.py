@@ -245,6 +245,27 @@ KEEP_ALIVE = {
 }
 
 
+def job_alert(**fields: object) -> dict[str, object]:
+    """A firing alert on launch-bound job slurm:7 as a notification's fields, ``fields`` over them."""
+    return {
+        "delivery_id": "msg_1",
+        "kind": "firing",
+        "status": "firing",
+        "policy": "launch-bound-job",
+        "severity": "warning",
+        "metric": "cause:launch_bound",
+        "aggregate": "avg",
+        "window": "30m",
+        "op": ">",
+        "threshold": 0.5,
+        "value": 0.8,
+        "scope": "job",
+        "scope_key": "slurm:7",
+        "labels": {"job_id": "slurm:7"},
+        "active_since": datetime(2026, 12, 3, 8, tzinfo=UTC),
+    } | fields
+
+
 SEED_AT = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
 
 

@@ -33,7 +33,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from causes_check import cli, free_port, recording_proxy  # noqa: E402
+from causes_check import cli, free_port, nvidia_smi_cards, start_agent, wait_healthy  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-check-out")
 PHASE_SECONDS = float(os.environ.get("PHASE_SECONDS", "36"))
@@ -75,25 +75,10 @@ class Central:
         self.central = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve"], env=self.env
         )
-        for _ in range(150):
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        record.unlink(missing_ok=True)
-        self.proxy, proxy_port = recording_proxy(self.url, record)
-        self.agent = subprocess.Popen(
-            [
-                sys.executable, "-m", "service.cli", "agent",
-                "--central-url", f"http://127.0.0.1:{proxy_port}",
-                "--agent-token", self.agent_token, "--backend", BACKEND,
-                "--interval-seconds", "1", "--batch-seconds", "2", "--node-name", NODE,
-                "--spool-path", str(TMP / "spool.sqlite"),
-                "--dead-letter-path", str(TMP / "dead.jsonl"),
-            ],
-            env=self.env,
+        wait_healthy(self.url)
+        self.proxy, self.agent = start_agent(
+            self.url, record, token=self.agent_token, node=NODE, backend=BACKEND,
+            batch_seconds=2, tmp=TMP, env=self.env,
         )  # fmt: skip
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
@@ -222,9 +207,7 @@ def main() -> None:
     (OUT / "advice_report.txt").write_text(text)
     result = {
         "phase_seconds": PHASE_SECONDS,
-        "nvidia_smi_L": subprocess.run(
-            "nvidia-smi -L || true", shell=True, capture_output=True, text=True
-        ).stdout.strip(),
+        "nvidia_smi_L": nvidia_smi_cards(),
         "phases": phases,
         "jobs": jobs,
         "report": report,

@@ -96,6 +96,53 @@ def recording_proxy(central: str, record: Path) -> tuple[ThreadingHTTPServer, in
     return server, port
 
 
+def wait_healthy(url: str, tries: int = 150) -> None:
+    """Poll ``url``/healthz, 0.2 s apart, until the central service answers 200."""
+    for _ in range(tries):
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+
+
+def start_agent(
+    url: str,
+    record: Path,
+    *,
+    token: str,
+    node: str,
+    backend: str,
+    batch_seconds: int,
+    tmp: Path,
+    env: dict[str, str],
+) -> tuple[ThreadingHTTPServer, subprocess.Popen[bytes]]:
+    """The agent, polling every second and shipping every ``batch_seconds`` to ``url`` through
+    a proxy that records its batches to ``record`` (emptied first); the proxy and the agent."""
+    record.unlink(missing_ok=True)
+    proxy, proxy_port = recording_proxy(url, record)
+    agent = subprocess.Popen(
+        [
+            sys.executable, "-m", "service.cli", "agent",
+            "--central-url", f"http://127.0.0.1:{proxy_port}", "--agent-token", token,
+            "--backend", backend, "--interval-seconds", "1",
+            "--batch-seconds", str(batch_seconds), "--node-name", node,
+            "--spool-path", str(tmp / "spool.sqlite"),
+            "--dead-letter-path", str(tmp / "dead.jsonl"),
+        ],
+        env=env,
+    )  # fmt: skip
+    return proxy, agent
+
+
+def nvidia_smi_cards() -> str:
+    """What ``nvidia-smi -L`` lists: the cards a check ran on (empty without a driver)."""
+    return subprocess.run(
+        "nvidia-smi -L || true", shell=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def parse_ts(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
@@ -176,24 +223,10 @@ def main() -> None:
     reader = cli("token", "create", "--role", "reader", env=env)
     central = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    record = OUT / f"causes_agent_output_{PART}.jsonl"
-    record.unlink(missing_ok=True)
-    proxy, proxy_port = recording_proxy(url, record)
-    agent = subprocess.Popen(
-        [
-            sys.executable, "-m", "service.cli", "agent",
-            "--central-url", f"http://127.0.0.1:{proxy_port}", "--agent-token", agent_token,
-            "--backend", BACKEND, "--interval-seconds", "1", "--batch-seconds", "5",
-            "--node-name", "h200-check", "--spool-path", str(TMP / "spool.sqlite"),
-            "--dead-letter-path", str(TMP / "dead.jsonl"),
-        ],
-        env=env,
+    wait_healthy(url)
+    proxy, agent = start_agent(
+        url, OUT / f"causes_agent_output_{PART}.jsonl", token=agent_token, node="h200-check",
+        backend=BACKEND, batch_seconds=5, tmp=TMP, env=env,
     )  # fmt: skip
     time.sleep(4)  # the first poll primes GPM
     phases: list[dict[str, Any]] = []
@@ -233,9 +266,7 @@ def main() -> None:
         "part": PART,
         "phase_seconds": PHASE_SECONDS,
         "lead_seconds": LEAD,
-        "nvidia_smi_L": subprocess.run(
-            "nvidia-smi -L || true", shell=True, capture_output=True, text=True
-        ).stdout.strip(),
+        "nvidia_smi_L": nvidia_smi_cards(),
         "phases": phases,
         "table": table,
         "jobs": details,

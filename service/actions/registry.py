@@ -20,8 +20,8 @@ from service.notify.pinned import make_client
 from service.notify.urlsafety import (
     HostDoesNotResolve,
     Resolver,
-    check_url,
     parse_allow_nets,
+    resolve_checked,
     system_resolver,
 )
 from service.settings import Settings
@@ -44,7 +44,7 @@ def check_action_webhook_url(settings: Settings, *, resolver: Resolver = system_
         return
     nets = parse_allow_nets(settings.webhook_allow_nets)
     try:
-        check_url(url, nets, resolver=resolver, field="GPUWARDEN_ACTION_WEBHOOK_URL")
+        resolve_checked(url, nets, resolver=resolver, field="GPUWARDEN_ACTION_WEBHOOK_URL")
     except HostDoesNotResolve as exc:
         log.warning("the action webhook: %s; every reclaim checks it again", exc)
     except ValidationFailed as exc:

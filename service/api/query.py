@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import HTTPException, Request, status
@@ -16,6 +18,8 @@ from service.errors import ValidationFailed
 TIME_HELP = "RFC 3339 with a zone, a date (midnight UTC), now, -1h (before now) or Unix seconds"
 SINCE_HELP = "instead of start: the last DURATION before end (1h, 7d)"
 _ACCEPTED: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def query_error(field: str, message: str) -> HTTPException:
@@ -46,21 +50,21 @@ def seconds(name: str, text: str | None) -> float | None:
         raise query_error(name, str(exc)) from None
 
 
-def window(
-    *,
-    start: str | None,
-    end: str | None,
-    since: str | None,
-    now: datetime,
-    default_seconds: float,
-) -> tuple[datetime, datetime]:
-    """[start, end) of a query from ``start``, ``end`` and ``since``; 422 naming the bad one."""
-    try:
-        return time_range(
-            start=start, end=end, since=since, now=now, default_seconds=default_seconds
-        )
-    except ValidationFailed as exc:
-        raise query_error(exc.field, exc.message) from None
+def query_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` with the ValidationFailed it raises answered as a 422 naming the query parameter."""
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except ValidationFailed as exc:
+            raise query_error(exc.field, exc.message) from None
+
+    return call
+
+
+# [start, end) of a query from ``start``, ``end`` and ``since``; 422 naming the bad one.
+window = query_errors(time_range)
 
 
 def _accepted(route: APIRoute) -> tuple[frozenset[str], frozenset[str]]:

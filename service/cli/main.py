@@ -195,7 +195,7 @@ def cmd_policies_check(args: argparse.Namespace, client: ClientSettings) -> int:
             file=sys.stderr,
         )
     if args.check_urls:
-        from service.notify.urlsafety import check_url, parse_allow_nets
+        from service.notify.urlsafety import parse_allow_nets, resolve_checked
 
         try:
             allow_nets = _settings(args).webhook_allow_nets
@@ -204,7 +204,7 @@ def cmd_policies_check(args: argparse.Namespace, client: ClientSettings) -> int:
         nets = parse_allow_nets(allow_nets)
         for i, c in enumerate(checked.channels):
             if c.is_http and c.url != UNSET_URL:  # a variable not set here: nothing to resolve
-                check_url(c.url, nets, field=f"channels.{i}.url")
+                resolve_checked(c.url, nets, field=f"channels.{i}.url")
     print(
         f"{args.file}: {len(checked.policies)} policies, {len(checked.channels)} channels "
         f"and {len(checked.prices)} prices are valid"

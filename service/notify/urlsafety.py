@@ -164,16 +164,3 @@ def resolve_checked(
     if not (url == admit_url and all(a.is_loopback for a in addresses)):
         _check(host, addresses, allow_nets, field)
     return Target(host=host, port=port, addresses=tuple(addresses))
-
-
-def check_url(
-    url: str,
-    allow_nets: Sequence[IPNetwork],
-    *,
-    resolver: Resolver = system_resolver,
-    field: str = "url",
-    admit_url: str | None = None,
-) -> None:
-    """Raise ValidationFailed(field) unless every address ``url`` resolves to may be called
-    (or it is ``admit_url`` on loopback, see ``resolve_checked``)."""
-    resolve_checked(url, allow_nets, resolver=resolver, field=field, admit_url=admit_url)

@@ -45,8 +45,8 @@ from service.notify.report import ReportMessage, send_report
 from service.notify.urlsafety import (
     IPNetwork,
     Resolver,
-    check_url,
     parse_allow_nets,
+    resolve_checked,
     system_resolver,
 )
 from service.thresholds.policy import ChannelSpec
@@ -125,7 +125,7 @@ class Dispatcher:
         """Send one notification, report or rendered message to a checked address, raising
         ValidationFailed or DeliveryError."""
         if not self._checks_itself and channel.is_http:
-            check_url(
+            resolve_checked(
                 channel.url,
                 self.allow_nets(),
                 resolver=self.resolver,

@@ -22,7 +22,7 @@ from service.local.sink import LocalSink, start_local_sink
 from service.local.tokens import own_tokens
 from service.notify import webhook
 from service.notify.base import Notification
-from service.notify.urlsafety import check_url
+from service.notify.urlsafety import resolve_checked
 from service.settings import Settings
 
 WANTED = {
@@ -76,13 +76,13 @@ def test_default_policies_send_to_a_local_log(engine, tmp_path: Path) -> None:
 def test_only_the_sink_url_is_admitted_on_loopback() -> None:
     sink = "http://127.0.0.1:40123/notifications"
     with pytest.raises(ValidationFailed, match="loopback"):
-        check_url(sink, [])
-    check_url(sink, [], admit_url=sink)
+        resolve_checked(sink, [])
+    resolve_checked(sink, [], admit_url=sink)
     for other in ("http://127.0.0.1:40124/notifications", "http://127.0.0.1:40123/admin"):
         with pytest.raises(ValidationFailed, match="loopback"):
-            check_url(other, [], admit_url=sink)
+            resolve_checked(other, [], admit_url=sink)
     with pytest.raises(ValidationFailed, match="private"):
-        check_url(
+        resolve_checked(
             "http://10.0.0.1:40123/notifications",
             [],
             admit_url="http://10.0.0.1:40123/notifications",

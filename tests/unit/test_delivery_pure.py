@@ -12,7 +12,7 @@ from service.core import slack_text
 from service.errors import ValidationFailed
 from service.notify import Notification, alertmanager, slack, webhook
 from service.notify.ratelimit import RateLimiter
-from service.notify.urlsafety import check_url, parse_allow_nets
+from service.notify.urlsafety import parse_allow_nets, resolve_checked
 from service.vocabulary import ALERT_LABELS
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
@@ -37,19 +37,19 @@ def resolver_to(*addrs: str):
 )
 def test_private_destinations_are_refused(url: str, addrs: tuple[str, ...], why: str) -> None:
     with pytest.raises(ValidationFailed) as err:
-        check_url(url, [], resolver=resolver_to(*addrs))
+        resolve_checked(url, [], resolver=resolver_to(*addrs))
     assert err.value.field == "url" and why in err.value.message
 
 
 def test_public_and_allow_listed_destinations_pass() -> None:
-    check_url("https://hooks.example/x", [], resolver=resolver_to("93.184.216.34"))
+    resolve_checked("https://hooks.example/x", [], resolver=resolver_to("93.184.216.34"))
     nets = parse_allow_nets("127.0.0.0/8, 10.0.0.0/8")
-    check_url("http://127.0.0.1:9/x", nets)
-    check_url("http://svc.internal/", nets, resolver=resolver_to("10.2.3.4"))
+    resolve_checked("http://127.0.0.1:9/x", nets)
+    resolve_checked("http://svc.internal/", nets, resolver=resolver_to("10.2.3.4"))
     with pytest.raises(ValidationFailed):
-        check_url("http://169.254.169.254/", nets)
+        resolve_checked("http://169.254.169.254/", nets)
     with pytest.raises(ValidationFailed) as err:
-        check_url("http://user:pw@hooks.example/", [], resolver=resolver_to("93.184.216.34"))
+        resolve_checked("http://user:pw@hooks.example/", [], resolver=resolver_to("93.184.216.34"))
     assert "pw" not in str(err.value)
     with pytest.raises(ValidationFailed) as err:
         parse_allow_nets("10.0.0.0/8,nonsense")

@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from service.notify import alertmanager, slack, webhook
 from service.notify.base import Notification
+from tests.support import job_alert
 
 
 def note(**verdict: object) -> Notification:
-    return Notification.model_validate(
-        {
-            "delivery_id": "msg_1",
-            "kind": "firing",
-            "status": "firing",
-            "policy": "launch-bound-job",
-            "severity": "warning",
-            "metric": "cause:launch_bound",
-            "aggregate": "avg",
-            "window": "30m",
-            "op": ">",
-            "threshold": 0.5,
-            "value": 0.8,
-            "scope": "job",
-            "scope_key": "slurm:7",
-            "labels": {"job_id": "slurm:7"},
-            "active_since": datetime(2026, 12, 3, 8, tzinfo=UTC),
-            **verdict,
-        }
-    )
+    return Notification.model_validate(job_alert(**verdict))
 
 
 VERDICT = {

@@ -8,7 +8,6 @@ from service.errors import ValidationFailed
 from service.notify.urlsafety import (
     HostDoesNotResolve,
     Resolver,
-    check_url,
     parse_allow_nets,
     resolve_checked,
 )
@@ -37,13 +36,13 @@ def resolver_to(*addrs: str) -> Resolver:
 )
 def test_transition_forms_are_judged_by_the_ipv4_they_carry(url: str, why: str) -> None:
     with pytest.raises(ValidationFailed) as err:
-        check_url(url, [])
+        resolve_checked(url, [])
     assert why in err.value.message
 
 
 def test_a_resolved_transition_form_is_judged_too() -> None:
     with pytest.raises(ValidationFailed) as err:
-        check_url("https://hooks.example/x", [], resolver=resolver_to("2002:7f00:1::"))
+        resolve_checked("https://hooks.example/x", [], resolver=resolver_to("2002:7f00:1::"))
     assert "loopback" in err.value.message
 
 
@@ -57,15 +56,15 @@ def test_a_resolved_transition_form_is_judged_too() -> None:
     ],
 )
 def test_public_addresses_in_any_form_pass(url: str) -> None:
-    check_url(url, [])
+    resolve_checked(url, [])
 
 
 def test_the_allow_list_admits_the_carried_ipv4() -> None:
     nets = parse_allow_nets("10.0.0.0/8")
-    check_url("http://[2002:a00:1::]/", nets)
-    check_url("http://[64:ff9b::a00:1]/", nets)
+    resolve_checked("http://[2002:a00:1::]/", nets)
+    resolve_checked("http://[64:ff9b::a00:1]/", nets)
     with pytest.raises(ValidationFailed):
-        check_url("http://[2002:7f00:1::]/", nets)
+        resolve_checked("http://[2002:7f00:1::]/", nets)
 
 
 def test_resolve_checked_returns_what_it_checked() -> None:
@@ -81,6 +80,6 @@ def test_a_host_without_addresses_is_its_own_error() -> None:
         raise OSError("Name or service not known")
 
     with pytest.raises(HostDoesNotResolve):
-        check_url("https://nowhere.invalid/", [], resolver=fails)
+        resolve_checked("https://nowhere.invalid/", [], resolver=fails)
     with pytest.raises(HostDoesNotResolve):
-        check_url("https://nowhere.invalid/", [], resolver=resolver_to())
+        resolve_checked("https://nowhere.invalid/", [], resolver=resolver_to())

@@ -13,6 +13,7 @@ from service.actions.webhook import action_document
 from service.core.verdict import FIELDS, Verdict
 from service.notify import Notification
 from service.notify.message import OwnerNotice, owner_notice_of, render_owner_notice
+from tests.support import job_alert
 
 AT = datetime(2026, 12, 4, 10, 2, tzinfo=UTC)
 FULL = Verdict(
@@ -24,24 +25,7 @@ FULL = Verdict(
     fix="CUDA graphs",
     fix_saving_usd=0.67,
 )
-ALERT = {
-    "delivery_id": "msg_1",
-    "kind": "firing",
-    "status": "firing",
-    "policy": "launch-bound-job",
-    "severity": "warning",
-    "metric": "cause:launch_bound",
-    "aggregate": "avg",
-    "window": "30m",
-    "op": ">",
-    "threshold": 0.5,
-    "value": 0.8,
-    "scope": "job",
-    "scope_key": "slurm:7",
-    "labels": {"job_id": "slurm:7"},
-    "active_since": AT,
-    "report_url": "https://warden.example/jobs/slurm%3A7",
-}
+ALERT = job_alert(active_since=AT, report_url="https://warden.example/jobs/slurm%3A7")
 
 
 def test_the_stored_json_holds_every_figure_as_a_flat_key_and_reads_back() -> None:

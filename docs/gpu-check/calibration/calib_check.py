@@ -32,6 +32,7 @@ sys.path.insert(0, str(GPU_CHECK.parents[1]))
 
 import advice_check  # noqa: E402
 from advice_check import Central  # noqa: E402
+from causes_check import nvidia_smi_cards  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "calib-out")
 RUN_SECONDS = float(os.environ.get("RUN_SECONDS", "22"))
@@ -101,9 +102,7 @@ def main() -> None:
         "run_seconds": RUN_SECONDS,
         "target_seconds": TARGET_SECONDS,
         "backend": BACKEND,
-        "nvidia_smi_L": subprocess.run(
-            "nvidia-smi -L || true", shell=True, capture_output=True, text=True
-        ).stdout.strip(),
+        "nvidia_smi_L": nvidia_smi_cards(),
         "nvidia_smi_pcie": subprocess.run(
             "nvidia-smi --query-gpu=name,pcie.link.gen.max,pcie.link.width.max,driver_version "
             "--format=csv || true",

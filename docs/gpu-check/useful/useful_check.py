@@ -19,14 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE.parent))
 
-from causes_check import cli, free_port, recording_proxy  # noqa: E402
+from causes_check import cli, free_port, nvidia_smi_cards, start_agent, wait_healthy  # noqa: E402
 
 from service.core.useful_work import Rules  # noqa: E402
 from service.core.useful_work_replay import phase_shares, recorded_points  # noqa: E402
@@ -111,24 +109,11 @@ def main() -> None:
     agent_token = cli("token", "create", "--role", "agent", "--node", "useful-check", env=env)
     central = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    wait_healthy(url)
     record = OUT / "useful_agent_output.jsonl"
-    record.unlink(missing_ok=True)
-    proxy, proxy_port = recording_proxy(url, record)
-    agent = subprocess.Popen(
-        [
-            sys.executable, "-m", "service.cli", "agent",
-            "--central-url", f"http://127.0.0.1:{proxy_port}", "--agent-token", agent_token,
-            "--backend", BACKEND, "--interval-seconds", "1", "--batch-seconds", "5",
-            "--node-name", "useful-check", "--spool-path", str(TMP / "spool.sqlite"),
-            "--dead-letter-path", str(TMP / "dead.jsonl"),
-        ],
-        env=env,
+    proxy, agent = start_agent(
+        url, record, token=agent_token, node="useful-check", backend=BACKEND, batch_seconds=5,
+        tmp=TMP, env=env,
     )  # fmt: skip
     time.sleep(3)
     phases_file = OUT / "useful_phases.json"
@@ -176,9 +161,7 @@ def main() -> None:
         "hold_seconds": HOLD,
         "waste_seconds": WASTE_S,
         "real_seconds": REAL_S,
-        "nvidia_smi_L": subprocess.run(
-            "nvidia-smi -L || true", shell=True, capture_output=True, text=True
-        ).stdout.strip(),
+        "nvidia_smi_L": nvidia_smi_cards(),
         "phases": phases,
         "table": table,
     }

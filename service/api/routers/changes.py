@@ -3,27 +3,21 @@ entry, and when (a person signed in through single sign-on, or a token)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from service.api.deps import ReadConn, Reader
+from service.api.schemas.derive import mirror
 from service.db import changes_repo
 
 router = APIRouter(prefix="/changes", tags=["alerting"])
 
 
+@mirror(changes_repo.ConfigChange)
 class ChangePublic(BaseModel):
     """One configuration change: who made it (``person:alice`` or ``token:<name or prefix>``)."""
-
-    id: int
-    at: datetime
-    actor: str
-    kind: str
-    name: str
-    action: str
 
 
 @router.get("", response_model=list[ChangePublic])
@@ -34,7 +28,6 @@ def list_changes(
     | None = None,
     actor: str | None = Query(None, max_length=300, description="person:alice or token:<name>"),
     limit: int = Query(500, ge=1, le=10_000),
-) -> list[ChangePublic]:
+) -> list[changes_repo.ConfigChange]:
     """Configuration changes newest first, of ``kind`` and by ``actor`` where given."""
-    rows = changes_repo.list_changes(conn, kind=kind, actor=actor, limit=limit)
-    return [ChangePublic(**{f: getattr(r, f) for f in ChangePublic.model_fields}) for r in rows]
+    return changes_repo.list_changes(conn, kind=kind, actor=actor, limit=limit)

@@ -13,7 +13,7 @@ from service.api.schemas.alerting import ChannelPublic, ChannelTestResult
 from service.db import changes_repo, policies_repo
 from service.errors import DeliveryError
 from service.notify import Notification
-from service.notify.urlsafety import check_url, parse_allow_nets
+from service.notify.urlsafety import parse_allow_nets, resolve_checked
 from service.thresholds.policy import parse_channel
 from service.usecases.outbox import Dispatcher
 
@@ -39,7 +39,7 @@ def create_channel(
     """Create a channel; its URL must not resolve to a private address (see the allow-list)."""
     channel = parse_channel(doc)
     if channel.is_http:
-        check_url(
+        resolve_checked(
             channel.url,
             parse_allow_nets(ctx.settings.webhook_allow_nets),
             admit_url=ctx.settings.local_sink_url,

@@ -41,7 +41,7 @@ from service.api.schemas.progress import (
     ReadingPublic,
 )
 from service.context import ServiceContext
-from service.core.progress import Reading
+from service.core.progress import ProgressSummary, Reading
 from service.costs.money import SORT_BYS
 from service.db import job_runs_repo, jobs_repo
 from service.db.rows import JobRow
@@ -265,6 +265,11 @@ async def patch_job_named_progress(
     return _progress_not_allowed()
 
 
+def _progress(summary: ProgressSummary) -> ProgressSummaryPublic:
+    """The public form of a job's progress summary (the same fields, by name)."""
+    return ProgressSummaryPublic.model_validate(summary, from_attributes=True)
+
+
 def _job_exists(ctx: ServiceContext, job_id: str) -> bool:
     with ctx.engine.connect() as conn:
         return jobs_repo.get_job(conn, job_id=job_id) is not None
@@ -286,7 +291,7 @@ def get_progress(
     return JobProgressPublic(
         job_id=job_id,
         readings=[ReadingPublic.of(r) for r in found.readings],
-        summary=None if found.summary is None else ProgressSummaryPublic.of(found.summary),
+        summary=None if found.summary is None else _progress(found.summary),
     )
 
 
@@ -367,7 +372,7 @@ def _job_page(
             **_shown(job),
             **page,
             "savings": None if saving is None else saving.as_dict(),
-            "progress": None if reported is None else ProgressSummaryPublic.of(reported),
+            "progress": None if reported is None else _progress(reported),
             "unit_of_work": work.unit,
             "gpu_seconds_per_unit": work.gpu_seconds_per_unit,
             "unit_of_work_text": work.text,

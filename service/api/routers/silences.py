@@ -18,7 +18,7 @@ router = APIRouter(prefix="/silences", tags=["alerting"])
 
 def _public(row: SilenceRow, now: datetime) -> SilencePublic:
     state = "pending" if now < row["starts_at"] else "active" if now < row["ends_at"] else "expired"
-    return SilencePublic(**row, status=state)
+    return SilencePublic.model_validate({**row, "status": state})
 
 
 @router.get("", response_model=list[SilencePublic])

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
+from service.api.schemas.derive import mirror
 from service.api.schemas.times import StoredTimeAnyZone
+from service.db.rows import AlertEvent, AlertRow, SilenceRow
 from service.thresholds.ladder import LadderSpec
 from service.thresholds.policy import MATCH_LABELS, ChannelSpec
 
@@ -82,45 +83,20 @@ class SilenceCreate(BaseModel):
     created_by: str | None = None
 
 
+@mirror(SilenceRow)
 class SilencePublic(BaseModel):
     """A stored silence and whether it is in force now."""
 
-    id: int
-    matchers: dict[str, str]
-    starts_at: datetime
-    ends_at: datetime
-    comment: str
-    created_by: str | None
-    created_at: datetime
     status: Literal["pending", "active", "expired"]
 
 
+@mirror(AlertEvent)
 class AlertEventPublic(BaseModel):
     """One state change of an alert."""
 
-    ts: datetime
-    from_state: str
-    to_state: str
-    value: float | None
 
-
+@mirror(AlertRow, exclude=("last_resent_at", "job_id", "node", "gpu_uuid"))
 class AlertPublic(BaseModel):
     """An alert episode with its history; silenced and suppressed alerts are shown, flagged."""
 
-    id: int
-    policy: str
-    scope_key: str
-    severity: str
-    state: str
-    labels: dict[str, Any]
-    value: float | None
-    threshold: float
-    active_since: datetime
-    fired_at: datetime | None
-    resolved_at: datetime | None
-    last_eval_at: datetime
-    last_notified_at: datetime | None
-    stale: bool
-    suppressed: bool
-    silenced: bool
     history: list[AlertEventPublic]

@@ -7,10 +7,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from service.api.schemas.derive import mirror
 from service.api.schemas.progress import ProgressSummaryPublic
 from service.api.schemas.savings import SavingPublic
 from service.api.schemas.times import StoredTime
 from service.core.job_ids import job_id_problem
+from service.costs.recommend import Recommendation
 from service.wire import MAX_NODE_LABELS, LabelKey, LabelValue, Name
 
 # Where a report's prices came from (service.usecases.price_table.PriceSource).
@@ -27,24 +29,13 @@ class CauseFiguresPublic(BaseModel):
     waste_usd: float | None
 
 
+@mirror(Recommendation)
 class RecommendationPublic(BaseModel):
     """A fix: what to do, the GPU-seconds and USD it acts on, what it saves and the assumption
     behind the saving. ``kind`` is ``cause`` (the fix of one cause), ``fewer_gpus`` or ``mig``
     (a smaller allocation), or ``pool`` (idle time no job held: the pool's capacity to release
     or shrink); no two fixes of a job claim the same second's dollars. ``saving_fraction`` is a
     share of what ``base`` names."""
-
-    kind: Literal["cause", "fewer_gpus", "mig", "pool"]
-    cause: str | None
-    action: str
-    seconds: float
-    usd: float | None
-    saving_fraction: float
-    saving_usd: float | None
-    assumption: str
-    profile: str | None = None
-    gpus: int | None = None
-    base: str = ""  # e.g. "transfer_bound's $4.07 (1.02 GPU-h)", "the $2.04 the fixes above leave"
 
 
 class EnergyPublic(BaseModel):

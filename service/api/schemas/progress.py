@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.api.schemas.derive import mirror
 from service.api.schemas.times import StoredTime
 from service.core.progress import ProgressSummary, Reading
 from service.vocabulary import ProgressUnit
@@ -46,15 +47,10 @@ class ProgressAccepted(ReadingPublic):
     stored: bool
 
 
+@mirror(ProgressSummary)
 class ProgressSummaryPublic(BaseModel):
     """What a job's readings add up to."""
 
-    unit: ProgressUnit
-    readings: int
-    first_at: datetime
-    last_at: datetime
-    first_value: float
-    last_value: float
     units_advanced: float = Field(description="last_value - first_value")
     rate_per_second: float | None = Field(
         description="units advanced per second between the first and last reading (null with "
@@ -63,11 +59,6 @@ class ProgressSummaryPublic(BaseModel):
     last_advanced_at: datetime | None = Field(
         description="the time of the reading at which the total last went up (null: never)"
     )
-
-    @classmethod
-    def of(cls, summary: ProgressSummary) -> ProgressSummaryPublic:
-        """The public form of ``summary``."""
-        return cls.model_validate(summary, from_attributes=True)  # the same fields, by name
 
 
 class JobProgressPublic(BaseModel):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel
+
+from service.api.schemas.derive import mirror
+from service.usecases.periodic_reports import ReportPreview
 
 
 class OptOutPublic(BaseModel):
@@ -28,13 +30,6 @@ class ReportSendPublic(BaseModel):
     claimed_at: datetime
 
 
+@mirror(ReportPreview)
 class ReportPreviewPublic(BaseModel):
     """A report as it is sent: its subject, text and HTML, and its figures (USD, GPU-hours)."""
-
-    recipient: str
-    period_start: datetime
-    period_end: datetime
-    subject: str
-    text: str
-    html: str
-    figures: dict[str, Any]

@@ -16,8 +16,8 @@ from service.errors import ConfigError, ValidationFailed
 from service.notify.urlsafety import (
     HostDoesNotResolve,
     Resolver,
-    check_url,
     parse_allow_nets,
+    resolve_checked,
     system_resolver,
 )
 from service.settings import load_config_file
@@ -48,7 +48,7 @@ def check_file_channels(
         if not c.is_http:
             continue
         try:
-            check_url(c.url, nets, resolver=resolver, field=f"channels.{i}.url")
+            resolve_checked(c.url, nets, resolver=resolver, field=f"channels.{i}.url")
         except HostDoesNotResolve as exc:
             log.warning("channel %s from %s: %s", c.name, source, exc.message)
         except ValidationFailed as exc:
