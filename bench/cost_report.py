@@ -6,7 +6,7 @@ report without them (timed side by side, interleaved, in the same run).
 
 Run:  .venv/bin/python bench/cost_report.py [--backend sqlite|postgresql|both] [--gpus 1000]
       [--days 30] [--jobs 5000] [--reuse] [--shared-gpus 0.1 [--shared-runs 2]]
-      [--edge-samples [--edge-runs 3]] [--scope]
+      [--edge-samples [--edge-runs 3]] [--scope] [--rolling]
 
 With ``--shared-gpus F`` the reports are timed again after a fraction F of the GPUs is shared
 (see ``load_shared``): tenant rows for every shared minute, as the rollup job writes them.
@@ -16,6 +16,10 @@ job's own code (timed), then the 30-day team, user and job reports are timed wit
 (every second from the rollups, the code before the day sums) and with them, interleaved, best
 of ``--day-runs``, over the whole days and over a window with two edge days, and their totals
 compared to the cent.
+
+With ``--rolling`` the day-sum reports are timed over the whole days, a window cut at whole
+hours and one cut at any second (the console's "last 30 days"), alternated in one run, each
+printed beside the whole days' (issue 52 item 1).
 
 With ``--scope`` a signed-in person's reports (issue 51: their own jobs and their team's) are
 timed beside the whole fleet's, from the day sums.
@@ -618,6 +622,59 @@ def bench_day_sums(engine: Engine, days: int, runs: int, csv_dir: str | None = N
                 )
 
 
+# The rolling windows of ``--rolling``: a "last 30 days" cut at whole hours, and one cut at
+# any second (what the console asks), each timed beside the whole days in the same run.
+ROLLING_CUTS = {
+    "whole days": (timedelta(0), timedelta(0)),
+    "whole hours": (timedelta(hours=7), timedelta(hours=5)),
+    "any second": (
+        timedelta(hours=7, minutes=13, seconds=27.5),
+        timedelta(hours=5, minutes=41, seconds=12.25),
+    ),
+}
+ROLLING_REPORTS = (("team", None), ("user", None), ("job", 100))
+
+
+def bench_rolling(engine: Engine, days: int, runs: int, csv_dir: str | None = None) -> None:
+    """Time the team, user and first-100-jobs reports from the day sums over the whole days,
+    a window cut at whole hours and one cut at any second, alternated in one run; print each
+    beside the whole days' (best / median of ``runs`` after a warm-up)."""
+    settings = Settings()
+    windows = {
+        label: (END - timedelta(days=days) + after, END - before)
+        for label, (after, before) in ROLLING_CUTS.items()
+    }
+    with engine.connect() as conn:
+        for group_by, limit in ROLLING_REPORTS:
+            times: dict[str, list[float]] = {label: [] for label in windows}
+
+            def report(label: str, g: str = group_by, n: int | None = limit) -> Any:
+                start, end = windows[label]
+                return cost_report.cost_report(
+                    conn, settings=settings, start=start, end=end, now=END, group_by=g, limit=n
+                )
+
+            for label in windows:  # warm the caches
+                report(label)
+            for run in range(runs):
+                for label in windows:
+                    t = time.perf_counter()
+                    out = report(label)
+                    times[label].append(time.perf_counter() - t)
+                    if run == 0:
+                        name = f"rolling_{label.replace(' ', '_')}_{group_by}"
+                        report_bytes.save(csv_dir, name, out)
+            base = min(times["whole days"])
+            for label, ts in times.items():
+                print(
+                    f"  [rolling] report {days} d by {group_by} (limit {limit}), {label}: best "
+                    f"{min(ts) * 1000:.0f} ms (median {statistics.median(ts) * 1000:.0f}); "
+                    f"{min(ts) / base:.2f}x the whole days'; load "
+                    f"{Path('/proc/loadavg').read_text().split()[0]}",
+                    flush=True,
+                )
+
+
 def bench_scope(engine: Engine, days: int, runs: int) -> None:
     """Time a signed-in person's reports (their own jobs and one team's, JobScope) beside the
     same reports of the whole fleet, interleaved, from the day sums: the job list's page (by
@@ -724,6 +781,10 @@ def main() -> None:
     p.add_argument("--skip-base", action="store_true", help="skip the base report timings")
     p.add_argument("--csv-dir", help="save the day-sum reports' CSV here (bench.report_bytes)")
     p.add_argument(
+        "--rolling", action="store_true",
+        help="time rolling windows (cut at whole hours, at any second) beside the whole days",
+    )  # fmt: skip
+    p.add_argument(
         "--scope", action="store_true",
         help="time a signed-in person's reports (their jobs and a team's) beside the fleet's",
     )  # fmt: skip
@@ -755,6 +816,12 @@ def main() -> None:
                 upgrade(engine)
                 write_day_sums(engine)
             bench_day_sums(engine, args.days, args.day_runs, args.csv_dir)
+        if args.rolling:
+            with engine.connect() as conn:
+                summed = conn.execute(text("SELECT count(*) FROM cost_gpu_1d")).scalar_one()
+            if not summed:
+                write_day_sums(engine)
+            bench_rolling(engine, args.days, args.day_runs, args.csv_dir)
         if args.scope:
             with engine.connect() as conn:
                 summed = conn.execute(text("SELECT count(*) FROM cost_gpu_1d")).scalar_one()
