@@ -144,32 +144,40 @@ def _raw_sql(pg: bool, max_gap_seconds: float) -> str:
     )
 
 
-def _raw_part(cause: int | None, rung: int | None, sums: Sequence[float]) -> dict[str, float]:
-    """The Usage fields one row of ``_raw_sql`` adds to, with what it adds."""
-    seconds, active, joules, *metric_sums = sums[: 3 + 2 * len(_RAW_METRICS)]
-    signal_sums = dict(
-        zip(("duty", "dram", "pcie"), sums[3 + 2 * len(_RAW_METRICS) :], strict=True)
-    )
-    part: dict[str, float] = {}
+# The index, in a row's sums extended by one, of seconds less activity x seconds (unused).
+_SIGNALS = ("duty", "dram", "pcie")
+_UNUSED = 3 + 2 * len(_RAW_METRICS) + len(_SIGNALS)
+_Plan = tuple[tuple[str, int], ...]
+
+
+@cache
+def _part_plan(cause: int | None, rung: int | None, wanted: frozenset[str]) -> tuple[_Plan, _Plan]:
+    """The ``wanted`` Usage fields a (cause, rung) row of ``_raw_sql`` adds to, each with the
+    index of what it adds in the row's sums (``_UNUSED`` appended): without seconds, with."""
+    part: dict[str, int] = {}
     for i, metric in enumerate(_RAW_METRICS):
-        part[f"{metric}_sum"], part[f"{metric}_count"] = metric_sums[2 * i : 2 * i + 2]
-    if cause is None or not seconds:
-        return part
-    part |= {
-        "covered_seconds": seconds,
-        "unused_seconds": seconds - active,
-        "energy_used_joules": joules,
-        _CAUSE_SECONDS[cause]: seconds,
-        _CAUSE_JOULES[cause]: joules,
-    }
-    signal = _SIGNAL_OF.get(cause)
-    if signal is not None:
-        part[signal.field] = active if signal.signal == "activity" else signal_sums[signal.signal]
-    if cause in _IDLE_CAUSES:
-        part["idle_seconds"] = seconds
-    if rung == _GPU_UTIL:
-        part["fallback_seconds"] = seconds
-    return part
+        part[f"{metric}_sum"], part[f"{metric}_count"] = 3 + 2 * i, 4 + 2 * i
+    bare = dict(part)
+    if cause is not None:
+        part |= {
+            "covered_seconds": 0,
+            "unused_seconds": _UNUSED,
+            "energy_used_joules": 2,
+            _CAUSE_SECONDS[cause]: 0,
+            _CAUSE_JOULES[cause]: 2,
+        }
+        signal = _SIGNAL_OF.get(cause)
+        if signal is not None:
+            part[signal.field] = (
+                1 if signal.signal == "activity" else _UNUSED - 3 + _SIGNALS.index(signal.signal)
+            )
+        if cause in _IDLE_CAUSES:
+            part["idle_seconds"] = 0
+        if rung == _GPU_UTIL:
+            part["fallback_seconds"] = 0
+    return tuple((n, i) for n, i in bare.items() if n in wanted), tuple(
+        (n, i) for n, i in part.items() if n in wanted
+    )
 
 
 def _scans(
@@ -239,6 +247,9 @@ def sum_raw(
     wanted = frozenset(fields)
     for (group, cause, rung), values in by_key.items():
         usage = out[group]
-        for name, value in _raw_part(cause, rung, values).items():
-            if value and name in wanted:
+        values.append(values[0] - values[1])  # _UNUSED
+        bare, full = _part_plan(cause, rung, wanted)
+        for name, i in full if values[0] else bare:
+            value = values[i]
+            if value:
                 setattr(usage, name, getattr(usage, name) + value)
