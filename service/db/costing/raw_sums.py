@@ -228,8 +228,11 @@ def sum_raw(
         shares[k].append((read.group, read.factor))
     fill(conn, _READS, _scans(key_of, timedelta(seconds=thresholds.max_gap_seconds)))
     # The planner cannot estimate the range join and would hash-join a full scan of samples
-    # instead of probing its key once per read.
-    with pg_local(conn, enable_hashjoin="off", enable_mergejoin="off", jit="off"):
+    # instead of probing its key once per read; no two scans share a probe, so a cache in
+    # front of each (Memoize) only adds work (31 ms against 37 for the jobs page's 2,934).
+    with pg_local(
+        conn, enable_hashjoin="off", enable_mergejoin="off", enable_memoize="off", jit="off"
+    ):
         result = conn.exec_driver_sql(
             _raw_sql(conn.dialect.name == "postgresql", thresholds.max_gap_seconds)
         ).all()
