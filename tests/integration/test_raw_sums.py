@@ -1,12 +1,14 @@
 """The raw-sample integration inside the database (one statement per report) gives the numbers
 ``integrate`` gives in Python, on SQLite and PostgreSQL: random sample sequences with gaps
 longer than max_gap, nodata samples, the gpu_util rung, no power, sub-second timestamps, reads
-inside one minute, reads sharing a GPU and one stretch read for several groups."""
+inside one minute, reads sharing a GPU, one stretch read for several groups, and reads that meet
+(a job's start inside a minute: both sides read in one scan)."""
 
 from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from sqlalchemy import Engine, insert
@@ -92,6 +94,11 @@ def random_reads(rng: random.Random, n_groups: int, rows: list[dict[str, object]
     # A minute read as two edge pieces (a split inside it) and a read exactly at a sample.
     reads.append(Span(0, 1, T0 + timedelta(seconds=120), T0 + timedelta(seconds=143.5), 1.0))
     reads.append(Span(0, 1, T0 + timedelta(seconds=143.5), T0 + timedelta(seconds=180), 1.0))
+    # A job starting mid-minute on GPU 2: the seconds before its first whole minute, then the
+    # minute split at its start (two reads scanned as one), then a third piece meeting those.
+    cuts = [T0 + timedelta(seconds=s) for s in (455.125, 480.0, 497.75, 540.0, 561.5)]
+    for group, (lo, hi) in enumerate(pairwise(cuts)):
+        reads.append(Span(group % n_groups, 2, lo, hi, 1.0))
     # The same stretch read for three groups (jobs sharing a GPU): integrated once, each gets
     # its factor's share.
     reads += [reads[0]._replace(group=g, factor=f) for g, f in ((2, 0.25), (3, 0.5), (2, 1.0))]
