@@ -54,9 +54,12 @@ lint: $(DEV_STAMP)
 services:
 	bash scripts/test-services.sh
 
-# Every test but the GPU ones, the schema fuzz included (a plain `pytest` leaves it out).
+# Every test but the GPU ones, the schema fuzz included (a plain `pytest` leaves it out), over
+# $(TEST_WORKERS) pytest-xdist workers; each test file stays on one worker, in its order (its
+# module fixtures built once). TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= 3
 test: services lint
-	$(BIN)/pytest -m "not gpu"
+	$(BIN)/pytest -m "not gpu" -n $(TEST_WORKERS) --dist loadfile
 
 unit: $(DEV_STAMP)
 	$(BIN)/pytest tests/unit

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import hypothesis
@@ -42,6 +42,25 @@ if "HYPOTHESIS_PROFILE" in os.environ:
     hypothesis.settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 elif not os.environ.get("CI"):
     hypothesis.settings.load_profile("dev")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist (controller): hand each worker the COLUMNS this run was started with."""
+    node.workerinput["columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker starts with COLUMNS=80 in its environment: it gets the run's own
+    (none when piped), so the CLI tables a test prints are as wide as in a serial run."""
+    worker_input: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if worker_input is None or "columns" not in worker_input:
+        return
+    if worker_input["columns"] is None:
+        os.environ.pop("COLUMNS", None)
+    else:
+        os.environ["COLUMNS"] = worker_input["columns"]
+
 
 PG_ADMIN_URL = os.environ.get(
     "GPUWARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

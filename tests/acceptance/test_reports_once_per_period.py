@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -64,6 +67,34 @@ def complete_periods(receiver: Receiver) -> set[str]:
     return {p for p, got in by_period.items() if got == RECIPIENTS}
 
 
+@contextmanager
+def holding_agent(bases: list[str], token: str) -> Iterator[None]:
+    """GPU-a0 reports an idle-held sample every 5 s to whichever replica answers, so alice's job
+    holds it in every period, however late the first one ends on a loaded machine."""
+    stop_event = threading.Event()
+
+    def run() -> None:
+        while not stop_event.wait(5.0):
+            batch = make_batch(gpu_uuids=("GPU-a0",), start=utc_now(), count=1,
+                               metrics={"sm_active": 0.0, "fb_used_bytes": 2**31})  # fmt: skip
+            for base in bases:
+                try:
+                    r = httpx.post(f"{base}/api/v1/ingest", json=batch, headers=auth(token),
+                                   timeout=10)  # fmt: skip
+                except httpx.HTTPError:
+                    continue
+                if r.status_code == 200:
+                    break
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop_event.set()
+        thread.join(15)
+
+
 def test_each_report_is_sent_once_across_replicas_and_a_restart(tmp_path: Path) -> None:
     receiver = Receiver()
     config = tmp_path / "gpuwarden.yaml"
@@ -95,14 +126,19 @@ def test_each_report_is_sent_once_across_replicas_and_a_restart(tmp_path: Path) 
                        "started_at": iso(start)}  # fmt: skip
                 assert api.post("/api/v1/jobs", json=job).status_code == 201
 
-            wait_until("a period's reports", lambda: bool(complete_periods(receiver)), timeout=30)
-            leader = next(i for i, base in enumerate(bases) if is_leader(base))
-            stop(procs[leader], signal.SIGKILL)
-            wait_until("the other replica to lead", lambda: is_leader(bases[1 - leader]))
-            procs[leader] = start_central(url, ports[leader], logs[leader], env)
-            wait_until(
-                "three periods' reports", lambda: len(complete_periods(receiver)) >= 3, timeout=60
-            )
+            with holding_agent(bases, admin):
+                wait_until(
+                    "a period's reports", lambda: bool(complete_periods(receiver)), timeout=30
+                )
+                leader = next(i for i, base in enumerate(bases) if is_leader(base))
+                stop(procs[leader], signal.SIGKILL)
+                wait_until("the other replica to lead", lambda: is_leader(bases[1 - leader]))
+                procs[leader] = start_central(url, ports[leader], logs[leader], env)
+                wait_until(
+                    "three periods' reports",
+                    lambda: len(complete_periods(receiver)) >= 3,
+                    timeout=60,
+                )
             with httpx.Client(base_url=bases[leader], headers=auth(admin), timeout=30) as api:
                 sends = api.get("/api/v1/reports/sends").json()
         finally:
