@@ -134,10 +134,28 @@ def _fatal(message: str) -> str:
     return line.strip()
 
 
+# The oldest PostgreSQL GPU Warden runs on: the cost reports' raw reads SET enable_memoize,
+# a setting PostgreSQL 14 introduced (13 would refuse the statement).
+MIN_POSTGRESQL_VERSION = (14,)
+
+
+def describe_old_server(url: URL, version: tuple[int, ...] | None) -> str | None:
+    """One line naming the fix when the PostgreSQL server at ``url`` (its ``version``) is older
+    than GPU Warden needs; None when it is new enough or its version is unknown."""
+    if version is None or version >= MIN_POSTGRESQL_VERSION:
+        return None
+    shown = ".".join(str(part) for part in version)
+    needed = ".".join(str(part) for part in MIN_POSTGRESQL_VERSION)
+    return (
+        f"PostgreSQL on {_where(url)} is version {shown}; GPU Warden needs {needed} or newer: "
+        "upgrade the server or point GPUWARDEN_DATABASE_URL at a newer one"
+    )
+
+
 def check_database(engine: Engine, *, allow_maintenance: bool = False) -> None:
     """Open one connection to ``engine``'s database; DatabaseUnavailable, one line naming the
-    fix, when it cannot be opened, is a SQLite file in a missing folder, or is one of
-    PostgreSQL's own databases (unless ``allow_maintenance``)."""
+    fix, when it cannot be opened, is a SQLite file in a missing folder, is one of
+    PostgreSQL's own databases (unless ``allow_maintenance``) or is on a PostgreSQL too old."""
     url = engine.url
     if url.get_backend_name() == "sqlite":
         path = url.database or ""
@@ -156,7 +174,12 @@ def check_database(engine: Engine, *, allow_maintenance: bool = False) -> None:
             f"{url.database!r} anyway)"
         )
     try:
-        with engine.connect():
-            pass
+        with engine.connect() as conn:
+            # SQLAlchemy's version tuple may end in text ("devel", "beta1"): the numbers count.
+            info = conn.dialect.server_version_info
+            version = None if info is None else tuple(p for p in info if isinstance(p, int))
     except DBAPIError as exc:
         raise DatabaseUnavailable(describe_connect_error(url, str(exc.orig))) from None
+    old = describe_old_server(url, version) if url.get_backend_name() == "postgresql" else None
+    if old is not None:
+        raise DatabaseUnavailable(old)
