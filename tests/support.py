@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import socket
@@ -42,11 +43,46 @@ class FakeClock:
         self.now = when
 
 
-def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
+# Under pytest-xdist each worker hands out ports from its own block below the kernel's
+# ephemeral range (32768 and up), so a port one worker picked and has not bound yet is never
+# picked by another; each block is walked in turn, so a test's second port is not its first.
+_PORT_BLOCK = 3000
+_PORT_BASE = 20000
+_next_port: list[int] = []
+
+
+def _worker_index() -> int | None:
+    """This process's pytest-xdist worker number (gw0 -> 0), None when not under xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now (and, under pytest-xdist, one no other
+    worker is handed)."""
+    index = _worker_index()
+    if index is None or index >= (32768 - _PORT_BASE) // _PORT_BLOCK:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    low = _PORT_BASE + index * _PORT_BLOCK
+    if not _next_port:
+        _next_port.append(low + os.getpid() % _PORT_BLOCK)
+    for _ in range(_PORT_BLOCK):
+        port = low + (_next_port[0] - low) % _PORT_BLOCK
+        _next_port[0] = port + 1
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free port in {low}-{low + _PORT_BLOCK - 1}")
 
 
 class _QuickStopServer(uvicorn.Server):
