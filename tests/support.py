@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +41,27 @@ class FakeClock:
 
     def set(self, when: datetime) -> None:
         self.now = when
+
+
+@contextmanager
+def every(seconds: float, step: Callable[[], None], *, first_after: float = 0.0) -> Iterator[None]:
+    """Call ``step`` in a daemon thread every ``seconds`` (the first time after ``first_after``)
+    while the block runs; stopped and joined (15 s at most) when it ends."""
+    stop_event = threading.Event()
+
+    def run() -> None:
+        wait = first_after
+        while not stop_event.wait(wait):
+            step()
+            wait = seconds
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop_event.set()
+        thread.join(15)
 
 
 # Under pytest-xdist each worker hands out ports from its own block below the kernel's

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ from tests.alerting_support import auth
 from tests.conftest import empty_engine
 from tests.process_support import start_central, stop, wait_until
 from tests.receivers import Receiver
-from tests.support import free_port, iso, make_batch
+from tests.support import every, free_port, iso, make_batch
 
 CONFIG = """\
 channels:
@@ -71,28 +70,21 @@ def complete_periods(receiver: Receiver) -> set[str]:
 def holding_agent(bases: list[str], token: str) -> Iterator[None]:
     """GPU-a0 reports an idle-held sample every 5 s to whichever replica answers, so alice's job
     holds it in every period, however late the first one ends on a loaded machine."""
-    stop_event = threading.Event()
 
-    def run() -> None:
-        while not stop_event.wait(5.0):
-            batch = make_batch(gpu_uuids=("GPU-a0",), start=utc_now(), count=1,
-                               metrics={"sm_active": 0.0, "fb_used_bytes": 2**31})  # fmt: skip
-            for base in bases:
-                try:
-                    r = httpx.post(f"{base}/api/v1/ingest", json=batch, headers=auth(token),
-                                   timeout=10)  # fmt: skip
-                except httpx.HTTPError:
-                    continue
-                if r.status_code == 200:
-                    break
+    def report() -> None:
+        batch = make_batch(gpu_uuids=("GPU-a0",), start=utc_now(), count=1,
+                           metrics={"sm_active": 0.0, "fb_used_bytes": 2**31})  # fmt: skip
+        for base in bases:
+            try:
+                r = httpx.post(f"{base}/api/v1/ingest", json=batch, headers=auth(token),
+                               timeout=10)  # fmt: skip
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                break
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with every(5.0, report, first_after=5.0):
         yield
-    finally:
-        stop_event.set()
-        thread.join(15)
 
 
 def test_each_report_is_sent_once_across_replicas_and_a_restart(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ idle-held sample every second (and those the outage kept from arriving, once it 
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from tests.ladder_support import IDLE_HELD, idle_policy
 from tests.process_support import start_central, stop, wait_until
 from tests.receivers import Receiver
 from tests.slurm_support import squeue_stand_in
-from tests.support import free_port, make_batch
+from tests.support import every, free_port, make_batch
 
 JOB = "slurm:77"
 RECLAIM_AFTER_SECONDS = 20
@@ -45,31 +44,22 @@ LADDER = {
 @contextmanager
 def idle_agent(url: str, token: str) -> Iterator[None]:
     """Post one idle-held sample a second for GPU-a0; samples that fail are posted again."""
-    stop_event = threading.Event()
     due: list[datetime] = []
 
-    def run() -> None:
-        with httpx.Client(base_url=url, timeout=5) as http:
-            while not stop_event.is_set():
-                due.append(utc_now().replace(microsecond=0))
-                while due:
-                    batch = make_batch(start=due[0], count=1, metrics=IDLE_HELD)
-                    try:
-                        ok = http.post("/api/v1/ingest", json=batch, headers=auth(token))
-                    except httpx.HTTPError:
-                        break
-                    if ok.status_code != 200:
-                        break
-                    due.pop(0)
-                stop_event.wait(1.0)
+    def post_due(http: httpx.Client) -> None:
+        due.append(utc_now().replace(microsecond=0))
+        while due:
+            batch = make_batch(start=due[0], count=1, metrics=IDLE_HELD)
+            try:
+                ok = http.post("/api/v1/ingest", json=batch, headers=auth(token))
+            except httpx.HTTPError:
+                return
+            if ok.status_code != 200:
+                return
+            due.pop(0)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with httpx.Client(base_url=url, timeout=5) as http, every(1.0, lambda: post_due(http)):
         yield
-    finally:
-        stop_event.set()
-        thread.join(10)
 
 
 def stand_ins(tmp: Path) -> dict[str, str]:
