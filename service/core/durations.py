@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 # Largest first: the order a Prometheus duration must use.
 _UNITS: dict[str, int] = {
@@ -69,3 +70,22 @@ def parse_duration_param(text: str) -> float:
         raise ValueError(
             f"{text!r} is not a duration: give seconds (90, 2.5) or a duration like 30s or 1h30m"
         ) from None
+
+
+# The longest duration a policy's window, for, repeat interval or a ladder step may have (raw
+# data is kept days, not years; longer would overflow date arithmetic at evaluation time).
+MAX_SPEC_SECONDS = 366 * 86400
+
+
+def spec_duration(field: str, value: Any, *, allow_zero: bool, like: str) -> str:
+    """``value`` (a duration, or seconds) as a policy or ladder field keeps it; else ValueError."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = f"{value}s"
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a duration like {like}")
+    seconds = parse_duration(value)  # its ValueError names the accepted forms
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{field} must be greater than 0s")
+    if seconds > MAX_SPEC_SECONDS:
+        raise ValueError(f"{field} must be at most 366d")
+    return value.strip()

@@ -16,7 +16,7 @@ from typing import Any, Literal, assert_never, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from service.core.durations import parse_duration
+from service.core.durations import parse_duration, spec_duration
 
 StepAction = Literal["notify_owner", "reclaim"]
 DriverName = Literal["slurm", "kubernetes", "webhook"]
@@ -27,8 +27,8 @@ KubernetesMode = Literal["delete_pod", "scale_to_zero"]
 # refused: the scheduler lists the job otherwise than GPU Warden recorded it (never acted on).
 ProgressState = Literal["active", "done", "gone", "reset", "exempt", "refused"]
 EXEMPT_LABEL = "gpuwarden.io/exempt"
-# The longest delay a step may have (as for a policy's other durations).
-MAX_STEP_SECONDS = 366 * 86400
+# The examples a step's refused duration names.
+_LIKE = "60m, 105m or 2h"
 
 # The word a timeline uses for each driver's reclaim mode.
 _RECLAIM_WORDS: dict[tuple[DriverName, str], str] = {
@@ -38,19 +38,6 @@ _RECLAIM_WORDS: dict[tuple[DriverName, str], str] = {
     ("kubernetes", "scale_to_zero"): "scale to zero",
     ("webhook", "reclaim"): "reclaim",
 }
-
-
-def _seconds(field: str, value: Any, *, allow_zero: bool) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = f"{value}s"
-    if not isinstance(value, str):
-        raise ValueError(f"{field} must be a duration like 60m, 105m or 2h")
-    seconds = parse_duration(value)
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ValueError(f"{field} must be greater than 0s")
-    if seconds > MAX_STEP_SECONDS:
-        raise ValueError(f"{field} must be at most 366d")
-    return value.strip()
 
 
 class LadderStep(BaseModel):
@@ -69,7 +56,7 @@ class LadderStep(BaseModel):
     @field_validator("after", mode="before")
     @classmethod
     def _after(cls, value: Any) -> str:
-        return _seconds("after", value, allow_zero=True)
+        return spec_duration("after", value, allow_zero=True, like=_LIKE)
 
     @property
     def after_seconds(self) -> float:
@@ -98,7 +85,9 @@ class LadderExempt(BaseModel):
     @field_validator("min_age", mode="before")
     @classmethod
     def _min_age(cls, value: Any) -> str | None:
-        return None if value is None else _seconds("min_age", value, allow_zero=True)
+        if value is None:
+            return None
+        return spec_duration("min_age", value, allow_zero=True, like=_LIKE)
 
     @property
     def min_age_seconds(self) -> float:

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from service.core.diagnosis import CAUSE_BY_NAME, CAUSE_MEANING, WASTE_CAUSES, Cause
-from service.core.durations import parse_duration
+from service.core.durations import parse_duration, spec_duration
 from service.core.job_ids import control_problem
 from service.delivery import webhook_key_problem
 from service.errors import ValidationFailed
@@ -84,22 +84,8 @@ Op = Literal["<", "<=", ">", ">="]
 Aggregate = Literal["avg", "max", "min"]
 Scope = Literal["gpu", "node", "job"]
 Severity = Literal["info", "warning", "critical"]
-# Longer windows, for and repeat durations have no use (raw data is kept days, not years) and
-# would overflow date arithmetic at evaluation time.
-MAX_DURATION_SECONDS = 366 * 86400
-
-
-def _duration(field: str, value: Any, *, allow_zero: bool) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = f"{value}s"
-    if not isinstance(value, str):
-        raise ValueError(f"{field} must be a duration like 30s, 15m or 4h")
-    seconds = parse_duration(value)  # its ValueError names the accepted forms
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ValueError(f"{field} must be greater than 0s")
-    if seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"{field} must be at most 366d")
-    return value.strip()
+# The examples a refused window, for or repeat interval names.
+_LIKE = "30s, 15m or 4h"
 
 
 class PolicySpec(BaseModel):
@@ -154,17 +140,17 @@ class PolicySpec(BaseModel):
     @field_validator("window")
     @classmethod
     def _window(cls, value: Any) -> str:
-        return _duration("window", value, allow_zero=False)
+        return spec_duration("window", value, allow_zero=False, like=_LIKE)
 
     @field_validator("for_", mode="before")
     @classmethod
     def _for(cls, value: Any) -> str:
-        return _duration("for", value, allow_zero=True)
+        return spec_duration("for", value, allow_zero=True, like=_LIKE)
 
     @field_validator("repeat_interval", mode="before")
     @classmethod
     def _repeat(cls, value: Any) -> str:
-        return _duration("repeat_interval", value, allow_zero=False)
+        return spec_duration("repeat_interval", value, allow_zero=False, like=_LIKE)
 
     @model_validator(mode="after")
     def _node_metric_on_nodes(self) -> PolicySpec:
