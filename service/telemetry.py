@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
-# The label values each labelled counter starts with, at 0. A series that first appears at 1
-# has no earlier sample to rise from, so increase() - and every rule built on it - would miss
-# the first event; one that exists at 0 from the start shows it.
+from service.families import OwnRegistry
+
+# The label values each labelled counter starts with, at 0 (service/families.py says why).
 INGEST_OUTCOMES: tuple[str, ...] = ("stored", "rejected", "refused", "error")
 # Database operations counted by the API (background tasks add their own names, see ``task``).
 DB_OPERATIONS: tuple[str, ...] = ("ingest", "metrics", "readyz", "statement_timeout", "unavailable")
@@ -24,19 +23,17 @@ SET_ASIDE_ROUNDS = ("rollup", "evaluate", "deliver")
 JOB_CONFLICT_SOURCES = ("api", "observed")
 
 
-class Telemetry:
+class Telemetry(OwnRegistry):
     """Counters and histograms the service updates as it works; exposed on /metrics."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
-        r = self.registry
-        # Every family below goes into this object's own registry, never the global one.
-        counter, gauge = partial(Counter, registry=r), partial(Gauge, registry=r)
-        histogram = partial(Histogram, registry=r)
+        super().__init__(registry)
+        counter, gauge, histogram = self.counter, self.gauge, self.histogram
         self.ingest_batches = counter(
             "gpuwarden_ingest_batches",
             "Ingest batches by outcome (stored; rejected; refused: busy or client gone; error).",
             ["outcome"],
+            zero=INGEST_OUTCOMES,
         )
         self.ingest_samples = counter(
             "gpuwarden_ingest_samples", "Samples received in stored batches."
@@ -61,6 +58,7 @@ class Telemetry:
             "gpuwarden_database_errors",
             "Database operations that failed, by operation.",
             ["operation"],
+            zero=DB_OPERATIONS,
         )
         # "task", not "job": Prometheus owns the job label of every scraped series.
         self.job_runs = counter(
@@ -78,6 +76,7 @@ class Telemetry:
             "Stored rows a background round could not use and left out, by round (rollup,"
             " evaluate, deliver); each is logged with which row and why.",
             ["round"],
+            zero=SET_ASIDE_ROUNDS,
         )
         self.job_conflicts = counter(
             "gpuwarden_job_conflicts",
@@ -85,6 +84,7 @@ class Telemetry:
             " refused and recorded on the job, by source (api: the node's POST or PATCH;"
             " observed: its process hints).",
             ["source"],
+            zero=JOB_CONFLICT_SOURCES,
         )
         self.rollup_buckets = counter(
             "gpuwarden_rollup_buckets_recomputed",
@@ -118,14 +118,6 @@ class Telemetry:
             "gpuwarden_evaluator_leader",
             "1 while this replica holds the evaluator lock (evaluates and sends), else 0.",
         )
-        for outcome in INGEST_OUTCOMES:
-            self.ingest_batches.labels(outcome)
-        for operation in DB_OPERATIONS:
-            self.db_errors.labels(operation)
-        for round_ in SET_ASIDE_ROUNDS:
-            self.set_aside_rows.labels(round_)
-        for source in JOB_CONFLICT_SOURCES:
-            self.job_conflicts.labels(source)
         self.alerts_firing = gauge(
             "gpuwarden_alerts_firing", "Alerts firing now, by severity.", ["severity"]
         )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from service.delivery import Refusal
+from service.families import OwnRegistry
 
 # Every kind of agent error, each series started at 0 so increase() sees the first one.
 ERROR_KINDS: tuple[str, ...] = (
@@ -20,25 +20,23 @@ ERROR_KINDS: tuple[str, ...] = (
 )
 
 
-class AgentTelemetry:
+class AgentTelemetry(OwnRegistry):
     """Counters and gauges the agent updates as it works; served on its optional /metrics port."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
-        r = self.registry
-        # Every family below goes into this object's own registry, never the global one.
-        counter, gauge = partial(Counter, registry=r), partial(Gauge, registry=r)
-        histogram = partial(Histogram, registry=r)
+        super().__init__(registry)
+        counter, gauge, histogram = self.counter, self.gauge, self.histogram
         self.cycle_seconds = histogram(
             "gpuwarden_agent_cycle_duration_seconds",
             "Wall time of one collect-and-ship cycle.",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
         )
         self.errors = counter(
-            "gpuwarden_agent_errors", f"Errors by kind ({', '.join(ERROR_KINDS)}).", ["kind"]
+            "gpuwarden_agent_errors",
+            f"Errors by kind ({', '.join(ERROR_KINDS)}).",
+            ["kind"],
+            zero=ERROR_KINDS,
         )
-        for kind in ERROR_KINDS:
-            self.errors.labels(kind)
         self.spool_batches = gauge(
             "gpuwarden_agent_spool_batches", "Polls waiting in the on-disk spool."
         )

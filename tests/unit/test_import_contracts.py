@@ -20,6 +20,7 @@ AGENT_MAY_IMPORT = {
     "service.clock",
     "service.wire",
     "service.delivery",
+    "service.families",  # the metric families its telemetry shares with the service's
 }
 
 
