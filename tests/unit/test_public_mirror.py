@@ -51,9 +51,19 @@ def test_a_typed_dict_row_less_its_excluded_fields() -> None:
     assert RowPublic.model_validate(row).model_dump_json() == '{"x":1,"y":"why"}'
 
 
+def test_fields_named_first_lead_in_that_order() -> None:
+    @mirror(Source, first=("c", "a"))
+    class Led(BaseModel):
+        """Led by c, then a."""
+
+    assert list(Led.model_fields) == ["c", "a", "b", "d"]
+
+
 def test_an_unknown_exclusion_and_a_method_that_would_be_lost_are_errors() -> None:
     with pytest.raises(TypeError, match="no field nope"):
         mirror(Row, exclude=("nope",))
+    with pytest.raises(TypeError, match="no field first"):
+        mirror(Row, first=("first",))
     with pytest.raises(TypeError, match="would lose shown"):
 
         @mirror(Row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from types import FunctionType
 from typing import Any, TypeVar
 
@@ -28,15 +28,18 @@ def _defaults(source: type) -> dict[str, object]:
     return found
 
 
-def mirror(source: type, *, exclude: Collection[str] = ()) -> Callable[[type[M]], type[M]]:
-    """Give the decorated model ``source``'s fields in their order, less ``exclude``; a field the
-    model declares itself takes that field's place (a description, a public type) and any
-    other field it declares follows. The model keeps its name, docstring and config, not its
-    methods (declare none)."""
-    hints = typing.get_type_hints(source)
-    unknown = set(exclude) - set(hints)
+def mirror(
+    source: type, *, exclude: Collection[str] = (), first: Sequence[str] = ()
+) -> Callable[[type[M]], type[M]]:
+    """Give the decorated model ``source``'s fields in their order (those named in ``first``
+    lead, in that order), less ``exclude``; a field the model declares itself takes that
+    field's place (a description, a public type) and any other field it declares follows. The
+    model keeps its name, docstring and config, not its methods (declare none)."""
+    found = typing.get_type_hints(source)
+    unknown = (set(exclude) | set(first)) - set(found)
     if unknown:
         raise TypeError(f"{source.__name__} has no field {', '.join(sorted(unknown))}")
+    hints = {name: found[name] for name in first} | found
     defaults = _defaults(source)
 
     def build(model: type[M]) -> type[M]:

@@ -7,8 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.api.schemas.derive import mirror
 from service.api.schemas.times import StoredTimeAnyZone
 from service.db.owners_repo import StoredOwner
+from service.db.rows import NoticeRow
 from service.thresholds.owners import (
     EMAIL_MAX,
     EMAIL_PATTERN,
@@ -66,25 +68,13 @@ class OwnerPublic(BaseModel):
         )
 
 
+@mirror(NoticeRow, first=("id", "delivery_id"))
 class NoticePublic(BaseModel):
     """A message queued for a person: what, meant for whom, sent to whom (and why, when it
     fell back to the team or the admins), on which channel, when, and whether it went.
     ``address`` is shown to admins only."""
 
-    id: int
-    delivery_id: str | None
-    kind: str
-    subject: str
-    job_id: str | None
-    policy: str | None
-    asked: str
-    recipient: str | None
-    fallback: str | None
-    reason: str | None
-    channel: str | None
-    address: str | None
     status: Literal["pending", "sent", "failed", "unreachable"]
-    error: str | None
     created_at: StoredTimeAnyZone
     sent_at: StoredTimeAnyZone | None
 
