@@ -26,38 +26,40 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?\Z")
 # may be one part of 100 characters.
 _SUBDOMAIN_PART = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\Z")
 KUBERNETES_PREFIXES = ("k8s", "kubernetes")
+# What each pattern asks for, as a refusal names it.
+_LABEL_IS = (
+    "a DNS-1123 label (lower-case letters, digits and '-', at most 63, starting and ending with"
+    " a letter or digit)"
+)
+_SUBDOMAIN_IS = (
+    "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253, each"
+    " dot-separated part starting and ending with a letter or digit)"
+)
+_SLURM_ID_IS = (
+    "a Slurm job id as squeue prints it (<job>, <job>_<task> or <job>+<offset>, without leading"
+    " zeros)"
+)
+
+
+def _unless(sound: bool, text: str, what: str) -> str | None:
+    """None when ``text`` is ``sound``, else the sentence that it is not ``what``."""
+    return None if sound else f"{text!r} is not {what}"
 
 
 def dns1123_label_problem(name: str) -> str | None:
     """Why ``name`` is not a DNS-1123 label (a Kubernetes namespace), or None."""
-    if _DNS1123_LABEL.fullmatch(name):
-        return None
-    return (
-        f"{name!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63,"
-        " starting and ending with a letter or digit)"
-    )
+    return _unless(bool(_DNS1123_LABEL.fullmatch(name)), name, _LABEL_IS)
 
 
 def dns1123_subdomain_problem(name: str) -> str | None:
     """Why ``name`` is not a DNS-1123 subdomain (a Kubernetes object name), or None."""
-    if _DNS1123_SUBDOMAIN.fullmatch(name) and all(
-        _SUBDOMAIN_PART.fullmatch(p) for p in name.split(".")
-    ):
-        return None
-    return (
-        f"{name!r} is not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at"
-        " most 253, each dot-separated part starting and ending with a letter or digit)"
-    )
+    parts = all(_SUBDOMAIN_PART.fullmatch(p) for p in name.split("."))
+    return _unless(bool(_DNS1123_SUBDOMAIN.fullmatch(name)) and parts, name, _SUBDOMAIN_IS)
 
 
 def slurm_id_problem(slurm_id: str) -> str | None:
     """Why ``slurm_id`` (after ``slurm:``) is not a Slurm job id as squeue prints it, or None."""
-    if SLURM_ID.fullmatch(slurm_id):
-        return None
-    return (
-        f"{slurm_id!r} is not a Slurm job id as squeue prints it (<job>, <job>_<task> or"
-        " <job>+<offset>, without leading zeros)"
-    )
+    return _unless(bool(SLURM_ID.fullmatch(slurm_id)), slurm_id, _SLURM_ID_IS)
 
 
 def kubernetes_id_problem(rest: str) -> str | None:
