@@ -9,7 +9,6 @@ from service.api import query
 from service.api.deps import AppState, Ctx, Expensive, ReadConn, Reader
 from service.api.schemas.gpus import FleetPublic
 from service.costs.money import SORT_BYS
-from service.errors import ValidationFailed
 from service.usecases.fleet import FleetFilter, FleetPage, fleet_now
 
 router = APIRouter(prefix="/fleet", tags=["gpus"])
@@ -54,13 +53,10 @@ def fleet(
         raise query.query_error("sort", f"unknown sort {sort!r}; one of {SORT_BYS}")
     cache = app_state.fleet_cache
     only = FleetFilter(node=node, model=model, team=team, user=user, state=state, cause=cause)
-    try:
-        data = fleet_now(
-            conn, settings=ctx.settings, now=ctx.clock(), cache=cache, only=only, sort_by=sort,
-            page=FleetPage(offset=offset, limit=limit),
-        )  # fmt: skip
-    except ValidationFailed as exc:
-        raise query.query_error(exc.field, exc.message) from None
+    data = query.query_errors(fleet_now)(
+        conn, settings=ctx.settings, now=ctx.clock(), cache=cache, only=only, sort_by=sort,
+        page=FleetPage(offset=offset, limit=limit),
+    )  # fmt: skip
     body = FleetPublic.model_validate(data)
     # Serialise once here; letting FastAPI validate a thousand GPUs again doubles the cost.
     return Response(body.model_dump_json(), media_type="application/json")

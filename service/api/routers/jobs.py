@@ -410,13 +410,10 @@ def list_jobs(
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=7 * 86400
     )
-    try:
-        page = job_list.jobs_with_costs(
-            conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
-            user=user, team=team, sort=sort, limit=limit, offset=offset, scope=scope,
-        )  # fmt: skip
-    except ValidationFailed as exc:
-        raise query.query_error(exc.field, exc.message) from exc
+    page = query.query_errors(job_list.jobs_with_costs)(
+        conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
+        user=user, team=team, sort=sort, limit=limit, offset=offset, scope=scope,
+    )  # fmt: skip
     response.headers["X-Total-Count"] = str(page.total)
     response.headers["X-Report-Start"] = start_at.isoformat()
     response.headers["X-Report-End"] = page.end.isoformat()

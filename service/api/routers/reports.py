@@ -19,7 +19,6 @@ from service.core.diagnosis import CAUSE_NAMES
 from service.costs import focus
 from service.costs.money import SORT_BYS
 from service.costs.waste import GROUP_BYS
-from service.errors import ValidationFailed
 from service.usecases import savings_columns
 from service.usecases.costing import cost_report as cost_usecase
 from service.usecases.costing import focus_report
@@ -147,24 +146,21 @@ def cost_report(
     if format == "focus":
         request = cost_usecase.ReportRequest(start_at, end_at, now, group_by, user, team, scope)
         return _focus(ctx, conn, request)
-    try:
-        data = cost_usecase.cost_report(
-            conn,
-            settings=ctx.settings,
-            start=start_at,
-            end=end_at,
-            now=now,
-            group_by=group_by,
-            user=user,
-            team=team,
-            cause=cause,
-            sort_by=sort,
-            limit=limit,
-            offset=offset,
-            scope=scope,
-        )
-    except ValidationFailed as exc:
-        raise query.query_error(exc.field, exc.message) from exc
+    data = query.query_errors(cost_usecase.cost_report)(
+        conn,
+        settings=ctx.settings,
+        start=start_at,
+        end=end_at,
+        now=now,
+        group_by=group_by,
+        user=user,
+        team=team,
+        cause=cause,
+        sort_by=sort,
+        limit=limit,
+        offset=offset,
+        scope=scope,
+    )
     savings_columns.add_savings(
         conn, data, start=start_at, end=end_at, user=user, team=team, scope=scope
     )
@@ -187,10 +183,9 @@ def to_focus_csv(rows: list[list[Any]]) -> str:
 
 def _focus(ctx: ServiceContext, conn: Connection, request: cost_usecase.ReportRequest) -> Response:
     """The cost report as a FOCUS CSV download."""
-    try:
-        days = focus_report.report_days(conn, settings=ctx.settings, request=request)
-    except ValidationFailed as exc:
-        raise query.query_error(exc.field, exc.message) from exc
+    days = query.query_errors(focus_report.report_days)(
+        conn, settings=ctx.settings, request=request
+    )
     group_by = request.group_by
     body = to_focus_csv(focus.focus_rows(days, group_by=group_by))
     headers = {"Content-Disposition": f'attachment; filename="gpuwarden-focus-{group_by}.csv"'}

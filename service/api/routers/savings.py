@@ -10,7 +10,6 @@ from fastapi import APIRouter, Query
 from service.api import query
 from service.api.deps import Ctx, Expensive, ReadConn, Scope
 from service.api.schemas.savings import SavingsLedgerPublic
-from service.errors import ValidationFailed
 from service.usecases import savings as savings_usecase
 
 router = APIRouter(prefix="/reports", tags=["reports"])
@@ -36,11 +35,8 @@ def savings_ledger(
     start_at, end_at = query.window(
         start=start, end=end, since=since, now=now, default_seconds=30 * 86400
     )
-    try:
-        found = savings_usecase.savings_ledger(
-            conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
-            group_by=group_by, scope=scope,
-        )  # fmt: skip
-    except ValidationFailed as exc:
-        raise query.query_error(exc.field, exc.message) from exc
+    found = query.query_errors(savings_usecase.savings_ledger)(
+        conn, settings=ctx.settings, start=start_at, end=end_at, now=now,
+        group_by=group_by, scope=scope,
+    )  # fmt: skip
     return found.as_dict()
