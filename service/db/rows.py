@@ -173,6 +173,14 @@ class JobRow(TypedDict):
     work_key: NotRequired[str | None]  # runs of the same work share it (core/work_key.py)
 
 
+class EpisodeKey(TypedDict):
+    """The (policy, job, alert episode) a ladder's progress and audit rows are kept under."""
+
+    policy: str
+    job_id: str
+    alert_id: int
+
+
 class ActionRow(TypedDict):
     """One audit row of a ladder's step: what it did (or would have), its outcome and why, with
     the figures behind it."""

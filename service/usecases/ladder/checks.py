@@ -126,9 +126,7 @@ def evidence(turn: Turn, job: Mapping[str, Any]) -> str | None:
 def backing_off(rnd: Round, ep: Episode, step: int) -> bool:
     """Whether ``step`` failed too recently to be tried again."""
     with rnd.ctx.engine.connect() as conn:
-        failed = actions_repo.last_failure_at(
-            conn, policy=ep.policy.name, job_id=ep.job_id, alert_id=ep.alert_id, step=step
-        )
+        failed = actions_repo.last_failure_at(conn, **ep.key, step=step)
     return failed is not None and rnd.now - failed < timedelta(
         seconds=rnd.ctx.settings.action_retry_seconds
     )

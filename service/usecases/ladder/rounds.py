@@ -129,9 +129,7 @@ def _advance(rnd: Round, ep: Episode) -> DriverCall | None:
     with rnd.ctx.engine.begin() as conn:
         prog = ladder_repo.progress_for(
             conn,
-            policy=ep.policy.name,
-            job_id=ep.job_id,
-            alert_id=ep.alert_id,
+            **ep.key,
             episode_start=ep.state.active_since,
             now=rnd.now,
             ladder_digest=ep.ladder.digest,

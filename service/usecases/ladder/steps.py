@@ -147,13 +147,7 @@ def _unwarned(turn: Turn) -> str | None:
     only queued or failed), or None when one was delivered."""
     ep = turn.ep
     with turn.ctx.engine.connect() as conn:
-        ids = actions_repo.warning_deliveries(
-            conn,
-            policy=ep.policy.name,
-            job_id=ep.job_id,
-            alert_id=ep.alert_id,
-            since=turn.prog.episode_start,
-        )
+        ids = actions_repo.warning_deliveries(conn, **ep.key, since=turn.prog.episode_start)
         found = outbox_repo.statuses(conn, delivery_ids=ids)
     counts = {s: sum(1 for v in found.values() if v == s) for s in ("sent", "pending", "failed")}
     if counts["sent"]:

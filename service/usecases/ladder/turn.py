@@ -13,7 +13,7 @@ from service.actions.base import ReclaimDriver
 from service.context import ServiceContext
 from service.core.verdict import NO_VERDICT, Verdict
 from service.db import actions_repo, ladder_repo, policies_repo
-from service.db.rows import NewOutboxRow
+from service.db.rows import EpisodeKey, NewOutboxRow
 from service.notify import Notification
 from service.thresholds.evaluator import AlertState
 from service.thresholds.ladder import JobFacts, LadderProgress, LadderSpec, next_step_at, step_word
@@ -39,6 +39,11 @@ class Episode:
     job_id: str
     user: str | None = None
     team: str | None = None
+
+    @property
+    def key(self) -> EpisodeKey:
+        """The keywords a repository keeps this episode's ladder rows under."""
+        return {"policy": self.policy.name, "job_id": self.job_id, "alert_id": self.alert_id}
 
 
 @dataclass
@@ -189,9 +194,7 @@ def record(
     actions_repo.record_action(
         conn,
         at=now,
-        policy=ep.policy.name,
-        job_id=ep.job_id,
-        alert_id=ep.alert_id,
+        **ep.key,
         user=ep.user,
         team=ep.team,
         step=step,
@@ -213,9 +216,7 @@ def hold(turn: Turn, *, reason: str) -> None:
     ep, step = turn.ep, turn.step
     log.info("the ladder of %s holds step %d on %s: %s", ep.policy.name, step, ep.job_id, reason)
     with turn.ctx.engine.begin() as conn:
-        last = actions_repo.latest_action(
-            conn, policy=ep.policy.name, job_id=ep.job_id, alert_id=ep.alert_id
-        )
+        last = actions_repo.latest_action(conn, **ep.key)
         if last and (last["outcome"], last["step"], last["reason"]) == ("held", step, reason):
             return
         record(
