@@ -14,11 +14,15 @@ from typing import Any
 from service.core.slack_text import (
     BLOCKS_MAX,
     FIELD_MAX,
-    FIELDS_MAX,
     HEADER_MAX,
     SECTION_MAX,
+    Block,
+    context_block,
     cut_escaped,
     escape,
+    fields_block,
+    header_block,
+    section_block,
 )
 from service.costs.periodic import JobLine, Ranked, Report, Totals, change
 
@@ -255,36 +259,22 @@ def _link(url: str, label: str) -> str:
 def render_slack(report: Report) -> dict[str, Any]:
     """The Slack message (``text`` and ``blocks``), within Block Kit's limits."""
     head = subject(report)
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": head[:HEADER_MAX]}}
-    ]
+    blocks: list[Block] = [header_block(head[:HEADER_MAX])]
     t = report.totals
     lines = [no_jobs_line(report)] if t is None else _summary_lines(report, t)
     blocks.append(_section("\n".join(lines)))
     for job, (line, fix) in zip(report.top_jobs, _job_lines(report), strict=True):
         text = cut_escaped(line + (f"\n{fix}" if fix else ""), SECTION_MAX - 250)
-        blocks.append(_section_raw(text + "\n" + _link(job.url, "job page")))
+        blocks.append(section_block(text + "\n" + _link(job.url, "job page")))
     for title, ranked in _rankings(report):
-        fields = [
-            {"type": "mrkdwn", "text": cut_escaped(_ranked_line(i, r), FIELD_MAX)}
-            for i, r in enumerate(ranked, 1)
-        ][:FIELDS_MAX]
-        blocks += [_section(f"{title} (by waste)"), {"type": "section", "fields": fields}]
-    blocks.append(
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": _link(report.page_url, "Details")}],
-        }
-    )
+        fields = (cut_escaped(_ranked_line(i, r), FIELD_MAX) for i, r in enumerate(ranked, 1))
+        blocks += [_section(f"{title} (by waste)"), fields_block(fields)]
+    blocks.append(context_block(_link(report.page_url, "Details")))
     return {"text": cut_escaped(head, SECTION_MAX), "blocks": blocks[:BLOCKS_MAX]}
 
 
-def _section(text: str) -> dict[str, Any]:
-    return _section_raw(cut_escaped(text, SECTION_MAX))
-
-
-def _section_raw(mrkdwn: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
+def _section(text: str) -> Block:
+    return section_block(cut_escaped(text, SECTION_MAX))
 
 
 def render(report: Report) -> Rendered:

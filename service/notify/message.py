@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import html
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from service.core.slack_text import (
-    FIELD_MAX,
-    HEADER_MAX,
-    SECTION_MAX,
     TEXT_MAX,
     cut,
     cut_escaped,
     escape,
+    field_text,
+    message_blocks,
 )
 from service.core.verdict import NO_VERDICT, Verdict
 from service.delivery import rfc3339
@@ -146,26 +144,8 @@ def render_owner_notice(n: OwnerNotice) -> Message:
         f"<html><body><p>{html.escape(greeting)}</p><p>{html.escape(intro)}</p>"
         f"<table>{rows}</table>{link}</body></html>"
     )
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": cut(subject, HEADER_MAX)}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": cut_escaped(intro, SECTION_MAX)}},
-        {
-            "type": "section",
-            "fields": [
-                {"type": "mrkdwn", "text": cut_escaped(f"*{h}*\n{b}", FIELD_MAX)}
-                for h, b in lines[:10]
-            ],
-        },
-    ]
-    if n.report_url:
-        blocks.append(
-            {
-                "type": "context",
-                "elements": [
-                    {"type": "mrkdwn", "text": f"<{escape(n.report_url)}|The job's page>"}
-                ],
-            }
-        )
+    page = f"<{escape(n.report_url)}|The job's page>" if n.report_url else None
+    blocks = message_blocks(subject, intro, (field_text(h, b) for h, b in lines), page)
     return Message(
         subject=cut(subject, 998),
         text=text,

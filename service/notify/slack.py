@@ -8,14 +8,11 @@ from typing import Any
 import httpx
 
 from service.core.slack_text import (
-    FIELD_MAX,
-    FIELDS_MAX,
-    HEADER_MAX,
-    SECTION_MAX,
     TEXT_MAX,
-    cut,
     cut_escaped,
     escape,
+    field_text,
+    message_blocks,
 )
 from service.notify.base import Notification, dumps, iso, post_json
 from service.notify.envelope import Envelope
@@ -47,28 +44,10 @@ def render(note: Notification) -> dict[str, Any]:
     if note.description:
         lines.append(note.description)
     labels = note.alert_labels()
-    fields = [
-        {"type": "mrkdwn", "text": cut_escaped(f"*{label}*\n{labels[label]}", FIELD_MAX)}
-        for label in _FIELD_LABELS
-        if labels.get(label)
-    ]
-    blocks: list[dict[str, Any]] = [
-        {
-            "type": "header",
-            "text": {"type": "plain_text", "text": cut(note.headline(), HEADER_MAX)},
-        },
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": cut_escaped("\n".join(lines), SECTION_MAX)},
-        },
-        {"type": "section", "fields": fields[:FIELDS_MAX]},
-    ]
+    fields = (field_text(label, labels[label]) for label in _FIELD_LABELS if labels.get(label))
     links = [(note.report_url, "Job report"), (note.alert_url, "Alert")]
-    elements = [f"<{escape(url)}|{label}>" for url, label in links if url]
-    if elements:
-        blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(elements)}]}
-        )
+    elements = " · ".join(f"<{escape(url)}|{label}>" for url, label in links if url)
+    blocks = message_blocks(note.headline(), "\n".join(lines), fields, elements)
     text = f"{note.headline()}: {note.notice or note.condition()}"
     if note.verdict.waste_usd is not None:
         text += f", waste so far ${note.verdict.waste_usd:,.2f}"
