@@ -83,3 +83,31 @@ def test_public_training_scripts_as_they_ship_are_never_sham_or_hung(run: str) -
     table = phase_shares(recorded, phases, RULES)
     assert len(table) == 4 and all(t["samples"] >= 4 for t in table), table
     assert all(t["waste_share"] == 0.0 for t in table), table
+
+
+LONG_HOLD = sorted((USEFUL / "hold200").glob("run*"))
+
+
+@pytest.mark.parametrize("folder", LONG_HOLD, ids=lambda p: p.name)
+def test_at_a_200_s_hold_the_loops_stay_sham_and_the_hung_kernel_hung(folder: Path) -> None:
+    """The same detector at a hold of 200 s (a third of the default 10 minutes), replayed over
+    two longer device runs of the four waste designs (docs/gpu-check/useful/hold200/): a flat
+    duty cycle's drift or a burst's jitter over minutes must not break the verdict."""
+    result = json.loads((folder / "useful_result.json").read_text())
+    rules = Rules(hold_seconds=result["hold_seconds"])
+    assert rules.hold_seconds == 200.0
+    recorded = recorded_points((folder / "useful_agent_output.jsonl").read_text())
+    table = phase_shares(recorded, result["phases"], rules)
+    assert [t["waste_share"] for t in table] == [t["waste_share"] for t in result["table"]]
+    for t in table:
+        assert t["samples"] >= 0.8 * (result["waste_seconds"] - rules.hold_seconds), t
+        assert t["kinds"].get(t["want"], 0) >= 0.95 * t["samples"], t
+
+
+def test_the_long_hold_runs_cover_every_waste_design() -> None:
+    phases = {
+        ph["phase"]
+        for folder in LONG_HOLD
+        for ph in json.loads((folder / "useful_result.json").read_text())["phases"]
+    }
+    assert phases == {"pid_matmul", "relu_bursts", "spin_sleep", "hung_flag"}
