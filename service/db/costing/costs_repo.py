@@ -81,7 +81,7 @@ def rolled_until(conn: Connection, *, gpu_ids: Sequence[int] | None) -> dict[int
         ids = list(gpu_ids)
         query = query.where(gpus.c.id.in_(ids))
         first_dirty = first_dirty.where(d.gpu_id.in_(ids))
-    dirty_of = dict(conn.execute(first_dirty.group_by(d.gpu_id)).all())
+    dirty_of: dict[int, datetime] = dict(conn.execute(first_dirty.group_by(d.gpu_id)).all())
     out: dict[int, datetime | None] = {}
     for gpu_id, last_bucket in conn.execute(query).all():
         dirty = dirty_of.get(gpu_id)
