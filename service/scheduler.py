@@ -120,6 +120,24 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
+def then_check_today(
+    sched: BackgroundScheduler, rollup: Callable[[], object]
+) -> Callable[[], object]:
+    """``rollup``, after which a run that rolled buckets up brings the today-sums check forward
+    to now: the minutes it rolled that today's sums hold are marked stale, and until the sums
+    are written again the pages read those GPUs' today from the minute rollups (up to a
+    rollup interval more, as the two jobs tick apart; a fleet's first rollups mark them all)."""
+
+    def run() -> object:
+        result = rollup()
+        job = sched.get_job("today_sums")
+        if isinstance(result, int) and result > 0 and job is not None:
+            job.modify(next_run_time=datetime.now(UTC))
+        return result
+
+    return run
+
+
 def build_scheduler(
     ctx: ServiceContext, *, fleet_cache: WastedTodayCache | None = None
 ) -> BackgroundScheduler:
@@ -132,8 +150,11 @@ def build_scheduler(
     jobs: list[tuple[str, Callable[[], object], float]] = [
         (
             "rollup",
-            shard_by_shard(
-                ctx, "rollup", s.rollup_shards, lambda shard: rollup_once(ctx, shard=shard)
+            then_check_today(
+                sched,
+                shard_by_shard(
+                    ctx, "rollup", s.rollup_shards, lambda shard: rollup_once(ctx, shard=shard)
+                ),
             ),
             s.rollup_interval_seconds,
         ),

@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, Connection, Float, Integer, MetaData, Table
+from sqlalchemy import Column, Connection, Float, Integer, MetaData, String, Table
 
 from service.db.types import UTCDateTime
 
@@ -47,6 +47,8 @@ def _pg_binary_type(col: Column[Any]) -> str:
     """The PostgreSQL type a binary COPY writes ``col``'s values as (its DDL's type)."""
     if isinstance(col.type, UTCDateTime):
         return "timestamptz"
+    if isinstance(col.type, String):
+        return "text"
     return "int4" if isinstance(col.type, Integer) else "float8"
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
 )
 
 from service.core.buckets import floor_day
+from service.db.cost_scratch import load_rows
 from service.db.schema import (
     COST_SUM_FIELDS,
     cost_day_dirty,
@@ -247,7 +248,15 @@ def sum_job_days(conn: Connection, days: Sequence[datetime]) -> None:
 def _insert(
     conn: Connection, gpu_rows: Sequence[dict[str, Any]], job_rows: Sequence[dict[str, Any]]
 ) -> None:
+    """Insert the rows (each table's rows share their keys): a binary COPY on PostgreSQL,
+    which builds no statement parameters per row (today's 3,000 rows of 1,000 GPUs took most
+    of the today-sums write's CPU as an executemany)."""
+    pg = conn.dialect.name == "postgresql"
     for table, rows in ((cost_gpu_1d, gpu_rows), (cost_job_1d, job_rows)):
+        if pg and rows:
+            cols = list(rows[0])
+            load_rows(conn, table, cols, ([row[col] for col in cols] for row in rows))
+            continue
         for i in range(0, len(rows), 2000):
             conn.execute(insert(table), list(rows[i : i + 2000]))
 

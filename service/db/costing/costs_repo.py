@@ -71,18 +71,20 @@ def rolled_until(conn: Connection, *, gpu_ids: Sequence[int] | None) -> dict[int
     with samples not rolled up yet, else the end of its last bucket; None for a GPU with no
     bucket at all."""
     last = select(func.max(rollup_1m.c.bucket_start)).where(rollup_1m.c.gpu_id == gpus.c.id)
-    first_dirty = select(func.min(rollup_dirty.c.bucket_start)).where(
-        rollup_dirty.c.gpu_id == gpus.c.id
-    )
-    query = select(
-        gpus.c.id,
-        type_coerce(last.scalar_subquery(), UTCDateTime()),
-        type_coerce(first_dirty.scalar_subquery(), UTCDateTime()),
-    )
+    query = select(gpus.c.id, type_coerce(last.scalar_subquery(), UTCDateTime()))
+    d = rollup_dirty.c
+    # The dirty marks in one grouped scan, not a probe per GPU: the rollup deletes the marks it
+    # rolls up, and until a vacuum each probe steps over every dead one of its GPU (122,000 of
+    # them right after a fleet's two hours arrived: 25-35 ms against 4-8 ms).
+    first_dirty = select(d.gpu_id, type_coerce(func.min(d.bucket_start), UTCDateTime()))
     if gpu_ids is not None:
-        query = query.where(gpus.c.id.in_(list(gpu_ids)))
+        ids = list(gpu_ids)
+        query = query.where(gpus.c.id.in_(ids))
+        first_dirty = first_dirty.where(d.gpu_id.in_(ids))
+    dirty_of: dict[int, datetime] = dict(conn.execute(first_dirty.group_by(d.gpu_id)).all())
     out: dict[int, datetime | None] = {}
-    for gpu_id, last_bucket, dirty in conn.execute(query).all():
+    for gpu_id, last_bucket in conn.execute(query).all():
+        dirty = dirty_of.get(gpu_id)
         ends = [t for t in (last_bucket and last_bucket + timedelta(minutes=1), dirty) if t]
         out[gpu_id] = min(ends) if ends else None
     return out

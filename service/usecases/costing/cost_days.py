@@ -105,8 +105,15 @@ def _rows(
     per_job: dict[tuple[int, str], Summary] = {}
     for line in att.lines:
         job = line.job_id or UNALLOCATED_JOB
-        per_gpu.setdefault(line.gpu_id, Summary("")).add_line(line)
-        per_job.setdefault((line.gpu_id, job), Summary(job)).add_line(line)
+        # A Summary built only where none is yet (setdefault would build one per line).
+        gpu_sum = per_gpu.get(line.gpu_id)
+        if gpu_sum is None:
+            gpu_sum = per_gpu[line.gpu_id] = Summary("")
+        gpu_sum.add_line(line)
+        job_sum = per_job.get((line.gpu_id, job))
+        if job_sum is None:
+            job_sum = per_job[(line.gpu_id, job)] = Summary(job)
+        job_sum.add_line(line)
     gpu_rows: list[dict[str, object]] = []
     for gpu_id, bounds in held.items():
         held_from, held_until = stored_bounds(bounds, day)

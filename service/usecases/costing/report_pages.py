@@ -57,8 +57,12 @@ def day_page(
     full: dict[str, Summary] = {}
 
     def ranks(keys: Sequence[str]) -> dict[str, RankKey]:
-        read = day_sums.read_days(
-            conn, window, group_by="job", who=who, job_ids=[k for k in keys if k in summed]
+        wanted = [k for k in keys if k in summed]
+        # No candidate with summed days (a fleet that arrived today): nothing to read.
+        read = (
+            day_sums.read_days(conn, window, group_by="job", who=who, job_ids=wanted)
+            if wanted
+            else day_sums.DaySums()
         )
         out.jobs.update(read.jobs)
         for key in keys:
