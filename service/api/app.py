@@ -99,6 +99,9 @@ async def _warden_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+# Rollup intervals after a fleet page's last look during which the background job keeps the
+# fleet's dollars read ahead where no sums answer them (a console looking every minute or so).
+FLEET_WATCHED_INTERVALS = 8
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -206,6 +209,7 @@ def _api_state(ctx: ServiceContext) -> ApiState:
         fleet_cache=WastedTodayCache(
             max_age_seconds=settings.rollup_interval_seconds,
             sums_lag_seconds=today_lag_seconds(settings),
+            watched_seconds=FLEET_WATCHED_INTERVALS * settings.rollup_interval_seconds,
         ),
         admission=Admission(settings),
         body_budget=BodyBudget(settings.body_memory_budget_bytes),
