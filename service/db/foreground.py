@@ -3,11 +3,11 @@ read runs in this process, so a page does not share the interpreter lock with a 
 
 One process runs its API reads and its background rounds (rollups, useful work, today's sums)
 on threads of one interpreter; a round's pure-Python loops hold the lock for hundreds of ms,
-and a page read waiting for it took 3 s at worst on a 2-core machine mostly idle (3,000
-GPUs, docs/benchmarks.md). A
-round gives way only while reads are in flight, for at most ``MAX_PAUSE_SECONDS`` at a time
-and never longer in all than it has run (so it takes at most twice its time), and only at
-points between its statements or rows, never inside a database call.
+and a page read waiting for it took 3 s at worst on a 2-core machine mostly idle (3,000 GPUs,
+docs/benchmarks.md). A round gives way only while reads are in flight, for at most
+``MAX_PAUSE_SECONDS`` at a time and never longer in all than it has run (so it takes at most
+twice its time), and only at points between its statements or rows, never inside a database
+call.
 """
 
 from __future__ import annotations
