@@ -44,9 +44,10 @@ from bench.console import PAGES, cpu_ms
 from service.clock import utc_now
 from service.collectors.batch import build_batch, gzip_body, join_polls, poll_json
 from service.collectors.simulated import SimulatedBackend
+from service.core.buckets import floor_day
 from service.db import tokens_repo
 from service.db.engine import make_engine
-from service.db.schema import rollup_dirty
+from service.db.schema import cost_gpu_1d, rollup_dirty
 
 GPUS_PER_NODE = 8
 AGENT_TIMEOUT_SECONDS = 30.0  # the agent's HTTP timeout, announced as X-Request-Timeout
@@ -203,9 +204,15 @@ def look(
     try:
         with engine.connect() as conn:
             backlog = conn.execute(select(func.count()).select_from(rollup_dirty)).scalar_one()
+            summed = conn.execute(
+                select(func.count())
+                .select_from(cost_gpu_1d)
+                .where(cost_gpu_1d.c.day == floor_day(utc_now()))
+            ).scalar_one()
     finally:
         engine.dispose()
     seen["backlog_rows"].append(float(backlog))
+    seen["today_summed"].append(float(summed))
 
 
 def rounds(text: str) -> list[str]:
@@ -292,6 +299,7 @@ def run(args: argparse.Namespace) -> None:
                 for k in (
                     "metrics_s", "metrics_mb", "shard_s", "shard_mb", "fleet_s", "jobs_s",
                     "fleet_server_s", "jobs_server_s", "lag_s", "gpus_exported", "backlog_rows",
+                    "today_summed",
                 )
             }  # fmt: skip
             headers = {"Authorization": f"Bearer {reader}"}
@@ -392,6 +400,16 @@ def report(
         print(
             f"{page} page API reads: wall {_range(seen[f'{page}_s'], 's', 3)}; server "
             f"{_range(seen[f'{page}_server_s'], 's', 3)}"
+        )
+    # A young fleet has no sums of today for its first minutes (cost_today_settle_seconds of
+    # history first): those looks read today from the minute rollups, the later ones from sums.
+    for page in ("fleet", "jobs"):
+        looks = list(zip(seen["today_summed"], seen[f"{page}_s"], strict=True))
+        before = [s for summed, s in looks if not summed]
+        after = [s for summed, s in looks if summed]
+        print(
+            f"{page} page API reads before today's sums existed: {_range(before, 's', 3)}; "
+            f"after: {_range(after, 's', 3)}"
         )
     print(
         "CPU, in cores: "

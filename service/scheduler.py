@@ -12,6 +12,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from service.context import ServiceContext
+from service.db import foreground
 from service.db.leader import LeaderLock, job_turn
 from service.db.outages import OutageLog, is_outage
 from service.usecases.fleet import WastedTodayCache
@@ -102,7 +103,8 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     so the duration histogram holds only runs that did the work."""
     started = time.perf_counter()
     try:
-        result = fn()
+        with foreground.background_round():  # it gives way to API reads of this process
+            result = fn()
     except Exception as exc:
         if is_outage(exc):
             _OUTAGES.failed(exc, f"background job {name}")  # one line, not one per tick

@@ -53,6 +53,7 @@ from service.api.timing import ServerTiming
 from service.api.validation import request_validation_error
 from service.clock import Clock, utc_now
 from service.context import ServiceContext
+from service.db import foreground
 from service.db.engine import ingest_engine, read_engine, service_engine
 from service.db.migrate import check_at_head
 from service.errors import (
@@ -99,6 +100,9 @@ async def _warden_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+# Rollup intervals after a fleet page's last look during which the background job keeps the
+# fleet's dollars read ahead where no sums answer them (a console looking every minute or so).
+FLEET_WATCHED_INTERVALS = 8
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -143,6 +147,8 @@ def _service_context(
 ) -> ServiceContext:
     """The ServiceContext of the app: its engines (main, ingest, read replica), clock, telemetry."""
     main_engine = engine or service_engine(settings)
+    # Background rounds pause at their statements while an API read runs in this process.
+    foreground.give_way_at_statements(main_engine)
     # Agents are the lifeline: their batches (and token lookups) get connections reads cannot take.
     ingest_pool = ingest_engine(settings, main_engine.url.render_as_string(hide_password=False))
     ctx = ServiceContext(
@@ -153,9 +159,11 @@ def _service_context(
         telemetry=telemetry or Telemetry(),
     )
     if settings.database_read_url is not None:
+        replica = read_engine(settings, settings.database_read_url)
+        foreground.give_way_at_statements(replica)
         ctx.read_router = ReadRouter(
             primary=main_engine,
-            replica=read_engine(settings, settings.database_read_url),
+            replica=replica,
             telemetry=ctx.telemetry,
             max_lag_seconds=settings.database_read_max_lag_seconds,
             check_seconds=settings.database_read_check_seconds,
@@ -206,6 +214,7 @@ def _api_state(ctx: ServiceContext) -> ApiState:
         fleet_cache=WastedTodayCache(
             max_age_seconds=settings.rollup_interval_seconds,
             sums_lag_seconds=today_lag_seconds(settings),
+            watched_seconds=FLEET_WATCHED_INTERVALS * settings.rollup_interval_seconds,
         ),
         admission=Admission(settings),
         body_budget=BodyBudget(settings.body_memory_budget_bytes),

@@ -30,7 +30,7 @@ from service.api.input_guard import BodyBudget
 from service.api.oidc import OidcClient
 from service.api.reads import WRITER_KEY
 from service.context import ServiceContext
-from service.db import jobs_repo, secrets_repo, sessions_repo, tokens_repo
+from service.db import foreground, jobs_repo, secrets_repo, sessions_repo, tokens_repo
 from service.db.outages import OutageLog
 from service.db.rows import JobRow
 from service.db.tokens_repo import Role, TokenInfo, person_info
@@ -382,7 +382,7 @@ def read_conn(
 
     Every read of one request sees one snapshot, so a page's rows and its totals agree while
     ingest, rollups and the cost-days job write."""
-    with ctx.reads.connect(info.id) as conn:
+    with foreground.reading(), ctx.reads.connect(info.id) as conn:
         if conn.dialect.name == "postgresql":
             # For this request's transaction only: background jobs keep no limit.
             seconds = ctx.settings.db_statement_timeout_seconds

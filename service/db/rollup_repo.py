@@ -34,7 +34,7 @@ from service.costs.integrals import (
     stored_point,
 )
 from service.costs.tenants import SplitRule
-from service.db import tenants_repo
+from service.db import foreground, tenants_repo
 from service.db.costing import cost_days_repo
 from service.db.dialect import bulk_insert_ignore, copy_insert_ignore, keys_in
 from service.db.schema import (
@@ -274,7 +274,7 @@ def _usable_samples(
             .where(samples.c.gpu_id.in_(ids), samples.c.ts >= g_lo, samples.c.ts < g_hi)
             .order_by(samples.c.gpu_id, samples.c.ts)
         )
-        for r in conn.execute(query).all():
+        for r in foreground.every_rows(conn.execute(query).all()):
             gpu_id, ts = r[0], r[1]
             lo, hi = ranges[gpu_id]
             if not lo <= ts < hi:
@@ -349,6 +349,7 @@ def _roll_minutes(
         conn, {g: (min(b), max(b) + MINUTE) for g, b in by_gpu.items()}
     )
     for gpu_id, buckets in by_gpu.items():
+        foreground.give_way()  # a GPU's minutes at a time: an API read waits for no more
         rows = read[gpu_id]
         stamps = [ts for ts, _ in rows]
         points = [_point(ts, v) for ts, v in rows]  # once per GPU; each minute takes its slice

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, and_, func, or_, select, update
 
 from service.core.diagnosis import Cause
 from service.core.useful_work import GpuPoint, Hold, HostPoint
+from service.db import foreground
 from service.db.dialect import bulk_insert
 from service.db.ingest_samples import dirty_range
 from service.db.observed_jobs_repo import OBSERVED
@@ -84,10 +85,12 @@ def series(
         )
         s.labels[r.job_id] = dict(r.labels or {})
     ids = sorted(out)
-    for row in conn.execute(
-        select(samples.c.gpu_id, samples.c.ts, *(samples.c[m] for m in _METRICS))
-        .where(samples.c.gpu_id.in_(ids), samples.c.ts >= start, samples.c.ts <= end)
-        .order_by(samples.c.gpu_id, samples.c.ts)
+    for row in foreground.every_rows(
+        conn.execute(
+            select(samples.c.gpu_id, samples.c.ts, *(samples.c[m] for m in _METRICS))
+            .where(samples.c.gpu_id.in_(ids), samples.c.ts >= start, samples.c.ts <= end)
+            .order_by(samples.c.gpu_id, samples.c.ts)
+        )
     ):
         values = {m: getattr(row, m) for m in _METRICS if getattr(row, m) is not None}
         out[row.gpu_id].samples.append(GpuPoint(row.ts.timestamp(), values))

@@ -71,17 +71,21 @@ class WastedTodayCache:
     others for ``max_age_seconds`` (monotonic).
 
     The dollars come from rollups that move every rollup interval, or from today's sums that
-    move once a cost-days round; ``refresh_wasted_today`` reads the new sums as they land, so
-    no page waits for the fleet's money (1-1.5 s at 10,000 GPUs).
+    move once a cost-days round; ``refresh_wasted_today`` reads the new sums as they land, and
+    the finer figures again each interval while pages ask within ``watched_seconds``, so no
+    page waits for the fleet's money (1-1.5 s at 10,000 GPUs).
     """
 
     max_age_seconds: float
     sums_lag_seconds: float = 0.0
+    watched_seconds: float = 0.0
     _entry: tuple[float, WastedToday] | None = None
+    _asked: float | None = None  # when a page last asked (monotonic)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, day_start: datetime, now: datetime) -> WastedToday | None:
         """The cached figures of ``day_start`` if fresh enough at ``now``, else None."""
+        self._asked = time.monotonic()
         entry = self._entry
         if entry is None or entry[1].day_start != day_start:
             return None
@@ -89,6 +93,11 @@ class WastedTodayCache:
         if value.from_sums and (now - value.until).total_seconds() <= self.sums_lag_seconds:
             return value
         return value if time.monotonic() - made < self.max_age_seconds else None
+
+    def watched(self) -> bool:
+        """Whether a page asked for the figures within ``watched_seconds``."""
+        asked = self._asked
+        return asked is not None and time.monotonic() - asked <= self.watched_seconds
 
     def latest(self) -> WastedToday | None:
         """The figures last kept, however old."""
@@ -147,11 +156,16 @@ def wasted_today(conn: Connection, *, settings: Settings, now: datetime) -> Wast
 def refresh_wasted_today(
     conn: Connection, *, settings: Settings, now: datetime, cache: WastedTodayCache
 ) -> bool:
-    """Read the fleet's dollars of today into ``cache`` when today's sums end past those kept
-    (nothing where no sums are read); True if it read them."""
+    """Read the fleet's dollars of today into ``cache`` when today's sums end past those kept,
+    or, where no sums answer them, while pages ask for them (``cache.watched``: a page then
+    finds them read at most an interval ago instead of reading them itself); True if it read
+    them."""
     end = summed_until(conn, settings=settings, now=now)
     kept = cache.latest()
-    if end is None or (kept is not None and kept.from_sums and kept.until == end):
+    if end is None:
+        if not cache.watched():
+            return False
+    elif kept is not None and kept.from_sums and kept.until == end:
         return False
     cache.put(wasted_today(conn, settings=settings, now=now))
     return True

@@ -609,6 +609,34 @@ def test_the_fleet_dollars_are_read_again_only_as_today_s_sums_move(loaded: Engi
     assert again.by_uuid["GPU-d0"]["cost_usd"] > read.by_uuid["GPU-d0"]["cost_usd"]  # type: ignore[operator]
 
 
+def test_without_sums_the_fleet_dollars_are_read_ahead_while_pages_ask(loaded: Engine) -> None:
+    """Where no sums answer today (a small fleet), the fleet's dollars are read ahead of a
+    page only once a page has asked, then again at each refresh, so a write between two
+    refreshes shows in the figures kept; each read equals the page's own read."""
+    engine = loaded
+    s = Settings(database_url="sqlite://", run_scheduler=False)
+    _one_job_per_gpu(engine)
+    _write_days(engine, s)
+    cache = fleet.WastedTodayCache(max_age_seconds=0, watched_seconds=3600)
+    with engine.connect() as conn:
+        assert not fleet.refresh_wasted_today(conn, settings=s, now=NOW, cache=cache)
+    assert cache.latest() is None  # no page asked: nothing read ahead
+    assert cache.get(floor_day(NOW), NOW) is None  # a page asks (and reads them itself)
+    with engine.connect() as conn:
+        assert fleet.refresh_wasted_today(conn, settings=s, now=NOW, cache=cache)
+        first = cache.latest()
+        assert first == fleet.wasted_today(conn, settings=s, now=NOW)
+        assert first is not None and not first.from_sums
+    with engine.begin() as conn:  # a write between two reads: the H100s cost twice as much
+        prices_repo.replace_prices(conn, rows=_prices(8.0, None))
+    with engine.connect() as conn:
+        assert fleet.refresh_wasted_today(conn, settings=s, now=NOW, cache=cache)
+        again = cache.latest()
+        assert again == fleet.wasted_today(conn, settings=s, now=NOW)
+    assert again is not None and again != first
+    assert again.by_uuid["GPU-d0"]["cost_usd"] == 2 * first.by_uuid["GPU-d0"]["cost_usd"]  # type: ignore[operator]
+
+
 def _today_if_stale(engine: Engine, s: Settings, now: datetime) -> int:
     return cost_days.write_today_if_stale(engine, settings=s, clock=lambda: now)
 

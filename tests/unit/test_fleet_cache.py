@@ -3,7 +3,10 @@ the sums they come from, where they do), and never across midnight."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from service.usecases.fleet import WastedToday, WastedTodayCache
 
@@ -39,3 +42,17 @@ def test_figures_read_from_today_s_sums_are_reused_while_those_sums_would_be_rea
     assert cache.get(DAY, DAY + timedelta(seconds=300)) == _figures(DAY, from_sums=True)
     assert cache.get(DAY, DAY + timedelta(seconds=301)) is None  # a report reads finer data
     assert cache.latest() == _figures(DAY, from_sums=True)
+
+
+def test_the_figures_are_watched_for_a_while_after_a_page_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seconds = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: seconds[0])
+    cache = WastedTodayCache(max_age_seconds=15, watched_seconds=120)
+    assert not cache.watched()  # no page asked yet
+    cache.get(DAY, DAY)  # a page asks, whatever it finds
+    seconds[0] += 120
+    assert cache.watched()
+    seconds[0] += 0.5
+    assert not cache.watched()
