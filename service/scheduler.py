@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from service.context import ServiceContext
@@ -130,11 +133,20 @@ def then_check_today(
     are written again the pages read those GPUs' today from the minute rollups (up to a
     rollup interval more, as the two jobs tick apart; a fleet's first rollups mark them all)."""
 
+    def bring_forward() -> None:
+        try:
+            job = sched.get_job("today_sums")
+            if job is not None and sched.running:
+                job.modify(next_run_time=datetime.now(UTC))
+        except (JobLookupError, SchedulerNotRunningError):
+            pass  # stopped meanwhile: nothing to bring forward
+
     def run() -> object:
         result = rollup()
-        job = sched.get_job("today_sums")
-        if isinstance(result, int) and result > 0 and job is not None:
-            job.modify(next_run_time=datetime.now(UTC))
+        if isinstance(result, int) and result > 0 and sched.running:
+            # From a thread of its own: a shutdown holds the scheduler's lock while it waits
+            # for this job's thread, so taking that lock here would deadlock the shutdown.
+            threading.Thread(target=bring_forward, name="today-sums-now", daemon=True).start()
         return result
 
     return run
