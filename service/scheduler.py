@@ -99,6 +99,11 @@ def on_the_leader(leader: LeaderLock, tick: Callable[[], object]) -> Callable[[]
     return run
 
 
+# Jobs that write only rows no other writer touches (the rollups, the tenants' shares, keyless
+# dirty marks): on PostgreSQL they may give way to reads while holding those writes.
+OWN_ROWS_JOBS = frozenset({"rollup"})
+
+
 def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     """Run ``fn`` as background job ``name``: time it, count the outcome, never raise.
 
@@ -106,7 +111,8 @@ def run_job(ctx: ServiceContext, name: str, fn: Callable[[], object]) -> object:
     so the duration histogram holds only runs that did the work."""
     started = time.perf_counter()
     try:
-        with foreground.background_round():  # it gives way to API reads of this process
+        # It gives way to API reads of this process (db/foreground.py).
+        with foreground.background_round(own_rows=name in OWN_ROWS_JOBS):
             result = fn()
     except Exception as exc:
         if is_outage(exc):

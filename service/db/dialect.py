@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from service.db import foreground
+
 
 def keys_in(
     conn: Connection, table: Table, keys: Sequence[tuple[int, datetime]]
@@ -119,6 +121,7 @@ def copy_insert_ignore(
     assert raw is not None  # a connection in use has its driver's
     sql = _copy_sql(table.name, tuple(columns))
     types = _column_types(conn, table.name, tuple(columns))
+    foreground.wrote(conn)  # the COPY goes past SQLAlchemy's statement events
     try:
         with conn.begin_nested(), raw.cursor() as cur, cur.copy(sql) as copy:
             copy.set_types(types)
