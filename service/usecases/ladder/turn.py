@@ -241,11 +241,9 @@ def stop(
     *,
     state: str,
     outcome: str,
-    reason: str,
-    detail: str | None = None,
-    driver: str | None = None,
+    **note: Unpack[ActionNote],
 ) -> None:
-    """End this job's ladder for the episode, recorded once."""
+    """End this job's ladder for the episode, recorded once (``note``: why, by which driver)."""
     with rnd.ctx.engine.begin() as conn:
         ladder_repo.stop_ladder(conn, progress_id=prog.id, state=state, now=rnd.now)
         record(
@@ -255,10 +253,8 @@ def stop(
             rnd.now,
             step=prog.pending_step,
             outcome=outcome,
-            reason=reason,
             dry_run=ep.ladder.dry_run,
-            detail=detail,
-            driver=driver,
+            **note,
         )
     rnd.result.count(outcome)
 
