@@ -2,53 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Connection, and_, func, insert, or_, select
 
-from service.db.rows import ActionRow
+from service.db.rows import ActionRow, NewAction
 from service.db.schema import ladder_actions
 from service.vocabulary import ACTION_OUTCOMES
 
 MAX_ACTIONS_LISTED = 1000
 
 
-def record_action(
-    conn: Connection,
-    *,
-    at: datetime,
-    policy: str,
-    job_id: str,
-    action: str,
-    outcome: str,
-    dry_run: bool,
-    user: str | None = None,
-    team: str | None = None,
-    alert_id: int | None = None,
-    step: int | None = None,
-    reason: str | None = None,
-    driver: str | None = None,
-    mode: str | None = None,
-    detail: str | None = None,
-    value: float | None = None,
-    threshold: float | None = None,
-    since: datetime | None = None,
-    waste_usd: float | None = None,
-    idle_usd: float | None = None,
-    delivery_ids: list[str] | None = None,
-) -> int:
-    """Append one row to the audit log (a warning with the ``delivery_ids`` of its notice);
+def record_action(conn: Connection, action: NewAction) -> int:
+    """Append ``action`` to the audit log (a warning with the ``delivery_ids`` of its notice);
     returns its id."""
-    if outcome not in ACTION_OUTCOMES:
-        raise ValueError(f"unknown action outcome {outcome!r}")
-    row = {
-        "at": at, "policy": policy, "job_id": job_id, "user": user, "team": team,
-        "alert_id": alert_id, "step": step, "action": action, "outcome": outcome,
-        "reason": reason, "dry_run": int(dry_run), "driver": driver, "mode": mode,
-        "detail": detail, "value": value, "threshold": threshold, "since": since,
-        "waste_usd": waste_usd, "idle_usd": idle_usd, "delivery_ids": delivery_ids,
-    }  # fmt: skip
+    if action.outcome not in ACTION_OUTCOMES:
+        raise ValueError(f"unknown action outcome {action.outcome!r}")
+    row = {f.name: getattr(action, f.name) for f in fields(action)}
+    row["dry_run"] = int(action.dry_run)
     return int(
         conn.execute(
             insert(ladder_actions).values(**row).returning(ladder_actions.c.id)

@@ -3,6 +3,7 @@ column read that no longer exists fails in mypy rather than at run time."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, NotRequired, TypedDict
 
@@ -179,6 +180,45 @@ class EpisodeKey(TypedDict):
     policy: str
     job_id: str
     alert_id: int
+
+
+class ActionNote(TypedDict, total=False):
+    """What a ladder's audit row says beside its outcome: why, by which driver and mode, what
+    was done, and the deliveries of a warning's notice."""
+
+    reason: str | None
+    driver: str | None
+    mode: str | None
+    detail: str | None
+    delivery_ids: list[str] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewAction:
+    """One audit row of a ladder's step to append, in the columns' order: the episode, the
+    step's action and outcome (``dry_run``: what it would have done), why, and the numbers
+    behind it."""
+
+    at: datetime
+    policy: str
+    job_id: str
+    user: str | None = None
+    team: str | None = None
+    alert_id: int | None = None
+    step: int | None = None
+    action: str
+    outcome: str
+    reason: str | None = None
+    dry_run: bool
+    driver: str | None = None
+    mode: str | None = None
+    detail: str | None = None
+    value: float | None = None
+    threshold: float | None = None
+    since: datetime | None = None
+    waste_usd: float | None = None
+    idle_usd: float | None = None
+    delivery_ids: list[str] | None = None
 
 
 class ActionRow(TypedDict):

@@ -9,6 +9,7 @@ import httpx
 from sqlalchemy import Engine
 
 from service.db import actions_repo
+from service.db.rows import NewAction
 from tests.alerting_support import auth
 
 # (minutes before now, policy, job, user, team, action, outcome, step)
@@ -29,17 +30,32 @@ def record_steps(engine: Engine, now: datetime) -> list[int]:
     with engine.begin() as conn:
         for minutes, policy, job, user, team, action, outcome, step in STEPS:
             row_id = actions_repo.record_action(
-                conn, at=now - timedelta(minutes=minutes), policy=policy, job_id=job,
-                user=user, team=team, action=action, outcome=outcome,
-                dry_run=outcome == "would", step=step,
-                driver="slurm" if action == "reclaim" else None,
-                reason="exempt: user bo" if outcome == "skipped" else None,
-                detail=DETAILS.get(outcome),
-                value=0.01, threshold=0.05, since=now - timedelta(minutes=260),
-                waste_usd=12.5, idle_usd=12.5,
+                conn,
+                NewAction(
+                    at=now - timedelta(minutes=minutes), policy=policy, job_id=job,
+                    user=user, team=team, action=action, outcome=outcome,
+                    dry_run=outcome == "would", step=step,
+                    driver="slurm" if action == "reclaim" else None,
+                    reason="exempt: user bo" if outcome == "skipped" else None,
+                    detail=DETAILS.get(outcome),
+                    value=0.01, threshold=0.05, since=now - timedelta(minutes=260),
+                    waste_usd=12.5, idle_usd=12.5,
+                ),
             )  # fmt: skip
             ids.append(row_id)
     return ids
+
+
+def record_skip(engine: Engine, *, at: datetime, job_id: str, user: str, reason: str) -> None:
+    """A warning of policy gpu-idle skipped for ``reason`` (text that may hold markup)."""
+    with engine.begin() as conn:
+        actions_repo.record_action(
+            conn,
+            NewAction(
+                at=at, policy="gpu-idle", job_id=job_id, user=user, action="notify_owner",
+                outcome="skipped", dry_run=False, reason=reason,
+            ),
+        )  # fmt: skip
 
 
 def get(http: httpx.Client, token: str, **params: Any) -> httpx.Response:

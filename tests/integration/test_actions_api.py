@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import Engine
 
 from service.db import actions_repo
+from service.db.rows import NewAction
 from tests.alerting_support import auth
-from tests.integration.actions_support import STEPS, get, outcomes, record_steps
+from tests.integration.actions_support import STEPS, get, outcomes, record_skip, record_steps
 from tests.support import FakeClock, iso
 
 
@@ -103,8 +104,11 @@ def test_steps_at_the_same_moment_page_without_loss(http, tokens, engine, clock)
     with engine.begin() as conn:
         for i in range(5):
             row_id = actions_repo.record_action(
-                conn, at=clock() - timedelta(minutes=1), policy="p", job_id=f"slurm:{i}",
-                action="notify_owner", outcome="warned", dry_run=False,
+                conn,
+                NewAction(
+                    at=clock() - timedelta(minutes=1), policy="p", job_id=f"slurm:{i}",
+                    action="notify_owner", outcome="warned", dry_run=False,
+                ),
             )  # fmt: skip
             ids.append(row_id)
     first = get(http, tokens["reader"], limit=3).json()
@@ -115,20 +119,21 @@ def test_steps_at_the_same_moment_page_without_loss(http, tokens, engine, clock)
 def test_a_step_recorded_this_second_is_listed_without_an_end(http, tokens, engine, clock) -> None:
     with engine.begin() as conn:
         actions_repo.record_action(
-            conn, at=clock(), policy="p", job_id="slurm:1", action="notify_owner",
-            outcome="warned", dry_run=False,
+            conn,
+            NewAction(
+                at=clock(), policy="p", job_id="slurm:1", action="notify_owner",
+                outcome="warned", dry_run=False,
+            ),
         )  # fmt: skip
     assert outcomes(get(http, tokens["reader"])) == ["warned"]
     assert outcomes(get(http, tokens["reader"], end=iso(clock()))) == []  # end is exclusive
 
 
 def test_csv_has_the_columns_and_quotes_formulas(http, tokens, steps, engine, clock) -> None:
-    with engine.begin() as conn:
-        actions_repo.record_action(
-            conn, at=clock() - timedelta(minutes=10), policy="gpu-idle", job_id="slurm:5",
-            user="bo", action="notify_owner", outcome="skipped", dry_run=False,
-            reason='=HYPERLINK("http://evil.example")',
-        )  # fmt: skip
+    evil = '=HYPERLINK("http://evil.example")'
+    record_skip(
+        engine, at=clock() - timedelta(minutes=10), job_id="slurm:5", user="bo", reason=evil
+    )
     r = get(http, tokens["reader"], format="csv", user="bo")
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "text/csv; charset=utf-8"

@@ -10,9 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from service.db import actions_repo
 from tests.alerting_support import auth
-from tests.integration.actions_support import STEPS, record_steps
+from tests.integration.actions_support import STEPS, record_skip, record_steps
 from tests.integration.browser_support import (
     Console,
     browser,
@@ -88,12 +87,9 @@ def test_the_actions_page_lists_every_step_and_its_filters_live_in_the_url(
 def test_a_step_s_reason_holding_markup_shows_as_text(
     console: Console, engine: Engine, clock: FakeClock
 ) -> None:
-    with engine.begin() as conn:
-        actions_repo.record_action(
-            conn, at=clock() - timedelta(minutes=1), policy="gpu-idle", job_id="slurm:4",
-            user="eve", action="notify_owner", outcome="skipped", dry_run=False,
-            reason=EVIL_REASON,
-        )  # fmt: skip
+    record_skip(
+        engine, at=clock() - timedelta(minutes=1), job_id="slurm:4", user="eve", reason=EVIL_REASON
+    )
     console.open("/actions?user=eve")
     expect(console.page.locator("#actions tbody tr td").nth(8)).to_have_text(EVIL_REASON)
     console.no_script_ran()

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from service.db import actions_repo, ladder_repo
+from service.db.rows import NewAction
 
 T0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
 
@@ -40,9 +41,12 @@ def test_the_audit_log_filters_by_job_user_policy_outcome_and_time(engine: Engin
             ]
         ):
             actions_repo.record_action(
-                conn, at=T0 + timedelta(minutes=i), policy="idle", job_id=job, user=user,
-                action="notify_owner" if outcome != "reclaimed" else "reclaim", outcome=outcome,
-                dry_run=outcome == "would", waste_usd=1.5 * i, since=T0,
+                conn,
+                NewAction(
+                    at=T0 + timedelta(minutes=i), policy="idle", job_id=job, user=user,
+                    action="notify_owner" if outcome != "reclaimed" else "reclaim", outcome=outcome,
+                    dry_run=outcome == "would", waste_usd=1.5 * i, since=T0,
+                ),
             )  # fmt: skip
         rows = actions_repo.list_actions(conn)
         assert [r["outcome"] for r in rows] == ["would", "reclaimed", "warned"]

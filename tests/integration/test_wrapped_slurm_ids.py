@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from service.db import actions_repo
+from service.db.rows import NewAction
 from service.db.schema import job_gpus, jobs
 from service.usecases.upkeep import rollup_once
 from tests.alerting_support import add_price, auth, ingest
@@ -48,8 +49,11 @@ def ended_run(
     ingest(http, tokens["agent"], start=started, count=60, metrics={"sm_active": 0.0})
     with engine.begin() as conn:
         actions_repo.record_action(
-            conn, at=ended - timedelta(minutes=1), policy="idle-held-job", job_id=JOB,
-            action="notify_owner", outcome="warned", dry_run=False, user="alice", team="ml",
+            conn,
+            NewAction(
+                at=ended - timedelta(minutes=1), policy="idle-held-job", job_id=JOB,
+                action="notify_owner", outcome="warned", dry_run=False, user="alice", team="ml",
+            ),
         )  # fmt: skip
     r = http.patch(path(JOB), json={"ended_at": iso(ended)}, headers=auth(tokens["agent"]))
     assert r.status_code == 200 and r.json()["ended_at"] is not None, r.text

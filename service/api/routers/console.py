@@ -149,25 +149,21 @@ def job_page(job_id: str) -> HTMLResponse:
     return console_page()
 
 
-@router.get("/users/{name:path}", response_class=HTMLResponse)
-def user_page(
+def owner_page(
     name: str,
     start: str | None = Query(None, description="the page's range's start"),
     end: str | None = Query(None, description="its range's end"),
 ) -> HTMLResponse:
-    """A user's own page: their GPUs now, jobs and waste (the shell; the script reads the name
-    from the path and the range from the URL, as the periodic report's link sets it)."""
+    """A user's or a team's own page: their GPUs now, jobs and waste (the shell; the script
+    reads the name from the path and the range from the URL, as the periodic report's link
+    sets it)."""
     return console_page()
 
 
-@router.get("/teams/{name:path}", response_class=HTMLResponse)
-def team_page(
-    name: str,
-    start: str | None = Query(None, description="the page's range's start"),
-    end: str | None = Query(None, description="its range's end"),
-) -> HTMLResponse:
-    """A team's own page, as a user's."""
-    return console_page()
+for _owners in ("users", "teams"):
+    router.add_api_route(
+        f"/{_owners}/{{name:path}}", owner_page, methods=["GET"], response_class=HTMLResponse
+    )
 
 
 @router.get("/console/sso.json")

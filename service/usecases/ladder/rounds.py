@@ -11,6 +11,7 @@ from service.actions.base import ReclaimDriver
 from service.actions.registry import drivers_from
 from service.context import ServiceContext
 from service.db import actions_repo, alert_state_repo, jobs_repo, ladder_repo, policies_repo
+from service.db.rows import NewAction
 from service.settings import Settings
 from service.thresholds.evaluator import AlertState
 from service.thresholds.ladder import LadderProgress, LadderSpec, due_step, exemption
@@ -104,20 +105,22 @@ def _episode_over(rnd: Round, prog: LadderProgress, ladder: LadderSpec | None) -
             outcome = "gone" if ended else "skipped"
             actions_repo.record_action(
                 conn,
-                at=now,
-                policy=prog.policy,
-                job_id=prog.job_id,
-                user=job["user"] if job else None,
-                team=job["team"] if job else None,
-                alert_id=prog.alert_id,
-                action=action_at(ladder, prog),
-                outcome=outcome,
-                dry_run=ladder.dry_run if ladder is not None else False,
-                since=prog.episode_start,
-                reason=(
-                    "the job has ended"
-                    if ended
-                    else "the condition cleared (the alert resolved); the ladder starts over"
+                NewAction(
+                    at=now,
+                    policy=prog.policy,
+                    job_id=prog.job_id,
+                    user=job["user"] if job else None,
+                    team=job["team"] if job else None,
+                    alert_id=prog.alert_id,
+                    action=action_at(ladder, prog),
+                    outcome=outcome,
+                    dry_run=ladder.dry_run if ladder is not None else False,
+                    since=prog.episode_start,
+                    reason=(
+                        "the job has ended"
+                        if ended
+                        else "the condition cleared (the alert resolved); the ladder starts over"
+                    ),
                 ),
             )
             rnd.result.count(outcome)

@@ -7,13 +7,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from service.actions.base import ReclaimDriver
 from service.context import ServiceContext
 from service.core.verdict import NO_VERDICT, Verdict
 from service.db import actions_repo, ladder_repo, policies_repo
-from service.db.rows import EpisodeKey, NewOutboxRow
+from service.db.rows import ActionNote, EpisodeKey, NewAction, NewOutboxRow
 from service.notify import Notification
 from service.thresholds.evaluator import AlertState
 from service.thresholds.ladder import JobFacts, LadderProgress, LadderSpec, next_step_at, step_word
@@ -102,7 +102,7 @@ class Turn:
         """Whether this is the ladder's last step."""
         return self.step == len(self.ep.ladder.steps) - 1
 
-    def record(self, conn: Any, *, outcome: str, **extra: Any) -> None:
+    def record(self, conn: Any, *, outcome: str, **note: Unpack[ActionNote]) -> None:
         """This step's audit row, counted in the round's result."""
         record(
             conn,
@@ -113,7 +113,7 @@ class Turn:
             outcome=outcome,
             dry_run=self.ep.ladder.dry_run,
             verdict=self.verdict,
-            **extra,
+            **note,
         )
         self.result.count(outcome)
 
@@ -186,27 +186,29 @@ def record(
     outcome: str,
     dry_run: bool,
     verdict: Verdict = NO_VERDICT,
-    **extra: Any,
+    **note: Unpack[ActionNote],
 ) -> None:
     """One audit row with the numbers behind it (value, threshold, since, dollars)."""
     # A skip or an end outside a step is filed under the step the ladder stood at.
     action = ep.ladder.steps[step].action if step is not None else action_at(ep.ladder, prog)
     actions_repo.record_action(
         conn,
-        at=now,
-        **ep.key,
-        user=ep.user,
-        team=ep.team,
-        step=step,
-        action=action,
-        outcome=outcome,
-        dry_run=dry_run,
-        value=ep.state.value,
-        threshold=ep.policy.threshold,
-        since=prog.episode_start,
-        waste_usd=verdict.waste_usd,
-        idle_usd=verdict.idle_usd,
-        **extra,
+        NewAction(
+            at=now,
+            **ep.key,
+            user=ep.user,
+            team=ep.team,
+            step=step,
+            action=action,
+            outcome=outcome,
+            dry_run=dry_run,
+            value=ep.state.value,
+            threshold=ep.policy.threshold,
+            since=prog.episode_start,
+            waste_usd=verdict.waste_usd,
+            idle_usd=verdict.idle_usd,
+            **note,
+        ),
     )
 
 
@@ -239,11 +241,9 @@ def stop(
     *,
     state: str,
     outcome: str,
-    reason: str,
-    detail: str | None = None,
-    driver: str | None = None,
+    **note: Unpack[ActionNote],
 ) -> None:
-    """End this job's ladder for the episode, recorded once."""
+    """End this job's ladder for the episode, recorded once (``note``: why, by which driver)."""
     with rnd.ctx.engine.begin() as conn:
         ladder_repo.stop_ladder(conn, progress_id=prog.id, state=state, now=rnd.now)
         record(
@@ -253,10 +253,8 @@ def stop(
             rnd.now,
             step=prog.pending_step,
             outcome=outcome,
-            reason=reason,
             dry_run=ep.ladder.dry_run,
-            detail=detail,
-            driver=driver,
+            **note,
         )
     rnd.result.count(outcome)
 
