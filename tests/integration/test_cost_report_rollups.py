@@ -15,7 +15,7 @@ from service.costs.prices import PriceRow
 from service.costs.recommend import FixAssumptions
 from service.costs.waste import UNALLOCATED, Allocation, Usage, plan_reads, segment_gpu, summarize
 from service.db import jobs_repo, prices_repo
-from service.db.costing import cost_sums, costs_repo
+from service.db.costing import cost_sums
 from service.db.schema import gpus, job_gpus, jobs, rollup_1m, samples
 from service.settings import Settings
 from service.usecases.costing import cost_report
@@ -240,13 +240,12 @@ def test_report_summed_on_two_connections_is_the_same(
     assert_agree({r["key"]: r for r in two["rows"]}, {r["key"]: r for r in one["rows"]}, 1e-9)
 
 
-def test_report_with_reads_on_a_side_connection_is_the_same(
+def test_report_with_raw_reads_on_a_side_connection_is_the_same(
     engine: Engine, clock: FakeClock, fleet, monkeypatch: pytest.MonkeyPatch
 ):
-    # A big fleet's rollup ends are read beside its allocations, and many raw reads (edges,
-    # minutes not rolled up) beside the running totals, on a connection of their own
-    # (PostgreSQL; SQLite runs them in turn): rows are added in the same order, so the report
-    # is the same to the last bit.
+    # Many raw reads (edges, minutes not rolled up) run on a connection of their own while the
+    # running totals are summed (PostgreSQL; SQLite runs them in turn): their rows are added in
+    # the same order, so the report is the same to the last bit.
     start, end = at(-600) + timedelta(seconds=17), at(HOURS * 3600 - 23)
     with engine.begin() as conn:
         # The last half hour not rolled up (as a batch just stored): read from raw samples.
@@ -256,7 +255,6 @@ def test_report_with_reads_on_a_side_connection_is_the_same(
             conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
         )
         monkeypatch.setattr(cost_sums, "_SIDE_FROM", 0)
-        monkeypatch.setattr(costs_repo, "BIND_IDS_MAX", 0)
         side = cost_report.cost_report(
             conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
         )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
@@ -17,7 +18,6 @@ from service.costs.integrals import (
     Thresholds,
 )
 from service.costs.waste import Span, Usage, plan_reads
-from service.db.beside import Beside
 from service.db.cost_scratch import fill, scratch_table
 from service.db.costing.raw_sums import RawRows, add_raw, pg_local, raw_rows, sum_raw
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m
@@ -287,22 +287,42 @@ def _run_parts(conn: Connection, parts: list[_Terms], fields: tuple[str, ...]) -
 _SIDE_FROM = 500
 
 
-class _Side(Beside):
-    """Raw reads run one after another on a connection of their own (PostgreSQL, ``_SIDE_FROM``
+class _Side:
+    """Raw reads run one after another on a connection of its own (PostgreSQL, ``_SIDE_FROM``
     reads or more) while the caller's connection sums the running totals, so the database
     works on both at once; elsewhere each runs on the caller's connection when its rows are
     asked for. The caller adds the rows in its own order, so the sums are the same."""
 
     def __init__(self, conn: Connection, thresholds: Thresholds) -> None:
-        super().__init__(conn, enabled=True)
-        self.thresholds = thresholds
+        self.conn, self.thresholds = conn, thresholds
+        self.pool: ThreadPoolExecutor | None = None
+        self.own: Connection | None = None
+
+    def __enter__(self) -> _Side:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        if self.own is not None:
+            self.own.close()
 
     def rows(self, reads: Sequence[Span]) -> Callable[[], RawRows]:
         """A call that returns ``raw_rows`` of ``reads``: started now on the side connection
         where they are many, else run on the caller's connection when called."""
-        return self.submit(
-            lambda on: raw_rows(on, reads, self.thresholds), here=len(reads) < _SIDE_FROM
-        )
+        if self.conn.dialect.name != "postgresql" or len(reads) < _SIDE_FROM:
+            return lambda: raw_rows(self.conn, reads, self.thresholds)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1)
+        future: Future[RawRows] = self.pool.submit(self._run, reads)
+        return future.result
+
+    def _run(self, reads: Sequence[Span]) -> RawRows:
+        if self.own is None:
+            self.own = self.conn.engine.connect()
+        return raw_rows(self.own, reads, self.thresholds)
 
 
 def _sum_by_totals(

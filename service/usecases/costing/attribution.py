@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -17,7 +17,6 @@ from service.costs.prices import PriceRow, change_points, price_lookup
 from service.costs.tenants import without_stretches
 from service.costs.waste import Line, Segment, group_segments, segment_gpu
 from service.db import tenants_repo
-from service.db.beside import Beside
 from service.db.costing import cost_sums, costs_repo
 from service.settings import Settings
 from service.usecases.costing.shared_minutes import PriceOf, shared_lines
@@ -78,25 +77,18 @@ def attribute(
     end = min(end, now)
     table = effective_prices(conn, settings)
     gpu_info = _wanted_gpus(conn, gpu_ids, gpu_info)
-    # A fleet's rollup ends, every GPU's, are read beside the allocations and segments (the
-    # same dict the spans would read them into, a lookup per spanned GPU).
-    early = rolled is None and gpu_ids is None and 2 * len(gpu_info) > costs_repo.BIND_IDS_MAX
-    with Beside(conn, enabled=early) as beside:
-        rolled_of = (
-            beside.submit(lambda on: costs_repo.rolled_until(on, gpu_ids=None)) if early else None
-        )
-        allocations, job_info = costs_repo.load_allocations(
-            conn, start=start, end=end, now=now, gpu_ids=gpu_ids
-        )
-        stretches = tenants_repo.shared_stretches(conn, start=start, end=end, gpu_ids=gpu_ids)
-        held = _held_segments(allocations, gpu_info, table.rows, stretches, start=start, end=end)
-        price_of, unpriced = _pricer(table.rows, gpu_info)
-        raw_from = now - timedelta(days=settings.retention_raw_days)
-        lines = _segment_lines(
-            conn, held, price_of, whole_fleet=gpu_ids is None, settings=settings, now=now,
-            raw_from=raw_from, raw_edges=raw_edges, causes=causes, cause_energy=cause_energy,
-            rolled=rolled, rolled_of=rolled_of,
-        )  # fmt: skip
+    allocations, job_info = costs_repo.load_allocations(
+        conn, start=start, end=end, now=now, gpu_ids=gpu_ids
+    )
+    stretches = tenants_repo.shared_stretches(conn, start=start, end=end, gpu_ids=gpu_ids)
+    held = _held_segments(allocations, gpu_info, table.rows, stretches, start=start, end=end)
+    price_of, unpriced = _pricer(table.rows, gpu_info)
+    raw_from = now - timedelta(days=settings.retention_raw_days)
+    lines = _segment_lines(
+        conn, held, price_of, whole_fleet=gpu_ids is None, settings=settings, now=now,
+        raw_from=raw_from, raw_edges=raw_edges, causes=causes, cause_energy=cause_energy,
+        rolled=rolled,
+    )  # fmt: skip
     tenant_lines, rules = shared_lines(
         conn, stretches=stretches, gpu_info=gpu_info, held_from_of=held.held_from_of, end=end,
         prices=table.rows, price_of=price_of, raw_from=raw_from, settings=settings,
@@ -186,14 +178,10 @@ def _segment_lines(
     causes: bool,
     cause_energy: bool,
     rolled: dict[int, datetime | None] | None = None,
-    rolled_of: Callable[[], dict[int, datetime | None]] | None = None,
 ) -> list[Line]:
     """One line per job, GPU, price and lost flag over the held segments, its usage summed in
-    the database (see ``attribute`` for ``raw_edges``, ``causes`` and ``cause_energy``; every
-    GPU's rollup ends are ``rolled``, or ``rolled_of()`` where it reads them, else read here)."""
+    the database (see ``attribute`` for ``raw_edges``, ``causes`` and ``cause_energy``)."""
     keys, held_seconds, spans = group_segments(held.segments, price_of, held.lost_at)
-    if rolled is None and rolled_of is not None and spans:
-        rolled = rolled_of()
     usages = cost_sums.sum_usage(
         conn,
         spans=spans,
