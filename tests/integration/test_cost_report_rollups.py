@@ -16,7 +16,7 @@ from service.costs.recommend import FixAssumptions
 from service.costs.waste import UNALLOCATED, Allocation, Usage, plan_reads, segment_gpu, summarize
 from service.db import jobs_repo, prices_repo
 from service.db.costing import cost_sums
-from service.db.schema import gpus, job_gpus, jobs, rollup_1m, samples
+from service.db.schema import gpus, job_gpus, jobs, samples
 from service.settings import Settings
 from service.usecases.costing import cost_report
 from service.usecases.job_summary import job_summary
@@ -238,25 +238,3 @@ def test_report_summed_on_two_connections_is_the_same(
         )
     assert {r["key"] for r in one["rows"]} == {"a", "b", "c", UNALLOCATED}
     assert_agree({r["key"]: r for r in two["rows"]}, {r["key"]: r for r in one["rows"]}, 1e-9)
-
-
-def test_report_with_raw_reads_on_a_side_connection_is_the_same(
-    engine: Engine, clock: FakeClock, fleet, monkeypatch: pytest.MonkeyPatch
-):
-    # Many raw reads (edges, minutes not rolled up) run on a connection of their own while the
-    # running totals are summed (PostgreSQL; SQLite runs them in turn): their rows are added in
-    # the same order, so the report is the same to the last bit.
-    start, end = at(-600) + timedelta(seconds=17), at(HOURS * 3600 - 23)
-    with engine.begin() as conn:
-        # The last half hour not rolled up (as a batch just stored): read from raw samples.
-        conn.execute(delete(rollup_1m).where(rollup_1m.c.bucket_start >= at(HOURS * 3600 - 1800)))
-    with engine.connect() as conn:
-        one = cost_report.cost_report(
-            conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
-        )
-        monkeypatch.setattr(cost_sums, "_SIDE_FROM", 0)
-        side = cost_report.cost_report(
-            conn, settings=Settings(), start=start, end=end, now=clock(), group_by="job"
-        )
-    assert {r["key"] for r in one["rows"]} == {"a", "b", "c", UNALLOCATED}
-    assert side == one

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, func, select
@@ -19,7 +18,7 @@ from service.costs.integrals import (
 )
 from service.costs.waste import Span, Usage, plan_reads
 from service.db.cost_scratch import fill, scratch_table
-from service.db.costing.raw_sums import RawRows, add_raw, pg_local, raw_rows, sum_raw
+from service.db.costing.raw_sums import pg_local, sum_raw
 from service.db.schema import CUMULATIVE_FIELDS, rollup_1h, rollup_1m
 
 # The seconds (and signals) per cause beside the waste integrals (idle_held_seconds is both).
@@ -281,50 +280,6 @@ def _run_parts(conn: Connection, parts: list[_Terms], fields: tuple[str, ...]) -
     return rows
 
 
-# Raw reads from which a PostgreSQL report runs them on a connection of its own while the
-# running totals are summed (the jobs page's 3,892 edges and 1,000 unrolled minutes): below it
-# the statement is too short to pay for the thread.
-_SIDE_FROM = 500
-
-
-class _Side:
-    """Raw reads run one after another on a connection of its own (PostgreSQL, ``_SIDE_FROM``
-    reads or more) while the caller's connection sums the running totals, so the database
-    works on both at once; elsewhere each runs on the caller's connection when its rows are
-    asked for. The caller adds the rows in its own order, so the sums are the same."""
-
-    def __init__(self, conn: Connection, thresholds: Thresholds) -> None:
-        self.conn, self.thresholds = conn, thresholds
-        self.pool: ThreadPoolExecutor | None = None
-        self.own: Connection | None = None
-
-    def __enter__(self) -> _Side:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-        if self.own is not None:
-            self.own.close()
-
-    def rows(self, reads: Sequence[Span]) -> Callable[[], RawRows]:
-        """A call that returns ``raw_rows`` of ``reads``: started now on the side connection
-        where they are many, else run on the caller's connection when called."""
-        if self.conn.dialect.name != "postgresql" or len(reads) < _SIDE_FROM:
-            return lambda: raw_rows(self.conn, reads, self.thresholds)
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(max_workers=1)
-        future: Future[RawRows] = self.pool.submit(self._run, reads)
-        return future.result
-
-    def _run(self, reads: Sequence[Span]) -> RawRows:
-        if self.own is None:
-            self.own = self.conn.engine.connect()
-        return raw_rows(self.own, reads, self.thresholds)
-
-
 def _sum_by_totals(
     conn: Connection,
     *,
@@ -333,16 +288,12 @@ def _sum_by_totals(
     thresholds: Thresholds,
     raw_cutoff: datetime,
     fields: tuple[str, ...],
-    side: _Side,
-    first: Callable[[], None],
 ) -> None:
-    """Add to ``out`` each span's usage as the difference of 1m running totals at its edges,
-    after what ``first`` adds.
+    """Add to ``out`` each span's usage as the difference of 1m running totals at its edges.
 
     The whole minutes of [start, end) are totals(ceil(end)) - totals(ceil(start)), less the
     parts of the edge minutes outside the span; those parts are read from raw samples where
-    raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket
-    (on ``side``'s connection while the totals are summed, where they are many).
+    raw retention still holds them (after ``raw_cutoff``), else taken pro rata from the bucket.
     """
     # On PostgreSQL two halves by GPU id, summed on two connections at once (_run_parts).
     parts = [_Terms(), _Terms()] if conn.dialect.name == "postgresql" else [_Terms()]
@@ -369,13 +320,10 @@ def _sum_by_totals(
                 w_end = 1.0  # the whole end minute off, and its seconds from raw samples
                 raw_reads.append(Span(grp, gpu_id, _utc(end_floor_s), end, factor))
         parts[gpu_id & part_mask].add(grp, gpu_id, start_min, w_start, end_min, w_end, factor)
-    edges = side.rows(raw_reads) if raw_reads else None
-    totals = _run_parts(conn, parts, fields)
-    first()
-    for grp, *values in totals:
+    for grp, *values in _run_parts(conn, parts, fields):
         _add_row(out[grp], fields, values)
-    if edges is not None:
-        add_raw(edges(), out, fields)
+    if raw_reads:
+        sum_raw(conn, raw_reads, out, thresholds, fields)
 
 
 def _run_totals(
@@ -474,30 +422,20 @@ def sum_usage(
     """
     fields = summed_fields(causes=causes, cause_energy=cause_energy)
     out = [Usage() for _ in range(n_groups)]
-    with _Side(conn, thresholds) as side:
-        unrolled: Callable[[], RawRows] | None = None
-        if rolled_until is not None:
-            spans, late = _split_unrolled(spans, rolled_until, raw_kept_from or raw_cutoff)
-            unrolled = side.rows(late) if late else None
-        added: list[bool] = []
-
-        def first() -> None:
-            """Add the unrolled parts' rows, once: before any other (the order sums add in)."""
-            if unrolled is not None and not added:
-                added.append(True)
-                add_raw(unrolled(), out, fields)
-
-        recent = [span for span in spans if span.start >= minute_cutoff]
-        old = [span for span in spans if span.start < minute_cutoff]
-        if recent:
-            _sum_by_totals(
-                conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,
-                fields=fields, side=side, first=first,
-            )  # fmt: skip
-        first()
-        if old:
-            _sum_by_buckets(
-                conn, spans=old, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,
-                fields=fields,
-            )  # fmt: skip
+    if rolled_until is not None:
+        spans, unrolled = _split_unrolled(spans, rolled_until, raw_kept_from or raw_cutoff)
+        if unrolled:
+            sum_raw(conn, unrolled, out, thresholds, fields)
+    recent = [span for span in spans if span.start >= minute_cutoff]
+    old = [span for span in spans if span.start < minute_cutoff]
+    if recent:
+        _sum_by_totals(
+            conn, spans=recent, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,
+            fields=fields,
+        )  # fmt: skip
+    if old:
+        _sum_by_buckets(
+            conn, spans=old, out=out, thresholds=thresholds, raw_cutoff=raw_cutoff,
+            fields=fields,
+        )  # fmt: skip
     return out

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -203,14 +203,6 @@ def _scans(
     return rows
 
 
-class RawRows(NamedTuple):
-    """A raw read's rows (k, cause, rung, sums...) and, by k, the (group, factor) shares that
-    read them."""
-
-    rows: Sequence[Any]
-    shares: list[list[tuple[int, float]]]
-
-
 def sum_raw(
     conn: Connection,
     reads: Sequence[Span],
@@ -219,12 +211,7 @@ def sum_raw(
     fields: Sequence[str],
 ) -> None:
     """Add to ``out[read.group]`` factor x each read's ``fields`` integrated from raw samples
-    (the others untouched), in one statement inside the database (``raw_rows``, ``add_raw``)."""
-    add_raw(raw_rows(conn, reads, thresholds), out, fields)
-
-
-def raw_rows(conn: Connection, reads: Sequence[Span], thresholds: Thresholds) -> RawRows:
-    """The rows of ``reads`` integrated from raw samples, in one statement inside the database.
+    (the others untouched), in one statement inside the database.
 
     Each distinct stretch of a GPU is integrated once: the jobs sharing a GPU, and the spans
     of one job cut by a price change, read the same edges; two stretches that meet (the
@@ -249,15 +236,9 @@ def raw_rows(conn: Connection, reads: Sequence[Span], thresholds: Thresholds) ->
         result = conn.exec_driver_sql(
             _raw_sql(conn.dialect.name == "postgresql", thresholds.max_gap_seconds)
         ).all()
-    return RawRows(result, shares)
-
-
-def add_raw(raw: RawRows, out: list[Usage], fields: Sequence[str]) -> None:
-    """Add ``raw``'s rows to ``out[group]`` times each share's factor (``fields`` only)."""
-    shares = raw.shares
     # Summed per group first (few keys), then spread over the fields.
     by_key: dict[tuple[int, Any, Any], list[float]] = {}
-    for k, cause, rung, *sums in raw.rows:
+    for k, cause, rung, *sums in result:
         values = [float(v or 0.0) for v in sums]
         for group, factor in shares[k]:
             acc = by_key.get((group, cause, rung))
