@@ -18,13 +18,15 @@ def connect_beside(conn: Connection) -> Iterator[Connection]:
         with conn.engine.connect() as other:
             yield other
         return
-    snapshot, timeout = conn.exec_driver_sql(
-        "SELECT pg_export_snapshot(), current_setting('statement_timeout')"
+    snapshot, timeout, read_only = conn.exec_driver_sql(
+        "SELECT pg_export_snapshot(), current_setting('statement_timeout'), "
+        "current_setting('transaction_read_only')"
     ).one()
     with conn.engine.connect() as other:
-        # READ ONLY imports from any transaction, read-only or not; REPEATABLE READ keeps the
-        # imported snapshot for every statement of the block.
-        other.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        # REPEATABLE READ keeps the imported snapshot for every statement of the block; READ
+        # ONLY where the first is (a writable transaction cannot import a read-only one's).
+        access = ", READ ONLY" if read_only == "on" else ""
+        other.exec_driver_sql(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}")
         other.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
         other.exec_driver_sql(f"SET LOCAL statement_timeout = '{timeout}'")
         yield other
