@@ -258,13 +258,18 @@ def dollars(
             )  # fmt: skip
             return DollarsRead(query, att, None)
         window = day_sums_mod.DayWindow(d0, d1, frozenset(stale))
-        # The summed days the caller will read, read beside the finer data.
-        by = query.days_by
+        plan = plan_sources(start, asked_end, now, sums_until=until, stale=frozenset(stale))
+        # The summed days the caller will read, read beside the finer data (where there is
+        # none, a second connection would only add its round trips).
+        by = query.days_by if plan.finer else None
         ahead = {} if by is None else {
             by: beside(day_sums_mod.read_days, window, group_by=by, who=query.who)
         }  # fmt: skip
-        page = beside(report_pages.page_reads, window, who=query.who) if query.page_ahead else None
-        plan = plan_sources(start, asked_end, now, sums_until=until, stale=frozenset(stale))
+        page = (
+            beside(report_pages.page_reads, window, who=query.who)
+            if query.page_ahead and plan.finer
+            else None
+        )
         att = _merged(conn, plan, gpus, unpriced, stale, settings=settings, now=now,
                       raw_edges=raw_edges, rolled=rolled.result() if rolled else None)  # fmt: skip
     days = {k: f.result() for k, f in ahead.items()}
