@@ -499,6 +499,47 @@ def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Eng
     assert after["totals"]["cost_usd"] > before["totals"]["cost_usd"] + 1.0
 
 
+def test_days_read_beside_the_edges_see_the_request_s_snapshot(loaded: Engine) -> None:
+    """A report by team reads its summed days on a second connection while it reads the
+    edges (PostgreSQL): that connection sees the request's snapshot, so day sums the
+    cost-days job commits after the request's first reads change none of its answer."""
+    engine = loaded
+    s = Settings(database_url=engine.url.render_as_string(hide_password=False),
+                 run_scheduler=False)  # fmt: skip
+    _one_job_per_gpu(engine)
+    _write_days(engine, s)
+    original = day_sums.stale_in
+    rewrites = []
+
+    def days_re_written_then_checked(*args: Any, **kwargs: Any) -> Any:
+        # Committed after the request's first reads, before its days are read beside.
+        rewrites.append(1)
+        with engine.begin() as other:
+            for table in (cost_job_1d, cost_job_day_1d, cost_gpu_1d):
+                usd = {c: c * 2 for c in table.c if c.name.endswith("_usd")}
+                other.execute(update(table).values(usd))
+        return original(*args, **kwargs)
+
+    app = create_app(s, engine=engine, clock=FakeClock(NOW))
+    auth = {"Authorization": f"Bearer {make_token(engine, 'reader')}"}
+    params = {"start": START.isoformat(), "end": END.isoformat(), "group_by": "team"}
+    with live_server(app) as base, httpx.Client(base_url=base, headers=auth, timeout=60) as http:
+
+        def report() -> dict[str, Any]:
+            r = http.get("/api/v1/reports/cost", params=params)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        before = report()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(day_sums, "stale_in", days_re_written_then_checked)
+            during = report()
+        after = report()
+    assert rewrites == [1]
+    assert during == before
+    assert after["totals"]["cost_usd"] > before["totals"]["cost_usd"] + 1.0
+
+
 def _today_rows(engine: Engine, day: datetime) -> list[tuple[int, datetime | None]]:
     """The (GPU id, held_until) of ``day``'s summed rows."""
     g = cost_gpu_1d.c

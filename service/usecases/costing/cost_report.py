@@ -179,7 +179,12 @@ def cost_report(
     check_range(settings, start=start, end=end, now=now)
     page = Page(sort_by, offset, limit)
     who = Who(user=user, team=team, jobs_only=jobs_only, scope=scope)
-    read = dollars(conn, DollarsQuery(start, end, who=who), settings=settings, now=now)
+    # What the report reads of the summed days, read beside its edges: a page's first reads,
+    # or the days grouped as the report groups them.
+    by_page = group_by == "job" and cause is None and limit is not None
+    days_by = None if by_page else "job" if job_groups.by_job_labels(group_by) else group_by
+    query = DollarsQuery(start, end, who=who, days_by=days_by, page_ahead=by_page)
+    read = dollars(conn, query, settings=settings, now=now)
     att, end = read.attribution, read.end
     lines = read.lines()
     # Namespaces and labels are read from the jobs (the day sums group by job, then by these).
@@ -196,7 +201,7 @@ def cost_report(
     assumptions = fix_assumptions_of(settings)
     money = _money_of(att, assumptions)
     paged = None
-    if group_by == "job" and cause is None and limit is not None:
+    if by_page:
         paged = read.summed_page(conn, edges=groups, page=page, money=money)
     if paged is not None:
         att.jobs.update(paged.jobs)

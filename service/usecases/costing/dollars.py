@@ -10,11 +10,12 @@ periodic reports all read through ``dollars``; only the day sums' own writer
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import Connection
 
@@ -22,6 +23,7 @@ from service.core.buckets import ceil_day, floor_day
 from service.costs.money import Money
 from service.costs.paging import Page
 from service.costs.waste import Line, Summary
+from service.db import shared_snapshot
 from service.db.costing import costs_repo
 from service.settings import Settings
 from service.usecases.costing import day_sums as day_sums_mod
@@ -68,7 +70,10 @@ def forced(path: ReadPath) -> Iterator[None]:
 class DollarsQuery:
     """The dollars of the GPUs ``gpu_ids`` (every GPU without) over [start, end), of the time
     ``who`` counts, with edges read as ``edges`` says and, with ``cause_energy``, the energy
-    per cause summed too."""
+    per cause summed too. ``days_by``: the grouping the caller will read the summed days by
+    (``DollarsRead.summed``); ``page_ahead``: the caller will choose a page by job from them
+    (``DollarsRead.summed_page``); either is read beside the finer data where the database
+    allows."""
 
     start: datetime
     end: datetime
@@ -76,6 +81,8 @@ class DollarsQuery:
     who: Who = EVERYONE
     edges: EdgeRule = "auto"
     cause_energy: bool = False
+    days_by: str | None = None
+    page_ahead: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,10 @@ class DollarsRead:
     query: DollarsQuery
     attribution: Attribution
     window: day_sums_mod.DayWindow | None
+    # The summed days read beside the finer data, by grouping (``DollarsQuery.days_by``),
+    # and a page's first reads of them (``DollarsQuery.page_ahead``).
+    ahead: dict[str, day_sums_mod.DaySums] = field(default_factory=dict)
+    page_ahead: report_pages.PageReads | None = None
 
     @property
     def sums_end(self) -> datetime | None:
@@ -174,6 +185,10 @@ class DollarsRead:
         """The summed days grouped by ``group_by`` (empty where none were read)."""
         if self.window is None:
             return day_sums_mod.DaySums()
+        # Read ahead once: the report takes its summaries without copying them.
+        ahead = self.ahead.pop(group_by, None)
+        if ahead is not None:
+            return ahead
         return day_sums_mod.read_days(conn, self.window, group_by=group_by, who=self.query.who)
 
     def summed_page(
@@ -188,9 +203,11 @@ class DollarsRead:
         no days were read, or only the whole report can order the page."""
         if self.window is None:
             return None
+        reads, self.page_ahead = self.page_ahead, None  # taken once, as the days' groups
         return report_pages.day_page(
-            conn, self.window, edges=edges, page=page, money=money, who=self.query.who
-        )
+            conn, self.window, edges=edges, page=page, money=money, who=self.query.who,
+            reads=reads,
+        )  # fmt: skip
 
     def summed_team_gpus(self, conn: Connection) -> dict[tuple[str, int], Summary]:
         """The summed days per (team, GPU id) of the jobs with a team (none: empty)."""
@@ -230,17 +247,66 @@ def dollars(
         return DollarsRead(query, att, None)
     d0, d1 = plan.days
     gpus = costs_repo.load_gpus(conn)
-    stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
-    if len(stale) >= len(gpus):
-        att = attribute(
-            conn, settings=settings, start=start, end=asked_end, now=now, raw_edges=raw_edges,
-            gpu_info=gpus,
-        )  # fmt: skip
-        return DollarsRead(query, att, None)
-    plan = plan_sources(start, asked_end, now, sums_until=until, stale=frozenset(stale))
-    att = _merged(conn, plan, gpus, unpriced, stale, settings=settings, now=now,
-                  raw_edges=raw_edges)  # fmt: skip
-    return DollarsRead(query, att, day_sums_mod.DayWindow(d0, d1, frozenset(stale)))
+    with _beside(conn) as beside:
+        # Where each GPU's rollups end (a statement per GPU), read beside the days' check.
+        rolled = beside(costs_repo.rolled_until, gpu_ids=None) if len(plan.finer) > 1 else None
+        stale, unpriced = day_sums_mod.stale_in(conn, gpus=gpus, start=d0, end=d1, basis=basis)
+        if len(stale) >= len(gpus):
+            att = attribute(
+                conn, settings=settings, start=start, end=asked_end, now=now,
+                raw_edges=raw_edges, gpu_info=gpus,
+            )  # fmt: skip
+            return DollarsRead(query, att, None)
+        window = day_sums_mod.DayWindow(d0, d1, frozenset(stale))
+        plan = plan_sources(start, asked_end, now, sums_until=until, stale=frozenset(stale))
+        # The summed days the caller will read, read beside the finer data (where there is
+        # none, a second connection would only add its round trips).
+        by = query.days_by if plan.finer else None
+        ahead = {} if by is None else {
+            by: beside(day_sums_mod.read_days, window, group_by=by, who=query.who)
+        }  # fmt: skip
+        page = (
+            beside(report_pages.page_reads, window, who=query.who)
+            if query.page_ahead and plan.finer
+            else None
+        )
+        att = _merged(conn, plan, gpus, unpriced, stale, settings=settings, now=now,
+                      raw_edges=raw_edges, rolled=rolled.result() if rolled else None)  # fmt: skip
+    days = {k: f.result() for k, f in ahead.items()}
+    return DollarsRead(query, att, window, days, page.result() if page else None)
+
+
+Beside = Callable[..., "Future[Any]"]
+
+
+@contextmanager
+def _beside(conn: Connection) -> Iterator[Beside]:
+    """A way to run reads ``fn(connection, *args, **kwargs)`` beside the caller's: on
+    PostgreSQL in order on a connection of their own that reads ``conn``'s snapshot, while the
+    caller reads on; elsewhere (SQLite: a second connection to one file measured slower) at
+    once on ``conn``. Their futures are done when the block ends."""
+    if conn.dialect.name != "postgresql":
+
+        def at_once(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+            done: Future[Any] = Future()
+            done.set_result(fn(conn, *args, **kwargs))
+            return done
+
+        yield at_once
+        return
+    with ExitStack() as stack:
+        opened: list[tuple[Connection, ThreadPoolExecutor]] = []  # at the first read, if any
+
+        def submit(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+            if not opened:
+                # The snapshot is shared here, on the caller's thread: a connection is never
+                # used by two threads at once. The thread ends before the connection closes.
+                other = stack.enter_context(shared_snapshot.connect_beside(conn))
+                opened.append((other, stack.enter_context(ThreadPoolExecutor(1))))
+            other, thread = opened[0]
+            return thread.submit(fn, other, *args, **kwargs)
+
+        yield submit
 
 
 def _merged(
@@ -253,10 +319,13 @@ def _merged(
     settings: Settings,
     now: datetime,
     raw_edges: bool | None,
+    rolled: dict[int, datetime | None] | None = None,
 ) -> Attribution:
-    """The finer data of every part of ``plan``, as one Attribution."""
-    # Where the rollups of each GPU end: read once for every part (a statement per GPU).
-    rolled = costs_repo.rolled_until(conn, gpu_ids=None) if len(plan.finer) > 1 else None
+    """The finer data of every part of ``plan``, as one Attribution (``rolled``: every GPU's
+    ``costs_repo.rolled_until``, where the caller read it already)."""
+    if rolled is None and len(plan.finer) > 1:
+        # Where the rollups of each GPU end: read once for every part (a statement per GPU).
+        rolled = costs_repo.rolled_until(conn, gpu_ids=None)
     atts = [
         attribute(
             conn, settings=settings, start=a, end=b, now=now, raw_edges=raw_edges,

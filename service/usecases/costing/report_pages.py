@@ -29,6 +29,24 @@ class DayPage:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class PageReads:
+    """What a page reads of the summed days before it knows its edges: each job's bounding
+    dollars, and the days' total."""
+
+    dollars: dict[str, Dollars]
+    total: Summary
+
+
+def page_reads(
+    conn: Connection, window: day_sums.DayWindow, *, who: day_sums.Who = day_sums.EVERYONE
+) -> PageReads:
+    """The ``PageReads`` of ``window`` for the time ``who`` counts."""
+    return PageReads(
+        day_sums.read_dollars(conn, window, who=who), day_sums.read_total(conn, window, who=who)
+    )
+
+
 def day_page(
     conn: Connection,
     window: day_sums.DayWindow,
@@ -37,11 +55,15 @@ def day_page(
     page: Page,
     money: Callable[[Summary], Money],
     who: day_sums.Who = day_sums.EVERYONE,
+    reads: PageReads | None = None,
 ) -> DayPage | None:
     """The ``page`` of a report by job over the summed days of ``window`` plus the groups
-    ``edges`` read from finer data (taken, not copied); None where the page reaches the
-    unpriced jobs or has no limit, which only the whole report can order."""
-    summed = day_sums.read_dollars(conn, window, who=who)
+    ``edges`` read from finer data (taken, not copied; ``reads``: the summed days' part where
+    the caller read it already, taken too); None where the page reaches the unpriced jobs or
+    has no limit, which only the whole report can order."""
+    if reads is None:
+        reads = page_reads(conn, window, who=who)
+    summed = reads.dollars
     dollars = dict(summed)
     for key, s in edges.items():
         own = Dollars.of(s)
@@ -51,7 +73,7 @@ def day_page(
         return None
     # The totals first: the walk merges the summed days into the edges' groups.
     total = Summary.total_of("__total__", list(edges.values()))
-    total.merge(day_sums.read_total(conn, window, who=who))
+    total.merge(reads.total)
     total.job_ids.update(k for k in summed if k != UNALLOCATED)
     out = DayPage([], total, len(dollars))
     full: dict[str, Summary] = {}
