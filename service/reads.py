@@ -32,7 +32,14 @@ from service.telemetry import Telemetry
 log = logging.getLogger(__name__)
 
 # Why a read went where it went (gpuwarden_replica_reads_total's outcome label).
-READ_OUTCOMES: tuple[str, ...] = ("replica", "own_write", "lagging", "down", "not_replicating")
+READ_OUTCOMES: tuple[str, ...] = (
+    "replica",
+    "own_write",
+    "lagging",
+    "down",
+    "not_replicating",
+    "costs",
+)
 # Token ids remembered as recent writers before the oldest are forgotten.
 MAX_WRITERS = 10_000
 
@@ -184,11 +191,15 @@ class ReadRouter:
             checked_seconds_ago=None if math.isinf(ago) else round(ago, 3),
         )
 
-    def route(self, token_id: int | None) -> tuple[Engine, str]:
+    def route(self, token_id: int | None, *, costs: bool = False) -> tuple[Engine, str]:
         """The engine for a read by ``token_id`` (None: no caller's own writes to wait for),
-        and why (one of READ_OUTCOMES; "primary" without a replica)."""
+        and why (one of READ_OUTCOMES; "primary" without a replica). A read that sums costs
+        (``costs``) goes to the primary: it joins temporary tables, which a hot standby cannot
+        create."""
         if self.replica is None:
             return self.primary, "primary"
+        if costs:
+            return self.primary, "costs"
         state = self.state()
         assert state is not None
         outcome = {"ok": "replica", "unchecked": "down", "down": "down"}.get(
@@ -205,10 +216,11 @@ class ReadRouter:
         return (self.replica if outcome == "replica" else self.primary), outcome
 
     @contextmanager
-    def connect(self, token_id: int | None = None) -> Iterator[Connection]:
-        """A connection for a read by ``token_id``: the replica's if the rule allows, else (and
-        whenever the replica fails to connect) the primary's."""
-        engine, outcome = self.route(token_id)
+    def connect(self, token_id: int | None = None, *, costs: bool = False) -> Iterator[Connection]:
+        """A connection for a read by ``token_id`` (``costs``: one that sums costs): the
+        replica's if the rule allows, else (and whenever the replica fails to connect) the
+        primary's."""
+        engine, outcome = self.route(token_id, costs=costs)
         conn: Connection | None = None
         if engine is self.replica:
             try:

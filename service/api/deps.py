@@ -362,9 +362,13 @@ def _span_seconds(request: Request) -> float:
 
 async def admit_expensive(request: Request, _: Authenticated) -> AsyncIterator[None]:
     """Hold one of the few slots for expensive reads (reports, job summaries, long series)."""
-    if request.url.path.endswith("/series") and _span_seconds(request) <= LONG_SERIES_SECONDS:
-        yield
-        return
+    if request.url.path.endswith("/series"):
+        if _span_seconds(request) <= LONG_SERIES_SECONDS:
+            yield
+            return
+    else:
+        # The other expensive reads sum costs: read_conn takes them to the primary.
+        request.state.sums_costs = True
     admission = api_state(request).admission
     async with admission.enter("expensive"):
         yield
@@ -375,14 +379,16 @@ Expensive = Depends(admit_expensive)
 
 
 def read_conn(
-    ctx: Ctx, info: Authenticated, _: Annotated[None, Depends(admit_read)]
+    request: Request, ctx: Ctx, info: Authenticated, _: Annotated[None, Depends(admit_read)]
 ) -> Iterator[Connection]:
     """A connection for reading, closed after the request; taken only once the read is admitted,
-    on the read replica when the read router allows it for this caller, else on the primary.
+    on the read replica when the read router allows it for this caller, else on the primary
+    (always for an expensive read that sums costs, see ``ReadRouter.route``).
 
     Every read of one request sees one snapshot, so a page's rows and its totals agree while
     ingest, rollups and the cost-days job write."""
-    with foreground.reading(), ctx.reads.connect(info.id) as conn:
+    costs = getattr(request.state, "sums_costs", False)
+    with foreground.reading(), ctx.reads.connect(info.id, costs=costs) as conn:
         if conn.dialect.name == "postgresql":
             # For this request's transaction only: background jobs keep no limit.
             seconds = ctx.settings.db_statement_timeout_seconds

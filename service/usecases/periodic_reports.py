@@ -219,8 +219,9 @@ def reports_once(ctx: ServiceContext) -> ReportRound:
         if reports_repo.period_claimed(conn, period_start=period.start):
             return ReportRound()
         opted_out = reports_repo.opted_out(conn)
-    # A whole past period's figures: the read replica serves them when configured and fresh.
-    with ctx.reads.connect() as conn:
+    # A whole past period's figures: on the primary, since days not summed yet are read from
+    # finer data through temporary tables, which a hot standby cannot create.
+    with ctx.reads.connect(costs=True) as conn:
         reports = reports_of(conn, settings=s, period=period, now=now)
     known = {c.name for c in chans}
     channels = [n for n in wanted if n in known]

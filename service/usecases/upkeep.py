@@ -144,7 +144,7 @@ def today_sums_once(ctx: ServiceContext) -> int:
 def fleet_dollars_once(ctx: ServiceContext, cache: WastedTodayCache) -> bool:
     """Read the fleet page's dollars of today into ``cache`` once today's sums have moved;
     True if it read them."""
-    with ctx.reads.connect() as conn:
+    with ctx.reads.connect(costs=True) as conn:
         return refresh_wasted_today(conn, settings=ctx.settings, now=ctx.clock(), cache=cache)
 
 
