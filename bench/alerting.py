@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy import Engine, insert, select, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Appended, not first: PYTHONPATH (another copy of the code, timed against this one) wins.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from bench.common import fresh_database
 from service.api.app import create_app

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Appended, not first: PYTHONPATH (another copy of the code, timed against this one) wins.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PG_ADMIN, fresh_database, machine
 from service.core.diagnosis import CAUSE_NAMES

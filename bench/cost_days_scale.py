@@ -30,7 +30,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import func, insert, select
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Appended, not first: PYTHONPATH (another copy of the code, timed against this one) wins.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from bench import report_bytes
 from bench.cost_report import END, GPUS_PER_NODE, MODELS, analyze, make_jobs

@@ -49,7 +49,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection, Engine, func, insert, select, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Appended, not first: PYTHONPATH (another copy of the code, timed against this one) wins.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from bench import report_bytes
 from service.api.app import freeze_start_up_objects
@@ -791,6 +792,7 @@ def main() -> None:
     args = p.parse_args()
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
     print(f"{args.gpus} GPUs x {args.days} days, {args.jobs} jobs")
+    print(f"code timed: {Path(freeze_start_up_objects.__code__.co_filename).parents[2]}")
     for backend in backends:
         print(f"{backend}:", flush=True)
         engine, fresh = engine_for(backend, args)
