@@ -448,72 +448,33 @@ def test_the_door_reads_summed_days_for_the_fleet_and_finer_data_for_chosen_gpus
     assert one.cost_usd == pytest.approx(every.cost_usd, rel=1e-9)
 
 
-def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(loaded: Engine) -> None:
-    """A page's rows and totals are read from one snapshot: the cost-days job committing new
-    day sums between the request's reads changes none of that answer; the next request sees
-    them."""
+@pytest.mark.parametrize(
+    ("reading", "window"),
+    [
+        # A page by job: its rows are chosen in the database, then its totals are read.
+        ("read_total", {"end": NOW.isoformat(), "group_by": "job", "limit": "2"}),
+        # A window cut inside its days: on PostgreSQL the summed days are read on a second
+        # connection, beside the edges, after which days are current is checked.
+        ("stale_in", {"end": END.isoformat(), "group_by": "team"}),
+    ],
+)
+def test_a_report_read_while_its_days_are_re_written_is_one_snapshot(
+    loaded: Engine, reading: str, window: dict[str, str]
+) -> None:
+    """A report's reads are one snapshot, on every connection it reads on: the cost-days job
+    committing new day sums between the request's reads (just before ``day_sums.<reading>``)
+    changes none of that answer; the next request sees them."""
     engine = loaded
     s = Settings(database_url=engine.url.render_as_string(hide_password=False),
                  run_scheduler=False)  # fmt: skip
     _one_job_per_gpu(engine)
     _write_days(engine, s)
-    usd = [c for c in cost_job_1d.c if c.name.endswith("_usd")]
-    original = day_sums.read_total
+    original = getattr(day_sums, reading)
     rewrites = []
 
-    def days_re_written_then_read_total(*args: Any, **kwargs: Any) -> Any:
-        # The cost-days job commits between this request's first reads and its totals.
+    def days_re_written_then_read(*args: Any, **kwargs: Any) -> Any:
         rewrites.append(1)
-        with engine.begin() as other:
-            other.execute(update(cost_job_1d).values({c: c * 2 for c in usd}))
-            # The job writes each (job, day)'s sums with its rows, in the same transaction.
-            other.execute(
-                update(cost_job_day_1d).values(
-                    {c: c * 2 for c in cost_job_day_1d.c if c.name.endswith("_usd")}
-                )
-            )
-            other.execute(
-                update(cost_gpu_1d).values(
-                    {c: c * 2 for c in cost_gpu_1d.c if c.name.endswith("_usd")}
-                )
-            )
-        return original(*args, **kwargs)
-
-    app = create_app(s, engine=engine, clock=FakeClock(NOW))
-    auth = {"Authorization": f"Bearer {make_token(engine, 'reader')}"}
-    params = {"start": START.isoformat(), "end": NOW.isoformat(), "group_by": "job", "limit": "2"}
-    with live_server(app) as base, httpx.Client(base_url=base, headers=auth, timeout=60) as http:
-
-        def report() -> dict[str, Any]:
-            r = http.get("/api/v1/reports/cost", params=params)
-            assert r.status_code == 200, r.text
-            return dict(r.json())
-
-        before = report()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(day_sums, "read_total", days_re_written_then_read_total)
-            during = report()
-        after = report()
-    assert rewrites == [1]  # the page was chosen in the database, between the two reads
-    assert during == before
-    assert after["totals"]["cost_usd"] > before["totals"]["cost_usd"] + 1.0
-
-
-def test_days_read_beside_the_edges_see_the_request_s_snapshot(loaded: Engine) -> None:
-    """A report by team reads its summed days on a second connection while it reads the
-    edges (PostgreSQL): that connection sees the request's snapshot, so day sums the
-    cost-days job commits after the request's first reads change none of its answer."""
-    engine = loaded
-    s = Settings(database_url=engine.url.render_as_string(hide_password=False),
-                 run_scheduler=False)  # fmt: skip
-    _one_job_per_gpu(engine)
-    _write_days(engine, s)
-    original = day_sums.stale_in
-    rewrites = []
-
-    def days_re_written_then_checked(*args: Any, **kwargs: Any) -> Any:
-        # Committed after the request's first reads, before its days are read beside.
-        rewrites.append(1)
+        # The job writes each (job, day)'s sums with its rows, in the same transaction.
         with engine.begin() as other:
             for table in (cost_job_1d, cost_job_day_1d, cost_gpu_1d):
                 usd = {c: c * 2 for c in table.c if c.name.endswith("_usd")}
@@ -522,7 +483,7 @@ def test_days_read_beside_the_edges_see_the_request_s_snapshot(loaded: Engine) -
 
     app = create_app(s, engine=engine, clock=FakeClock(NOW))
     auth = {"Authorization": f"Bearer {make_token(engine, 'reader')}"}
-    params = {"start": START.isoformat(), "end": END.isoformat(), "group_by": "team"}
+    params = {"start": START.isoformat(), **window}
     with live_server(app) as base, httpx.Client(base_url=base, headers=auth, timeout=60) as http:
 
         def report() -> dict[str, Any]:
@@ -532,10 +493,10 @@ def test_days_read_beside_the_edges_see_the_request_s_snapshot(loaded: Engine) -
 
         before = report()
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(day_sums, "stale_in", days_re_written_then_checked)
+            mp.setattr(day_sums, reading, days_re_written_then_read)
             during = report()
         after = report()
-    assert rewrites == [1]
+    assert rewrites == [1]  # the rewrite came between the request's reads
     assert during == before
     assert after["totals"]["cost_usd"] > before["totals"]["cost_usd"] + 1.0
 
