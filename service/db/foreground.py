@@ -146,6 +146,8 @@ def _released(info: dict[Any, Any]) -> None:
 
 
 def _before_statement(conn: Connection, _cursor: Any, statement: str, *_: Any) -> None:
+    if _current() is None:
+        return  # not a background round (an API request, ingest): nothing to look at
     give_way()
     if is_write(statement):
         wrote(conn)
